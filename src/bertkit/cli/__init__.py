@@ -1,0 +1,95 @@
+"""The `bertkit` command line: a table from subcommand name to the module that defines it.
+
+Design decision: subcommands are imported lazily, only when invoked, so `bertkit --help` answers
+without importing torch, and each command group lives in its own module (`bertkit/cli/<name>.py`)
+that only parses flags and calls library functions. A `BertkitError` raised anywhere below is
+printed as one line on stderr with exit status 2, never as a traceback.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+
+import click
+
+from bertkit.errors import BertkitError
+
+# name -> "module:attribute" of a click command or group.
+COMMANDS: dict[str, str] = {
+    "info": "bertkit.cli.checkpoint:info",
+    "convert": "bertkit.cli.checkpoint:convert",
+    "tokenizer": "bertkit.cli.tokenizer:tokenizer",
+    "data": "bertkit.cli.data:data",
+    "pretrain": "bertkit.cli.pretrain:pretrain",
+    "finetune": "bertkit.cli.finetune:finetune",
+    "predict": "bertkit.cli.finetune:predict",
+    "evaluate": "bertkit.cli.finetune:evaluate",
+    "extract": "bertkit.cli.inference:extract",
+    "export": "bertkit.cli.inference:export",
+    "serve": "bertkit.cli.inference:serve",
+    "quickstart": "bertkit.cli.quickstart:quickstart",
+}
+
+# One-line summaries, so the top-level --help needs no imports.
+SUMMARIES: dict[str, str] = {
+    "info": "Show a checkpoint's config, parameter count and vocabulary.",
+    "convert": "Convert Google's TensorFlow BERT checkpoint to a bertkit/Hugging Face directory.",
+    "tokenizer": "Train or inspect a WordPiece vocabulary.",
+    "data": "Build pre-training data (MLM + NSP instances) from text.",
+    "pretrain": "Pre-train BERT with masked LM + next sentence prediction.",
+    "finetune": "Fine-tune on classification, tagging, SQuAD or multiple choice.",
+    "predict": "Predict with a fine-tuned model directory.",
+    "evaluate": "Evaluate a fine-tuned model directory on a labelled file.",
+    "extract": "Extract contextual features (per-token layers or pooled sentence vectors).",
+    "export": "Export a model to ONNX.",
+    "serve": "Serve a model over HTTP.",
+    "quickstart": "Vocabulary -> data -> pre-train -> fine-tune -> report on the bundled corpus.",
+}
+
+
+class LazyGroup(click.Group):
+    """A click group whose subcommands are imported on first use."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(COMMANDS)
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        # Summaries come from the table, so listing commands imports none of them.
+        with formatter.section("Commands"):
+            formatter.write_dl([(name, SUMMARIES[name]) for name in self.list_commands(ctx)])
+
+    def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
+        if name not in COMMANDS:
+            return None
+        module_name, attribute = COMMANDS[name].split(":")
+        return getattr(importlib.import_module(module_name), attribute)
+
+
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"], "show_default": True})
+@click.version_option(package_name="bertkit")
+def cli() -> None:
+    """bertkit: BERT end to end - vocabulary, pre-training data, pre-training, fine-tuning,
+    feature extraction and serving, with Hugging Face-compatible checkpoints."""
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the `bertkit` console script."""
+    try:
+        cli.main(args=argv, prog_name="bertkit", standalone_mode=False)
+    except BertkitError as exc:
+        click.echo(f"bertkit: error: {exc}", err=True)
+        return 2
+    except click.exceptions.Abort:
+        click.echo("bertkit: aborted", err=True)
+        return 130
+    except click.ClickException as exc:
+        exc.show()
+        return exc.exit_code
+    except click.exceptions.Exit as exc:
+        return exc.exit_code
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

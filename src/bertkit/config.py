@@ -1,0 +1,203 @@
+"""Model configuration: `BertConfig` with Hugging Face's field names, and the size presets.
+
+Design decision: the dataclass fields are exactly the keys of a Hugging Face BERT `config.json`, so a
+config round-trips through `transformers` unchanged. Keys we do not model (`use_cache`,
+`torch_dtype`, ...) are kept in `extra` and written back, never silently lost. This module imports
+no torch, so the CLI can read configs quickly.
+
+Presets are the sizes of the paper (Base, Large) and of Google's released miniatures
+(Turc et al., 2019: tiny, mini, small, medium); `bert-debug` is for tests.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from bertkit.errors import BertkitError
+
+SUPPORTED_ACTIVATIONS = ("gelu", "relu", "gelu_new", "gelu_pytorch_tanh")
+
+
+@dataclass
+class BertConfig:
+    """Shape and regularisation of a BERT encoder; field names as in Hugging Face's BertConfig."""
+
+    vocab_size: int = 30522
+    """Number of WordPiece tokens (rows of the word embedding)."""
+    hidden_size: int = 768
+    """Width H of every layer's hidden state."""
+    num_hidden_layers: int = 12
+    """Number L of Transformer encoder layers."""
+    num_attention_heads: int = 12
+    """Number A of attention heads; hidden_size must be divisible by it."""
+    intermediate_size: int = 3072
+    """Width of the feed-forward layer (4H in the paper)."""
+    hidden_act: str = "gelu"
+    """Feed-forward activation: 'gelu' is the exact erf GELU of the original."""
+    hidden_dropout_prob: float = 0.1
+    """Dropout on embeddings, attention output and feed-forward output."""
+    attention_probs_dropout_prob: float = 0.1
+    """Dropout on attention probabilities."""
+    max_position_embeddings: int = 512
+    """Longest sequence the position embedding covers."""
+    type_vocab_size: int = 2
+    """Number of segment (token type) ids: A and B."""
+    layer_norm_eps: float = 1e-12
+    """LayerNorm epsilon (1e-12 in the original)."""
+    initializer_range: float = 0.02
+    """Std of the truncated-normal weight initialisation."""
+    pad_token_id: int = 0
+    """Id of [PAD]."""
+    classifier_dropout: float | None = None
+    """Dropout before task heads; None means hidden_dropout_prob."""
+    num_labels: int | None = None
+    """Outputs of a classification/tagging head (1 = regression); None when there is no task head."""
+    id2label: dict[int, str] | None = None
+    """Label names of a task head, by output index."""
+    problem_type: str | None = None
+    """Hugging Face's problem type, e.g. 'regression' or 'single_label_classification'."""
+    architectures: list[str] | None = None
+    """Hugging Face class names the weights belong to, e.g. ['BertForPreTraining']."""
+    extra: dict[str, Any] = field(default_factory=dict)
+    """config.json keys this dataclass does not model, written back unchanged."""
+
+    def __post_init__(self) -> None:
+        self.validate()
+
+    def validate(self) -> None:
+        """Raise BertkitError naming the first field that makes no sense."""
+        for name in ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
+                     "intermediate_size", "max_position_embeddings", "type_vocab_size"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+                raise BertkitError(f"config: {name} must be a positive integer, got {value!r}")
+        if self.hidden_size % self.num_attention_heads:
+            raise BertkitError(
+                f"config: hidden_size ({self.hidden_size}) must be divisible by num_attention_heads "
+                f"({self.num_attention_heads}); pick a head count that divides it")
+        for name in ("hidden_dropout_prob", "attention_probs_dropout_prob"):
+            value = getattr(self, name)
+            if not 0.0 <= value < 1.0:
+                raise BertkitError(f"config: {name} must be in [0, 1), got {value!r}")
+        if self.hidden_act not in SUPPORTED_ACTIVATIONS:
+            raise BertkitError(f"config: hidden_act {self.hidden_act!r} is not supported; "
+                               f"use one of {', '.join(SUPPORTED_ACTIVATIONS)}")
+        if not self.layer_norm_eps > 0:
+            raise BertkitError(f"config: layer_norm_eps must be positive, got {self.layer_norm_eps!r}")
+        if not 0 <= self.pad_token_id < self.vocab_size:
+            raise BertkitError(f"config: pad_token_id {self.pad_token_id} is outside the vocabulary "
+                               f"(vocab_size {self.vocab_size})")
+        if self.num_labels is not None and self.num_labels <= 0:
+            raise BertkitError(f"config: num_labels must be positive, got {self.num_labels!r}")
+        position_type = self.extra.get("position_embedding_type", "absolute")
+        if position_type != "absolute":
+            raise BertkitError(f"config: position_embedding_type {position_type!r} is not supported; "
+                               "bertkit implements the original absolute position embeddings")
+
+    @property
+    def head_size(self) -> int:
+        return self.hidden_size // self.num_attention_heads
+
+    @property
+    def label_names(self) -> list[str] | None:
+        if self.id2label is None:
+            return None
+        return [self.id2label[i] for i in sorted(self.id2label)]
+
+    def replace(self, **changes: Any) -> BertConfig:
+        """A validated copy with some fields changed."""
+        return dataclasses.replace(self, **changes)
+
+    # --- config.json -------------------------------------------------------------------------
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> BertConfig:
+        known = {f.name for f in dataclasses.fields(cls)} - {"extra"}
+        kwargs = {k: v for k, v in data.items() if k in known}
+        extra = {k: v for k, v in data.items() if k not in known and k not in _DERIVED_KEYS}
+        if data.get("model_type", "bert") != "bert":
+            raise BertkitError(f"config: model_type is {data['model_type']!r}, not 'bert'")
+        if kwargs.get("id2label") is not None:
+            kwargs["id2label"] = {int(k): str(v) for k, v in kwargs["id2label"].items()}
+            kwargs.setdefault("num_labels", len(kwargs["id2label"]))
+        return cls(**kwargs, extra=extra)
+
+    def to_dict(self) -> dict[str, Any]:
+        data = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "extra"}
+        data = {k: v for k, v in data.items() if v is not None or k == "classifier_dropout"}
+        if self.id2label is not None:
+            data["id2label"] = {str(k): v for k, v in self.id2label.items()}
+            data["label2id"] = {v: k for k, v in self.id2label.items()}
+        data.pop("num_labels", None)  # transformers derives it from id2label
+        data["model_type"] = "bert"
+        data["position_embedding_type"] = "absolute"
+        return {**self.extra, **data}
+
+    @classmethod
+    def from_json_file(cls, path: str | Path) -> BertConfig:
+        path = Path(path)
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            raise BertkitError(f"{path}: config file not found") from None
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            raise BertkitError(f"{path}: not a valid JSON config ({exc})") from None
+        if not isinstance(data, dict):
+            raise BertkitError(f"{path}: a config must be a JSON object")
+        try:
+            return cls.from_dict(data)
+        except BertkitError as exc:
+            raise BertkitError(f"{path}: {exc}") from None
+        except TypeError as exc:
+            raise BertkitError(f"{path}: invalid config ({exc})") from None
+
+    def to_json_file(self, path: str | Path) -> None:
+        Path(path).write_text(json.dumps(self.to_dict(), indent=2, sort_keys=True) + "\n", encoding="utf-8")
+
+
+# Keys transformers writes that are derived from our fields (so they are not kept in `extra`).
+_DERIVED_KEYS = {"label2id", "model_type", "position_embedding_type", "transformers_version"}
+
+
+# Shapes: (layers, hidden, heads). intermediate_size is 4 * hidden, as in the paper.
+PRESETS: dict[str, tuple[int, int, int]] = {
+    "bert-debug": (2, 32, 4),
+    "bert-tiny": (2, 128, 2),
+    "bert-mini": (4, 256, 4),
+    "bert-small": (4, 512, 8),
+    "bert-medium": (8, 512, 8),
+    "bert-base": (12, 768, 12),
+    "bert-large": (24, 1024, 16),
+}
+
+
+def preset(name: str, **overrides: Any) -> BertConfig:
+    """The config of a named size; `overrides` set any field (e.g. vocab_size from a tokenizer)."""
+    if name not in PRESETS:
+        raise BertkitError(f"unknown model preset {name!r}; choose one of {', '.join(PRESETS)} "
+                           "or give a path to a config.json")
+    layers, hidden, heads = PRESETS[name]
+    fields: dict[str, Any] = dict(num_hidden_layers=layers, hidden_size=hidden, num_attention_heads=heads,
+                                  intermediate_size=4 * hidden)
+    if name == "bert-debug":
+        fields["max_position_embeddings"] = 128
+    fields.update(overrides)
+    return BertConfig(**fields)
+
+
+def load_config(name_or_path: str | Path, **overrides: Any) -> BertConfig:
+    """A preset name, a config.json path, or a directory holding config.json."""
+    path = Path(name_or_path)
+    if str(name_or_path) in PRESETS:
+        return preset(str(name_or_path), **overrides)
+    if path.is_dir():
+        path = path / "config.json"
+    if path.suffix == ".json" or path.exists():
+        config = BertConfig.from_json_file(path)
+        return config.replace(**overrides) if overrides else config
+    raise BertkitError(f"--model {name_or_path!r} is neither a preset ({', '.join(PRESETS)}) "
+                       "nor a config.json / checkpoint directory")
