@@ -1,0 +1,153 @@
+"""The BERT encoder (Devlin et al., 2018, arXiv:1810.04805), readable top to bottom.
+
+    embeddings = LayerNorm(word + position + segment), dropout
+    L x post-LN Transformer layer:
+        x = LayerNorm(x + dropout(attention(x)))       multi-head self-attention, key-padding mask
+        x = LayerNorm(x + dropout(W2 gelu(W1 x)))      feed-forward, exact erf GELU
+    pooler = tanh(W h_[CLS])
+
+Design decision: padding costs nothing. After the embeddings the real tokens are gathered into one
+(N, D) matrix (N = number of non-padding tokens in the batch); projections, feed-forward, LayerNorm
+and dropout run on it alone, and only attention sees the (B, T) layout (see padding.py). Outputs
+are padded back, with zeros at padded positions. `use_unpadding = False` runs the plain padded path,
+which gives the same numbers at real positions.
+
+Q, K and V are one fused (D, 3D) projection (one matrix multiply instead of three);
+interop/hf.py splits and joins it when reading and writing Hugging Face checkpoints.
+
+Shape legend: B batch, T sequence length, N real tokens, D hidden size, A heads, Dh head size.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from bertkit.config import BertConfig
+from bertkit.model.padding import Unpadded
+from bertkit.model.pretrained import PreTrainedMixin
+
+ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
+    "gelu": F.gelu,  # exact erf GELU, as the original
+    "gelu_new": lambda x: F.gelu(x, approximate="tanh"),
+    "gelu_pytorch_tanh": lambda x: F.gelu(x, approximate="tanh"),
+    "relu": F.relu,
+}
+
+
+@dataclass
+class BertModelOutput:
+    last_hidden_state: torch.Tensor  # (B, T, D), zeros at padded positions
+    pooler_output: torch.Tensor | None = None  # (B, D)
+    hidden_states: tuple[torch.Tensor, ...] | None = None  # L+1 x (B, T, D): embeddings, then each layer
+
+
+class BertEmbeddings(nn.Module):
+    def __init__(self, config: BertConfig) -> None:
+        super().__init__()
+        self.word = nn.Embedding(config.vocab_size, config.hidden_size)
+        self.position = nn.Embedding(config.max_position_embeddings, config.hidden_size)
+        self.token_type = nn.Embedding(config.type_vocab_size, config.hidden_size)
+        self.norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
+        self.dropout = nn.Dropout(config.hidden_dropout_prob)
+
+    def forward(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor) -> torch.Tensor:
+        positions = torch.arange(input_ids.shape[1], device=input_ids.device)  # (T,)
+        x = self.word(input_ids) + self.position(positions) + self.token_type(token_type_ids)
+        return self.dropout(self.norm(x))  # (B, T, D)
+
+
+class BertLayer(nn.Module):
+    """One post-LN Transformer encoder layer."""
+
+    def __init__(self, config: BertConfig) -> None:
+        super().__init__()
+        d = config.hidden_size
+        self.num_heads = config.num_attention_heads
+        self.attention_dropout = config.attention_probs_dropout_prob
+        self.qkv = nn.Linear(d, 3 * d)
+        self.attn_out = nn.Linear(d, d)
+        self.attn_norm = nn.LayerNorm(d, eps=config.layer_norm_eps)
+        self.ffn_in = nn.Linear(d, config.intermediate_size)
+        self.ffn_out = nn.Linear(config.intermediate_size, d)
+        self.ffn_norm = nn.LayerNorm(d, eps=config.layer_norm_eps)
+        self.act = ACTIVATIONS[config.hidden_act]
+        self.dropout = nn.Dropout(config.hidden_dropout_prob)
+
+    def attention(self, x: torch.Tensor, layout: Unpadded | None, mask: torch.Tensor | None) -> torch.Tensor:
+        qkv = self.qkv(x)  # (N, 3D) unpadded, or (B, T, 3D)
+        if layout is not None:
+            qkv = layout.pad(qkv)  # (B, T, 3D)
+        batch, seq_len, three_d = qkv.shape
+        head_size = three_d // (3 * self.num_heads)
+        q, k, v = qkv.view(batch, seq_len, 3, self.num_heads, head_size).permute(2, 0, 3, 1, 4)  # 3 x (B, A, T, Dh)
+        dropout = self.attention_dropout if self.training else 0.0
+        context = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout)  # (B, A, T, Dh)
+        context = context.transpose(1, 2).reshape(batch, seq_len, three_d // 3)  # (B, T, D)
+        if layout is not None:
+            context = layout.unpad(context)  # (N, D)
+        return self.attn_out(context)
+
+    def forward(self, x: torch.Tensor, layout: Unpadded | None, mask: torch.Tensor | None) -> torch.Tensor:
+        x = self.attn_norm(x + self.dropout(self.attention(x, layout, mask)))
+        return self.ffn_norm(x + self.dropout(self.ffn_out(self.act(self.ffn_in(x)))))
+
+
+class BertModel(PreTrainedMixin, nn.Module):
+    """Embeddings, L encoder layers and (optionally) the tanh pooler over [CLS]."""
+
+    def __init__(self, config: BertConfig, add_pooling_layer: bool = True) -> None:
+        super().__init__()
+        self.config = config
+        self.embeddings = BertEmbeddings(config)
+        self.layers = nn.ModuleList(BertLayer(config) for _ in range(config.num_hidden_layers))
+        self.pooler = nn.Linear(config.hidden_size, config.hidden_size) if add_pooling_layer else None
+        self.use_unpadding = True
+        self.apply(lambda module: init_weights(module, config.initializer_range))
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        token_type_ids: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        output_hidden_states: bool = False,
+    ) -> BertModelOutput:
+        if token_type_ids is None:
+            token_type_ids = torch.zeros_like(input_ids)
+        x = self.embeddings(input_ids, token_type_ids)  # (B, T, D)
+        layout, mask = self._layout(attention_mask)
+        if layout is not None:
+            x = layout.unpad(x)  # (N, D)
+        hidden = [x]
+        for layer in self.layers:
+            x = layer(x, layout, mask)
+            if output_hidden_states:
+                hidden.append(x)
+        to_batch = layout.pad if layout is not None else (lambda t: t)
+        last_hidden_state = to_batch(x)
+        pooled = torch.tanh(self.pooler(last_hidden_state[:, 0])) if self.pooler is not None else None
+        hidden_states = tuple(to_batch(h) for h in hidden) if output_hidden_states else None
+        return BertModelOutput(last_hidden_state, pooled, hidden_states)
+
+    def _layout(self, attention_mask: torch.Tensor | None) -> tuple[Unpadded | None, torch.Tensor | None]:
+        """The unpadding plan and the SDPA key-padding mask (B, 1, 1, T), or None when nothing is padded."""
+        if attention_mask is None or bool(attention_mask.all()):
+            return None, None
+        attention_mask = attention_mask.bool()
+        layout = Unpadded.from_mask(attention_mask) if self.use_unpadding else None
+        return layout, attention_mask[:, None, None, :]
+
+
+def init_weights(module: nn.Module, std: float) -> None:
+    """The original initialisation: truncated normal (±2 std) weights, zero biases, LayerNorm 1/0."""
+    if isinstance(module, (nn.Linear, nn.Embedding)):
+        nn.init.trunc_normal_(module.weight, std=std, a=-2 * std, b=2 * std)
+        if isinstance(module, nn.Linear) and module.bias is not None:
+            nn.init.zeros_(module.bias)
+    elif isinstance(module, nn.LayerNorm):
+        nn.init.ones_(module.weight)
+        nn.init.zeros_(module.bias)

@@ -1,0 +1,172 @@
+"""Reading and writing Hugging Face-layout checkpoint directories, with every check a user needs.
+
+Design decision: weights are only ever read from safetensors, or from a `pytorch_model.bin` through
+`torch.load(weights_only=True)` — never an unsafe unpickling fallback. Every loaded tensor is checked
+for a known name, the right shape and finite values before it touches the model, and the error lists
+all offending names at once. Task heads absent from the checkpoint (fine-tuning a pre-trained BERT)
+are freshly initialised and listed in `model.newly_initialized`; weights of other heads in the
+checkpoint (the MLM head when loading a classifier) are skipped and listed in `model.unused_weights`.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import tempfile
+from pathlib import Path
+from typing import Any, TypeVar
+
+import torch
+from safetensors import SafetensorError
+from safetensors.torch import load_file, save_file
+from torch import nn
+
+from bertkit.config import BertConfig
+from bertkit.errors import BertkitError
+from bertkit.interop.hf import from_hf, to_hf
+
+log = logging.getLogger(__name__)
+
+SAFETENSORS_NAME = "model.safetensors"
+PYTORCH_NAME = "pytorch_model.bin"
+HEAD_PREFIXES = ("mlm.", "nsp.", "classifier.", "qa_outputs.")
+
+M = TypeVar("M", bound="PreTrainedMixin")
+
+
+def read_state_dict(directory: str | Path) -> dict[str, torch.Tensor]:
+    """All tensors of a checkpoint directory (single file or sharded with an index)."""
+    directory = Path(directory)
+    if not directory.is_dir():
+        raise BertkitError(f"{directory}: not a checkpoint directory (expected config.json + {SAFETENSORS_NAME})")
+    for name, reader in ((SAFETENSORS_NAME, _read_safetensors), (PYTORCH_NAME, _read_torch_bin)):
+        index = directory / f"{name}.index.json"
+        if (directory / name).exists():
+            return reader(directory / name)
+        if index.exists():
+            return _read_sharded(index, reader)
+    raise BertkitError(f"{directory}: no weights found; expected {SAFETENSORS_NAME} or {PYTORCH_NAME}")
+
+
+def _read_safetensors(path: Path) -> dict[str, torch.Tensor]:
+    try:
+        return load_file(str(path))
+    except (SafetensorError, OSError) as exc:
+        raise BertkitError(f"{path}: unreadable safetensors file ({exc})") from None
+
+
+def _read_torch_bin(path: Path) -> dict[str, torch.Tensor]:
+    try:
+        state = torch.load(str(path), map_location="cpu", weights_only=True)
+    except Exception as exc:  # noqa: BLE001 - any failure of the safe unpickler is the user's file
+        raise BertkitError(
+            f"{path}: refused to load — it is not a plain tensor checkpoint readable with "
+            f"torch.load(weights_only=True) ({type(exc).__name__}: {exc}). bertkit never falls back to "
+            "unsafe unpickling; convert the file to safetensors with a trusted tool first") from None
+    if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
+        raise BertkitError(f"{path}: expected a dict of tensors")
+    return state
+
+
+def _read_sharded(index: Path, reader: Any) -> dict[str, torch.Tensor]:
+    try:
+        weight_map = json.loads(index.read_text())["weight_map"]
+    except (json.JSONDecodeError, KeyError) as exc:
+        raise BertkitError(f"{index}: invalid shard index ({exc})") from None
+    state: dict[str, torch.Tensor] = {}
+    for shard in sorted(set(weight_map.values())):
+        state.update(reader(index.parent / shard))
+    return state
+
+
+def write_file_atomic(path: Path, write: Any) -> None:
+    """Call write(temp_path), fsync, then rename onto path, so a crash never leaves a half file."""
+    fd, temp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    os.close(fd)
+    try:
+        write(temp)
+        with open(temp, "rb") as handle:
+            os.fsync(handle.fileno())
+        os.replace(temp, path)
+    finally:
+        if os.path.exists(temp):
+            os.unlink(temp)
+
+
+class PreTrainedMixin:
+    """from_pretrained / save_pretrained for bertkit models (all nn.Modules with a `config`)."""
+
+    config: BertConfig
+    default_num_labels: int | None = None  # task classes that need num_labels set this
+
+    @classmethod
+    def from_pretrained(cls: type[M], path: str | Path, **config_overrides: Any) -> M:
+        path = Path(path)
+        config = BertConfig.from_json_file(path / "config.json")
+        if "id2label" in config_overrides and "num_labels" not in config_overrides:
+            config_overrides["num_labels"] = len(config_overrides["id2label"])
+        if config_overrides:
+            config = config.replace(**config_overrides)
+        model = cls(config)
+        model.load_hf_state_dict(read_state_dict(path), source=str(path))
+        return model
+
+    def load_hf_state_dict(self, hf_state: dict[str, torch.Tensor], source: str = "checkpoint") -> None:
+        """Load Hugging Face-named tensors, checking names, shapes and finiteness."""
+        assert isinstance(self, nn.Module)
+        converted, unknown = from_hf(hf_state)
+        if not any(k.startswith("bert.") for k in self.state_dict()):  # a bare BertModel
+            converted = {k[len("bert."):]: v for k, v in converted.items() if k.startswith("bert.")}
+        expected = self.state_dict()
+        if unknown:
+            raise BertkitError(f"{source}: not BERT weights — unknown tensor names: {_names(unknown)}")
+        missing = [k for k in expected if k not in converted]
+        missing_encoder = [k for k in missing if not _fresh_ok(k)]
+        if missing_encoder:
+            raise BertkitError(f"{source}: missing encoder weights: {_names(missing_encoder)}; "
+                               "the checkpoint is incomplete or of a different architecture")
+        unused = [k for k in converted if k not in expected]
+        mismatched = [f"{k} (checkpoint {tuple(v.shape)}, model {tuple(expected[k].shape)})"
+                      for k, v in converted.items() if k in expected and v.shape != expected[k].shape]
+        if mismatched:
+            raise BertkitError(f"{source}: shape mismatch for {_names(mismatched)}; check config.json "
+                               "(vocab_size, hidden_size, num_labels) against the weights")
+        nonfinite = [k for k, v in converted.items() if v.is_floating_point() and not torch.isfinite(v).all()]
+        if nonfinite:
+            raise BertkitError(f"{source}: non-finite values (NaN/inf) in {_names(nonfinite)}")
+        loadable = {k: v for k, v in converted.items() if k in expected}
+        self.load_state_dict(loadable, strict=False)
+        self.newly_initialized = missing
+        self.unused_weights = unused
+        if missing:
+            log.warning("%s: newly initialised (not in checkpoint): %s", source, _names(missing))
+        if unused:
+            log.info("%s: skipped weights of other heads: %s", source, _names(unused))
+
+    def save_pretrained(self, path: str | Path, tokenizer: Any = None) -> None:
+        """Write config.json + model.safetensors (+ vocab.txt, tokenizer_config.json) that transformers loads."""
+        assert isinstance(self, nn.Module)
+        path = Path(path)
+        path.mkdir(parents=True, exist_ok=True)
+        state = {k: v.detach().contiguous().cpu() for k, v in self.state_dict().items()}
+        hf_state = to_hf(state)
+        config = self.config.replace(architectures=[type(self).__name__])
+        write_file_atomic(path / SAFETENSORS_NAME, lambda t: save_file(hf_state, t, metadata={"format": "pt"}))
+        write_file_atomic(path / "config.json", config.to_json_file)
+        if tokenizer is not None:
+            tokenizer.save_pretrained(path)
+
+    def num_parameters(self) -> int:
+        assert isinstance(self, nn.Module)
+        return sum(p.numel() for p in self.parameters())
+
+
+def _fresh_ok(key: str) -> bool:
+    """Parameters that may be absent from a checkpoint: task heads and the pooler."""
+    return key.startswith(HEAD_PREFIXES) or ".pooler." in f".{key}"
+
+
+def _names(names: list[str], limit: int = 12) -> str:
+    shown = ", ".join(names[:limit])
+    return shown + (f" ... and {len(names) - limit} more" if len(names) > limit else "")
