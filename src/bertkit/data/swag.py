@@ -1,0 +1,107 @@
+"""Multiple-choice data: the SWAG CSV layout and a JSONL layout for any number of choices.
+
+SWAG CSV columns (header row): `video-id, fold-ind, startphrase, sent1, sent2, gold-source, ending0
+... ending3, label`; the test split has no `label`. The context is `sent1`; each choice is `sent2`
+(the start of the second sentence) followed by an ending. JSONL: one object per line with `context`,
+optional `question` (prefix of every ending), `endings` (a list) and optional integer `label`.
+
+Design decision: both layouts become the same `ChoiceExample(context, start, endings, label)` so the
+task code sees one shape; every example in a file must have the same number of choices.
+
+Reference: Zellers et al. (2018), SWAG; Devlin et al. (2018), section 4.4.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from bertkit.errors import BertkitError, where
+
+
+@dataclass(frozen=True)
+class ChoiceExample:
+    guid: str
+    """"file:line", for errors and predictions."""
+    context: str
+    start: str
+    """Text every ending continues (SWAG's sent2), '' when none."""
+    endings: tuple[str, ...]
+    label: int | None
+
+
+def read_choices(path: str | Path, labelled: bool = True) -> list[ChoiceExample]:
+    """Examples of a SWAG .csv or a .jsonl file (see the module docstring)."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise BertkitError(f"{path}: file not found") from None
+    except UnicodeDecodeError as exc:
+        raise BertkitError(f"{path}: not valid UTF-8 ({exc})") from None
+    if path.suffix.lower() == ".csv":
+        examples = _swag_csv(path, text, labelled)
+    elif path.suffix.lower() in (".jsonl", ".json"):
+        examples = _jsonl(path, text, labelled)
+    else:
+        raise BertkitError(f"{path}: unknown format {path.suffix!r}; use SWAG .csv or .jsonl")
+    if not examples:
+        raise BertkitError(f"{path}: no examples")
+    counts = {len(e.endings) for e in examples}
+    if len(counts) > 1:
+        odd = next(e for e in examples if len(e.endings) != len(examples[0].endings))
+        raise BertkitError(f"{odd.guid}: {len(odd.endings)} choices, but the first example has "
+                           f"{len(examples[0].endings)}; every example needs the same number")
+    return examples
+
+
+def _label(value: object, choices: int, location: str) -> int:
+    try:
+        label = int(str(value).strip())
+    except ValueError:
+        raise BertkitError(f"{location}: label {value!r} is not a choice index") from None
+    if not 0 <= label < choices:
+        raise BertkitError(f"{location}: label {label} is outside 0..{choices - 1}")
+    return label
+
+
+def _swag_csv(path: Path, text: str, labelled: bool) -> list[ChoiceExample]:
+    reader = csv.DictReader(text.splitlines())
+    endings = sorted((c for c in reader.fieldnames or [] if c.startswith("ending")), key=lambda c: int(c[6:] or 0))
+    required = ["sent1", "sent2", *(["label"] if labelled else [])]
+    missing = [c for c in required if c not in (reader.fieldnames or [])]
+    if missing or not endings:
+        raise BertkitError(f"{path}: SWAG CSV header lacks {', '.join(missing) or 'ending0..'}; "
+                           f"found {', '.join(reader.fieldnames or [])}")
+    examples = []
+    for row in reader:
+        location = where(path, reader.line_num)
+        if any(row.get(c) is None for c in (*required, *endings)):
+            raise BertkitError(f"{location}: row has fewer columns than the header")
+        label = _label(row["label"], len(endings), location) if labelled else None
+        examples.append(ChoiceExample(location, row["sent1"], row["sent2"], tuple(row[c] for c in endings), label))
+    return examples
+
+
+def _jsonl(path: Path, text: str, labelled: bool) -> list[ChoiceExample]:
+    examples = []
+    for number, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        location = where(path, number)
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise BertkitError(f"{location}: not valid JSON ({exc.msg})") from None
+        if not isinstance(row, dict) or not isinstance(row.get("context"), str) \
+                or not isinstance(row.get("endings"), list) or len(row["endings"]) < 2:
+            raise BertkitError(f"{location}: expected an object with 'context' (string) and 'endings' "
+                               "(a list of at least two strings)")
+        if labelled and "label" not in row:
+            raise BertkitError(f"{location}: no 'label' (the index of the right ending)")
+        label = _label(row["label"], len(row["endings"]), location) if labelled else None
+        examples.append(ChoiceExample(location, row["context"], str(row.get("question", "")),
+                                      tuple(str(e) for e in row["endings"]), label))
+    return examples
