@@ -66,6 +66,8 @@ class BertConfig:
     """config.json keys this dataclass does not model, written back unchanged."""
 
     def __post_init__(self) -> None:
+        if self.id2label is not None and self.num_labels is None:
+            self.num_labels = len(self.id2label)
         self.validate()
 
     def validate(self) -> None:
@@ -93,10 +95,9 @@ class BertConfig:
                                f"(vocab_size {self.vocab_size})")
         if self.num_labels is not None and self.num_labels <= 0:
             raise BertkitError(f"config: num_labels must be positive, got {self.num_labels!r}")
-        position_type = self.extra.get("position_embedding_type", "absolute")
-        if position_type != "absolute":
-            raise BertkitError(f"config: position_embedding_type {position_type!r} is not supported; "
-                               "bertkit implements the original absolute position embeddings")
+        if self.id2label is not None and len(self.id2label) != self.num_labels:
+            raise BertkitError(f"config: id2label names {len(self.id2label)} labels but num_labels is "
+                               f"{self.num_labels}; give one name per label")
 
     @property
     def head_size(self) -> int:
@@ -121,6 +122,10 @@ class BertConfig:
         extra = {k: v for k, v in data.items() if k not in known and k not in _DERIVED_KEYS}
         if data.get("model_type", "bert") != "bert":
             raise BertkitError(f"config: model_type is {data['model_type']!r}, not 'bert'")
+        position_type = data.get("position_embedding_type", "absolute")
+        if position_type != "absolute":
+            raise BertkitError(f"config: position_embedding_type {position_type!r} is not supported; "
+                               "bertkit implements the original absolute position embeddings")
         if kwargs.get("id2label") is not None:
             kwargs["id2label"] = {int(k): str(v) for k, v in kwargs["id2label"].items()}
             kwargs.setdefault("num_labels", len(kwargs["id2label"]))
@@ -129,10 +134,14 @@ class BertConfig:
     def to_dict(self) -> dict[str, Any]:
         data = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "extra"}
         data = {k: v for k, v in data.items() if v is not None or k == "classifier_dropout"}
-        if self.id2label is not None:
-            data["id2label"] = {str(k): v for k, v in self.id2label.items()}
-            data["label2id"] = {v: k for k, v in self.id2label.items()}
-        data.pop("num_labels", None)  # transformers derives it from id2label
+        # transformers derives num_labels from id2label, so a head size needs label names (LABEL_i by default).
+        id2label = self.id2label
+        if id2label is None and self.num_labels is not None:
+            id2label = {i: f"LABEL_{i}" for i in range(self.num_labels)}
+        if id2label is not None:
+            data["id2label"] = {str(k): v for k, v in id2label.items()}
+            data["label2id"] = {v: k for k, v in id2label.items()}
+        data.pop("num_labels", None)
         data["model_type"] = "bert"
         data["position_embedding_type"] = "absolute"
         return {**self.extra, **data}

@@ -162,7 +162,8 @@ class BertForQuestionAnswering(_TaskModel):
     add_pooling_layer = False
 
     def __init__(self, config: BertConfig) -> None:
-        super().__init__(config)
+        # transformers sizes qa_outputs by num_labels, which must then be 2 (start, end).
+        super().__init__(config.replace(num_labels=2, id2label=None))
         self.qa_outputs = nn.Linear(config.hidden_size, 2)
         self._init_heads()
 

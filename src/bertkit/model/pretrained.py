@@ -61,9 +61,9 @@ def _read_torch_bin(path: Path) -> dict[str, torch.Tensor]:
         state = torch.load(str(path), map_location="cpu", weights_only=True)
     except Exception as exc:  # noqa: BLE001 - any failure of the safe unpickler is the user's file
         raise BertkitError(
-            f"{path}: refused to load — it is not a plain tensor checkpoint readable with "
-            f"torch.load(weights_only=True) ({type(exc).__name__}: {exc}). bertkit never falls back to "
-            "unsafe unpickling; convert the file to safetensors with a trusted tool first") from None
+            f"{path}: refused to load — torch.load(weights_only=True) rejected it ({type(exc).__name__}), so it "
+            "is not a plain tensor checkpoint. bertkit never falls back to unsafe unpickling; convert the file "
+            "to safetensors with a trusted tool first") from None
     if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
         raise BertkitError(f"{path}: expected a dict of tensors")
     return state
@@ -106,6 +106,8 @@ class PreTrainedMixin:
         config = BertConfig.from_json_file(path / "config.json")
         if "id2label" in config_overrides and "num_labels" not in config_overrides:
             config_overrides["num_labels"] = len(config_overrides["id2label"])
+        if "num_labels" in config_overrides and "id2label" not in config_overrides:
+            config_overrides["id2label"] = None  # the checkpoint's label names belong to its own head
         if config_overrides:
             config = config.replace(**config_overrides)
         model = cls(config)
@@ -116,7 +118,9 @@ class PreTrainedMixin:
         """Load Hugging Face-named tensors, checking names, shapes and finiteness."""
         assert isinstance(self, nn.Module)
         converted, unknown = from_hf(hf_state)
-        if not any(k.startswith("bert.") for k in self.state_dict()):  # a bare BertModel
+        unused = []
+        if not any(k.startswith("bert.") for k in self.state_dict()):  # a bare BertModel: heads are unused
+            unused = [k for k in converted if not k.startswith("bert.")]
             converted = {k[len("bert."):]: v for k, v in converted.items() if k.startswith("bert.")}
         expected = self.state_dict()
         if unknown:
@@ -126,7 +130,7 @@ class PreTrainedMixin:
         if missing_encoder:
             raise BertkitError(f"{source}: missing encoder weights: {_names(missing_encoder)}; "
                                "the checkpoint is incomplete or of a different architecture")
-        unused = [k for k in converted if k not in expected]
+        unused += [k for k in converted if k not in expected]
         mismatched = [f"{k} (checkpoint {tuple(v.shape)}, model {tuple(expected[k].shape)})"
                       for k, v in converted.items() if k in expected and v.shape != expected[k].shape]
         if mismatched:
