@@ -1,0 +1,682 @@
+"""WordPiece tokenizer: Google's BERT tokenization, executed by the `tokenizers` library.
+
+`WordPieceTokenizer` trains a vocabulary, loads/saves `vocab.txt` (ids exactly as the file's line
+numbers), and encodes one text or a pair as `[CLS] A [SEP] B [SEP]` with token type ids, attention
+mask, character offsets into the original text, word ids and sequence ids.
+
+Design decision: the rules are Google's `tokenization.py` (google-research/bert) - clean text (drop
+NUL, U+FFFD and Cc/Cf control characters; Zs, tab, CR, LF -> space), pad CJK ideographs with
+spaces, whitespace split, lower-case then NFD accent strip (drop Mn) for uncased vocabularies,
+punctuation split (every ASCII non-alphanumeric plus Unicode P*), greedy longest-match-first
+WordPiece with `##` continuations, words longer than 100 characters -> [UNK] (the cap of
+transformers' BERT tokenizer; Google's code defaults to 200). The Rust pipeline (BertNormalizer,
+BertPreTokenizer, WordPiece) runs them at native speed and agrees with Google's code on every
+character except a measured set (`_HAZARD_RANGES`: private-use characters it drops, characters its
+older Unicode tables classify differently, CJK Extension code points its range table misses, the
+context-dependent final sigma of Python's `str.lower`, and lone surrogates it cannot receive).
+Texts containing one of those (never plain ASCII) go through `_GoogleBasicTokenizer`, a Python
+port of Google's basic tokenizer that keeps each character's position in the original text, and
+only the WordPiece step runs in Rust. Tests prove parity with a reference port of Google's code.
+
+References: Devlin et al. 2018 (arXiv:1810.04805); google-research/bert `tokenization.py`;
+Schuster & Nakajima 2012 (WordPiece); Hugging Face `tokenizers` documentation.
+"""
+
+from __future__ import annotations
+
+import functools
+import gzip
+import hashlib
+import json
+import logging
+import re
+import threading
+import unicodedata
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
+
+from bertkit.errors import BertkitError, where
+
+logger = logging.getLogger(__name__)
+
+PAD, UNK, CLS, SEP, MASK = "[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"
+# Order of the specials at the head of a freshly trained vocabulary (ids 0..4).
+SPECIAL_TOKENS: tuple[str, ...] = (PAD, UNK, CLS, SEP, MASK)
+MAX_INPUT_CHARS_PER_WORD = 100
+VOCAB_FILE = "vocab.txt"
+CONFIG_FILE = "tokenizer_config.json"
+
+# Code points where the Rust pipeline and Google's Python code disagree (tokenizers 0.23, Python
+# 3.11 / Unicode 14), found by running both on "a" + chr(cp) + "b" for every code point, cased
+# and uncased (tests/test_tokenizer_unicode.py re-checks the claim). Mostly private use (E000-F8FF,
+# planes 15-16), CJK Extension C tail 2B820-2B91F, and characters whose category changed between
+# Unicode versions. Plus U+03A3 (final sigma) and the surrogates.
+_HAZARD_RANGES: tuple[tuple[int, int], ...] = (
+    (0x03A3, 0x03A3), (0x061D, 0x061D), (0x07FD, 0x07FD), (0x0890, 0x0891), (0x0898, 0x089F),
+    (0x08CA, 0x08E2), (0x09FD, 0x09FE), (0x0A76, 0x0A76), (0x0AFA, 0x0AFF), (0x0B55, 0x0B55),
+    (0x0C04, 0x0C04), (0x0C3C, 0x0C3C), (0x0C77, 0x0C77), (0x0C84, 0x0C84), (0x0D00, 0x0D00),
+    (0x0D3B, 0x0D3C), (0x0D81, 0x0D81), (0x0EBA, 0x0EBA), (0x166D, 0x166D), (0x1734, 0x1734),
+    (0x180F, 0x180F), (0x1885, 0x1886), (0x1ABF, 0x1ACE), (0x1B7D, 0x1B7E), (0x1C89, 0x1C89),
+    (0x1DF6, 0x1DFB), (0x2E43, 0x2E4F), (0x2E52, 0x2E5D), (0xA7CB, 0xA7CC), (0xA7CE, 0xA7CE),
+    (0xA7D2, 0xA7D2), (0xA7D4, 0xA7D4), (0xA7DA, 0xA7DA), (0xA7DC, 0xA7DC), (0xA82C, 0xA82C),
+    (0xA8C5, 0xA8C5), (0xA8FF, 0xA8FF), (0xA9BD, 0xA9BD), (0xD800, 0xF8FF), (0x10D24, 0x10D27),
+    (0x10D50, 0x10D65), (0x10EAB, 0x10EAD), (0x10F46, 0x10F50), (0x10F55, 0x10F59),
+    (0x10F82, 0x10F89), (0x11070, 0x11070), (0x11073, 0x11074), (0x110C2, 0x110C2),
+    (0x110CD, 0x110CD), (0x111C9, 0x111C9), (0x111CF, 0x111CF), (0x1123E, 0x1123E),
+    (0x1133B, 0x1133B), (0x11438, 0x1143F), (0x11442, 0x11444), (0x11446, 0x11446),
+    (0x1144B, 0x1144F), (0x1145A, 0x1145B), (0x1145D, 0x1145E), (0x11660, 0x1166C),
+    (0x116B9, 0x116B9), (0x1182F, 0x11837), (0x11839, 0x1183B), (0x11938, 0x11938),
+    (0x1193B, 0x1193C), (0x1193E, 0x1193E), (0x11943, 0x11946), (0x119D4, 0x119D7),
+    (0x119DA, 0x119DB), (0x119E0, 0x119E0), (0x119E2, 0x119E2), (0x11A01, 0x11A0A),
+    (0x11A33, 0x11A38), (0x11A3B, 0x11A47), (0x11A51, 0x11A56), (0x11A59, 0x11A5B),
+    (0x11A8A, 0x11A96), (0x11A98, 0x11A9C), (0x11A9E, 0x11AA2), (0x11C30, 0x11C36),
+    (0x11C38, 0x11C3D), (0x11C3F, 0x11C3F), (0x11C41, 0x11C45), (0x11C70, 0x11C71),
+    (0x11C92, 0x11CA7), (0x11CAA, 0x11CB0), (0x11CB2, 0x11CB3), (0x11CB5, 0x11CB6),
+    (0x11D31, 0x11D36), (0x11D3A, 0x11D3A), (0x11D3C, 0x11D3D), (0x11D3F, 0x11D45),
+    (0x11D47, 0x11D47), (0x11D90, 0x11D91), (0x11D95, 0x11D95), (0x11D97, 0x11D97),
+    (0x11EF3, 0x11EF4), (0x11EF7, 0x11EF8), (0x11FFF, 0x11FFF), (0x12FF1, 0x12FF2),
+    (0x13430, 0x13438), (0x16E97, 0x16E9A), (0x16EA0, 0x16EB8), (0x16F4F, 0x16F4F),
+    (0x16FE2, 0x16FE2), (0x16FE4, 0x16FE4), (0x1CF00, 0x1CF2D), (0x1CF30, 0x1CF46),
+    (0x1E000, 0x1E006), (0x1E008, 0x1E018), (0x1E01B, 0x1E021), (0x1E023, 0x1E024),
+    (0x1E026, 0x1E02A), (0x1E130, 0x1E136), (0x1E2AE, 0x1E2AE), (0x1E2EC, 0x1E2EF),
+    (0x1E944, 0x1E94A), (0x1E95E, 0x1E95F), (0x2B820, 0x2B91F), (0xF0000, 0x10FFFF),
+)
+_HAZARD_RE = re.compile(
+    "[" + "".join(f"\\U{a:08x}-\\U{b:08x}" for a, b in _HAZARD_RANGES) + "]"
+)
+
+
+def _needs_python_path(text: str) -> bool:
+    """True when the Rust pipeline could differ from Google's code on `text` (never for ASCII)."""
+    return not text.isascii() and _HAZARD_RE.search(text) is not None
+
+
+class Encoding:
+    """One encoded text or pair; every list has one entry per token, specials included.
+
+    Fields are computed from the Rust encoding on first access, so batch encoding pays only for
+    what the caller reads.
+    """
+
+    def __init__(self, encoding: object, words: tuple[list["_Word"], ...] | None = None) -> None:
+        self._encoding = encoding
+        # Words of the Python path per sequence, to map word-relative offsets to the original text.
+        self._words = words
+
+    @functools.cached_property
+    def input_ids(self) -> list[int]:
+        return self._encoding.ids
+
+    @functools.cached_property
+    def token_type_ids(self) -> list[int]:
+        return self._encoding.type_ids
+
+    @functools.cached_property
+    def attention_mask(self) -> list[int]:
+        return self._encoding.attention_mask
+
+    @functools.cached_property
+    def tokens(self) -> list[str]:
+        return self._encoding.tokens
+
+    @functools.cached_property
+    def word_ids(self) -> list[int | None]:
+        """Index of the pre-tokenized word (within its sequence) of each token; None for specials."""
+        return self._encoding.word_ids
+
+    @functools.cached_property
+    def sequence_ids(self) -> list[int | None]:
+        """0 for tokens of A, 1 for tokens of B, None for specials."""
+        return self._encoding.sequence_ids
+
+    @functools.cached_property
+    def offsets(self) -> list[tuple[int, int]]:
+        """Character span of each token in its original text (A or B); (0, 0) for specials."""
+        if self._words is None:
+            return self._encoding.offsets
+        spans = []
+        for (a, b), seq, word in zip(self._encoding.offsets, self.sequence_ids, self.word_ids):
+            spans.append((0, 0) if seq is None else self._words[seq][word].span(a, b))
+        return spans
+
+    def __len__(self) -> int:
+        return len(self._encoding.ids)
+
+    def __repr__(self) -> str:
+        return f"Encoding(tokens={self.tokens!r})"
+
+
+# Characters Google's code splits words on: str.split() whitespace that survives cleaning
+# (Zs, tab, LF, CR, U+2028, U+2029); other isspace() characters are Cc and get dropped instead.
+_SPLIT_RE = re.compile(r"[^\t\n\r\u2028\u2029\u0020\u00a0\u1680\u2000-\u200a\u202f\u205f\u3000]+")
+
+
+def _is_cjk(cp: int) -> bool:
+    """Google's CJK Unified Ideographs ranges (not Hangul, Hiragana or Katakana)."""
+    return (
+        0x4E00 <= cp <= 0x9FFF or 0x3400 <= cp <= 0x4DBF or 0x20000 <= cp <= 0x2A6DF
+        or 0x2A700 <= cp <= 0x2B73F or 0x2B740 <= cp <= 0x2B81F or 0x2B820 <= cp <= 0x2CEAF
+        or 0xF900 <= cp <= 0xFAFF or 0x2F800 <= cp <= 0x2FA1F
+    )
+
+
+def _is_punctuation(char: str) -> bool:
+    """Every ASCII non-alphanumeric printable, plus Unicode categories P*."""
+    cp = ord(char)
+    if 33 <= cp <= 47 or 58 <= cp <= 64 or 91 <= cp <= 96 or 123 <= cp <= 126:
+        return True
+    return unicodedata.category(char).startswith("P")
+
+
+def _is_dropped(char: str) -> bool:
+    """NUL, U+FFFD and Cc/Cf control characters (tab, LF, CR are whitespace, not dropped)."""
+    if char in "\t\n\r":
+        return False
+    return char in "\x00\ufffd" or unicodedata.category(char) in ("Cc", "Cf")
+
+
+@dataclass
+class _Word:
+    """A word of Google's basic tokenization and where its characters came from.
+
+    `starts`/`ends` give, per character of `text`, its span in the original string; None means
+    character i of `text` came from original character `start + i`.
+    """
+
+    text: str
+    start: int
+    end: int
+    starts: list[int] | None = None
+    ends: list[int] | None = None
+
+    def span(self, a: int, b: int) -> tuple[int, int]:
+        """Original span of characters a..b (exclusive) of `text`."""
+        if self.starts is None or self.ends is None:
+            return self.start + a, self.start + b
+        return self.starts[a], self.ends[b - 1]
+
+
+class _GoogleBasicTokenizer:
+    """Google's BasicTokenizer in Python, tracking each output character's original position.
+
+    Used only for texts the Rust normalizer would get wrong (see `_HAZARD_RANGES`). Works one
+    whitespace-separated chunk at a time, so memory beyond the output stays per chunk.
+    """
+
+    def __init__(self, do_lower_case: bool) -> None:
+        self.do_lower_case = do_lower_case
+
+    def words(self, text: str) -> list[_Word]:
+        out: list[_Word] = []
+        for match in _SPLIT_RE.finditer(text):
+            chars: list[str] = []
+            positions: list[int] = []
+            for i, char in enumerate(match.group(), match.start()):
+                if _is_cjk(ord(char)):
+                    self._flush(chars, positions, out)
+                    out.append(_Word(char, i, i + 1))
+                elif not _is_dropped(char):
+                    chars.append(char)
+                    positions.append(i)
+            self._flush(chars, positions, out)
+        return out
+
+    def _flush(self, chars: list[str], positions: list[int], out: list[_Word]) -> None:
+        """Normalize one whitespace token (as Google does: lower, NFD, drop Mn) and split punctuation."""
+        if not chars:
+            return
+        starts = list(positions)
+        ends = [p + 1 for p in positions]
+        if self.do_lower_case:
+            chars, starts, ends = _lower_strip_accents(chars, starts, ends)
+        _split_punctuation(chars, starts, ends, out)
+        chars.clear()
+        positions.clear()
+
+
+def _lower_strip_accents(
+    chars: list[str], starts: list[int], ends: list[int]
+) -> tuple[list[str], list[int], list[int]]:
+    """Google's `token.lower()` then NFD and drop Mn, character by character with positions.
+
+    Lower-casing the whole token matters (final sigma), so each character's piece is cut out of
+    the whole-token result; NFD of the whole token is used when per-character NFD would differ
+    (canonical reordering), then every output character spans the whole token.
+    """
+    token = "".join(chars)
+    lowered = token.lower()
+    pieces = [c.lower() for c in chars]
+    if sum(map(len, pieces)) == len(lowered):
+        cut, pos = [], 0
+        for piece in pieces:
+            cut.append(lowered[pos : pos + len(piece)])
+            pos += len(piece)
+        pieces = cut
+    else:
+        pieces = [lowered] + [""] * (len(chars) - 1)
+        starts, ends = [starts[0]] * len(chars), [ends[-1]] * len(chars)
+    decomposed = [unicodedata.normalize("NFD", p) for p in pieces]
+    if "".join(decomposed) != unicodedata.normalize("NFD", lowered):
+        decomposed = [unicodedata.normalize("NFD", lowered)] + [""] * (len(pieces) - 1)
+        starts, ends = [starts[0]] * len(pieces), [ends[-1]] * len(pieces)
+    out_chars, out_starts, out_ends = [], [], []
+    for piece, s, e in zip(decomposed, starts, ends):
+        for char in piece:
+            if unicodedata.category(char) != "Mn":
+                out_chars.append(char)
+                out_starts.append(s)
+                out_ends.append(e)
+    return out_chars, out_starts, out_ends
+
+
+def _split_punctuation(chars: list[str], starts: list[int], ends: list[int], out: list[_Word]) -> None:
+    """Every punctuation character becomes its own word; runs of the rest stay together."""
+    begin = 0
+    for i, char in enumerate(chars + [" "]):
+        if i == len(chars) or _is_punctuation(char):
+            if i > begin:
+                out.append(_make_word(chars[begin:i], starts[begin:i], ends[begin:i]))
+            if i < len(chars):
+                out.append(_make_word([char], [starts[i]], [ends[i]]))
+            begin = i + 1
+
+
+def _make_word(chars: list[str], starts: list[int], ends: list[int]) -> _Word:
+    one_to_one = all(e == s + 1 for s, e in zip(starts, ends)) and ends[-1] - starts[0] == len(chars)
+    if one_to_one:
+        return _Word("".join(chars), starts[0], ends[-1])
+    return _Word("".join(chars), starts[0], ends[-1], starts, ends)
+
+
+def _unk_word(word: _Word) -> _Word:
+    """A word holding lone surrogates: no vocabulary (UTF-8) can contain it, so it is [UNK]."""
+    return _Word(UNK, word.start, word.end, [word.start] * len(UNK), [word.end] * len(UNK))
+
+
+def _python_words(basic: _GoogleBasicTokenizer, text: str) -> list[_Word]:
+    words = basic.words(text)
+    for i, word in enumerate(words):
+        if not word.text.isascii() and re.search("[\ud800-\udfff]", word.text):
+            words[i] = _unk_word(word)
+    return words
+
+
+def _read_vocab(path: Path) -> list[str]:
+    """vocab.txt lines -> tokens (id = line index), stripped as Google's loader strips them."""
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise BertkitError(f"cannot read vocabulary {path}: {exc.strerror}; pass a directory holding "
+                           f"{VOCAB_FILE} or the path of a {VOCAB_FILE} file") from exc
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = raw[: exc.start].count(b"\n") + 1
+        raise BertkitError(f"{where(path, line)}: vocabulary is not valid UTF-8; re-save it as UTF-8") from exc
+    lines = text.replace("\r\n", "\n").replace("\r", "\n").split("\n")
+    if lines[-1] == "":
+        lines.pop()
+    return [line.strip() for line in lines]
+
+
+def _check_vocab(tokens: Sequence[str], source: str) -> None:
+    """Reject what Google's loader would silently mis-handle: empty lines, duplicates, no specials."""
+    first_line: dict[str, int] = {}
+    for number, token in enumerate(tokens, 1):
+        if not token:
+            raise BertkitError(f"{where(source, number)}: empty vocabulary line; every line holds one "
+                               "token whose id is its line number - 1, so put a placeholder such as "
+                               "[unused0] there (deleting the line would shift every later id)")
+        if token in first_line:
+            raise BertkitError(f"{where(source, number)}: duplicate token {token!r} (also on line "
+                               f"{first_line[token]}); one token cannot have two ids, so replace one "
+                               "of them with an unused placeholder")
+        first_line[token] = number
+    missing = [t for t in SPECIAL_TOKENS if t not in first_line]
+    if missing:
+        raise BertkitError(f"{source}: vocabulary lacks {', '.join(missing)}; BERT needs "
+                           f"{', '.join(SPECIAL_TOKENS)} (add them as lines of {VOCAB_FILE})")
+
+
+def _check_text(text: object, name: str) -> str:
+    if not isinstance(text, str):
+        raise BertkitError(f"{name} must be a str, got {type(text).__name__}")
+    return text
+
+
+def _iter_lines(files: Sequence[Path], stats: dict[str, int]) -> Iterator[str]:
+    """Lines of text files (.gz read transparently); undecodable bytes become U+FFFD and are counted."""
+    for path in files:
+        opener = gzip.open if path.suffix == ".gz" else open
+        try:
+            with opener(path, "rb") as handle:
+                for raw in handle:
+                    line = raw.decode("utf-8", errors="replace")
+                    if "\ufffd" in line and b"\xef\xbf\xbd" not in raw:
+                        stats["invalid_utf8_lines"] += 1
+                    stats["lines"] += 1
+                    stats["bytes"] += len(raw)
+                    yield line
+        except (OSError, EOFError, gzip.BadGzipFile) as exc:
+            raise BertkitError(f"cannot read training file {path}: {exc}; check the --input paths") from exc
+
+
+class WordPieceTokenizer:
+    """BERT's WordPiece tokenizer over a fixed vocabulary (Google's rules, Rust speed).
+
+    Build it with `from_pretrained` (vocab.txt), `train` (text files) or directly from a list of
+    tokens in id order. It is immutable and safe to share between threads.
+    """
+
+    def __init__(self, tokens: Sequence[str], do_lower_case: bool = True, *, source: str = "vocabulary") -> None:
+        tokens = list(tokens)
+        _check_vocab(tokens, source)
+        self._tokens = tokens
+        self._vocab = {token: i for i, token in enumerate(tokens)}
+        self._do_lower_case = bool(do_lower_case)
+        self._basic = _GoogleBasicTokenizer(self._do_lower_case)
+        self._special_ids = tuple(self._vocab[t] for t in SPECIAL_TOKENS)
+        self._lock = threading.Lock()
+        # max_length (None = no truncation) -> (full Rust pipeline, WordPiece-only pipeline).
+        self._pipelines: dict[int | None, tuple[Tokenizer, Tokenizer]] = {None: self._build_pipelines()}
+
+    # ----------------------------------------------------------------- construction
+    @classmethod
+    def from_pretrained(cls, path: str | Path, do_lower_case: bool | None = None) -> WordPieceTokenizer:
+        """Load a directory holding vocab.txt (+ tokenizer_config.json) or a vocab.txt path.
+
+        do_lower_case=None reads it from tokenizer_config.json beside the vocabulary, else True.
+        """
+        path = Path(path)
+        vocab_path = path / VOCAB_FILE if path.is_dir() else path
+        if not vocab_path.is_file():
+            raise BertkitError(f"no vocabulary at {vocab_path}; pass a directory holding {VOCAB_FILE} "
+                               "(e.g. the output of `bertkit tokenizer train`) or the file itself")
+        if do_lower_case is None:
+            do_lower_case = _read_do_lower_case(vocab_path.parent / CONFIG_FILE)
+        return cls(_read_vocab(vocab_path), do_lower_case, source=str(vocab_path))
+
+    @classmethod
+    def train(
+        cls,
+        files: Sequence[str | Path],
+        vocab_size: int = 30522,
+        do_lower_case: bool = True,
+        min_frequency: int = 2,
+        limit_alphabet: int = 1000,
+        show_progress: bool = True,
+    ) -> WordPieceTokenizer:
+        """Learn a WordPiece vocabulary from text files (plain or .gz, UTF-8, one or more lines each).
+
+        Ids 0..4 are [PAD], [UNK], [CLS], [SEP], [MASK]; then the alphabet (at most
+        `limit_alphabet` characters, with `##` continuation forms) and the learned pieces.
+        Training counts words with the Rust normalizer, which differs from Google's rules only on
+        the rare characters listed in `_HAZARD_RANGES`; encoding with the result is exact.
+        """
+        paths = [Path(f) for f in files]
+        if not paths:
+            raise BertkitError("no training files given; pass at least one --input file")
+        for p in paths:
+            if not p.is_file():
+                raise BertkitError(f"training file {p} does not exist; check the --input paths")
+        if vocab_size < len(SPECIAL_TOKENS) or min_frequency < 1:
+            raise BertkitError(f"--vocab-size must be >= {len(SPECIAL_TOKENS)} and --min-frequency >= 1 "
+                               f"(got {vocab_size} and {min_frequency})")
+        trainer = trainers.WordPieceTrainer(
+            vocab_size=vocab_size, min_frequency=min_frequency, special_tokens=list(SPECIAL_TOKENS),
+            limit_alphabet=limit_alphabet, continuing_subword_prefix="##", show_progress=show_progress,
+        )
+        pipeline = Tokenizer(models.WordPiece(unk_token=UNK, max_input_chars_per_word=MAX_INPUT_CHARS_PER_WORD))
+        pipeline.normalizer = _bert_normalizer(do_lower_case)
+        pipeline.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+        stats = {"lines": 0, "bytes": 0, "invalid_utf8_lines": 0}
+        pipeline.train_from_iterator(_iter_lines(paths, stats), trainer=trainer)
+        _report_training(paths, stats)
+        learned = pipeline.get_vocab()
+        tokens = sorted(learned, key=learned.__getitem__)
+        if len(tokens) <= len(SPECIAL_TOKENS):
+            raise BertkitError(f"no text found in {', '.join(map(str, paths))}; the files are empty "
+                               "or hold only whitespace and control characters")
+        return cls(tokens, do_lower_case, source="trained vocabulary")
+
+    def save_pretrained(self, directory: str | Path) -> Path:
+        """Write vocab.txt and a transformers-compatible tokenizer_config.json; return the directory."""
+        directory = Path(directory)
+        directory.mkdir(parents=True, exist_ok=True)
+        (directory / VOCAB_FILE).write_text(self._vocab_text(), encoding="utf-8")
+        config = {
+            "tokenizer_class": "BertTokenizer",
+            "do_lower_case": self._do_lower_case,
+            "strip_accents": None,
+            "tokenize_chinese_chars": True,
+            "unk_token": UNK, "sep_token": SEP, "pad_token": PAD, "cls_token": CLS, "mask_token": MASK,
+        }
+        (directory / CONFIG_FILE).write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
+        return directory
+
+    def _build_pipelines(self) -> tuple[Tokenizer, Tokenizer]:
+        """The full Rust pipeline and a WordPiece-only one for words the Python path produced."""
+        template = processors.TemplateProcessing(
+            single=f"{CLS}:0 $A:0 {SEP}:0",
+            pair=f"{CLS}:0 $A:0 {SEP}:0 $B:1 {SEP}:1",
+            special_tokens=[(CLS, self.cls_token_id), (SEP, self.sep_token_id)],
+        )
+        pipelines = []
+        for full in (True, False):
+            tk = Tokenizer(models.WordPiece(
+                self._vocab, unk_token=UNK, max_input_chars_per_word=MAX_INPUT_CHARS_PER_WORD,
+                continuing_subword_prefix="##",
+            ))
+            if full:
+                tk.normalizer = _bert_normalizer(self._do_lower_case)
+                tk.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+            tk.post_processor = template
+            tk.decoder = decoders.WordPiece(prefix="##", cleanup=False)
+            pipelines.append(tk)
+        return pipelines[0], pipelines[1]
+
+    def _pipelines_for(self, max_length: int | None) -> tuple[Tokenizer, Tokenizer]:
+        """Pipelines truncating to max_length, built once per length (Rust truncation is per object)."""
+        found = self._pipelines.get(max_length)
+        if found is not None:
+            return found
+        with self._lock:
+            if max_length not in self._pipelines:
+                full, bare = (Tokenizer.from_str(t.to_str()) for t in self._pipelines[None])
+                for tk in (full, bare):
+                    tk.enable_truncation(max_length, strategy="longest_first")
+                self._pipelines[max_length] = (full, bare)
+            return self._pipelines[max_length]
+
+    # ----------------------------------------------------------------- properties
+    @property
+    def vocab_size(self) -> int:
+        return len(self._tokens)
+
+    def __len__(self) -> int:
+        return len(self._tokens)
+
+    @property
+    def vocab(self) -> dict[str, int]:
+        """token -> id (a copy)."""
+        return dict(self._vocab)
+
+    @property
+    def do_lower_case(self) -> bool:
+        return self._do_lower_case
+
+    @property
+    def pad_token_id(self) -> int:
+        return self._vocab[PAD]
+
+    @property
+    def unk_token_id(self) -> int:
+        return self._vocab[UNK]
+
+    @property
+    def cls_token_id(self) -> int:
+        return self._vocab[CLS]
+
+    @property
+    def sep_token_id(self) -> int:
+        return self._vocab[SEP]
+
+    @property
+    def mask_token_id(self) -> int:
+        return self._vocab[MASK]
+
+    @property
+    def special_token_ids(self) -> tuple[int, ...]:
+        """Ids of [PAD], [UNK], [CLS], [SEP], [MASK], in that order."""
+        return self._special_ids
+
+    @functools.cached_property
+    def vocab_hash(self) -> str:
+        """sha256 of vocab.txt as save_pretrained writes it (one token per line, LF endings)."""
+        return hashlib.sha256(self._vocab_text().encode("utf-8")).hexdigest()
+
+    def _vocab_text(self) -> str:
+        return "".join(token + "\n" for token in self._tokens)
+
+    def __repr__(self) -> str:
+        return f"WordPieceTokenizer(vocab_size={self.vocab_size}, do_lower_case={self._do_lower_case})"
+
+    # ----------------------------------------------------------------- tokens and ids
+    def tokenize(self, text: str) -> list[str]:
+        """WordPiece tokens of `text`, no special tokens."""
+        return self._encode_many([_check_text(text, "text")], None, None, specials=False)[0].tokens
+
+    def encode_ids(self, texts: Sequence[str]) -> list[list[int]]:
+        """Token ids of each text, no special tokens, no truncation: the fast path for data creation."""
+        texts = [_check_text(t, f"texts[{i}]") for i, t in enumerate(texts)]
+        full, bare = self._pipelines[None]
+        out: list[list[int] | None] = [None] * len(texts)
+        fast = [i for i, t in enumerate(texts) if not _needs_python_path(t)]
+        if len(fast) == len(texts):
+            return [e.ids for e in full.encode_batch_fast(texts, add_special_tokens=False)]
+        for i, enc in zip(fast, full.encode_batch_fast([texts[i] for i in fast], add_special_tokens=False)):
+            out[i] = enc.ids
+        for i, text in enumerate(texts):
+            if out[i] is None:
+                words = [w.text for w in _python_words(self._basic, text)]
+                out[i] = bare.encode(words, is_pretokenized=True, add_special_tokens=False).ids
+        return out
+
+    def convert_tokens_to_ids(self, tokens: str | Sequence[str]) -> int | list[int]:
+        """Token(s) -> id(s); tokens outside the vocabulary map to [UNK]."""
+        unk = self.unk_token_id
+        if isinstance(tokens, str):
+            return self._vocab.get(tokens, unk)
+        return [self._vocab.get(t, unk) for t in tokens]
+
+    def convert_ids_to_tokens(self, ids: int | Sequence[int]) -> str | list[str]:
+        """Id(s) -> token(s); an id outside [0, vocab_size) raises BertkitError."""
+        if isinstance(ids, int):
+            return self._tokens[self._check_ids([ids])[0]]
+        return [self._tokens[i] for i in self._check_ids(ids)]
+
+    def _check_ids(self, ids: Iterable[int]) -> list[int]:
+        ids = [int(i) for i in ids]
+        bad = [i for i in ids if not 0 <= i < len(self._tokens)]
+        if bad:
+            raise BertkitError(f"token ids {bad[:5]} are outside this vocabulary (0..{len(self._tokens) - 1}); "
+                               "were they produced with a different vocab.txt?")
+        return ids
+
+    def decode(self, ids: Sequence[int], skip_special_tokens: bool = True) -> str:
+        """Ids -> text: tokens joined by spaces with `##` continuations glued to their word."""
+        ids = self._check_ids(ids)
+        if skip_special_tokens:
+            ids = [i for i in ids if i not in self._special_ids]
+        return self._pipelines[None][0].decoder.decode([self._tokens[i] for i in ids])
+
+    # ----------------------------------------------------------------- encoding
+    def encode(
+        self, text: str, text_pair: str | None = None, max_length: int | None = None, truncation: bool = True
+    ) -> Encoding:
+        """[CLS] A [SEP] (B [SEP]) with type ids, mask, offsets, word and sequence ids.
+
+        With truncation and max_length, tokens are cut to fit (specials included), a pair
+        longest-first (one token at a time from the longer of A and B).
+        """
+        pairs = None if text_pair is None else [text_pair]
+        return self.encode_batch([text], pairs, max_length=max_length, truncation=truncation)[0]
+
+    def encode_batch(
+        self,
+        texts: Sequence[str],
+        text_pairs: Sequence[str] | None = None,
+        max_length: int | None = None,
+        truncation: bool = True,
+    ) -> list[Encoding]:
+        """`encode` over many texts (or pairs) at once; the Rust part runs them in one call."""
+        texts = [_check_text(t, f"texts[{i}]") for i, t in enumerate(texts)]
+        if text_pairs is not None:
+            text_pairs = [_check_text(t, f"text_pairs[{i}]") for i, t in enumerate(text_pairs)]
+            if len(text_pairs) != len(texts):
+                raise BertkitError(f"got {len(texts)} texts but {len(text_pairs)} text_pairs; pass one pair per text")
+        limit = max_length if truncation else None
+        if limit is not None:
+            needed = 3 if text_pairs is not None else 2
+            if limit < needed:
+                raise BertkitError(f"max_length={limit} leaves no room for text beside the {needed} special "
+                                   f"tokens; use max_length > {needed}")
+        return self._encode_many(texts, text_pairs, limit, specials=True)
+
+    def _encode_many(
+        self, texts: list[str], pairs: list[str] | None, limit: int | None, specials: bool
+    ) -> list[Encoding]:
+        full, bare = self._pipelines_for(limit)
+        slow = [
+            _needs_python_path(t) or (pairs is not None and _needs_python_path(pairs[i]))
+            for i, t in enumerate(texts)
+        ]
+        fast = [i for i, s in enumerate(slow) if not s]
+        inputs = [texts[i] if pairs is None else (texts[i], pairs[i]) for i in fast]
+        out: list[Encoding | None] = [None] * len(texts)
+        for i, enc in zip(fast, full.encode_batch(inputs, add_special_tokens=specials)):
+            out[i] = Encoding(enc)
+        for i in (i for i, s in enumerate(slow) if s):
+            out[i] = self._encode_python_path(bare, texts[i], None if pairs is None else pairs[i], specials)
+        return out
+
+    def _encode_python_path(self, bare: Tokenizer, text: str, pair: str | None, specials: bool) -> Encoding:
+        words = (_python_words(self._basic, text),)
+        if pair is not None:
+            words += (_python_words(self._basic, pair),)
+        enc = bare.encode(
+            [w.text for w in words[0]],
+            None if pair is None else [w.text for w in words[1]],
+            is_pretokenized=True, add_special_tokens=specials,
+        )
+        return Encoding(enc, words)
+
+
+def _bert_normalizer(do_lower_case: bool) -> normalizers.Normalizer:
+    # Google couples accent stripping to lower-casing; say so explicitly rather than rely on the default.
+    return normalizers.BertNormalizer(
+        clean_text=True, handle_chinese_chars=True, strip_accents=do_lower_case, lowercase=do_lower_case
+    )
+
+
+def _read_do_lower_case(config_path: Path) -> bool:
+    """do_lower_case from tokenizer_config.json, True when the file or the key is absent."""
+    if not config_path.is_file():
+        return True
+    try:
+        value = json.loads(config_path.read_text(encoding="utf-8")).get("do_lower_case", True)
+    except (OSError, ValueError, AttributeError) as exc:
+        raise BertkitError(f"{config_path}: not a JSON object ({exc}); fix or delete the file") from exc
+    if not isinstance(value, bool):
+        raise BertkitError(f"{config_path}: do_lower_case must be true or false, got {value!r}")
+    return value
+
+
+def _report_training(paths: Sequence[Path], stats: dict[str, int]) -> None:
+    logger.info("read %d lines (%.1f MB) from %d file(s)", stats["lines"], stats["bytes"] / 1e6, len(paths))
+    if stats["invalid_utf8_lines"]:
+        logger.warning("%d line(s) held bytes that are not UTF-8; they were read with U+FFFD, which "
+                       "BERT's text cleaning drops", stats["invalid_utf8_lines"])
