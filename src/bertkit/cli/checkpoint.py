@@ -1,0 +1,105 @@
+"""`bertkit info` and `bertkit convert`: look inside a checkpoint, convert Google's TF releases.
+
+Flag parsing only; the work is in bertkit.model.pretrained, bertkit.interop.tf and bertkit.tokenizer.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+
+from bertkit.errors import BertkitError
+
+
+def checkpoint_summary(directory: Path) -> dict:
+    """Config, parameter count (from tensor shapes, without building the model) and vocabulary."""
+    from safetensors import safe_open  # noqa: PLC0415
+
+    from bertkit.config import BertConfig  # noqa: PLC0415
+    from bertkit.model.pretrained import SAFETENSORS_NAME, read_state_dict  # noqa: PLC0415
+
+    config = BertConfig.from_json_file(directory / "config.json")
+    weights = directory / SAFETENSORS_NAME
+    if weights.exists():
+        with safe_open(str(weights), framework="pt") as handle:
+            parameters = sum(_numel(handle.get_slice(name).get_shape()) for name in handle.keys())
+    else:
+        parameters = sum(t.numel() for t in read_state_dict(directory).values())
+    summary = {
+        "directory": str(directory),
+        "architectures": config.architectures or ["(not recorded)"],
+        "shape": f"L={config.num_hidden_layers} H={config.hidden_size} A={config.num_attention_heads} "
+                 f"I={config.intermediate_size}",
+        "parameters": parameters,
+        "max_position_embeddings": config.max_position_embeddings,
+        "vocab_size (config)": config.vocab_size,
+        "labels": config.label_names,
+    }
+    if (directory / "vocab.txt").exists():
+        from bertkit.tokenizer import WordPieceTokenizer  # noqa: PLC0415
+
+        tokenizer = WordPieceTokenizer.from_pretrained(directory)
+        tokens = tokenizer.vocab
+        summary["vocabulary"] = {
+            "size": tokenizer.vocab_size,
+            "do_lower_case": tokenizer.do_lower_case,
+            "continuation pieces (##)": sum(t.startswith("##") for t in tokens),
+            "special ids": {t: tokens[t] for t in ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]") if t in tokens},
+            "sha256": tokenizer.vocab_hash,
+        }
+    else:
+        summary["vocabulary"] = "no vocab.txt in this directory"
+    task_file = directory / "bertkit_task.json"
+    if task_file.exists():
+        summary["task"] = json.loads(task_file.read_text())
+    return summary
+
+
+def _numel(shape: list[int]) -> int:
+    count = 1
+    for size in shape:
+        count *= size
+    return count
+
+
+@click.command(context_settings={"show_default": True})
+@click.argument("directory", type=click.Path(path_type=Path))
+@click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
+def info(directory: Path, as_json: bool) -> None:
+    """Show a checkpoint's config, parameter count and vocabulary summary."""
+    if not (directory / "config.json").exists():
+        raise BertkitError(f"{directory}: no config.json; give a checkpoint directory "
+                           "(a save_pretrained / fine-tuned / final/ directory)")
+    summary = checkpoint_summary(directory)
+    if as_json:
+        click.echo(json.dumps(summary, indent=2))
+        return
+    for key, value in summary.items():
+        if isinstance(value, dict):
+            click.echo(f"{key}:")
+            for sub_key, sub_value in value.items():
+                click.echo(f"  {sub_key}: {sub_value}")
+        elif key == "parameters":
+            click.echo(f"{key}: {value:,} ({value / 1e6:.1f}M)")
+        else:
+            click.echo(f"{key}: {value}")
+
+
+@click.command(context_settings={"show_default": True})
+@click.option("--tf-checkpoint", "source", required=True, type=click.Path(path_type=Path, file_okay=False),
+              help="Google release directory with bert_model.ckpt.*, bert_config.json and vocab.txt.")
+@click.option("--output", required=True, type=click.Path(path_type=Path),
+              help="Directory to write (config.json, model.safetensors, vocab.txt).")
+@click.option("--cased/--uncased", "cased", default=None,
+              help="Vocabulary casing; by default guessed from the directory name (uncased_... / cased_...).")
+def convert(source: Path, output: Path, cased: bool | None) -> None:
+    """Convert Google's original TensorFlow BERT checkpoint into a bertkit / Hugging Face directory."""
+    from bertkit.interop.tf import convert_tf_checkpoint  # noqa: PLC0415
+
+    if not source.is_dir():
+        raise BertkitError(f"--tf-checkpoint {source}: not a directory")
+    do_lower_case = None if cased is None else not cased
+    convert_tf_checkpoint(source, output, do_lower_case=do_lower_case)
+    click.echo(f"wrote {output} (loads with bertkit and transformers' from_pretrained)")
