@@ -1,0 +1,122 @@
+"""torchrun / DistributedDataParallel set-up: who am I, which device, and the few collectives the loop needs.
+
+Design decision: a run is distributed exactly when torchrun's environment variables (`RANK`,
+`WORLD_SIZE`, `LOCAL_RANK`, `MASTER_ADDR`, `MASTER_PORT`) are present; the same code path then serves
+one CPU process, several CPU processes (gloo) and many GPUs over many nodes (NCCL), with multi-node
+rendezvous left entirely to torchrun. Every collective here is a no-op in a single process, so the loop
+never branches on "am I distributed" except to wrap the model.
+
+References: PyTorch DDP tutorial and torchrun docs (https://pytorch.org/docs/stable/elastic/run.html).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from bertkit.errors import BertkitError
+
+
+@dataclass(frozen=True)
+class DistributedContext:
+    """Where this process sits in the job."""
+
+    rank: int = 0
+    """Global rank of this process (0 writes logs and checkpoints)."""
+    local_rank: int = 0
+    """Rank on this node; picks the CUDA device."""
+    world_size: int = 1
+    """Number of processes taking part."""
+    device: torch.device = torch.device("cpu")
+    """Device this process trains on."""
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+    @property
+    def distributed(self) -> bool:
+        return self.world_size > 1
+
+
+def resolve_device(device: str, local_rank: int = 0) -> torch.device:
+    """'auto' -> the local CUDA device when there is one, else CPU; 'cpu'/'cuda' as asked."""
+    if device == "auto":
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    if device == "cuda":
+        if not torch.cuda.is_available():
+            raise BertkitError("--device cuda was asked for but no CUDA device is available; use --device cpu")
+        return torch.device("cuda", local_rank)
+    if device != "cpu":
+        raise BertkitError(f"--device {device!r} is not supported; use auto, cpu or cuda")
+    return torch.device("cpu")
+
+
+def setup_distributed(device: str = "auto") -> DistributedContext:
+    """Join the torchrun job described by the environment (gloo on CPU, NCCL on CUDA), or run alone."""
+    world_size = int(os.environ.get("WORLD_SIZE", "1"))
+    if world_size <= 1:
+        return DistributedContext(device=resolve_device(device))
+    rank, local_rank = int(os.environ["RANK"]), int(os.environ.get("LOCAL_RANK", "0"))
+    torch_device = resolve_device(device, local_rank)
+    if torch_device.type == "cuda":
+        torch.cuda.set_device(torch_device)
+    if not dist.is_initialized():
+        backend = "nccl" if torch_device.type == "cuda" else "gloo"
+        dist.init_process_group(backend=backend, rank=rank, world_size=world_size,
+                                device_id=torch_device if torch_device.type == "cuda" else None)
+    return DistributedContext(rank=rank, local_rank=local_rank, world_size=world_size, device=torch_device)
+
+
+def teardown_distributed() -> None:
+    """Leave the process group (safe to call when none was joined)."""
+    if dist.is_initialized():
+        dist.destroy_process_group()
+
+
+def wrap_model(model: nn.Module, ctx: DistributedContext) -> nn.Module:
+    """DistributedDataParallel around `model` when there are several processes, else `model` itself."""
+    if not ctx.distributed:
+        return model
+    device_ids = [ctx.device.index] if ctx.device.type == "cuda" else None
+    return nn.parallel.DistributedDataParallel(model, device_ids=device_ids)
+
+
+def unwrap_model(model: nn.Module) -> nn.Module:
+    """The plain module inside a DDP wrapper."""
+    return model.module if isinstance(model, nn.parallel.DistributedDataParallel) else model
+
+
+def all_reduce_sum(tensor: torch.Tensor, ctx: DistributedContext) -> torch.Tensor:
+    """Sum `tensor` over all processes, in place; returns it."""
+    if ctx.distributed:
+        dist.all_reduce(tensor, op=dist.ReduceOp.SUM)
+    return tensor
+
+
+def barrier(ctx: DistributedContext) -> None:
+    if ctx.distributed:
+        dist.barrier()
+
+
+def all_gather_objects(obj: Any, ctx: DistributedContext) -> list[Any]:
+    """Every process's `obj`, in rank order (in memory only; nothing is written with pickle)."""
+    if not ctx.distributed:
+        return [obj]
+    gathered: list[Any] = [None] * ctx.world_size
+    dist.all_gather_object(gathered, obj)
+    return gathered
+
+
+def broadcast_object(obj: Any, ctx: DistributedContext) -> Any:
+    """Rank 0's `obj` on every process."""
+    if not ctx.distributed:
+        return obj
+    holder = [obj]
+    dist.broadcast_object_list(holder, src=0)
+    return holder[0]

@@ -1,0 +1,529 @@
+"""The training loop: one explicit function, `fit`, shared by pre-training and fine-tuning.
+
+Design decision: the loop knows nothing about BERT. It takes a model, a `loss_fn(model, batch) ->
+(loss, metrics)`, a map-style dataset with its collate function, and a `TrainConfig`, and owns
+everything else in plain sight: gradient accumulation, clipping, precision, the non-finite guard,
+evaluation, checkpoints and exact resume. Exact resume means the restored state is *all* the state:
+weights, optimizer moments, scheduler position, grad-scaler scale, every RNG (python, numpy, torch CPU
+and CUDA, per rank) and the data position (epoch + samples consumed; see `batches.py`); a resumed run
+then produces bit-identical losses on CPU.
+
+Per step: for each of the `gradient_accumulation_steps` micro-batches, forward under autocast, scale the
+loss by the micro-batch's share of the global batch, backward (DDP all-reduces on the last one only);
+then unscale, clip, and step the optimizer and scheduler only if the loss and gradient norm are finite.
+
+References: nanoGPT `train.py` and litgpt `pretrain.py` (shape of the loop); Devlin et al. 2018
+(optimisation defaults).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import logging
+import math
+import signal
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors.torch import load_model, save_model
+from torch import nn
+from torch.utils.data import Dataset
+
+from bertkit.errors import BertkitError
+from bertkit.train import checkpoint as ckpt
+from bertkit.train.batches import EpochBatches, StepBatch
+from bertkit.train.distributed import (DistributedContext, all_gather_objects, all_reduce_sum, barrier,
+                                       broadcast_object, unwrap_model, wrap_model)
+from bertkit.train.optim import OPTIMIZERS, build_optimizer, build_schedule
+from bertkit.train.reporting import Reporter
+
+logger = logging.getLogger(__name__)
+
+PRECISIONS = ("fp32", "bf16", "fp16")
+LossFn = Callable[[nn.Module, Any], "tuple[torch.Tensor, dict[str, float]]"]
+EvalFn = Callable[[nn.Module], "dict[str, float]"]
+
+
+@dataclass
+class TrainConfig:
+    """Everything that shapes an optimisation run (the model and data are given separately)."""
+
+    max_steps: int | None = None
+    """Stop after this many optimizer steps (with max_time_s / num_epochs: whichever ends first)."""
+    max_time_s: float | None = None
+    """Stop after this many seconds of training (counted across resumes); the schedule follows it."""
+    num_epochs: float | None = None
+    """Budget in passes over the training data (fine-tuning); converted to steps."""
+    micro_batch_size: int = 32
+    """Examples per forward/backward pass on each process."""
+    gradient_accumulation_steps: int = 1
+    """Micro-batches per optimizer step; global batch = micro x accumulation x world size."""
+    learning_rate: float = 1e-4
+    """Peak learning rate, reached at the end of warmup."""
+    warmup_steps: int | None = None
+    """Linear warmup length in optimizer steps; None means warmup_ratio of the budget."""
+    warmup_ratio: float = 0.01
+    """Warmup as a fraction of the budget (of max_steps, or of max_time_s under a time budget alone)."""
+    weight_decay: float = 0.01
+    """Decoupled weight decay on matrices (not on biases and LayerNorm parameters)."""
+    betas: tuple[float, float] = (0.9, 0.999)
+    """Adam beta1, beta2."""
+    eps: float = 1e-6
+    """Adam epsilon (1e-6 as in the original BERT optimizer)."""
+    max_grad_norm: float = 1.0
+    """Clip the global gradient norm to this; 0 disables clipping (the norm is still checked)."""
+    optimizer: str = "adamw"
+    """adamw or lamb."""
+    precision: str = "fp32"
+    """fp32, bf16 (autocast, CPU or CUDA) or fp16 (autocast + grad scaler, CUDA only)."""
+    seed: int = 42
+    """Seed of the data order and of every RNG (each rank adds its rank)."""
+    shuffle: bool = True
+    """Shuffle the data every epoch (from seed and epoch)."""
+    num_workers: int = 0
+    """DataLoader worker processes per training process."""
+    log_every: int = 10
+    """Refresh the progress bar every this many steps (metrics.jsonl gets every step)."""
+    eval_every: int | None = None
+    """Run eval_fn every this many steps and at the end; None: only at the end."""
+    save_every: int | None = 1000
+    """Write a checkpoint every this many steps (also on SIGTERM/SIGINT and at the end); None: only then."""
+    keep_last: int = 3
+    """Checkpoints kept on disk (older ones are deleted)."""
+    max_nonfinite_steps: int = 10
+    """Stop with an error after this many consecutive steps with a non-finite loss or gradient norm."""
+    best_metric: str | None = None
+    """Eval metric whose improvement calls on_best (e.g. 'accuracy'); None: no best tracking."""
+    greater_is_better: bool = True
+    """Direction of best_metric."""
+
+    def __post_init__(self) -> None:
+        self.betas = tuple(self.betas)  # type: ignore[assignment]
+        self.validate()
+
+    def validate(self) -> None:
+        """Raise BertkitError naming the first setting that makes no sense."""
+        if self.max_steps is None and self.max_time_s is None and self.num_epochs is None:
+            raise BertkitError("no training budget: give --max-steps, --max-time or --num-epochs")
+        positive = {"max_steps": self.max_steps, "max_time_s": self.max_time_s, "num_epochs": self.num_epochs,
+                    "micro_batch_size": self.micro_batch_size, "keep_last": self.keep_last,
+                    "gradient_accumulation_steps": self.gradient_accumulation_steps,
+                    "learning_rate": self.learning_rate, "log_every": self.log_every,
+                    "eval_every": self.eval_every, "save_every": self.save_every,
+                    "max_nonfinite_steps": self.max_nonfinite_steps}
+        for name, value in positive.items():
+            if value is not None and not value > 0:
+                raise BertkitError(f"--{name.replace('_', '-')} must be positive, got {value!r}")
+        if self.optimizer not in OPTIMIZERS:
+            raise BertkitError(f"--optimizer {self.optimizer!r}: use one of {', '.join(OPTIMIZERS)}")
+        if self.precision not in PRECISIONS:
+            raise BertkitError(f"--precision {self.precision!r}: use one of {', '.join(PRECISIONS)}")
+        if not 0.0 <= self.warmup_ratio < 1.0:
+            raise BertkitError(f"--warmup-ratio must be in [0, 1), got {self.warmup_ratio!r}")
+        if self.warmup_steps is not None and self.warmup_steps < 0:
+            raise BertkitError(f"--warmup-steps must be >= 0, got {self.warmup_steps!r}")
+
+
+@dataclass
+class FitResult:
+    """How a run ended."""
+
+    step: int
+    """Optimizer steps done (including skipped non-finite ones)."""
+    stop_reason: str
+    """'budget' (max steps / time / epochs reached) or 'signal' (SIGTERM/SIGINT)."""
+    checkpoint: Path | None
+    """The last checkpoint written (None on ranks other than 0)."""
+    skipped_steps: int
+    """Steps skipped because of a non-finite loss or gradient norm."""
+    skipped_samples: int
+    """Training samples skipped at epoch ends (a last global batch too small to share out)."""
+    best: dict[str, Any] | None = None
+    """{'step': ..., 'metrics': {...}} of the best evaluation, when best_metric is set."""
+
+
+@dataclass
+class _State:
+    """The loop's own counters; saved in trainer_state.json."""
+
+    step: int = 0
+    elapsed_s: float = 0.0
+    consecutive_nonfinite: int = 0
+    skipped_steps: int = 0
+    best: dict[str, Any] | None = None
+    last_eval_step: int = -1
+
+
+class _Budget:
+    """Total steps / time and the warmup fraction; gives the schedule its progress in [0, 1]."""
+
+    def __init__(self, config: TrainConfig, steps_per_epoch: int, state: _State) -> None:
+        self.max_steps = config.max_steps
+        if config.num_epochs is not None:
+            epoch_steps = max(1, math.ceil(config.num_epochs * steps_per_epoch))
+            self.max_steps = min(self.max_steps or epoch_steps, epoch_steps)
+        self.max_time_s, self.state = config.max_time_s, state
+        if self.max_steps is not None:
+            warmup_steps = (config.warmup_steps if config.warmup_steps is not None
+                            else round(config.warmup_ratio * self.max_steps))
+            if warmup_steps > self.max_steps:
+                raise BertkitError(f"--warmup-steps {warmup_steps} is longer than the run "
+                                   f"({self.max_steps} steps); lower it")
+            self.warmup = warmup_steps / self.max_steps
+        elif config.warmup_steps is not None:
+            raise BertkitError("--warmup-steps needs a step budget; under --max-time alone use "
+                               "--warmup-ratio (a fraction of the time)")
+        else:
+            self.warmup = config.warmup_ratio
+
+    def progress(self, step: int) -> float:
+        # Under a time budget the elapsed time is rank 0's, shared every step, so all ranks agree.
+        by_steps = step / self.max_steps if self.max_steps else 0.0
+        by_time = self.state.elapsed_s / self.max_time_s if self.max_time_s else 0.0
+        return min(1.0, max(by_steps, by_time))
+
+    def done(self, step: int) -> bool:
+        return self.progress(step) >= 1.0
+
+
+def _precision(config: TrainConfig, device: torch.device) -> tuple[Callable[[], Any], Any]:
+    """(autocast context factory, grad scaler or None) for the configured precision."""
+    if config.precision == "fp32":
+        return contextlib.nullcontext, None
+    if config.precision == "bf16":
+        return lambda: torch.autocast(device.type, dtype=torch.bfloat16), None
+    if device.type != "cuda":
+        raise BertkitError("--precision fp16 needs a CUDA device (it relies on a grad scaler); "
+                           "on CPU use --precision bf16 or fp32")
+    return lambda: torch.autocast("cuda", dtype=torch.float16), torch.amp.GradScaler("cuda")
+
+
+def _to_device(batch: Any, device: torch.device) -> Any:
+    if isinstance(batch, torch.Tensor):
+        return batch.to(device, non_blocking=True)
+    if isinstance(batch, dict):
+        return {key: _to_device(value, device) for key, value in batch.items()}
+    if isinstance(batch, (list, tuple)):
+        return type(batch)(_to_device(value, device) for value in batch)
+    return batch
+
+
+def _count_tokens(batch: Any, size: int) -> int:
+    """Real tokens in a micro-batch: the attention mask's sum when there is one, else the sample count."""
+    if isinstance(batch, dict) and isinstance(batch.get("attention_mask"), torch.Tensor):
+        return int(batch["attention_mask"].sum())
+    return size
+
+
+class _StopSignal:
+    """SIGTERM/SIGINT set a flag; the loop finishes its step, saves and returns. A second one aborts."""
+
+    def __init__(self) -> None:
+        self.requested = False
+        self.previous: dict[int, Any] = {}
+
+    def _handle(self, signum: int, frame: Any) -> None:
+        if self.requested:
+            signal.signal(signum, self.previous.get(signum, signal.SIG_DFL))
+            raise KeyboardInterrupt
+        self.requested = True
+        logger.warning("received %s: finishing this step, saving a checkpoint, then stopping",
+                       signal.Signals(signum).name)
+
+    def __enter__(self) -> _StopSignal:
+        with contextlib.suppress(ValueError):  # not the main thread: leave signals alone
+            for signum in (signal.SIGTERM, signal.SIGINT):
+                self.previous[signum] = signal.signal(signum, self._handle)
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        for signum, handler in self.previous.items():
+            signal.signal(signum, handler)
+
+
+def fit(model: nn.Module, loss_fn: LossFn, dataset: Dataset, config: TrainConfig, output_dir: str | Path,
+        *, collate_fn: Callable[[list[Any]], Any] | None = None, eval_fn: EvalFn | None = None,
+        on_best: Callable[[nn.Module, int, dict[str, float]], None] | None = None,
+        save_weights: Callable[[nn.Module, Path], None] | None = None,
+        load_weights: Callable[[nn.Module, Path], None] | None = None,
+        resume: str | Path | None = None, ctx: DistributedContext | None = None) -> FitResult:
+    """Train `model` on `dataset` until the budget in `config` is spent or a stop signal arrives.
+
+    `loss_fn(model, batch)` returns the mean loss of the micro-batch and a dict of float metrics
+    (averaged over the global batch, weighted by samples, for the log). `eval_fn(model)` returns eval
+    metrics (run on rank 0, in eval mode, without gradients). `save_weights(model, dir)` /
+    `load_weights(model, dir)` write/read the weights of a checkpoint (default: model.safetensors of the
+    state dict). `resume` is None, 'auto' (newest valid checkpoint in output_dir/checkpoints, if any) or
+    a checkpoint directory. Checkpoints go to output_dir/checkpoints/step-NNNNNNNN.
+    """
+    ctx = ctx or DistributedContext()
+    output_dir = Path(output_dir)
+    save_weights = save_weights or (lambda m, d: save_model(m, str(d / "model.safetensors")))
+    load_weights = load_weights or (lambda m, d: load_model(m, str(d / "model.safetensors"), device=str(ctx.device)))
+    autocast, scaler = _precision(config, ctx.device)
+    model.to(ctx.device).train()
+    ckpt.seed_everything(config.seed + ctx.rank)
+    state = _State()
+    batches = EpochBatches(dataset, collate_fn, micro_batch_size=config.micro_batch_size,
+                           accumulation=config.gradient_accumulation_steps, rank=ctx.rank,
+                           world_size=ctx.world_size, seed=config.seed, shuffle=config.shuffle,
+                           num_workers=config.num_workers)
+    budget = _Budget(config, batches.steps_per_epoch, state)
+    optimizer = build_optimizer(model, config.optimizer, config.learning_rate, config.weight_decay,
+                                config.betas, config.eps)
+    scheduler = build_schedule(optimizer, budget.progress, budget.warmup)
+    checkpoints = output_dir / "checkpoints"
+    parts = _Parts(model, optimizer, scheduler, scaler, batches, state, save_weights, load_weights)
+    start = _resume(parts, resume, checkpoints, config, ctx)
+    ddp_model = wrap_model(model, ctx)
+    reporter = Reporter(output_dir, ctx.is_main, budget.max_steps, state.step)
+    last_checkpoint = start
+    try:
+        with _StopSignal() as stop:
+            stop_reason = _train(ddp_model, loss_fn, parts, config, budget, autocast, stop, reporter, ctx,
+                                 eval_fn, on_best, checkpoints)
+            if stop_reason == "budget" and eval_fn is not None and state.last_eval_step != state.step:
+                _evaluate(parts, eval_fn, on_best, config, autocast, reporter, ctx)
+            last_checkpoint = _save(parts, checkpoints, config, ctx) or last_checkpoint
+    finally:
+        reporter.close()
+    if stop_reason == "signal":
+        reporter.message(f"stopped by signal at step {state.step}; resume with --resume auto")
+    return FitResult(state.step, stop_reason, last_checkpoint if ctx.is_main else None, state.skipped_steps,
+                     batches.skipped_samples, state.best)
+
+
+@dataclass
+class _Parts:
+    """Everything a checkpoint holds, in one place."""
+
+    model: nn.Module
+    optimizer: torch.optim.Optimizer
+    scheduler: torch.optim.lr_scheduler.LambdaLR
+    scaler: torch.amp.GradScaler | None
+    batches: EpochBatches
+    state: _State
+    save_weights: Callable[[nn.Module, Path], None]
+    load_weights: Callable[[nn.Module, Path], None]
+
+
+def _train(model: nn.Module, loss_fn: LossFn, parts: _Parts, config: TrainConfig, budget: _Budget,
+           autocast: Callable[[], Any], stop: _StopSignal, reporter: Reporter, ctx: DistributedContext,
+           eval_fn: EvalFn | None, on_best: Any, checkpoints: Path) -> str:
+    """Steps until the budget is spent ('budget') or a stop was requested ('signal')."""
+    state = parts.state
+    if budget.done(state.step):
+        return "budget"
+    started, elapsed_before = time.perf_counter(), state.elapsed_s
+    data: Iterator[StepBatch] = iter(parts.batches)
+    while True:
+        lr = parts.scheduler.get_last_lr()[0]
+        local = _forward_backward(model, loss_fn, next(data), autocast, parts.scaler, ctx)
+        clock = time.perf_counter() - started + elapsed_before
+        loss, metrics, tokens, stop_requested, elapsed = _reduce(*local, stop.requested, clock, ctx)
+        state.elapsed_s = elapsed
+        grad_norm = _optimizer_step(parts, config, loss)
+        state.step += 1
+        record = {"kind": "train", "step": state.step, "loss": loss, **metrics, "lr": lr,
+                  "grad_norm": grad_norm, "epoch": parts.batches.epoch}
+        if not math.isfinite(loss) or not math.isfinite(grad_norm):
+            _count_nonfinite(state, config, record, reporter)
+        else:
+            state.consecutive_nonfinite = 0
+        reporter.train_step(record, tokens, show=state.step % config.log_every == 0)
+        if eval_fn is not None and config.eval_every and state.step % config.eval_every == 0:
+            _evaluate(parts, eval_fn, on_best, config, autocast, reporter, ctx)
+        if stop_requested:
+            return "signal"
+        if budget.done(state.step):
+            return "budget"
+        if config.save_every and state.step % config.save_every == 0:
+            _save(parts, checkpoints, config, ctx)
+
+
+def _forward_backward(model: nn.Module, loss_fn: LossFn, step: StepBatch, autocast: Callable[[], Any],
+                      scaler: Any, ctx: DistributedContext) -> tuple[float, dict[str, float], int]:
+    """Accumulate gradients over this process's micro-batches; returns this process's share of the
+    global-batch loss and metrics (weighted by samples) and its token count."""
+    sums: dict[str, float] = {}
+    loss_sum, tokens = 0.0, 0
+    for index, (batch, size) in enumerate(zip(step.micro_batches, step.micro_sizes)):
+        # Share of the global batch; times world_size because DDP averages gradients over processes.
+        weight = size / step.global_size
+        last = index == len(step.micro_batches) - 1
+        sync = contextlib.nullcontext() if last or not ctx.distributed else model.no_sync()
+        with sync:
+            with autocast():
+                loss, metrics = loss_fn(model, _to_device(batch, next(model.parameters()).device))
+            scaled = loss * (weight * ctx.world_size)
+            (scaler.scale(scaled) if scaler is not None else scaled).backward()
+        loss_sum += float(loss.detach()) * weight
+        for key, value in metrics.items():
+            sums[key] = sums.get(key, 0.0) + float(value) * weight
+        tokens += _count_tokens(batch, size)
+    return loss_sum, sums, tokens
+
+
+def _reduce(loss_sum: float, sums: dict[str, float], tokens: int, stop_requested: bool, clock: float,
+            ctx: DistributedContext) -> tuple[float, dict[str, float], int, bool, float]:
+    """One all-reduce per step: loss, metrics, tokens, stop flags (any rank) and rank 0's clock."""
+    keys = sorted(sums)
+    vector = torch.tensor([loss_sum, *(sums[k] for k in keys), float(tokens), float(stop_requested),
+                           clock if ctx.is_main else 0.0], dtype=torch.float64)
+    vector = all_reduce_sum(vector, ctx).tolist()
+    reduced = dict(zip(keys, vector[1:1 + len(keys)]))
+    return vector[0], reduced, int(vector[-3]), vector[-2] > 0, vector[-1]
+
+
+def _optimizer_step(parts: _Parts, config: TrainConfig, loss: float) -> float:
+    """Unscale, clip, and step optimizer + scheduler only when everything is finite; returns the grad norm."""
+    params = [p for p in parts.model.parameters() if p.grad is not None]
+    if parts.scaler is not None:
+        parts.scaler.unscale_(parts.optimizer)
+    max_norm = config.max_grad_norm if config.max_grad_norm > 0 else math.inf
+    grad_norm = float(torch.nn.utils.clip_grad_norm_(params, max_norm)) if params else 0.0
+    if math.isfinite(loss) and math.isfinite(grad_norm):
+        if parts.scaler is not None:
+            parts.scaler.step(parts.optimizer)
+        else:
+            parts.optimizer.step()
+        parts.scheduler.step()
+    if parts.scaler is not None:
+        parts.scaler.update()
+    parts.optimizer.zero_grad(set_to_none=True)
+    return grad_norm
+
+
+def _count_nonfinite(state: _State, config: TrainConfig, record: dict[str, Any], reporter: Reporter) -> None:
+    state.consecutive_nonfinite += 1
+    state.skipped_steps += 1
+    record["skipped"] = True
+    reporter.message(f"step {state.step}: non-finite loss {record['loss']} or gradient norm "
+                     f"{record['grad_norm']}; optimizer and scheduler step skipped "
+                     f"({state.consecutive_nonfinite} in a row, {state.skipped_steps} in total)")
+    if state.consecutive_nonfinite >= config.max_nonfinite_steps:
+        raise BertkitError(
+            f"{state.consecutive_nonfinite} optimizer steps in a row (up to step {state.step}) had a non-finite "
+            "loss or gradient norm, so training stopped without saving the poisoned state; lower "
+            "--learning-rate, use --precision fp32 or bf16, check the data, and resume from the last "
+            "checkpoint with --resume auto")
+
+
+def _evaluate(parts: _Parts, eval_fn: EvalFn, on_best: Any, config: TrainConfig,
+              autocast: Callable[[], Any], reporter: Reporter, ctx: DistributedContext) -> None:
+    """Rank 0 evaluates the plain model; the others wait. Tracks the best `config.best_metric`."""
+    state = parts.state
+    state.last_eval_step = state.step
+    if ctx.is_main:
+        parts.model.eval()
+        with torch.no_grad(), autocast():
+            metrics = {key: float(value) for key, value in eval_fn(parts.model).items()}
+        parts.model.train()
+        reporter.eval_step(state.step, metrics)
+        if config.best_metric is not None:
+            _track_best(parts, metrics, config, on_best)
+    state.best = broadcast_object(state.best, ctx)
+    barrier(ctx)
+
+
+def _track_best(parts: _Parts, metrics: dict[str, float], config: TrainConfig, on_best: Any) -> None:
+    state = parts.state
+    if config.best_metric not in metrics:
+        raise BertkitError(f"best metric {config.best_metric!r} is not among the eval metrics "
+                           f"({', '.join(sorted(metrics))}); pick one of those")
+    value = metrics[config.best_metric]
+    previous = state.best["metrics"][config.best_metric] if state.best else None
+    better = previous is None or (value > previous if config.greater_is_better else value < previous)
+    if better and math.isfinite(value):
+        state.best = {"step": state.step, "metrics": metrics}
+        if on_best is not None:
+            on_best(parts.model, state.step, metrics)
+
+
+# --- checkpoints -----------------------------------------------------------------------------------
+
+def _save(parts: _Parts, root: Path, config: TrainConfig, ctx: DistributedContext) -> Path | None:
+    """Write checkpoint step-NNNNNNNN (rank 0, with every rank's RNG state); prune to keep_last."""
+    if parts.state.consecutive_nonfinite:
+        logger.warning("step %d ended a run of non-finite steps; no checkpoint is written from it",
+                       parts.state.step)
+        return None
+    rng_states = all_gather_objects(ckpt.capture_rng_state(), ctx)
+    target = root / ckpt.checkpoint_name(parts.state.step)
+    written = None
+    if ctx.is_main and ckpt.verify_checkpoint(target) is not None:
+        for name, tensor in parts.model.state_dict().items():
+            if tensor.is_floating_point() and not torch.isfinite(tensor).all():
+                raise BertkitError(f"parameter {name} is not finite at step {parts.state.step}; refusing to "
+                                   "save a poisoned checkpoint; resume from the last one with a lower "
+                                   "--learning-rate")
+        written = ckpt.save_atomically(root, target.name, lambda d: _write_parts(parts, d, rng_states, config),
+                                       meta={"step": parts.state.step})
+        ckpt.prune_checkpoints(root, config.keep_last)
+    barrier(ctx)
+    return written or (target if ctx.is_main else None)
+
+
+def _write_parts(parts: _Parts, directory: Path, rng_states: list[dict], config: TrainConfig) -> None:
+    parts.save_weights(parts.model, directory)
+    ckpt.save_optimizer(parts.optimizer, directory)
+    ckpt.write_json(directory / "rng.json", {"ranks": rng_states})
+    ckpt.write_json(directory / "trainer_state.json", {
+        "state": dataclasses.asdict(parts.state),
+        "scheduler": parts.scheduler.state_dict(),
+        "scaler": parts.scaler.state_dict() if parts.scaler is not None else None,
+        "data": parts.batches.position(),
+        "world_size": len(rng_states),
+        "config": dataclasses.asdict(config),
+    })
+
+
+def _resume(parts: _Parts, resume: str | Path | None, root: Path, config: TrainConfig,
+            ctx: DistributedContext) -> Path | None:
+    """Restore every part from the chosen checkpoint (rank 0 picks it, all ranks load it)."""
+    if ctx.is_main:
+        removed = ckpt.remove_stale_temps(root)
+        if removed:
+            logger.warning("removed %d temporary checkpoint directories left by interrupted saves", removed)
+    chosen = broadcast_object(ckpt.resolve_resume(resume, root) if ctx.is_main else None, ctx)
+    if chosen is None:
+        if resume is None and ckpt.list_checkpoints(root):
+            raise BertkitError(f"{root} already holds checkpoints; continue that run with --resume auto "
+                               "or choose a new --output directory")
+        return None
+    chosen = Path(chosen)
+    trainer = ckpt.read_json(chosen / "trainer_state.json")
+    parts.load_weights(parts.model, chosen)
+    ckpt.load_optimizer(parts.optimizer, chosen)
+    parts.scheduler.load_state_dict(trainer["scheduler"])
+    if parts.scaler is not None and trainer["scaler"] is not None:
+        parts.scaler.load_state_dict(trainer["scaler"])
+    _restore_data_position(parts.batches, trainer["data"])
+    _restore_rng(ckpt.read_json(chosen / "rng.json")["ranks"], config, trainer["state"]["step"], ctx)
+    saved = trainer["state"]
+    parts.state.__dict__.update({k: v for k, v in saved.items() if k in parts.state.__dict__})
+    logger.info("resumed from %s at step %d", chosen, parts.state.step)
+    return chosen
+
+
+def _restore_data_position(batches: EpochBatches, position: dict[str, int]) -> None:
+    if position["global_batch_size"] != batches.global_batch_size:
+        logger.warning("the global batch changed from %d to %d; the data position is kept in samples, "
+                       "so no sample is repeated or skipped, but the run is no longer bit-exact",
+                       position["global_batch_size"], batches.global_batch_size)
+    batches.restore(position)
+
+
+def _restore_rng(rank_states: list[dict], config: TrainConfig, step: int, ctx: DistributedContext) -> None:
+    if len(rank_states) != ctx.world_size:
+        logger.warning("checkpoint saved by %d processes, resuming with %d: RNG streams (dropout) of "
+                       "ranks without a saved state are reseeded", len(rank_states), ctx.world_size)
+    if ctx.rank < len(rank_states):
+        ckpt.restore_rng_state(rank_states[ctx.rank])
+    else:
+        ckpt.seed_everything(config.seed + ctx.rank + 1_000_003 * step)

@@ -1,0 +1,101 @@
+"""Optimizers (AdamW, LAMB) with BERT's weight-decay rule, and the warmup + linear-decay schedule.
+
+Design decision: the learning-rate schedule is a pure function of *progress* through the budget
+(a number in [0, 1]), wrapped in a torch `LambdaLR` so its position is ordinary scheduler state. For a
+step budget progress is step / max_steps and the schedule equals transformers'
+`get_linear_schedule_with_warmup` exactly; for a time budget progress is elapsed time / max time, so the
+learning rate reaches 0 when the time runs out whatever the speed of the machine.
+
+References: Devlin et al. 2018 (AdamW, lr 1e-4, wd 0.01, warmup 10k steps, linear decay);
+Loshchilov & Hutter 2019 (decoupled weight decay); You et al. 2019, "Large Batch Optimization for Deep
+Learning: Training BERT in 76 Minutes", arXiv:1904.00962 (LAMB, Algorithm 2).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+
+import torch
+from torch import nn
+from torch.optim.lr_scheduler import LambdaLR
+
+from bertkit.errors import BertkitError
+
+OPTIMIZERS = ("adamw", "lamb")
+
+
+def parameter_groups(model: nn.Module, weight_decay: float) -> list[dict]:
+    """Two groups: decayed and not decayed."""
+    decay, no_decay = [], []
+    for parameter in model.parameters():
+        if not parameter.requires_grad:
+            continue
+        # Matrices (linear weights, embeddings) decay; vectors (biases, LayerNorm gains and shifts) do not.
+        (decay if parameter.ndim >= 2 else no_decay).append(parameter)
+    return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+
+
+class Lamb(torch.optim.Optimizer):
+    """LAMB: Adam's bias-corrected direction plus decoupled weight decay, scaled per tensor by the trust
+    ratio ||w|| / ||update|| so every layer moves by a similar relative amount (You et al. 2019, Alg. 2)."""
+
+    def __init__(self, params: Iterable, lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.999),
+                 eps: float = 1e-6, weight_decay: float = 0.0) -> None:
+        super().__init__(params, dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay))
+
+    @torch.no_grad()
+    def step(self, closure: Callable | None = None) -> None:  # type: ignore[override]
+        if closure is not None:
+            raise ValueError("Lamb does not take a closure")
+        for group in self.param_groups:
+            beta1, beta2 = group["betas"]
+            for parameter in group["params"]:
+                if parameter.grad is None:
+                    continue
+                update = self._adam_direction(parameter, beta1, beta2, group["eps"])
+                if group["weight_decay"]:
+                    update.add_(parameter, alpha=group["weight_decay"])
+                weight_norm, update_norm = parameter.norm(), update.norm()
+                # Trust ratio; 1 when either norm is 0 (fresh zero biases, zero update).
+                trust = torch.where((weight_norm > 0) & (update_norm > 0), weight_norm / update_norm,
+                                    torch.ones_like(weight_norm))
+                parameter.sub_(update * (group["lr"] * trust))
+
+    def _adam_direction(self, parameter: torch.Tensor, beta1: float, beta2: float, eps: float) -> torch.Tensor:
+        state = self.state[parameter]
+        if not state:
+            state["step"] = torch.zeros((), dtype=torch.float32)
+            state["exp_avg"] = torch.zeros_like(parameter)
+            state["exp_avg_sq"] = torch.zeros_like(parameter)
+        state["step"] += 1
+        step = state["step"].item()
+        state["exp_avg"].mul_(beta1).add_(parameter.grad, alpha=1 - beta1)
+        state["exp_avg_sq"].mul_(beta2).addcmul_(parameter.grad, parameter.grad, value=1 - beta2)
+        corrected_avg = state["exp_avg"] / (1 - beta1 ** step)
+        corrected_sq = state["exp_avg_sq"] / (1 - beta2 ** step)
+        return corrected_avg / (corrected_sq.sqrt() + eps)
+
+
+def build_optimizer(model: nn.Module, name: str, learning_rate: float, weight_decay: float,
+                    betas: tuple[float, float], eps: float) -> torch.optim.Optimizer:
+    """AdamW or LAMB over `parameter_groups(model, weight_decay)`."""
+    groups = parameter_groups(model, weight_decay)
+    if name == "adamw":
+        return torch.optim.AdamW(groups, lr=learning_rate, betas=betas, eps=eps)
+    if name == "lamb":
+        return Lamb(groups, lr=learning_rate, betas=betas, eps=eps)
+    raise BertkitError(f"--optimizer {name!r} is not supported; use one of {', '.join(OPTIMIZERS)}")
+
+
+def warmup_linear_decay(progress: float, warmup: float) -> float:
+    """Learning-rate multiplier at `progress` in [0, 1]: rises linearly to 1 over the first `warmup`
+    fraction, then falls linearly to 0 at progress 1."""
+    if progress < warmup:
+        return progress / warmup
+    return max(0.0, (1.0 - progress) / (1.0 - warmup)) if warmup < 1.0 else 0.0
+
+
+def build_schedule(optimizer: torch.optim.Optimizer, progress_at: Callable[[int], float],
+                   warmup: float) -> LambdaLR:
+    """A LambdaLR whose multiplier at scheduler step s is warmup_linear_decay(progress_at(s), warmup)."""
+    return LambdaLR(optimizer, lambda step: warmup_linear_decay(progress_at(step), warmup))

@@ -1,0 +1,125 @@
+"""What a run reports: metrics.jsonl, TensorBoard events, a tqdm progress bar, and the final PNG.
+
+Design decision: `metrics.jsonl` is the record of truth (one JSON object per optimizer step, kind
+"train", and one per evaluation, kind "eval"); TensorBoard and the plot are views of the same numbers.
+On resume the file is cut back to the checkpoint's step, so a resumed run's file reads exactly like an
+uninterrupted one. Only rank 0 reports.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from pathlib import Path
+from typing import Any
+
+from tqdm.auto import tqdm
+
+METRICS_FILE = "metrics.jsonl"
+PLOT_FILE = "curves.png"
+
+
+def read_metrics(path: Path) -> list[dict[str, Any]]:
+    """All records of a metrics.jsonl file (a torn last line from a killed run is ignored)."""
+    if not path.is_file():
+        return []
+    records = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            records.append(json.loads(line))
+        except json.JSONDecodeError:
+            continue
+    return records
+
+
+def truncate_metrics(path: Path, step: int) -> None:
+    """Keep only records up to and including `step` (the resumed checkpoint's step)."""
+    kept = [r for r in read_metrics(path) if r.get("step", 0) <= step]
+    path.write_text("".join(json.dumps(r) + "\n" for r in kept), encoding="utf-8")
+
+
+class Reporter:
+    """metrics.jsonl + TensorBoard + progress bar of rank 0; a silent stand-in on other ranks."""
+
+    def __init__(self, run_dir: Path, enabled: bool, total_steps: int | None, start_step: int) -> None:
+        self.enabled = enabled
+        self.run_dir = run_dir
+        if not enabled:
+            return
+        from torch.utils.tensorboard import SummaryWriter
+
+        run_dir.mkdir(parents=True, exist_ok=True)
+        truncate_metrics(run_dir / METRICS_FILE, start_step)
+        self.jsonl = open(run_dir / METRICS_FILE, "a", encoding="utf-8")
+        self.writer = SummaryWriter(log_dir=str(run_dir / "tensorboard"), purge_step=start_step + 1)
+        self.bar = tqdm(total=total_steps, initial=start_step, desc="train", unit="step", dynamic_ncols=True)
+        self.window_tokens, self.window_start = 0, time.perf_counter()
+
+    def train_step(self, record: dict[str, Any], tokens: int, show: bool) -> None:
+        """Log one optimizer step; refresh the bar's loss / lr / tokens-per-second every `show` step."""
+        if not self.enabled:
+            return
+        self.window_tokens += tokens
+        self.jsonl.write(json.dumps(record) + "\n")
+        self.jsonl.flush()
+        for key, value in record.items():
+            if key not in ("step", "kind") and isinstance(value, (int, float)) and math.isfinite(value):
+                self.writer.add_scalar(f"train/{key}", value, record["step"])
+        self.bar.update(1)
+        if show:
+            elapsed = max(time.perf_counter() - self.window_start, 1e-9)
+            self.bar.set_postfix(loss=f"{record['loss']:.4f}", lr=f"{record['lr']:.2e}",
+                                 tok_s=f"{self.window_tokens / elapsed:,.0f}")
+            self.window_tokens, self.window_start = 0, time.perf_counter()
+
+    def eval_step(self, step: int, metrics: dict[str, float]) -> None:
+        if not self.enabled:
+            return
+        self.jsonl.write(json.dumps({"kind": "eval", "step": step, **metrics}) + "\n")
+        self.jsonl.flush()
+        for key, value in metrics.items():
+            self.writer.add_scalar(f"eval/{key}", value, step)
+        self.bar.write(f"step {step} eval: " + ", ".join(f"{k} {v:.4f}" for k, v in metrics.items()))
+
+    def message(self, text: str) -> None:
+        if self.enabled:
+            self.bar.write(text)
+
+    def close(self) -> None:
+        if not self.enabled:
+            return
+        self.bar.close()
+        self.writer.close()
+        self.jsonl.close()
+        plot_metrics(self.run_dir / METRICS_FILE, self.run_dir / PLOT_FILE)
+
+
+def plot_metrics(metrics_path: Path, png_path: Path) -> Path | None:
+    """Losses (left) and accuracies (right) against step, train and eval, into one PNG."""
+    records = read_metrics(metrics_path)
+    if not records:
+        return None
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figure, (loss_axis, accuracy_axis) = plt.subplots(1, 2, figsize=(11, 4))
+    for kind, style in (("train", "-"), ("eval", "o-")):
+        rows = [r for r in records if r.get("kind") == kind]
+        keys = sorted({k for r in rows for k in r if k.endswith("loss") or k.endswith("accuracy")})
+        for key in keys:
+            points = [(r["step"], r[key]) for r in rows if isinstance(r.get(key), (int, float))]
+            axis = accuracy_axis if key.endswith("accuracy") else loss_axis
+            axis.plot(*zip(*points), style, label=f"{kind} {key}", markersize=3,
+                      alpha=0.5 if kind == "train" else 1.0)
+    for axis, title in ((loss_axis, "loss"), (accuracy_axis, "accuracy")):
+        axis.set_xlabel("optimizer step")
+        axis.set_title(title)
+        if axis.lines:
+            axis.legend(fontsize=8)
+    figure.tight_layout()
+    figure.savefig(png_path, dpi=110)
+    plt.close(figure)
+    return png_path
