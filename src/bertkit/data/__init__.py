@@ -1,0 +1,17 @@
+"""Data: pre-training corpora -> instances -> shards -> `PretrainingDataset`, and fine-tuning readers.
+
+Pre-training data is built by `build_pretraining_data` (the `bertkit data pretraining` command) and
+read by `PretrainingDataset`, batched by `collate_pretraining`. The fine-tuning readers live in their
+own modules (`bertkit.data.glue`, `conll`, `squad`, `swag`) and are imported from there, so importing
+this package does not pull them in.
+
+Design decision: the pre-training pieces are pure, separately tested steps - `corpus` (reading and
+bad-input rules), `instances` (Google's pair rules), `masking` (Google's masking rules), `shards`
+(binary format, atomic writes), `pretraining` (the parallel streaming pipeline), `dataset` (the
+reader) - see docs/data.md.
+"""
+
+from bertkit.data.dataset import PretrainingDataset, collate_pretraining
+from bertkit.data.pretraining import PretrainingDataOptions, build_pretraining_data
+
+__all__ = ["PretrainingDataOptions", "PretrainingDataset", "build_pretraining_data", "collate_pretraining"]

@@ -1,0 +1,269 @@
+"""Reading a pre-training corpus as a stream of documents, with every bad input counted.
+
+Formats: plain text in the original's layout (one sentence per line, a blank line between
+documents), the same gzip-compressed (`.gz`), and JSON Lines (`.jsonl`, `.jsonl.gz`) with one
+document per line in a `"text"` field (its lines are its sentences). Each input file starts a new
+document (the original ran documents on across files). `split_sentences` splits paragraphs with
+pysbd for text that is not one sentence per line.
+
+Design decision: the reader holds at most one document and one line at a time, and bounds both -
+a line longer than `MAX_LINE_BYTES` is cut there (the rest is read in bounded pieces and dropped;
+no sentence that long survives truncation to max_seq_length anyway), a document longer than
+`MAX_DOCUMENT_BYTES` is split - so a 100 MB line or a 10 GB file without blank lines costs bounded
+memory. Rules for bad input (each counted in `CorpusStats`, each tested):
+
+- invalid UTF-8: replaced by U+FFFD (which the tokenizer drops) and counted; `strict` raises with
+  the file and line instead;
+- a binary file (a NUL byte in its first 8 KiB) or an unreadable gzip file: skipped whole, counted
+  and named; `strict` raises;
+- an empty file: counted; a corpus with no document at all raises `BertkitError`;
+- JSONL lines that are not JSON objects with a string "text": skipped and counted; `strict` raises.
+
+References: google-research/bert `create_pretraining_data.py` (input format); pysbd
+(Sadvilkar & Neumann 2020, "PySBD: Pragmatic Sentence Boundary Disambiguation").
+"""
+
+from __future__ import annotations
+
+import glob
+import gzip
+import json
+import zlib
+from collections import Counter
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+from typing import BinaryIO
+
+from bertkit.errors import BertkitError, where
+
+MAX_LINE_BYTES = 1 << 20
+"""Longest text line kept whole (1 MiB); longer lines are cut here."""
+MAX_JSONL_LINE_BYTES = 64 << 20
+"""Longest JSONL line parsed (64 MiB); a longer one cannot be parsed in part and is skipped."""
+MAX_DOCUMENT_BYTES = 8 << 20
+"""Longest document (8 MiB of text); longer ones are split into documents of about this size."""
+BINARY_SNIFF_BYTES = 8192
+
+
+@dataclass
+class CorpusStats:
+    """What the reader saw and what it did about bad input."""
+
+    files: int = 0
+    input_bytes: int = 0
+    text_bytes: int = 0
+    """Bytes of (decompressed) text read so far."""
+    lines: int = 0
+    """Non-blank lines read (JSONL: documents)."""
+    empty_files: list[str] = field(default_factory=list)
+    skipped_files: dict[str, list[str]] = field(default_factory=dict)
+    """Reason -> files skipped whole (binary, unreadable gzip)."""
+    skipped_lines: Counter = field(default_factory=Counter)
+    """Reason -> lines skipped."""
+    invalid_utf8_lines: int = 0
+    """Lines with invalid UTF-8, decoded with U+FFFD replacements."""
+    lines_cut: int = 0
+    """Lines longer than MAX_LINE_BYTES, cut there."""
+    documents_split: int = 0
+    """Documents longer than MAX_DOCUMENT_BYTES, split."""
+
+    def to_dict(self) -> dict:
+        return {"files": self.files, "input_bytes": self.input_bytes,
+                "text_bytes": self.text_bytes, "lines": self.lines,
+                "empty_files": self.empty_files, "skipped_files": self.skipped_files,
+                "skipped_lines": dict(sorted(self.skipped_lines.items())),
+                "invalid_utf8_lines": self.invalid_utf8_lines, "lines_cut": self.lines_cut,
+                "documents_split": self.documents_split}
+
+
+def expand_inputs(patterns: list[str]) -> list[Path]:
+    """Files named by paths or glob patterns, in order, each once."""
+    if not patterns:
+        raise BertkitError("--input: give at least one text, .gz or .jsonl file (or a glob pattern)")
+    paths: list[Path] = []
+    for pattern in patterns:
+        matches = sorted(glob.glob(pattern, recursive=True)) if glob.has_magic(pattern) else [pattern]
+        if not matches:
+            raise BertkitError(f"--input {pattern!r}: no file matches this pattern")
+        for match in map(Path, matches):
+            if match.is_dir():
+                raise BertkitError(f"--input {match}: is a directory; pass its files, e.g. '{match}/*.txt'")
+            if not match.is_file():
+                raise BertkitError(f"--input {match}: file not found")
+            if match not in paths:
+                paths.append(match)
+    return paths
+
+
+def read_documents(paths: list[Path], stats: CorpusStats, strict: bool = False,
+                   progress: Callable[[int], None] | None = None) -> Iterator[list[str]]:
+    """Documents (lists of non-empty, stripped lines) of all files in order.
+
+    `progress(n)` is called with the number of (on-disk) bytes consumed since its last call.
+    """
+    for path in paths:
+        stats.files += 1
+        size = path.stat().st_size
+        stats.input_bytes += size
+        if size == 0:
+            stats.empty_files.append(str(path))
+            continue
+        reason = _unreadable_reason(path)
+        if reason is not None:
+            if strict:
+                raise BertkitError(f"{path}: {reason}; remove it from --input (or drop --strict to skip it)")
+            stats.skipped_files.setdefault(reason, []).append(str(path))
+        else:
+            yield from _file_documents(path, stats, strict)
+        if progress is not None:
+            progress(size)
+
+
+def _unreadable_reason(path: Path) -> str | None:
+    try:
+        with _open(path) as stream:
+            head = stream.read(BINARY_SNIFF_BYTES)
+    except (OSError, EOFError, zlib.error):
+        return "unreadable gzip file"
+    return "binary file (NUL bytes)" if b"\x00" in head else None
+
+
+def _open(path: Path) -> BinaryIO:
+    return gzip.open(path, "rb") if path.suffix == ".gz" else open(path, "rb")
+
+
+def _is_jsonl(path: Path) -> bool:
+    suffixes = path.suffixes[-2:] if path.suffix == ".gz" else path.suffixes[-1:]
+    return bool(suffixes) and suffixes[0] in (".jsonl", ".ndjson")
+
+
+def _file_documents(path: Path, stats: CorpusStats, strict: bool) -> Iterator[list[str]]:
+    jsonl = _is_jsonl(path)
+    try:
+        with _open(path) as stream:
+            lines = _bounded_lines(stream, MAX_JSONL_LINE_BYTES if jsonl else MAX_LINE_BYTES)
+            if jsonl:
+                yield from _jsonl_documents(path, lines, stats, strict)
+            else:
+                yield from _text_documents(path, lines, stats, strict)
+    except (EOFError, zlib.error, gzip.BadGzipFile) as exc:
+        if strict:
+            raise BertkitError(f"{path}: corrupt gzip data ({exc}); fix or remove the file") from None
+        stats.skipped_files.setdefault("corrupt gzip data (rest of file)", []).append(str(path))
+
+
+def _bounded_lines(stream: BinaryIO, limit: int) -> Iterator[tuple[bytes, bool]]:
+    """(line, was_cut) with at most `limit` bytes per line; the rest of a longer line is dropped."""
+    while True:
+        line = stream.readline(limit)
+        if not line:
+            return
+        cut = len(line) == limit and not line.endswith(b"\n")
+        if cut:
+            while True:  # drop the rest of the line in bounded pieces
+                rest = stream.readline(limit)
+                if not rest or rest.endswith(b"\n"):
+                    break
+            line = _trim_partial_character(line)
+        yield line, cut
+
+
+def _trim_partial_character(data: bytes) -> bytes:
+    """Drop a UTF-8 character cut in half at the end (a cut line is not invalid UTF-8)."""
+    for back in range(1, min(4, len(data)) + 1):
+        byte = data[-back]
+        if byte < 0x80:
+            return data
+        if byte >= 0xC0:  # lead byte: complete if its sequence length fits
+            needed = 2 if byte < 0xE0 else 3 if byte < 0xF0 else 4
+            return data if needed <= back else data[:-back]
+    return data
+
+
+def _decode(line: bytes, path: Path, lineno: int, stats: CorpusStats, strict: bool) -> str:
+    try:
+        return line.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        if strict:
+            raise BertkitError(f"{where(path, lineno)}: invalid UTF-8 at byte {exc.start} of the line; "
+                               "fix the encoding (e.g. iconv -t UTF-8) or drop --strict to replace it") from None
+        stats.invalid_utf8_lines += 1
+        return line.decode("utf-8", errors="replace")
+
+
+def _text_documents(path: Path, lines, stats: CorpusStats, strict: bool) -> Iterator[list[str]]:
+    document: list[str] = []
+    document_bytes = 0
+    for lineno, (raw, cut) in enumerate(lines, start=1):
+        stats.text_bytes += len(raw)
+        text = _decode(raw, path, lineno, stats, strict).strip()
+        if not text:
+            if document:
+                yield document
+            document, document_bytes = [], 0
+            continue
+        stats.lines += 1
+        stats.lines_cut += cut
+        document.append(text)
+        document_bytes += len(raw)
+        if document_bytes >= MAX_DOCUMENT_BYTES:
+            stats.documents_split += 1
+            yield document
+            document, document_bytes = [], 0
+    if document:
+        yield document
+
+
+def _jsonl_documents(path: Path, lines, stats: CorpusStats, strict: bool) -> Iterator[list[str]]:
+    for lineno, (raw, cut) in enumerate(lines, start=1):
+        stats.text_bytes += len(raw)
+        problem = "JSONL line over 64 MiB" if cut else None
+        text = None
+        if problem is None:
+            line = _decode(raw, path, lineno, stats, strict).strip()
+            if not line:
+                continue
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError:
+                record, problem = None, "JSONL line is not valid JSON"
+            if problem is None:
+                text = record.get("text") if isinstance(record, dict) else None
+                problem = None if isinstance(text, str) else "JSONL record without a string 'text' field"
+        if problem is not None:
+            if strict:
+                raise BertkitError(f"{where(path, lineno)}: {problem}; each line must be "
+                                   '{"text": "..."} (or drop --strict to skip such lines)')
+            stats.skipped_lines[problem] += 1
+            continue
+        stats.lines += 1
+        yield from _split_document([s.strip() for s in text.split("\n") if s.strip()], stats)
+
+
+def _split_document(sentences: list[str], stats: CorpusStats) -> Iterator[list[str]]:
+    document: list[str] = []
+    size = 0
+    for sentence in sentences:
+        document.append(sentence)
+        size += len(sentence)
+        if size >= MAX_DOCUMENT_BYTES:
+            stats.documents_split += 1
+            yield document
+            document, size = [], 0
+    if document:
+        yield document
+
+
+@lru_cache(maxsize=1)
+def _segmenter():
+    import pysbd  # imported only when --split-sentences is used
+
+    return pysbd.Segmenter(language="en", clean=False)
+
+
+def split_sentences(lines: list[str]) -> list[str]:
+    """Sentences of each line (a paragraph), by pysbd's English rules."""
+    segmenter = _segmenter()
+    return [s.strip() for line in lines for s in segmenter.segment(line) if s.strip()]

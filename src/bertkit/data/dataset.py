@@ -1,0 +1,101 @@
+"""`PretrainingDataset`: the map-style reader of a pre-training data directory, and its collate.
+
+Items are dicts of 1-D int64 tensors of the instance's real length (not padded): `input_ids`,
+`token_type_ids`, `attention_mask`, `mlm_labels` (-100 where not predicted), and a 0-d `nsp_labels`
+(0 = B follows A, 1 = random B). `collate_pretraining` pads a list of items to the longest.
+
+Design decision: shards are memory-mapped, so opening a dataset of any size costs only its manifest
+and index arrays, and worker processes of a DataLoader share the page cache. Dynamically masked
+data is masked in `__getitem__` with a numpy Generator seeded from (seed, epoch, index): the same
+item of the same epoch is masked the same way in any process, on any rank, after any resume;
+`set_epoch` picks the epoch.
+
+References: torch.utils.data.Dataset; RoBERTa (Liu et al. 2019, arXiv:1907.11692) for dynamic masking.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch.nn.utils.rnn import pad_sequence
+
+from bertkit.data.masking import IGNORE_INDEX, MaskingVocab, mask_batch
+from bertkit.data.shards import open_shard, read_manifest, verify_shard
+from bertkit.errors import BertkitError
+
+
+class PretrainingDataset(torch.utils.data.Dataset):
+    """Instances of a directory written by `bertkit data pretraining`."""
+
+    def __init__(self, directory: str | Path):
+        self.directory = Path(directory)
+        self.manifest = read_manifest(self.directory)
+        self.options = self.manifest["options"]
+        self.dynamic = self.options["masking"] == "dynamic"
+        self.shards = [open_shard(self.directory, entry) for entry in self.manifest["shards"]]
+        counts = [entry["num_instances"] for entry in self.manifest["shards"]]
+        self._starts = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)  # (shards+1,)
+        self.epoch = 0
+        self.vocab = self._masking_vocab() if self.dynamic else None
+
+    @property
+    def vocab_hash(self) -> str:
+        """sha256 of the vocabulary the data was tokenized with (compare with the model's tokenizer)."""
+        return self.manifest["tokenizer"]["vocab_hash"]
+
+    def set_epoch(self, epoch: int) -> None:
+        """Select the epoch whose masks dynamic masking draws (no effect on static data)."""
+        self.epoch = int(epoch)
+
+    def __len__(self) -> int:
+        return int(self._starts[-1])
+
+    def __getitem__(self, index: int) -> dict[str, torch.Tensor]:
+        if not -len(self) <= index < len(self):
+            raise IndexError(f"index {index} out of range for {len(self)} instances")
+        index = index % len(self)
+        shard_index = int(np.searchsorted(self._starts, index, side="right")) - 1
+        shard, k = self.shards[shard_index], index - int(self._starts[shard_index])
+        start, stop = int(shard["offsets"][k]), int(shard["offsets"][k + 1])
+        ids = np.asarray(shard["input_ids"][start:stop], dtype=np.int64)
+        if self.dynamic:
+            gen = np.random.default_rng([self.options["seed"], self.epoch, index])
+            ids, labels = mask_batch(ids, np.array([0, len(ids)]), self.options["masked_lm_prob"],
+                                     self.options["max_predictions_per_seq"], self.vocab, gen)
+        else:
+            labels = np.full(len(ids), IGNORE_INDEX, dtype=np.int64)
+            m0, m1 = int(shard["mlm_offsets"][k]), int(shard["mlm_offsets"][k + 1])
+            labels[np.asarray(shard["mlm_positions"][m0:m1], dtype=np.int64)] = shard["mlm_labels"][m0:m1]
+        token_type_ids = np.zeros(len(ids), dtype=np.int64)
+        token_type_ids[int(shard["a_lengths"][k]):] = 1
+        return {"input_ids": torch.from_numpy(ids), "token_type_ids": torch.from_numpy(token_type_ids),
+                "attention_mask": torch.ones(len(ids), dtype=torch.int64),
+                "mlm_labels": torch.from_numpy(labels),
+                "nsp_labels": torch.tensor(int(shard["nsp_labels"][k]), dtype=torch.int64)}
+
+    def verify(self) -> None:
+        """Check every shard's sha256 against the manifest (reads all data once)."""
+        for entry in self.manifest["shards"]:
+            if not verify_shard(self.directory, entry):
+                raise BertkitError(f"{self.directory / entry['file']}: sha256 does not match the manifest; "
+                                   "the file is damaged - re-create the data")
+
+    def _masking_vocab(self) -> MaskingVocab:
+        tokenizer = self.manifest["tokenizer"]
+        special = tokenizer["special_token_ids"]
+        continuation = None
+        if self.options["whole_word_masking"]:
+            continuation = np.zeros(tokenizer["vocab_size"], dtype=bool)
+            continuation[tokenizer["continuation_token_ids"]] = True
+        return MaskingVocab(tokenizer["vocab_size"], special["mask"], special["cls"], special["sep"], continuation)
+
+
+def collate_pretraining(items: list[dict[str, torch.Tensor]], pad_token_id: int = 0) -> dict[str, torch.Tensor]:
+    """Pad items to the batch's longest: (B, T) tensors, mlm_labels padded with -100; nsp_labels (B,)."""
+    padding = {"input_ids": pad_token_id, "token_type_ids": 0, "attention_mask": 0, "mlm_labels": IGNORE_INDEX}
+    batch = {key: pad_sequence([item[key] for item in items], batch_first=True, padding_value=value)
+             for key, value in padding.items()}
+    batch["nsp_labels"] = torch.stack([item["nsp_labels"] for item in items])
+    return batch

@@ -1,0 +1,344 @@
+"""`bertkit data pretraining`: text files -> tokenized, paired, masked, sharded pre-training data.
+
+The pipeline: the main process streams documents from the inputs (`corpus.read_documents`) and
+cuts them into blocks of about `shuffle_buffer_mb` of text; worker processes tokenize a block in one
+batched `encode_ids` call, make `dupe_factor` passes of Google's pair rules over its documents
+(`instances.create_instances_from_document`), shuffle the block's instances and mask them
+(`masking.mask_batch`, or not at all for dynamic masking); the main process appends the results,
+in block order, to shards (`shards.ShardWriter`) and writes the manifest last.
+
+Design decision: randomness is keyed to positions in the input, never to workers. Pair creation for
+(pass d, document i) uses `random.Random` seeded from (seed, d, i); a block's shuffle and masks use a
+numpy Generator seeded from (seed, block). Blocks are cut by a fixed rule on the input and results
+are written in block order, so the shards are byte-identical for any --workers and across re-runs.
+Where this differs from the original (which holds the whole corpus in memory): a random-next B comes
+from a document of the same block (the bounded shuffle buffer), not the whole corpus; instances are
+shuffled within a block, not globally (training shuffles anyway); each input file starts a new
+document. With `rng="python"` masking also draws from the per-document `random.Random`, in the
+original's order, so each document's instances are exactly what the original's
+`create_instances_from_document` makes from that generator state.
+
+References: google-research/bert `create_pretraining_data.py`; Devlin et al. 2018 (arXiv:1810.04805).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import multiprocessing
+import os
+import random
+from collections import Counter, deque
+from collections.abc import Iterator
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, field
+from itertools import chain
+from pathlib import Path
+
+import numpy as np
+from tqdm import tqdm
+
+from bertkit.data.corpus import CorpusStats, expand_inputs, read_documents, split_sentences
+from bertkit.data.instances import Instance, PairStats, create_instances_from_document
+from bertkit.data.masking import IGNORE_INDEX, MaskingVocab, google_mask_fn, mask_batch
+from bertkit.data.shards import (FORMAT_NAME, FORMAT_VERSION, ShardWriter, ids_dtype, prepare_output,
+                                 write_manifest)
+from bertkit.errors import BertkitError
+
+
+@dataclass(frozen=True)
+class PretrainingDataOptions:
+    """Every setting that changes the produced data (all recorded in the manifest)."""
+
+    max_seq_length: int = 128
+    """Longest instance in tokens, [CLS] and two [SEP] included."""
+    masked_lm_prob: float = 0.15
+    """Fraction of an instance's tokens to predict."""
+    max_predictions_per_seq: int = 20
+    """Most predicted positions per instance."""
+    dupe_factor: int = 10
+    """Passes over the corpus (each with different pairs and masks)."""
+    short_seq_prob: float = 0.1
+    """Probability of a shorter target length for a document's instances."""
+    whole_word_masking: bool = False
+    """Mask all WordPiece pieces of a word together."""
+    masking: str = "static"
+    """'static': masks written into the shards; 'dynamic': the dataset masks at load time."""
+    seed: int = 12345
+    """Seed of every random choice."""
+    split_sentences: bool = False
+    """Split input lines into sentences (pysbd) instead of taking one sentence per line."""
+    rng: str = "numpy"
+    """'numpy': vectorised masking; 'python': masking drawn in the original's order (slower)."""
+    shuffle_buffer_mb: float = 4.0
+    """Text per block (MiB): the pool random-next sentences come from and the shuffle window."""
+
+    def validate(self) -> None:
+        if not 5 <= self.max_seq_length <= 65535:
+            raise BertkitError(f"--max-seq-length must be in [5, 65535], got {self.max_seq_length}")
+        if not 0.0 < self.masked_lm_prob < 1.0:
+            raise BertkitError(f"--masked-lm-prob must be in (0, 1), got {self.masked_lm_prob}")
+        if self.max_predictions_per_seq < 1:
+            raise BertkitError(f"--max-predictions-per-seq must be at least 1, got {self.max_predictions_per_seq}")
+        if self.dupe_factor < 1:
+            raise BertkitError(f"--dupe-factor must be at least 1, got {self.dupe_factor}")
+        if not 0.0 <= self.short_seq_prob <= 1.0:
+            raise BertkitError(f"--short-seq-prob must be in [0, 1], got {self.short_seq_prob}")
+        if self.masking not in ("static", "dynamic"):
+            raise BertkitError(f"--masking must be 'static' or 'dynamic', got {self.masking!r}")
+        if self.rng not in ("numpy", "python"):
+            raise BertkitError(f"--rng must be 'numpy' or 'python', got {self.rng!r}")
+        if not self.shuffle_buffer_mb > 0:
+            raise BertkitError(f"--shuffle-buffer-mb must be positive, got {self.shuffle_buffer_mb}")
+
+
+@dataclass
+class Block:
+    """A run of consecutive documents, processed by one worker."""
+
+    index: int
+    first_document: int
+    """Corpus-wide number of the first document (keys the per-document seeds)."""
+    documents: list[list[str]]
+    text_bytes: int
+    """Bytes of text read up to the end of this block (drives the progress bar)."""
+
+
+@dataclass
+class BlockResult:
+    ids: np.ndarray
+    lengths: np.ndarray
+    a_lengths: np.ndarray
+    nsp: np.ndarray
+    mlm_counts: np.ndarray | None
+    mlm_positions: np.ndarray | None
+    mlm_labels: np.ndarray | None
+    counts: Counter = field(default_factory=Counter)
+    text_bytes: int = 0
+
+
+# --- worker side ---------------------------------------------------------------------------------
+
+_STATE: dict = {}
+
+
+def _init_worker(tokenizer, options: PretrainingDataOptions, vocab: MaskingVocab, parallel_tokenizer: bool) -> None:
+    if not parallel_tokenizer:  # one Rust thread pool per worker process would oversubscribe the cores
+        os.environ["TOKENIZERS_PARALLELISM"] = "false"
+    mask_fn = None
+    if options.masking == "static" and options.rng == "python":
+        mask_fn = google_mask_fn(options.masked_lm_prob, options.max_predictions_per_seq, vocab)
+    _STATE.update(tokenizer=tokenizer, options=options, vocab=vocab, mask_fn=mask_fn)
+
+
+def _document_seed(seed: int, dupe: int, document: int) -> int:
+    return (seed << 96) + (dupe << 64) + document
+
+
+def _tokenize_block(block: Block, counts: Counter) -> tuple[list[list[list[int]]], list[int]]:
+    """The block's non-empty documents as token ids, and each one's corpus-wide number."""
+    tokenizer, options = _STATE["tokenizer"], _STATE["options"]
+    texts = [split_sentences(d) for d in block.documents] if options.split_sentences else block.documents
+    ids = tokenizer.encode_ids([s for d in texts for s in d])
+    flat = np.fromiter(chain.from_iterable(ids), dtype=np.int64)
+    counts["sentence_tokens"] += len(flat)
+    counts["unk_tokens"] += int(np.count_nonzero(flat == tokenizer.unk_token_id))
+    documents, numbers, k = [], [], 0
+    for j, text in enumerate(texts):
+        sentences = [s for s in ids[k:k + len(text)] if s]
+        counts["sentences_without_tokens"] += len(text) - len(sentences)
+        k += len(text)
+        if sentences:
+            documents.append(sentences)
+            numbers.append(block.first_document + j)
+            counts["sentences"] += len(sentences)
+        else:
+            counts["documents_without_tokens"] += 1
+    counts["documents"] += len(documents)
+    return documents, numbers
+
+
+def _process_block(block: Block) -> BlockResult:
+    options, vocab = _STATE["options"], _STATE["vocab"]
+    counts: Counter = Counter()
+    documents, numbers = _tokenize_block(block, counts)
+    pair_stats = PairStats()
+    instances: list[Instance] = []
+    for dupe in range(options.dupe_factor):
+        for j, number in enumerate(numbers):
+            rng = random.Random(_document_seed(options.seed, dupe, number))
+            instances.extend(create_instances_from_document(
+                documents, j, options.max_seq_length, options.short_seq_prob, vocab.cls_id, vocab.sep_id,
+                rng, mask_fn=_STATE["mask_fn"], stats=pair_stats))
+    counts.update({k: v for k, v in dataclasses.asdict(pair_stats).items()})
+    gen = np.random.default_rng([options.seed, block.index])
+    instances = [instances[k] for k in gen.permutation(len(instances))]
+    result = _to_arrays(instances, options, vocab, gen)
+    counts["instances"] += len(instances)
+    counts["instance_tokens"] += len(result.ids)
+    counts["random_next"] += int(result.nsp.sum())
+    counts["masked_tokens"] += len(result.mlm_positions) if result.mlm_positions is not None else 0
+    result.counts, result.text_bytes = counts, block.text_bytes
+    return result
+
+
+def _to_arrays(instances: list[Instance], options: PretrainingDataOptions, vocab: MaskingVocab,
+               gen: np.random.Generator) -> BlockResult:
+    lengths = np.fromiter((len(i.tokens) for i in instances), dtype=np.int64, count=len(instances))
+    ids = np.fromiter(chain.from_iterable(i.tokens for i in instances), dtype=np.int64, count=int(lengths.sum()))
+    a_lengths = np.fromiter((i.a_length for i in instances), dtype=np.int64, count=len(instances))
+    nsp = np.fromiter((i.is_random_next for i in instances), dtype=np.uint8, count=len(instances))
+    result = BlockResult(ids, lengths, a_lengths, nsp, None, None, None)
+    if options.masking == "dynamic":
+        return result
+    if options.rng == "python":  # masked already, in the original's random order
+        result.mlm_counts = np.fromiter((len(i.masked_positions) for i in instances), dtype=np.int64, count=len(instances))
+        result.mlm_positions = np.fromiter(chain.from_iterable(i.masked_positions for i in instances), dtype=np.int64)
+        result.mlm_labels = np.fromiter(chain.from_iterable(i.masked_labels for i in instances), dtype=np.int64)
+        return result
+    offsets = np.concatenate([[0], np.cumsum(lengths)])
+    result.ids, labels = mask_batch(ids, offsets, options.masked_lm_prob, options.max_predictions_per_seq, vocab, gen)
+    predicted = np.flatnonzero(labels != IGNORE_INDEX)
+    owner = np.searchsorted(offsets, predicted, side="right") - 1  # instance of each predicted position
+    result.mlm_counts = np.bincount(owner, minlength=len(instances))
+    result.mlm_positions = predicted - offsets[owner]
+    result.mlm_labels = labels[predicted]
+    return result
+
+
+# --- main side -----------------------------------------------------------------------------------
+
+def _blocks(documents: Iterator[list[str]], stats: CorpusStats, block_bytes: int) -> Iterator[Block]:
+    """Consecutive documents in blocks of at least `block_bytes` of text; a small tail joins the last."""
+    held: Block | None = None
+    current: list[list[str]] = []
+    size = first = index = 0
+    for document in documents:
+        current.append(document)
+        size += sum(map(len, document))
+        if size >= block_bytes:
+            if held is not None:
+                yield held
+            held = Block(index, first, current, stats.text_bytes)
+            index, first, current, size = index + 1, first + len(current), [], 0
+    if current and held is not None and size < block_bytes // 2:
+        held.documents.extend(current)
+        held.text_bytes = stats.text_bytes
+    elif current:
+        if held is not None:
+            yield held
+        held = Block(index, first, current, stats.text_bytes)
+    if held is not None:
+        yield held
+
+
+def _results(blocks: Iterator[Block], workers: int, initargs: tuple) -> Iterator[BlockResult]:
+    """Block results in block order; at most 2 x workers blocks in flight (bounded memory)."""
+    if workers == 1:
+        _init_worker(*initargs)
+        yield from map(_process_block, blocks)
+        return
+    context = multiprocessing.get_context("fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn")
+    with ProcessPoolExecutor(workers, mp_context=context, initializer=_init_worker, initargs=initargs) as pool:
+        pending: deque = deque()
+        for block in blocks:
+            pending.append(pool.submit(_process_block, block))
+            if len(pending) >= 2 * workers:
+                yield pending.popleft().result()
+        while pending:
+            yield pending.popleft().result()
+
+
+def build_pretraining_data(inputs: list[str], tokenizer, output: str | Path,
+                           options: PretrainingDataOptions = PretrainingDataOptions(), workers: int | None = None,
+                           strict: bool = False, overwrite: bool = False, progress: bool = True,
+                           max_shard_tokens: int = 1 << 25) -> dict:
+    """Build a pre-training data directory; returns its manifest (with the summary)."""
+    options.validate()
+    workers = workers or os.cpu_count() or 1
+    if workers < 1:
+        raise BertkitError(f"--workers must be at least 1, got {workers}")
+    paths = expand_inputs(list(inputs))
+    output = Path(output)
+    prepare_output(output, overwrite)
+    vocab = MaskingVocab.from_tokenizer(tokenizer, options.whole_word_masking)
+    stats = CorpusStats()
+    has_gz = any(p.suffix == ".gz" for p in paths)
+    bar = tqdm(total=None if has_gz else sum(p.stat().st_size for p in paths), unit="B", unit_scale=True,
+               unit_divisor=1024, desc="pre-training data", disable=not progress, dynamic_ncols=True)
+    writer = ShardWriter(output, ids_dtype(tokenizer.vocab_size), options.masking == "static", max_shard_tokens)
+    counts: Counter = Counter()
+    blocks = _blocks(read_documents(paths, stats, strict), stats, int(options.shuffle_buffer_mb * (1 << 20)))
+    try:
+        for result in _results(blocks, workers, (tokenizer, options, vocab, workers == 1)):
+            writer.add(result.ids, result.lengths, result.a_lengths, result.nsp,
+                       result.mlm_counts, result.mlm_positions, result.mlm_labels)
+            counts.update(result.counts)
+            bar.update(result.text_bytes - bar.n)
+        shards = writer.finish()
+    except BaseException:
+        writer.abort()
+        raise
+    finally:
+        bar.close()
+    if counts["instances"] == 0:
+        raise BertkitError(f"--input: no instances could be made from {len(paths)} file(s) "
+                           f"({counts['documents']} documents with tokens); check the files and their format")
+    manifest = _manifest(paths, tokenizer, vocab, options, shards, counts, stats)
+    write_manifest(output, manifest)
+    return manifest
+
+
+def _manifest(paths, tokenizer, vocab: MaskingVocab, options, shards, counts: Counter, stats: CorpusStats) -> dict:
+    special = {name: getattr(tokenizer, f"{name}_token_id") for name in ("pad", "unk", "cls", "sep", "mask")}
+    tokenizer_info = {"vocab_hash": tokenizer.vocab_hash, "vocab_size": tokenizer.vocab_size,
+                      "do_lower_case": tokenizer.do_lower_case, "special_token_ids": special}
+    if vocab.continuation is not None:
+        tokenizer_info["continuation_token_ids"] = np.flatnonzero(vocab.continuation).tolist()
+    return {"format": FORMAT_NAME, "format_version": FORMAT_VERSION, "options": dataclasses.asdict(options),
+            "inputs": [{"path": str(p), "bytes": p.stat().st_size} for p in paths],
+            "tokenizer": tokenizer_info, "ids_dtype": ids_dtype(tokenizer.vocab_size).name,
+            "num_instances": sum(s["num_instances"] for s in shards),
+            "num_tokens": sum(s["num_tokens"] for s in shards), "shards": shards,
+            "summary": summarize(counts, stats)}
+
+
+def summarize(counts: Counter, stats: CorpusStats) -> dict:
+    """The run's summary: counts, rates, and every skip with its reason."""
+    def ratio(a: int, b: int) -> float:
+        return round(a / b, 6) if b else 0.0
+
+    skipped_lines = Counter(stats.skipped_lines)
+    if counts["sentences_without_tokens"]:
+        skipped_lines["line without tokens (only characters the tokenizer drops)"] += counts["sentences_without_tokens"]
+    return {**stats.to_dict(), "skipped_lines": dict(sorted(skipped_lines.items())),
+            "documents": counts["documents"], "documents_without_tokens": counts["documents_without_tokens"],
+            "sentences": counts["sentences"], "sentence_tokens": counts["sentence_tokens"],
+            "unk_rate": ratio(counts["unk_tokens"], counts["sentence_tokens"]),
+            "instances": counts["instances"], "instance_tokens": counts["instance_tokens"],
+            "masked_tokens": counts["masked_tokens"],
+            "masked_fraction": ratio(counts["masked_tokens"], counts["instance_tokens"]),
+            "random_next": counts["random_next"], "random_next_fraction": ratio(counts["random_next"], counts["instances"]),
+            "truncated_instances": counts["truncated_instances"], "truncated_tokens": counts["truncated_tokens"],
+            "random_next_same_document": counts["random_next_same_document"]}
+
+
+def format_summary(manifest: dict) -> str:
+    """The summary as aligned text lines for the terminal."""
+    s = manifest["summary"]
+    masked = (f"{s['masked_fraction']:.2%} of instance tokens" if manifest["options"]["masking"] == "static"
+              else "dynamic (at load time)")
+    rows = [
+        ("files", f"{s['files']} ({s['input_bytes'] / 2**20:.1f} MiB; {len(s['empty_files'])} empty)"),
+        ("documents", f"{s['documents']:,} ({s['documents_without_tokens']} without tokens, {s['documents_split']} split)"),
+        ("sentences", f"{s['sentences']:,} ({s['sentence_tokens']:,} tokens)"),
+        ("instances", f"{s['instances']:,} ({s['instance_tokens']:,} tokens, {len(manifest['shards'])} shards)"),
+        ("masked", masked),
+        ("NSP random next", f"{s['random_next_fraction']:.2%} ({s['random_next_same_document']} from the same document)"),
+        ("[UNK] rate", f"{s['unk_rate']:.4%}"),
+        ("truncations", f"{s['truncated_instances']:,} instances, {s['truncated_tokens']:,} tokens cut"),
+        ("invalid UTF-8", f"{s['invalid_utf8_lines']} lines (replaced)"),
+        ("cut lines", f"{s['lines_cut']} lines over 1 MiB"),
+    ]
+    rows += [(f"skipped lines", f"{n:,} {reason}") for reason, n in s["skipped_lines"].items()]
+    rows += [(f"skipped files", f"{len(files)} {reason}: {', '.join(files)}") for reason, files in s["skipped_files"].items()]
+    return "\n".join(f"  {name:<16} {value}" for name, value in rows)

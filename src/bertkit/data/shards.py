@@ -1,0 +1,207 @@
+"""Shard files and the manifest of a pre-training data directory: atomic writes, memory-mapped reads.
+
+A shard is one flat binary file holding, back to back (each 8-byte aligned), the arrays
+
+- `input_ids` (uint16 when the vocabulary has at most 65536 ids, else uint32): all instances
+  concatenated, masked already when masking is static;
+- `offsets` (int64, n+1): instance k is input_ids[offsets[k]:offsets[k+1]];
+- `a_lengths` (uint16, n): tokens with segment id 0 ([CLS] A [SEP]);
+- `nsp_labels` (uint8, n): 1 when B is a random span;
+- static masking only: `mlm_offsets` (int64, n+1), `mlm_positions` (uint16) and `mlm_labels`
+  (the ids' dtype): instance k predicts mlm_labels[mlm_offsets[k]:mlm_offsets[k+1]] at those
+  positions.
+
+`manifest.json` lists the shards with each array's byte offset, dtype and length, the shard's
+sha256, and everything about the run (format version, options, tokenizer vocabulary hash, summary).
+
+Design decision: write to a hidden temp file in the same directory, fsync, then `os.replace` onto
+the final name, and write the manifest the same way only after every shard: a killed run never
+leaves a half shard under a real name, and a directory without a manifest is refused by the reader.
+Shards hold raw arrays (no pickle), read back with `numpy.memmap`, so training pages in only what it
+touches. `input_ids` streams to disk as blocks arrive; only the small per-instance arrays wait in
+memory.
+
+References: numpy.memmap; POSIX rename(2) atomicity.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+
+from bertkit.errors import BertkitError
+
+FORMAT_NAME = "bertkit-pretraining-data"
+FORMAT_VERSION = 1
+MANIFEST = "manifest.json"
+ALIGN = 8
+
+
+def ids_dtype(vocab_size: int) -> np.dtype:
+    """The narrowest unsigned dtype that holds every token id."""
+    return np.dtype(np.uint16) if vocab_size <= 1 << 16 else np.dtype(np.uint32)
+
+
+def fsync_directory(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def write_atomic(path: Path, data: bytes) -> None:
+    """Write `data` to `path` via a temp file in the same directory, fsync, rename."""
+    temp = path.with_name(f".{path.name}.tmp")
+    with open(temp, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(temp, path)
+    fsync_directory(path.parent)
+
+
+class ShardWriter:
+    """Appends blocks of instances to the current shard; starts a new one past `max_shard_tokens`."""
+
+    def __init__(self, directory: Path, dtype: np.dtype, static_masking: bool, max_shard_tokens: int):
+        self.directory, self.dtype, self.static = directory, dtype, static_masking
+        self.max_shard_tokens = max_shard_tokens
+        self.shards: list[dict] = []
+        self._file = None
+
+    def add(self, ids: np.ndarray, lengths: np.ndarray, a_lengths: np.ndarray, nsp: np.ndarray,
+            mlm_counts: np.ndarray | None = None, mlm_positions: np.ndarray | None = None,
+            mlm_labels: np.ndarray | None = None) -> None:
+        """Append instances: ids (N,) flat, lengths/a_lengths/nsp (n,), static: mlm_* per position."""
+        if self._file is None:
+            self._open()
+        self._write(ids.astype(self.dtype, copy=False))
+        self._tokens += len(ids)
+        self._parts["lengths"].append(np.asarray(lengths, dtype=np.int64))
+        self._parts["a_lengths"].append(np.asarray(a_lengths, dtype=np.uint16))
+        self._parts["nsp_labels"].append(np.asarray(nsp, dtype=np.uint8))
+        if self.static:
+            self._parts["mlm_counts"].append(np.asarray(mlm_counts, dtype=np.int64))
+            self._parts["mlm_positions"].append(np.asarray(mlm_positions, dtype=np.uint16))
+            self._parts["mlm_labels"].append(np.asarray(mlm_labels, dtype=self.dtype))
+        if self._tokens >= self.max_shard_tokens:
+            self._close_shard()
+
+    def finish(self) -> list[dict]:
+        """Close the last shard; the manifest entries of all shards."""
+        if self._file is not None:
+            self._close_shard()
+        return self.shards
+
+    def _open(self) -> None:
+        name = f"shard-{len(self.shards):05d}.bin"
+        self._final = self.directory / name
+        self._temp = self.directory / f".{name}.tmp"
+        self._file = open(self._temp, "wb")
+        self._sha = hashlib.sha256()
+        self._position = 0
+        self._tokens = 0
+        self._arrays: dict[str, dict] = {}
+        self._parts: dict[str, list[np.ndarray]] = {k: [] for k in (
+            "lengths", "a_lengths", "nsp_labels", "mlm_counts", "mlm_positions", "mlm_labels")}
+        self._arrays["input_ids"] = {"offset": 0, "dtype": self.dtype.name, "length": 0}
+
+    def _write(self, array: np.ndarray) -> None:
+        data = array.tobytes()
+        self._file.write(data)
+        self._sha.update(data)
+        self._position += len(data)
+
+    def _write_array(self, name: str, array: np.ndarray) -> None:
+        padding = -self._position % ALIGN
+        self._write(np.zeros(padding, dtype=np.uint8))
+        self._arrays[name] = {"offset": self._position, "dtype": array.dtype.name, "length": len(array)}
+        self._write(array)
+
+    def _close_shard(self) -> None:
+        self._arrays["input_ids"]["length"] = self._tokens
+        parts = {k: np.concatenate(v) if v else np.zeros(0) for k, v in self._parts.items()}
+        n = len(parts["lengths"])
+        self._write_array("offsets", np.concatenate([[0], np.cumsum(parts["lengths"])]).astype(np.int64))
+        self._write_array("a_lengths", parts["a_lengths"])
+        self._write_array("nsp_labels", parts["nsp_labels"])
+        if self.static:
+            self._write_array("mlm_offsets", np.concatenate([[0], np.cumsum(parts["mlm_counts"])]).astype(np.int64))
+            self._write_array("mlm_positions", parts["mlm_positions"])
+            self._write_array("mlm_labels", parts["mlm_labels"])
+        self._file.flush()
+        os.fsync(self._file.fileno())
+        self._file.close()
+        self._file = None
+        os.replace(self._temp, self._final)
+        self.shards.append({"file": self._final.name, "num_instances": n, "num_tokens": self._tokens,
+                            "bytes": self._position, "sha256": self._sha.hexdigest(), "arrays": self._arrays})
+
+    def abort(self) -> None:
+        """Drop the shard being written (after an error), leaving no temp file behind."""
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+            self._temp.unlink(missing_ok=True)
+
+
+def prepare_output(directory: Path, overwrite: bool) -> None:
+    """Create `directory`; refuse to clobber finished data unless `overwrite`; clear our old files."""
+    manifest = directory / MANIFEST
+    if manifest.exists() and not overwrite:
+        raise BertkitError(f"--output {directory}: already holds pre-training data ({MANIFEST}); "
+                           "choose another directory or pass --overwrite")
+    if directory.exists() and not directory.is_dir():
+        raise BertkitError(f"--output {directory}: exists and is not a directory")
+    directory.mkdir(parents=True, exist_ok=True)
+    manifest.unlink(missing_ok=True)  # first, so old shards are never paired with a new manifest
+    for old in [*directory.glob("shard-*.bin"), *directory.glob(".shard-*.bin.tmp"), *directory.glob(f".{MANIFEST}.tmp")]:
+        old.unlink()
+
+
+def write_manifest(directory: Path, manifest: dict) -> None:
+    write_atomic(directory / MANIFEST, (json.dumps(manifest, indent=2, sort_keys=True) + "\n").encode())
+
+
+def read_manifest(directory: Path) -> dict:
+    path = Path(directory) / MANIFEST
+    if not path.is_file():
+        raise BertkitError(f"{directory}: no {MANIFEST}; not a bertkit pre-training data directory, or "
+                           "its creation did not finish - run `bertkit data pretraining` again")
+    try:
+        manifest = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise BertkitError(f"{path}: unreadable manifest ({exc}); re-create the data") from None
+    if manifest.get("format") != FORMAT_NAME or manifest.get("format_version") != FORMAT_VERSION:
+        raise BertkitError(f"{path}: format {manifest.get('format')!r} version {manifest.get('format_version')!r}"
+                           f" is not {FORMAT_NAME!r} version {FORMAT_VERSION}; re-create the data with this bertkit")
+    return manifest
+
+
+def open_shard(directory: Path, entry: dict) -> dict[str, np.ndarray]:
+    """The arrays of one shard, memory-mapped read-only, after checking the file's size."""
+    path = Path(directory) / entry["file"]
+    if not path.is_file() or path.stat().st_size != entry["bytes"]:
+        raise BertkitError(f"{path}: missing or not {entry['bytes']} bytes as the manifest says; "
+                           "the data directory is damaged - re-create it")
+    arrays = {}
+    for name, spec in entry["arrays"].items():
+        if spec["length"] == 0:
+            arrays[name] = np.zeros(0, dtype=spec["dtype"])
+        else:
+            arrays[name] = np.memmap(path, dtype=spec["dtype"], mode="r", offset=spec["offset"], shape=(spec["length"],))
+    return arrays
+
+
+def verify_shard(directory: Path, entry: dict) -> bool:
+    """True when the shard's sha256 matches the manifest (reads the whole file)."""
+    sha = hashlib.sha256()
+    with open(Path(directory) / entry["file"], "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            sha.update(chunk)
+    return sha.hexdigest() == entry["sha256"]
