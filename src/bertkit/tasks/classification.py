@@ -1,0 +1,174 @@
+"""Sentence and sentence-pair classification (GLUE) and regression (STS-B): features, loss, metrics.
+
+Input is `[CLS] text [SEP]` or `[CLS] text [SEP] pair [SEP]`; the head reads the pooled [CLS] vector
+(`BertForSequenceClassification`). Design decision: an input longer than `max_seq_length` is truncated
+longest-first (the original `_truncate_seq_pair`) and the number of truncated examples is counted and
+reported, never hidden; regression (one output, mean squared error) is chosen by the label list being
+None, as STS-B's is.
+
+References: Devlin et al. (2018), section 4.1 and figure 4 (a, b); google-research/bert
+`run_classifier.py`; GLUE (Wang et al., 2018) for the metric of each task.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from bertkit.data.glue import TextExample, check_labels, glue_task, read_glue, read_table
+from bertkit.errors import BertkitError
+from bertkit.model import BertForSequenceClassification
+from bertkit.tasks.metrics import GLUE_METRICS, classification_metrics
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class ClassificationSettings:
+    """Everything needed to read, encode and label inputs again (saved in bertkit_task.json)."""
+
+    labels: list[str] | None
+    """Label names by output index; None for regression."""
+    max_seq_length: int = 128
+    glue_task: str | None = None
+    """GLUE task name whose TSV layout and metrics are used, or None for a generic table."""
+    text_column: str = "text"
+    text_pair_column: str | None = None
+    label_column: str = "label"
+
+
+class ClassificationTask:
+    """The classification task in the shape the fine-tuning driver expects (see tasks/finetune.py)."""
+
+    kind = "classification"
+    model_class = BertForSequenceClassification
+    output_names = ("logits",)
+    token_level_outputs = ()
+
+    def __init__(self, settings: ClassificationSettings) -> None:
+        self.settings = settings
+
+    @property
+    def is_regression(self) -> bool:
+        return self.settings.labels is None
+
+    @property
+    def metric_names(self) -> tuple[str, ...]:
+        if self.settings.glue_task:
+            return GLUE_METRICS[self.settings.glue_task]
+        return ("pearson", "spearman") if self.is_regression else ("accuracy",)
+
+    def config_overrides(self) -> dict[str, Any]:
+        if self.is_regression:
+            return {"num_labels": 1, "id2label": {0: "score"}, "problem_type": "regression"}
+        return {"num_labels": len(self.settings.labels), "id2label": dict(enumerate(self.settings.labels)),
+                "problem_type": "single_label_classification"}
+
+    # --- data ---------------------------------------------------------------------------------
+
+    def read(self, path: str | Path, labelled: bool = True, training: bool = False,
+             ) -> tuple[list[TextExample], list[str]]:
+        """A GLUE file in the task's layout; a .jsonl file or a generic table by column names."""
+        s = self.settings
+        if s.glue_task and Path(path).suffix.lower() != ".jsonl":
+            examples, skipped = read_glue(path, glue_task(s.glue_task), labelled=labelled)
+        else:
+            examples, skipped = read_table(path, s.text_column, s.text_pair_column, s.label_column if labelled else None)
+            if labelled:
+                check_labels(examples, None if self.is_regression else tuple(s.labels))
+        return examples, skipped
+
+    def features(self, examples: Sequence[TextExample], tokenizer: Any, training: bool = False) -> list[dict[str, Any]]:
+        """input_ids/token_type_ids/attention_mask (+ labels when the examples have them)."""
+        texts = [e.text for e in examples]
+        pairs = [e.text_pair or "" for e in examples] if examples[0].text_pair is not None else None
+        self._report_truncation(examples, texts, pairs, tokenizer)
+        encodings = tokenizer.encode_batch(texts, pairs, max_length=self.settings.max_seq_length, truncation=True)
+        features = []
+        for example, encoding in zip(examples, encodings):
+            feature = {"input_ids": encoding.input_ids, "token_type_ids": encoding.token_type_ids,
+                       "attention_mask": encoding.attention_mask}
+            if example.label is not None:
+                feature["labels"] = (float(example.label) if self.is_regression
+                                     else self.settings.labels.index(example.label))
+            features.append(feature)
+        return features
+
+    def _report_truncation(self, examples: Sequence[TextExample], texts: list[str], pairs: list[str] | None,
+                           tokenizer: Any) -> int:
+        lengths = [len(ids) + 2 for ids in tokenizer.encode_ids(texts)]  # + [CLS], [SEP]
+        if pairs is not None:
+            lengths = [n + len(ids) + 1 for n, ids in zip(lengths, tokenizer.encode_ids(pairs))]  # + [SEP]
+        truncated = sum(n > self.settings.max_seq_length for n in lengths)
+        if truncated:
+            log.warning("%d of %d examples (from %s) are longer than --max-seq-length %d and were truncated "
+                        "longest-first", truncated, len(examples), examples[0].guid.rsplit(":", 1)[0],
+                        self.settings.max_seq_length)
+        self.last_truncated = truncated
+        return truncated
+
+    # --- training and evaluation ---------------------------------------------------------------
+
+    def loss(self, model: torch.nn.Module, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict[str, float]]:
+        logits = model(batch["input_ids"], batch["token_type_ids"], batch["attention_mask"]).logits
+        if self.is_regression:
+            loss = F.mse_loss(logits.squeeze(-1).float(), batch["labels"].float())
+        else:
+            loss = F.cross_entropy(logits.float(), batch["labels"])
+        return loss, {}
+
+    def decode(self, examples: Sequence[TextExample], features: Sequence[dict],
+               outputs: dict[str, np.ndarray]) -> list[dict[str, Any]]:
+        """One prediction per example: the label (or score) and, for classification, probabilities."""
+        logits = np.stack(outputs["logits"])  # (N, num_labels)
+        if self.is_regression:
+            return [{"id": e.guid, "score": float(row[0])} for e, row in zip(examples, logits)]
+        shifted = np.exp(logits - logits.max(axis=1, keepdims=True))
+        probabilities = shifted / shifted.sum(axis=1, keepdims=True)
+        return [{"id": e.guid, "label": self.settings.labels[int(row.argmax())],
+                 "probabilities": dict(zip(self.settings.labels, map(float, row)))}
+                for e, row in zip(examples, probabilities)]
+
+    def score(self, examples: Sequence[TextExample], predictions: Sequence[dict]) -> dict[str, float]:
+        if self.is_regression:
+            gold = [float(e.label) for e in examples]
+            predicted = [p["score"] for p in predictions]
+        else:
+            gold = [self.settings.labels.index(e.label) for e in examples]
+            predicted = [self.settings.labels.index(p["label"]) for p in predictions]
+        return classification_metrics(self.metric_names, gold, predicted)
+
+    def write_predictions(self, examples: Sequence[TextExample], predictions: Sequence[dict], directory: Path,
+                          prefix: str) -> list[Path]:
+        path = directory / f"{prefix}predictions.jsonl"
+        path.write_text("".join(json.dumps(p) + "\n" for p in predictions), encoding="utf-8")
+        return [path]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"task": self.kind, **asdict(self.settings)}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> ClassificationTask:
+        return cls(ClassificationSettings(**{k: v for k, v in data.items() if k != "task"}))
+
+
+def labels_for(glue_name: str | None, train_examples: Sequence[TextExample], regression: bool) -> list[str] | None:
+    """The task's label list: GLUE's fixed list, None for regression, else the training file's labels sorted."""
+    if glue_name:
+        labels = glue_task(glue_name).labels
+        return list(labels) if labels is not None else None
+    if regression:
+        return None
+    labels = sorted({e.label for e in train_examples})
+    if len(labels) < 2:
+        raise BertkitError(f"the training file has only the label {labels[0]!r}; classification needs at "
+                           "least two (use --regression for numeric targets)")
+    return labels

@@ -1,0 +1,454 @@
+"""The fine-tuning driver shared by every task: seeds, evaluation every epoch, the best checkpoint,
+early stopping, the self-contained fine-tuned directory, and `predict` / `evaluate` from it.
+
+A task object (`ClassificationTask`, `TaggingTask`, `SquadTask`, `MultipleChoiceTask`) supplies
+`read`, `features`, `loss`, `decode`, `score`, `write_predictions`, `config_overrides`, `to_json`,
+`model_class`, `output_names`, `token_level_outputs` and `metric_names` (the first selects the best
+checkpoint); this module does everything else through `bertkit.train.loop.fit`.
+
+Design decision: one fine-tuning run per seed, each evaluated on dev at the end of every epoch; only the
+best epoch of the best seed is kept as `OUTPUT/best` (a directory that `predict`, `evaluate` and the
+server load with nothing else: config.json with id2label, model.safetensors, vocab.txt,
+tokenizer_config.json and bertkit_task.json with every task setting). The loop's resumable checkpoints
+are deleted once a seed finishes, since a fine-tuning run's result is its best epoch.
+
+The feature-based approach (paper section 5.3): `freeze_encoder` trains only the head; with
+`feature_layers` the head reads a combination (concat, sum or mean) of the chosen layers' hidden states
+of the frozen encoder instead of the last layer.
+
+References: Devlin et al. (2018), sections 4 and 5.3 and appendix A.3 (lr 5e-5/3e-5/2e-5, batch 32,
+3 epochs, warmup 10%, dropout 0.1, best of several restarts on dev).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+import statistics
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from safetensors.torch import load_file, save_file
+from torch import nn
+
+from bertkit.config import PRESETS, preset
+from bertkit.errors import BertkitError
+from bertkit.model import BertModel
+from bertkit.model.heads import ClassifierOutput, QuestionAnsweringOutput
+from bertkit.tasks.classification import ClassificationTask
+from bertkit.tasks.multiple_choice import MultipleChoiceTask
+from bertkit.tasks.squad import SquadTask
+from bertkit.tasks.tagging import TaggingTask
+from bertkit.tokenizer import WordPieceTokenizer
+from bertkit.train.checkpoint import seed_everything
+from bertkit.train.distributed import DistributedContext, resolve_device
+from bertkit.train.loop import TrainConfig, fit
+
+log = logging.getLogger(__name__)
+
+TASK_CLASSES = {cls.kind: cls for cls in (ClassificationTask, TaggingTask, SquadTask, MultipleChoiceTask)}
+TASK_FILE = "bertkit_task.json"
+FEATURE_HEAD_FILE = "feature_head.safetensors"
+RESULTS_FILE = "eval_results.json"
+MODEL_KEYS = ("input_ids", "token_type_ids", "attention_mask", "labels", "start_positions", "end_positions")
+COMBINES = ("concat", "sum", "mean")
+
+
+@dataclass
+class FinetuneConfig:
+    """How to fine-tune (the paper's recipe as defaults)."""
+
+    model: str
+    """A checkpoint directory, or a preset name (random initialisation; needs `tokenizer`)."""
+    output: Path
+    tokenizer: str | None = None
+    """Directory with vocab.txt; default: the --model directory."""
+    epochs: float = 3.0
+    batch_size: int = 32
+    """Examples per optimizer step (split into gradient_accumulation_steps micro-batches)."""
+    gradient_accumulation_steps: int = 1
+    learning_rate: float = 2e-5
+    warmup_ratio: float = 0.1
+    weight_decay: float = 0.01
+    dropout: float = 0.1
+    precision: str = "auto"
+    """auto (bf16 where the hardware has it, else fp32), fp32, bf16 or fp16 (CUDA)."""
+    seeds: tuple[int, ...] = (1,)
+    early_stopping_patience: int | None = None
+    """Stop a seed after this many evaluations without improvement; None: train all epochs."""
+    freeze_encoder: bool = False
+    feature_layers: tuple[int, ...] | None = None
+    """Hidden-state indices combined for a feature-based head (0 = embeddings, -1 = last layer)."""
+    feature_combine: str = "concat"
+    eval_batch_size: int = 64
+    device: str = "auto"
+
+
+# --- batches and inference ------------------------------------------------------------------------
+
+def collate(features: list[dict], pad_token_id: int) -> dict[str, torch.Tensor]:
+    """Pad the model keys of features to the longest in the batch: (B, T) or (B, C, T) for choices."""
+    batch = {}
+    for key in MODEL_KEYS:
+        if key not in features[0]:
+            continue
+        pad = pad_token_id if key == "input_ids" else -100 if key == "labels" else 0
+        batch[key] = torch.tensor(_padded([f[key] for f in features], pad))
+    return batch
+
+
+def _padded(values: list, pad: int) -> list:
+    if not isinstance(values[0], list):
+        return values
+    if isinstance(values[0][0], list):  # multiple choice: pad every choice of every example alike
+        longest = max(len(seq) for group in values for seq in group)
+        return [[seq + [pad] * (longest - len(seq)) for seq in group] for group in values]
+    longest = max(len(seq) for seq in values)
+    return [seq + [pad] * (longest - len(seq)) for seq in values]
+
+
+@torch.no_grad()
+def run_model(model: nn.Module, task: Any, features: list[dict], pad_token_id: int, batch_size: int,
+              device: torch.device) -> dict[str, list[np.ndarray]]:
+    """The model's outputs for each feature, token-level outputs cut to the feature's own length."""
+    was_training = model.training
+    model.eval()
+    outputs: dict[str, list[np.ndarray]] = {name: [] for name in task.output_names}
+    for start in range(0, len(features), batch_size):
+        chunk = features[start:start + batch_size]
+        batch = {k: v.to(device) for k, v in collate(chunk, pad_token_id).items()}
+        out = model(batch["input_ids"], batch["token_type_ids"], batch["attention_mask"])
+        for name in task.output_names:
+            values = getattr(out, name).float().cpu().numpy()
+            for feature, row in zip(chunk, values):
+                cut = name in task.token_level_outputs
+                outputs[name].append(row[: len(feature["input_ids"])] if cut else row)
+    model.train(was_training)
+    return outputs
+
+
+# --- the feature-based approach --------------------------------------------------------------------
+
+class FeatureBasedModel(nn.Module):
+    """A frozen encoder whose chosen layers' hidden states, combined, feed one linear layer."""
+
+    def __init__(self, encoder: BertModel, kind: str, num_outputs: int, layers: tuple[int, ...],
+                 combine: str, dropout: float) -> None:
+        super().__init__()
+        if combine not in COMBINES:
+            raise BertkitError(f"--feature-combine {combine!r}: use one of {', '.join(COMBINES)}")
+        depth = encoder.config.num_hidden_layers + 1  # embeddings + every layer
+        bad = [i for i in layers if not -depth <= i < depth]
+        if bad:
+            raise BertkitError(f"--feature-layers {bad[0]} is outside the model's hidden states "
+                               f"(-{depth}..{depth - 1}; 0 is the embedding output, -1 the last layer)")
+        self.encoder, self.kind, self.layers, self.combine = encoder, kind, tuple(layers), combine
+        self.config = encoder.config
+        for parameter in encoder.parameters():
+            parameter.requires_grad_(False)
+        width = encoder.config.hidden_size * (len(layers) if combine == "concat" else 1)
+        self.dropout = nn.Dropout(dropout)
+        self.head = nn.Linear(width, num_outputs)
+        nn.init.normal_(self.head.weight, std=encoder.config.initializer_range)
+        nn.init.zeros_(self.head.bias)
+
+    def forward(self, input_ids, token_type_ids=None, attention_mask=None):
+        shape = input_ids.shape  # (B, T), or (B, C, T) for multiple choice
+        flat = [t.reshape(-1, shape[-1]) if t is not None else None for t in (input_ids, token_type_ids, attention_mask)]
+        self.encoder.eval()  # frozen features: no dropout inside the encoder
+        with torch.no_grad():
+            states = self.encoder(*flat, output_hidden_states=True).hidden_states
+        chosen = [states[i] for i in self.layers]  # each (B', T, D)
+        features = (torch.cat(chosen, dim=-1) if self.combine == "concat"
+                    else torch.stack(chosen).sum(0) if self.combine == "sum" else torch.stack(chosen).mean(0))
+        if self.kind in ("classification", "multiple-choice"):
+            features = features[:, 0]  # the [CLS] position
+        scores = self.head(self.dropout(features))
+        if self.kind == "squad":
+            start, end = scores.unbind(-1)
+            return QuestionAnsweringOutput(start, end)
+        if self.kind == "multiple-choice":
+            return ClassifierOutput(scores.view(shape[0], shape[1]))
+        return ClassifierOutput(scores)
+
+
+def _head_outputs(task: Any, config: Any) -> int:
+    return {"squad": 2, "multiple-choice": 1}.get(task.kind) or config.num_labels
+
+
+# --- models and the fine-tuned directory ------------------------------------------------------------
+
+def load_tokenizer(cfg: FinetuneConfig) -> WordPieceTokenizer:
+    source = cfg.tokenizer or cfg.model
+    if cfg.model in PRESETS and cfg.tokenizer is None:
+        raise BertkitError(f"--model {cfg.model} is a preset (random initialisation); give --tokenizer DIR "
+                           "with the vocab.txt to use")
+    return WordPieceTokenizer.from_pretrained(source)
+
+
+def build_model(task: Any, cfg: FinetuneConfig, tokenizer: WordPieceTokenizer, max_seq_length: int) -> nn.Module:
+    """A fresh task model (preset) or one loaded from a checkpoint, with the task's head and dropout."""
+    overrides = {**task.config_overrides(), "hidden_dropout_prob": cfg.dropout,
+                 "attention_probs_dropout_prob": cfg.dropout}
+    if cfg.model in PRESETS:
+        model = task.model_class(preset(cfg.model, vocab_size=tokenizer.vocab_size, **overrides))
+    else:
+        if not (Path(cfg.model) / "config.json").is_file():
+            raise BertkitError(f"--model {cfg.model!r} is neither a preset ({', '.join(PRESETS)}) nor a "
+                               "checkpoint directory with config.json")
+        model = task.model_class.from_pretrained(cfg.model, **overrides)
+    config = model.config
+    if config.vocab_size < tokenizer.vocab_size:
+        raise BertkitError(f"the tokenizer has {tokenizer.vocab_size} tokens but the model only "
+                           f"{config.vocab_size}; use the model's own vocab.txt")
+    if max_seq_length > config.max_position_embeddings:
+        raise BertkitError(f"--max-seq-length {max_seq_length} exceeds the model's max_position_embeddings "
+                           f"({config.max_position_embeddings}); lower it")
+    if cfg.feature_layers:
+        return FeatureBasedModel(model.bert, task.kind, _head_outputs(task, config), cfg.feature_layers,
+                                 cfg.feature_combine, cfg.dropout)
+    if cfg.freeze_encoder:
+        for parameter in model.bert.parameters():
+            parameter.requires_grad_(False)
+    return model
+
+
+def save_finetuned(model: nn.Module, task: Any, tokenizer: WordPieceTokenizer, directory: Path) -> None:
+    """Write the self-contained fine-tuned directory (replacing an older one only once complete)."""
+    staging = directory.with_name(directory.name + ".tmp")
+    shutil.rmtree(staging, ignore_errors=True)
+    settings = task.to_json()
+    if isinstance(model, FeatureBasedModel):
+        encoder_config = model.encoder.config
+        model.encoder.config = encoder_config.replace(**task.config_overrides())
+        model.encoder.save_pretrained(staging, tokenizer=tokenizer)
+        model.encoder.config = encoder_config
+        save_file({k: v.contiguous() for k, v in model.head.state_dict().items()}, str(staging / FEATURE_HEAD_FILE))
+        settings.update(feature_layers=list(model.layers), feature_combine=model.combine)
+    else:
+        model.save_pretrained(staging, tokenizer=tokenizer)
+    (staging / TASK_FILE).write_text(json.dumps(settings, indent=2) + "\n", encoding="utf-8")
+    shutil.rmtree(directory, ignore_errors=True)
+    staging.rename(directory)
+
+
+def load_finetuned(directory: str | Path, device: torch.device) -> tuple[Any, nn.Module, WordPieceTokenizer]:
+    """(task, model in eval mode, tokenizer) of a fine-tuned directory."""
+    directory = Path(directory)
+    task_file = directory / TASK_FILE
+    if not task_file.is_file():
+        raise BertkitError(f"{directory}: no {TASK_FILE}; --model must be a directory written by "
+                           "`bertkit finetune` (OUTPUT/best)")
+    try:
+        settings = json.loads(task_file.read_text(encoding="utf-8"))
+        kind = settings["task"]
+    except (json.JSONDecodeError, KeyError, TypeError) as exc:
+        raise BertkitError(f"{task_file}: unreadable task settings ({exc})") from None
+    if kind not in TASK_CLASSES:
+        raise BertkitError(f"{task_file}: unknown task {kind!r}; expected one of {', '.join(TASK_CLASSES)}")
+    layers, combine = settings.pop("feature_layers", None), settings.pop("feature_combine", "concat")
+    task = TASK_CLASSES[kind].from_json(settings)
+    if layers:
+        encoder = BertModel.from_pretrained(directory)
+        model: nn.Module = FeatureBasedModel(encoder, kind, _head_outputs(task, encoder.config), tuple(layers),
+                                             combine, 0.0)
+        model.head.load_state_dict(load_file(str(directory / FEATURE_HEAD_FILE)))
+    else:
+        model = task.model_class.from_pretrained(directory)
+    return task, model.to(device).eval(), WordPieceTokenizer.from_pretrained(directory)
+
+
+# --- training ----------------------------------------------------------------------------------------
+
+def default_precision(device: torch.device) -> str:
+    """bf16 on CUDA GPUs that support it and on CPUs with native bf16 (avx512_bf16 / AMX), else fp32."""
+    if device.type == "cuda":
+        return "bf16" if torch.cuda.is_bf16_supported() else "fp32"
+    try:
+        flags = Path("/proc/cpuinfo").read_text(encoding="utf-8")
+    except OSError:
+        return "fp32"
+    return "bf16" if ("avx512_bf16" in flags or "amx_bf16" in flags) else "fp32"
+
+
+class _EarlyStop(Exception):
+    """Raised from the evaluation hook to end a seed's training early (caught here, never escapes)."""
+
+
+@dataclass
+class DevSet:
+    name: str
+    """'' for the first --dev file, else the file's stem (prefix of its metrics and predictions)."""
+    examples: list
+    features: list[dict]
+
+
+class _SeedRun:
+    """One seed: evaluation every epoch, best-epoch saving, early stopping."""
+
+    def __init__(self, task: Any, tokenizer: WordPieceTokenizer, dev_sets: list[DevSet], cfg: FinetuneConfig,
+                 directory: Path, device: torch.device) -> None:
+        self.task, self.tokenizer, self.dev_sets, self.cfg = task, tokenizer, dev_sets, cfg
+        self.directory, self.device = directory, device
+        self.main_metric = task.metric_names[0]
+        self.best: float | None = None
+        self.best_metrics: dict[str, float] = {}
+        self.evals_since_best = 0
+        self.latest: list[tuple[DevSet, Any]] = []
+
+    def evaluate(self, model: nn.Module) -> dict[str, float]:
+        metrics: dict[str, float] = {}
+        self.latest = []
+        for dev in self.dev_sets:
+            outputs = run_model(model, self.task, dev.features, self.tokenizer.pad_token_id,
+                                self.cfg.eval_batch_size, self.device)
+            decoded = self.task.decode(dev.examples, dev.features, outputs)
+            if isinstance(self.task, SquadTask) and not dev.name:
+                decoded = self.task.choose_threshold(dev.examples, decoded)  # v2.0: threshold from dev
+            scores = self.task.score(dev.examples, decoded)
+            metrics.update({(f"{dev.name}_{k}" if dev.name else k): float(v) for k, v in scores.items()})
+            self.latest.append((dev, decoded))
+        self._early_stopping(metrics)
+        return metrics
+
+    def _early_stopping(self, metrics: dict[str, float]) -> None:
+        value = metrics[self.main_metric]
+        if self.best is None or value > self.best:
+            self.evals_since_best = 0
+            return
+        self.evals_since_best += 1
+        patience = self.cfg.early_stopping_patience
+        if patience is not None and self.evals_since_best >= patience:
+            log.info("early stopping: %s has not improved for %d evaluations", self.main_metric, patience)
+            raise _EarlyStop
+
+    def on_best(self, model: nn.Module, step: int, metrics: dict[str, float]) -> None:
+        self.best, self.best_metrics = metrics[self.main_metric], {**metrics, "step": step}
+        save_finetuned(model, self.task, self.tokenizer, self.directory / "best")
+        for dev, decoded in self.latest:
+            self.task.write_predictions(dev.examples, decoded, self.directory, f"{dev.name}_" if dev.name else "")
+        write_results(self.directory / RESULTS_FILE, self.best_metrics)
+
+
+def write_results(path: Path, results: dict[str, Any]) -> None:
+    path.write_text(json.dumps(results, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+
+
+def _train_config(cfg: FinetuneConfig, seed: int, precision: str, num_train: int, main_metric: str) -> TrainConfig:
+    """The loop's settings: the epoch budget, and an evaluation at the end of every epoch."""
+    if cfg.batch_size % cfg.gradient_accumulation_steps:
+        raise BertkitError(f"--batch-size {cfg.batch_size} must be a multiple of --gradient-accumulation-steps "
+                           f"{cfg.gradient_accumulation_steps}")
+    micro = cfg.batch_size // cfg.gradient_accumulation_steps
+    # The loop counts epochs in optimizer steps exactly this way (a too-small tail batch is skipped).
+    full, tail = divmod(num_train, cfg.batch_size)
+    steps_per_epoch = max(1, full + (tail >= cfg.gradient_accumulation_steps))
+    return TrainConfig(num_epochs=cfg.epochs, micro_batch_size=micro,
+                       gradient_accumulation_steps=cfg.gradient_accumulation_steps, learning_rate=cfg.learning_rate,
+                       warmup_ratio=cfg.warmup_ratio, weight_decay=cfg.weight_decay, precision=precision,
+                       seed=seed, eval_every=steps_per_epoch, save_every=None, keep_last=1,
+                       log_every=max(1, steps_per_epoch // 10), best_metric=main_metric)
+
+
+def _train_seed(task: Any, cfg: FinetuneConfig, tokenizer: WordPieceTokenizer, train_features: list[dict],
+                dev_sets: list[DevSet], seed: int, device: torch.device, max_seq_length: int) -> dict[str, float]:
+    directory = cfg.output / f"seed-{seed}"
+    shutil.rmtree(directory, ignore_errors=True)  # a seed's run always starts fresh
+    directory.mkdir(parents=True)
+    seed_everything(seed)  # the head's initialisation depends on the seed too
+    model = build_model(task, cfg, tokenizer, max_seq_length)
+    precision = default_precision(device) if cfg.precision == "auto" else cfg.precision
+    run = _SeedRun(task, tokenizer, dev_sets, cfg, directory, device)
+    config = _train_config(cfg, seed, precision, len(train_features), run.main_metric)
+    steps_per_epoch = config.eval_every
+    log.info("seed %d: %d steps per epoch, precision %s", seed, steps_per_epoch, precision)
+    try:
+        fit(model, task.loss, train_features, config, directory,
+            collate_fn=lambda items: collate(items, tokenizer.pad_token_id), eval_fn=run.evaluate,
+            on_best=run.on_best, ctx=DistributedContext(device=device))
+    except _EarlyStop:
+        pass
+    shutil.rmtree(directory / "checkpoints", ignore_errors=True)  # the result is the best epoch, kept in best/
+    if not run.best_metrics:
+        raise BertkitError(f"seed {seed}: no evaluation produced a finite {run.main_metric}; "
+                           "check the dev file and the learning rate")
+    return run.best_metrics
+
+
+def finetune(task: Any, cfg: FinetuneConfig, tokenizer: WordPieceTokenizer, train_examples: list,
+             dev_sets: list[tuple[str, list]], report: dict[str, Any]) -> dict[str, Any]:
+    """Fine-tune once per seed; keep the best seed's best epoch in OUTPUT/best; write eval_results.json.
+
+    `dev_sets` are (name, examples) with '' naming the first (selection) set; `report` holds counts of
+    skipped/truncated inputs, written into eval_results.json.
+    """
+    device = resolve_device(cfg.device)
+    cfg.output.mkdir(parents=True, exist_ok=True)
+    train_features = task.features(train_examples, tokenizer, training=True)
+    report["truncated_train_examples"] = getattr(task, "last_truncated", 0)
+    sets = [DevSet(name, examples, task.features(examples, tokenizer)) for name, examples in dev_sets]
+    report["truncated_dev_examples"] = getattr(task, "last_truncated", 0)
+    max_seq_length = task.settings.max_seq_length
+    per_seed: dict[int, dict[str, float]] = {}
+    best_seed = None
+    for seed in cfg.seeds:
+        per_seed[seed] = _train_seed(task, cfg, tokenizer, train_features, sets, seed, device, max_seq_length)
+        main = task.metric_names[0]
+        log.info("seed %d: best %s = %.4f", seed, main, per_seed[seed][main])
+        if best_seed is None or per_seed[seed][main] > per_seed[best_seed][main]:
+            best_seed = seed
+            _promote(cfg.output, cfg.output / f"seed-{seed}")
+        else:
+            shutil.rmtree(cfg.output / f"seed-{seed}" / "best", ignore_errors=True)
+    results = {**per_seed[best_seed], "best_seed": best_seed, "seeds": {str(s): m for s, m in per_seed.items()},
+               "summary": _summary(per_seed, task.metric_names), **report}
+    write_results(cfg.output / RESULTS_FILE, results)
+    return results
+
+
+def _promote(output: Path, seed_dir: Path) -> None:
+    """Make this seed's best model and dev predictions the run's (OUTPUT/best, OUTPUT/predictions...)."""
+    shutil.rmtree(output / "best", ignore_errors=True)
+    (seed_dir / "best").rename(output / "best")
+    for path in seed_dir.iterdir():
+        if "predictions" in path.name or path.name.endswith("null_odds.json"):
+            shutil.copyfile(path, output / path.name)
+
+
+def _summary(per_seed: dict[int, dict[str, float]], names: tuple[str, ...]) -> dict[str, dict[str, float]]:
+    """Mean, sample standard deviation (0 for one seed), and max of each metric across seeds."""
+    summary = {}
+    for name in names:
+        values = [m[name] for m in per_seed.values()]
+        summary[name] = {"mean": statistics.fmean(values),
+                         "std": statistics.stdev(values) if len(values) > 1 else 0.0, "max": max(values)}
+    return summary
+
+
+# --- predict and evaluate ------------------------------------------------------------------------
+
+def predict_file(model_dir: str | Path, input_path: str | Path, output_dir: str | Path, evaluate: bool = False,
+                 batch_size: int = 64, device: str = "auto") -> dict[str, Any]:
+    """Predict (and with `evaluate`, score) a file with a fine-tuned directory; writes predictions (and
+    eval_results.json) into output_dir and returns the metrics (empty when not evaluating)."""
+    torch_device = resolve_device(device)
+    task, model, tokenizer = load_finetuned(model_dir, torch_device)
+    examples, skipped = task.read(input_path, labelled=evaluate)
+    for line in skipped[:5]:
+        log.warning("skipped %s", line)
+    features = task.features(examples, tokenizer)
+    outputs = run_model(model, task, features, tokenizer.pad_token_id, batch_size, torch_device)
+    decoded = task.decode(examples, features, outputs)
+    output_dir = Path(output_dir)
+    output_dir.mkdir(parents=True, exist_ok=True)
+    task.write_predictions(examples, decoded, output_dir, "")
+    if not evaluate:
+        return {}
+    metrics = {**task.score(examples, decoded), "examples": len(examples), "skipped": len(skipped),
+               "truncated": getattr(task, "last_truncated", 0)}
+    write_results(output_dir / RESULTS_FILE, metrics)
+    return metrics

@@ -1,0 +1,121 @@
+"""Multiple choice (SWAG): one `[CLS] context [SEP] start + ending [SEP]` input per choice, one score each.
+
+`BertForMultipleChoice` scores each (context, choice) pair from its pooled [CLS] vector with one shared
+vector; a softmax over the choices gives the answer, trained with cross-entropy on the right choice's
+index (the paper's section 4.4). Design decision: each example's choices are encoded as a group and the
+batch is a (B, C, T) tensor, so choices of one example are always scored together; inputs longer than
+`max_seq_length` are truncated longest-first and the number of examples affected is reported.
+
+References: Devlin et al. (2018), section 4.4; Zellers et al. (2018).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from bertkit.data.swag import ChoiceExample, read_choices
+from bertkit.model import BertForMultipleChoice
+from bertkit.tasks.metrics import accuracy
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class MultipleChoiceSettings:
+    """Saved in bertkit_task.json."""
+
+    max_seq_length: int = 128
+
+
+def _second_segment(example: ChoiceExample, ending: str) -> str:
+    return f"{example.start} {ending}" if example.start else ending
+
+
+class MultipleChoiceTask:
+    """Multiple choice in the shape the fine-tuning driver expects (see tasks/finetune.py)."""
+
+    kind = "multiple-choice"
+    model_class = BertForMultipleChoice
+    output_names = ("logits",)
+    token_level_outputs = ()
+
+    def __init__(self, settings: MultipleChoiceSettings) -> None:
+        self.settings = settings
+
+    @property
+    def metric_names(self) -> tuple[str, ...]:
+        return ("accuracy",)
+
+    def config_overrides(self) -> dict[str, Any]:
+        return {}
+
+    def read(self, path: str | Path, labelled: bool = True, training: bool = False,
+             ) -> tuple[list[ChoiceExample], list[str]]:
+        return read_choices(path, labelled=labelled), []
+
+    def features(self, examples: Sequence[ChoiceExample], tokenizer: Any, training: bool = False) -> list[dict]:
+        contexts = [e.context for e in examples for _ in e.endings]
+        seconds = [_second_segment(e, ending) for e in examples for ending in e.endings]
+        self._report_truncation(examples, contexts, seconds, tokenizer)
+        encodings = tokenizer.encode_batch(contexts, seconds, max_length=self.settings.max_seq_length, truncation=True)
+        features, cursor = [], 0
+        for example in examples:
+            group = encodings[cursor:cursor + len(example.endings)]  # C encodings
+            cursor += len(example.endings)
+            feature = {"input_ids": [e.input_ids for e in group], "token_type_ids": [e.token_type_ids for e in group],
+                       "attention_mask": [e.attention_mask for e in group]}
+            if example.label is not None:
+                feature["labels"] = example.label
+            features.append(feature)
+        return features
+
+    def _report_truncation(self, examples: Sequence[ChoiceExample], contexts: list[str], seconds: list[str],
+                           tokenizer: Any) -> None:
+        lengths = [len(a) + len(b) + 3 for a, b in zip(tokenizer.encode_ids(contexts), tokenizer.encode_ids(seconds))]
+        too_long, cursor = 0, 0
+        for example in examples:
+            too_long += any(n > self.settings.max_seq_length for n in lengths[cursor:cursor + len(example.endings)])
+            cursor += len(example.endings)
+        if too_long:
+            log.warning("%d of %d examples have a choice longer than --max-seq-length %d; truncated longest-first",
+                        too_long, len(examples), self.settings.max_seq_length)
+        self.last_truncated = too_long
+
+    def loss(self, model: torch.nn.Module, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict[str, float]]:
+        logits = model(batch["input_ids"], batch["token_type_ids"], batch["attention_mask"]).logits  # (B, C)
+        return F.cross_entropy(logits.float(), batch["labels"]), {}
+
+    def decode(self, examples: Sequence[ChoiceExample], features: Sequence[dict],
+               outputs: dict[str, list[np.ndarray]]) -> list[dict[str, Any]]:
+        predictions = []
+        for example, scores in zip(examples, outputs["logits"]):
+            probabilities = np.exp(scores - scores.max())
+            probabilities /= probabilities.sum()
+            predictions.append({"id": example.guid, "label": int(scores.argmax()),
+                                "probabilities": [float(p) for p in probabilities]})
+        return predictions
+
+    def score(self, examples: Sequence[ChoiceExample], predictions: Sequence[dict]) -> dict[str, float]:
+        return {"accuracy": accuracy([e.label for e in examples], [p["label"] for p in predictions])}
+
+    def write_predictions(self, examples: Sequence[ChoiceExample], predictions: Sequence[dict], directory: Path,
+                          prefix: str) -> list[Path]:
+        path = directory / f"{prefix}predictions.jsonl"
+        path.write_text("".join(json.dumps(p) + "\n" for p in predictions), encoding="utf-8")
+        return [path]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"task": self.kind, **asdict(self.settings)}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> MultipleChoiceTask:
+        return cls(MultipleChoiceSettings(**{k: v for k, v in data.items() if k != "task"}))

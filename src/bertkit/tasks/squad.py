@@ -1,0 +1,283 @@
+"""Extractive question answering (SQuAD v1.1 / v2.0): windows over long contexts, span post-processing.
+
+Features: `[CLS] question [SEP] context window [SEP]`, the question cut to `max_query_length` tokens,
+the context split into windows of at most `max_seq_length - len(question) - 3` tokens that start every
+`doc_stride` tokens. Each context token keeps its character offsets, so an answer's characters map to
+token positions and a predicted span maps back to the exact substring of the original context.
+
+Post-processing follows the original `write_predictions`: the `n_best_size` best start and end logits of
+every window are paired; a pair counts when both ends are context tokens, the start token has its
+*maximum context* in this window (the window where it has most tokens on its shorter side), start <= end
+and the span has at most `max_answer_length` tokens. For v2.0 the null score is start+end logit at
+[CLS], the minimum over windows; the question is answered "" when null score minus the best span score
+exceeds `null_score_diff_threshold` (chosen on dev).
+
+Design decision: offsets instead of the original's whitespace-word bookkeeping and `get_final_text`;
+the answer text is always a slice of the context, and the sub-token boundaries are exact.
+
+References: Devlin et al. (2018), section 4.2-4.3; google-research/bert `run_squad.py`.
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import logging
+import math
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from bertkit.data.squad import SquadExample, read_squad
+from bertkit.errors import BertkitError
+from bertkit.model import BertForQuestionAnswering
+from bertkit.tasks.metrics import squad_evaluate
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class SquadSettings:
+    """Window and decoding settings (saved in bertkit_task.json)."""
+
+    max_seq_length: int = 384
+    doc_stride: int = 128
+    max_query_length: int = 64
+    version_2_with_negative: bool = False
+    n_best_size: int = 20
+    max_answer_length: int = 30
+    null_score_diff_threshold: float = 0.0
+
+
+def sliding_windows(length: int, window: int, stride: int) -> list[tuple[int, int]]:
+    """(start, length) of windows over `length` tokens: each starts `stride` after the previous one,
+    and the last one reaches the end (the original doc-span rule)."""
+    spans, start = [], 0
+    while True:
+        size = min(length - start, window)
+        spans.append((start, size))
+        if start + size >= length:
+            return spans
+        start += min(size, stride)
+
+
+def max_context_flags(spans: Sequence[tuple[int, int]]) -> list[list[bool]]:
+    """For each window, whether each of its tokens has its maximum context there: the window where
+    min(tokens left, tokens right) + 0.01 * window length is largest (first one on ties)."""
+    best: dict[int, tuple[float, int]] = {}
+    for index, (start, size) in enumerate(spans):
+        for position in range(start, start + size):
+            score = min(position - start, start + size - 1 - position) + 0.01 * size
+            if position not in best or score > best[position][0]:
+                best[position] = (score, index)
+    return [[best[p][1] == index for p in range(start, start + size)] for index, (start, size) in enumerate(spans)]
+
+
+def _token_span(offsets: Sequence[tuple[int, int]], char_start: int, char_end: int) -> tuple[int, int] | None:
+    """First and last context token overlapping characters [char_start, char_end), None if none does."""
+    inside = [i for i, (s, e) in enumerate(offsets) if e > char_start and s < char_end]
+    return (inside[0], inside[-1]) if inside else None
+
+
+class SquadTask:
+    """SQuAD in the shape the fine-tuning driver expects (see tasks/finetune.py)."""
+
+    kind = "squad"
+    model_class = BertForQuestionAnswering
+    output_names = ("start_logits", "end_logits")
+    token_level_outputs = ("start_logits", "end_logits")
+
+    def __init__(self, settings: SquadSettings) -> None:
+        self.settings = settings
+
+    @property
+    def metric_names(self) -> tuple[str, ...]:
+        return ("f1", "exact_match")
+
+    def config_overrides(self) -> dict[str, Any]:
+        return {}
+
+    def read(self, path: str | Path, labelled: bool = True, training: bool = False,
+             ) -> tuple[list[SquadExample], list[str]]:
+        return read_squad(path, training=training, version_2_with_negative=self.settings.version_2_with_negative)
+
+    # --- features -------------------------------------------------------------------------------
+
+    def features(self, examples: Sequence[SquadExample], tokenizer: Any, training: bool = False) -> list[dict]:
+        s = self.settings
+        questions = tokenizer.encode_ids([e.question for e in examples])
+        features: list[dict] = []
+        for index, (example, question) in enumerate(zip(examples, questions)):
+            question = question[: s.max_query_length]
+            window = s.max_seq_length - len(question) - 3  # [CLS] q [SEP] ... [SEP]
+            if window <= 0:
+                raise BertkitError(f"--max-seq-length {s.max_seq_length} leaves no room for the context after a "
+                                   f"{len(question)}-token question; raise it or lower --max-query-length")
+            context = tokenizer.encode(example.context, truncation=False)
+            keep = [i for i, seq in enumerate(context.sequence_ids) if seq is not None]  # drop [CLS]/[SEP]
+            ids = [context.input_ids[i] for i in keep]
+            offsets = [tuple(context.offsets[i]) for i in keep]
+            spans = sliding_windows(len(ids), window, s.doc_stride)
+            for (start, size), flags in zip(spans, max_context_flags(spans)):
+                feature = self._window(tokenizer, question, ids, offsets, start, size, flags, index)
+                if training:
+                    self._add_positions(feature, example, offsets, start, size)
+                features.append(feature)
+        return features
+
+    def _window(self, tokenizer: Any, question: list[int], ids: list[int], offsets: list[tuple[int, int]],
+                start: int, size: int, flags: list[bool], example_index: int) -> dict:
+        prefix = len(question) + 2  # tokens before the first context token
+        input_ids = [tokenizer.cls_token_id, *question, tokenizer.sep_token_id, *ids[start:start + size],
+                     tokenizer.sep_token_id]
+        return {
+            "input_ids": input_ids,
+            "token_type_ids": [0] * prefix + [1] * (size + 1),
+            "attention_mask": [1] * len(input_ids),
+            "example_index": example_index,
+            # Character span of each position in the context; None outside the context.
+            "offsets": [None] * prefix + offsets[start:start + size] + [None],
+            "max_context": [False] * prefix + flags + [False],
+        }
+
+    def _add_positions(self, feature: dict, example: SquadExample, offsets: list[tuple[int, int]],
+                       start: int, size: int) -> None:
+        """start/end_positions of the answer; 0 ([CLS]) when unanswerable or outside this window."""
+        feature["start_positions"] = feature["end_positions"] = 0
+        if example.is_impossible:
+            return
+        text, char_start = example.answers[0]
+        span = _token_span(offsets, char_start, char_start + len(text))
+        if span is None:
+            raise BertkitError(f"question id {example.qid!r}: the answer {text!r} covers no token of the context; "
+                               "fix or remove the question")
+        first, last = span
+        prefix = len(feature["input_ids"]) - size - 1
+        if first >= start and last < start + size:
+            feature["start_positions"], feature["end_positions"] = first - start + prefix, last - start + prefix
+
+    # --- loss and decoding ----------------------------------------------------------------------
+
+    def loss(self, model: torch.nn.Module, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict[str, float]]:
+        out = model(batch["input_ids"], batch["token_type_ids"], batch["attention_mask"])
+        start = F.cross_entropy(out.start_logits.float(), batch["start_positions"])
+        end = F.cross_entropy(out.end_logits.float(), batch["end_positions"])
+        return (start + end) / 2, {}
+
+    def decode(self, examples: Sequence[SquadExample], features: Sequence[dict],
+               outputs: dict[str, list[np.ndarray]]) -> dict[str, dict]:
+        """By question id: "predictions" (after the null threshold), "span_predictions" (best non-null
+        span), "nbest", and "null_odds" (null score minus best span score; empty for v1.1)."""
+        by_example: dict[int, list[int]] = collections.defaultdict(list)
+        for i, feature in enumerate(features):
+            by_example[feature["example_index"]].append(i)
+        result: dict[str, dict] = {"predictions": {}, "span_predictions": {}, "nbest": {}, "null_odds": {}}
+        for index, example in enumerate(examples):
+            windows = [(features[i], outputs["start_logits"][i], outputs["end_logits"][i]) for i in by_example[index]]
+            nbest, null_score = self._nbest(example, windows)
+            # As the original: the best entry with text; if there is none, the scores count as 0.
+            best_span = next((e for e in nbest if e["text"]), {"start_logit": 0.0, "end_logit": 0.0, "text": ""})
+            qid = example.qid
+            result["nbest"][qid] = nbest
+            result["span_predictions"][qid] = best_span["text"]
+            if self.settings.version_2_with_negative:
+                result["null_odds"][qid] = null_score - best_span["start_logit"] - best_span["end_logit"]
+            else:
+                result["predictions"][qid] = nbest[0]["text"]
+        if self.settings.version_2_with_negative:
+            result["predictions"] = self._thresholded(result, self.settings.null_score_diff_threshold)
+        return result
+
+    @staticmethod
+    def _thresholded(decoded: dict[str, dict], threshold: float) -> dict[str, str]:
+        return {qid: "" if decoded["null_odds"][qid] > threshold else text
+                for qid, text in decoded["span_predictions"].items()}
+
+    def _nbest(self, example: SquadExample, windows: list[tuple[dict, np.ndarray, np.ndarray]],
+               ) -> tuple[list[dict], float]:
+        s = self.settings
+        candidates: list[tuple[float, float, float, str]] = []  # (score, start logit, end logit, text)
+        null = (math.inf, 0.0, 0.0)
+        for feature, start_logits, end_logits in windows:
+            if start_logits[0] + end_logits[0] < null[0]:
+                null = (float(start_logits[0] + end_logits[0]), float(start_logits[0]), float(end_logits[0]))
+            offsets, flags = feature["offsets"], feature["max_context"]
+            for i in np.argsort(-start_logits, kind="stable")[: s.n_best_size]:
+                for j in np.argsort(-end_logits, kind="stable")[: s.n_best_size]:
+                    if offsets[i] is None or offsets[j] is None or not flags[i] or j < i \
+                            or j - i + 1 > s.max_answer_length:
+                        continue
+                    text = example.context[offsets[i][0]:offsets[j][1]]
+                    candidates.append((float(start_logits[i] + end_logits[j]), float(start_logits[i]),
+                                       float(end_logits[j]), text))
+        if s.version_2_with_negative:
+            candidates.append((null[0], null[1], null[2], ""))
+        candidates.sort(key=lambda c: c[0], reverse=True)
+        seen, kept = set(), []
+        for candidate in candidates:
+            if candidate[3] in seen:
+                continue
+            seen.add(candidate[3])
+            kept.append(candidate)
+            if len(kept) == s.n_best_size:
+                break
+        if s.version_2_with_negative and "" not in seen:
+            kept.append((null[0], null[1], null[2], ""))
+        if not kept:
+            kept.append((0.0, 0.0, 0.0, "empty"))  # as the original: no valid span at all
+        scores = np.array([c[0] for c in kept])
+        probabilities = np.exp(scores - scores.max())
+        probabilities /= probabilities.sum()
+        nbest = [{"text": c[3], "probability": float(p), "start_logit": c[1], "end_logit": c[2]}
+                 for c, p in zip(kept, probabilities)]
+        return nbest, null[0]
+
+    @staticmethod
+    def _gold(examples: Sequence[SquadExample]) -> dict[str, list[str]]:
+        return {e.qid: [] if e.is_impossible else [text for text, _ in e.answers] for e in examples}
+
+    def _threshold_search(self, examples: Sequence[SquadExample], decoded: dict[str, dict]) -> dict[str, float]:
+        """The v2.0 script's best_exact/best_f1 and thresholds, over the span predictions and null odds."""
+        search = squad_evaluate(self._gold(examples), decoded["span_predictions"], null_odds=decoded["null_odds"],
+                                null_odds_threshold=math.inf)
+        return {k: v for k, v in search.items() if k.startswith("best_")}
+
+    def score(self, examples: Sequence[SquadExample], decoded: dict[str, dict]) -> dict[str, float]:
+        """Official scores of the predictions; for v2.0 also the threshold in use and the best-threshold search."""
+        results = squad_evaluate(self._gold(examples), decoded["predictions"])
+        if self.settings.version_2_with_negative:
+            results.update(self._threshold_search(examples, decoded),
+                           null_score_diff_threshold=self.settings.null_score_diff_threshold)
+        return results
+
+    def choose_threshold(self, examples: Sequence[SquadExample], decoded: dict[str, dict]) -> dict[str, dict]:
+        """v2.0: adopt the threshold that maximises dev F1 and re-decide the predictions with it."""
+        if not self.settings.version_2_with_negative:
+            return decoded
+        self.settings.null_score_diff_threshold = float(self._threshold_search(examples, decoded)["best_f1_thresh"])
+        return {**decoded, "predictions": self._thresholded(decoded, self.settings.null_score_diff_threshold)}
+
+    def write_predictions(self, examples: Sequence[SquadExample], decoded: dict[str, dict], directory: Path,
+                          prefix: str) -> list[Path]:
+        """predictions.json, nbest_predictions.json and (v2.0) null_odds.json, as the original writes them."""
+        files = [("predictions.json", decoded["predictions"]), ("nbest_predictions.json", decoded["nbest"])]
+        if self.settings.version_2_with_negative:
+            files.append(("null_odds.json", decoded["null_odds"]))
+        paths = []
+        for name, content in files:
+            path = directory / f"{prefix}{name}"
+            path.write_text(json.dumps(content, indent=2) + "\n", encoding="utf-8")
+            paths.append(path)
+        return paths
+
+    def to_json(self) -> dict[str, Any]:
+        return {"task": self.kind, **asdict(self.settings)}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> SquadTask:
+        return cls(SquadSettings(**{k: v for k, v in data.items() if k != "task"}))

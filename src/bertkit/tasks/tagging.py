@@ -1,0 +1,151 @@
+"""Token tagging (CoNLL-2003 NER): first-sub-token labels, sliding windows, word-level predictions.
+
+Each word is split into WordPiece sub-tokens; its label goes on the first sub-token and the other
+pieces get -100 (ignored by the loss), the paper's choice (section 5.3). A word the vocabulary cannot
+represent at all (e.g. only control characters) becomes one [UNK] so that every word still gets a
+prediction; these are counted and reported.
+
+Design decision: sentences longer than `max_seq_length - 2` sub-tokens are not truncated but cut into
+overlapping windows that start every `doc_stride` sub-tokens (the SQuAD rule); a word's prediction
+comes from the window in which its first sub-token has the most context (`max_context_flags`), so every
+word is predicted exactly once.
+
+References: Devlin et al. (2018), sections 4 and 5.3; Tjong Kim Sang & De Meulder (2003).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from bertkit.data.conll import TaggedSentence, check_tags, read_conll, write_conll
+from bertkit.model import BertForTokenClassification
+from bertkit.tasks.metrics import entity_scores
+from bertkit.tasks.squad import max_context_flags, sliding_windows
+
+log = logging.getLogger(__name__)
+
+IGNORE_INDEX = -100
+
+
+@dataclass
+class TaggingSettings:
+    """Label names and window settings (saved in bertkit_task.json)."""
+
+    labels: list[str]
+    max_seq_length: int = 128
+    doc_stride: int = 64
+    """Sub-tokens between the starts of consecutive windows of a long sentence."""
+    tag_scheme: str = "BIO"
+    """BIO, IOB1 or BIOES; entity scores use conlleval's rules, which read all three."""
+
+
+class TaggingTask:
+    """Tagging in the shape the fine-tuning driver expects (see tasks/finetune.py)."""
+
+    kind = "tagging"
+    model_class = BertForTokenClassification
+    output_names = ("logits",)
+    token_level_outputs = ("logits",)
+
+    def __init__(self, settings: TaggingSettings) -> None:
+        self.settings = settings
+
+    @property
+    def metric_names(self) -> tuple[str, ...]:
+        return ("f1", "precision", "recall", "accuracy")
+
+    def config_overrides(self) -> dict[str, Any]:
+        return {"num_labels": len(self.settings.labels), "id2label": dict(enumerate(self.settings.labels))}
+
+    def read(self, path: str | Path, labelled: bool = True, training: bool = False,
+             ) -> tuple[list[TaggedSentence], list[str]]:
+        sentences = read_conll(path, labelled=labelled)
+        if labelled:
+            check_tags(sentences, self.settings.labels)
+        return sentences, []
+
+    def features(self, sentences: Sequence[TaggedSentence], tokenizer: Any, training: bool = False) -> list[dict]:
+        pieces = tokenizer.encode_ids([word for s in sentences for word in s.words])
+        unknown = sum(not p for p in pieces)
+        if unknown:
+            log.warning("%d words have no WordPiece token (e.g. only control characters) and are read as [UNK]",
+                        unknown)
+        features, cursor = [], 0
+        for index, sentence in enumerate(sentences):
+            words = [p or [tokenizer.unk_token_id] for p in pieces[cursor:cursor + len(sentence.words)]]
+            cursor += len(sentence.words)
+            features.extend(self._windows(tokenizer, sentence, words, index))
+        return features
+
+    def _windows(self, tokenizer: Any, sentence: TaggedSentence, words: list[list[int]], index: int) -> list[dict]:
+        ids = [i for word in words for i in word]
+        # The word whose first sub-token sits at each position, or None for continuation pieces.
+        first_of = [w if k == 0 else None for w, word in enumerate(words) for k in range(len(word))]
+        label_ids = [self.settings.labels.index(label) for label in sentence.labels] if sentence.labels else None
+        spans = sliding_windows(len(ids), self.settings.max_seq_length - 2, self.settings.doc_stride)
+        features = []
+        for (start, size), flags in zip(spans, max_context_flags(spans)):
+            window_words = first_of[start:start + size]
+            feature = {
+                "input_ids": [tokenizer.cls_token_id, *ids[start:start + size], tokenizer.sep_token_id],
+                "token_type_ids": [0] * (size + 2),
+                "attention_mask": [1] * (size + 2),
+                "sentence_index": index,
+                # Word predicted from each position: first sub-tokens in their max-context window only.
+                "word_positions": [None, *(w if flag else None for w, flag in zip(window_words, flags)), None],
+            }
+            if label_ids is not None:
+                feature["labels"] = [IGNORE_INDEX, *(IGNORE_INDEX if w is None else label_ids[w]
+                                                     for w in window_words), IGNORE_INDEX]
+            features.append(feature)
+        return features
+
+    def loss(self, model: torch.nn.Module, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict[str, float]]:
+        logits = model(batch["input_ids"], batch["token_type_ids"], batch["attention_mask"]).logits  # (B, T, L)
+        loss = F.cross_entropy(logits.float().flatten(0, 1), batch["labels"].flatten(), ignore_index=IGNORE_INDEX)
+        return loss, {}
+
+    def decode(self, sentences: Sequence[TaggedSentence], features: Sequence[dict],
+               outputs: dict[str, list[np.ndarray]]) -> list[list[str]]:
+        """One predicted tag per word of every sentence."""
+        predictions: list[list[str | None]] = [[None] * len(s.words) for s in sentences]
+        for feature, logits in zip(features, outputs["logits"]):
+            best = logits.argmax(axis=-1)  # (T,)
+            for position, word in enumerate(feature["word_positions"]):
+                if word is not None:
+                    predictions[feature["sentence_index"]][word] = self.settings.labels[int(best[position])]
+        return predictions  # type: ignore[return-value]
+
+    def score(self, sentences: Sequence[TaggedSentence], predictions: Sequence[Sequence[str]]) -> dict[str, float]:
+        gold = [s.labels for s in sentences]
+        scores = entity_scores(gold, predictions, mode="conlleval")
+        words = sum(len(g) for g in gold)
+        scores["accuracy"] = sum(a == b for g, p in zip(gold, predictions) for a, b in zip(g, p)) / words
+        return scores
+
+    def write_predictions(self, sentences: Sequence[TaggedSentence], predictions: Sequence[Sequence[str]],
+                          directory: Path, prefix: str) -> list[Path]:
+        path = directory / f"{prefix}predictions.conll"
+        write_conll(path, sentences, predictions)
+        return [path]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"task": self.kind, **asdict(self.settings)}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> TaggingTask:
+        return cls(TaggingSettings(**{k: v for k, v in data.items() if k != "task"}))
+
+
+def labels_from(sentences: Sequence[TaggedSentence]) -> list[str]:
+    """The training file's tag set, 'O' first and the rest sorted (stable ids across runs)."""
+    tags = {label for s in sentences for label in s.labels or ()}
+    return sorted(tags, key=lambda t: (t != "O", t))
