@@ -1,0 +1,148 @@
+"""Bad input for pre-training data: each rule of bertkit.data.corpus, counted and never a traceback.
+
+Invalid UTF-8, empty files and documents, a one-document corpus, one-sentence documents, lines
+longer than max_seq_length tokens, a giant line without spaces, binary files, corrupt gzip, bad
+JSONL lines; plus the .gz / .jsonl formats and --split-sentences.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+
+import pytest
+
+from bertkit.cli import main
+from bertkit.data import PretrainingDataOptions, PretrainingDataset, build_pretraining_data
+from bertkit.data import corpus as corpus_module
+from bertkit.errors import BertkitError
+from bertkit.tokenizer import WordPieceTokenizer
+
+SENTENCES = [f"the {w} was seen by many people in the city {i}" for i, w in
+             enumerate("dog cat bird horse king queen river mountain tree house boat stone".split())]
+
+
+@pytest.fixture(scope="module")
+def tokenizer(tmp_path_factory) -> WordPieceTokenizer:
+    path = tmp_path_factory.mktemp("vocab") / "train.txt"
+    path.write_text("\n".join(SENTENCES * 3) + "\n", encoding="utf-8")
+    return WordPieceTokenizer.train([path], vocab_size=120, min_frequency=1)
+
+
+def good_text(n_documents: int = 4, sentences: int = 5) -> str:
+    return "\n\n".join("\n".join(SENTENCES[(d + s) % len(SENTENCES)] for s in range(sentences))
+                       for d in range(n_documents)) + "\n"
+
+
+def build(paths, tokenizer, output, strict=False, **options):
+    options.setdefault("dupe_factor", 1)
+    options.setdefault("max_seq_length", 32)
+    return build_pretraining_data([str(p) for p in paths], tokenizer, output, PretrainingDataOptions(**options),
+                                  workers=1, strict=strict, progress=False)
+
+
+def test_invalid_utf8_replaced_and_counted_or_strict_fails(tokenizer, tmp_path):
+    path = tmp_path / "bad.txt"
+    path.write_bytes(good_text().encode() + b"caf\xe9 au lait\n\xff\xfe broken\n\n" + good_text().encode())
+    summary = build([path], tokenizer, tmp_path / "out")["summary"]
+    assert summary["invalid_utf8_lines"] == 2 and summary["instances"] > 0
+    lineno = good_text().count("\n") + 1
+    with pytest.raises(BertkitError, match=rf"bad.txt:{lineno}: invalid UTF-8.*drop --strict"):
+        build([path], tokenizer, tmp_path / "strict", strict=True)
+
+
+def test_empty_files_documents_and_lines(tokenizer, tmp_path):
+    (tmp_path / "empty.txt").write_bytes(b"")
+    (tmp_path / "blank.txt").write_text("\n\n   \n\t\n")
+    (tmp_path / "good.txt").write_text("\n\n\n" + good_text().replace("\n\n", "\n\n\n\n") + "\x01\x02\u200b\n")
+    summary = build([tmp_path / "empty.txt", tmp_path / "blank.txt", tmp_path / "good.txt"], tokenizer,
+                    tmp_path / "out")["summary"]
+    assert summary["empty_files"] == [str(tmp_path / "empty.txt")]
+    assert summary["documents"] == 4  # runs of blank lines make no empty documents
+    assert sum(summary["skipped_lines"].values()) == 1  # the control-character line has no tokens
+    with pytest.raises(BertkitError, match="no instances"):
+        build([tmp_path / "empty.txt", tmp_path / "blank.txt"], tokenizer, tmp_path / "none")
+
+
+def test_one_document_corpus_and_one_sentence_documents(tokenizer, tmp_path):
+    (tmp_path / "one.txt").write_text(good_text(n_documents=1, sentences=12))
+    manifest = build([tmp_path / "one.txt"], tokenizer, tmp_path / "one")
+    summary = manifest["summary"]
+    assert summary["documents"] == 1 and summary["instances"] > 0
+    assert summary["random_next_same_document"] == summary["random_next"] > 0  # the original's fallback, counted
+    (tmp_path / "single.txt").write_text(good_text(n_documents=6, sentences=1))
+    summary = build([tmp_path / "single.txt"], tokenizer, tmp_path / "single")["summary"]
+    assert summary["instances"] == 6 and summary["random_next"] == 6  # one sentence: B is always random
+
+
+def test_lines_longer_than_max_seq_length(tokenizer, tmp_path):
+    (tmp_path / "long.txt").write_text(" ".join(SENTENCES * 20) + "\n" + good_text())
+    manifest = build([tmp_path / "long.txt"], tokenizer, tmp_path / "out", max_seq_length=32)
+    assert manifest["summary"]["truncated_instances"] > 0 and manifest["summary"]["truncated_tokens"] > 1000
+    ds = PretrainingDataset(tmp_path / "out")
+    assert max(len(ds[i]["input_ids"]) for i in range(len(ds))) <= 32
+
+
+def test_giant_line_without_spaces_is_cut(tokenizer, tmp_path, monkeypatch):
+    monkeypatch.setattr(corpus_module, "MAX_LINE_BYTES", 4096)
+    (tmp_path / "giant.txt").write_text(good_text() + "é" * 150_001 + "\n" + good_text())
+    summary = build([tmp_path / "giant.txt"], tokenizer, tmp_path / "out")["summary"]
+    assert summary["lines_cut"] == 1 and summary["invalid_utf8_lines"] == 0  # cut on a character boundary
+    assert summary["documents"] == 8 - 1  # the giant line joins the last document of the first half
+
+
+@pytest.mark.slow
+def test_100_mb_line_without_spaces(tokenizer, tmp_path):
+    with open(tmp_path / "huge.txt", "w") as f:
+        f.write(good_text())
+        for _ in range(100):
+            f.write("x" * (1 << 20))
+        f.write("\n\n" + good_text())
+    summary = build([tmp_path / "huge.txt"], tokenizer, tmp_path / "out")["summary"]
+    assert summary["lines_cut"] == 1 and summary["instances"] > 0
+
+
+def test_binary_and_corrupt_gzip_files_skipped_or_strict(tokenizer, tmp_path):
+    (tmp_path / "good.txt").write_text(good_text())
+    (tmp_path / "image.png").write_bytes(b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR" + bytes(range(256)) * 10)
+    (tmp_path / "fake.gz").write_bytes(b"this is not gzip data\n")
+    good = gzip.compress(good_text().encode())
+    (tmp_path / "truncated.txt.gz").write_bytes(good[: len(good) // 2])
+    inputs = [tmp_path / n for n in ("good.txt", "image.png", "fake.gz", "truncated.txt.gz")]
+    summary = build(inputs, tokenizer, tmp_path / "out")["summary"]
+    skipped = {reason: files for reason, files in summary["skipped_files"].items()}
+    assert skipped["binary file (NUL bytes)"] == [str(tmp_path / "image.png")]
+    assert str(tmp_path / "fake.gz") in skipped["unreadable gzip file"]
+    assert str(tmp_path / "truncated.txt.gz") in sum(skipped.values(), [])
+    with pytest.raises(BertkitError, match="image.png: binary file"):
+        build(inputs, tokenizer, tmp_path / "strict", strict=True)
+
+
+def test_gzip_and_jsonl_inputs(tokenizer, tmp_path):
+    (tmp_path / "a.txt.gz").write_bytes(gzip.compress(good_text().encode()))
+    records = [json.dumps({"text": good_text(1, 6), "id": i}) for i in range(3)]
+    records += ["not json", json.dumps({"title": "no text"}), json.dumps(["a", "list"]), ""]
+    (tmp_path / "b.jsonl").write_text("\n".join(records) + "\n")
+    summary = build([tmp_path / "a.txt.gz", tmp_path / "b.jsonl"], tokenizer, tmp_path / "out")["summary"]
+    assert summary["documents"] == 4 + 3
+    assert summary["skipped_lines"] == {"JSONL line is not valid JSON": 1,
+                                        "JSONL record without a string 'text' field": 2}
+    with pytest.raises(BertkitError, match=r"b.jsonl:4: JSONL line is not valid JSON"):
+        build([tmp_path / "b.jsonl"], tokenizer, tmp_path / "strict", strict=True)
+
+
+def test_split_sentences(tokenizer, tmp_path):
+    paragraph = " ".join(s.capitalize() + "." for s in SENTENCES[:6])
+    (tmp_path / "p.txt").write_text(f"{paragraph}\n\n{paragraph}\n")
+    summary = build([tmp_path / "p.txt"], tokenizer, tmp_path / "out", split_sentences=True)["summary"]
+    assert summary["sentences"] == 12
+
+
+def test_cli_reports_strict_error_without_traceback(tokenizer, tmp_path, capsys):
+    tokenizer.save_pretrained(tmp_path / "tok")
+    (tmp_path / "bad.txt").write_bytes(b"fine line\n\xff\n")
+    code = main(["data", "pretraining", "--input", str(tmp_path / "bad.txt"), "--tokenizer", str(tmp_path / "tok"),
+                 "--output", str(tmp_path / "out"), "--strict", "--workers", "1", "--quiet"])
+    err = capsys.readouterr().err
+    assert code == 2 and "bad.txt:2: invalid UTF-8" in err and "Traceback" not in err
