@@ -39,10 +39,12 @@ from bertkit.config import PRESETS, preset
 from bertkit.errors import BertkitError
 from bertkit.model import BertModel
 from bertkit.model.heads import ClassifierOutput, QuestionAnsweringOutput
-from bertkit.tasks.classification import ClassificationTask
-from bertkit.tasks.multiple_choice import MultipleChoiceTask
-from bertkit.tasks.squad import SquadTask
-from bertkit.tasks.tagging import TaggingTask
+from bertkit.data.conll import read_conll
+from bertkit.data.glue import glue_task, read_table
+from bertkit.tasks.classification import ClassificationSettings, ClassificationTask, labels_for
+from bertkit.tasks.multiple_choice import MultipleChoiceSettings, MultipleChoiceTask
+from bertkit.tasks.squad import SquadSettings, SquadTask
+from bertkit.tasks.tagging import TaggingSettings, TaggingTask, labels_from
 from bertkit.tokenizer import WordPieceTokenizer
 from bertkit.train.checkpoint import seed_everything
 from bertkit.train.distributed import DistributedContext, resolve_device
@@ -452,3 +454,54 @@ def predict_file(model_dir: str | Path, input_path: str | Path, output_dir: str 
                "truncated": getattr(task, "last_truncated", 0)}
     write_results(output_dir / RESULTS_FILE, metrics)
     return metrics
+
+
+# --- from files to a fine-tuned directory ----------------------------------------------------------
+
+def build_task(kind: str, train_path: str | Path, options: dict[str, Any]) -> Any:
+    """The task object for `kind` with its settings; label sets not fixed by the task come from the
+    training file (classification without --task, tagging)."""
+    options = dict(options)
+    if kind == "classification":
+        regression = options.pop("regression", False)
+        glue = glue_task(options["glue_task"]) if options.get("glue_task") else None
+        if glue is not None and glue.pair_column is not None and not options.get("text_pair_column"):
+            options["text_pair_column"] = "text_pair"  # JSONL inputs of a GLUE pair task (predict/evaluate)
+        train = [] if options.get("glue_task") else read_table(
+            train_path, options["text_column"], options.get("text_pair_column"), options["label_column"])[0]
+        labels = labels_for(options.get("glue_task"), train, regression)
+        return ClassificationTask(ClassificationSettings(labels=labels, **options))
+    if kind == "tagging":
+        return TaggingTask(TaggingSettings(labels=labels_from(read_conll(train_path)), **options))
+    if kind == "squad":
+        return SquadTask(SquadSettings(**options))
+    if kind == "multiple-choice":
+        return MultipleChoiceTask(MultipleChoiceSettings(**options))
+    raise BertkitError(f"unknown task {kind!r}; choose one of {', '.join(TASK_CLASSES)}")
+
+
+def _read_reporting(task: Any, path: str | Path, training: bool, report: dict[str, Any], key: str) -> list:
+    examples, skipped = task.read(path, labelled=True, training=training)
+    report[f"skipped_{key}"] = len(skipped)
+    if skipped:
+        log.warning("%s: skipped %d of %d records; first ones:\n  %s", path, len(skipped),
+                    len(skipped) + len(examples), "\n  ".join(skipped[:5]))
+    return examples
+
+
+def run_finetuning(kind: str, train_path: str | Path, dev_paths: list[str | Path], cfg: FinetuneConfig,
+                   options: dict[str, Any]) -> dict[str, Any]:
+    """Read the files, fine-tune (see `finetune`) and return eval_results.json's content."""
+    if not dev_paths:
+        raise BertkitError("no --dev file: fine-tuning evaluates every epoch and keeps the best, so it needs one")
+    tokenizer = load_tokenizer(cfg)
+    task = build_task(kind, train_path, options)
+    report: dict[str, Any] = {}
+    train = _read_reporting(task, train_path, True, report, "train")
+    dev_sets = []
+    for index, path in enumerate(dev_paths):
+        name = "" if index == 0 else Path(path).stem
+        if name and any(name == other for other, _ in dev_sets):
+            name = f"{name}{index}"
+        dev_sets.append((name, _read_reporting(task, path, False, report, f"dev{'_' + name if name else ''}")))
+    return finetune(task, cfg, tokenizer, train, dev_sets, report)
