@@ -332,10 +332,16 @@ def _train(model: nn.Module, loss_fn: LossFn, parts: _Parts, config: TrainConfig
         record = {"kind": "train", "step": state.step, "loss": loss, **metrics, "lr": lr,
                   "grad_norm": grad_norm, "epoch": parts.batches.epoch}
         if not math.isfinite(loss) or not math.isfinite(grad_norm):
-            _count_nonfinite(state, config, record, reporter)
+            _count_nonfinite(state, record, reporter)
         else:
             state.consecutive_nonfinite = 0
         reporter.train_step(record, tokens, show=state.step % config.log_every == 0)
+        if state.consecutive_nonfinite >= config.max_nonfinite_steps:
+            raise BertkitError(
+                f"{state.consecutive_nonfinite} optimizer steps in a row (up to step {state.step}) had a "
+                "non-finite loss or gradient norm, so training stopped without saving the poisoned state; "
+                "lower --learning-rate, use --precision fp32 or bf16, check the data, and resume from the "
+                "last checkpoint with --resume auto")
         if eval_fn is not None and config.eval_every and state.step % config.eval_every == 0:
             _evaluate(parts, eval_fn, on_best, config, autocast, reporter, ctx)
         if stop_requested:
@@ -399,19 +405,13 @@ def _optimizer_step(parts: _Parts, config: TrainConfig, loss: float) -> float:
     return grad_norm
 
 
-def _count_nonfinite(state: _State, config: TrainConfig, record: dict[str, Any], reporter: Reporter) -> None:
+def _count_nonfinite(state: _State, record: dict[str, Any], reporter: Reporter) -> None:
     state.consecutive_nonfinite += 1
     state.skipped_steps += 1
     record["skipped"] = True
     reporter.message(f"step {state.step}: non-finite loss {record['loss']} or gradient norm "
                      f"{record['grad_norm']}; optimizer and scheduler step skipped "
                      f"({state.consecutive_nonfinite} in a row, {state.skipped_steps} in total)")
-    if state.consecutive_nonfinite >= config.max_nonfinite_steps:
-        raise BertkitError(
-            f"{state.consecutive_nonfinite} optimizer steps in a row (up to step {state.step}) had a non-finite "
-            "loss or gradient norm, so training stopped without saving the poisoned state; lower "
-            "--learning-rate, use --precision fp32 or bf16, check the data, and resume from the last "
-            "checkpoint with --resume auto")
 
 
 def _evaluate(parts: _Parts, eval_fn: EvalFn, on_best: Any, config: TrainConfig,
@@ -450,7 +450,7 @@ def _track_best(parts: _Parts, metrics: dict[str, float], config: TrainConfig, o
 def _save(parts: _Parts, root: Path, config: TrainConfig, ctx: DistributedContext) -> Path | None:
     """Write checkpoint step-NNNNNNNN (rank 0, with every rank's RNG state); prune to keep_last."""
     if parts.state.consecutive_nonfinite:
-        logger.warning("step %d ended a run of non-finite steps; no checkpoint is written from it",
+        logger.warning("step %d is in a run of non-finite steps; no checkpoint is written from it",
                        parts.state.step)
         return None
     rng_states = all_gather_objects(ckpt.capture_rng_state(), ctx)
