@@ -1,0 +1,403 @@
+"""Predictors: a loaded checkpoint directory as plain Python functions (no HTTP, no training code).
+
+`load_predictor(directory)` reads `bertkit_task.json` (written by fine-tuning) or, without it, the
+`architectures` entry of config.json, and returns the predictor for what the weights can do:
+
+    FillMaskPredictor           BertForMaskedLM / BertForPreTraining    fill_mask, embed
+    ClassificationPredictor     classification (or regression)          classify, embed
+    TaggingPredictor            tagging                                 tag, embed
+    QuestionAnsweringPredictor  squad (v1.1, or v2.0 with no-answer)    answer, embed
+    Predictor                   BertModel, multiple choice              embed
+
+Design decision: each predictor builds its features and decodes its outputs with the task module
+that fine-tuned the model (`bertkit.tasks.*`), so serving uses exactly the windows, sub-token rules,
+n-best search and null threshold that produced the dev scores; only the forward pass is shared
+here, length-sorted and padding-free (`batching.py`). Every method takes a list of inputs and
+returns one result per input, equal to what one-by-one calls return.
+
+References: Devlin et al. (2018) sections 3-5 (tasks and the feature-based [CLS] / layer usage);
+google-research/bert `run_classifier.py`, `run_squad.py`, `extract_features.py`.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, ClassVar
+
+import numpy as np
+import torch
+
+from bertkit.config import BertConfig
+from bertkit.data.conll import TaggedSentence
+from bertkit.data.glue import TextExample
+from bertkit.data.squad import SquadExample
+from bertkit.errors import BertkitError
+from bertkit.model import MODEL_CLASSES, BertModel
+from bertkit.serve.batching import run_sorted, trim
+from bertkit.tasks.classification import ClassificationSettings, ClassificationTask
+from bertkit.tasks.metrics import entities_conlleval
+from bertkit.tasks.squad import SquadSettings, SquadTask
+from bertkit.tasks.tagging import TaggingSettings, TaggingTask
+from bertkit.tokenizer import MASK, WordPieceTokenizer
+
+log = logging.getLogger(__name__)
+
+TASK_FILE = "bertkit_task.json"
+POOLINGS = ("cls", "mean")
+MAX_TOP_K = 100
+
+
+class Predictor:
+    """A model + tokenizer pair that embeds texts; task predictors add their own method."""
+
+    endpoints: ClassVar[tuple[str, ...]] = ("embed",)
+    model_class: ClassVar[type[torch.nn.Module]] = BertModel
+
+    def __init__(self, model: torch.nn.Module, tokenizer: WordPieceTokenizer, max_seq_length: int,
+                 batch_size: int = 32) -> None:
+        if tokenizer.vocab_size != model.config.vocab_size:
+            raise BertkitError(f"vocab.txt has {tokenizer.vocab_size} tokens but config.json says vocab_size "
+                               f"{model.config.vocab_size}; use the vocabulary the model was trained with")
+        self.model = model.eval()
+        self.tokenizer = tokenizer
+        self.max_seq_length = min(max_seq_length, model.config.max_position_embeddings)
+        self.batch_size = batch_size
+
+    @property
+    def encoder(self) -> BertModel:
+        return self.model if isinstance(self.model, BertModel) else self.model.bert
+
+    def encode(self, texts: Sequence[str], text_pairs: Sequence[str] | None = None,
+               ) -> tuple[list[dict[str, Any]], list[bool]]:
+        """Features of [CLS] text [SEP] (pair [SEP]) cut to max_seq_length, and which inputs were cut."""
+        full = self.tokenizer.encode_batch(texts, text_pairs, truncation=False)
+        truncated = [len(e) > self.max_seq_length for e in full]
+        long = [i for i, cut in enumerate(truncated) if cut]
+        if long:
+            log.warning("%d of %d inputs are longer than max_seq_length %d tokens and were truncated",
+                        len(long), len(texts), self.max_seq_length)
+            pairs = [text_pairs[i] for i in long] if text_pairs is not None else None
+            cut = self.tokenizer.encode_batch([texts[i] for i in long], pairs, max_length=self.max_seq_length)
+            for i, encoding in zip(long, cut):
+                full[i] = encoding
+        return [_feature(e) for e in full], truncated
+
+    def run(self, features: Sequence[dict[str, Any]], step: Any) -> list[Any]:
+        return run_sorted(features, step, self.batch_size, self.tokenizer.pad_token_id)
+
+    def embed(self, texts: Sequence[str], pooling: str = "cls", normalize: bool = False) -> np.ndarray:
+        """(N, H) sentence vectors: the last layer at [CLS], or its mean over the real tokens
+        (specials included); `normalize` scales each to unit length."""
+        if pooling not in POOLINGS:
+            raise BertkitError(f"pooling {pooling!r} is not supported; use one of {', '.join(POOLINGS)}")
+        features, _ = self.encode(texts)
+
+        def step(batch: dict[str, torch.Tensor]) -> list[np.ndarray]:
+            hidden = self.encoder(**batch).last_hidden_state  # (B, T, H), zeros at padding
+            return list(pool(hidden, batch["attention_mask"], pooling).float().numpy())
+
+        vectors = np.stack(self.run(features, step)) if features else np.zeros((0, self.model.config.hidden_size))
+        if normalize:
+            vectors = vectors / np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)
+        return vectors.astype(np.float32)
+
+    def warmup(self) -> None:
+        """One real forward pass through every endpoint (the server is ready only after it)."""
+        self.embed(["warm up"])
+
+
+def pool(hidden: torch.Tensor, attention_mask: torch.Tensor, pooling: str) -> torch.Tensor:
+    """(B, T, H) -> (B, H): the [CLS] position, or the mean over positions where the mask is 1."""
+    if pooling == "cls":
+        return hidden[:, 0]
+    mask = attention_mask.unsqueeze(-1).to(hidden.dtype)  # (B, T, 1)
+    return (hidden * mask).sum(dim=1) / mask.sum(dim=1).clamp(min=1)
+
+
+def _feature(encoding: Any) -> dict[str, Any]:
+    return {"input_ids": encoding.input_ids, "token_type_ids": encoding.token_type_ids,
+            "attention_mask": encoding.attention_mask}
+
+
+class FillMaskPredictor(Predictor):
+    """Masked LM: the top-k vocabulary tokens for every [MASK] of a text."""
+
+    endpoints = ("fill-mask", "embed")
+
+    def fill_mask(self, texts: Sequence[str], top_k: int = 5) -> list[list[list[dict[str, Any]]]]:
+        """Per text, per [MASK] (left to right): the `top_k` {token, token_id, score} by probability."""
+        if not 1 <= top_k <= min(MAX_TOP_K, self.tokenizer.vocab_size):
+            raise BertkitError(f"top_k must be between 1 and {min(MAX_TOP_K, self.tokenizer.vocab_size)}, got {top_k}")
+        features = [self._masked_feature(text, i) for i, text in enumerate(texts)]
+        mask_id = self.tokenizer.mask_token_id
+
+        def step(batch: dict[str, torch.Tensor]) -> list[list[list[dict[str, Any]]]]:
+            masked = batch["input_ids"] == mask_id  # (B, T)
+            out = self.model(**batch, masked_positions=masked)
+            logits = out.logits if hasattr(out, "logits") else out.prediction_logits  # (N, V), row-major
+            scores, ids = logits.float().softmax(dim=-1).topk(top_k, dim=-1)  # (N, k)
+            per_mask = [self._candidates(s, t) for s, t in zip(scores.tolist(), ids.tolist())]
+            counts = masked.sum(dim=1).tolist()
+            starts = np.cumsum([0, *counts])
+            return [per_mask[starts[i]:starts[i + 1]] for i in range(len(counts))]
+
+        return self.run(features, step)
+
+    def _candidates(self, scores: list[float], ids: list[int]) -> list[dict[str, Any]]:
+        tokens = self.tokenizer.convert_ids_to_tokens(ids)
+        return [{"token": t, "token_id": i, "score": s} for t, i, s in zip(tokens, ids, scores)]
+
+    def _masked_feature(self, text: str, index: int) -> dict[str, Any]:
+        """[CLS] piece [MASK] piece ... [SEP]: the literal '[MASK]' marks the positions to fill."""
+        if not isinstance(text, str):
+            raise BertkitError(f"inputs[{index}] must be a string, got {type(text).__name__}")
+        pieces = text.split(MASK)
+        if len(pieces) < 2:
+            raise BertkitError(f"inputs[{index}] has no {MASK}; write {MASK} where a token should be predicted, "
+                               f"e.g. 'Paris is the {MASK} of France.'")
+        ids = [self.tokenizer.cls_token_id]
+        for k, piece_ids in enumerate(self.tokenizer.encode_ids(pieces)):
+            ids += ([self.tokenizer.mask_token_id] if k else []) + piece_ids
+        ids.append(self.tokenizer.sep_token_id)
+        if len(ids) > self.max_seq_length:
+            raise BertkitError(f"inputs[{index}] has {len(ids)} tokens, more than max_seq_length "
+                               f"{self.max_seq_length}; shorten it so every {MASK} keeps its context")
+        return {"input_ids": ids, "token_type_ids": [0] * len(ids), "attention_mask": [1] * len(ids)}
+
+    def warmup(self) -> None:
+        super().warmup()
+        self.fill_mask([f"warm {MASK} up"], top_k=1)
+
+
+class ClassificationPredictor(Predictor):
+    """Sentence or sentence-pair classification (label + probabilities), or regression (score)."""
+
+    endpoints = ("classify", "embed")
+
+    def __init__(self, model: torch.nn.Module, tokenizer: WordPieceTokenizer, task: ClassificationTask,
+                 batch_size: int = 32) -> None:
+        super().__init__(model, tokenizer, task.settings.max_seq_length, batch_size)
+        self.task = task
+
+    def classify(self, texts: Sequence[str], text_pairs: Sequence[str] | None = None) -> list[dict[str, Any]]:
+        """Per input {label, probabilities, truncated}, or {score, truncated} for regression."""
+        features, truncated = self.encode(texts, text_pairs)
+
+        def step(batch: dict[str, torch.Tensor]) -> list[np.ndarray]:
+            return list(self.model(**batch).logits.float().numpy())  # B x (num_labels,)
+
+        logits = self.run(features, step)
+        examples = [TextExample(f"inputs[{i}]", t, None if text_pairs is None else text_pairs[i], None)
+                    for i, t in enumerate(texts)]
+        if not examples:
+            return []
+        decoded = self.task.decode(examples, features, {"logits": logits})
+        return [{**{k: v for k, v in d.items() if k != "id"}, "truncated": cut} for d, cut in zip(decoded, truncated)]
+
+    def warmup(self) -> None:
+        super().warmup()
+        self.classify(["warm up"])
+
+
+class TaggingPredictor(Predictor):
+    """Entities with character spans: words tagged by their first sub-token, long texts in windows."""
+
+    endpoints = ("tag", "embed")
+
+    def __init__(self, model: torch.nn.Module, tokenizer: WordPieceTokenizer, task: TaggingTask,
+                 batch_size: int = 32) -> None:
+        super().__init__(model, tokenizer, task.settings.max_seq_length, batch_size)
+        self.task = task
+
+    def tag(self, texts: Sequence[str]) -> list[list[dict[str, Any]]]:
+        """Per text, its entities {entity, text, start, end, score} in order; `text[start:end]` is the
+        entity and `score` the mean probability of the predicted tags of its words."""
+        sentences, spans = self.sentences(texts)
+        if not sentences:
+            return []
+        features = self.task.features(sentences, self.tokenizer)
+
+        def step(batch: dict[str, torch.Tensor]) -> list[np.ndarray]:
+            return trim(self.model(**batch).logits, batch["attention_mask"])  # B x (T_i, num_labels)
+
+        logits = self.run(features, step)
+        tags = self.task.decode(sentences, features, {"logits": logits})
+        confidence = _word_confidence(sentences, features, logits)
+        return [self._entities(t, s, w, c) for t, s, w, c in zip(texts, spans, tags, confidence)]
+
+    def sentences(self, texts: Sequence[str]) -> tuple[list[TaggedSentence], list[list[tuple[int, int]]]]:
+        """The texts split into words as the tokenizer splits them, and each word's character span."""
+        spans = [self._word_spans(e) for e in self.tokenizer.encode_batch(texts, truncation=False)]
+        sentences = [TaggedSentence([t[a:b] for a, b in s], None, f"inputs[{i}]")
+                     for i, (t, s) in enumerate(zip(texts, spans))]
+        return sentences, spans
+
+    @staticmethod
+    def _word_spans(encoding: Any) -> list[tuple[int, int]]:
+        """Character span of each word (as the tokenizer splits words: whitespace and punctuation)."""
+        spans: dict[int, tuple[int, int]] = {}
+        for word, (start, end) in zip(encoding.word_ids, encoding.offsets):
+            if word is not None:
+                first = spans.get(word, (start, end))
+                spans[word] = (min(first[0], start), max(first[1], end))
+        return [spans[w] for w in sorted(spans)]
+
+    @staticmethod
+    def _entities(text: str, spans: list[tuple[int, int]], tags: list[str], confidence: list[float],
+                  ) -> list[dict[str, Any]]:
+        entities = []
+        for entity_type, first, last in sorted(entities_conlleval(tags), key=lambda e: e[1]):
+            start, end = spans[first][0], spans[last][1]
+            entities.append({"entity": entity_type, "text": text[start:end], "start": start, "end": end,
+                             "score": float(np.mean(confidence[first:last + 1]))})
+        return entities
+
+    def warmup(self) -> None:
+        super().warmup()
+        self.tag(["warm up"])
+
+
+def _word_confidence(sentences: Sequence[TaggedSentence], features: Sequence[dict],
+                     logits: Sequence[np.ndarray]) -> list[list[float]]:
+    """Probability of the predicted tag of every word, read where TaggingTask.decode reads the tag."""
+    confidence = [[0.0] * len(s.words) for s in sentences]
+    for feature, rows in zip(features, logits):
+        for position, word in enumerate(feature["word_positions"]):
+            if word is not None:
+                row = rows[position] - rows[position].max()
+                confidence[feature["sentence_index"]][word] = float(1.0 / np.exp(row).sum())
+    return confidence
+
+
+class QuestionAnsweringPredictor(Predictor):
+    """Extractive QA over contexts of any length (doc-stride windows), with no-answer for v2.0 models."""
+
+    endpoints = ("answer", "embed")
+
+    def __init__(self, model: torch.nn.Module, tokenizer: WordPieceTokenizer, task: SquadTask,
+                 batch_size: int = 32) -> None:
+        super().__init__(model, tokenizer, task.settings.max_seq_length, batch_size)
+        self.task = task
+
+    def answer(self, questions: Sequence[str], contexts: Sequence[str]) -> list[dict[str, Any]]:
+        """Per (question, context): {answer, score, start, end, no_answer}; `context[start:end]` is the
+        answer. v2.0 models answer "" (start/end None) when the null score beats the best span by more
+        than `null_score_diff_threshold` from bertkit_task.json."""
+        if len(questions) != len(contexts):
+            raise BertkitError(f"got {len(questions)} questions but {len(contexts)} contexts; pass one context each")
+        examples = [SquadExample(str(i), q, c, (), False) for i, (q, c) in enumerate(zip(questions, contexts))]
+        if not examples:
+            return []
+        features = self.task.features(examples, self.tokenizer)
+
+        def step(batch: dict[str, torch.Tensor]) -> list[tuple[np.ndarray, np.ndarray]]:
+            out = self.model(**batch)
+            return list(zip(trim(out.start_logits, batch["attention_mask"]),
+                            trim(out.end_logits, batch["attention_mask"])))
+
+        logits = self.run(features, step)
+        outputs = {"start_logits": [s for s, _ in logits], "end_logits": [e for _, e in logits]}
+        decoded = self.task.decode(examples, features, outputs)
+        return [self._result(e, [(f, s, t) for f, (s, t) in zip(features, logits) if f["example_index"] == i],
+                             decoded) for i, e in enumerate(examples)]
+
+    def _result(self, example: SquadExample, windows: list, decoded: dict[str, dict]) -> dict[str, Any]:
+        text = decoded["predictions"][example.qid]
+        nbest = decoded["nbest"][example.qid]
+        entry = next((e for e in nbest if e["text"] == text), nbest[0])
+        span = _locate(example.context, windows, entry) if text else None
+        result: dict[str, Any] = {"answer": text if span else "", "score": entry["probability"],
+                                  "start": span[0] if span else None, "end": span[1] if span else None,
+                                  "no_answer": span is None}
+        if self.task.settings.version_2_with_negative:
+            result["null_score_diff"] = decoded["null_odds"][example.qid]
+        return result
+
+    def warmup(self) -> None:
+        super().warmup()
+        self.answer(["warm up?"], ["warm up"])
+
+
+def _locate(context: str, windows: list, entry: dict[str, Any]) -> tuple[int, int] | None:
+    """Character span of an n-best entry of SquadTask.decode (which reports only its text): the
+    window positions whose start/end logits and text are the entry's. None if no span matches."""
+    for feature, start_logits, end_logits in windows:
+        offsets, flags = feature["offsets"], feature["max_context"]
+        starts = [i for i, v in enumerate(start_logits) if offsets[i] is not None and flags[i]
+                  and float(v) == entry["start_logit"]]
+        ends = [j for j, v in enumerate(end_logits) if offsets[j] is not None and float(v) == entry["end_logit"]]
+        for i in starts:
+            for j in ends:
+                if j >= i and context[offsets[i][0]:offsets[j][1]] == entry["text"]:
+                    return offsets[i][0], offsets[j][1]
+    return None
+
+
+# --- loading ------------------------------------------------------------------------------------
+
+def load_predictor(directory: str | Path, batch_size: int = 32) -> Predictor:
+    """The predictor for a checkpoint directory (see the module docstring for the choice)."""
+    directory = Path(directory)
+    config = BertConfig.from_json_file(directory / "config.json")
+    task = read_task_file(directory)
+    tokenizer = WordPieceTokenizer.from_pretrained(directory)
+    kind = task["task"] if task else _kind_from_architecture(config)
+    if kind == "classification":
+        settings = task or _classification_defaults(config)
+        return ClassificationPredictor(_load(directory, "BertForSequenceClassification"), tokenizer,
+                                       ClassificationTask.from_json(settings), batch_size)
+    if kind == "tagging":
+        settings = task or {"labels": config.label_names or []}
+        return TaggingPredictor(_load(directory, "BertForTokenClassification"), tokenizer,
+                                TaggingTask.from_json(settings), batch_size)
+    if kind == "squad":
+        settings = task or {}
+        return QuestionAnsweringPredictor(_load(directory, "BertForQuestionAnswering"), tokenizer,
+                                          SquadTask.from_json(settings), batch_size)
+    max_seq_length = int((task or {}).get("max_seq_length", 512))
+    if kind == "fill-mask":
+        architecture = (config.architectures or ["BertForMaskedLM"])[0]
+        return FillMaskPredictor(_load(directory, architecture), tokenizer, max_seq_length, batch_size)
+    return Predictor(_load(directory, "BertModel"), tokenizer, max_seq_length, batch_size)
+
+
+def read_task_file(directory: Path) -> dict[str, Any] | None:
+    """bertkit_task.json as a dict, or None when the directory has none (a pre-trained model)."""
+    path = directory / TASK_FILE
+    if not path.exists():
+        return None
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise BertkitError(f"{path}: not valid JSON ({exc}); re-run fine-tuning or fix the file") from None
+    if not isinstance(data, dict) or "task" not in data:
+        raise BertkitError(f"{path}: expected a JSON object with a 'task' key "
+                           "(classification, tagging, squad or multiple-choice)")
+    return data
+
+
+def _kind_from_architecture(config: BertConfig) -> str:
+    architecture = (config.architectures or ["BertModel"])[0]
+    return {"BertForMaskedLM": "fill-mask", "BertForPreTraining": "fill-mask",
+            "BertForSequenceClassification": "classification", "BertForTokenClassification": "tagging",
+            "BertForQuestionAnswering": "squad"}.get(architecture, "embed")
+
+
+def _classification_defaults(config: BertConfig) -> dict[str, Any]:
+    regression = config.problem_type == "regression" or config.num_labels == 1
+    return {"labels": None if regression else config.label_names, "max_seq_length": 512}
+
+
+def _load(directory: Path, architecture: str) -> torch.nn.Module:
+    if architecture not in MODEL_CLASSES:
+        raise BertkitError(f"{directory}/config.json: unknown architecture {architecture!r}; "
+                           f"expected one of {', '.join(MODEL_CLASSES)}")
+    model = MODEL_CLASSES[architecture].from_pretrained(directory)
+    fresh = [k for k in getattr(model, "newly_initialized", []) if ".pooler." not in f".{k}"]
+    if fresh:
+        raise BertkitError(f"{directory}: the checkpoint has no weights for {', '.join(fresh[:4])}; "
+                           f"it is not a fine-tuned {architecture} (fine-tune it first)")
+    return model
