@@ -5,7 +5,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from bertkit.cli import main
+from bertkit.errors import BertkitError
 from bertkit.tasks.classification import ClassificationSettings, ClassificationTask
 from bertkit.tasks.finetune import FeatureBasedModel, FinetuneConfig, build_model
 from bertkit.tokenizer import WordPieceTokenizer
@@ -39,8 +42,10 @@ def test_freeze_encoder_and_feature_layers_train_only_the_head(tmp_path: Path) -
     frozen = build_model(task, FinetuneConfig(model="bert-debug", output=tmp_path, freeze_encoder=True), tokenizer, 16)
     trainable = {name for name, p in frozen.named_parameters() if p.requires_grad}
     assert trainable == {"classifier.weight", "classifier.bias"}
-    cfg = FinetuneConfig(model="bert-debug", output=tmp_path, feature_layers=(-1, -2, -3, -4))
+    with pytest.raises(BertkitError, match="--feature-layers -4 is outside"):  # bert-debug: 3 hidden states
+        build_model(task, FinetuneConfig(model="bert-debug", output=tmp_path, feature_layers=(-1, -4)), tokenizer, 16)
+    cfg = FinetuneConfig(model="bert-debug", output=tmp_path, feature_layers=(-1, -2, -3))
     features = build_model(task, cfg, tokenizer, 16)
     assert isinstance(features, FeatureBasedModel)
     assert {name for name, p in features.named_parameters() if p.requires_grad} == {"head.weight", "head.bias"}
-    assert features.head.in_features == 4 * 32  # concatenation of four bert-debug layers (H = 32)
+    assert features.head.in_features == 3 * 32  # concatenation of three hidden states (H = 32)
