@@ -1,0 +1,94 @@
+"""`bertkit pretrain`: pre-train BERT with masked LM + next sentence prediction.
+
+Flag parsing only: the flags become a `PretrainSettings` and a `TrainConfig` and go to
+`bertkit.tasks.pretraining.pretrain`. Defaults are the paper's (AdamW, lr 1e-4, betas 0.9/0.999,
+weight decay 0.01, warmup then linear decay, clipping 1.0). Run it under `torchrun` for several
+processes, GPUs or nodes; the flags stay the same (see docs/distributed.md).
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+
+import click
+
+from bertkit.errors import BertkitError
+
+_DURATION = re.compile(r"^(?:(\d+(?:\.\d+)?)h)?(?:(\d+(?:\.\d+)?)m)?(?:(\d+(?:\.\d+)?)s)?$")
+
+
+def parse_duration(text: str) -> float:
+    """'2h', '90m', '1h30m', '45s' or a plain number of seconds -> seconds."""
+    try:
+        return float(text)
+    except ValueError:
+        pass
+    match = _DURATION.match(text.strip().lower())
+    if not text.strip() or match is None or not any(match.groups()):
+        raise BertkitError(f"--max-time {text!r}: expected a duration such as 2h, 90m, 1h30m, 45s or seconds")
+    hours, minutes, seconds = (float(g) if g else 0.0 for g in match.groups())
+    return hours * 3600 + minutes * 60 + seconds
+
+
+@click.command()
+@click.option("--data", required=True, type=click.Path(file_okay=False), help="Directory written by `bertkit data pretraining`.")
+@click.option("--model", default="bert-base", show_default=True,
+              help="Preset name (bert-tiny, bert-mini, bert-small, bert-medium, bert-base, bert-large) or a config.json.")
+@click.option("--output", required=True, type=click.Path(file_okay=False), help="Run directory (checkpoints, logs, final/).")
+@click.option("--tokenizer", default=None, help="Directory with the vocab.txt the data was made with [default: --init-from's].")
+@click.option("--init-from", default=None, type=click.Path(file_okay=False),
+              help="Start from these weights (continued pre-training, or phase 2 at a longer --max-seq-length).")
+@click.option("--max-steps", default=None, type=int, help="Optimizer steps to train for.")
+@click.option("--max-time", default=None, help="Training time budget, e.g. 2h or 90m; the schedule follows it.")
+@click.option("--batch-size", default=32, show_default=True, type=int, help="Micro-batch size per process.")
+@click.option("--gradient-accumulation-steps", default=1, show_default=True, type=int,
+              help="Micro-batches per optimizer step (global batch = batch size x this x processes).")
+@click.option("--learning-rate", default=1e-4, show_default=True, type=float, help="Peak learning rate.")
+@click.option("--warmup-steps", default=None, type=int, help="Linear warmup steps [default: --warmup-ratio of --max-steps].")
+@click.option("--warmup-ratio", default=0.01, show_default=True, type=float,
+              help="Warmup as a fraction of the budget (of the time under --max-time alone).")
+@click.option("--weight-decay", default=0.01, show_default=True, type=float, help="Weight decay (not on biases and LayerNorm).")
+@click.option("--max-grad-norm", default=1.0, show_default=True, type=float, help="Gradient clipping norm (0: no clipping).")
+@click.option("--optimizer", default="adamw", show_default=True, type=click.Choice(["adamw", "lamb"]),
+              help="AdamW, or LAMB for very large batches.")
+@click.option("--precision", default="fp32", show_default=True, type=click.Choice(["fp32", "bf16", "fp16"]),
+              help="fp32; bf16 autocast (CPU or CUDA); fp16 autocast with a grad scaler (CUDA).")
+@click.option("--no-nsp", is_flag=True, help="Masked LM only, no next sentence prediction (the paper's ablation).")
+@click.option("--eval-every", default=500, show_default=True, type=int, help="Held-out evaluation every N steps (and at the end).")
+@click.option("--eval-data", default=None, type=click.Path(file_okay=False),
+              help="Held-out data directory [default: hold out --eval-examples of --data].")
+@click.option("--eval-examples", default=1000, show_default=True, type=int,
+              help="Instances held out of --data for evaluation when --eval-data is not given (at most a tenth).")
+@click.option("--save-every", default=1000, show_default=True, type=int, help="Checkpoint every N steps (also on SIGTERM/SIGINT and at the end).")
+@click.option("--keep-last", default=3, show_default=True, type=int, help="Checkpoints kept.")
+@click.option("--resume", default=None, help="'auto' (newest valid checkpoint in --output) or a checkpoint directory.")
+@click.option("--log-every", default=10, show_default=True, type=int, help="Progress-bar refresh interval in steps.")
+@click.option("--num-workers", default=0, show_default=True, type=int, help="DataLoader workers per process.")
+@click.option("--device", default="auto", show_default=True, type=click.Choice(["auto", "cpu", "cuda"]), help="Device.")
+@click.option("--seed", default=42, show_default=True, type=int, help="Seed of initialisation, data order and dropout.")
+def pretrain(**flags) -> None:
+    """Pre-train BERT with masked LM + next sentence prediction on a `bertkit data pretraining` directory."""
+    from bertkit.tasks.pretraining import PretrainSettings, pretrain as run_pretraining
+    from bertkit.train import TrainConfig
+
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    settings = PretrainSettings(
+        data=flags["data"], model=flags["model"], output=flags["output"], tokenizer=flags["tokenizer"],
+        init_from=flags["init_from"], nsp=not flags["no_nsp"], eval_data=flags["eval_data"],
+        eval_examples=flags["eval_examples"], resume=flags["resume"], device=flags["device"])
+    config = TrainConfig(
+        max_steps=flags["max_steps"],
+        max_time_s=parse_duration(flags["max_time"]) if flags["max_time"] is not None else None,
+        micro_batch_size=flags["batch_size"], gradient_accumulation_steps=flags["gradient_accumulation_steps"],
+        learning_rate=flags["learning_rate"], warmup_steps=flags["warmup_steps"],
+        warmup_ratio=flags["warmup_ratio"], weight_decay=flags["weight_decay"],
+        max_grad_norm=flags["max_grad_norm"], optimizer=flags["optimizer"], precision=flags["precision"],
+        seed=flags["seed"], num_workers=flags["num_workers"], log_every=flags["log_every"],
+        eval_every=flags["eval_every"], save_every=flags["save_every"], keep_last=flags["keep_last"])
+    result = run_pretraining(settings, config)
+    if result.stop_reason == "signal":
+        click.echo(f"stopped at step {result.step}; checkpoint {result.checkpoint}; continue with --resume auto")
+    elif result.checkpoint is not None:
+        click.echo(f"done: {result.step} steps ({result.skipped_steps} skipped as non-finite); "
+                   f"model in {flags['output']}/final")

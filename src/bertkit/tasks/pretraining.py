@@ -1,0 +1,228 @@
+"""Pre-training task: masked-LM + next-sentence-prediction loss, held-out metrics, and `pretrain`, which
+wires the data, the model and the training loop together (the `bertkit pretrain` command).
+
+Design decision: the MLM loss is computed from the sparse head - the vocabulary projection runs only at
+the N masked positions, selected with `mlm_labels != -100` in row-major order, so `labels[mask]` lines up
+with the (N, V) logits. It equals the dense (B, T, V) loss with ignore_index=-100 (tested to 1e-6).
+`--no-nsp` (the paper's ablation) trains a BertForMaskedLM, which has no pooler or NSP head at all.
+
+References: Devlin et al. 2018, sections 3.1 and A.2; Geiping & Goldstein 2022 (cramming) for the sparse
+MLM head.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import logging
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+from torch.nn import functional as F
+from torch.utils.data import Dataset
+
+from bertkit.config import BertConfig, load_config
+from bertkit.data import PretrainingDataset, collate_pretraining
+from bertkit.errors import BertkitError
+from bertkit.model import BertForMaskedLM, BertForPreTraining, read_state_dict
+from bertkit.tokenizer import WordPieceTokenizer
+from bertkit.train import FitResult, TrainConfig, fit, setup_distributed, teardown_distributed
+from bertkit.train.distributed import unwrap_model
+
+logger = logging.getLogger(__name__)
+
+IGNORE_INDEX = -100
+
+
+# --- loss and metrics ----------------------------------------------------------------------------
+
+def _mlm_logits_and_targets(model: nn.Module, batch: dict[str, torch.Tensor], nsp: bool, sparse: bool
+                            ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    """(MLM logits, their targets, NSP logits or None); sparse: (N, V) and (N,), dense: (B*T, V), (B*T,)."""
+    labels = batch["mlm_labels"]
+    masked = labels != IGNORE_INDEX  # (B, T)
+    out = model(batch["input_ids"], batch["token_type_ids"], batch["attention_mask"],
+                masked_positions=masked if sparse else None)
+    logits = out.prediction_logits if nsp else out.logits
+    if sparse:
+        return logits, labels[masked], out.seq_relationship_logits if nsp else None
+    return logits.reshape(-1, logits.shape[-1]), labels.reshape(-1), out.seq_relationship_logits if nsp else None
+
+
+def pretraining_loss(model: nn.Module, batch: dict[str, torch.Tensor], nsp: bool = True, sparse: bool = True
+                     ) -> tuple[torch.Tensor, dict[str, float]]:
+    """Mean MLM cross-entropy over masked tokens (+ mean NSP cross-entropy); metrics for the log."""
+    mlm_logits, targets, nsp_logits = _mlm_logits_and_targets(model, batch, nsp, sparse)
+    predicted = targets != IGNORE_INDEX
+    if predicted.any():
+        mlm_loss = F.cross_entropy(mlm_logits.float(), targets, ignore_index=IGNORE_INDEX)
+    else:  # no masked token in this micro-batch: a zero that still reaches every MLM parameter
+        mlm_loss = mlm_logits.float().sum() * 0.0
+    correct = (mlm_logits.argmax(-1) == targets) & predicted
+    metrics = {"mlm_loss": float(mlm_loss.detach()),
+               "mlm_accuracy": float(correct.sum()) / max(1, int(predicted.sum()))}
+    if nsp_logits is None:
+        return mlm_loss, metrics
+    nsp_loss = F.cross_entropy(nsp_logits.float(), batch["nsp_labels"])
+    metrics["nsp_loss"] = float(nsp_loss.detach())
+    metrics["nsp_accuracy"] = float((nsp_logits.argmax(-1) == batch["nsp_labels"]).float().mean())
+    return mlm_loss + nsp_loss, metrics
+
+
+@torch.no_grad()
+def evaluate_pretraining(model: nn.Module, dataset: Dataset, batch_size: int, nsp: bool = True,
+                         pad_token_id: int = 0) -> dict[str, float]:
+    """Held-out MLM loss/accuracy over all masked tokens and NSP loss/accuracy over all pairs."""
+    device = next(model.parameters()).device
+    totals = dict(mlm_loss=0.0, mlm_correct=0, mlm_tokens=0, nsp_loss=0.0, nsp_correct=0, pairs=0)
+    for start in range(0, len(dataset), batch_size):  # type: ignore[arg-type]
+        items = [dataset[i] for i in range(start, min(start + batch_size, len(dataset)))]  # type: ignore[arg-type]
+        batch = {k: v.to(device) for k, v in collate_pretraining(items, pad_token_id).items()}
+        mlm_logits, targets, nsp_logits = _mlm_logits_and_targets(model, batch, nsp, sparse=True)
+        totals["mlm_loss"] += float(F.cross_entropy(mlm_logits.float(), targets, reduction="sum"))
+        totals["mlm_correct"] += int((mlm_logits.argmax(-1) == targets).sum())
+        totals["mlm_tokens"] += len(targets)
+        if nsp_logits is not None:
+            labels = batch["nsp_labels"]
+            totals["nsp_loss"] += float(F.cross_entropy(nsp_logits.float(), labels, reduction="sum"))
+            totals["nsp_correct"] += int((nsp_logits.argmax(-1) == labels).sum())
+            totals["pairs"] += len(labels)
+    tokens, pairs = max(1, totals["mlm_tokens"]), max(1, totals["pairs"])
+    metrics = {"mlm_loss": totals["mlm_loss"] / tokens, "mlm_accuracy": totals["mlm_correct"] / tokens}
+    if nsp:
+        metrics.update(nsp_loss=totals["nsp_loss"] / pairs, nsp_accuracy=totals["nsp_correct"] / pairs)
+    return metrics
+
+
+# --- data -----------------------------------------------------------------------------------------
+
+class _Split(Dataset):
+    """Some indices of a PretrainingDataset; forwards set_epoch so dynamic masking still varies."""
+
+    def __init__(self, dataset: PretrainingDataset, indices: np.ndarray) -> None:
+        self.dataset, self.indices = dataset, indices
+
+    def set_epoch(self, epoch: int) -> None:
+        self.dataset.set_epoch(epoch)
+
+    def __len__(self) -> int:
+        return len(self.indices)
+
+    def __getitem__(self, index: int) -> dict[str, torch.Tensor]:
+        return self.dataset[int(self.indices[index])]
+
+
+def split_held_out(data_dir: Path, eval_examples: int, seed: int) -> tuple[Dataset, Dataset]:
+    """(train, held-out) from one data directory: `eval_examples` random instances (at most a tenth)
+    are held out and never trained on; the held-out copy keeps epoch 0's masks so evaluations compare."""
+    train = PretrainingDataset(data_dir)
+    count = min(eval_examples, len(train) // 10)
+    order = np.random.default_rng([seed, 7]).permutation(len(train))
+    held_out = np.sort(order[:count])
+    keep = np.sort(order[count:])
+    logger.info("holding out %d of %d instances of %s for evaluation", count, len(train), data_dir)
+    return _Split(train, keep), _Split(PretrainingDataset(data_dir), held_out)
+
+
+# --- the run --------------------------------------------------------------------------------------
+
+@dataclass
+class PretrainSettings:
+    """What `bertkit pretrain` trains, beyond the optimisation settings in TrainConfig."""
+
+    data: str
+    """Directory written by `bertkit data pretraining`."""
+    model: str
+    """Preset name (bert-mini, bert-base, ...) or config.json; ignored with init_from."""
+    output: str
+    """Run directory: checkpoints, metrics.jsonl, tensorboard/, curves.png, final/."""
+    tokenizer: str | None = None
+    """Directory with vocab.txt; default: init_from's."""
+    init_from: str | None = None
+    """Start from the weights (and config and vocabulary) of this directory."""
+    nsp: bool = True
+    """Train next sentence prediction too (False: MLM only, a BertForMaskedLM)."""
+    eval_data: str | None = None
+    """Separate held-out data directory; default: hold out eval_examples of the training data."""
+    eval_examples: int = 1000
+    """Instances held out of the training data when eval_data is not given (at most a tenth)."""
+    resume: str | None = None
+    """None, 'auto' or a checkpoint directory."""
+    device: str = "auto"
+    """auto, cpu or cuda."""
+
+
+def _tokenizer(settings: PretrainSettings, dataset_hash: str) -> WordPieceTokenizer:
+    source = settings.tokenizer or settings.init_from
+    if source is None:
+        raise BertkitError("--tokenizer DIR is required (the vocabulary the data was made with) unless "
+                           "--init-from gives a directory with vocab.txt")
+    tokenizer = WordPieceTokenizer.from_pretrained(source)
+    if tokenizer.vocab_hash != dataset_hash:
+        raise BertkitError(f"--tokenizer {source}: its vocab.txt is not the vocabulary {settings.data} was "
+                           "made with (sha256 differs); pass the tokenizer directory used for "
+                           "`bertkit data pretraining`")
+    return tokenizer
+
+
+def build_model(settings: PretrainSettings, tokenizer: WordPieceTokenizer, max_seq_length: int) -> nn.Module:
+    """A fresh model from a preset/config, or the weights of --init-from."""
+    cls = BertForPreTraining if settings.nsp else BertForMaskedLM
+    if settings.init_from is not None:
+        model = cls.from_pretrained(settings.init_from)
+        config: BertConfig = model.config
+    else:
+        config = load_config(settings.model)
+        if config.vocab_size != tokenizer.vocab_size:
+            config = config.replace(vocab_size=tokenizer.vocab_size)
+        model = cls(config)
+    if config.vocab_size < tokenizer.vocab_size:
+        raise BertkitError(f"--init-from {settings.init_from}: vocab_size {config.vocab_size} is smaller than "
+                           f"the tokenizer's {tokenizer.vocab_size}")
+    if max_seq_length > config.max_position_embeddings:
+        raise BertkitError(f"{settings.data}: sequences of up to {max_seq_length} tokens, but the model has "
+                           f"max_position_embeddings {config.max_position_embeddings}; use a model with more "
+                           "positions or re-create the data with a smaller --max-seq-length")
+    return model
+
+
+def pretrain(settings: PretrainSettings, train_config: TrainConfig) -> FitResult:
+    """Pre-train with MLM (+ NSP) under torchrun or alone; writes `final/` (save_pretrained + vocab)."""
+    ctx = setup_distributed(settings.device)
+    try:
+        output = Path(settings.output)
+        train_set, eval_set = _datasets(settings, train_config.seed)
+        tokenizer = _tokenizer(settings, train_set.dataset.vocab_hash)
+        torch.manual_seed(train_config.seed)  # same initial weights on every rank
+        model = build_model(settings, tokenizer, int(train_set.dataset.options["max_seq_length"]))
+        if ctx.is_main:
+            output.mkdir(parents=True, exist_ok=True)
+            (output / "pretrain_settings.json").write_text(json.dumps(
+                {"settings": asdict(settings), "train": asdict(train_config), "world_size": ctx.world_size},
+                indent=2) + "\n", encoding="utf-8")
+        pad = tokenizer.pad_token_id
+        evaluate = functools.partial(evaluate_pretraining, dataset=eval_set, nsp=settings.nsp, pad_token_id=pad,
+                                     batch_size=train_config.micro_batch_size)
+        result = fit(
+            model, functools.partial(pretraining_loss, nsp=settings.nsp), train_set, train_config, output,
+            collate_fn=functools.partial(collate_pretraining, pad_token_id=pad),
+            eval_fn=evaluate if len(eval_set) else None,
+            save_weights=lambda m, d: m.save_pretrained(d, tokenizer=tokenizer),
+            load_weights=lambda m, d: m.load_hf_state_dict(read_state_dict(d), source=str(d)),
+            resume=settings.resume, ctx=ctx)
+        if ctx.is_main and result.stop_reason == "budget":
+            unwrap_model(model).save_pretrained(output / "final", tokenizer=tokenizer)
+        return result
+    finally:
+        teardown_distributed()
+
+
+def _datasets(settings: PretrainSettings, seed: int) -> tuple[Any, Dataset]:
+    if settings.eval_data is None:
+        return split_held_out(Path(settings.data), settings.eval_examples, seed)
+    train = PretrainingDataset(settings.data)
+    return _Split(train, np.arange(len(train))), PretrainingDataset(settings.eval_data)
