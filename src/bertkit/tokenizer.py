@@ -46,6 +46,9 @@ PAD, UNK, CLS, SEP, MASK = "[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"
 # Order of the specials at the head of a freshly trained vocabulary (ids 0..4).
 SPECIAL_TOKENS: tuple[str, ...] = (PAD, UNK, CLS, SEP, MASK)
 MAX_INPUT_CHARS_PER_WORD = 100
+# Longest text one call accepts. Bounds time (~1 s on the Rust path, a few seconds on the Python
+# path) and memory (offset tracking costs ~100 bytes per character); longer text raises.
+MAX_TEXT_CHARS = 1_000_000
 VOCAB_FILE = "vocab.txt"
 CONFIG_FILE = "tokenizer_config.json"
 
@@ -178,7 +181,7 @@ def _is_dropped(char: str) -> bool:
     return char in "\x00\ufffd" or unicodedata.category(char) in ("Cc", "Cf")
 
 
-@dataclass
+@dataclass(slots=True)
 class _Word:
     """A word of Google's basic tokenization and where its characters came from.
 
@@ -216,8 +219,9 @@ class _GoogleBasicTokenizer:
             positions: list[int] = []
             for i, char in enumerate(match.group(), match.start()):
                 if _is_cjk(ord(char)):
+                    # An ideograph is a whitespace token of its own, still lower-cased and NFD'd.
                     self._flush(chars, positions, out)
-                    out.append(_Word(char, i, i + 1))
+                    self._flush([char], [i], out)
                 elif not _is_dropped(char):
                     chars.append(char)
                     positions.append(i)
@@ -228,13 +232,12 @@ class _GoogleBasicTokenizer:
         """Normalize one whitespace token (as Google does: lower, NFD, drop Mn) and split punctuation."""
         if not chars:
             return
-        starts = list(positions)
-        ends = [p + 1 for p in positions]
-        if self.do_lower_case:
-            chars, starts, ends = _lower_strip_accents(chars, starts, ends)
-        _split_punctuation(chars, starts, ends, out)
+        token, starts, ends = list(chars), list(positions), [p + 1 for p in positions]
         chars.clear()
         positions.clear()
+        if self.do_lower_case:
+            token, starts, ends = _lower_strip_accents(token, starts, ends)
+        _split_punctuation(token, starts, ends, out)
 
 
 def _lower_strip_accents(
@@ -344,6 +347,9 @@ def _check_vocab(tokens: Sequence[str], source: str) -> None:
 def _check_text(text: object, name: str) -> str:
     if not isinstance(text, str):
         raise BertkitError(f"{name} must be a str, got {type(text).__name__}")
+    if len(text) > MAX_TEXT_CHARS:
+        raise BertkitError(f"{name} has {len(text):,} characters, over the {MAX_TEXT_CHARS:,} one call "
+                           "accepts; split it into lines, paragraphs or documents first")
     return text
 
 
@@ -602,7 +608,8 @@ class WordPieceTokenizer:
         With truncation and max_length, tokens are cut to fit (specials included), a pair
         longest-first (one token at a time from the longer of A and B).
         """
-        pairs = None if text_pair is None else [text_pair]
+        _check_text(text, "text")
+        pairs = None if text_pair is None else [_check_text(text_pair, "text_pair")]
         return self.encode_batch([text], pairs, max_length=max_length, truncation=truncation)[0]
 
     def encode_batch(
