@@ -1,0 +1,293 @@
+"""The HTTP layer: a FastAPI app over one predictor, and `run_server` (uvicorn with draining on SIGTERM).
+
+Endpoints exist only for what the checkpoint can do (`predictor.endpoints`); any other path answers
+404 with the list of endpoints this model serves. Every response, errors included, is JSON of one
+shape ({"error", "message"} for errors) that never carries a path, a traceback or the request's text.
+
+Status codes: 200 ok; 400 invalid JSON; 401 missing/wrong API key; 404 unknown path; 405 wrong method;
+413 body too large; 422 request well-formed JSON but invalid (types, limits, no [MASK], ...); 429 queue
+full (Retry-After); 500 a server bug (logged; the message says nothing more); 503 not ready to take it
+(shutting down); 504 the request's time limit passed before its result was ready.
+
+Design decision: the layer is thin. Limits are checked here, before tokenizing (limits.py); requests
+are batched by one worker (microbatch.py); all inference is the predictor's. Requests are plain JSON
+validated by pydantic models: nothing from a request is ever unpickled, imported or used as a path.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hmac
+import logging
+import signal
+from collections.abc import AsyncIterator, Hashable
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import uvicorn
+from fastapi import Depends, FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from fastapi.security import APIKeyHeader, HTTPAuthorizationCredentials, HTTPBearer
+from pydantic import BaseModel, ConfigDict, Field
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from bertkit.errors import BertkitError
+from bertkit.serve.limits import BodySizeLimit, Limits, RequestError, check_text, check_texts, error_body
+from bertkit.serve.microbatch import MicroBatcher, NotRunningError, QueueFullError
+from bertkit.serve.predictor import MAX_TOP_K, Predictor
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class ServerSettings:
+    """How the server batches, queues and limits requests (each field is a `bertkit serve` flag)."""
+
+    limits: Limits = field(default_factory=Limits)
+    max_batch_size: int = 32
+    """Most inputs the worker gathers into one predictor call."""
+    max_wait_ms: float = 5.0
+    """How long the worker waits for more requests before running a batch."""
+    max_queue: int = 256
+    """Most requests waiting for the model; more are answered 429."""
+    timeout_s: float = 30.0
+    """Per-request time limit from arrival to result; past it, 504."""
+    api_key: str | None = None
+    """When set, task endpoints need `X-API-Key: <key>` or `Authorization: Bearer <key>` (else 401)."""
+
+
+# --- request bodies -------------------------------------------------------------------------------
+
+class _Body(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+
+Texts = str | list[str]
+
+
+class FillMaskRequest(_Body):
+    inputs: Texts = Field(description="Text(s) with one or more [MASK] tokens.")
+    top_k: int = Field(5, ge=1, le=MAX_TOP_K, description="Candidates per [MASK].")
+
+
+class ClassifyRequest(_Body):
+    inputs: Texts = Field(description="Text(s) to classify (the first sentence of pairs).")
+    text_pairs: Texts | None = Field(None, description="Second sentence of each pair, one per input.")
+
+
+class TagRequest(_Body):
+    inputs: Texts = Field(description="Text(s) to tag.")
+
+
+class AnswerRequest(_Body):
+    question: str
+    context: str = Field(description="Any length up to the character limit; read in doc-stride windows.")
+
+
+class EmbedRequest(_Body):
+    inputs: Texts
+    pooling: Literal["cls", "mean"] = "cls"
+    normalize: bool = False
+
+
+def _as_list(texts: Texts) -> list[str]:
+    return [texts] if isinstance(texts, str) else texts
+
+
+# --- the app ----------------------------------------------------------------------------------------
+
+def create_app(predictor: Predictor, settings: ServerSettings | None = None) -> FastAPI:
+    """The ASGI app serving `predictor`; `app.state.ready` turns true after a real warm-up forward pass."""
+    settings = settings or ServerSettings()
+    batcher = MicroBatcher(lambda key, items: _run(predictor, key, items), settings.max_batch_size,
+                           settings.max_wait_ms / 1000, settings.max_queue)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        batcher.start()
+        warmup = asyncio.create_task(_warm_up(app, batcher, predictor))
+        yield
+        app.state.ready = False
+        warmup.cancel()
+        await batcher.stop()
+
+    app = FastAPI(title="bertkit", summary=f"BERT {type(predictor).__name__}: {', '.join(predictor.endpoints)}",
+                  lifespan=lifespan)
+    app.state.ready = False
+    app.state.batcher = batcher
+    app.add_middleware(BodySizeLimit, max_bytes=settings.limits.max_body_bytes)
+    _add_error_handlers(app, predictor)
+    _add_probes(app)
+    _add_task_routes(app, predictor, settings, batcher)
+    return app
+
+
+async def _warm_up(app: FastAPI, batcher: MicroBatcher, predictor: Predictor) -> None:
+    await batcher.call(predictor.warmup)
+    app.state.ready = True
+    log.info("model warmed up; ready")
+
+
+def _run(predictor: Any, key: Hashable, items: list[Any]) -> list[Any]:
+    """One predictor call for a group of requests with equal key (endpoint + options)."""
+    endpoint, *options = key
+    if endpoint == "fill-mask":
+        return predictor.fill_mask(items, top_k=options[0])
+    if endpoint == "classify":
+        pairs = [pair for _, pair in items] if options[0] else None
+        return predictor.classify([text for text, _ in items], pairs)
+    if endpoint == "tag":
+        return predictor.tag(items)
+    if endpoint == "answer":
+        return predictor.answer([q for q, _ in items], [c for _, c in items])
+    pooling, normalize = options
+    return predictor.embed(items, pooling=pooling, normalize=normalize).tolist()
+
+
+def _add_probes(app: FastAPI) -> None:
+    @app.get("/health", summary="Liveness: the process answers.")
+    async def health() -> dict[str, str]:
+        return {"status": "ok"}
+
+    @app.get("/ready", summary="Readiness: model loaded and a real forward pass done (else 503).")
+    async def ready() -> JSONResponse:
+        if app.state.ready:
+            return JSONResponse({"status": "ready"})
+        return JSONResponse(error_body("not_ready", "the model is warming up or shutting down"), status_code=503)
+
+
+def _auth(settings: ServerSettings) -> Any:
+    api_key_header = APIKeyHeader(name="X-API-Key", auto_error=False)
+    bearer = HTTPBearer(auto_error=False)
+
+    async def check(key: str | None = Depends(api_key_header),
+                    token: HTTPAuthorizationCredentials | None = Depends(bearer)) -> None:
+        if settings.api_key is None:
+            return
+        given = key or (token.credentials if token is not None else "")
+        if not hmac.compare_digest(given.encode("utf-8", "replace"), settings.api_key.encode("utf-8")):
+            raise RequestError(401, "unauthorized", "missing or wrong API key; send it as X-API-Key or "
+                               "Authorization: Bearer")
+
+    return check
+
+
+def _add_task_routes(app: FastAPI, predictor: Predictor, settings: ServerSettings, batcher: MicroBatcher) -> None:
+    limits = settings.limits
+    secured = [Depends(_auth(settings))]
+
+    async def submit(key: tuple, items: list[Any]) -> list[Any]:
+        try:
+            return await batcher.submit(key, items, settings.timeout_s)
+        except QueueFullError:
+            raise RequestError(429, "queue_full", f"{settings.max_queue} requests are waiting; retry shortly") \
+                from None
+        except NotRunningError:
+            raise RequestError(503, "shutting_down", "the server is shutting down") from None
+        except TimeoutError:
+            raise RequestError(504, "timeout", f"no result within {settings.timeout_s:g} s; retry with fewer or "
+                               "shorter inputs") from None
+
+    if "fill-mask" in predictor.endpoints:
+        @app.post("/fill-mask", dependencies=secured, summary="Top-k tokens for every [MASK].")
+        async def fill_mask(body: FillMaskRequest) -> dict[str, Any]:
+            texts = _as_list(body.inputs)
+            check_texts(texts, "inputs", limits)
+            missing = [i for i, t in enumerate(texts) if "[MASK]" not in t]
+            if missing:
+                raise RequestError(422, "no_mask", f"inputs[{missing[0]}] has no [MASK]; mark the token to predict")
+            return {"results": await submit(("fill-mask", body.top_k), texts)}
+
+    if "classify" in predictor.endpoints:
+        @app.post("/classify", dependencies=secured, summary="Label and probabilities (or a regression score).")
+        async def classify(body: ClassifyRequest) -> dict[str, Any]:
+            texts = _as_list(body.inputs)
+            check_texts(texts, "inputs", limits)
+            pairs = _as_list(body.text_pairs) if body.text_pairs is not None else None
+            if pairs is not None:
+                check_texts(pairs, "text_pairs", limits)
+                if len(pairs) != len(texts):
+                    raise RequestError(422, "invalid_input", f"{len(texts)} inputs but {len(pairs)} text_pairs; "
+                                       "send one pair per input")
+            items = list(zip(texts, pairs or [None] * len(texts)))
+            return {"results": await submit(("classify", pairs is not None), items)}
+
+    if "tag" in predictor.endpoints:
+        @app.post("/tag", dependencies=secured, summary="Entities with character spans.")
+        async def tag(body: TagRequest) -> dict[str, Any]:
+            texts = _as_list(body.inputs)
+            check_texts(texts, "inputs", limits)
+            return {"results": await submit(("tag",), texts)}
+
+    if "answer" in predictor.endpoints:
+        @app.post("/answer", dependencies=secured, summary="Answer span in the context (or no answer, v2.0).")
+        async def answer(body: AnswerRequest) -> dict[str, Any]:
+            check_text(body.question, "question", limits)
+            check_text(body.context, "context", limits)
+            [result] = await submit(("answer",), [(body.question, body.context)])
+            return result
+
+    @app.post("/embed", dependencies=secured, summary="Sentence vectors ([CLS] or mean pooling).")
+    async def embed(body: EmbedRequest) -> dict[str, Any]:
+        texts = _as_list(body.inputs)
+        check_texts(texts, "inputs", limits)
+        return {"embeddings": await submit(("embed", body.pooling, body.normalize), texts)}
+
+
+def _add_error_handlers(app: FastAPI, predictor: Predictor) -> None:
+    served = [f"/{name}" for name in predictor.endpoints]
+
+    @app.exception_handler(RequestError)
+    async def request_error(request: Request, exc: RequestError) -> JSONResponse:
+        headers = {"Retry-After": "1"} if exc.status == 429 else None
+        if exc.status == 401:
+            headers = {"WWW-Authenticate": "Bearer"}
+        return JSONResponse(error_body(exc.error, exc.message), status_code=exc.status, headers=headers)
+
+    @app.exception_handler(BertkitError)
+    async def bertkit_error(request: Request, exc: BertkitError) -> JSONResponse:
+        return JSONResponse(error_body("invalid_input", str(exc)), status_code=422)
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
+        errors = exc.errors()
+        if any(e.get("type") == "json_invalid" for e in errors):
+            return JSONResponse(error_body("invalid_json", "the body is not valid JSON"), status_code=400)
+        # loc and msg only: pydantic's "input" would echo (possibly huge) request text back.
+        details = [{"loc": [str(p) for p in e.get("loc", ())], "msg": str(e.get("msg", ""))} for e in errors[:20]]
+        return JSONResponse(error_body("invalid_request", "the request does not match the schema (see /docs)",
+                                       details=details), status_code=422)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        if exc.status_code == 404:
+            return JSONResponse(error_body("not_found", f"this model serves {', '.join(served)}",
+                                           endpoints=served), status_code=404)
+        message = exc.detail if isinstance(exc.detail, str) else "request refused"
+        code = "method_not_allowed" if exc.status_code == 405 else "http_error"
+        return JSONResponse(error_body(code, message), status_code=exc.status_code, headers=exc.headers)
+
+    @app.exception_handler(Exception)
+    async def bug(request: Request, exc: Exception) -> JSONResponse:
+        log.error("unhandled error on %s", request.url.path, exc_info=exc)
+        return JSONResponse(error_body("internal_error", "internal server error; see the server log"),
+                            status_code=500)
+
+
+# --- running ---------------------------------------------------------------------------------------------
+
+def run_server(app: FastAPI, host: str = "127.0.0.1", port: int = 8000, drain_timeout_s: float = 30.0,
+               log_level: str = "info") -> None:
+    """Serve until SIGINT/SIGTERM; then stop accepting, finish in-flight requests (up to
+    `drain_timeout_s`), and return normally so the process exits 0."""
+    config = uvicorn.Config(app, host=host, port=port, log_level=log_level, timeout_graceful_shutdown=drain_timeout_s,
+                            server_header=False)
+    # uvicorn re-raises the stop signal once drained, into the handler that was installed before it:
+    # a no-op one here, because SIGTERM is this server's normal way to stop, not a crash.
+    previous = signal.signal(signal.SIGTERM, lambda signum, frame: None)
+    try:
+        uvicorn.Server(config).run()
+    finally:
+        signal.signal(signal.SIGTERM, previous)

@@ -1,0 +1,155 @@
+"""The HTTP layer through TestClient: every endpoint's answer, and each limit and status code.
+
+Malformed requests of every kind must get a 4xx JSON body that carries no path and no traceback.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+
+import numpy as np
+import pytest
+from fastapi.testclient import TestClient
+
+from bertkit.serve.app import ServerSettings, create_app
+from bertkit.serve.limits import Limits
+from bertkit.serve.predictor import load_predictor
+
+LIMITS = Limits(max_body_bytes=4096, max_inputs=4, max_input_chars=200)
+
+
+def _client(directory, **settings) -> TestClient:
+    predictor = load_predictor(directory)
+    return TestClient(create_app(predictor, ServerSettings(limits=LIMITS, **settings)), raise_server_exceptions=False)
+
+
+def _wait_ready(client: TestClient) -> None:
+    deadline = time.monotonic() + 30
+    while client.get("/ready").status_code != 200:
+        assert time.monotonic() < deadline, "the server never became ready"
+        time.sleep(0.01)
+
+
+@pytest.fixture(scope="module")
+def mlm(mlm_dir):
+    with _client(mlm_dir) as client:
+        _wait_ready(client)
+        yield client
+
+
+def _assert_clean_error(response, status: int, error: str | None = None) -> dict:
+    assert response.status_code == status, response.text
+    body = response.json()
+    assert set(body) >= {"error", "message"}
+    if error is not None:
+        assert body["error"] == error
+    assert "Traceback" not in response.text and "/tmp" not in response.text and ".py" not in response.text
+    return body
+
+
+def test_fill_mask_and_embed_answer_like_the_predictor(mlm, mlm_dir):
+    predictor = load_predictor(mlm_dir)
+    response = mlm.post("/fill-mask", json={"inputs": ["the [MASK] sat", "paris is [MASK]"], "top_k": 2})
+    assert response.status_code == 200
+    assert response.json()["results"] == json.loads(json.dumps(predictor.fill_mask(["the [MASK] sat", "paris is [MASK]"], 2)))
+    response = mlm.post("/embed", json={"inputs": "the cat", "pooling": "mean"})
+    np.testing.assert_allclose(response.json()["embeddings"], predictor.embed(["the cat"], "mean"), atol=1e-6)
+
+
+def test_probes_and_openapi(mlm):
+    assert mlm.get("/health").json() == {"status": "ok"}
+    assert mlm.get("/ready").json() == {"status": "ready"}
+    paths = mlm.get("/openapi.json").json()["paths"]
+    assert {"/fill-mask", "/embed", "/health", "/ready"} <= set(paths) and "/classify" not in paths
+    assert mlm.get("/docs").status_code == 200
+
+
+def test_other_endpoints_404_with_what_this_model_serves(mlm):
+    body = _assert_clean_error(mlm.post("/classify", json={"inputs": ["x"]}), 404, "not_found")
+    assert body["endpoints"] == ["/fill-mask", "/embed"]
+    _assert_clean_error(mlm.get("/fill-mask"), 405, "method_not_allowed")
+
+
+@pytest.mark.parametrize("payload, status, error", [
+    (b"{not json", 400, "invalid_json"),
+    (b"", 422, None),
+    (b"[]", 422, "invalid_request"),
+    (b'{"inputs": 5}', 422, "invalid_request"),
+    (b'{"inputs": [1, 2]}', 422, "invalid_request"),
+    (b'{"inputs": ["a [MASK]"], "top_k": "5"}', 422, "invalid_request"),
+    (b'{"inputs": ["a [MASK]"], "top_k": 100000000000000000000000000000000}', 422, "invalid_request"),
+    (b'{"inputs": ["a [MASK]"], "top_k": 1e999}', 422, "invalid_request"),
+    (b'{"inputs": ["a [MASK]"], "top_k": NaN}', 422, "invalid_request"),
+    (b'{"inputs": ["a [MASK]"], "top_k": ' + b"9" * 5000 + b"}", 422, None),
+    (b'{"inputs": ["a [MASK]"], "unknown": 1}', 422, "invalid_request"),
+    (b'{"inputs": ["a [MASK]"], "__class__": "os.system"}', 422, "invalid_request"),
+    (b'{"inputs": []}', 422, "invalid_input"),
+    (b'{"inputs": ["no mask"]}', 422, "no_mask"),
+    (b'{"inputs": ["\\ud800 [MASK]"]}', 422, "invalid_text"),
+    (b'\xff\xfe\x00garbage', 400, "invalid_json"),
+    (json.dumps({"inputs": ["\u202e\u0000\U0001f600 [MASK] \ufffd\U000e0001"]}).encode(), 200, None),
+    (b'{"inputs": "' + b"[" * 3000 + b'"}', 422, None),
+    (b"[" * 2000 + b"]" * 2000, 422, None),
+])
+def test_malformed_requests_get_4xx_json(mlm, payload, status, error):
+    response = mlm.post("/fill-mask", content=payload, headers={"Content-Type": "application/json"})
+    if status == 200:
+        assert response.status_code == 200
+        return
+    assert 400 <= response.status_code < 500, response.text
+    body = response.json()
+    assert "Traceback" not in response.text and ".py" not in response.text
+    if error is not None:
+        assert response.status_code == status and body["error"] == error
+
+
+def test_limits_inputs_and_characters_422(mlm):
+    body = _assert_clean_error(mlm.post("/fill-mask", json={"inputs": ["a [MASK]"] * 5}), 422, "too_many_inputs")
+    assert "limit is 4" in body["message"]
+    body = _assert_clean_error(mlm.post("/fill-mask", json={"inputs": ["a [MASK] " + "x" * 300]}), 422, "input_too_long")
+    assert "limit is 200" in body["message"]
+    _assert_clean_error(mlm.post("/embed", json={"inputs": ["a"] * 5}), 422, "too_many_inputs")
+
+
+def test_body_size_413_before_parsing(mlm):
+    big = json.dumps({"inputs": ["a [MASK]"], "pad": "x" * 5000}).encode()
+    _assert_clean_error(mlm.post("/fill-mask", content=big, headers={"Content-Type": "application/json"}),
+                        413, "body_too_large")
+
+    def chunks():  # no Content-Length: chunked transfer is counted as it arrives
+        for _ in range(10):
+            yield b"x" * 1000
+
+    _assert_clean_error(mlm.post("/fill-mask", content=chunks()), 413, "body_too_large")
+
+
+def test_api_key_401(mlm_dir):
+    with _client(mlm_dir, api_key="s3cret") as client:
+        _wait_ready(client)
+        assert client.get("/health").status_code == 200  # probes stay open for orchestrators
+        _assert_clean_error(client.post("/embed", json={"inputs": ["a"]}), 401, "unauthorized")
+        _assert_clean_error(client.post("/embed", json={"inputs": ["a"]}, headers={"X-API-Key": "wrong"}), 401)
+        assert client.post("/embed", json={"inputs": ["a"]}, headers={"X-API-Key": "s3cret"}).status_code == 200
+        ok = client.post("/embed", json={"inputs": ["a"]}, headers={"Authorization": "Bearer s3cret"})
+        assert ok.status_code == 200
+
+
+def test_task_endpoints(classifier_dir, tagger_dir, squad_dir):
+    with _client(classifier_dir) as client:
+        [result] = client.post("/classify", json={"inputs": ["the cat"], "text_pairs": ["sat"]}).json()["results"]
+        assert result["label"] in {"negative", "positive", "neutral"}
+        _assert_clean_error(client.post("/classify", json={"inputs": ["a", "b"], "text_pairs": ["c"]}), 422)
+        _assert_clean_error(client.post("/fill-mask", json={"inputs": ["a [MASK]"]}), 404)
+    with _client(tagger_dir) as client:
+        assert isinstance(client.post("/tag", json={"inputs": ["john smith lives in london"]}).json()["results"][0],
+                          list)
+    with _client(squad_dir) as client:
+        context = "john smith lives in london " * 5
+        result = client.post("/answer", json={"question": "where?", "context": context}).json()
+        assert set(result) == {"answer", "score", "start", "end", "no_answer"}
+        if not result["no_answer"]:
+            assert context[result["start"]:result["end"]] == result["answer"]
+        _assert_clean_error(client.post("/answer", json={"question": "where?", "context": "x" * 300}), 422,
+                            "input_too_long")
+        _assert_clean_error(client.post("/answer", json={"question": "where?"}), 422, "invalid_request")
