@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from bertkit.data.instances import PairStats, create_instances_from_document, truncate_pair
+from bertkit.data.instances import PairStats, create_instances_from_document, truncate_pair, truncate_pair_fast
 from bertkit.data.masking import MaskingVocab, google_mask_fn
 
 _spec = importlib.util.spec_from_file_location("pretraining_reference", Path(__file__).with_name("pretraining_reference.py"))
@@ -109,3 +109,18 @@ def test_truncation_counted():
     assert all(len(i.tokens) <= 32 for i in instances)
     assert stats.truncated_instances == len(instances) == 1
     assert stats.truncated_tokens == 100 + 20 - 29  # A: 100 tokens, B: the other document (20)
+
+
+def test_fast_truncation_same_cuts_and_binomial_front_share():
+    rng = random.Random(0)
+    fronts = []
+    for length_a in range(0, 140, 3):
+        for length_b in range(0, 140, 5):
+            slow = truncate_pair(length_a, length_b, 61, random.Random(1))
+            (a0, a1), (b0, b1) = truncate_pair_fast(length_a, length_b, 61, rng)
+            assert (a1 - a0, b1 - b0) == (slow[0][1] - slow[0][0], slow[1][1] - slow[1][0])
+            assert 0 <= a0 <= a1 <= length_a and 0 <= b0 <= b1 <= length_b
+            fronts += [(a0, length_a - (a1 - a0)), (b0, length_b - (b1 - b0))]
+    taken_front = sum(f for f, _ in fronts)
+    cut = sum(c for _, c in fronts)
+    assert cut > 10_000 and abs(taken_front / cut - 0.5) < 4 * (0.25 / cut) ** 0.5

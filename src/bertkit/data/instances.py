@@ -77,9 +77,13 @@ class PairStats:
 def create_instances_from_document(
     documents: Sequence[Document], document_index: int, max_seq_length: int, short_seq_prob: float,
     cls_id: int, sep_id: int, rng: random.Random, mask_fn: MaskFn | None = None,
-    stats: PairStats | None = None,
+    stats: PairStats | None = None, original_stream: bool = True,
 ) -> list[Instance]:
-    """All instances of `documents[document_index]`; other documents supply random-next B sides."""
+    """All instances of `documents[document_index]`; other documents supply random-next B sides.
+
+    `original_stream=False` draws each truncation's front/back cuts as one binomial draw per side
+    (`truncate_pair_fast`: same distribution, O(1) instead of one draw per removed token).
+    """
     stats = stats if stats is not None else PairStats()
     document = documents[document_index]
     max_num_tokens = max_seq_length - 3  # room for [CLS], [SEP], [SEP]
@@ -105,8 +109,9 @@ def create_instances_from_document(
             else:
                 is_random_next = False
                 tokens_b = list(chain.from_iterable(chunk[a_end:]))
+            truncate = truncate_pair if original_stream else truncate_pair_fast
             instances.append(_build_instance(tokens_a, tokens_b, is_random_next, max_num_tokens,
-                                             cls_id, sep_id, rng, mask_fn, stats))
+                                             cls_id, sep_id, rng, mask_fn, stats, truncate))
             chunk = []
             chunk_length = 0
         i += 1
@@ -133,8 +138,8 @@ def _random_span(documents: Sequence[Document], document_index: int, target_b_le
 
 def _build_instance(tokens_a: list[int], tokens_b: list[int], is_random_next: bool, max_num_tokens: int,
                     cls_id: int, sep_id: int, rng: random.Random, mask_fn: MaskFn | None,
-                    stats: PairStats) -> Instance:
-    (a_start, a_stop), (b_start, b_stop) = truncate_pair(len(tokens_a), len(tokens_b), max_num_tokens, rng)
+                    stats: PairStats, truncate) -> Instance:
+    (a_start, a_stop), (b_start, b_stop) = truncate(len(tokens_a), len(tokens_b), max_num_tokens, rng)
     removed = len(tokens_a) + len(tokens_b) - (a_stop - a_start) - (b_stop - b_start)
     if removed:
         stats.truncated_instances += 1
@@ -158,3 +163,23 @@ def truncate_pair(length_a: int, length_b: int, max_num_tokens: int,
         else:
             b_start, b_stop = (b_start + 1, b_stop) if from_front else (b_start, b_stop - 1)
     return (a_start, a_stop), (b_start, b_stop)
+
+
+def truncate_pair_fast(length_a: int, length_b: int, max_num_tokens: int,
+                       rng: random.Random) -> tuple[tuple[int, int], tuple[int, int]]:
+    """`truncate_pair` in O(1): the same kept spans in distribution, fewer random draws.
+
+    Which side loses each token depends only on the lengths (the longer one, B on ties: first the
+    gap, then alternately B, A, B, ...), so the cut per side is known up front; of a side's r cuts,
+    the number taken from the front is Binomial(r, 1/2), drawn as the popcount of r random bits.
+    """
+    excess = length_a + length_b - max_num_tokens
+    if excess <= 0:
+        return (0, length_a), (0, length_b)
+    gap = min(excess, abs(length_a - length_b))
+    rest = excess - gap
+    cut_a = (gap if length_a > length_b else 0) + rest // 2
+    cut_b = (gap if length_b > length_a else 0) + rest - rest // 2
+    front_a = rng.getrandbits(cut_a).bit_count() if cut_a else 0
+    front_b = rng.getrandbits(cut_b).bit_count() if cut_b else 0
+    return (front_a, length_a - (cut_a - front_a)), (front_b, length_b - (cut_b - front_b))

@@ -79,15 +79,15 @@ def mask_batch(ids: np.ndarray, offsets: np.ndarray, masked_lm_prob: float, max_
 
 def _choose_tokens(candidate, instance_of, offsets, quota, gen) -> np.ndarray:
     """(N,) bool: the first quota[k] candidates of instance k in a uniformly random order."""
-    keys = gen.random(len(candidate))
-    keys[~candidate] = 2.0  # after every candidate of the instance
-    order = np.argsort(instance_of * 4.0 + keys, kind="stable")  # grouped by instance, random inside
-    rank = np.arange(len(candidate)) - offsets[instance_of]  # instance_of is sorted, so aligned with order
-    take = order[(rank < quota[instance_of]) & candidate[order]]
-    chosen = np.zeros(len(candidate), dtype=bool)
-    chosen[take] = True
-    return chosen
-
+    lengths = np.diff(offsets)
+    column = np.arange(len(candidate)) - offsets[instance_of]  # position inside its instance
+    keys = np.full((len(lengths), int(lengths.max(initial=0))), 2.0, dtype=np.float32)  # (n, T): 2 = padding
+    keys[instance_of, column] = np.where(candidate, gen.random(len(candidate), dtype=np.float32), 2.0)
+    smallest = np.argsort(keys, axis=1)[:, :int(quota.max(initial=0))]  # (n, Q) columns of the Q smallest keys
+    take = (np.arange(smallest.shape[1]) < quota[:, None]) & (np.take_along_axis(keys, smallest, axis=1) < 2.0)
+    chosen = np.zeros(keys.shape, dtype=bool)  # (n, T)
+    chosen[np.nonzero(take)[0], smallest[take]] = True
+    return chosen[instance_of, column]
 
 def _choose_whole_words(ids, candidate, instance_of, offsets, quota, continuation, gen) -> np.ndarray:
     """(N,) bool: whole words in random order, skipping any that would overshoot the quota."""

@@ -162,18 +162,21 @@ def _process_block(block: Block) -> BlockResult:
     counts: Counter = Counter()
     documents, numbers = _tokenize_block(block, counts)
     pair_stats = PairStats()
-    instances: list[Instance] = []
-    for dupe in range(options.dupe_factor):
+    passes = []
+    for dupe in range(options.dupe_factor):  # one pass of Instance objects in memory at a time
+        instances: list[Instance] = []
         for j, number in enumerate(numbers):
             rng = random.Random(_document_seed(options.seed, dupe, number))
             instances.extend(create_instances_from_document(
                 documents, j, options.max_seq_length, options.short_seq_prob, vocab.cls_id, vocab.sep_id,
-                rng, mask_fn=_STATE["mask_fn"], stats=pair_stats))
-    counts.update({k: v for k, v in dataclasses.asdict(pair_stats).items()})
+                rng, mask_fn=_STATE["mask_fn"], stats=pair_stats, original_stream=options.rng == "python"))
+        passes.append(_flatten(instances, vocab))
+    counts.update(dataclasses.asdict(pair_stats))
     gen = np.random.default_rng([options.seed, block.index])
-    instances = [instances[k] for k in gen.permutation(len(instances))]
-    result = _to_arrays(instances, options, vocab, gen)
-    counts["instances"] += len(instances)
+    result = _shuffle(_concatenate(passes), gen)
+    if options.masking == "static" and options.rng == "numpy":
+        _mask_in_chunks(result, options, vocab, gen)
+    counts["instances"] += len(result.lengths)
     counts["instance_tokens"] += len(result.ids)
     counts["random_next"] += int(result.nsp.sum())
     counts["masked_tokens"] += len(result.mlm_positions) if result.mlm_positions is not None else 0
@@ -181,28 +184,72 @@ def _process_block(block: Block) -> BlockResult:
     return result
 
 
-def _to_arrays(instances: list[Instance], options: PretrainingDataOptions, vocab: MaskingVocab,
-               gen: np.random.Generator) -> BlockResult:
-    lengths = np.fromiter((len(i.tokens) for i in instances), dtype=np.int64, count=len(instances))
-    ids = np.fromiter(chain.from_iterable(i.tokens for i in instances), dtype=np.int64, count=int(lengths.sum()))
-    a_lengths = np.fromiter((i.a_length for i in instances), dtype=np.int64, count=len(instances))
-    nsp = np.fromiter((i.is_random_next for i in instances), dtype=np.uint8, count=len(instances))
+def _flatten(instances: list[Instance], vocab: MaskingVocab) -> BlockResult:
+    """Instances as compact arrays; with masks (python rng) when the instances carry them."""
+    n = len(instances)
+    lengths = np.fromiter((len(i.tokens) for i in instances), dtype=np.int64, count=n)
+    dtype = ids_dtype(vocab.vocab_size)
+    ids = np.fromiter(chain.from_iterable(i.tokens for i in instances), dtype=dtype, count=int(lengths.sum()))
+    a_lengths = np.fromiter((i.a_length for i in instances), dtype=np.uint16, count=n)
+    nsp = np.fromiter((i.is_random_next for i in instances), dtype=np.uint8, count=n)
     result = BlockResult(ids, lengths, a_lengths, nsp, None, None, None)
-    if options.masking == "dynamic":
-        return result
-    if options.rng == "python":  # masked already, in the original's random order
-        result.mlm_counts = np.fromiter((len(i.masked_positions) for i in instances), dtype=np.int64, count=len(instances))
-        result.mlm_positions = np.fromiter(chain.from_iterable(i.masked_positions for i in instances), dtype=np.int64)
-        result.mlm_labels = np.fromiter(chain.from_iterable(i.masked_labels for i in instances), dtype=np.int64)
-        return result
-    offsets = np.concatenate([[0], np.cumsum(lengths)])
-    result.ids, labels = mask_batch(ids, offsets, options.masked_lm_prob, options.max_predictions_per_seq, vocab, gen)
-    predicted = np.flatnonzero(labels != IGNORE_INDEX)
-    owner = np.searchsorted(offsets, predicted, side="right") - 1  # instance of each predicted position
-    result.mlm_counts = np.bincount(owner, minlength=len(instances))
-    result.mlm_positions = predicted - offsets[owner]
-    result.mlm_labels = labels[predicted]
+    if _STATE["mask_fn"] is not None:
+        result.mlm_counts = np.fromiter((len(i.masked_positions) for i in instances), dtype=np.int64, count=n)
+        result.mlm_positions = np.fromiter(chain.from_iterable(i.masked_positions for i in instances), dtype=np.uint16)
+        result.mlm_labels = np.fromiter(chain.from_iterable(i.masked_labels for i in instances), dtype=dtype)
     return result
+
+
+def _concatenate(parts: list[BlockResult]) -> BlockResult:
+    def cat(name):
+        arrays = [getattr(p, name) for p in parts]
+        return None if arrays[0] is None else np.concatenate(arrays)
+
+    return BlockResult(*(cat(f.name) for f in dataclasses.fields(BlockResult)[:7]))
+
+
+def _gather(values: np.ndarray, lengths: np.ndarray, order: np.ndarray) -> np.ndarray:
+    """Concatenated segments (segment k = `lengths[k]` values) reordered by `order`, vectorised."""
+    starts = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64)
+    new_lengths = lengths[order]
+    new_starts = np.concatenate([[0], np.cumsum(new_lengths)[:-1]]).astype(np.int64)
+    source = np.repeat(starts[order] - new_starts, new_lengths) + np.arange(int(new_lengths.sum()))
+    return values[source]
+
+
+def _shuffle(result: BlockResult, gen: np.random.Generator) -> BlockResult:
+    """The block's instances in a random order (the original shuffles all instances)."""
+    order = gen.permutation(len(result.lengths))
+    shuffled = BlockResult(_gather(result.ids, result.lengths, order), result.lengths[order],
+                           result.a_lengths[order], result.nsp[order], None, None, None)
+    if result.mlm_counts is not None:
+        shuffled.mlm_counts = result.mlm_counts[order]
+        shuffled.mlm_positions = _gather(result.mlm_positions, result.mlm_counts, order)
+        shuffled.mlm_labels = _gather(result.mlm_labels, result.mlm_counts, order)
+    return shuffled
+
+
+MASK_CHUNK_INSTANCES = 8192
+"""Instances masked per vectorised call (bounds the temporary arrays)."""
+
+
+def _mask_in_chunks(result: BlockResult, options: PretrainingDataOptions, vocab: MaskingVocab,
+                    gen: np.random.Generator) -> None:
+    offsets = np.concatenate([[0], np.cumsum(result.lengths)]).astype(np.int64)
+    counts, positions, labels = [], [], []
+    for first in range(0, len(result.lengths), MASK_CHUNK_INSTANCES):
+        chunk_offsets = offsets[first:first + MASK_CHUNK_INSTANCES + 1]
+        lo, hi = chunk_offsets[0], chunk_offsets[-1]
+        masked, chunk_labels = mask_batch(result.ids[lo:hi], chunk_offsets - lo, options.masked_lm_prob,
+                                          options.max_predictions_per_seq, vocab, gen)
+        result.ids[lo:hi] = masked
+        predicted = np.flatnonzero(chunk_labels != IGNORE_INDEX)
+        owner = np.searchsorted(chunk_offsets - lo, predicted, side="right") - 1  # instance of each prediction
+        counts.append(np.bincount(owner, minlength=len(chunk_offsets) - 1))
+        positions.append((predicted - (chunk_offsets[owner] - lo)).astype(np.uint16))
+        labels.append(chunk_labels[predicted].astype(result.ids.dtype))
+    result.mlm_counts, result.mlm_positions, result.mlm_labels = (
+        np.concatenate(x) if x else np.zeros(0, dtype=np.int64) for x in (counts, positions, labels))
 
 
 # --- main side -----------------------------------------------------------------------------------

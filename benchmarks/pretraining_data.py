@@ -1,0 +1,134 @@
+"""Benchmark: `bertkit data pretraining` vs a pure-Python reimplementation of the original script.
+
+Both run on the bundled King James Bible (src/bertkit/assets/kjv/corpus.txt.gz: verses as lines,
+chapters as documents), repeated to the requested size under /tmp, with the same settings
+(the original's defaults: max_seq_length 128, dupe_factor 10, masked_lm_prob 0.15, static masks)
+and the same vocabulary (trained here on the corpus). The reference is
+tests/data/pretraining_reference.py: google-research/bert `create_pretraining_data.py` with its
+pure-Python `FullTokenizer`, single process, everything in memory (the original's design); its
+instance writing (TFRecord) is not timed, ours includes writing the shards.
+
+Each side runs in a fresh process, so its peak RSS (ru_maxrss) is its own: for bertkit, the main
+process and, separately, the largest worker. Throughput is MB of input text per second of wall time.
+
+Usage (keep runs short on shared machines):
+
+    python benchmarks/pretraining_data.py --ours-mb 50 --reference-mb 2 --workers 2
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import importlib.util
+import multiprocessing
+import os
+import resource
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def make_corpus(directory: Path, megabytes: float) -> Path:
+    """The KJV corpus repeated (whole copies, then a prefix of documents) to about `megabytes`."""
+    from bertkit.assets import kjv_path
+
+    text = gzip.decompress(kjv_path("corpus.txt.gz").read_bytes())
+    target = int(megabytes * 2**20)
+    path = directory / f"kjv-{megabytes:g}mb.txt"
+    with open(path, "wb") as f:
+        written = 0
+        while written + len(text) <= target:
+            f.write(text if text.endswith(b"\n\n") else text.rstrip(b"\n") + b"\n\n")
+            written += len(text)
+        if written < target:
+            cut = text.rfind(b"\n\n", 0, target - written)
+            f.write(text[: max(cut, 0)] + b"\n\n")
+    return path
+
+
+def peak_rss_mb() -> tuple[float, float]:
+    """(this process's peak RSS, its largest waited-for child's peak RSS) in MB."""
+    return (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+            resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024)
+
+
+def run_ours(corpus: Path, vocab_dir: Path, workers: int, queue) -> None:
+    from bertkit.data import PretrainingDataOptions, build_pretraining_data
+    from bertkit.tokenizer import WordPieceTokenizer
+
+    tokenizer = WordPieceTokenizer.from_pretrained(vocab_dir)
+    output = Path(tempfile.mkdtemp(prefix="bertkit-bench-"))
+    try:
+        start = time.perf_counter()
+        manifest = build_pretraining_data([str(corpus)], tokenizer, output, PretrainingDataOptions(),
+                                          workers=workers, overwrite=True, progress=False)
+        seconds = time.perf_counter() - start
+    finally:
+        shutil.rmtree(output)
+    queue.put({"seconds": seconds, "instances": manifest["num_instances"], "rss": peak_rss_mb()})
+
+
+def run_reference(corpus: Path, vocab_dir: Path, queue) -> None:
+    import random
+
+    spec = importlib.util.spec_from_file_location("pretraining_reference", ROOT / "tests/data/pretraining_reference.py")
+    reference = sys.modules.setdefault("pretraining_reference", importlib.util.module_from_spec(spec))
+    spec.loader.exec_module(reference)
+    vocab = {line.rstrip("\n"): i for i, line in enumerate(open(vocab_dir / "vocab.txt", encoding="utf-8"))}
+    tokenizer = reference.FullTokenizer(vocab)
+    start = time.perf_counter()
+    instances = reference.create_training_instances([corpus], tokenizer, 128, 10, 0.1, 0.15, 20, random.Random(12345))
+    seconds = time.perf_counter() - start
+    queue.put({"seconds": seconds, "instances": len(instances), "rss": peak_rss_mb()})
+
+
+def in_fresh_process(target, *args) -> dict:
+    context = multiprocessing.get_context("spawn")
+    queue = context.Queue()
+    process = context.Process(target=target, args=(*args, queue))
+    process.start()
+    result = queue.get()
+    process.join()
+    return result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--ours-mb", type=float, default=20.0, help="MB of text for bertkit")
+    parser.add_argument("--reference-mb", type=float, default=1.0, help="MB of text for the reference (slow)")
+    parser.add_argument("--workers", type=int, default=os.cpu_count(), help="bertkit worker processes")
+    parser.add_argument("--vocab-size", type=int, default=8000, help="WordPiece vocabulary trained on the corpus")
+    parser.add_argument("--skip-reference", action="store_true", help="only run bertkit (e.g. for a big RSS run)")
+    args = parser.parse_args()
+
+    from bertkit.tokenizer import WordPieceTokenizer
+
+    with tempfile.TemporaryDirectory(prefix="bertkit-bench-") as tmp:
+        tmp = Path(tmp)
+        one_copy = make_corpus(tmp, 3.0)
+        WordPieceTokenizer.train([one_copy], vocab_size=args.vocab_size).save_pretrained(tmp / "vocab")
+        ours_corpus = make_corpus(tmp, args.ours_mb)
+        ours_mb = ours_corpus.stat().st_size / 1e6
+        ours = in_fresh_process(run_ours, ours_corpus, tmp / "vocab", args.workers)
+        ours_speed = ours_mb / ours["seconds"]
+        print(f"bertkit   : {ours_mb:8.1f} MB in {ours['seconds']:7.1f} s = {ours_speed:7.2f} MB/s, "
+              f"{ours['instances']:,} instances, peak RSS main {ours['rss'][0]:.0f} MB, "
+              f"largest worker {ours['rss'][1]:.0f} MB ({args.workers} workers)")
+        if args.skip_reference:
+            return
+        ref_corpus = make_corpus(tmp, args.reference_mb)
+        ref_mb = ref_corpus.stat().st_size / 1e6
+        ref = in_fresh_process(run_reference, ref_corpus, tmp / "vocab")
+        ref_speed = ref_mb / ref["seconds"]
+        print(f"reference : {ref_mb:8.1f} MB in {ref['seconds']:7.1f} s = {ref_speed:7.2f} MB/s, "
+              f"{ref['instances']:,} instances, peak RSS {ref['rss'][0]:.0f} MB (1 process, all in memory)")
+        print(f"speed-up  : {ours_speed / ref_speed:.1f}x")
+
+
+if __name__ == "__main__":
+    main()
