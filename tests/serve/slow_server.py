@@ -1,0 +1,40 @@
+"""A real `bertkit.serve` server whose model is slowed down, for queue, timeout and drain tests.
+
+Run as `python slow_server.py MODEL_DIR PORT DELAY_S MAX_QUEUE TIMEOUT_S` (a subprocess, so SIGTERM
+reaches a real uvicorn main thread), or use `SlowPredictor` in-process. The delay makes requests
+overlap deterministically; everything else is the production code path (`create_app`, `run_server`).
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+
+from bertkit.serve.app import ServerSettings, create_app, run_server
+from bertkit.serve.predictor import load_predictor
+
+
+class SlowPredictor:
+    """A predictor whose embed() takes `delay_s` longer; warm-up stays fast."""
+
+    def __init__(self, inner, delay_s: float) -> None:
+        self.inner, self.delay_s = inner, delay_s
+        self.endpoints = inner.endpoints
+
+    def warmup(self) -> None:
+        self.inner.warmup()
+
+    def embed(self, *args, **kwargs):
+        time.sleep(self.delay_s)
+        return self.inner.embed(*args, **kwargs)
+
+
+def slow_app(model_dir: str, delay_s: float, max_queue: int, timeout_s: float):
+    predictor = SlowPredictor(load_predictor(model_dir), delay_s)
+    settings = ServerSettings(max_batch_size=1, max_wait_ms=1, max_queue=max_queue, timeout_s=timeout_s)
+    return create_app(predictor, settings)
+
+
+if __name__ == "__main__":
+    directory, port, delay, queue, timeout = sys.argv[1:6]
+    run_server(slow_app(directory, float(delay), int(queue), float(timeout)), port=int(port), log_level="warning")

@@ -1,0 +1,123 @@
+"""The real server on 127.0.0.1: 429 from the bounded queue, 504 past the time limit, SIGTERM drain.
+
+A slowed-down model (slow_server.py) makes requests overlap deterministically. The drain test runs
+uvicorn in a subprocess, sends requests, sends SIGTERM while they are in flight, and checks that all of
+them complete with 200 and that the process exits 0.
+"""
+
+from __future__ import annotations
+
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import httpx
+import pytest
+import uvicorn
+
+from .slow_server import slow_app
+
+HERE = Path(__file__).parent
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _wait_ready(url: str, deadline_s: float = 60) -> None:
+    deadline = time.monotonic() + deadline_s
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(f"{url}/ready", timeout=1).status_code == 200:
+                return
+        except httpx.TransportError:
+            pass
+        time.sleep(0.05)
+    raise AssertionError("server did not become ready")
+
+
+class _ThreadServer:
+    """uvicorn on a loopback port in a background thread (signals stay with pytest)."""
+
+    def __init__(self, app) -> None:
+        self.port = _free_port()
+        self.server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning"))
+        self.thread = threading.Thread(target=self.server.run, daemon=True)
+
+    def __enter__(self) -> str:
+        self.thread.start()
+        url = f"http://127.0.0.1:{self.port}"
+        _wait_ready(url)
+        return url
+
+    def __exit__(self, *exc) -> None:
+        self.server.should_exit = True
+        self.thread.join(timeout=30)
+
+
+def _post_many(url: str, count: int, stagger_s: float = 0.02) -> list[httpx.Response]:
+    def post(i: int) -> httpx.Response:
+        time.sleep(i * stagger_s)  # arrive in order
+        return httpx.post(f"{url}/embed", json={"inputs": [f"text {i}"]}, timeout=30)
+
+    with ThreadPoolExecutor(count) as pool:
+        return list(pool.map(post, range(count)))
+
+
+def test_full_queue_answers_429_and_the_rest_complete(mlm_dir):
+    # One request runs (0.5 s), one waits in the queue of size 1; the others find it full.
+    with _ThreadServer(slow_app(str(mlm_dir), delay_s=0.5, max_queue=1, timeout_s=30)) as url:
+        responses = _post_many(url, 5)
+    codes = [r.status_code for r in responses]
+    assert codes[:2] == [200, 200] and codes[2:] == [429, 429, 429], codes
+    assert responses[2].json()["error"] == "queue_full" and responses[2].headers["retry-after"] == "1"
+
+
+def test_request_past_its_time_limit_answers_504(mlm_dir):
+    with _ThreadServer(slow_app(str(mlm_dir), delay_s=0.6, max_queue=8, timeout_s=0.2)) as url:
+        response = httpx.post(f"{url}/embed", json={"inputs": ["a"]}, timeout=30)
+        assert response.status_code == 504 and response.json()["error"] == "timeout"
+        time.sleep(0.6)  # the worker finishes the abandoned batch and serves the next request
+        assert httpx.get(f"{url}/health").status_code == 200
+
+
+def test_shutdown_drains_in_flight_requests(mlm_dir):
+    """Fast variant in-process: what uvicorn's SIGTERM handler does (should_exit) while requests run."""
+    server = _ThreadServer(slow_app(str(mlm_dir), delay_s=0.2, max_queue=16, timeout_s=30))
+    with server as url, ThreadPoolExecutor(1) as pool:
+        pending = pool.submit(_post_many, url, 4, 0.0)
+        time.sleep(0.2)
+        server.server.should_exit = True
+        assert [r.status_code for r in pending.result(timeout=60)] == [200] * 4
+    assert not server.thread.is_alive()
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+def test_sigterm_drains_in_flight_requests_and_exits_0(mlm_dir):
+    port = _free_port()
+    process = subprocess.Popen([sys.executable, str(HERE / "slow_server.py"), str(mlm_dir), str(port), "0.3", "16",
+                                "30"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        _wait_ready(url)
+        with ThreadPoolExecutor(1) as pool:
+            pending = pool.submit(_post_many, url, 4, 0.0)
+            time.sleep(0.3)  # all four are in flight: one running, three queued (~1.2 s of work)
+            process.send_signal(signal.SIGTERM)
+            responses = pending.result(timeout=60)
+        assert [r.status_code for r in responses] == [200] * 4
+        assert process.wait(timeout=60) == 0, process.stdout.read().decode()
+        with pytest.raises(httpx.TransportError):
+            httpx.get(f"{url}/health", timeout=1)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
