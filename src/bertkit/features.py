@@ -1,0 +1,152 @@
+"""Feature extraction: contextual token vectors of chosen layers (JSONL), or pooled sentence vectors (.npy).
+
+The JSONL output is the format of Google's `extract_features.py`, one line per input line:
+
+    {"linex_index": 0, "features": [{"token": "[CLS]", "layers": [{"index": -1, "values": [...]}, ...]}, ...]}
+
+with every token of `[CLS] A [SEP] (B [SEP])`, values rounded to 6 decimals as the original does.
+Layer indices count the encoder layers only, as the original's `all_encoder_layers`: -1 is the last
+layer, -L (or 0) the first; the embedding output is not a layer. Input is one text per line, or a
+pair written `text_a ||| text_b`. With `pooling`, each line becomes one vector instead: the requested
+layers pooled at [CLS] or averaged over the line's real tokens, concatenated in the order given.
+
+Design decision: the encoder runs length-sorted, padding-free batches (serve/batching.py) and the
+output is written as it is produced, so memory holds one batch of hidden states, not the corpus
+(.npy is filled through a memory map of its final size).
+
+Reference: google-research/bert `extract_features.py` (input format, layer indexing, output format);
+Devlin et al. (2018), section 5.3 (feature-based use, concatenating the last four layers).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from bertkit.errors import BertkitError, where
+from bertkit.model import BertModel
+from bertkit.serve.batching import length_sorted_batches, pad_features
+from bertkit.serve.predictor import POOLINGS, pool
+from bertkit.tokenizer import WordPieceTokenizer
+
+log = logging.getLogger(__name__)
+
+PAIR_SEPARATOR = " ||| "
+
+
+def parse_layers(spec: str, num_layers: int) -> list[int]:
+    """'-1,-2,-3,-4' -> [-1, -2, -3, -4], each checked against the model's L layers."""
+    try:
+        layers = [int(part) for part in spec.split(",") if part.strip()]
+    except ValueError:
+        raise BertkitError(f"--layers {spec!r}: expected comma-separated integers such as -1,-2,-3,-4") from None
+    bad = [i for i in layers if not -num_layers <= i < num_layers]
+    if not layers or bad:
+        raise BertkitError(f"--layers {spec!r}: the model has {num_layers} layers, so indices must be in "
+                           f"[-{num_layers}, {num_layers - 1}] (-1 is the last layer)")
+    return layers
+
+
+def read_lines(path: str | Path) -> list[tuple[str, str | None]]:
+    """(text_a, text_b or None) per line; text_b after ' ||| ' as in the original."""
+    path = Path(path)
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except FileNotFoundError:
+        raise BertkitError(f"--input {path}: file not found") from None
+    except UnicodeDecodeError as exc:
+        raise BertkitError(f"{path}: not UTF-8 text (byte {exc.start}); convert the file to UTF-8") from None
+    inputs = []
+    for number, line in enumerate(lines, start=1):
+        a, sep, b = line.partition("|||")
+        if sep and "|||" in b:
+            raise BertkitError(f"{where(path, number)}: more than one '|||'; write 'text_a ||| text_b'")
+        inputs.append((a.strip(), b.strip()) if sep else (line.strip(), None))
+    if not inputs:
+        raise BertkitError(f"--input {path}: the file is empty; write one text per line")
+    return inputs
+
+
+def extract_features(model_dir: str | Path, input_path: str | Path, output_path: str | Path,
+                     layers: str = "-1,-2,-3,-4", pooling: str | None = None, max_seq_length: int = 128,
+                     batch_size: int = 32) -> int:
+    """Write the features of every line of `input_path` to `output_path`; returns the number of lines."""
+    if pooling is not None and pooling not in POOLINGS:
+        raise BertkitError(f"--pooling {pooling!r}: use one of {', '.join(POOLINGS)}")
+    inputs = read_lines(input_path)
+    encoder = BertModel.from_pretrained(model_dir).eval()
+    tokenizer = WordPieceTokenizer.from_pretrained(model_dir)
+    indices = parse_layers(layers, encoder.config.num_hidden_layers)
+    max_seq_length = min(max_seq_length, encoder.config.max_position_embeddings)
+    encodings = _encode(tokenizer, inputs, max_seq_length)
+    output_path = Path(output_path)
+    output_path.parent.mkdir(parents=True, exist_ok=True)
+    batches = _hidden_states(encoder, encodings, indices, batch_size, tokenizer.pad_token_id)
+    if pooling is None:
+        _write_jsonl(output_path, encodings, indices, batches)
+    else:
+        _write_npy(output_path, len(encodings), len(indices) * encoder.config.hidden_size, pooling, batches)
+    return len(encodings)
+
+
+def _encode(tokenizer: WordPieceTokenizer, inputs: list[tuple[str, str | None]], max_seq_length: int) -> list:
+    encodings: list = [None] * len(inputs)
+    for has_pair in (False, True):  # the tokenizer encodes singles and pairs in separate calls
+        rows = [i for i, (_, b) in enumerate(inputs) if (b is not None) == has_pair]
+        if rows:
+            pairs = [inputs[i][1] for i in rows] if has_pair else None
+            full = tokenizer.encode_batch([inputs[i][0] for i in rows], pairs, truncation=False)
+            cut = tokenizer.encode_batch([inputs[i][0] for i in rows], pairs, max_length=max_seq_length)
+            truncated = sum(len(f) > max_seq_length for f in full)
+            if truncated:
+                log.warning("%d of %d lines are longer than --max-seq-length %d tokens and were truncated "
+                            "(pairs longest-first)", truncated, len(inputs), max_seq_length)
+            for i, encoding in zip(rows, cut):
+                encodings[i] = encoding
+    return encodings
+
+
+def _hidden_states(encoder: BertModel, encodings: Sequence, indices: list[int], batch_size: int,
+                   pad_token_id: int) -> Iterator[tuple[list[int], list[torch.Tensor], torch.Tensor]]:
+    """Per length-sorted batch: its line numbers, the requested layers (B, T, H) each, and the mask."""
+    features = [{"input_ids": e.input_ids, "token_type_ids": e.token_type_ids, "attention_mask": e.attention_mask}
+                for e in encodings]
+    for rows in length_sorted_batches([len(f["input_ids"]) for f in features], batch_size):
+        batch = pad_features([features[i] for i in rows], pad_token_id)
+        with torch.inference_mode():
+            hidden = encoder(**batch, output_hidden_states=True).hidden_states[1:]  # L x (B, T, H), no embeddings
+        yield rows, [hidden[i] for i in indices], batch["attention_mask"]
+
+
+def _write_jsonl(path: Path, encodings: Sequence, indices: list[int], batches: Iterator) -> None:
+    """Lines in input order: batches come length-sorted, so finished lines wait until their turn."""
+    waiting: dict[int, str] = {}
+    next_line = 0
+    with path.open("w", encoding="utf-8") as out:
+        for rows, layers, _ in batches:
+            for b, row in enumerate(rows):
+                waiting[row] = _feature_line(row, encodings[row], [layer[b] for layer in layers], indices)
+            while next_line in waiting:
+                out.write(waiting.pop(next_line) + "\n")
+                next_line += 1
+
+
+def _feature_line(row: int, encoding, layers: list[torch.Tensor], indices: list[int]) -> str:
+    values = [np.round(layer[:len(encoding)].float().numpy().astype(np.float64), 6) for layer in layers]  # (T, H)
+    tokens = [{"token": token, "layers": [{"index": index, "values": v[t].tolist()} for index, v in zip(indices, values)]}
+              for t, token in enumerate(encoding.tokens)]
+    return json.dumps({"linex_index": row, "features": tokens})
+
+
+def _write_npy(path: Path, rows: int, width: int, pooling: str, batches: Iterator) -> None:
+    vectors = np.lib.format.open_memmap(path, mode="w+", dtype=np.float32, shape=(rows, width))
+    for lines, layers, mask in batches:
+        pooled = torch.cat([pool(layer, mask, pooling) for layer in layers], dim=-1)  # (B, len(layers) * H)
+        vectors[lines] = pooled.float().numpy()
+    vectors.flush()
+    del vectors
