@@ -1,0 +1,114 @@
+"""Tokenization throughput: bertkit's WordPieceTokenizer vs transformers' BertTokenizerFast.
+
+Both tokenize the same lines of real text with the same vocab.txt, in one process, alternating
+(bertkit, transformers, bertkit, ...) so drift in machine load hits both; the table gives the
+median texts/s and MB/s (UTF-8 input bytes) of each and the ratio. Two workloads: ids only (what
+data creation uses: `encode_ids` vs `tok(texts, add_special_tokens=False)["input_ids"]`) and model
+inputs truncated to --max-length (`encode_batch` vs `tok(texts, truncation=True, max_length=...)`,
+reading input_ids, token_type_ids and attention_mask). The ids are checked equal before timing.
+
+Design decision: the corpus is not shipped; any UTF-8 text file works. The King James Bible (public
+domain) is what docs/tokenizer.md reports:
+
+    apt-get install -y bible-kjv && bible -f "Gen1:1-Rev22:21" > /tmp/kjv.txt
+    RAYON_RS_NUM_CPUS=1 python benchmarks/tokenization.py --corpus /tmp/kjv.txt
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import re
+import statistics
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import tokenizers
+import transformers
+
+from bertkit.tokenizer import WordPieceTokenizer
+
+DEFAULT_VOCAB = Path(__file__).resolve().parent.parent / "tests" / "assets" / "vocab" / "bert-base-uncased"
+# Verse labels such as "Ge1:1 " that the bible(1) tool prints before each verse.
+VERSE_LABEL = re.compile(r"^\S+\d+:\d+\s+")
+
+
+def read_lines(path: Path, limit: int) -> list[str]:
+    lines = [VERSE_LABEL.sub("", line).strip() for line in path.read_text(encoding="utf-8").splitlines()]
+    lines = [line for line in lines if line]
+    return lines[:limit] if limit else lines
+
+
+def batches(lines: list[str], size: int) -> list[list[str]]:
+    return [lines[i : i + size] for i in range(0, len(lines), size)]
+
+
+def time_once(fn: Callable[[list[str]], object], chunks: list[list[str]]) -> float:
+    start = time.perf_counter()
+    for chunk in chunks:
+        fn(chunk)
+    return time.perf_counter() - start
+
+
+def compare(name: str, ours: Callable, theirs: Callable, chunks: list[list[str]], repeats: int,
+            n_texts: int, n_bytes: int) -> None:
+    ours_s, theirs_s = [], []
+    for _ in range(repeats):
+        ours_s.append(time_once(ours, chunks))
+        theirs_s.append(time_once(theirs, chunks))
+    a, b = statistics.median(ours_s), statistics.median(theirs_s)
+    for who, seconds in (("bertkit", a), ("transformers", b)):
+        print(f"| {name:<22} | {who:<12} | {n_texts / seconds:>10,.0f} | {n_bytes / seconds / 1e6:>6.2f} |")
+    print(f"| {name:<22} | {'ratio':<12} | {b / a:>9.2f}x |        |")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--corpus", type=Path, required=True, help="UTF-8 text file, one text per line.")
+    parser.add_argument("--vocab", type=Path, default=DEFAULT_VOCAB, help="Directory holding vocab.txt.")
+    parser.add_argument("--cased", action="store_true", help="Cased tokenization (default uncased).")
+    parser.add_argument("--lines", type=int, default=0, help="Use only the first N lines (0 = all).")
+    parser.add_argument("--batch-size", type=int, default=1000, help="Texts per call.")
+    parser.add_argument("--max-length", type=int, default=128, help="Truncation length of the model-input workload.")
+    parser.add_argument("--repeats", type=int, default=5, help="Timed passes per tokenizer (median reported).")
+    args = parser.parse_args()
+
+    lines = read_lines(args.corpus, args.lines)
+    chunks = batches(lines, args.batch_size)
+    n_bytes = sum(len(line.encode("utf-8")) for line in lines)
+    ours = WordPieceTokenizer.from_pretrained(args.vocab, do_lower_case=not args.cased)
+    theirs = transformers.BertTokenizerFast(vocab=str(args.vocab / "vocab.txt"), do_lower_case=not args.cased)
+
+    def ours_ids(texts):
+        return ours.encode_ids(texts)
+
+    def theirs_ids(texts):
+        return theirs(texts, add_special_tokens=False)["input_ids"]
+
+    def ours_inputs(texts):
+        return [(e.input_ids, e.token_type_ids, e.attention_mask) for e in ours.encode_batch(texts, max_length=args.max_length)]
+
+    def theirs_inputs(texts):
+        out = theirs(texts, truncation=True, max_length=args.max_length)
+        return list(zip(out["input_ids"], out["token_type_ids"], out["attention_mask"]))
+
+    sample = chunks[0]
+    assert ours_ids(sample) == theirs_ids(sample), "ids differ: not the same vocabulary or rules"
+    assert ours_inputs(sample) == theirs_inputs(sample), "model inputs differ"
+
+    print(f"corpus {args.corpus.name}: {len(lines):,} lines, {n_bytes / 1e6:.1f} MB; batch {args.batch_size}; "
+          f"median of {args.repeats}")
+    print(f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, "
+          f"RAYON_RS_NUM_CPUS={os.environ.get('RAYON_RS_NUM_CPUS', 'unset')}; Python {platform.python_version()}, "
+          f"tokenizers {tokenizers.__version__}, transformers {transformers.__version__}")
+    print("| workload               | tokenizer    |    texts/s |   MB/s |")
+    print("|------------------------|--------------|------------|--------|")
+    compare("ids only", ours_ids, theirs_ids, chunks, args.repeats, len(lines), n_bytes)
+    compare(f"model inputs (max {args.max_length})", ours_inputs, theirs_inputs, chunks, args.repeats,
+            len(lines), n_bytes)
+
+
+if __name__ == "__main__":
+    main()
