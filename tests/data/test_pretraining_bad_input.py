@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import gzip
 import json
-from pathlib import Path
-
 import pytest
 
 from bertkit.cli import main

@@ -30,7 +30,7 @@ import gzip
 import json
 import zlib
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
@@ -97,12 +97,9 @@ def expand_inputs(patterns: list[str]) -> list[Path]:
     return paths
 
 
-def read_documents(paths: list[Path], stats: CorpusStats, strict: bool = False,
-                   progress: Callable[[int], None] | None = None) -> Iterator[list[str]]:
-    """Documents (lists of non-empty, stripped lines) of all files in order.
-
-    `progress(n)` is called with the number of (on-disk) bytes consumed since its last call.
-    """
+def read_documents(paths: list[Path], stats: CorpusStats, strict: bool = False) -> Iterator[list[str]]:
+    """Documents (lists of non-empty, stripped lines) of all files in order; `stats.text_bytes`
+    tells how far the reading got."""
     for path in paths:
         stats.files += 1
         size = path.stat().st_size
@@ -117,8 +114,6 @@ def read_documents(paths: list[Path], stats: CorpusStats, strict: bool = False,
             stats.skipped_files.setdefault(reason, []).append(str(path))
         else:
             yield from _file_documents(path, stats, strict)
-        if progress is not None:
-            progress(size)
 
 
 def _unreadable_reason(path: Path) -> str | None:

@@ -386,6 +386,6 @@ def format_summary(manifest: dict) -> str:
         ("invalid UTF-8", f"{s['invalid_utf8_lines']} lines (replaced)"),
         ("cut lines", f"{s['lines_cut']} lines over 1 MiB"),
     ]
-    rows += [(f"skipped lines", f"{n:,} {reason}") for reason, n in s["skipped_lines"].items()]
-    rows += [(f"skipped files", f"{len(files)} {reason}: {', '.join(files)}") for reason, files in s["skipped_files"].items()]
+    rows += [("skipped lines", f"{n:,} {reason}") for reason, n in s["skipped_lines"].items()]
+    rows += [("skipped files", f"{len(files)} {reason}: {', '.join(files)}") for reason, files in s["skipped_files"].items()]
     return "\n".join(f"  {name:<16} {value}" for name, value in rows)
