@@ -178,3 +178,12 @@ def test_cli_train_and_encode(tmp_path, capsys):
     assert "Hello" in capsys.readouterr().out
     assert main(["tokenizer", "train", "--output", str(out)]) == 2
     assert "no input files" in capsys.readouterr().err
+
+
+def test_saved_directory_loads_in_transformers(tmp_path):
+    transformers = pytest.importorskip("transformers")
+    ours = WordPieceTokenizer(GOOGLE_TEST_VOCAB, do_lower_case=False)
+    ours.save_pretrained(tmp_path)
+    theirs = transformers.AutoTokenizer.from_pretrained(tmp_path)
+    text = "UNwant runn, want"
+    assert theirs(text)["input_ids"] == ours.encode(text).input_ids
