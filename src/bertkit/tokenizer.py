@@ -54,7 +54,7 @@ CONFIG_FILE = "tokenizer_config.json"
 
 # Code points where the Rust pipeline and Google's Python code disagree (tokenizers 0.23, Python
 # 3.11 / Unicode 14), found by running both on "a" + chr(cp) + "b" for every code point, cased
-# and uncased (tests/test_tokenizer_unicode.py re-checks the claim). Mostly private use (E000-F8FF,
+# and uncased (tests/test_tokenizer_parity.py re-checks the claim). Mostly private use (E000-F8FF,
 # planes 15-16), CJK Extension C tail 2B820-2B91F, and characters whose category changed between
 # Unicode versions. Plus U+03A3 (final sigma) and the surrogates.
 _HAZARD_RANGES: tuple[tuple[int, int], ...] = (
