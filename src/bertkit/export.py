@@ -1,0 +1,203 @@
+"""ONNX export of any bertkit head, checked against onnxruntime, with optional dynamic int8 quantization.
+
+`export_onnx(model_dir, output)` writes an ONNX graph with inputs `input_ids`, `token_type_ids`,
+`attention_mask` (int64, dynamic batch and sequence axes; multiple choice adds a dynamic choices axis)
+and the head's outputs under their Hugging Face names. It then runs the graph in onnxruntime on a
+sample batch of a *different* shape than the one traced and reports the largest difference from
+PyTorch. `quantize="int8"` applies onnxruntime's dynamic quantization (int8 weights, activations
+quantized on the fly) and measures what it changes on the sample: the largest output difference and
+how often the top-1 prediction (argmax of the logits) stays the same.
+
+Design decision: the TorchScript-based exporter (`dynamo=False`): in torch 2.13 the default
+torch.export-based exporter needs the `onnxscript` package, which bertkit does not depend on. The
+graph is traced with the padded attention path (`use_unpadding = False`, same numbers), since the
+padding-free path's data-dependent gather sizes would be frozen by tracing; the trace batch is
+padded so the masked-attention branch is the one recorded.
+
+References: PyTorch `torch.onnx.export`; onnxruntime `quantization.quantize_dynamic`
+(Zafrir et al. 2019, "Q8BERT", for int8 BERT inference).
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch import nn
+
+from bertkit.config import BertConfig
+from bertkit.errors import BertkitError
+from bertkit.model import MODEL_CLASSES, BertModel
+from bertkit.serve.batching import pad_features
+from bertkit.tokenizer import WordPieceTokenizer
+
+INPUT_NAMES = ("input_ids", "token_type_ids", "attention_mask")
+OUTPUT_NAMES = {
+    "BertModel": ("last_hidden_state", "pooler_output"),
+    "BertForPreTraining": ("prediction_logits", "seq_relationship_logits"),
+    "BertForMaskedLM": ("logits",),
+    "BertForSequenceClassification": ("logits",),
+    "BertForTokenClassification": ("logits",),
+    "BertForQuestionAnswering": ("start_logits", "end_logits"),
+    "BertForMultipleChoice": ("logits",),
+}
+SAMPLE_TEXTS = (
+    "The quick brown fox jumps over the lazy dog.",
+    "BERT is pre-trained with a masked language model and next sentence prediction.",
+    "Paris is the capital of France.",
+    "Where did the cat sit? It sat on the mat near the door.",
+    "A short one.",
+    "Fine-tuning adds one output layer and trains all parameters end to end on the task.",
+)
+QUANTIZATIONS = ("int8",)
+
+
+@dataclass
+class ExportReport:
+    """What was written and how far onnxruntime's outputs are from PyTorch's on the sample batch."""
+
+    path: Path
+    architecture: str
+    outputs: tuple[str, ...]
+    max_abs_diff: float
+    """fp32 ONNX vs PyTorch, largest |difference| over all outputs at real positions."""
+    size_bytes: int
+    sample_size: int
+    quantized: dict[str, float] = field(default_factory=dict)
+    """int8 only: max_abs_diff vs fp32, top1_agreement (share of equal argmax), fp32_size_bytes."""
+
+    def lines(self) -> list[str]:
+        lines = [f"wrote {self.path} ({self.architecture}: {', '.join(self.outputs)}; {self.size_bytes / 1e6:.2f} MB)",
+                 f"onnxruntime vs PyTorch (fp32): max |diff| = {self.max_abs_diff:.2e}"]
+        if self.quantized:
+            q = self.quantized
+            top1 = (f"top-1 agreement = {q['top1_agreement']:.2%} over {int(q['positions'])} predictions"
+                    if q["positions"] else "no top-1 prediction in these outputs")
+            lines.append(f"int8 dynamic quantization: size {q['fp32_size_bytes'] / 1e6:.2f} MB -> "
+                         f"{self.size_bytes / 1e6:.2f} MB; outputs vs fp32 on {self.sample_size} sample texts: "
+                         f"max |diff| = {q['max_abs_diff']:.3e}, {top1}")
+        return lines
+
+
+class _TupleOutputs(nn.Module):
+    """The model with positional inputs and a tuple of named outputs (what the ONNX exporter takes)."""
+
+    def __init__(self, model: nn.Module, names: tuple[str, ...]) -> None:
+        super().__init__()
+        self.model, self.names = model, names
+
+    def forward(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor,
+                attention_mask: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        out = self.model(input_ids, token_type_ids, attention_mask)
+        return tuple(getattr(out, name) for name in self.names)
+
+
+def export_onnx(model_dir: str | Path, output: str | Path, quantize: str | None = None,
+                sample: list[str] | None = None, opset: int = 17) -> ExportReport:
+    """Export the directory's head to `output`; see the module docstring."""
+    if quantize is not None and quantize not in QUANTIZATIONS:
+        raise BertkitError(f"--quantize {quantize!r}: supported: {', '.join(QUANTIZATIONS)}")
+    model_dir, output = Path(model_dir), Path(output)
+    config = BertConfig.from_json_file(model_dir / "config.json")
+    architecture = (config.architectures or ["BertModel"])[0]
+    if architecture not in OUTPUT_NAMES:
+        raise BertkitError(f"{model_dir}/config.json: cannot export architecture {architecture!r}; "
+                           f"supported: {', '.join(OUTPUT_NAMES)}")
+    model = MODEL_CLASSES[architecture].from_pretrained(model_dir).eval()
+    (model if isinstance(model, BertModel) else model.bert).use_unpadding = False
+    names = OUTPUT_NAMES[architecture]
+    if architecture == "BertModel" and model.pooler is None:
+        names = names[:1]
+    tokenizer = WordPieceTokenizer.from_pretrained(model_dir)
+    texts = sample or list(SAMPLE_TEXTS)
+    wrapper = _TupleOutputs(model, names).eval()  # the exporter restores the mode it finds, so set it here
+    output.parent.mkdir(parents=True, exist_ok=True)
+    fp32_path = output if quantize is None else Path(tempfile.mkdtemp(dir=output.parent)) / "fp32.onnx"
+    _trace(wrapper, sample_batch(tokenizer, texts[:2], architecture, pad_to_length=True), fp32_path,
+           architecture, opset)
+    batch = sample_batch(tokenizer, texts, architecture)  # another shape than the traced one
+    with torch.inference_mode():
+        expected = [t.float().numpy() for t in wrapper(*batch.values())]
+    fp32 = run_onnx(fp32_path, batch)
+    mask = batch["attention_mask"].bool().numpy()
+    report = ExportReport(output, architecture, names, _max_diff(expected, fp32, mask), fp32_path.stat().st_size,
+                          len(texts))
+    if quantize == "int8":
+        report.quantized = _quantize(fp32_path, output, batch, fp32, mask, names)
+        report.size_bytes = output.stat().st_size
+        fp32_path.unlink()
+        os.rmdir(fp32_path.parent)
+    return report
+
+
+def sample_batch(tokenizer: WordPieceTokenizer, texts: list[str], architecture: str,
+                 pad_to_length: bool = False) -> dict[str, torch.Tensor]:
+    """A padded (B, T) batch of the texts ((1, B, T) for multiple choice: the texts as the choices);
+    `pad_to_length` adds one longer row, so the others are padded and a trace records the masked
+    attention path."""
+    encodings = tokenizer.encode_batch(texts, max_length=128)
+    features = [{"input_ids": e.input_ids, "token_type_ids": e.token_type_ids, "attention_mask": e.attention_mask}
+                for e in encodings]
+    if pad_to_length:
+        features.append({key: [1] * (max(len(e) for e in encodings) + 2) for key in INPUT_NAMES})
+        features[-1]["token_type_ids"] = [0] * len(features[-1]["input_ids"])
+    batch = pad_features(features, tokenizer.pad_token_id)
+    if architecture == "BertForMultipleChoice":
+        batch = {k: v.unsqueeze(0) for k, v in batch.items()}
+    return batch
+
+
+def _trace(wrapper: nn.Module, batch: dict[str, torch.Tensor], path: Path, architecture: str, opset: int) -> None:
+    axes = {0: "batch", 1: "choices", 2: "sequence"} if architecture == "BertForMultipleChoice" else \
+        {0: "batch", 1: "sequence"}
+    dynamic = {name: axes for name in INPUT_NAMES}
+    for name in wrapper.names:
+        dynamic[name] = {0: "batch"} if name in ("pooler_output", "seq_relationship_logits") or \
+            architecture in ("BertForSequenceClassification", "BertForMultipleChoice") else {0: "batch", 1: "sequence"}
+    with warnings.catch_warnings(), torch.inference_mode():
+        # The tracer warns about the Python branches it freezes (output_hidden_states=False, the padded path).
+        warnings.simplefilter("ignore")
+        torch.onnx.export(wrapper, tuple(batch.values()), str(path), dynamo=False, input_names=list(INPUT_NAMES),
+                          output_names=list(wrapper.names), dynamic_axes=dynamic, opset_version=opset)
+
+
+def run_onnx(path: Path, batch: dict[str, torch.Tensor]) -> list[np.ndarray]:
+    """The graph's outputs on `batch`, computed by onnxruntime on CPU."""
+    import onnxruntime
+
+    session = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    return session.run(None, {name: batch[name].numpy() for name in INPUT_NAMES})
+
+
+def _real(array: np.ndarray, mask: np.ndarray) -> np.ndarray:
+    """Values at real positions when the output has the inputs' (B, T) / (1, C, T) leading axes."""
+    return array[mask] if array.shape[:mask.ndim] == mask.shape else array
+
+
+def _max_diff(a: list[np.ndarray], b: list[np.ndarray], mask: np.ndarray) -> float:
+    return max(float(np.abs(_real(x, mask) - _real(y, mask)).max()) for x, y in zip(a, b))
+
+
+def _quantize(fp32_path: Path, output: Path, batch: dict[str, torch.Tensor], fp32: list[np.ndarray],
+              mask: np.ndarray, names: tuple[str, ...]) -> dict[str, float]:
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    quantize_dynamic(str(fp32_path), str(output), weight_type=QuantType.QInt8)
+    int8 = run_onnx(output, batch)
+    agree = total = 0
+    for name, x, y in zip(names, fp32, int8):
+        if not name.endswith("logits") or x.shape[-1] == 1:  # hidden states and regression have no top-1
+            continue
+        if x.shape == mask.shape:  # per-position scores (QA start/end): the best real position of each row
+            x, y = np.where(mask, x, -np.inf), np.where(mask, y, -np.inf)
+        else:
+            x, y = _real(x, mask), _real(y, mask)
+        agree += int((x.argmax(-1) == y.argmax(-1)).sum())
+        total += x.argmax(-1).size
+    return {"max_abs_diff": _max_diff(fp32, int8, mask), "top1_agreement": agree / total if total else float("nan"),
+            "positions": float(total), "fp32_size_bytes": float(fp32_path.stat().st_size)}

@@ -1,0 +1,50 @@
+"""ONNX export of every head: onnxruntime equals PyTorch within 1e-4 on a batch of another shape than
+the traced one (dynamic axes), and int8 quantization reports its measured output change."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnxruntime
+import pytest
+import torch
+
+from bertkit.errors import BertkitError
+from bertkit.export import export_onnx, run_onnx, sample_batch
+from bertkit.model import MODEL_CLASSES
+
+from .conftest import build, tokenizer
+
+TEXTS = ["the cat sat on the mat .", "john lives in london", "paris", "where did the big red dog go in the park ?"]
+
+
+@pytest.mark.parametrize("head", ["BertModel", "BertForPreTraining", "BertForMaskedLM", "BertForSequenceClassification",
+                                  "BertForTokenClassification", "BertForQuestionAnswering", "BertForMultipleChoice"])
+def test_every_head_matches_onnxruntime(head, tmp_path, mlm_dir):
+    directory = mlm_dir if head == "BertForMaskedLM" else build(tmp_path / head, MODEL_CLASSES[head])
+    report = export_onnx(directory, tmp_path / "model.onnx")
+    assert report.max_abs_diff < 1e-4
+    session = onnxruntime.InferenceSession(str(tmp_path / "model.onnx"), providers=["CPUExecutionProvider"])
+    assert [o.name for o in session.get_outputs()] == list(report.outputs)
+    # A fresh batch of yet another shape, against the padding-free PyTorch path.
+    batch = sample_batch(tokenizer(), TEXTS[:3], head)
+    model = MODEL_CLASSES[head].from_pretrained(directory).eval()
+    with torch.no_grad():
+        expected = model(*batch.values())
+    mask = batch["attention_mask"].bool().numpy()
+    for name, actual in zip(report.outputs, run_onnx(tmp_path / "model.onnx", batch)):
+        reference = getattr(expected, name).numpy()
+        if reference.shape[:mask.ndim] == mask.shape:
+            reference, actual = reference[mask], actual[mask]  # padded positions are unspecified
+        np.testing.assert_allclose(actual, reference, atol=1e-4, rtol=0)
+
+
+def test_int8_quantization_measures_the_change(tmp_path, classifier_dir, capsys):
+    report = export_onnx(classifier_dir, tmp_path / "int8.onnx", quantize="int8", sample=TEXTS)
+    q = report.quantized
+    assert report.size_bytes < q["fp32_size_bytes"]
+    assert 0 < q["max_abs_diff"] < 0.5 and 0.0 <= q["top1_agreement"] <= 1.0 and q["positions"] == len(TEXTS)
+    text = "\n".join(report.lines())
+    assert "int8 dynamic quantization" in text and "top-1 agreement" in text
+    assert [p.name for p in tmp_path.iterdir()] == ["int8.onnx"]  # the fp32 intermediate is removed
+    with pytest.raises(BertkitError, match="--quantize"):
+        export_onnx(classifier_dir, tmp_path / "x.onnx", quantize="int4")
