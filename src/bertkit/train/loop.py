@@ -281,7 +281,7 @@ def fit(model: nn.Module, loss_fn: LossFn, dataset: Dataset, config: TrainConfig
     parts = _Parts(model, optimizer, scheduler, scaler, batches, state, save_weights, load_weights)
     start = _resume(parts, resume, checkpoints, config, ctx)
     ddp_model = wrap_model(model, ctx)
-    reporter = Reporter(output_dir, ctx.is_main, budget.max_steps, state.step)
+    reporter = Reporter(output_dir, ctx.is_main, budget.max_steps, state.step, config.max_time_s)
     last_checkpoint = start
     try:
         with _StopSignal() as stop:
@@ -330,7 +330,7 @@ def _train(model: nn.Module, loss_fn: LossFn, parts: _Parts, config: TrainConfig
         grad_norm = _optimizer_step(parts, config, loss)
         state.step += 1
         record = {"kind": "train", "step": state.step, "loss": loss, **metrics, "lr": lr,
-                  "grad_norm": grad_norm, "epoch": parts.batches.epoch}
+                  "grad_norm": grad_norm, "epoch": parts.batches.epoch, "elapsed_s": round(elapsed, 3)}
         if not math.isfinite(loss) or not math.isfinite(grad_norm):
             _count_nonfinite(state, record, reporter)
         else:

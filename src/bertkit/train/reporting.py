@@ -42,9 +42,10 @@ def truncate_metrics(path: Path, step: int) -> None:
 class Reporter:
     """metrics.jsonl + TensorBoard + progress bar of rank 0; a silent stand-in on other ranks."""
 
-    def __init__(self, run_dir: Path, enabled: bool, total_steps: int | None, start_step: int) -> None:
+    def __init__(self, run_dir: Path, enabled: bool, total_steps: int | None, start_step: int,
+                 max_time_s: float | None = None) -> None:
         self.enabled = enabled
-        self.run_dir = run_dir
+        self.run_dir, self.max_time_s = run_dir, max_time_s
         if not enabled:
             return
         from torch.utils.tensorboard import SummaryWriter
@@ -57,20 +58,24 @@ class Reporter:
         self.window_tokens, self.window_start = 0, time.perf_counter()
 
     def train_step(self, record: dict[str, Any], tokens: int, show: bool) -> None:
-        """Log one optimizer step; refresh the bar's loss / lr / tokens-per-second every `show` step."""
+        """Log one optimizer step; when `show`, refresh the bar's loss / lr / tokens per second (and the
+        time left under a time budget; under a step budget tqdm shows the ETA)."""
         if not self.enabled:
             return
         self.window_tokens += tokens
         self.jsonl.write(json.dumps(record) + "\n")
         self.jsonl.flush()
         for key, value in record.items():
-            if key not in ("step", "kind") and isinstance(value, (int, float)) and math.isfinite(value):
+            if key not in ("step", "kind", "elapsed_s") and isinstance(value, (int, float)) and math.isfinite(value):
                 self.writer.add_scalar(f"train/{key}", value, record["step"])
         self.bar.update(1)
         if show:
             elapsed = max(time.perf_counter() - self.window_start, 1e-9)
-            self.bar.set_postfix(loss=f"{record['loss']:.4f}", lr=f"{record['lr']:.2e}",
-                                 tok_s=f"{self.window_tokens / elapsed:,.0f}")
+            postfix = dict(loss=f"{record['loss']:.4f}", lr=f"{record['lr']:.2e}",
+                           tok_s=f"{self.window_tokens / elapsed:,.0f}")
+            if self.max_time_s is not None:  # the bar's own ETA counts steps; a time budget ends by the clock
+                postfix["time_left"] = f"{max(0.0, self.max_time_s - record['elapsed_s']) / 60:.1f}min"
+            self.bar.set_postfix(postfix)
             self.window_tokens, self.window_start = 0, time.perf_counter()
 
     def eval_step(self, step: int, metrics: dict[str, float]) -> None:
@@ -106,14 +111,17 @@ def plot_metrics(metrics_path: Path, png_path: Path) -> Path | None:
     import matplotlib.pyplot as plt
 
     figure, (loss_axis, accuracy_axis) = plt.subplots(1, 2, figsize=(11, 4))
-    for kind, style in (("train", "-"), ("eval", "o-")):
+    keys = sorted({k for r in records for k in r if k.endswith("loss") or k.endswith("accuracy")})
+    colors = {key: f"C{i}" for i, key in enumerate(keys)}  # a metric keeps its colour in train and eval
+    for kind, style in (("train", "-"), ("eval", "o--")):
         rows = [r for r in records if r.get("kind") == kind]
-        keys = sorted({k for r in rows for k in r if k.endswith("loss") or k.endswith("accuracy")})
         for key in keys:
             points = [(r["step"], r[key]) for r in rows if isinstance(r.get(key), (int, float))]
+            if not points:
+                continue
             axis = accuracy_axis if key.endswith("accuracy") else loss_axis
-            axis.plot(*zip(*points), style, label=f"{kind} {key}", markersize=3,
-                      alpha=0.5 if kind == "train" else 1.0)
+            axis.plot(*zip(*points), style, color=colors[key], label=f"{kind} {key}", markersize=4,
+                      alpha=0.4 if kind == "train" else 1.0)
     for axis, title in ((loss_axis, "loss"), (accuracy_axis, "accuracy")):
         axis.set_xlabel("optimizer step")
         axis.set_title(title)
