@@ -81,16 +81,21 @@ class BertLayer(nn.Module):
     def attention(self, x: torch.Tensor, layout: Unpadded | None, mask: torch.Tensor | None) -> torch.Tensor:
         qkv = self.qkv(x)  # (N, 3D) unpadded, or (B, T, 3D)
         if layout is not None:
-            qkv = layout.pad(qkv)  # (B, T, 3D)
+            context = layout.attention(qkv, self.num_heads, self._dropout_p(), self.padded_attention)  # (N, D)
+        else:
+            context = self.padded_attention(qkv, mask)  # (B, T, D)
+        return self.attn_out(context)
+
+    def padded_attention(self, qkv: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+        """Multi-head attention of (B, T, 3D) packed q|k|v with a (B, 1, 1, T) key-padding mask -> (B, T, D)."""
         batch, seq_len, three_d = qkv.shape
         head_size = three_d // (3 * self.num_heads)
         q, k, v = qkv.view(batch, seq_len, 3, self.num_heads, head_size).permute(2, 0, 3, 1, 4)  # 3 x (B, A, T, Dh)
-        dropout = self.attention_dropout if self.training else 0.0
-        context = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout)  # (B, A, T, Dh)
-        context = context.transpose(1, 2).reshape(batch, seq_len, three_d // 3)  # (B, T, D)
-        if layout is not None:
-            context = layout.unpad(context)  # (N, D)
-        return self.attn_out(context)
+        context = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=self._dropout_p())
+        return context.transpose(1, 2).reshape(batch, seq_len, three_d // 3)  # (B, A, T, Dh) -> (B, T, D)
+
+    def _dropout_p(self) -> float:
+        return self.attention_dropout if self.training else 0.0
 
     def forward(self, x: torch.Tensor, layout: Unpadded | None, mask: torch.Tensor | None) -> torch.Tensor:
         x = self.attn_norm(x + self.dropout(self.attention(x, layout, mask)))
