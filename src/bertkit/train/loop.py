@@ -38,7 +38,7 @@ from bertkit.errors import BertkitError
 from bertkit.train import checkpoint as ckpt
 from bertkit.train.batches import EpochBatches, StepBatch
 from bertkit.train.distributed import (DistributedContext, all_gather_objects, all_reduce_sum, barrier,
-                                       broadcast_object, unwrap_model, wrap_model)
+                                       broadcast_object, wrap_model)
 from bertkit.train.optim import OPTIMIZERS, build_optimizer, build_schedule
 from bertkit.train.reporting import Reporter
 
