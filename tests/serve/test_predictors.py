@@ -235,3 +235,11 @@ def test_load_predictor_errors(tmp_path, classifier_dir):
     (mlm / "bertkit_task.json").write_text(json.dumps({"task": "classification", "labels": ["a", "b"]}))
     with pytest.raises(BertkitError, match="not a fine-tuned BertForSequenceClassification"):
         load_predictor(mlm)
+
+
+def test_feature_based_directories_are_refused_clearly(tmp_path, tagger_dir):
+    copy = shutil.copytree(tagger_dir, tmp_path / "fb")
+    task = json.loads((copy / "bertkit_task.json").read_text())
+    (copy / "bertkit_task.json").write_text(json.dumps({**task, "feature_layers": [-1], "feature_combine": "sum"}))
+    with pytest.raises(BertkitError, match="feature-based"):
+        load_predictor(copy)

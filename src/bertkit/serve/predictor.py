@@ -345,6 +345,9 @@ def load_predictor(directory: str | Path, batch_size: int = 32) -> Predictor:
     task = read_task_file(directory)
     tokenizer = WordPieceTokenizer.from_pretrained(directory)
     kind = task["task"] if task else _kind_from_architecture(config)
+    if task and "feature_layers" in task:
+        raise BertkitError(f"{directory}: a feature-based fine-tuned model (frozen encoder + separate head) "
+                           "cannot be served by the predictors yet; fine-tune with the default full fine-tuning")
     if kind == "classification":
         settings = task or _classification_defaults(config)
         return ClassificationPredictor(_load(directory, "BertForSequenceClassification"), tokenizer,
