@@ -25,7 +25,7 @@ def main(out: str, micro: str, accumulation: str, steps: str, resume: str, sigte
             os.kill(os.getpid(), signal.SIGTERM)
         return toy_loss(model, batch)
 
-    config = TrainConfig(max_steps=int(steps), micro_batch_size=int(micro), learning_rate=1e-2,
+    config = TrainConfig(max_steps=int(steps), micro_batch_size=int(micro), learning_rate=1e-2, precision="fp32",
                          gradient_accumulation_steps=int(accumulation), save_every=100, log_every=1)
     result = fit(toy_model(dropout=0.0), loss_fn, toy_data(24), config, out,
                  resume=None if resume == "none" else resume, ctx=ctx)

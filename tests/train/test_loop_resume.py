@@ -19,7 +19,7 @@ from bertkit.train import checkpoint as ckpt
 
 # 20 samples, global batch 3 x 2 = 6: 3 full steps + a tail of 2 per epoch -> 4 steps per epoch;
 # a kill after step 5 is mid-epoch (epoch 1, one step in) and the run crosses two epoch boundaries.
-CONFIG = dict(max_steps=10, micro_batch_size=3, gradient_accumulation_steps=2, learning_rate=1e-2,
+CONFIG = dict(max_steps=10, micro_batch_size=3, gradient_accumulation_steps=2, learning_rate=1e-2, precision="fp32",
               warmup_steps=3, save_every=5, keep_last=5, log_every=1)
 
 

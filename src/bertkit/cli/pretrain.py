@@ -52,8 +52,9 @@ def parse_duration(text: str) -> float:
 @click.option("--max-grad-norm", default=1.0, show_default=True, type=float, help="Gradient clipping norm (0: no clipping).")
 @click.option("--optimizer", default="adamw", show_default=True, type=click.Choice(["adamw", "lamb"]),
               help="AdamW, or LAMB for very large batches.")
-@click.option("--precision", default="fp32", show_default=True, type=click.Choice(["fp32", "bf16", "fp16"]),
-              help="fp32; bf16 autocast (CPU or CUDA); fp16 autocast with a grad scaler (CUDA).")
+@click.option("--precision", default="auto", show_default=True, type=click.Choice(["auto", "fp32", "bf16", "fp16"]),
+              help="auto: bf16 where the hardware has bf16 units (avx512_bf16/AMX CPUs, recent GPUs), else fp32; "
+                   "bf16 autocast (CPU or CUDA); fp16 autocast with a grad scaler (CUDA).")
 @click.option("--no-nsp", is_flag=True, help="Masked LM only, no next sentence prediction (the paper's ablation).")
 @click.option("--eval-every", default=500, show_default=True, type=int, help="Held-out evaluation every N steps (and at the end).")
 @click.option("--eval-data", default=None, type=click.Path(file_okay=False),

@@ -48,7 +48,7 @@ from bertkit.tasks.tagging import TaggingSettings, TaggingTask, labels_from
 from bertkit.tokenizer import WordPieceTokenizer
 from bertkit.train.checkpoint import seed_everything
 from bertkit.train.distributed import DistributedContext, resolve_device
-from bertkit.train.loop import TrainConfig, fit
+from bertkit.train.loop import TrainConfig, fit, resolve_precision
 
 log = logging.getLogger(__name__)
 
@@ -266,17 +266,6 @@ def load_finetuned(directory: str | Path, device: torch.device) -> tuple[Any, nn
 
 # --- training ----------------------------------------------------------------------------------------
 
-def default_precision(device: torch.device) -> str:
-    """bf16 on CUDA GPUs that support it and on CPUs with native bf16 (avx512_bf16 / AMX), else fp32."""
-    if device.type == "cuda":
-        return "bf16" if torch.cuda.is_bf16_supported() else "fp32"
-    try:
-        flags = Path("/proc/cpuinfo").read_text(encoding="utf-8")
-    except OSError:
-        return "fp32"
-    return "bf16" if ("avx512_bf16" in flags or "amx_bf16" in flags) else "fp32"
-
-
 class _EarlyStop(Exception):
     """Raised from the evaluation hook to end a seed's training early (caught here, never escapes)."""
 
@@ -363,7 +352,7 @@ def _train_seed(task: Any, cfg: FinetuneConfig, tokenizer: WordPieceTokenizer, t
     directory.mkdir(parents=True)
     seed_everything(seed)  # the head's initialisation depends on the seed too
     model = build_model(task, cfg, tokenizer, max_seq_length)
-    precision = default_precision(device) if cfg.precision == "auto" else cfg.precision
+    precision = resolve_precision(cfg.precision, device)
     run = _SeedRun(task, tokenizer, dev_sets, cfg, directory, device)
     config = _train_config(cfg, seed, precision, len(train_features), run.main_metric)
     steps_per_epoch = config.eval_every
