@@ -113,3 +113,25 @@ def test_same_global_batch_same_step_however_split(tmp_path, micro, accumulation
     assert losses == pytest.approx(reference, rel=1e-5)
     for a, b in zip(model.parameters(), reference_model.parameters()):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+
+
+def test_group_by_length_batches_similar_lengths_and_keeps_every_example():
+    import numpy as np
+
+    from bertkit.train.batches import EpochBatches
+
+    lengths = np.random.default_rng(0).integers(1, 129, size=1000)
+    plain = EpochBatches(list(range(1000)), None, micro_batch_size=8, accumulation=1, rank=0, world_size=1, seed=3)
+    grouped = EpochBatches(list(range(1000)), None, micro_batch_size=8, accumulation=1, rank=0, world_size=1,
+                           seed=3, lengths=lengths)
+    for epoch in (0, 1):
+        order = grouped.permutation(epoch)
+        assert sorted(order.tolist()) == list(range(1000))  # a permutation: nothing lost or repeated
+        np.testing.assert_array_equal(order, grouped.permutation(epoch))  # deterministic: resume stays exact
+
+        def padding(o):
+            batches = lengths[o].reshape(-1, 8)
+            return int((batches.max(1, keepdims=True) - batches).sum())
+
+        assert padding(order) < padding(plain.permutation(epoch)) / 5
+    assert not np.array_equal(grouped.permutation(0), grouped.permutation(1))  # batches reshuffled every epoch

@@ -65,6 +65,8 @@ def _common(max_seq_length: int) -> Callable[[Callable], Callable]:
                      help="How --feature-layers are combined."),
         click.option("--eval-batch-size", default=64, show_default=True, type=int, help="Batch size of evaluation."),
         click.option("--device", default="auto", show_default=True, help="auto, cpu or cuda."),
+        click.option("--group-by-length/--no-group-by-length", default=True, show_default=True,
+                     help="Batch training examples of similar length together (batch order still shuffled)."),
     ]
 
     def decorate(function: Callable) -> Callable:
@@ -86,7 +88,7 @@ def _run(kind: str, common: dict[str, Any], task_options: dict[str, Any]) -> Non
             k: common.pop(k) for k in ("epochs", "batch_size", "gradient_accumulation_steps", "learning_rate",
                                        "warmup_ratio", "weight_decay", "dropout", "precision",
                                        "early_stopping_patience", "freeze_encoder", "feature_combine",
-                                       "eval_batch_size", "device")})
+                                       "eval_batch_size", "device", "group_by_length")})
     train, devs = common.pop("train_file"), list(common.pop("dev_files"))
     results = run_finetuning(kind, train, devs, cfg, {**task_options, "max_seq_length": common.pop("max_seq_length")})
     _print_summary(results, cfg.output)

@@ -88,9 +88,17 @@ class FinetuneConfig:
     feature_combine: str = "concat"
     eval_batch_size: int = 64
     device: str = "auto"
+    group_by_length: bool = True
+    """Batch training examples of similar length together (shuffled batches; less padding, same recipe)."""
 
 
 # --- batches and inference ------------------------------------------------------------------------
+
+def feature_length(feature: dict) -> int:
+    """Tokens of a feature (the longest choice for multiple choice): what padding depends on."""
+    ids = feature["input_ids"]
+    return max(len(choice) for choice in ids) if ids and isinstance(ids[0], list) else len(ids)
+
 
 def collate(features: list[dict], pad_token_id: int) -> dict[str, torch.Tensor]:
     """Pad the model keys of features to the longest in the batch: (B, T) or (B, C, T) for choices."""
@@ -119,16 +127,17 @@ def run_model(model: nn.Module, task: Any, features: list[dict], pad_token_id: i
     """The model's outputs for each feature, token-level outputs cut to the feature's own length."""
     was_training = model.training
     model.eval()
-    outputs: dict[str, list[np.ndarray]] = {name: [] for name in task.output_names}
-    for start in range(0, len(features), batch_size):
-        chunk = features[start:start + batch_size]
-        batch = {k: v.to(device) for k, v in collate(chunk, pad_token_id).items()}
+    outputs: dict[str, list] = {name: [None] * len(features) for name in task.output_names}
+    order = sorted(range(len(features)), key=lambda i: feature_length(features[i]))  # batches of similar length
+    for start in range(0, len(order), batch_size):
+        chunk = order[start:start + batch_size]
+        batch = {k: v.to(device) for k, v in collate([features[i] for i in chunk], pad_token_id).items()}
         out = model(batch["input_ids"], batch["token_type_ids"], batch["attention_mask"])
         for name in task.output_names:
             values = getattr(out, name).float().cpu().numpy()
-            for feature, row in zip(chunk, values):
+            for i, row in zip(chunk, values):
                 cut = name in task.token_level_outputs
-                outputs[name].append(row[: len(feature["input_ids"])] if cut else row)
+                outputs[name][i] = row[: len(features[i]["input_ids"])] if cut else row
     model.train(was_training)
     return outputs
 
@@ -360,7 +369,8 @@ def _train_seed(task: Any, cfg: FinetuneConfig, tokenizer: WordPieceTokenizer, t
     try:
         fit(model, task.loss, train_features, config, directory,
             collate_fn=lambda items: collate(items, tokenizer.pad_token_id), eval_fn=run.evaluate,
-            on_best=run.on_best, ctx=DistributedContext(device=device))
+            on_best=run.on_best, ctx=DistributedContext(device=device),
+            lengths=[feature_length(f) for f in train_features] if cfg.group_by_length else None)
     except _EarlyStop:
         pass
     shutil.rmtree(directory / "checkpoints", ignore_errors=True)  # the result is the best epoch, kept in best/

@@ -7,6 +7,11 @@ into `accumulation` micro-batches. Because the position is (epoch, samples consu
 resumes at the exact next sample, mid-epoch, and even at a different world size as long as the global
 batch is the same. A last global batch too small to give every process and micro-step at least one
 sample is skipped and counted (it is a different subset every epoch because of the shuffle).
+
+With per-example `lengths`, each epoch's permutation is grouped by length: windows of
+GROUPING_WINDOW_BATCHES global batches are sorted by length and cut into global batches, whose order
+is then shuffled — so a batch holds similar lengths (little padding) while the epoch stays random.
+It is drawn from the same (seed, epoch) generator, so resume stays exact.
 """
 
 from __future__ import annotations
@@ -23,6 +28,21 @@ from torch.utils.data import DataLoader, Dataset
 from bertkit.errors import BertkitError
 
 logger = logging.getLogger(__name__)
+
+GROUPING_WINDOW_BATCHES = 50  # global batches sorted together when grouping by length
+
+
+def group_by_length(order: np.ndarray, lengths: np.ndarray, batch_size: int, rng: np.random.Generator) -> np.ndarray:
+    """Reorder a permutation so each run of `batch_size` holds similar lengths; batch order shuffled."""
+    window = batch_size * GROUPING_WINDOW_BATCHES
+    batches = []
+    for start in range(0, len(order), window):
+        chunk = order[start:start + window]
+        chunk = chunk[np.argsort(-lengths[chunk], kind="stable")]  # longest first within the window
+        batches += [chunk[i:i + batch_size] for i in range(0, len(chunk), batch_size)]
+    tail = [batches.pop()] if len(batches[-1]) < batch_size else []  # a short last batch stays last
+    shuffled = [batches[i] for i in rng.permutation(len(batches))]
+    return np.concatenate(shuffled + tail)
 
 
 @dataclass
@@ -42,8 +62,9 @@ class EpochBatches:
 
     def __init__(self, dataset: Dataset, collate_fn: Callable[[list[Any]], Any] | None, *,
                  micro_batch_size: int, accumulation: int, rank: int, world_size: int, seed: int,
-                 shuffle: bool = True, num_workers: int = 0) -> None:
+                 shuffle: bool = True, num_workers: int = 0, lengths: Any = None) -> None:
         self.dataset, self.collate_fn = dataset, collate_fn
+        self.lengths = None if lengths is None else np.asarray(lengths)
         self.micro_batch_size, self.accumulation = micro_batch_size, accumulation
         self.rank, self.world_size, self.seed = rank, world_size, seed
         self.shuffle, self.num_workers = shuffle, num_workers
@@ -74,7 +95,11 @@ class EpochBatches:
         """The sample order of `epoch`, the same on every process and every run."""
         if not self.shuffle:
             return np.arange(self.num_examples)
-        return np.random.default_rng([self.seed, epoch]).permutation(self.num_examples)
+        rng = np.random.default_rng([self.seed, epoch])
+        order = rng.permutation(self.num_examples)
+        if self.lengths is None:
+            return order
+        return group_by_length(order, self.lengths, self.global_batch_size, rng)
 
     def _plan(self, order: np.ndarray, start: int) -> Iterator[tuple[list[list[int]], int]]:
         """(this process's micro-batch index lists, global batch size) for each step from `start` on."""

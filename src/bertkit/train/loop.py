@@ -271,8 +271,11 @@ def fit(model: nn.Module, loss_fn: LossFn, dataset: Dataset, config: TrainConfig
         on_best: Callable[[nn.Module, int, dict[str, float]], None] | None = None,
         save_weights: Callable[[nn.Module, Path], None] | None = None,
         load_weights: Callable[[nn.Module, Path], None] | None = None,
-        resume: str | Path | None = None, ctx: DistributedContext | None = None) -> FitResult:
+        resume: str | Path | None = None, ctx: DistributedContext | None = None,
+        lengths: Any = None) -> FitResult:
     """Train `model` on `dataset` until the budget in `config` is spent or a stop signal arrives.
+
+    `lengths` (one int per example), when given, groups each epoch's batches by length (less padding).
 
     `loss_fn(model, batch)` returns the mean loss of the micro-batch and a dict of float metrics
     (averaged over the global batch, weighted by samples, for the log). `eval_fn(model)` returns eval
@@ -292,7 +295,7 @@ def fit(model: nn.Module, loss_fn: LossFn, dataset: Dataset, config: TrainConfig
     batches = EpochBatches(dataset, collate_fn, micro_batch_size=config.micro_batch_size,
                            accumulation=config.gradient_accumulation_steps, rank=ctx.rank,
                            world_size=ctx.world_size, seed=config.seed, shuffle=config.shuffle,
-                           num_workers=config.num_workers)
+                           num_workers=config.num_workers, lengths=lengths)
     budget = _Budget(config, batches.steps_per_epoch, state)
     optimizer = build_optimizer(model, config.optimizer, config.learning_rate, config.weight_decay,
                                 config.betas, config.eps)
