@@ -16,7 +16,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from bertkit.data.instances import PairStats, create_instances_from_document, truncate_pair, truncate_pair_fast
+from bertkit.data.instances import (PairSpans, PairStats, create_instances_from_document, truncate_pair,
+                                    truncate_spans)
 from bertkit.data.masking import MaskingVocab, google_mask_fn
 
 _spec = importlib.util.spec_from_file_location("pretraining_reference", Path(__file__).with_name("pretraining_reference.py"))
@@ -111,16 +112,19 @@ def test_truncation_counted():
     assert stats.truncated_tokens == 100 + 20 - 29  # A: 100 tokens, B: the other document (20)
 
 
-def test_fast_truncation_same_cuts_and_binomial_front_share():
-    rng = random.Random(0)
-    fronts = []
-    for length_a in range(0, 140, 3):
-        for length_b in range(0, 140, 5):
-            slow = truncate_pair(length_a, length_b, 61, random.Random(1))
-            (a0, a1), (b0, b1) = truncate_pair_fast(length_a, length_b, 61, rng)
-            assert (a1 - a0, b1 - b0) == (slow[0][1] - slow[0][0], slow[1][1] - slow[1][0])
-            assert 0 <= a0 <= a1 <= length_a and 0 <= b0 <= b1 <= length_b
-            fronts += [(a0, length_a - (a1 - a0)), (b0, length_b - (b1 - b0))]
-    taken_front = sum(f for f, _ in fronts)
-    cut = sum(c for _, c in fronts)
+def test_vectorised_truncation_same_cuts_and_binomial_front_share():
+    lengths = np.array([(a, b) for a in range(0, 140, 3) for b in range(0, 140, 5)])
+    zeros = np.zeros(len(lengths), dtype=np.int64)
+    spans = PairSpans(zeros, lengths[:, 0], zeros, lengths[:, 1], zeros.astype(bool))
+    stats = PairStats()
+    kept = truncate_spans(spans, 61, np.random.default_rng(0), stats)
+    cuts = []
+    for k, (length_a, length_b) in enumerate(lengths.tolist()):
+        (a0, a1), (b0, b1) = truncate_pair(length_a, length_b, 61, random.Random(1))
+        assert (kept.a_stop[k] - kept.a_start[k], kept.b_stop[k] - kept.b_start[k]) == (a1 - a0, b1 - b0)
+        assert 0 <= kept.a_start[k] <= kept.a_stop[k] <= length_a and 0 <= kept.b_start[k] <= kept.b_stop[k] <= length_b
+        cuts += [(kept.a_start[k], length_a - (a1 - a0)), (kept.b_start[k], length_b - (b1 - b0))]
+    taken_front = sum(int(f) for f, _ in cuts)
+    cut = sum(c for _, c in cuts)
+    assert stats.truncated_tokens == cut and stats.truncated_instances == int(((lengths.sum(1)) > 61).sum())
     assert cut > 10_000 and abs(taken_front / cut - 0.5) < 4 * (0.25 / cut) ** 0.5

@@ -16,6 +16,14 @@ that wants the original's interleaved random stream passes `mask_fn`, which runs
 of the stream as in the original. Truncation moves indices instead of deleting list heads, so a
 sentence of a million tokens costs linear, not quadratic, time (same random calls).
 
+`create_pair_spans` runs the same rules vectorised for the pipeline's default (numpy) mode: every
+(document, pass) of a block is a lane, all lanes advance one instance per step with a few array
+operations (sentence prefix sums make a chunk, A and B contiguous spans of the block's flat token
+array), draws come from a numpy Generator.
+Same rules and distributions, tested structurally and statistically against the per-document
+functions; the cost is per step (one instance of every lane), not per instance. Truncation there
+(`truncate_spans`) draws each side's front/back split as one binomial instead of a draw per token.
+
 References: Devlin et al. 2018 (arXiv:1810.04805), section 3.1 and appendix A.2;
 google-research/bert `create_pretraining_data.py`.
 """
@@ -26,6 +34,8 @@ import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from itertools import chain
+
+import numpy as np
 
 Document = Sequence[Sequence[int]]
 """A tokenized document: its sentences, each a non-empty sequence of token ids."""
@@ -77,13 +87,9 @@ class PairStats:
 def create_instances_from_document(
     documents: Sequence[Document], document_index: int, max_seq_length: int, short_seq_prob: float,
     cls_id: int, sep_id: int, rng: random.Random, mask_fn: MaskFn | None = None,
-    stats: PairStats | None = None, original_stream: bool = True,
+    stats: PairStats | None = None,
 ) -> list[Instance]:
-    """All instances of `documents[document_index]`; other documents supply random-next B sides.
-
-    `original_stream=False` draws each truncation's front/back cuts as one binomial draw per side
-    (`truncate_pair_fast`: same distribution, O(1) instead of one draw per removed token).
-    """
+    """All instances of `documents[document_index]`; other documents supply random-next B sides."""
     stats = stats if stats is not None else PairStats()
     document = documents[document_index]
     max_num_tokens = max_seq_length - 3  # room for [CLS], [SEP], [SEP]
@@ -109,9 +115,8 @@ def create_instances_from_document(
             else:
                 is_random_next = False
                 tokens_b = list(chain.from_iterable(chunk[a_end:]))
-            truncate = truncate_pair if original_stream else truncate_pair_fast
             instances.append(_build_instance(tokens_a, tokens_b, is_random_next, max_num_tokens,
-                                             cls_id, sep_id, rng, mask_fn, stats, truncate))
+                                             cls_id, sep_id, rng, mask_fn, stats))
             chunk = []
             chunk_length = 0
         i += 1
@@ -138,8 +143,8 @@ def _random_span(documents: Sequence[Document], document_index: int, target_b_le
 
 def _build_instance(tokens_a: list[int], tokens_b: list[int], is_random_next: bool, max_num_tokens: int,
                     cls_id: int, sep_id: int, rng: random.Random, mask_fn: MaskFn | None,
-                    stats: PairStats, truncate) -> Instance:
-    (a_start, a_stop), (b_start, b_stop) = truncate(len(tokens_a), len(tokens_b), max_num_tokens, rng)
+                    stats: PairStats) -> Instance:
+    (a_start, a_stop), (b_start, b_stop) = truncate_pair(len(tokens_a), len(tokens_b), max_num_tokens, rng)
     removed = len(tokens_a) + len(tokens_b) - (a_stop - a_start) - (b_stop - b_start)
     if removed:
         stats.truncated_instances += 1
@@ -165,21 +170,95 @@ def truncate_pair(length_a: int, length_b: int, max_num_tokens: int,
     return (a_start, a_stop), (b_start, b_stop)
 
 
-def truncate_pair_fast(length_a: int, length_b: int, max_num_tokens: int,
-                       rng: random.Random) -> tuple[tuple[int, int], tuple[int, int]]:
-    """`truncate_pair` in O(1): the same kept spans in distribution, fewer random draws.
+@dataclass
+class PairSpans:
+    """Instances as spans of a block's flat token array: A = tokens[a_start:a_stop], B likewise."""
+
+    a_start: np.ndarray
+    a_stop: np.ndarray
+    b_start: np.ndarray
+    b_stop: np.ndarray
+    is_random_next: np.ndarray
+    """(n,) bool: B is a random span (NSP label 1)."""
+
+    def __len__(self) -> int:
+        return len(self.a_start)
+
+    def take(self, index: np.ndarray) -> PairSpans:
+        """The instances at `index` (a permutation, a slice, a mask)."""
+        return PairSpans(self.a_start[index], self.a_stop[index], self.b_start[index], self.b_stop[index],
+                         self.is_random_next[index])
+
+
+def create_pair_spans(sentence_offsets: np.ndarray, document_offsets: np.ndarray, dupe_factor: int,
+                      max_seq_length: int, short_seq_prob: float, gen: np.random.Generator,
+                      stats: PairStats | None = None) -> PairSpans:
+    """`dupe_factor` passes of the pair rules over every document of a block, untruncated.
+
+    Sentence k is tokens[sentence_offsets[k]:sentence_offsets[k+1]] (S+1 offsets, every sentence
+    non-empty); document d is sentences document_offsets[d]:document_offsets[d+1] (D+1 offsets).
+    Instances come out step by step (the first instance of every lane, then the second, ...).
+    """
+    stats = stats if stats is not None else PairStats()
+    cum, first = np.asarray(sentence_offsets, dtype=np.int64), np.asarray(document_offsets, dtype=np.int64)
+    n_documents = len(first) - 1
+    max_num_tokens = max_seq_length - 3  # room for [CLS], [SEP], [SEP]
+    doc = np.tile(np.arange(n_documents), dupe_factor)  # (L,) document of each lane
+    position, end = first[doc], first[doc + 1]  # (L,) next sentence of each lane, its document's end
+    target = np.full(len(doc), max_num_tokens, dtype=np.int64)
+    short = gen.random(len(doc)) < short_seq_prob
+    target[short] = gen.integers(2, max_num_tokens + 1, int(short.sum()))
+    steps, active = [], np.flatnonzero(position < end)
+    while len(active):
+        p, e, t, d = position[active], end[active], target[active], doc[active]
+        # The chunk is sentences p..last: the first whose running length reaches t, or the document's last.
+        last = np.minimum(np.searchsorted(cum, cum[p] + t, side="left") - 1, e - 1)
+        a_end = p + gen.integers(1, np.maximum(last - p + 1, 2))  # A = sentences p..a_end-1
+        random_next = (last == p) | (gen.random(len(p)) < 0.5)
+        b_start, b_stop = cum[a_end].copy(), cum[last + 1].copy()
+        chosen = np.flatnonzero(random_next)
+        b_start[chosen], b_stop[chosen] = _random_spans(
+            cum, first, d[chosen], t[chosen] - (cum[a_end] - cum[p])[chosen], gen, stats)
+        steps.append((cum[p], cum[a_end], b_start, b_stop, random_next))
+        position[active] = np.where(random_next, a_end, last + 1)  # the unused sentences go back
+        active = active[position[active] < e]
+    if not steps:
+        empty = np.zeros(0, dtype=np.int64)
+        return PairSpans(empty, empty, empty, empty, np.zeros(0, dtype=bool))
+    return PairSpans(*(np.concatenate(parts) for parts in zip(*steps)))
+
+
+def _random_spans(cum: np.ndarray, first: np.ndarray, doc: np.ndarray, target_b: np.ndarray,
+                  gen: np.random.Generator, stats: PairStats) -> tuple[np.ndarray, np.ndarray]:
+    """Token spans of sentences from a random start in a random other document, until `target_b` tokens."""
+    n_documents = len(first) - 1
+    tries = gen.integers(0, n_documents, (len(doc), RANDOM_DOCUMENT_TRIES))  # (m, 10) candidate documents
+    other = tries != doc[:, None]
+    pick = tries[np.arange(len(doc)), other.argmax(axis=1)]  # first other one; else tries[:, 0] == doc
+    stats.random_next_same_document += int((~other.any(axis=1)).sum())
+    start = gen.integers(first[pick], first[pick + 1])  # sentence
+    stop = np.searchsorted(cum, cum[start] + target_b, side="left")  # first sentence end reaching target_b
+    stop = np.minimum(np.maximum(stop, start + 1), first[pick + 1])  # at least one sentence, within the document
+    return cum[start], cum[stop]
+
+
+def truncate_spans(spans: PairSpans, max_num_tokens: int, gen: np.random.Generator,
+                   stats: PairStats | None = None) -> PairSpans:
+    """`truncate_pair` over arrays, with the same kept spans in distribution and O(1) work each.
 
     Which side loses each token depends only on the lengths (the longer one, B on ties: first the
     gap, then alternately B, A, B, ...), so the cut per side is known up front; of a side's r cuts,
-    the number taken from the front is Binomial(r, 1/2), drawn as the popcount of r random bits.
+    the number taken from the front is Binomial(r, 1/2).
     """
-    excess = length_a + length_b - max_num_tokens
-    if excess <= 0:
-        return (0, length_a), (0, length_b)
-    gap = min(excess, abs(length_a - length_b))
+    length_a, length_b = spans.a_stop - spans.a_start, spans.b_stop - spans.b_start
+    excess = np.maximum(length_a + length_b - max_num_tokens, 0)
+    gap = np.minimum(excess, np.abs(length_a - length_b))
     rest = excess - gap
-    cut_a = (gap if length_a > length_b else 0) + rest // 2
-    cut_b = (gap if length_b > length_a else 0) + rest - rest // 2
-    front_a = rng.getrandbits(cut_a).bit_count() if cut_a else 0
-    front_b = rng.getrandbits(cut_b).bit_count() if cut_b else 0
-    return (front_a, length_a - (cut_a - front_a)), (front_b, length_b - (cut_b - front_b))
+    cut_a = np.where(length_a > length_b, gap, 0) + rest // 2
+    cut_b = np.where(length_b > length_a, gap, 0) + rest - rest // 2
+    front_a, front_b = gen.binomial(cut_a, 0.5), gen.binomial(cut_b, 0.5)
+    if stats is not None:
+        stats.truncated_instances += int(np.count_nonzero(excess))
+        stats.truncated_tokens += int(excess.sum())
+    return PairSpans(spans.a_start + front_a, spans.a_stop - (cut_a - front_a),
+                     spans.b_start + front_b, spans.b_stop - (cut_b - front_b), spans.is_random_next)

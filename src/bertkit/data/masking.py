@@ -80,14 +80,26 @@ def mask_batch(ids: np.ndarray, offsets: np.ndarray, masked_lm_prob: float, max_
 def _choose_tokens(candidate, instance_of, offsets, quota, gen) -> np.ndarray:
     """(N,) bool: the first quota[k] candidates of instance k in a uniformly random order."""
     lengths = np.diff(offsets)
-    column = np.arange(len(candidate)) - offsets[instance_of]  # position inside its instance
-    keys = np.full((len(lengths), int(lengths.max(initial=0))), 2.0, dtype=np.float32)  # (n, T): 2 = padding
-    keys[instance_of, column] = np.where(candidate, gen.random(len(candidate), dtype=np.float32), 2.0)
-    smallest = np.argsort(keys, axis=1)[:, :int(quota.max(initial=0))]  # (n, Q) columns of the Q smallest keys
-    take = (np.arange(smallest.shape[1]) < quota[:, None]) & (np.take_along_axis(keys, smallest, axis=1) < 2.0)
-    chosen = np.zeros(keys.shape, dtype=bool)  # (n, T)
-    chosen[np.nonzero(take)[0], smallest[take]] = True
-    return chosen[instance_of, column]
+    width = int(lengths.max(initial=0))
+    valid = np.arange(width) < lengths[:, None]  # (n, T) real positions of the padded layout
+    padded = np.zeros(valid.shape, dtype=bool)  # (n, T) candidates
+    padded[valid] = candidate
+    keys = _random_keys(valid.shape, gen)
+    keys[~padded] = np.iinfo(keys.dtype).max
+    # quota[k]-th smallest key of row k; keys are distinct within a row, so exactly quota[k] are <= it
+    # (or every candidate, when a row has fewer candidates than its quota).
+    kth = np.sort(keys, axis=1)[np.arange(len(lengths)), np.minimum(quota, width) - 1]
+    return (padded & (keys <= kth[:, None]))[valid]
+
+
+def _random_keys(shape: tuple[int, int], gen: np.random.Generator) -> np.ndarray:
+    """(n, T) random sort keys, distinct within a row: random high bits, the column in the low bits."""
+    width = shape[1]
+    column_bits = max(1, (width - 1).bit_length())
+    dtype = np.uint32 if column_bits <= 8 else np.uint64  # keep >= 24 random bits (ties ~2^-24)
+    raw = np.frombuffer(gen.bytes(int(np.prod(shape)) * np.dtype(dtype).itemsize), dtype=dtype).reshape(shape)
+    return (raw >> column_bits << column_bits) | np.arange(width, dtype=dtype)
+
 
 def _choose_whole_words(ids, candidate, instance_of, offsets, quota, continuation, gen) -> np.ndarray:
     """(N,) bool: whole words in random order, skipping any that would overshoot the quota."""

@@ -38,7 +38,8 @@ import numpy as np
 from tqdm import tqdm
 
 from bertkit.data.corpus import CorpusStats, expand_inputs, read_documents, split_sentences
-from bertkit.data.instances import Instance, PairStats, create_instances_from_document
+from bertkit.data.instances import (Instance, PairSpans, PairStats, create_instances_from_document,
+                                    create_pair_spans, truncate_spans)
 from bertkit.data.masking import IGNORE_INDEX, MaskingVocab, google_mask_fn, mask_batch
 from bertkit.data.shards import (FORMAT_NAME, FORMAT_VERSION, ShardWriter, ids_dtype, prepare_output,
                                  write_manifest)
@@ -158,10 +159,27 @@ def _tokenize_block(block: Block, counts: Counter) -> tuple[list[list[list[int]]
 
 
 def _process_block(block: Block) -> BlockResult:
-    options, vocab = _STATE["options"], _STATE["vocab"]
+    options = _STATE["options"]
     counts: Counter = Counter()
     documents, numbers = _tokenize_block(block, counts)
     pair_stats = PairStats()
+    gen = np.random.default_rng([options.seed, block.index])
+    if options.rng == "python":
+        result = _shuffle(_python_instances(documents, numbers, pair_stats), gen)
+    else:
+        result = _numpy_instances(documents, pair_stats, gen)
+    counts.update(dataclasses.asdict(pair_stats))
+    counts["instances"] += len(result.lengths)
+    counts["instance_tokens"] += len(result.ids)
+    counts["random_next"] += int(result.nsp.sum())
+    counts["masked_tokens"] += len(result.mlm_positions) if result.mlm_positions is not None else 0
+    result.counts, result.text_bytes = counts, block.text_bytes
+    return result
+
+
+def _python_instances(documents: list[list[list[int]]], numbers: list[int], pair_stats: PairStats) -> BlockResult:
+    """The original's per-document functions, each (pass, document) on its own `random.Random`."""
+    options, vocab = _STATE["options"], _STATE["vocab"]
     passes = []
     for dupe in range(options.dupe_factor):  # one pass of Instance objects in memory at a time
         instances: list[Instance] = []
@@ -169,19 +187,44 @@ def _process_block(block: Block) -> BlockResult:
             rng = random.Random(_document_seed(options.seed, dupe, number))
             instances.extend(create_instances_from_document(
                 documents, j, options.max_seq_length, options.short_seq_prob, vocab.cls_id, vocab.sep_id,
-                rng, mask_fn=_STATE["mask_fn"], stats=pair_stats, original_stream=options.rng == "python"))
+                rng, mask_fn=_STATE["mask_fn"], stats=pair_stats))
         passes.append(_flatten(instances, vocab))
-    counts.update(dataclasses.asdict(pair_stats))
-    gen = np.random.default_rng([options.seed, block.index])
-    result = _shuffle(_concatenate(passes), gen)
-    if options.masking == "static" and options.rng == "numpy":
+    return _concatenate(passes)
+
+
+def _numpy_instances(documents: list[list[list[int]]], pair_stats: PairStats, gen: np.random.Generator) -> BlockResult:
+    """All passes of the block at once (`create_pair_spans`), shuffled, assembled, masked in numpy."""
+    options, vocab = _STATE["options"], _STATE["vocab"]
+    sentences = list(chain.from_iterable(documents))
+    tokens = np.fromiter(chain.from_iterable(sentences), dtype=ids_dtype(vocab.vocab_size))
+    sentence_offsets = np.zeros(len(sentences) + 1, dtype=np.int64)
+    np.cumsum(np.fromiter(map(len, sentences), dtype=np.int64, count=len(sentences)), out=sentence_offsets[1:])
+    document_offsets = np.cumsum([0, *map(len, documents)])
+    spans = create_pair_spans(sentence_offsets, document_offsets, options.dupe_factor, options.max_seq_length,
+                              options.short_seq_prob, gen, pair_stats)
+    spans = truncate_spans(spans, options.max_seq_length - 3, gen, pair_stats)
+    result = _assemble(tokens, spans.take(gen.permutation(len(spans))), vocab)
+    if options.masking == "static":
         _mask_in_chunks(result, options, vocab, gen)
-    counts["instances"] += len(result.lengths)
-    counts["instance_tokens"] += len(result.ids)
-    counts["random_next"] += int(result.nsp.sum())
-    counts["masked_tokens"] += len(result.mlm_positions) if result.mlm_positions is not None else 0
-    result.counts, result.text_bytes = counts, block.text_bytes
     return result
+
+
+def _assemble(tokens: np.ndarray, spans: PairSpans, vocab: MaskingVocab) -> BlockResult:
+    """`[CLS] A [SEP] B [SEP]` of every instance, concatenated: one gather per chunk of instances."""
+    source = np.concatenate([tokens, np.array([vocab.cls_id, vocab.sep_id], dtype=tokens.dtype)])
+    cls_at, sep_at = len(tokens), len(tokens) + 1  # the specials' places in `source`
+    a_lengths, b_lengths = spans.a_stop - spans.a_start, spans.b_stop - spans.b_start
+    ids = []
+    for lo in range(0, len(spans), MASK_CHUNK_INSTANCES):
+        chunk = slice(lo, lo + MASK_CHUNK_INSTANCES)
+        one = np.ones(len(spans.a_start[chunk]), dtype=np.int64)
+        # (n, 5) pieces per instance: [CLS], A, [SEP], B, [SEP] as (start in source, length).
+        starts = np.stack([cls_at * one, spans.a_start[chunk], sep_at * one, spans.b_start[chunk], sep_at * one], 1)
+        lengths = np.stack([one, a_lengths[chunk], one, b_lengths[chunk], one], 1).ravel()
+        out_starts = np.cumsum(lengths) - lengths
+        ids.append(source[np.repeat(starts.ravel() - out_starts, lengths) + np.arange(int(lengths.sum()))])
+    return BlockResult(np.concatenate(ids) if ids else tokens[:0], a_lengths + b_lengths + 3,
+                       (a_lengths + 2).astype(np.uint16), spans.is_random_next.astype(np.uint8), None, None, None)
 
 
 def _flatten(instances: list[Instance], vocab: MaskingVocab) -> BlockResult:
