@@ -1,47 +1,62 @@
-"""Pre-training step throughput: bertkit vs transformers' BertForPreTraining, same weights, same batches,
-same precision, one process, alternating.
+"""Pre-training step throughput and memory: bertkit vs transformers' BertForPreTraining.
 
-A step is forward + MLM/NSP loss + backward + AdamW step. bertkit runs its own path (padding-free encoder,
-vocabulary projection only at masked positions, `bertkit.tasks.pretraining.pretraining_loss`);
-transformers runs `BertForPreTraining(labels=..., next_sentence_label=...)` (padded, dense MLM head). The
-two models start from identical weights (bertkit's save_pretrained, loaded by transformers). Batches are
-synthetic: lengths uniform in [seq_length/2, seq_length] (so padding is realistic), 15% of real tokens
-masked. Rounds alternate between the two so machine noise hits both alike; the table reports real
-(non-padding) tokens per second and the ratio.
+    python benchmarks/pretraining.py                                  # bert-base, 32 x 128, bf16
+    python benchmarks/pretraining.py --model bert-small --steps 4 --rounds 2
+    python benchmarks/pretraining.py --memory                         # peak RSS of each, own process
 
-    OMP_NUM_THREADS=2 python benchmarks/pretraining.py --model bert-mini --batch-size 32 --seq-length 128
+A step is forward + MLM/NSP loss + backward + AdamW step. bertkit runs its own path (padding-free
+encoder, vocabulary projection only at the masked positions, `bertkit.tasks.pretraining.pretraining_loss`);
+transformers runs `BertForPreTraining(labels=..., next_sentence_label=...)` (dense MLM head over every
+position). Both start from identical weights (bertkit's save_pretrained, loaded by transformers) and get
+the same batches: real max_seq_length-128 instances made by `bertkit data pretraining` from the bundled
+King James Bible with Google's bert-base-uncased vocabulary (static masking, the original's defaults),
+collated to the longest instance of each batch. Rounds alternate between the two so machine noise hits
+both alike; the table reports real (non-padding) tokens per second and the ratio of medians.
+
+`--memory` runs each implementation for a few steps in a fresh child process and reports its peak
+resident set size (ru_maxrss): the same batches, so the difference is the implementations' own.
 """
 
 from __future__ import annotations
 
 import argparse
+import gzip
+import json
+import resource
 import statistics
+import subprocess
+import sys
 import tempfile
 import time
 from contextlib import nullcontext
+from pathlib import Path
 
 import torch
 import transformers
 
+from bertkit.assets import kjv_path
 from bertkit.config import preset
+from bertkit.data import PretrainingDataOptions, PretrainingDataset, build_pretraining_data, collate_pretraining
 from bertkit.model import BertForPreTraining
 from bertkit.tasks.pretraining import pretraining_loss
+from bertkit.tokenizer import WordPieceTokenizer
+
+VOCAB = Path(__file__).resolve().parents[1] / "tests" / "assets" / "vocab" / "bert-base-uncased"
 
 
-def synthetic_batches(count: int, batch_size: int, seq_length: int, vocab_size: int, seed: int) -> list[dict]:
-    generator = torch.Generator().manual_seed(seed)
-    batches = []
-    for _ in range(count):
-        lengths = torch.randint(seq_length // 2, seq_length + 1, (batch_size,), generator=generator)
-        real = torch.arange(seq_length)[None, :] < lengths[:, None]  # (B, T)
-        input_ids = torch.randint(5, vocab_size, (batch_size, seq_length), generator=generator) * real
-        masked = real & (torch.rand(batch_size, seq_length, generator=generator) < 0.15)
-        masked[:, 1] = True  # at least one prediction per row
-        token_type_ids = (torch.arange(seq_length)[None, :] >= lengths[:, None] // 2).long() * real
-        batches.append({"input_ids": input_ids, "token_type_ids": token_type_ids, "attention_mask": real.long(),
-                        "mlm_labels": torch.where(masked, input_ids, -100),
-                        "nsp_labels": torch.randint(0, 2, (batch_size,), generator=generator)})
-    return batches
+def real_batches(count: int, batch_size: int, seq_length: int, workdir: Path) -> list[dict]:
+    """`count` batches of instances built by bertkit data pretraining from the bundled corpus."""
+    text = gzip.open(kjv_path("corpus.txt.gz"), "rt", encoding="utf-8").read()
+    corpus = workdir / "corpus.txt"
+    corpus.write_text(text[: 400_000 * max(1, count * batch_size // 256)], encoding="utf-8")
+    tokenizer = WordPieceTokenizer.from_pretrained(VOCAB)
+    options = PretrainingDataOptions(max_seq_length=seq_length, dupe_factor=1)
+    build_pretraining_data([str(corpus)], tokenizer, workdir / "data", options, workers=1, progress=False)
+    dataset = PretrainingDataset(workdir / "data")
+    if len(dataset) < count * batch_size:
+        raise SystemExit(f"only {len(dataset)} instances; ask for fewer steps")
+    return [collate_pretraining([dataset[i] for i in range(b * batch_size, (b + 1) * batch_size)])
+            for b in range(count)]
 
 
 def bertkit_step(model, batch) -> torch.Tensor:
@@ -52,6 +67,9 @@ def transformers_step(model, batch) -> torch.Tensor:
     return model(input_ids=batch["input_ids"], token_type_ids=batch["token_type_ids"],
                  attention_mask=batch["attention_mask"], labels=batch["mlm_labels"],
                  next_sentence_label=batch["nsp_labels"]).loss
+
+
+STEPS = {"bertkit": bertkit_step, "transformers": transformers_step}
 
 
 def timed_round(model, step, optimizer, batches, autocast) -> float:
@@ -65,45 +83,91 @@ def timed_round(model, step, optimizer, batches, autocast) -> float:
     return time.perf_counter() - start
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--model", default="bert-mini", help="bertkit preset")
-    parser.add_argument("--batch-size", type=int, default=32)
-    parser.add_argument("--seq-length", type=int, default=128)
-    parser.add_argument("--vocab-size", type=int, default=30522)
-    parser.add_argument("--steps", type=int, default=5, help="steps per timed round")
-    parser.add_argument("--rounds", type=int, default=3, help="timed rounds per implementation (alternating)")
-    parser.add_argument("--precision", choices=["fp32", "bf16"], default="fp32")
-    args = parser.parse_args()
-
+def build_models(model_name: str, vocab_size: int, which: tuple[str, ...]) -> dict:
     torch.manual_seed(0)
-    config = preset(args.model, vocab_size=args.vocab_size, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+    config = preset(model_name, vocab_size=vocab_size)
     ours = BertForPreTraining(config)
-    with tempfile.TemporaryDirectory() as directory:
-        ours.save_pretrained(directory)
-        theirs = transformers.BertForPreTraining.from_pretrained(directory)
-    models = {"bertkit": (ours.train(), bertkit_step), "transformers": (theirs.train(), transformers_step)}
-    optimizers = {name: torch.optim.AdamW(model.parameters(), lr=1e-5) for name, (model, _) in models.items()}
-    autocast = (lambda: torch.autocast("cpu", dtype=torch.bfloat16)) if args.precision == "bf16" else nullcontext
-    batches = synthetic_batches(args.steps, args.batch_size, args.seq_length, args.vocab_size, seed=1)
-    tokens = sum(int(b["attention_mask"].sum()) for b in batches)
+    models = {"bertkit": ours}
+    if "transformers" in which:
+        with tempfile.TemporaryDirectory() as directory:
+            ours.save_pretrained(directory)
+            models["transformers"] = transformers.BertForPreTraining.from_pretrained(directory)
+    return {name: models[name].train() for name in which}
 
+
+def autocast_for(precision: str):
+    return (lambda: torch.autocast("cpu", dtype=torch.bfloat16)) if precision == "bf16" else nullcontext
+
+
+def throughput(args: argparse.Namespace, batches: list[dict]) -> None:
+    models = build_models(args.model, 30522, ("bertkit", "transformers"))
+    optimizers = {name: torch.optim.AdamW(model.parameters(), lr=1e-5) for name, model in models.items()}
+    autocast = autocast_for(args.precision)
+    tokens = sum(int(b["attention_mask"].sum()) for b in batches)
     times: dict[str, list[float]] = {name: [] for name in models}
     for round_index in range(args.rounds + 1):  # round 0 warms up (allocator, kernels) and is not counted
-        for name, (model, step) in models.items():
-            elapsed = timed_round(model, step, optimizers[name], batches, autocast)
+        order = list(models) if round_index % 2 else list(reversed(models))
+        for name in order:
+            elapsed = timed_round(models[name], STEPS[name], optimizers[name], batches, autocast)
             if round_index:
                 times[name].append(elapsed)
-
-    print(f"{args.model}, batch {args.batch_size} x {args.seq_length}, {args.precision}, "
-          f"{torch.get_num_threads()} threads, {tokens / len(batches):.0f} real tokens per batch")
-    print(f"{'implementation':<14} {'ms/step':>9} {'tokens/s':>10}")
+    fill = tokens / sum(b["attention_mask"].numel() for b in batches)
+    print(f"# {args.model}, batch {args.batch_size} x {args.seq_length} (fill {fill:.2f}), {args.precision}, "
+          f"{torch.get_num_threads()} threads, torch {torch.__version__}, transformers {transformers.__version__}")
+    print("| implementation | ms/step | real tokens/s |")
+    print("|---|---|---|")
     rates = {}
     for name, values in times.items():
         seconds = statistics.median(values)
         rates[name] = tokens / seconds
-        print(f"{name:<14} {1000 * seconds / len(batches):>9.1f} {rates[name]:>10,.0f}")
-    print(f"ratio bertkit / transformers: {rates['bertkit'] / rates['transformers']:.2f}x")
+        print(f"| {name} | {1000 * seconds / len(batches):.0f} | {rates[name]:,.0f} |")
+    print(f"\nratio bertkit / transformers: {rates['bertkit'] / rates['transformers']:.2f}x")
+
+
+def child_peak_rss(args: argparse.Namespace, batches: list[dict], name: str) -> None:
+    """Run in a fresh process: a few steps of one implementation, then print its peak RSS."""
+    model = build_models(args.model, 30522, (name,))[name]
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-5)
+    timed_round(model, STEPS[name], optimizer, batches, autocast_for(args.precision))
+    print(json.dumps({"name": name, "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+
+
+def memory(args: argparse.Namespace) -> None:
+    print(f"# peak RSS, {args.model}, micro-batch {args.batch_size} x {args.seq_length}, {args.precision}, "
+          f"{args.steps} steps, each implementation in its own process")
+    print("| implementation | peak RSS (MB) |")
+    print("|---|---|")
+    peaks = {}
+    for name in ("bertkit", "transformers"):
+        command = [sys.executable, __file__, "--child", name, "--model", args.model, "--batch-size",
+                   str(args.batch_size), "--seq-length", str(args.seq_length), "--steps", str(args.steps),
+                   "--precision", args.precision]
+        out = subprocess.run(command, capture_output=True, text=True, check=True).stdout
+        peaks[name] = json.loads(out.strip().splitlines()[-1])["peak_rss_mb"]
+        print(f"| {name} | {peaks[name]:,.0f} |", flush=True)
+    print(f"\nbertkit uses {peaks['bertkit'] / peaks['transformers']:.2f}x the memory of transformers")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", default="bert-base", help="bertkit preset")
+    parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument("--seq-length", type=int, default=128)
+    parser.add_argument("--steps", type=int, default=3, help="steps per timed round")
+    parser.add_argument("--rounds", type=int, default=3, help="timed rounds per implementation (alternating)")
+    parser.add_argument("--precision", choices=["fp32", "bf16"], default="bf16")
+    parser.add_argument("--memory", action="store_true", help="measure peak RSS of each implementation")
+    parser.add_argument("--child", choices=list(STEPS), help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.memory:
+        memory(args)
+        return
+    with tempfile.TemporaryDirectory() as workdir:
+        batches = real_batches(args.steps, args.batch_size, args.seq_length, Path(workdir))
+    if args.child:
+        child_peak_rss(args, batches, args.child)
+    else:
+        throughput(args, batches)
 
 
 if __name__ == "__main__":
