@@ -9,7 +9,9 @@ pure-Python `FullTokenizer`, single process, everything in memory (the original'
 instance writing (TFRecord) is not timed, ours includes writing the shards.
 
 Each side runs in a fresh process, so its peak RSS (ru_maxrss) is its own: for bertkit, the main
-process and, separately, the largest worker. Throughput is MB of input text per second of wall time.
+process and, separately, the largest worker. Throughput is MB of input text per second of wall time;
+CPU time (user + system, bertkit's workers included) per MB is printed too, because on a shared
+machine wall time depends on the load (the load average is printed before and after).
 
 Usage (keep runs short on shared machines):
 
@@ -57,6 +59,11 @@ def peak_rss_mb() -> tuple[float, float]:
             resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024)
 
 
+def cpu_seconds() -> float:
+    """User + system CPU time of this process and its waited-for children."""
+    return sum(u.ru_utime + u.ru_stime for u in map(resource.getrusage, (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)))
+
+
 def run_ours(corpus: Path, vocab_dir: Path, workers: int, queue) -> None:
     from bertkit.data import PretrainingDataOptions, build_pretraining_data
     from bertkit.tokenizer import WordPieceTokenizer
@@ -64,13 +71,13 @@ def run_ours(corpus: Path, vocab_dir: Path, workers: int, queue) -> None:
     tokenizer = WordPieceTokenizer.from_pretrained(vocab_dir)
     output = Path(tempfile.mkdtemp(prefix="bertkit-bench-"))
     try:
-        start = time.perf_counter()
+        start, cpu = time.perf_counter(), cpu_seconds()
         manifest = build_pretraining_data([str(corpus)], tokenizer, output, PretrainingDataOptions(),
                                           workers=workers, overwrite=True, progress=False)
-        seconds = time.perf_counter() - start
+        seconds, cpu = time.perf_counter() - start, cpu_seconds() - cpu
     finally:
         shutil.rmtree(output)
-    queue.put({"seconds": seconds, "instances": manifest["num_instances"], "rss": peak_rss_mb()})
+    queue.put({"seconds": seconds, "cpu": cpu, "instances": manifest["num_instances"], "rss": peak_rss_mb()})
 
 
 def run_reference(corpus: Path, vocab_dir: Path, queue) -> None:
@@ -81,10 +88,10 @@ def run_reference(corpus: Path, vocab_dir: Path, queue) -> None:
     spec.loader.exec_module(reference)
     vocab = {line.rstrip("\n"): i for i, line in enumerate(open(vocab_dir / "vocab.txt", encoding="utf-8"))}
     tokenizer = reference.FullTokenizer(vocab)
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), cpu_seconds()
     instances = reference.create_training_instances([corpus], tokenizer, 128, 10, 0.1, 0.15, 20, random.Random(12345))
-    seconds = time.perf_counter() - start
-    queue.put({"seconds": seconds, "instances": len(instances), "rss": peak_rss_mb()})
+    seconds, cpu = time.perf_counter() - start, cpu_seconds() - cpu
+    queue.put({"seconds": seconds, "cpu": cpu, "instances": len(instances), "rss": peak_rss_mb()})
 
 
 def in_fresh_process(target, *args) -> dict:
@@ -114,20 +121,23 @@ def main() -> None:
         WordPieceTokenizer.train([one_copy], vocab_size=args.vocab_size).save_pretrained(tmp / "vocab")
         ours_corpus = make_corpus(tmp, args.ours_mb)
         ours_mb = ours_corpus.stat().st_size / 1e6
+        print(f"load average before: {os.getloadavg()[0]:.2f} ({os.cpu_count()} cores)")
         ours = in_fresh_process(run_ours, ours_corpus, tmp / "vocab", args.workers)
         ours_speed = ours_mb / ours["seconds"]
         print(f"bertkit   : {ours_mb:8.1f} MB in {ours['seconds']:7.1f} s = {ours_speed:7.2f} MB/s, "
-              f"{ours['instances']:,} instances, peak RSS main {ours['rss'][0]:.0f} MB, "
-              f"largest worker {ours['rss'][1]:.0f} MB ({args.workers} workers)")
-        if args.skip_reference:
-            return
-        ref_corpus = make_corpus(tmp, args.reference_mb)
-        ref_mb = ref_corpus.stat().st_size / 1e6
-        ref = in_fresh_process(run_reference, ref_corpus, tmp / "vocab")
-        ref_speed = ref_mb / ref["seconds"]
-        print(f"reference : {ref_mb:8.1f} MB in {ref['seconds']:7.1f} s = {ref_speed:7.2f} MB/s, "
-              f"{ref['instances']:,} instances, peak RSS {ref['rss'][0]:.0f} MB (1 process, all in memory)")
-        print(f"speed-up  : {ours_speed / ref_speed:.1f}x")
+              f"{ours['cpu'] / ours_mb:.3f} CPU-s/MB, {ours['instances']:,} instances, peak RSS main "
+              f"{ours['rss'][0]:.0f} MB, largest worker {ours['rss'][1]:.0f} MB ({args.workers} workers)")
+        if not args.skip_reference:
+            ref_corpus = make_corpus(tmp, args.reference_mb)
+            ref_mb = ref_corpus.stat().st_size / 1e6
+            ref = in_fresh_process(run_reference, ref_corpus, tmp / "vocab")
+            ref_speed = ref_mb / ref["seconds"]
+            print(f"reference : {ref_mb:8.1f} MB in {ref['seconds']:7.1f} s = {ref_speed:7.2f} MB/s, "
+                  f"{ref['cpu'] / ref_mb:.3f} CPU-s/MB, {ref['instances']:,} instances, peak RSS "
+                  f"{ref['rss'][0]:.0f} MB (1 process, all in memory)")
+            print(f"speed-up  : {ours_speed / ref_speed:.1f}x wall-clock, "
+                  f"{(ref['cpu'] / ref_mb) / (ours['cpu'] / ours_mb):.1f}x per CPU-second")
+        print(f"load average after: {os.getloadavg()[0]:.2f}")
 
 
 if __name__ == "__main__":

@@ -34,7 +34,6 @@ import threading
 import unicodedata
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from itertools import chain
 from pathlib import Path
 
 import numpy as np
@@ -695,11 +694,10 @@ def _encode_ascii(bare: Tokenizer, texts: list[str], do_lower_case: bool) -> lis
     data = joined.encode("ascii").translate(None, _ASCII_CONTROL)
     words = _ASCII_WORD.findall(data.lower() if do_lower_case else data)
     index = {w: k for k, w in enumerate(dict.fromkeys(words))}  # distinct words, first-seen order
-    pieces = [e.ids for e in bare.encode_batch_fast([w.decode("ascii") for w in index], add_special_tokens=False)]
-    if b"\n" in index:
-        pieces[index[b"\n"]] = []
-    counts = np.fromiter(map(len, pieces), dtype=np.int64, count=len(pieces))  # pieces per distinct word
-    table = np.fromiter(chain.from_iterable(pieces), dtype=np.int64, count=int(counts.sum()))
+    # One call for all distinct words; the LF separator goes in as "" (no pieces).
+    encoding = bare.encode([w.decode("ascii").strip() for w in index], is_pretokenized=True, add_special_tokens=False)
+    table = np.array(encoding.ids, dtype=np.int64)  # pieces of distinct word 0, then word 1, ...
+    counts = np.bincount(np.array(encoding.word_ids, dtype=np.int64), minlength=len(index))  # pieces per distinct word
     word = np.fromiter(map(index.__getitem__, words), dtype=np.int64, count=len(words))  # (W,) distinct word
     n = counts[word]
     out_start = np.cumsum(n) - n  # first output token of each word occurrence
