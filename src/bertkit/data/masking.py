@@ -66,20 +66,30 @@ def mask_batch(ids: np.ndarray, offsets: np.ndarray, masked_lm_prob: float, max_
     elsewhere). Whole-word masking is on when `vocab.continuation` is set.
     """
     ids = np.asarray(ids, dtype=np.int64)
+    masked, positions = mask_positions(ids, offsets, masked_lm_prob, max_predictions, vocab, gen)
+    labels = np.full(len(ids), IGNORE_INDEX, dtype=np.int64)
+    labels[positions] = ids[positions]
+    return masked, labels
+
+
+def mask_positions(ids: np.ndarray, offsets: np.ndarray, masked_lm_prob: float, max_predictions: int,
+                   vocab: MaskingVocab, gen: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """`mask_batch` without the dense labels: (masked ids (N,) in ids' dtype, predicted positions (P,)
+    ascending indices into ids). The original ids at the positions are the labels."""
     lengths = np.diff(offsets)
-    instance_of = np.repeat(np.arange(len(lengths)), lengths)  # (N,) instance of each token
     candidate = (ids != vocab.cls_id) & (ids != vocab.sep_id)
     quota = prediction_quota(lengths, masked_lm_prob, max_predictions)
     if vocab.continuation is None:
-        chosen = _choose_tokens(candidate, instance_of, offsets, quota, gen)
+        chosen = _choose_tokens(candidate, lengths, quota, gen)
     else:
+        instance_of = np.repeat(np.arange(len(lengths)), lengths)  # (N,) instance of each token
         chosen = _choose_whole_words(ids, candidate, instance_of, offsets, quota, vocab.continuation, gen)
-    return _replace(ids, chosen, vocab, gen)
+    positions = np.flatnonzero(chosen)
+    return _replace(ids, positions, vocab, gen), positions
 
 
-def _choose_tokens(candidate, instance_of, offsets, quota, gen) -> np.ndarray:
+def _choose_tokens(candidate, lengths, quota, gen) -> np.ndarray:
     """(N,) bool: the first quota[k] candidates of instance k in a uniformly random order."""
-    lengths = np.diff(offsets)
     width = int(lengths.max(initial=0))
     valid = np.arange(width) < lengths[:, None]  # (n, T) real positions of the padded layout
     padded = np.zeros(valid.shape, dtype=bool)  # (n, T) candidates
@@ -126,19 +136,14 @@ def _choose_whole_words(ids, candidate, instance_of, offsets, quota, continuatio
     return candidate & word_chosen[np.maximum(word_of, 0)]
 
 
-def _replace(ids, chosen, vocab: MaskingVocab, gen) -> tuple[np.ndarray, np.ndarray]:
-    """Apply 80% [MASK] / 10% random id / 10% unchanged at the chosen positions."""
-    positions = np.flatnonzero(chosen)
+def _replace(ids, positions, vocab: MaskingVocab, gen) -> np.ndarray:
+    """`ids` with 80% [MASK] / 10% random id / 10% unchanged at `positions`."""
     u = gen.random(len(positions))
-    replacement = ids[positions].copy()
-    replacement[u < 0.8] = vocab.mask_id
-    random_token = u >= 0.9
-    replacement[random_token] = gen.integers(0, vocab.vocab_size, int(random_token.sum()))
     masked = ids.copy()
-    masked[positions] = replacement
-    labels = np.full(len(ids), IGNORE_INDEX, dtype=np.int64)
-    labels[positions] = ids[positions]
-    return masked, labels
+    masked[positions[u < 0.8]] = vocab.mask_id
+    random_token = positions[u >= 0.9]
+    masked[random_token] = gen.integers(0, vocab.vocab_size, len(random_token))
+    return masked
 
 
 def google_mask_fn(masked_lm_prob: float, max_predictions: int, vocab: MaskingVocab) -> MaskFn:

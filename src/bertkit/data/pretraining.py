@@ -4,7 +4,7 @@ The pipeline: the main process streams documents from the inputs (`corpus.read_d
 cuts them into blocks of about `shuffle_buffer_mb` of text; worker processes tokenize a block in one
 batched `encode_ids` call, make `dupe_factor` passes of Google's pair rules over its documents
 (`instances.create_instances_from_document`), shuffle the block's instances and mask them
-(`masking.mask_batch`, or not at all for dynamic masking); the main process appends the results,
+(`masking.mask_positions`, or not at all for dynamic masking); the main process appends the results,
 in block order, to shards (`shards.ShardWriter`) and writes the manifest last.
 
 Design decision: randomness is keyed to positions in the input, never to workers. Pair creation for
@@ -40,7 +40,7 @@ from tqdm import tqdm
 from bertkit.data.corpus import CorpusStats, expand_inputs, read_documents, split_sentences
 from bertkit.data.instances import (Instance, PairSpans, PairStats, create_instances_from_document,
                                     create_pair_spans, truncate_spans)
-from bertkit.data.masking import IGNORE_INDEX, MaskingVocab, google_mask_fn, mask_batch
+from bertkit.data.masking import MaskingVocab, google_mask_fn, mask_positions
 from bertkit.data.shards import (FORMAT_NAME, FORMAT_VERSION, ShardWriter, ids_dtype, prepare_output,
                                  write_manifest)
 from bertkit.errors import BertkitError
@@ -135,39 +135,57 @@ def _document_seed(seed: int, dupe: int, document: int) -> int:
     return (seed << 96) + (dupe << 64) + document
 
 
-def _tokenize_block(block: Block, counts: Counter) -> tuple[list[list[list[int]]], list[int]]:
-    """The block's non-empty documents as token ids, and each one's corpus-wide number."""
+@dataclass
+class TokenizedBlock:
+    """A block's token ids, flat; sentences and documents without tokens are left out (and counted)."""
+
+    tokens: np.ndarray
+    """(N,) ids of all sentences, in order."""
+    sentence_offsets: np.ndarray
+    """(S+1,) sentence k is tokens[sentence_offsets[k]:sentence_offsets[k+1]]."""
+    document_offsets: np.ndarray
+    """(D+1,) document d is sentences document_offsets[d]:document_offsets[d+1]."""
+    numbers: np.ndarray
+    """(D,) corpus-wide number of each document (keys the per-document seeds of the python mode)."""
+
+    def documents(self) -> list[list[list[int]]]:
+        """Documents as lists of sentences of ids (the per-document functions' input)."""
+        flat, cuts = self.tokens.tolist(), self.sentence_offsets.tolist()
+        sentences = [flat[a:b] for a, b in zip(cuts[:-1], cuts[1:])]
+        bounds = self.document_offsets.tolist()
+        return [sentences[a:b] for a, b in zip(bounds[:-1], bounds[1:])]
+
+
+def _tokenize_block(block: Block, counts: Counter) -> TokenizedBlock:
     tokenizer, options = _STATE["tokenizer"], _STATE["options"]
     texts = [split_sentences(d) for d in block.documents] if options.split_sentences else block.documents
     ids = tokenizer.encode_ids([s for d in texts for s in d])
-    flat = np.fromiter(chain.from_iterable(ids), dtype=np.int64)
-    counts["sentence_tokens"] += len(flat)
-    counts["unk_tokens"] += int(np.count_nonzero(flat == tokenizer.unk_token_id))
-    documents, numbers, k = [], [], 0
-    for j, text in enumerate(texts):
-        sentences = [s for s in ids[k:k + len(text)] if s]
-        counts["sentences_without_tokens"] += len(text) - len(sentences)
-        k += len(text)
-        if sentences:
-            documents.append(sentences)
-            numbers.append(block.first_document + j)
-            counts["sentences"] += len(sentences)
-        else:
-            counts["documents_without_tokens"] += 1
-    counts["documents"] += len(documents)
-    return documents, numbers
+    lengths = np.fromiter(map(len, ids), dtype=np.int64, count=len(ids))  # (S_all,) tokens per sentence
+    tokens = np.fromiter(chain.from_iterable(ids), dtype=ids_dtype(tokenizer.vocab_size), count=int(lengths.sum()))
+    kept = lengths > 0
+    document_of = np.repeat(np.arange(len(texts)), np.fromiter(map(len, texts), dtype=np.int64, count=len(texts)))
+    kept_per_document = np.bincount(document_of[kept], minlength=len(texts))
+    has_tokens = kept_per_document > 0
+    counts["sentence_tokens"] += len(tokens)
+    counts["unk_tokens"] += int(np.count_nonzero(tokens == tokenizer.unk_token_id))
+    counts["sentences"] += int(kept.sum())
+    counts["sentences_without_tokens"] += int((~kept).sum())
+    counts["documents"] += int(has_tokens.sum())
+    counts["documents_without_tokens"] += int((~has_tokens).sum())
+    return TokenizedBlock(tokens, np.cumsum([0, *lengths[kept]]), np.cumsum([0, *kept_per_document[has_tokens]]),
+                          block.first_document + np.flatnonzero(has_tokens))
 
 
 def _process_block(block: Block) -> BlockResult:
     options = _STATE["options"]
     counts: Counter = Counter()
-    documents, numbers = _tokenize_block(block, counts)
+    block_tokens = _tokenize_block(block, counts)
     pair_stats = PairStats()
     gen = np.random.default_rng([options.seed, block.index])
     if options.rng == "python":
-        result = _shuffle(_python_instances(documents, numbers, pair_stats), gen)
+        result = _shuffle(_python_instances(block_tokens.documents(), block_tokens.numbers.tolist(), pair_stats), gen)
     else:
-        result = _numpy_instances(documents, pair_stats, gen)
+        result = _numpy_instances(block_tokens, pair_stats, gen)
     counts.update(dataclasses.asdict(pair_stats))
     counts["instances"] += len(result.lengths)
     counts["instance_tokens"] += len(result.ids)
@@ -192,18 +210,13 @@ def _python_instances(documents: list[list[list[int]]], numbers: list[int], pair
     return _concatenate(passes)
 
 
-def _numpy_instances(documents: list[list[list[int]]], pair_stats: PairStats, gen: np.random.Generator) -> BlockResult:
+def _numpy_instances(block: TokenizedBlock, pair_stats: PairStats, gen: np.random.Generator) -> BlockResult:
     """All passes of the block at once (`create_pair_spans`), shuffled, assembled, masked in numpy."""
     options, vocab = _STATE["options"], _STATE["vocab"]
-    sentences = list(chain.from_iterable(documents))
-    tokens = np.fromiter(chain.from_iterable(sentences), dtype=ids_dtype(vocab.vocab_size))
-    sentence_offsets = np.zeros(len(sentences) + 1, dtype=np.int64)
-    np.cumsum(np.fromiter(map(len, sentences), dtype=np.int64, count=len(sentences)), out=sentence_offsets[1:])
-    document_offsets = np.cumsum([0, *map(len, documents)])
-    spans = create_pair_spans(sentence_offsets, document_offsets, options.dupe_factor, options.max_seq_length,
-                              options.short_seq_prob, gen, pair_stats)
+    spans = create_pair_spans(block.sentence_offsets, block.document_offsets, options.dupe_factor,
+                              options.max_seq_length, options.short_seq_prob, gen, pair_stats)
     spans = truncate_spans(spans, options.max_seq_length - 3, gen, pair_stats)
-    result = _assemble(tokens, spans.take(gen.permutation(len(spans))), vocab)
+    result = _assemble(block.tokens, spans.take(gen.permutation(len(spans))), vocab)
     if options.masking == "static":
         _mask_in_chunks(result, options, vocab, gen)
     return result
@@ -213,18 +226,21 @@ def _assemble(tokens: np.ndarray, spans: PairSpans, vocab: MaskingVocab) -> Bloc
     """`[CLS] A [SEP] B [SEP]` of every instance, concatenated: one gather per chunk of instances."""
     source = np.concatenate([tokens, np.array([vocab.cls_id, vocab.sep_id], dtype=tokens.dtype)])
     cls_at, sep_at = len(tokens), len(tokens) + 1  # the specials' places in `source`
+    index_dtype = np.int32 if len(source) < 2**31 else np.int64  # half the memory traffic of int64
     a_lengths, b_lengths = spans.a_stop - spans.a_start, spans.b_stop - spans.b_start
-    ids = []
+    ids = [source[:0]]
     for lo in range(0, len(spans), MASK_CHUNK_INSTANCES):
         chunk = slice(lo, lo + MASK_CHUNK_INSTANCES)
-        one = np.ones(len(spans.a_start[chunk]), dtype=np.int64)
-        # (n, 5) pieces per instance: [CLS], A, [SEP], B, [SEP] as (start in source, length).
-        starts = np.stack([cls_at * one, spans.a_start[chunk], sep_at * one, spans.b_start[chunk], sep_at * one], 1)
-        lengths = np.stack([one, a_lengths[chunk], one, b_lengths[chunk], one], 1).ravel()
-        out_starts = np.cumsum(lengths) - lengths
-        ids.append(source[np.repeat(starts.ravel() - out_starts, lengths) + np.arange(int(lengths.sum()))])
-    return BlockResult(np.concatenate(ids) if ids else tokens[:0], a_lengths + b_lengths + 3,
-                       (a_lengths + 2).astype(np.uint16), spans.is_random_next.astype(np.uint8), None, None, None)
+        pieces = np.empty((len(a_lengths[chunk]), 5, 2), dtype=index_dtype)  # (n, 5, start/length)
+        pieces[:, :, 0] = np.stack([np.full(len(pieces), cls_at), spans.a_start[chunk], np.full(len(pieces), sep_at),
+                                    spans.b_start[chunk], np.full(len(pieces), sep_at)], 1)
+        pieces[:, :, 1] = 1
+        pieces[:, 1, 1], pieces[:, 3, 1] = a_lengths[chunk], b_lengths[chunk]
+        starts, lengths = pieces[:, :, 0].ravel(), pieces[:, :, 1].ravel()
+        out_starts = np.cumsum(lengths, dtype=index_dtype) - lengths
+        ids.append(source[np.repeat(starts - out_starts, lengths) + np.arange(int(lengths.sum()), dtype=index_dtype)])
+    return BlockResult(np.concatenate(ids), a_lengths + b_lengths + 3, (a_lengths + 2).astype(np.uint16),
+                       spans.is_random_next.astype(np.uint8), None, None, None)
 
 
 def _flatten(instances: list[Instance], vocab: MaskingVocab) -> BlockResult:
@@ -278,19 +294,19 @@ MASK_CHUNK_INSTANCES = 8192
 
 def _mask_in_chunks(result: BlockResult, options: PretrainingDataOptions, vocab: MaskingVocab,
                     gen: np.random.Generator) -> None:
-    offsets = np.concatenate([[0], np.cumsum(result.lengths)]).astype(np.int64)
+    offsets = np.zeros(len(result.lengths) + 1, dtype=np.int64)
+    np.cumsum(result.lengths, out=offsets[1:])
     counts, positions, labels = [], [], []
     for first in range(0, len(result.lengths), MASK_CHUNK_INSTANCES):
         chunk_offsets = offsets[first:first + MASK_CHUNK_INSTANCES + 1]
         lo, hi = chunk_offsets[0], chunk_offsets[-1]
-        masked, chunk_labels = mask_batch(result.ids[lo:hi], chunk_offsets - lo, options.masked_lm_prob,
-                                          options.max_predictions_per_seq, vocab, gen)
+        masked, predicted = mask_positions(result.ids[lo:hi], chunk_offsets - lo, options.masked_lm_prob,
+                                           options.max_predictions_per_seq, vocab, gen)
+        labels.append(result.ids[lo:hi][predicted])
         result.ids[lo:hi] = masked
-        predicted = np.flatnonzero(chunk_labels != IGNORE_INDEX)
         owner = np.searchsorted(chunk_offsets - lo, predicted, side="right") - 1  # instance of each prediction
         counts.append(np.bincount(owner, minlength=len(chunk_offsets) - 1))
         positions.append((predicted - (chunk_offsets[owner] - lo)).astype(np.uint16))
-        labels.append(chunk_labels[predicted].astype(result.ids.dtype))
     result.mlm_counts, result.mlm_positions, result.mlm_labels = (
         np.concatenate(x) if x else np.zeros(0, dtype=np.int64) for x in (counts, positions, labels))
 
