@@ -55,6 +55,9 @@ def parse_duration(text: str) -> float:
 @click.option("--precision", default="auto", show_default=True, type=click.Choice(["auto", "fp32", "bf16", "fp16"]),
               help="auto: bf16 where the hardware has bf16 units (avx512_bf16/AMX CPUs, recent GPUs), else fp32; "
                    "bf16 autocast (CPU or CUDA); fp16 autocast with a grad scaler (CUDA).")
+@click.option("--dropout", default=None, type=float,
+              help="Hidden and attention dropout while pre-training [default: the model config's, 0.1 in the "
+                   "presets]; 0 suits short budgets (docs/quickstart.md).")
 @click.option("--no-nsp", is_flag=True, help="Masked LM only, no next sentence prediction (the paper's ablation).")
 @click.option("--eval-every", default=500, show_default=True, type=int, help="Held-out evaluation every N steps (and at the end).")
 @click.option("--eval-data", default=None, type=click.Path(file_okay=False),
@@ -76,7 +79,7 @@ def pretrain(**flags) -> None:
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     settings = PretrainSettings(
         data=flags["data"], model=flags["model"], output=flags["output"], tokenizer=flags["tokenizer"],
-        init_from=flags["init_from"], nsp=not flags["no_nsp"], eval_data=flags["eval_data"],
+        init_from=flags["init_from"], nsp=not flags["no_nsp"], dropout=flags["dropout"], eval_data=flags["eval_data"],
         eval_examples=flags["eval_examples"], resume=flags["resume"], device=flags["device"])
     config = TrainConfig(
         max_steps=flags["max_steps"],

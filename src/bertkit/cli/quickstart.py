@@ -1,0 +1,52 @@
+"""`bertkit quickstart`: vocabulary -> data -> pre-train -> fine-tune (pre-trained and random init) -> report.
+
+Flag parsing only: the flags become a `QuickstartConfig` for `bertkit.quickstart.run_quickstart`. The
+pre-training recipe is fixed (the one measured in docs/quickstart.md); the flags set the output, the
+budget, and how much fine-tuning to do.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import click
+
+from bertkit.errors import BertkitError
+
+
+def _seeds(text: str) -> tuple[int, ...]:
+    try:
+        seeds = tuple(int(part) for part in text.split(",") if part.strip())
+    except ValueError:
+        raise BertkitError(f"--seeds {text!r}: expected comma-separated integers such as 1,2,3") from None
+    if len(set(seeds)) != len(seeds):
+        raise BertkitError(f"--seeds {text!r}: a seed is repeated")
+    return seeds
+
+
+@click.command(context_settings={"show_default": True})
+@click.option("--output", default="quickstart", type=click.Path(file_okay=False, path_type=Path),
+              help="Directory for every stage's output (vocab/, data/, pretrain/, finetune-*/) and report.md.")
+@click.option("--minutes", default=10.0, type=float, help="Pre-training time budget in minutes (fractions allowed).")
+@click.option("--seeds", default="1,2,3", help="Comma-separated fine-tuning seeds, each run for both initialisations.")
+@click.option("--finetune-epochs", default=5.0, type=float, help="Fine-tuning epochs (the best dev epoch is kept).")
+@click.option("--train-examples", default=None, type=int,
+              help="Use a seeded subset of this many labelled training verses [default: all 4,000].")
+@click.option("--no-baseline", is_flag=True, help="Skip fine-tuning from random initialisation.")
+@click.option("--resume", is_flag=True, help="Keep the stages already complete in --output and run the rest.")
+@click.option("--overwrite", is_flag=True, help="Delete an earlier quickstart's output in --output first.")
+@click.option("--device", default="auto", type=click.Choice(["auto", "cpu", "cuda"]), help="Device.")
+def quickstart(output, minutes, seeds, finetune_epochs, train_examples, no_baseline, resume, overwrite,
+               device) -> None:
+    """Pre-train bert-mini on the bundled King James Bible, fine-tune it and a randomly initialised twin on
+    the bundled verse-classification task, and write report.md with the curves and the comparison."""
+    from dataclasses import replace
+
+    from bertkit.quickstart import QuickstartConfig, Recipe, run_quickstart
+
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    recipe = replace(Recipe(), finetune_epochs=finetune_epochs, train_examples=train_examples)
+    config = QuickstartConfig(output=output, minutes=minutes, seeds=_seeds(seeds), recipe=recipe,
+                              random_baseline=not no_baseline, overwrite=overwrite, resume=resume, device=device)
+    run_quickstart(config, echo=click.echo)
