@@ -559,14 +559,14 @@ class WordPieceTokenizer:
     def encode_ids(self, texts: Sequence[str]) -> list[list[int]]:
         """Token ids of each text, no special tokens, no truncation: the fast path for data creation.
 
-        In a batch of at least `_WORD_PATH_MIN_CHARS` characters, ASCII texts take `_encode_ascii`
-        (same ids as the Rust pipeline, each distinct word through WordPiece once).
+        In a batch of at least `_CHUNK_PATH_MIN_CHARS` characters, ASCII texts take `_encode_ascii`
+        (same ids as the Rust pipeline, which sees each distinct whitespace-separated chunk once).
         """
         texts = [_check_text(t, f"texts[{i}]") for i, t in enumerate(texts)]
         full, bare = self._pipelines[None]
         out: list[list[int] | None] = [None] * len(texts)
         rest = list(range(len(texts)))
-        if sum(map(len, texts)) >= _WORD_PATH_MIN_CHARS:
+        if sum(map(len, texts)) >= _CHUNK_PATH_MIN_CHARS:
             ascii_ids = [i for i, t in enumerate(texts) if t.isascii()]
             rest = [i for i, t in enumerate(texts) if not t.isascii()]
             for i, ids in zip(ascii_ids, _encode_ascii(bare, [texts[i] for i in ascii_ids], self._do_lower_case)):
@@ -671,41 +671,57 @@ class WordPieceTokenizer:
         return Encoding(enc, words)
 
 
-# --- encode_ids' word path for ASCII text ---------------------------------------------------------
+# --- encode_ids' chunk path for ASCII text --------------------------------------------------------
 # On ASCII, BERT's normalizer and pre-tokenizer reduce to: drop control characters (all but tab, LF,
-# CR), lower-case (uncased vocabularies), split on whitespace, make every ASCII punctuation mark its
-# own word. A regex does that over a whole batch at C speed; WordPiece then runs once per distinct
-# word instead of once per occurrence (natural text repeats its words), which makes large batches
-# several times faster than the Rust pipeline alone. tests/data/test_pretraining_tokenize.py checks
-# the ids against the Rust pipeline on generated ASCII text.
-_WORD_PATH_MIN_CHARS = 1 << 16
-"""Smallest batch (characters) for the word path; below it the Rust pipeline's lower overhead wins."""
+# CR; they join their neighbours), lower-case (uncased vocabularies), split at whitespace, make every
+# ASCII punctuation mark a word of its own. So a batch is cleaned and split at whitespace by bytes
+# methods, the distinct chunks are split into words by a regex, and WordPiece runs once, over the
+# distinct words: natural text repeats its chunks and words, so this is several times faster than
+# the Rust pipeline over every occurrence. tests/data/test_pretraining_tokenize.py checks the ids
+# against the Rust pipeline on generated text.
+_CHUNK_PATH_MIN_CHARS = 1 << 16
+"""Smallest batch (characters) for the chunk path; below it the Rust pipeline's lower overhead wins."""
 _ASCII_CONTROL = bytes([*range(0x00, 0x09), 0x0B, 0x0C, *range(0x0E, 0x20), 0x7F])
-_ASCII_WORD = re.compile(rb"[0-9A-Za-z]+|[!-/:-@\[-`{-~]|\n")  # LF separates the texts
+"""Dropped by BERT's text cleaning: control characters other than tab, LF and CR."""
+_LF_TO_NUL = bytes.maketrans(b"\n", b"\x00")
+"""After the cleaning, NUL and SOH can only be separators: NUL between texts, SOH between chunks."""
+_ASCII_WORD = re.compile(rb"[0-9A-Za-z]+|[!-/:-@\[-`{-~]|\x01")
 
 
 def _encode_ascii(bare: Tokenizer, texts: list[str], do_lower_case: bool) -> list[list[int]]:
-    """Token ids of ASCII texts with the Rust pipeline's result; `bare` is the WordPiece-only pipeline."""
+    """Token ids of ASCII texts, equal to the full Rust pipeline's; `bare` is the WordPiece-only pipeline."""
     if not texts:
         return []
-    joined = "\n".join(texts)
+    joined = " \n ".join(texts)
     if joined.count("\n") != len(texts) - 1:  # a text's own line breaks are whitespace
-        joined = "\n".join(t.replace("\n", " ") for t in texts)
-    data = joined.encode("ascii").translate(None, _ASCII_CONTROL)
-    words = _ASCII_WORD.findall(data.lower() if do_lower_case else data)
-    index = {w: k for k, w in enumerate(dict.fromkeys(words))}  # distinct words, first-seen order
-    # One call for all distinct words; the LF separator goes in as "" (no pieces).
-    encoding = bare.encode([w.decode("ascii").strip() for w in index], is_pretokenized=True, add_special_tokens=False)
-    table = np.array(encoding.ids, dtype=np.int64)  # pieces of distinct word 0, then word 1, ...
-    counts = np.bincount(np.array(encoding.word_ids, dtype=np.int64), minlength=len(index))  # pieces per distinct word
-    word = np.fromiter(map(index.__getitem__, words), dtype=np.int64, count=len(words))  # (W,) distinct word
-    n = counts[word]
-    out_start = np.cumsum(n) - n  # first output token of each word occurrence
-    ids = table[np.repeat(np.cumsum(counts)[word] - counts[word] - out_start, n) + np.arange(int(n.sum()))]
-    ends = out_start[word == index[b"\n"]].tolist() if b"\n" in index else []
+        joined = " \n ".join(t.replace("\n", " ") for t in texts)
+    data = joined.encode("ascii").translate(_LF_TO_NUL, _ASCII_CONTROL)
+    chunks, chunk = _codes((data.lower() if do_lower_case else data).split())  # a b"\x00" chunk ends a text
+    words, word = _codes(_ASCII_WORD.findall(b"\x01".join(chunks) + b"\x01"))  # words of each distinct chunk
+    encoding = bare.encode([w.decode("ascii").strip("\x01") for w in words], is_pretokenized=True,
+                           add_special_tokens=False)  # one call; separators go in as "" (no pieces)
+    word_counts = np.bincount(np.array(encoding.word_ids, dtype=np.int64), minlength=len(words))
+    pieces, word_start = _concatenated(np.array(encoding.ids, dtype=np.int64), word_counts, word)
+    chunk_counts = np.diff(word_start[word == words[b"\x01"]], prepend=0)  # pieces of each distinct chunk
+    ids, chunk_start = _concatenated(pieces, chunk_counts, chunk)
+    ends = chunk_start[chunk == chunks[b"\x00"]].tolist() if b"\x00" in chunks else []
     flat = ids.tolist()
     edges = [0, *ends, len(flat)]
     return [flat[a:b] for a, b in zip(edges[:-1], edges[1:])]
+
+
+def _codes(items: list[bytes]) -> tuple[dict[bytes, int], np.ndarray]:
+    """(distinct items -> code, in first-seen order; (len(items),) code of each item)."""
+    index = {x: k for k, x in enumerate(dict.fromkeys(items))}
+    return index, np.fromiter(map(index.__getitem__, items), dtype=np.int64, count=len(items))
+
+
+def _concatenated(table: np.ndarray, counts: np.ndarray, codes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Values of items `codes`, back to back (item k owns counts[k] values of `table`, in order), and
+    where each occurrence starts in the result."""
+    n = counts[codes]
+    out_start = np.cumsum(n) - n
+    return table[np.repeat(np.cumsum(counts)[codes] - n - out_start, n) + np.arange(int(n.sum()))], out_start
 
 
 def _bert_normalizer(do_lower_case: bool) -> normalizers.Normalizer:

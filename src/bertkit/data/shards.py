@@ -112,10 +112,10 @@ class ShardWriter:
         self._arrays["input_ids"] = {"offset": 0, "dtype": self.dtype.name, "length": 0}
 
     def _write(self, array: np.ndarray) -> None:
-        data = array.tobytes()
+        data = memoryview(np.ascontiguousarray(array)).cast("B")  # the array's bytes, not a copy
         self._file.write(data)
         self._sha.update(data)
-        self._position += len(data)
+        self._position += data.nbytes
 
     def _write_array(self, name: str, array: np.ndarray) -> None:
         padding = -self._position % ALIGN
