@@ -1,0 +1,86 @@
+"""`bertkit quickstart` end to end on the bundled corpus with a 0.1-minute budget and a small labelled
+subset: the report, its figures and the comparison exist, every stage's directory loads with the normal
+tools, `--resume` reuses finished stages, and a non-empty output directory is refused."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from bertkit.cli import main
+from bertkit.data import PretrainingDataset
+from bertkit.errors import BertkitError
+from bertkit.quickstart import QuickstartConfig, prepare_output
+from bertkit.serve.predictor import load_predictor
+from bertkit.tokenizer import WordPieceTokenizer
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory) -> Path:
+    output = tmp_path_factory.mktemp("quickstart") / "qs"
+    code = main(["quickstart", "--output", str(output), "--minutes", "0.1", "--seeds", "1,2",
+                 "--finetune-epochs", "1", "--train-examples", "120", "--device", "cpu"])
+    assert code == 0
+    return output
+
+
+def test_report_figures_and_summary(run):
+    report = (run / "report.md").read_text(encoding="utf-8")
+    for heading in ("## Pre-training", "## Fill-mask", "## Fine-tuning: pre-trained vs random initialisation"):
+        assert heading in report
+    assert "| **mean ± std** |" in report and "Gain from pre-training" in report
+    for figure in ("pretraining.png", "finetuning.png"):
+        assert f"]({figure})" in report
+        assert (run / figure).read_bytes()[:8] == PNG_MAGIC
+    summary = json.loads((run / "quickstart.json").read_text(encoding="utf-8"))
+    for init in ("pretrained", "random"):
+        table = summary["finetuning"][init]
+        assert set(table["seeds"]) == {"1", "2"}
+        dev = [seed["dev"] for seed in table["seeds"].values()]
+        assert table["dev"]["mean"] == pytest.approx(sum(dev) / 2)
+        assert all(0.0 <= seed["test"] <= 1.0 for seed in table["seeds"].values())
+    assert summary["pretraining"]["steps"] >= 1
+    assert "mlm_accuracy" in summary["pretraining"]["final_eval"]
+    assert [item["text"] for item in summary["fill_mask"]][0].startswith("In the beginning")
+
+
+def test_every_stage_loads_with_the_normal_tools(run):
+    tokenizer = WordPieceTokenizer.from_pretrained(run / "vocab")
+    assert tokenizer.vocab_size == 8000
+    data = PretrainingDataset(run / "data")
+    assert len(data) > 1000 and data.vocab_hash == tokenizer.vocab_hash
+    guesses = load_predictor(run / "pretrain" / "final").fill_mask(["the [MASK] of god"], top_k=3)
+    assert len(guesses[0][0]) == 3
+    for init in ("pretrained", "random"):
+        predictor = load_predictor(run / f"finetune-{init}" / "best")
+        label = predictor.classify(["Blessed are the meek: for they shall inherit the earth."])[0]
+        assert label["label"] in {"law", "history", "wisdom", "prophets", "gospels", "letters"}
+
+
+def test_resume_keeps_finished_stages(run):
+    weights = run / "pretrain" / "final" / "model.safetensors"
+    before = weights.stat().st_mtime_ns
+    code = main(["quickstart", "--output", str(run), "--minutes", "0.1", "--seeds", "1,2",
+                 "--finetune-epochs", "1", "--train-examples", "120", "--device", "cpu", "--resume"])
+    assert code == 0
+    assert weights.stat().st_mtime_ns == before
+
+
+def test_non_empty_output_is_refused(tmp_path, capsys):
+    (tmp_path / "notes.txt").write_text("mine", encoding="utf-8")
+    assert main(["quickstart", "--output", str(tmp_path), "--minutes", "0.1"]) == 2
+    assert "is not empty" in capsys.readouterr().err
+    with pytest.raises(BertkitError, match="notes.txt"):  # --overwrite never deletes what it did not write
+        prepare_output(QuickstartConfig(output=tmp_path, overwrite=True))
+
+
+@pytest.mark.parametrize("flags, message", [(["--minutes", "0"], "--minutes must be positive"),
+                                            (["--seeds", "1,1"], "repeated"),
+                                            (["--train-examples", "5000"], "only 4000")])
+def test_bad_flags(tmp_path, capsys, flags, message):
+    assert main(["quickstart", "--output", str(tmp_path / "out"), *flags]) == 2
+    assert message in capsys.readouterr().err
