@@ -24,6 +24,7 @@ References: google-research/bert `create_pretraining_data.py`; Devlin et al. 201
 from __future__ import annotations
 
 import dataclasses
+import gc
 import multiprocessing
 import os
 import random
@@ -120,6 +121,13 @@ class BlockResult:
 # --- worker side ---------------------------------------------------------------------------------
 
 _STATE: dict = {}
+
+
+def _init_pool_worker(*initargs) -> None:
+    # The inherited heap (torch, tokenizers, ...) is never garbage: freezing it keeps the collector,
+    # which runs often while a block's lists are built, from rescanning it (~10% of a worker's time).
+    gc.freeze()
+    _init_worker(*initargs)
 
 
 def _init_worker(tokenizer, options: PretrainingDataOptions, vocab: MaskingVocab, parallel_tokenizer: bool) -> None:
@@ -344,7 +352,7 @@ def _results(blocks: Iterator[Block], workers: int, initargs: tuple) -> Iterator
         yield from map(_process_block, blocks)
         return
     context = multiprocessing.get_context("fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn")
-    with ProcessPoolExecutor(workers, mp_context=context, initializer=_init_worker, initargs=initargs) as pool:
+    with ProcessPoolExecutor(workers, mp_context=context, initializer=_init_pool_worker, initargs=initargs) as pool:
         pending: deque = deque()
         for block in blocks:
             pending.append(pool.submit(_process_block, block))
