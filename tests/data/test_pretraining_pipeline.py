@@ -105,6 +105,24 @@ def test_python_rng_mode_reproducible_across_workers(corpus, tokenizer, tmp_path
     assert 0.12 < json.loads((tmp_path / "a" / "manifest.json").read_text())["summary"]["masked_fraction"] < 0.16
 
 
+def test_numpy_mode_whole_word_masking_in_shards(corpus, tokenizer, tmp_path):
+    build([corpus], tokenizer, tmp_path / "ww", dupe_factor=2, whole_word_masking=True)
+    ds = PretrainingDataset(tmp_path / "ww")
+    continuation = np.array([t.startswith("##") for t in tokenizer.convert_ids_to_tokens(list(range(tokenizer.vocab_size)))])
+    joined = 0
+    for i in range(len(ds)):
+        item = ds[i]
+        labels, a_length = item["mlm_labels"].numpy(), int((item["token_type_ids"] == 0).sum())
+        original = np.where(labels != -100, labels, item["input_ids"].numpy())
+        predicted = labels != -100
+        # Not after [CLS] or [SEP] (a piece there starts a word, or joins one across [SEP]).
+        inner = np.setdiff1d(np.arange(2, len(original)), [a_length - 1, a_length, len(original) - 1])
+        piece = inner[continuation[original[inner]]]  # '##' pieces whose previous position is a word piece
+        assert (predicted[piece] == predicted[piece - 1]).all()  # a word is predicted whole or not at all
+        joined += int(predicted[piece].sum())
+    assert joined > 20
+
+
 def test_dynamic_masking_by_epoch(corpus, tokenizer, tmp_path):
     manifest = build([corpus], tokenizer, tmp_path / "dyn", masking="dynamic", dupe_factor=1, whole_word_masking=True)
     assert "mlm_positions" not in manifest["shards"][0]["arrays"]

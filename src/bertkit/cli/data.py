@@ -38,7 +38,8 @@ def data() -> None:
 @click.option("--strict", is_flag=True, help="Fail on invalid UTF-8, binary files or bad JSONL lines instead of "
                                              "replacing/skipping and counting them.")
 @click.option("--rng", type=click.Choice(["numpy", "python"]), default="numpy",
-              help="numpy: vectorised masking; python: every random draw in the original script's order (slower).")
+              help="numpy: pair rules and masking vectorised per block (fast); python: the original script's "
+                   "per-document draws and order (about 10x slower).")
 @click.option("--shuffle-buffer-mb", default=4.0,
               help="MiB of text per block: the pool random-next sentences come from, and the shuffle window.")
 @click.option("--shard-size-mb", default=64.0, help="Approximate size of each shard's token ids (MiB).")

@@ -2,21 +2,24 @@
 
 The pipeline: the main process streams documents from the inputs (`corpus.read_documents`) and
 cuts them into blocks of about `shuffle_buffer_mb` of text; worker processes tokenize a block in one
-batched `encode_ids` call, make `dupe_factor` passes of Google's pair rules over its documents
-(`instances.create_instances_from_document`), shuffle the block's instances and mask them
-(`masking.mask_positions`, or not at all for dynamic masking); the main process appends the results,
-in block order, to shards (`shards.ShardWriter`) and writes the manifest last.
+batched `encode_ids` call, make `dupe_factor` passes of Google's pair rules over its documents,
+shuffle the block's instances and mask them (or not at all for dynamic masking); the main process
+appends the results, in block order, to shards (`shards.ShardWriter`) and writes the manifest last.
 
-Design decision: randomness is keyed to positions in the input, never to workers. Pair creation for
-(pass d, document i) uses `random.Random` seeded from (seed, d, i); a block's shuffle and masks use a
-numpy Generator seeded from (seed, block). Blocks are cut by a fixed rule on the input and results
-are written in block order, so the shards are byte-identical for any --workers and across re-runs.
-Where this differs from the original (which holds the whole corpus in memory): a random-next B comes
-from a document of the same block (the bounded shuffle buffer), not the whole corpus; instances are
-shuffled within a block, not globally (training shuffles anyway); each input file starts a new
-document. With `rng="python"` masking also draws from the per-document `random.Random`, in the
-original's order, so each document's instances are exactly what the original's
-`create_instances_from_document` makes from that generator state.
+Two executions of the same rules (`PretrainingDataOptions.rng`). 'numpy' (the default): all passes
+of a block at once as arrays (`instances.create_pair_spans` + `truncate_spans`), one gather builds
+the instances, `masking.mask_positions` masks them; draws come from a numpy Generator seeded from
+(seed, block). 'python': the original's per-document functions (`create_instances_from_document`
+with `google_mask_fn`), pass d of document i on a `random.Random` seeded from (seed, d, i), so each
+document's instances are exactly what the original makes from that generator state (about ten
+times slower).
+
+Design decision: randomness is keyed to positions in the input, never to workers. Blocks are cut by
+a fixed rule on the input and results are written in block order, so the shards are byte-identical
+for any --workers and across re-runs. Where this differs from the original (which holds the whole
+corpus in memory): a random-next B comes from a document of the same block (the bounded shuffle
+buffer), not the whole corpus; instances are shuffled within a block, not globally (training
+shuffles anyway); each input file starts a new document.
 
 References: google-research/bert `create_pretraining_data.py`; Devlin et al. 2018 (arXiv:1810.04805).
 """
@@ -70,7 +73,7 @@ class PretrainingDataOptions:
     split_sentences: bool = False
     """Split input lines into sentences (pysbd) instead of taking one sentence per line."""
     rng: str = "numpy"
-    """'numpy': vectorised masking; 'python': masking drawn in the original's order (slower)."""
+    """'numpy': pair rules and masking vectorised per block; 'python': the original's per-document draws (slower)."""
     shuffle_buffer_mb: float = 4.0
     """Text per block (MiB): the pool random-next sentences come from and the shuffle window."""
 
