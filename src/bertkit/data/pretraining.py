@@ -168,6 +168,7 @@ class TokenizedBlock:
 
 
 def _tokenize_block(block: Block, counts: Counter) -> TokenizedBlock:
+    """The block's sentences through one batched `encode_ids` call, as flat arrays."""
     tokenizer, options = _STATE["tokenizer"], _STATE["options"]
     texts = [split_sentences(d) for d in block.documents] if options.split_sentences else block.documents
     ids = tokenizer.encode_ids([s for d in texts for s in d])
@@ -239,17 +240,16 @@ def _assemble(tokens: np.ndarray, spans: PairSpans, vocab: MaskingVocab) -> Bloc
     cls_at, sep_at = len(tokens), len(tokens) + 1  # the specials' places in `source`
     index_dtype = np.int32 if len(source) < 2**31 else np.int64  # half the memory traffic of int64
     a_lengths, b_lengths = spans.a_stop - spans.a_start, spans.b_stop - spans.b_start
-    ids = [source[:0]]
-    for lo in range(0, len(spans), MASK_CHUNK_INSTANCES):
-        chunk = slice(lo, lo + MASK_CHUNK_INSTANCES)
-        pieces = np.empty((len(a_lengths[chunk]), 5, 2), dtype=index_dtype)  # (n, 5, start/length)
-        pieces[:, :, 0] = np.stack([np.full(len(pieces), cls_at), spans.a_start[chunk], np.full(len(pieces), sep_at),
-                                    spans.b_start[chunk], np.full(len(pieces), sep_at)], 1)
-        pieces[:, :, 1] = 1
-        pieces[:, 1, 1], pieces[:, 3, 1] = a_lengths[chunk], b_lengths[chunk]
-        starts, lengths = pieces[:, :, 0].ravel(), pieces[:, :, 1].ravel()
+    ids = [source[:0]]  # (no instances: an empty array of the right dtype)
+    for lo in range(0, len(spans), CHUNK_INSTANCES):
+        chunk = slice(lo, lo + CHUNK_INSTANCES)
+        one = np.ones_like(a_lengths[chunk])
+        # (n, 5) pieces [CLS], A, [SEP], B, [SEP] of each instance: start in `source`, length.
+        starts = np.stack([cls_at * one, spans.a_start[chunk], sep_at * one, spans.b_start[chunk], sep_at * one], 1)
+        lengths = np.stack([one, a_lengths[chunk], one, b_lengths[chunk], one], 1).ravel().astype(index_dtype)
         out_starts = np.cumsum(lengths, dtype=index_dtype) - lengths
-        ids.append(source[np.repeat(starts - out_starts, lengths) + np.arange(int(lengths.sum()), dtype=index_dtype)])
+        gather = np.repeat(starts.ravel().astype(index_dtype) - out_starts, lengths)
+        ids.append(source[gather + np.arange(len(gather), dtype=index_dtype)])
     return BlockResult(np.concatenate(ids), a_lengths + b_lengths + 3, (a_lengths + 2).astype(np.uint16),
                        spans.is_random_next.astype(np.uint8), None, None, None)
 
@@ -299,8 +299,8 @@ def _shuffle(result: BlockResult, gen: np.random.Generator) -> BlockResult:
     return shuffled
 
 
-MASK_CHUNK_INSTANCES = 8192
-"""Instances masked per vectorised call (bounds the temporary arrays)."""
+CHUNK_INSTANCES = 8192
+"""Instances assembled or masked per vectorised call (bounds the temporary arrays)."""
 
 
 def _mask_in_chunks(result: BlockResult, options: PretrainingDataOptions, vocab: MaskingVocab,
@@ -308,8 +308,8 @@ def _mask_in_chunks(result: BlockResult, options: PretrainingDataOptions, vocab:
     offsets = np.zeros(len(result.lengths) + 1, dtype=np.int64)
     np.cumsum(result.lengths, out=offsets[1:])
     counts, positions, labels = [], [], []
-    for first in range(0, len(result.lengths), MASK_CHUNK_INSTANCES):
-        chunk_offsets = offsets[first:first + MASK_CHUNK_INSTANCES + 1]
+    for first in range(0, len(result.lengths), CHUNK_INSTANCES):
+        chunk_offsets = offsets[first:first + CHUNK_INSTANCES + 1]
         lo, hi = chunk_offsets[0], chunk_offsets[-1]
         masked, predicted = mask_positions(result.ids[lo:hi], chunk_offsets - lo, options.masked_lm_prob,
                                            options.max_predictions_per_seq, vocab, gen)
