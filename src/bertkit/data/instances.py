@@ -18,11 +18,12 @@ sentence of a million tokens costs linear, not quadratic, time (same random call
 
 `create_pair_spans` runs the same rules vectorised for the pipeline's default (numpy) mode: every
 (document, pass) of a block is a lane, all lanes advance one instance per step with a few array
-operations (sentence prefix sums make a chunk, A and B contiguous spans of the block's flat token
-array), draws come from a numpy Generator.
-Same rules and distributions, tested structurally and statistically against the per-document
-functions; the cost is per step (one instance of every lane), not per instance. Truncation there
-(`truncate_spans`) draws each side's front/back split as one binomial instead of a draw per token.
+operations (sentence prefix sums make a chunk; A and B are contiguous spans of the block's flat
+token array), and draws come from a numpy Generator. Same rules and distributions, tested
+structurally and statistically against the per-document functions
+(tests/data/test_pretraining_spans.py); the cost is per step (one instance of every lane), not per
+instance. Truncation there (`truncate_spans`) draws each side's front/back split as one binomial
+instead of one draw per removed token.
 
 References: Devlin et al. 2018 (arXiv:1810.04805), section 3.1 and appendix A.2;
 google-research/bert `create_pretraining_data.py`.
