@@ -138,6 +138,19 @@ class BertModel(PreTrainedMixin, nn.Module):
         hidden_states = tuple(to_batch(h) for h in hidden) if output_hidden_states else None
         return BertModelOutput(last_hidden_state, pooled, hidden_states)
 
+    def compile_layers(self) -> None:
+        """Compile each encoder layer's forward with torch.compile (dynamic shapes, one graph for all layers).
+
+        It fuses what eager mode runs as separate passes over memory (dtype casts, dropout, GELU, residual +
+        LayerNorm): a bf16 training step of bert-small on a 2-core CPU ran ~1.5x faster (benchmarks/). The
+        first steps pay the compilation (~30-60 s). Compiled layers take the padded path, since the
+        padding-free attention regroups sequences in Python on every batch. Weights and state_dict keys
+        are unchanged, so checkpoints are the same.
+        """
+        self.use_unpadding = False
+        for layer in self.layers:
+            layer.forward = torch.compile(layer.forward, dynamic=True)
+
     def _layout(self, attention_mask: torch.Tensor | None) -> tuple[Unpadded | None, torch.Tensor | None]:
         """The unpadding plan and the SDPA key-padding mask (B, 1, 1, T), or None when nothing is padded."""
         if attention_mask is None or bool(attention_mask.all()):
