@@ -7,9 +7,10 @@ random order (whole words as units with whole-word masking, where a `##` piece j
 before it, and a word that would overshoot the quota is skipped); each chosen position becomes
 [MASK] with probability 0.8, a uniformly random vocabulary id with 0.1, and stays with 0.1.
 
-Design decision: two executions of the same rules. `mask_batch` draws from a numpy Generator and
-handles a whole block of instances with a few array operations (a random key per candidate, one
-sort, a rank cut), which is what makes data creation and on-the-fly (dynamic) masking fast.
+Design decision: two executions of the same rules. `mask_positions` (and `mask_batch`, which adds
+dense labels) draws from a numpy Generator and handles a whole block of instances with a few array
+operations (random keys distinct within each instance, one row sort, a threshold at the quota),
+which is what makes data creation and on-the-fly (dynamic) masking fast.
 `google_mask_fn` is the original's per-token loop, drawing from a `random.Random` in the original's
 order; with it, instances are identical to the original's for the same generator state (the parity
 test checks this). Both are tested against the same statistical claims.
