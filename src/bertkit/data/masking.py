@@ -108,8 +108,12 @@ def _random_keys(shape: tuple[int, int], gen: np.random.Generator) -> np.ndarray
     width = shape[1]
     column_bits = max(1, (width - 1).bit_length())
     dtype = np.uint32 if column_bits <= 8 else np.uint64  # keep >= 24 random bits (ties ~2^-24)
-    raw = np.frombuffer(gen.bytes(int(np.prod(shape)) * np.dtype(dtype).itemsize), dtype=dtype).reshape(shape)
-    return (raw >> column_bits << column_bits) | np.arange(width, dtype=dtype)
+    size = shape[0] * shape[1]
+    raw = gen.bit_generator.random_raw(-(-size * np.dtype(dtype).itemsize // 8))  # 64 random bits each
+    keys = raw.view(dtype)[:size].reshape(shape)
+    keys &= ~dtype(2**column_bits - 1)  # clear the low bits, then put the column there
+    keys |= np.arange(width, dtype=dtype)
+    return keys
 
 
 def _choose_whole_words(ids, candidate, instance_of, offsets, quota, continuation, gen) -> np.ndarray:
