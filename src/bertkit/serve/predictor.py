@@ -37,10 +37,10 @@ from bertkit.data.squad import SquadExample
 from bertkit.errors import BertkitError
 from bertkit.model import MODEL_CLASSES, BertModel
 from bertkit.serve.batching import run_sorted, trim
-from bertkit.tasks.classification import ClassificationSettings, ClassificationTask
+from bertkit.tasks.classification import ClassificationTask
 from bertkit.tasks.metrics import entities_conlleval
-from bertkit.tasks.squad import SquadSettings, SquadTask
-from bertkit.tasks.tagging import TaggingSettings, TaggingTask
+from bertkit.tasks.squad import SquadTask
+from bertkit.tasks.tagging import TaggingTask
 from bertkit.tokenizer import MASK, WordPieceTokenizer
 
 log = logging.getLogger(__name__)
@@ -301,14 +301,13 @@ class QuestionAnsweringPredictor(Predictor):
         logits = self.run(features, step)
         outputs = {"start_logits": [s for s, _ in logits], "end_logits": [e for _, e in logits]}
         decoded = self.task.decode(examples, features, outputs)
-        return [self._result(e, [(f, s, t) for f, (s, t) in zip(features, logits) if f["example_index"] == i],
-                             decoded) for i, e in enumerate(examples)]
+        return [self._result(e, decoded) for e in examples]
 
-    def _result(self, example: SquadExample, windows: list, decoded: dict[str, dict]) -> dict[str, Any]:
+    def _result(self, example: SquadExample, decoded: dict[str, dict]) -> dict[str, Any]:
         text = decoded["predictions"][example.qid]
         nbest = decoded["nbest"][example.qid]
         entry = next((e for e in nbest if e["text"] == text), nbest[0])
-        span = _locate(example.context, windows, entry) if text else None
+        span = (entry["start_char"], entry["end_char"]) if text and entry["start_char"] is not None else None
         result: dict[str, Any] = {"answer": text if span else "", "score": entry["probability"],
                                   "start": span[0] if span else None, "end": span[1] if span else None,
                                   "no_answer": span is None}
@@ -319,21 +318,6 @@ class QuestionAnsweringPredictor(Predictor):
     def warmup(self) -> None:
         super().warmup()
         self.answer(["warm up?"], ["warm up"])
-
-
-def _locate(context: str, windows: list, entry: dict[str, Any]) -> tuple[int, int] | None:
-    """Character span of an n-best entry of SquadTask.decode (which reports only its text): the
-    window positions whose start/end logits and text are the entry's. None if no span matches."""
-    for feature, start_logits, end_logits in windows:
-        offsets, flags = feature["offsets"], feature["max_context"]
-        starts = [i for i, v in enumerate(start_logits) if offsets[i] is not None and flags[i]
-                  and float(v) == entry["start_logit"]]
-        ends = [j for j, v in enumerate(end_logits) if offsets[j] is not None and float(v) == entry["end_logit"]]
-        for i in starts:
-            for j in ends:
-                if j >= i and context[offsets[i][0]:offsets[j][1]] == entry["text"]:
-                    return offsets[i][0], offsets[j][1]
-    return None
 
 
 # --- loading ------------------------------------------------------------------------------------

@@ -201,7 +201,8 @@ class SquadTask:
     def _nbest(self, example: SquadExample, windows: list[tuple[dict, np.ndarray, np.ndarray]],
                ) -> tuple[list[dict], float]:
         s = self.settings
-        candidates: list[tuple[float, float, float, str]] = []  # (score, start logit, end logit, text)
+        # (score, start logit, end logit, text, start char, end char)
+        candidates: list[tuple[float, float, float, str, int | None, int | None]] = []
         null = (math.inf, 0.0, 0.0)
         for feature, start_logits, end_logits in windows:
             if start_logits[0] + end_logits[0] < null[0]:
@@ -212,11 +213,11 @@ class SquadTask:
                     if offsets[i] is None or offsets[j] is None or not flags[i] or j < i \
                             or j - i + 1 > s.max_answer_length:
                         continue
-                    text = example.context[offsets[i][0]:offsets[j][1]]
+                    start_char, end_char = offsets[i][0], offsets[j][1]
                     candidates.append((float(start_logits[i] + end_logits[j]), float(start_logits[i]),
-                                       float(end_logits[j]), text))
+                                       float(end_logits[j]), example.context[start_char:end_char], start_char, end_char))
         if s.version_2_with_negative:
-            candidates.append((null[0], null[1], null[2], ""))
+            candidates.append((null[0], null[1], null[2], "", None, None))
         candidates.sort(key=lambda c: c[0], reverse=True)
         seen, kept = set(), []
         for candidate in candidates:
@@ -227,14 +228,15 @@ class SquadTask:
             if len(kept) == s.n_best_size:
                 break
         if s.version_2_with_negative and "" not in seen:
-            kept.append((null[0], null[1], null[2], ""))
+            kept.append((null[0], null[1], null[2], "", None, None))
         if not kept:
-            kept.append((0.0, 0.0, 0.0, "empty"))  # as the original: no valid span at all
+            kept.append((0.0, 0.0, 0.0, "empty", None, None))  # as the original: no valid span at all
         scores = np.array([c[0] for c in kept])
         probabilities = np.exp(scores - scores.max())
         probabilities /= probabilities.sum()
-        nbest = [{"text": c[3], "probability": float(p), "start_logit": c[1], "end_logit": c[2]}
-                 for c, p in zip(kept, probabilities)]
+        # The original's four fields, plus the answer's character span in the context (None: no span).
+        nbest = [{"text": c[3], "probability": float(p), "start_logit": c[1], "end_logit": c[2],
+                  "start_char": c[4], "end_char": c[5]} for c, p in zip(kept, probabilities)]
         return nbest, null[0]
 
     @staticmethod
