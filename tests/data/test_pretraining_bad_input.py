@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import gzip
 import json
+
 import pytest
 
 from bertkit.cli import main
@@ -88,6 +89,15 @@ def test_giant_line_without_spaces_is_cut(tokenizer, tmp_path, monkeypatch):
     summary = build([tmp_path / "giant.txt"], tokenizer, tmp_path / "out")["summary"]
     assert summary["lines_cut"] == 1 and summary["invalid_utf8_lines"] == 0  # cut on a character boundary
     assert summary["documents"] == 8 - 1  # the giant line joins the last document of the first half
+
+
+def test_lines_and_jsonl_sentences_over_the_tokenizer_limit_are_cut(tokenizer, tmp_path):
+    # Real sizes: a text line of 1 MiB (over the tokenizer's 1,000,000 characters per text) and a
+    # JSONL sentence of 1.1 million characters are cut to fit instead of failing the run.
+    (tmp_path / "long.txt").write_text(good_text() + "x" * (1 << 20) + "\n\n" + good_text())
+    (tmp_path / "long.jsonl").write_text(json.dumps({"text": "a b c.\n" + "y" * 1_100_000 + "\nd e."}) + "\n")
+    summary = build([tmp_path / "long.txt", tmp_path / "long.jsonl"], tokenizer, tmp_path / "out")["summary"]
+    assert summary["lines_cut"] == 2 and summary["instances"] > 0
 
 
 @pytest.mark.slow

@@ -37,9 +37,11 @@ from pathlib import Path
 from typing import BinaryIO
 
 from bertkit.errors import BertkitError, where
+from bertkit.tokenizer import MAX_TEXT_CHARS
 
-MAX_LINE_BYTES = 1 << 20
-"""Longest text line kept whole (1 MiB); longer lines are cut here."""
+MAX_LINE_BYTES = MAX_TEXT_CHARS
+"""Longest text line kept whole (1,000,000 bytes, so at most the characters one text the tokenizer
+takes); longer lines are cut here, and JSONL sentences at as many characters."""
 MAX_JSONL_LINE_BYTES = 64 << 20
 """Longest JSONL line parsed (64 MiB); a longer one cannot be parsed in part and is skipped."""
 MAX_DOCUMENT_BYTES = 8 << 20
@@ -65,7 +67,7 @@ class CorpusStats:
     invalid_utf8_lines: int = 0
     """Lines with invalid UTF-8, decoded with U+FFFD replacements."""
     lines_cut: int = 0
-    """Lines longer than MAX_LINE_BYTES, cut there."""
+    """Lines (JSONL: sentences) longer than MAX_LINE_BYTES, cut there."""
     documents_split: int = 0
     """Documents longer than MAX_DOCUMENT_BYTES, split."""
 
@@ -241,6 +243,9 @@ def _split_document(sentences: list[str], stats: CorpusStats) -> Iterator[list[s
     document: list[str] = []
     size = 0
     for sentence in sentences:
+        if len(sentence) > MAX_LINE_BYTES:  # (characters; a text line's cut counts bytes)
+            sentence = sentence[:MAX_LINE_BYTES]
+            stats.lines_cut += 1
         document.append(sentence)
         size += len(sentence)
         if size >= MAX_DOCUMENT_BYTES:

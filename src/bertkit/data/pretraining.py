@@ -454,7 +454,7 @@ def format_summary(manifest: dict) -> str:
         ("[UNK] rate", f"{s['unk_rate']:.4%}"),
         ("truncations", f"{s['truncated_instances']:,} instances, {s['truncated_tokens']:,} tokens cut"),
         ("invalid UTF-8", f"{s['invalid_utf8_lines']} lines (replaced)"),
-        ("cut lines", f"{s['lines_cut']} lines over 1 MiB"),
+        ("cut lines", f"{s['lines_cut']} lines over 1,000,000 bytes"),
     ]
     rows += [("skipped lines", f"{n:,} {reason}") for reason, n in s["skipped_lines"].items()]
     rows += [("skipped files", f"{len(files)} {reason}: {', '.join(files)}") for reason, files in s["skipped_files"].items()]
