@@ -24,10 +24,25 @@ def test_top_level_help_lists_every_command_without_importing_torch():
     assert out.strip().endswith("False")
 
 
-@pytest.mark.parametrize("name", ["info", "convert"])
-def test_subcommand_help(name, capsys):
-    assert main([name, "--help"]) == 0
-    assert "Usage: bertkit" in capsys.readouterr().out
+def _all_command_paths() -> list[list[str]]:
+    import click
+
+    from bertkit.cli import cli
+
+    paths, context = [], click.Context(cli)
+    for name in COMMANDS:
+        command = cli.get_command(context, name)
+        paths.append([name])
+        if isinstance(command, click.Group):
+            paths += [[name, sub] for sub in command.list_commands(context)]
+    return paths
+
+
+@pytest.mark.parametrize("path", _all_command_paths(), ids=" ".join)
+def test_every_command_has_help(path, capsys):
+    assert main([*path, "--help"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith(f"Usage: bertkit {' '.join(path)}") and "--help" in out
 
 
 def test_info_summarises_a_checkpoint(tmp_path, capsys):
