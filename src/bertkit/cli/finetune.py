@@ -67,6 +67,8 @@ def _common(max_seq_length: int) -> Callable[[Callable], Callable]:
         click.option("--device", default="auto", show_default=True, help="auto, cpu or cuda."),
         click.option("--group-by-length/--no-group-by-length", default=True, show_default=True,
                      help="Batch training examples of similar length together (batch order still shuffled)."),
+        click.option("--compile", "compile_layers", is_flag=True,
+                     help="torch.compile the encoder layers: faster steps after ~30-60 s of compilation per seed."),
     ]
 
     def decorate(function: Callable) -> Callable:
@@ -88,7 +90,8 @@ def _run(kind: str, common: dict[str, Any], task_options: dict[str, Any]) -> Non
             k: common.pop(k) for k in ("epochs", "batch_size", "gradient_accumulation_steps", "learning_rate",
                                        "warmup_ratio", "weight_decay", "dropout", "precision",
                                        "early_stopping_patience", "freeze_encoder", "feature_combine",
-                                       "eval_batch_size", "device", "group_by_length")})
+                                       "eval_batch_size", "device", "group_by_length")},
+        compile=common.pop("compile_layers"))
     train, devs = common.pop("train_file"), list(common.pop("dev_files"))
     results = run_finetuning(kind, train, devs, cfg, {**task_options, "max_seq_length": common.pop("max_seq_length")})
     _print_summary(results, cfg.output)

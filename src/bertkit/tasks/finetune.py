@@ -90,6 +90,8 @@ class FinetuneConfig:
     device: str = "auto"
     group_by_length: bool = True
     """Batch training examples of similar length together (shuffled batches; less padding, same recipe)."""
+    compile: bool = False
+    """torch.compile the encoder layers (faster steps after ~30-60 s of compilation per seed)."""
 
 
 # --- batches and inference ------------------------------------------------------------------------
@@ -219,6 +221,8 @@ def build_model(task: Any, cfg: FinetuneConfig, tokenizer: WordPieceTokenizer, m
     if max_seq_length > config.max_position_embeddings:
         raise BertkitError(f"--max-seq-length {max_seq_length} exceeds the model's max_position_embeddings "
                            f"({config.max_position_embeddings}); lower it")
+    if cfg.compile:
+        model.bert.compile_layers()
     if cfg.feature_layers:
         return FeatureBasedModel(model.bert, task.kind, _head_outputs(task, config), cfg.feature_layers,
                                  cfg.feature_combine, cfg.dropout)
