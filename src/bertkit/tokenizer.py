@@ -39,6 +39,7 @@ from pathlib import Path
 import numpy as np
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
 
+from bertkit.atomic import write_text_atomic
 from bertkit.errors import BertkitError, where
 
 logger = logging.getLogger(__name__)
@@ -453,7 +454,7 @@ class WordPieceTokenizer:
         """Write vocab.txt and a transformers-compatible tokenizer_config.json; return the directory."""
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
-        (directory / VOCAB_FILE).write_text(self._vocab_text(), encoding="utf-8")
+        write_text_atomic(directory / VOCAB_FILE, self._vocab_text())
         config = {
             "tokenizer_class": "BertTokenizer",
             "do_lower_case": self._do_lower_case,
@@ -461,7 +462,7 @@ class WordPieceTokenizer:
             "tokenize_chinese_chars": True,
             "unk_token": UNK, "sep_token": SEP, "pad_token": PAD, "cls_token": CLS, "mask_token": MASK,
         }
-        (directory / CONFIG_FILE).write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
+        write_text_atomic(directory / CONFIG_FILE, json.dumps(config, indent=2) + "\n")
         return directory
 
     def _build_pipelines(self) -> tuple[Tokenizer, Tokenizer]:

@@ -14,12 +14,12 @@ A shard is one flat binary file holding, back to back (each 8-byte aligned), the
 `manifest.json` lists the shards with each array's byte offset, dtype and length, the shard's
 sha256, and everything about the run (format version, options, tokenizer vocabulary hash, summary).
 
-Design decision: write to a hidden temp file in the same directory, fsync, then `os.replace` onto
-the final name, and write the manifest the same way only after every shard: a killed run never
-leaves a half shard under a real name, and a directory without a manifest is refused by the reader.
-Shards hold raw arrays (no pickle), read back with `numpy.memmap`, so training pages in only what it
-touches. `input_ids` streams to disk as blocks arrive; only the small per-instance arrays wait in
-memory.
+Design decision: every shard streams to a hidden temp file in the same directory and is fsynced and
+renamed onto its final name (`bertkit.atomic`); the manifest is written the same way only after every
+shard: a killed run never leaves a half shard under a real name, and a directory without a manifest
+is refused by the reader. Shards hold raw arrays (no pickle), read back with `numpy.memmap`, so
+training pages in only what it touches. `input_ids` streams to disk as blocks arrive; only the small
+per-instance arrays wait in memory.
 
 References: numpy.memmap; POSIX rename(2) atomicity.
 """
@@ -28,11 +28,11 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 from pathlib import Path
 
 import numpy as np
 
+from bertkit.atomic import AtomicFile, temp_glob, write_text_atomic
 from bertkit.errors import BertkitError
 
 FORMAT_NAME = "bertkit-pretraining-data"
@@ -44,25 +44,6 @@ ALIGN = 8
 def ids_dtype(vocab_size: int) -> np.dtype:
     """The narrowest unsigned dtype that holds every token id."""
     return np.dtype(np.uint16) if vocab_size <= 1 << 16 else np.dtype(np.uint32)
-
-
-def fsync_directory(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def write_atomic(path: Path, data: bytes) -> None:
-    """Write `data` to `path` via a temp file in the same directory, fsync, rename."""
-    temp = path.with_name(f".{path.name}.tmp")
-    with open(temp, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(temp, path)
-    fsync_directory(path.parent)
 
 
 class ShardWriter:
@@ -100,9 +81,7 @@ class ShardWriter:
 
     def _open(self) -> None:
         name = f"shard-{len(self.shards):05d}.bin"
-        self._final = self.directory / name
-        self._temp = self.directory / f".{name}.tmp"
-        self._file = open(self._temp, "wb")
+        self._file = AtomicFile(self.directory / name)
         self._sha = hashlib.sha256()
         self._position = 0
         self._tokens = 0
@@ -134,20 +113,16 @@ class ShardWriter:
             self._write_array("mlm_offsets", np.concatenate([[0], np.cumsum(parts["mlm_counts"])]).astype(np.int64))
             self._write_array("mlm_positions", parts["mlm_positions"])
             self._write_array("mlm_labels", parts["mlm_labels"])
-        self._file.flush()
-        os.fsync(self._file.fileno())
-        self._file.close()
-        self._file = None
-        os.replace(self._temp, self._final)
-        self.shards.append({"file": self._final.name, "num_instances": n, "num_tokens": self._tokens,
+        self._file.commit()
+        self.shards.append({"file": self._file.path.name, "num_instances": n, "num_tokens": self._tokens,
                             "bytes": self._position, "sha256": self._sha.hexdigest(), "arrays": self._arrays})
+        self._file = None
 
     def abort(self) -> None:
         """Drop the shard being written (after an error), leaving no temp file behind."""
         if self._file is not None:
-            self._file.close()
+            self._file.abort()
             self._file = None
-            self._temp.unlink(missing_ok=True)
 
 
 def prepare_output(directory: Path, overwrite: bool) -> None:
@@ -160,12 +135,13 @@ def prepare_output(directory: Path, overwrite: bool) -> None:
         raise BertkitError(f"--output {directory}: exists and is not a directory")
     directory.mkdir(parents=True, exist_ok=True)
     manifest.unlink(missing_ok=True)  # first, so old shards are never paired with a new manifest
-    for old in [*directory.glob("shard-*.bin"), *directory.glob(".shard-*.bin.tmp"), *directory.glob(f".{MANIFEST}.tmp")]:
+    leftovers = ("shard-*.bin", temp_glob("shard-*.bin"), temp_glob(MANIFEST))
+    for old in [path for pattern in leftovers for path in directory.glob(pattern)]:
         old.unlink()
 
 
 def write_manifest(directory: Path, manifest: dict) -> None:
-    write_atomic(directory / MANIFEST, (json.dumps(manifest, indent=2, sort_keys=True) + "\n").encode())
+    write_text_atomic(directory / MANIFEST, json.dumps(manifest, indent=2, sort_keys=True) + "\n")
 
 
 def read_manifest(directory: Path) -> dict:

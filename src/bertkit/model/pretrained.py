@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
-import tempfile
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -22,6 +20,7 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 from torch import nn
 
+from bertkit.atomic import write_file_atomic
 from bertkit.config import BertConfig
 from bertkit.errors import BertkitError
 from bertkit.interop.hf import from_hf, to_hf
@@ -78,20 +77,6 @@ def _read_sharded(index: Path, reader: Any) -> dict[str, torch.Tensor]:
     for shard in sorted(set(weight_map.values())):
         state.update(reader(index.parent / shard))
     return state
-
-
-def write_file_atomic(path: Path, write: Any) -> None:
-    """Call write(temp_path), fsync, then rename onto path, so a crash never leaves a half file."""
-    fd, temp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    os.close(fd)
-    try:
-        write(temp)
-        with open(temp, "rb") as handle:
-            os.fsync(handle.fileno())
-        os.replace(temp, path)
-    finally:
-        if os.path.exists(temp):
-            os.unlink(temp)
 
 
 class PreTrainedMixin:

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import shutil
 import statistics
 from dataclasses import dataclass
@@ -35,6 +36,7 @@ import torch
 from safetensors.torch import load_file, save_file
 from torch import nn
 
+from bertkit.atomic import replace_directory, write_file_atomic, write_text_atomic
 from bertkit.config import PRESETS, preset
 from bertkit.errors import BertkitError
 from bertkit.model import BertModel
@@ -234,7 +236,7 @@ def build_model(task: Any, cfg: FinetuneConfig, tokenizer: WordPieceTokenizer, m
 
 def save_finetuned(model: nn.Module, task: Any, tokenizer: WordPieceTokenizer, directory: Path) -> None:
     """Write the self-contained fine-tuned directory (replacing an older one only once complete)."""
-    staging = directory.with_name(directory.name + ".tmp")
+    staging = directory.with_name(f".{directory.name}.{os.getpid()}.tmp")
     shutil.rmtree(staging, ignore_errors=True)
     settings = task.to_json()
     if isinstance(model, FeatureBasedModel):
@@ -242,13 +244,13 @@ def save_finetuned(model: nn.Module, task: Any, tokenizer: WordPieceTokenizer, d
         model.encoder.config = encoder_config.replace(**task.config_overrides())
         model.encoder.save_pretrained(staging, tokenizer=tokenizer)
         model.encoder.config = encoder_config
-        save_file({k: v.contiguous() for k, v in model.head.state_dict().items()}, str(staging / FEATURE_HEAD_FILE))
+        head = {k: v.contiguous() for k, v in model.head.state_dict().items()}
+        write_file_atomic(staging / FEATURE_HEAD_FILE, lambda path: save_file(head, str(path)))
         settings.update(feature_layers=list(model.layers), feature_combine=model.combine)
     else:
         model.save_pretrained(staging, tokenizer=tokenizer)
-    (staging / TASK_FILE).write_text(json.dumps(settings, indent=2) + "\n", encoding="utf-8")
-    shutil.rmtree(directory, ignore_errors=True)
-    staging.rename(directory)
+    write_text_atomic(staging / TASK_FILE, json.dumps(settings, indent=2) + "\n")
+    replace_directory(staging, directory)
 
 
 def load_finetuned(directory: str | Path, device: torch.device) -> tuple[Any, nn.Module, WordPieceTokenizer]:
@@ -417,8 +419,7 @@ def finetune(task: Any, cfg: FinetuneConfig, tokenizer: WordPieceTokenizer, trai
 
 def _promote(output: Path, seed_dir: Path) -> None:
     """Make this seed's best model and dev predictions the run's (OUTPUT/best, OUTPUT/predictions...)."""
-    shutil.rmtree(output / "best", ignore_errors=True)
-    (seed_dir / "best").rename(output / "best")
+    replace_directory(seed_dir / "best", output / "best")
     for path in seed_dir.iterdir():
         if "predictions" in path.name or path.name.endswith("null_odds.json"):
             shutil.copyfile(path, output / path.name)

@@ -26,6 +26,7 @@ import numpy as np
 import torch
 from safetensors.torch import load_file, save_file
 
+from bertkit.atomic import fsync_path, replace_directory, write_text_atomic
 from bertkit.errors import BertkitError
 
 logger = logging.getLogger(__name__)
@@ -41,14 +42,6 @@ def checkpoint_name(step: int) -> str:
     return f"{PREFIX}{step:08d}"
 
 
-def _fsync(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def _sha256(path: Path) -> str:
     digest = hashlib.sha256()
     with open(path, "rb") as handle:
@@ -61,11 +54,9 @@ def write_manifest(directory: Path, meta: dict[str, Any] | None = None) -> None:
     """Fsync every file in `directory` and write manifest.json (file -> sha256) last."""
     files = sorted(p for p in directory.rglob("*") if p.is_file() and p.name != MANIFEST)
     for path in files:
-        _fsync(path)
+        fsync_path(path)
     manifest = {"files": {str(p.relative_to(directory)): _sha256(p) for p in files}, **(meta or {})}
-    target = directory / MANIFEST
-    target.write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n", encoding="utf-8")
-    _fsync(target)
+    write_text_atomic(directory / MANIFEST, json.dumps(manifest, indent=2, sort_keys=True) + "\n")
 
 
 def save_atomically(root: Path, name: str, write: Callable[[Path], None],
@@ -80,10 +71,7 @@ def save_atomically(root: Path, name: str, write: Callable[[Path], None],
     try:
         write(temp)
         write_manifest(temp, meta)
-        if final.exists():  # an invalid leftover with the same name (a valid one is never re-saved)
-            shutil.rmtree(final)
-        os.rename(temp, final)
-        _fsync(root)
+        replace_directory(temp, final)  # replaces only an invalid leftover: a valid one is never re-saved
     except BaseException:
         shutil.rmtree(temp, ignore_errors=True)
         raise
