@@ -49,3 +49,14 @@ def test_freeze_encoder_and_feature_layers_train_only_the_head(tmp_path: Path) -
     assert isinstance(features, FeatureBasedModel)
     assert {name for name, p in features.named_parameters() if p.requires_grad} == {"head.weight", "head.bias"}
     assert features.head.in_features == 3 * 32  # concatenation of three hidden states (H = 32)
+
+
+def test_task_settings_round_trip_and_unknown_field_is_a_user_error():
+    from bertkit.tasks.finetune import TASK_CLASSES
+
+    for cls in TASK_CLASSES.values():
+        fields = {"labels": ["O", "B-PER"]} if cls.kind in ("classification", "tagging") else {}
+        task = cls(cls.settings_class(**fields))
+        assert cls.from_json(task.to_json()).settings == task.settings
+    with pytest.raises(BertkitError, match="task.json: invalid squad settings .*doc_stride"):
+        TASK_CLASSES["squad"].from_json({"task": "squad", "stride": 3}, source="task.json")

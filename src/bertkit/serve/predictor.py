@@ -329,21 +329,22 @@ def load_predictor(directory: str | Path, batch_size: int = 32) -> Predictor:
     task = read_task_file(directory)
     tokenizer = WordPieceTokenizer.from_pretrained(directory)
     kind = task["task"] if task else _kind_from_architecture(config)
+    source = str(directory / TASK_FILE)
     if task and "feature_layers" in task:
         raise BertkitError(f"{directory}: a feature-based fine-tuned model (frozen encoder + separate head) "
                            "cannot be served by the predictors yet; fine-tune with the default full fine-tuning")
     if kind == "classification":
         settings = task or _classification_defaults(config)
         return ClassificationPredictor(_load(directory, "BertForSequenceClassification"), tokenizer,
-                                       ClassificationTask.from_json(settings), batch_size)
+                                       ClassificationTask.from_json(settings, source=source), batch_size)
     if kind == "tagging":
         settings = task or {"labels": config.label_names or []}
         return TaggingPredictor(_load(directory, "BertForTokenClassification"), tokenizer,
-                                TaggingTask.from_json(settings), batch_size)
+                                TaggingTask.from_json(settings, source=source), batch_size)
     if kind == "squad":
         settings = task or {}
         return QuestionAnsweringPredictor(_load(directory, "BertForQuestionAnswering"), tokenizer,
-                                          SquadTask.from_json(settings), batch_size)
+                                          SquadTask.from_json(settings, source=source), batch_size)
     max_seq_length = int((task or {}).get("max_seq_length", 512))
     if kind == "fill-mask":
         architecture = (config.architectures or ["BertForMaskedLM"])[0]

@@ -12,10 +12,9 @@ References: Devlin et al. (2018), section 4.1 and figure 4 (a, b); google-resear
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +26,7 @@ from bertkit.data.glue import TextExample, check_labels, glue_task, read_glue, r
 from bertkit.errors import BertkitError
 from bertkit.model import BertForSequenceClassification
 from bertkit.tasks.metrics import GLUE_METRICS, classification_metrics
+from bertkit.tasks.task import Task, write_jsonl
 
 log = logging.getLogger(__name__)
 
@@ -45,16 +45,13 @@ class ClassificationSettings:
     label_column: str = "label"
 
 
-class ClassificationTask:
+class ClassificationTask(Task):
     """The classification task in the shape the fine-tuning driver expects (see tasks/finetune.py)."""
 
     kind = "classification"
+    settings_class = ClassificationSettings
     model_class = BertForSequenceClassification
-    output_names = ("logits",)
-    token_level_outputs = ()
-
-    def __init__(self, settings: ClassificationSettings) -> None:
-        self.settings = settings
+    settings: ClassificationSettings
 
     @property
     def is_regression(self) -> bool:
@@ -148,16 +145,7 @@ class ClassificationTask:
 
     def write_predictions(self, examples: Sequence[TextExample], predictions: Sequence[dict], directory: Path,
                           prefix: str) -> list[Path]:
-        path = directory / f"{prefix}predictions.jsonl"
-        path.write_text("".join(json.dumps(p) + "\n" for p in predictions), encoding="utf-8")
-        return [path]
-
-    def to_json(self) -> dict[str, Any]:
-        return {"task": self.kind, **asdict(self.settings)}
-
-    @classmethod
-    def from_json(cls, data: dict[str, Any]) -> ClassificationTask:
-        return cls(ClassificationSettings(**{k: v for k, v in data.items() if k != "task"}))
+        return [write_jsonl(directory / f"{prefix}predictions.jsonl", predictions)]
 
 
 def labels_for(glue_name: str | None, train_examples: Sequence[TextExample], regression: bool) -> list[str] | None:

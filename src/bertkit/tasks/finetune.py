@@ -268,7 +268,7 @@ def load_finetuned(directory: str | Path, device: torch.device) -> tuple[Any, nn
     if kind not in TASK_CLASSES:
         raise BertkitError(f"{task_file}: unknown task {kind!r}; expected one of {', '.join(TASK_CLASSES)}")
     layers, combine = settings.pop("feature_layers", None), settings.pop("feature_combine", "concat")
-    task = TASK_CLASSES[kind].from_json(settings)
+    task = TASK_CLASSES[kind].from_json(settings, source=str(task_file))
     if layers:
         encoder = BertModel.from_pretrained(directory)
         model: nn.Module = FeatureBasedModel(encoder, kind, _head_outputs(task, encoder.config), tuple(layers),

@@ -11,10 +11,9 @@ References: Devlin et al. (2018), section 4.4; Zellers et al. (2018).
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +24,7 @@ import torch.nn.functional as F
 from bertkit.data.swag import ChoiceExample, read_choices
 from bertkit.model import BertForMultipleChoice
 from bertkit.tasks.metrics import accuracy
+from bertkit.tasks.task import Task, write_jsonl
 
 log = logging.getLogger(__name__)
 
@@ -40,23 +40,17 @@ def _second_segment(example: ChoiceExample, ending: str) -> str:
     return f"{example.start} {ending}" if example.start else ending
 
 
-class MultipleChoiceTask:
+class MultipleChoiceTask(Task):
     """Multiple choice in the shape the fine-tuning driver expects (see tasks/finetune.py)."""
 
     kind = "multiple-choice"
+    settings_class = MultipleChoiceSettings
     model_class = BertForMultipleChoice
-    output_names = ("logits",)
-    token_level_outputs = ()
-
-    def __init__(self, settings: MultipleChoiceSettings) -> None:
-        self.settings = settings
+    settings: MultipleChoiceSettings
 
     @property
     def metric_names(self) -> tuple[str, ...]:
         return ("accuracy",)
-
-    def config_overrides(self) -> dict[str, Any]:
-        return {}
 
     def read(self, path: str | Path, labelled: bool = True, training: bool = False,
              ) -> tuple[list[ChoiceExample], list[str]]:
@@ -109,13 +103,4 @@ class MultipleChoiceTask:
 
     def write_predictions(self, examples: Sequence[ChoiceExample], predictions: Sequence[dict], directory: Path,
                           prefix: str) -> list[Path]:
-        path = directory / f"{prefix}predictions.jsonl"
-        path.write_text("".join(json.dumps(p) + "\n" for p in predictions), encoding="utf-8")
-        return [path]
-
-    def to_json(self) -> dict[str, Any]:
-        return {"task": self.kind, **asdict(self.settings)}
-
-    @classmethod
-    def from_json(cls, data: dict[str, Any]) -> MultipleChoiceTask:
-        return cls(MultipleChoiceSettings(**{k: v for k, v in data.items() if k != "task"}))
+        return [write_jsonl(directory / f"{prefix}predictions.jsonl", predictions)]

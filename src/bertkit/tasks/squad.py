@@ -25,7 +25,7 @@ import json
 import logging
 import math
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -33,10 +33,12 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from bertkit.atomic import write_text_atomic
 from bertkit.data.squad import SquadExample, read_squad
 from bertkit.errors import BertkitError
 from bertkit.model import BertForQuestionAnswering
 from bertkit.tasks.metrics import squad_evaluate
+from bertkit.tasks.task import Task
 
 log = logging.getLogger(__name__)
 
@@ -84,23 +86,19 @@ def _token_span(offsets: Sequence[tuple[int, int]], char_start: int, char_end: i
     return (inside[0], inside[-1]) if inside else None
 
 
-class SquadTask:
+class SquadTask(Task):
     """SQuAD in the shape the fine-tuning driver expects (see tasks/finetune.py)."""
 
     kind = "squad"
+    settings_class = SquadSettings
     model_class = BertForQuestionAnswering
     output_names = ("start_logits", "end_logits")
     token_level_outputs = ("start_logits", "end_logits")
-
-    def __init__(self, settings: SquadSettings) -> None:
-        self.settings = settings
+    settings: SquadSettings
 
     @property
     def metric_names(self) -> tuple[str, ...]:
         return ("f1", "exact_match")
-
-    def config_overrides(self) -> dict[str, Any]:
-        return {}
 
     def read(self, path: str | Path, labelled: bool = True, training: bool = False,
              ) -> tuple[list[SquadExample], list[str]]:
@@ -273,13 +271,6 @@ class SquadTask:
         paths = []
         for name, content in files:
             path = directory / f"{prefix}{name}"
-            path.write_text(json.dumps(content, indent=2) + "\n", encoding="utf-8")
+            write_text_atomic(path, json.dumps(content, indent=2) + "\n")
             paths.append(path)
         return paths
-
-    def to_json(self) -> dict[str, Any]:
-        return {"task": self.kind, **asdict(self.settings)}
-
-    @classmethod
-    def from_json(cls, data: dict[str, Any]) -> SquadTask:
-        return cls(SquadSettings(**{k: v for k, v in data.items() if k != "task"}))

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +29,7 @@ from bertkit.data.conll import TaggedSentence, check_tags, read_conll, write_con
 from bertkit.model import BertForTokenClassification
 from bertkit.tasks.metrics import entity_scores
 from bertkit.tasks.squad import max_context_flags, sliding_windows
+from bertkit.tasks.task import Task
 
 log = logging.getLogger(__name__)
 
@@ -47,16 +48,14 @@ class TaggingSettings:
     """BIO, IOB1 or BIOES; entity scores use conlleval's rules, which read all three."""
 
 
-class TaggingTask:
+class TaggingTask(Task):
     """Tagging in the shape the fine-tuning driver expects (see tasks/finetune.py)."""
 
     kind = "tagging"
+    settings_class = TaggingSettings
     model_class = BertForTokenClassification
-    output_names = ("logits",)
     token_level_outputs = ("logits",)
-
-    def __init__(self, settings: TaggingSettings) -> None:
-        self.settings = settings
+    settings: TaggingSettings
 
     @property
     def metric_names(self) -> tuple[str, ...]:
@@ -136,13 +135,6 @@ class TaggingTask:
         path = directory / f"{prefix}predictions.conll"
         write_conll(path, sentences, predictions)
         return [path]
-
-    def to_json(self) -> dict[str, Any]:
-        return {"task": self.kind, **asdict(self.settings)}
-
-    @classmethod
-    def from_json(cls, data: dict[str, Any]) -> TaggingTask:
-        return cls(TaggingSettings(**{k: v for k, v in data.items() if k != "task"}))
 
 
 def labels_from(sentences: Sequence[TaggedSentence]) -> list[str]:
