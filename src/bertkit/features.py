@@ -28,6 +28,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from bertkit.data.textfile import read_text
 from bertkit.errors import BertkitError, where
 from bertkit.model import BertModel
 from bertkit.serve.batching import length_sorted_batches, pad_features
@@ -55,12 +56,7 @@ def parse_layers(spec: str, num_layers: int) -> list[int]:
 def read_lines(path: str | Path) -> list[tuple[str, str | None]]:
     """(text_a, text_b or None) per line; text_b after ' ||| ' as in the original."""
     path = Path(path)
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except FileNotFoundError:
-        raise BertkitError(f"--input {path}: file not found") from None
-    except UnicodeDecodeError as exc:
-        raise BertkitError(f"{path}: not UTF-8 text (byte {exc.start}); convert the file to UTF-8") from None
+    lines = read_text(path, flag="--input").splitlines()
     inputs = []
     for number, line in enumerate(lines, start=1):
         a, sep, b = line.partition("|||")

@@ -78,7 +78,7 @@ def test_errors_name_the_flag(mlm_dir, input_file, tmp_path):
         extract_features(mlm_dir, tmp_path / "missing.txt", tmp_path / "o.jsonl", layers="-1")
     bad = tmp_path / "bad.txt"
     bad.write_bytes(b"ok\n\xff\xfe\n")
-    with pytest.raises(BertkitError, match="not UTF-8"):
+    with pytest.raises(BertkitError, match="not valid UTF-8"):
         read_lines(bad)
     with pytest.raises(BertkitError, match="--pooling"):
         extract_features(mlm_dir, input_file, tmp_path / "o.npy", pooling="max")

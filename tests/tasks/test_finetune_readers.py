@@ -150,3 +150,19 @@ def test_swag_csv_and_jsonl(tmp_path: Path) -> None:
     jsonl.write_text(json.dumps({"context": "c", "endings": ["a", "b"], "label": 5}) + "\n", encoding="utf-8")
     with pytest.raises(BertkitError, match=rf"{jsonl}:1: label 5 is outside 0..1"):
         read_choices(jsonl)
+
+
+@pytest.mark.parametrize("reader", ["conll", "glue", "squad", "swag"])
+def test_readers_report_missing_directory_and_non_utf8_files(tmp_path, reader):
+    read = {"conll": read_conll, "glue": lambda p: read_table(p, "text", None, "label"),
+            "squad": lambda p: read_squad(p, training=False, version_2_with_negative=False),
+            "swag": read_choices}[reader]
+    suffix = {"conll": ".conll", "glue": ".tsv", "squad": ".json", "swag": ".csv"}[reader]
+    with pytest.raises(BertkitError, match="file not found"):
+        read(tmp_path / f"missing{suffix}")
+    (tmp_path / f"dir{suffix}").mkdir()
+    with pytest.raises(BertkitError, match="is a directory"):
+        read(tmp_path / f"dir{suffix}")
+    (tmp_path / f"latin1{suffix}").write_bytes(b"caf\xe9\n")
+    with pytest.raises(BertkitError, match=r"not valid UTF-8 \(byte 3\)"):
+        read(tmp_path / f"latin1{suffix}")

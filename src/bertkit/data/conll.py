@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from bertkit.data.textfile import read_text
 from bertkit.errors import BertkitError, where
 
 DOCSTART = "-DOCSTART-"
@@ -39,12 +40,7 @@ class TaggedSentence:
 def read_conll(path: str | Path, labelled: bool = True) -> list[TaggedSentence]:
     """Sentences of a CoNLL file; a token line without a label column is an error when `labelled`."""
     path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise BertkitError(f"{path}: file not found") from None
-    except UnicodeDecodeError as exc:
-        raise BertkitError(f"{path}: not valid UTF-8 ({exc}); convert the file to UTF-8") from None
+    text = read_text(path)
     sentences: list[TaggedSentence] = []
     current: TaggedSentence | None = None
     pending_docstarts: list[str] = []

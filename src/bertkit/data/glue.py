@@ -19,6 +19,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from bertkit.data.textfile import read_text
 from bertkit.errors import BertkitError, where
 
 
@@ -75,12 +76,7 @@ def glue_task(name: str) -> GlueTask:
 
 
 def _read_lines(path: Path) -> list[str]:
-    try:
-        return path.read_text(encoding="utf-8").splitlines()
-    except FileNotFoundError:
-        raise BertkitError(f"{path}: file not found") from None
-    except UnicodeDecodeError as exc:
-        raise BertkitError(f"{path}: not valid UTF-8 ({exc}); convert the file to UTF-8") from None
+    return read_text(path).splitlines()
 
 
 def read_glue(path: str | Path, task: GlueTask, labelled: bool = True) -> tuple[list[TextExample], list[str]]:

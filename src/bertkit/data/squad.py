@@ -18,6 +18,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from bertkit.data.textfile import read_text
 from bertkit.errors import BertkitError
 
 
@@ -62,10 +63,8 @@ def read_squad(path: str | Path, training: bool, version_2_with_negative: bool,
 
 def _load(path: Path) -> list:
     try:
-        document = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise BertkitError(f"{path}: file not found") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        document = json.loads(read_text(path))
+    except json.JSONDecodeError as exc:
         raise BertkitError(f"{path}: not a valid SQuAD JSON file ({exc})") from None
     if not isinstance(document, dict):
         raise BertkitError(f"{path}: a SQuAD file is a JSON object with a 'data' list")

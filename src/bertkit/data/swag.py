@@ -18,6 +18,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from bertkit.data.textfile import read_text
 from bertkit.errors import BertkitError, where
 
 
@@ -35,12 +36,7 @@ class ChoiceExample:
 def read_choices(path: str | Path, labelled: bool = True) -> list[ChoiceExample]:
     """Examples of a SWAG .csv or a .jsonl file (see the module docstring)."""
     path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise BertkitError(f"{path}: file not found") from None
-    except UnicodeDecodeError as exc:
-        raise BertkitError(f"{path}: not valid UTF-8 ({exc})") from None
+    text = read_text(path)
     if path.suffix.lower() == ".csv":
         examples = _swag_csv(path, text, labelled)
     elif path.suffix.lower() in (".jsonl", ".json"):
