@@ -17,7 +17,6 @@ References: google-research/bert `create_pretraining_data.py`, `tokenization.py`
 
 from __future__ import annotations
 
-import random
 import unicodedata
 from dataclasses import dataclass
 

@@ -73,8 +73,8 @@ def test_same_statistics_as_the_per_document_rules():
     passes, max_seq_length, short_seq_prob = 300, 48, 0.2
     documents = [[[5] * n for n in doc] for doc in corpus]
     rng = random.Random(0)
-    ours, theirs = [], []
-    for dupe in range(passes):
+    theirs = []
+    for _ in range(passes):
         for d in range(len(documents)):
             for i in create_instances_from_document(documents, d, max_seq_length, short_seq_prob, 2, 3, rng):
                 theirs.append((i.a_length - 2, len(i.tokens) - i.a_length - 1, i.is_random_next))
