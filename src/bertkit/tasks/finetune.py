@@ -1,10 +1,11 @@
 """The fine-tuning driver shared by every task: seeds, evaluation every epoch, the best checkpoint,
 early stopping, the self-contained fine-tuned directory, and `predict` / `evaluate` from it.
 
-A task object (`ClassificationTask`, `TaggingTask`, `SquadTask`, `MultipleChoiceTask`) supplies
-`read`, `features`, `loss`, `decode`, `score`, `write_predictions`, `config_overrides`, `to_json`,
-`model_class`, `output_names`, `token_level_outputs` and `metric_names` (the first selects the best
-checkpoint); this module does everything else through `bertkit.train.loop.fit`.
+A task object (`ClassificationTask`, `TaggingTask`, `SquadTask`, `MultipleChoiceTask`, each a
+`bertkit.tasks.task.Task`) supplies `read`, `features`, `loss`, `decode`, `score`, `write_predictions`,
+`config_overrides`, `to_json`/`from_json`, `model_class`, `output_names`, `token_level_outputs` and
+`metric_names` (the first selects the best checkpoint); this module does everything else through
+`bertkit.train.loop.fit`.
 
 Design decision: one fine-tuning run per seed, each evaluated on dev at the end of every epoch; only the
 best epoch of the best seed is kept as `OUTPUT/best` (a directory that `predict`, `evaluate` and the
