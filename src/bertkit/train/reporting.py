@@ -16,6 +16,8 @@ from typing import Any
 
 from tqdm.auto import tqdm
 
+from bertkit.atomic import write_text_atomic
+
 METRICS_FILE = "metrics.jsonl"
 PLOT_FILE = "curves.png"
 
@@ -36,7 +38,7 @@ def read_metrics(path: Path) -> list[dict[str, Any]]:
 def truncate_metrics(path: Path, step: int) -> None:
     """Keep only records up to and including `step` (the resumed checkpoint's step)."""
     kept = [r for r in read_metrics(path) if r.get("step", 0) <= step]
-    path.write_text("".join(json.dumps(r) + "\n" for r in kept), encoding="utf-8")
+    write_text_atomic(path, "".join(json.dumps(r) + "\n" for r in kept))  # a crash here keeps the old log
 
 
 class Reporter:
