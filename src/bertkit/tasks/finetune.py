@@ -342,7 +342,7 @@ class _SeedRun:
 
 
 def write_results(path: Path, results: dict[str, Any]) -> None:
-    path.write_text(json.dumps(results, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    write_text_atomic(path, json.dumps(results, indent=2, sort_keys=True) + "\n")
 
 
 def _train_config(cfg: FinetuneConfig, seed: int, precision: str, num_train: int, main_metric: str) -> TrainConfig:

@@ -25,6 +25,7 @@ from torch import nn
 from torch.nn import functional as F
 from torch.utils.data import Dataset
 
+from bertkit.atomic import write_text_atomic
 from bertkit.config import BertConfig, load_config
 from bertkit.data import PretrainingDataset, collate_pretraining
 from bertkit.errors import BertkitError
@@ -214,9 +215,9 @@ def pretrain(settings: PretrainSettings, train_config: TrainConfig) -> FitResult
         model = build_model(settings, tokenizer, int(train_set.dataset.options["max_seq_length"]))
         if ctx.is_main:
             output.mkdir(parents=True, exist_ok=True)
-            (output / "pretrain_settings.json").write_text(json.dumps(
+            write_text_atomic(output / "pretrain_settings.json", json.dumps(
                 {"settings": asdict(settings), "train": asdict(train_config), "world_size": ctx.world_size},
-                indent=2) + "\n", encoding="utf-8")
+                indent=2) + "\n")
         pad = tokenizer.pad_token_id
         evaluate = functools.partial(evaluate_pretraining, dataset=eval_set, nsp=settings.nsp, pad_token_id=pad,
                                      batch_size=train_config.micro_batch_size)
