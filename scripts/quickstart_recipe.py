@@ -8,7 +8,7 @@ at equal wall-clock time, because the 2-core machine they ran on is shared and i
 the final recipe is then confirmed with the real time budget (`bertkit quickstart`). Every stage is the
 quickstart's own function, so a finished stage is reused when the script is run again.
 
-    OMP_NUM_THREADS=2 python scripts/quickstart_recipe.py run --root /tmp/study --recipe cramming --steps 450
+    OMP_NUM_THREADS=2 python scripts/quickstart_recipe.py run --root /tmp/study --recipe quickstart --steps 1200
     python scripts/quickstart_recipe.py table --root /tmp/study
 """
 
@@ -25,13 +25,15 @@ from bertkit.quickstart import (MODEL, QuickstartConfig, Recipe, build_data, fil
                                 pretrain_model, seed_table, train_vocabulary)
 from bertkit.train.reporting import read_metrics
 
-# The usual recipe (transformers' defaults scaled to a short run) and the short-budget levers, one at a time.
+# transformers' usual recipe scaled to a short run, the quickstart's recipe, and its levers one at a time.
 RECIPES: dict[str, Recipe] = {
-    "usual": Recipe(batch_size=32, learning_rate=1e-4, warmup_ratio=0.01, dropout=0.1),
-    "cramming": Recipe(),
-    "cramming-no-nsp": Recipe(nsp=False),
-    "cramming-mask30": Recipe(masked_lm_prob=0.3, max_predictions_per_seq=40),
-    "cramming-seq64": Recipe(max_seq_length=64, batch_size=128, max_predictions_per_seq=10),
+    "usual": Recipe(max_seq_length=128, max_predictions_per_seq=20, batch_size=32, learning_rate=1e-4,
+                    warmup_ratio=0.01, dropout=0.1),
+    "quickstart": Recipe(),
+    "no-nsp": Recipe(nsp=False),
+    "lr1e-3": Recipe(learning_rate=1e-3),
+    "batch64-seq128": Recipe(max_seq_length=128, max_predictions_per_seq=20, batch_size=64, learning_rate=1e-3),
+    "mask30": Recipe(masked_lm_prob=0.3, max_predictions_per_seq=20),
 }
 RESULT_FILE = "study.json"
 
@@ -45,8 +47,7 @@ def cli() -> None:
 @click.option("--root", required=True, type=click.Path(file_okay=False, path_type=Path), help="Study directory.")
 @click.option("--recipe", "name", required=True, type=click.Choice(sorted(RECIPES)), help="Recipe to run.")
 @click.option("--steps", required=True, type=int,
-              help="Pre-training optimizer steps at the 'cramming' batch size (64); recipes with another batch "
-                   "size get the same number of sequences.")
+              help="Pre-training optimizer steps (convert a time budget with each recipe's measured steps/s).")
 @click.option("--seeds", default="1,2,3", show_default=True, help="Fine-tuning seeds.")
 @click.option("--train-examples", default="1000", show_default=True,
               help="Comma-separated labelled-set sizes to fine-tune on (0: all 4,000).")
@@ -55,7 +56,7 @@ def cli() -> None:
 def run(root: Path, name: str, steps: int, seeds: str, train_examples: str, baseline: bool) -> None:
     """Pre-train with one recipe for a step budget, then fine-tune it (and the baseline) per label count."""
     recipe = RECIPES[name]
-    cfg = QuickstartConfig(output=root / name, minutes=None, max_steps=steps * 64 // recipe.batch_size,
+    cfg = QuickstartConfig(output=root / name, minutes=None, max_steps=steps,
                            seeds=tuple(int(s) for s in seeds.split(",")), recipe=recipe, resume=True,
                            eval_every=max(10, steps // 10))
     cfg.output.mkdir(parents=True, exist_ok=True)
