@@ -64,3 +64,13 @@ class Unpadded:
         q, k, v = qkv.view(tokens, 3, num_heads, three_d // (3 * num_heads)).unbind(1)  # 3 x (N, A, Dh)
         cu, longest = self.cu_seqlens, int(self.lengths.max())
         return varlen_attn(q, k, v, cu, cu, longest, longest).reshape(tokens, three_d // 3)
+
+    def unpad(self, x: torch.Tensor) -> torch.Tensor:
+        """(B, T, ...) -> (N, ...)."""
+        return x.reshape(self.batch_size * self.seq_len, *x.shape[2:]).index_select(0, self.indices)
+
+    def pad(self, x: torch.Tensor) -> torch.Tensor:
+        """(N, ...) -> (B, T, ...), zeros at padded positions."""
+        out = x.new_zeros(self.batch_size * self.seq_len, *x.shape[1:])
+        out.index_copy_(0, self.indices, x)
+        return out.view(self.batch_size, self.seq_len, *x.shape[1:])
