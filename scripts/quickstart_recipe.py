@@ -8,7 +8,7 @@ at equal wall-clock time, because the 2-core machine they ran on is shared and i
 the final recipe is then confirmed with the real time budget (`bertkit quickstart`). Every stage is the
 quickstart's own function, so a finished stage is reused when the script is run again.
 
-    OMP_NUM_THREADS=2 python scripts/quickstart_recipe.py run --root /tmp/study --recipe quickstart --steps 1200
+    OMP_NUM_THREADS=2 python scripts/quickstart_recipe.py run --root /tmp/study --recipe quickstart --steps 1500 --baseline
     python scripts/quickstart_recipe.py table --root /tmp/study
 """
 
@@ -35,7 +35,6 @@ RECIPES: dict[str, Recipe] = {
     "batch64-seq128": Recipe(max_seq_length=128, max_predictions_per_seq=20, batch_size=64, learning_rate=1e-3),
     "mask30": Recipe(masked_lm_prob=0.3, max_predictions_per_seq=20),
 }
-RESULT_FILE = "study.json"
 
 
 @click.group()
@@ -53,9 +52,12 @@ def cli() -> None:
               help="Comma-separated labelled-set sizes to fine-tune on (0: all 4,000).")
 @click.option("--baseline/--no-baseline", default=False, show_default=True,
               help="Also fine-tune from random initialisation (needed once per label count).")
-def run(root: Path, name: str, steps: int, seeds: str, train_examples: str, baseline: bool) -> None:
+@click.option("--finetune-lr", default=Recipe().finetune_learning_rate, show_default=True, type=float,
+              help="Fine-tuning learning rate (both initialisations).")
+def run(root: Path, name: str, steps: int, seeds: str, train_examples: str, baseline: bool,
+        finetune_lr: float) -> None:
     """Pre-train with one recipe for a step budget, then fine-tune it (and the baseline) per label count."""
-    recipe = RECIPES[name]
+    recipe = replace(RECIPES[name], finetune_learning_rate=finetune_lr)
     cfg = QuickstartConfig(output=root / name, minutes=None, max_steps=steps,
                            seeds=tuple(int(s) for s in seeds.split(",")), recipe=recipe, resume=True,
                            eval_every=max(10, steps // 10))
@@ -69,9 +71,9 @@ def run(root: Path, name: str, steps: int, seeds: str, train_examples: str, base
         sized = replace(cfg, recipe=replace(recipe, train_examples=count or None))
         inits = {"pretrained": str(final), **({"random": MODEL} if baseline else {})}
         for init, model in inits.items():
-            table = seed_table(finetune_model(sized, model, f"{init}-n{count or 4000}", click.echo))
-            result["finetuning"][f"{init}-n{count or 4000}"] = table
-    (cfg.output / RESULT_FILE).write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
+            key = f"{init}-n{count or 4000}-lr{finetune_lr:g}"
+            result["finetuning"][key] = seed_table(finetune_model(sized, model, key, click.echo))
+    (cfg.output / f"study-lr{finetune_lr:g}.json").write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
     click.echo(json.dumps(result["pretraining"]))
 
 
@@ -89,9 +91,9 @@ def _pretraining(cfg: QuickstartConfig) -> dict:
 @click.option("--root", required=True, type=click.Path(file_okay=False, path_type=Path), help="Study directory.")
 def table(root: Path) -> None:
     """Print the Markdown table of every finished recipe under --root."""
-    results = [json.loads(p.read_text(encoding="utf-8")) for p in sorted(root.glob(f"*/{RESULT_FILE}"))]
+    results = [json.loads(p.read_text(encoding="utf-8")) for p in sorted(root.glob("*/study-lr*.json"))]
     if not results:
-        sys.exit(f"no {RESULT_FILE} under {root}; run some recipes first")
+        sys.exit(f"no study-lr*.json under {root}; run some recipes first")
     runs = sorted({key for r in results for key in r["finetuning"]})
     click.echo("| recipe | steps | MLM acc | NSP acc | " + " | ".join(f"{k} dev / test" for k in runs) + " |")
     click.echo("|---" * (4 + len(runs)) + "|")
