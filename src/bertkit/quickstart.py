@@ -451,9 +451,12 @@ def _report_pretraining(summary: dict[str, Any]) -> str:
     accuracies = f"MLM accuracy **{100 * final.get('mlm_accuracy', 0):.1f}%**"
     if "nsp_accuracy" in final:
         accuracies += f", NSP accuracy **{100 * final['nsp_accuracy']:.1f}%**"
-    return (f"## Pre-training\n\n{pre['steps']:,} steps in {pre['elapsed_s'] / 60:.1f} min on "
+    rate = pre["steps"] / max(pre["elapsed_s"], 1e-9)
+    return (f"## Pre-training\n\n{pre['steps']:,} steps in {pre['elapsed_s'] / 60:.1f} min ({rate:.2f} steps/s) on "
             f"{pre['instances']:,} instances. Held-out at the end: MLM loss {final.get('mlm_loss', float('nan')):.3f}, "
-            f"{accuracies}.\n\n![pre-training curves]({PRETRAIN_FIGURE})")
+            f"{accuracies}. (docs/quickstart.md measured the gain after 1,500 steps, which one free core runs "
+            f"in about 10 minutes; a busy machine fits fewer steps into the same minutes.)\n\n"
+            f"![pre-training curves]({PRETRAIN_FIGURE})")
 
 
 def _report_fill_mask(summary: dict[str, Any]) -> str:
