@@ -2,6 +2,7 @@
 
     python benchmarks/pretraining.py                                  # bert-base, 32 x 128, bf16
     python benchmarks/pretraining.py --model bert-small --steps 4 --rounds 2
+    python benchmarks/pretraining.py --compile                        # adds bertkit with --compile
     python benchmarks/pretraining.py --memory                         # peak RSS of each, own process
 
 A step is forward + MLM/NSP loss + backward + AdamW step. bertkit runs its own path (padding-free
@@ -12,6 +13,8 @@ the same batches: real max_seq_length-128 instances made by `bertkit data pretra
 King James Bible with Google's bert-base-uncased vocabulary (static masking, the original's defaults),
 collated to the longest instance of each batch. Rounds alternate between the two so machine noise hits
 both alike; the table reports real (non-padding) tokens per second and the ratio of medians.
+`--compile` adds a third row, bertkit with torch.compile'd encoder layers (`bertkit pretrain --compile`);
+its compilation happens in the warm-up round, which is not timed.
 
 `--memory` runs each implementation for a few steps in a fresh child process and reports its peak
 resident set size (ru_maxrss): the same batches, so the difference is the implementations' own.
@@ -69,7 +72,7 @@ def transformers_step(model, batch) -> torch.Tensor:
                  next_sentence_label=batch["nsp_labels"]).loss
 
 
-STEPS = {"bertkit": bertkit_step, "transformers": transformers_step}
+STEPS = {"bertkit": bertkit_step, "bertkit --compile": bertkit_step, "transformers": transformers_step}
 
 
 def timed_round(model, step, optimizer, batches, autocast) -> float:
@@ -88,10 +91,13 @@ def build_models(model_name: str, vocab_size: int, which: tuple[str, ...]) -> di
     config = preset(model_name, vocab_size=vocab_size)
     ours = BertForPreTraining(config)
     models = {"bertkit": ours}
-    if "transformers" in which:
-        with tempfile.TemporaryDirectory() as directory:
-            ours.save_pretrained(directory)
+    with tempfile.TemporaryDirectory() as directory:
+        ours.save_pretrained(directory)
+        if "transformers" in which:
             models["transformers"] = transformers.BertForPreTraining.from_pretrained(directory)
+        if "bertkit --compile" in which:
+            models["bertkit --compile"] = BertForPreTraining.from_pretrained(directory)
+            models["bertkit --compile"].bert.compile_layers()
     return {name: models[name].train() for name in which}
 
 
@@ -100,7 +106,8 @@ def autocast_for(precision: str):
 
 
 def throughput(args: argparse.Namespace, batches: list[dict]) -> None:
-    models = build_models(args.model, 30522, ("bertkit", "transformers"))
+    names = ("bertkit", "bertkit --compile", "transformers") if args.compile else ("bertkit", "transformers")
+    models = build_models(args.model, 30522, names)
     optimizers = {name: torch.optim.AdamW(model.parameters(), lr=1e-5) for name, model in models.items()}
     autocast = autocast_for(args.precision)
     tokens = sum(int(b["attention_mask"].sum()) for b in batches)
@@ -121,7 +128,9 @@ def throughput(args: argparse.Namespace, batches: list[dict]) -> None:
         seconds = statistics.median(values)
         rates[name] = tokens / seconds
         print(f"| {name} | {1000 * seconds / len(batches):.0f} | {rates[name]:,.0f} |")
-    print(f"\nratio bertkit / transformers: {rates['bertkit'] / rates['transformers']:.2f}x")
+    for name in rates:
+        if name != "transformers":
+            print(f"\nratio {name} / transformers: {rates[name] / rates['transformers']:.2f}x")
 
 
 def child_peak_rss(args: argparse.Namespace, batches: list[dict], name: str) -> None:
@@ -138,7 +147,7 @@ def memory(args: argparse.Namespace) -> None:
     print("| implementation | peak RSS (MB) |")
     print("|---|---|")
     peaks = {}
-    for name in ("bertkit", "transformers"):
+    for name in ("bertkit", "transformers"):  # compilation adds its own memory; measured eager
         command = [sys.executable, __file__, "--child", name, "--model", args.model, "--batch-size",
                    str(args.batch_size), "--seq-length", str(args.seq_length), "--steps", str(args.steps),
                    "--precision", args.precision]
@@ -157,6 +166,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3, help="timed rounds per implementation (alternating)")
     parser.add_argument("--precision", choices=["fp32", "bf16"], default="bf16")
     parser.add_argument("--memory", action="store_true", help="measure peak RSS of each implementation")
+    parser.add_argument("--compile", action="store_true", help="also time bertkit with compiled encoder layers")
     parser.add_argument("--child", choices=list(STEPS), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.memory:
