@@ -79,6 +79,7 @@ def test_non_empty_output_is_refused(tmp_path, capsys):
 
 
 @pytest.mark.parametrize("flags, message", [(["--minutes", "0"], "--minutes must be positive"),
+                                            (["--max-steps", "0"], "--max-steps must be positive"),
                                             (["--seeds", "1,1"], "repeated"),
                                             (["--train-examples", "5000"], "only 4000")])
 def test_bad_flags(tmp_path, capsys, flags, message):

@@ -117,6 +117,8 @@ class QuickstartConfig:
             raise BertkitError("no pre-training budget: give --minutes (or a step budget)")
         if self.minutes is not None and not self.minutes > 0:
             raise BertkitError(f"--minutes must be positive, got {self.minutes}")
+        if self.max_steps is not None and not self.max_steps > 0:
+            raise BertkitError(f"--max-steps must be positive, got {self.max_steps}")
         if not self.seeds:
             raise BertkitError("--seeds: give at least one seed")
         if self.overwrite and self.resume:

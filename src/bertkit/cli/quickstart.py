@@ -29,6 +29,9 @@ def _seeds(text: str) -> tuple[int, ...]:
 @click.option("--output", default="quickstart", type=click.Path(file_okay=False, path_type=Path),
               help="Directory for every stage's output (vocab/, data/, pretrain/, finetune-*/) and report.md.")
 @click.option("--minutes", default=10.0, type=float, help="Pre-training time budget in minutes (fractions allowed).")
+@click.option("--max-steps", default=None, type=int,
+              help="Pre-train for this many steps instead of --minutes (1500: the measured recipe, whatever the "
+                   "machine's load; see docs/quickstart.md).")
 @click.option("--seeds", default="1,2,3", help="Comma-separated fine-tuning seeds, each run for both initialisations.")
 @click.option("--finetune-epochs", default=5.0, type=float, help="Fine-tuning epochs (the best dev epoch is kept).")
 @click.option("--train-examples", default=1000, type=int,
@@ -37,7 +40,7 @@ def _seeds(text: str) -> tuple[int, ...]:
 @click.option("--resume", is_flag=True, help="Keep the stages already complete in --output and run the rest.")
 @click.option("--overwrite", is_flag=True, help="Delete an earlier quickstart's output in --output first.")
 @click.option("--device", default="auto", type=click.Choice(["auto", "cpu", "cuda"]), help="Device.")
-def quickstart(output, minutes, seeds, finetune_epochs, train_examples, no_baseline, resume, overwrite,
+def quickstart(output, minutes, max_steps, seeds, finetune_epochs, train_examples, no_baseline, resume, overwrite,
                device) -> None:
     """Pre-train bert-mini on the bundled King James Bible, fine-tune it and a randomly initialised twin on
     the bundled verse-classification task, and write report.md with the curves and the comparison."""
@@ -47,6 +50,7 @@ def quickstart(output, minutes, seeds, finetune_epochs, train_examples, no_basel
 
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     recipe = replace(Recipe(), finetune_epochs=finetune_epochs, train_examples=train_examples or None)
-    config = QuickstartConfig(output=output, minutes=minutes, seeds=_seeds(seeds), recipe=recipe,
+    config = QuickstartConfig(output=output, minutes=None if max_steps else minutes, max_steps=max_steps,
+                              seeds=_seeds(seeds), recipe=recipe,
                               random_baseline=not no_baseline, overwrite=overwrite, resume=resume, device=device)
     run_quickstart(config, echo=click.echo)
