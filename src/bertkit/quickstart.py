@@ -456,8 +456,8 @@ def _report_pretraining(summary: dict[str, Any]) -> str:
     rate = pre["steps"] / max(pre["elapsed_s"], 1e-9)
     return (f"## Pre-training\n\n{pre['steps']:,} steps in {pre['elapsed_s'] / 60:.1f} min ({rate:.2f} steps/s) on "
             f"{pre['instances']:,} instances. Held-out at the end: MLM loss {final.get('mlm_loss', float('nan')):.3f}, "
-            f"{accuracies}. (docs/quickstart.md measured the gain after 1,500 steps, which one free core runs "
-            f"in about 10 minutes; a busy machine fits fewer steps into the same minutes.)\n\n"
+            f"{accuracies}. (docs/quickstart.md: about 2,600 steps fit in 10 minutes of two free cores, "
+            f"and a busy machine fits fewer; --max-steps sets a step budget instead.)\n\n"
             f"![pre-training curves]({PRETRAIN_FIGURE})")
 
 

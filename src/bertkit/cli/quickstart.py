@@ -30,8 +30,8 @@ def _seeds(text: str) -> tuple[int, ...]:
               help="Directory for every stage's output (vocab/, data/, pretrain/, finetune-*/) and report.md.")
 @click.option("--minutes", default=10.0, type=float, help="Pre-training time budget in minutes (fractions allowed).")
 @click.option("--max-steps", default=None, type=int,
-              help="Pre-train for this many steps instead of --minutes (1500: the measured recipe, whatever the "
-                   "machine's load; see docs/quickstart.md).")
+              help="Pre-train for this many steps instead of --minutes (about 2,600 fit in 10 minutes of 2 free cores; "
+                   "a step budget does not depend on the machine's load; see docs/quickstart.md).")
 @click.option("--seeds", default="1,2,3", help="Comma-separated fine-tuning seeds, each run for both initialisations.")
 @click.option("--finetune-epochs", default=5.0, type=float, help="Fine-tuning epochs (the best dev epoch is kept).")
 @click.option("--train-examples", default=1000, type=int,
