@@ -68,7 +68,8 @@ def _common(max_seq_length: int) -> Callable[[Callable], Callable]:
         click.option("--group-by-length/--no-group-by-length", default=True, show_default=True,
                      help="Batch training examples of similar length together (batch order still shuffled)."),
         click.option("--compile", "compile_layers", is_flag=True,
-                     help="torch.compile the encoder layers: faster steps after ~30-60 s of compilation per seed."),
+                     help="torch.compile the encoder layers (~30-60 s of compilation per seed); measured faster on "
+                          "shared CPU cores, no gain on idle ones (docs/performance.md)."),
     ]
 
     def decorate(function: Callable) -> Callable:

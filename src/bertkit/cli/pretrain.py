@@ -59,7 +59,8 @@ def parse_duration(text: str) -> float:
               help="Hidden and attention dropout while pre-training [default: the model config's, 0.1 in the "
                    "presets]; 0 suits short budgets (docs/quickstart.md).")
 @click.option("--compile", "compile_layers", is_flag=True,
-              help="torch.compile the encoder layers: faster steps after a one-off compilation (~1 min).")
+              help="torch.compile the encoder layers (one-off compilation ~1 min); measured faster on shared CPU "
+                   "cores, no gain on idle ones (docs/performance.md).")
 @click.option("--no-nsp", is_flag=True, help="Masked LM only, no next sentence prediction (the paper's ablation).")
 @click.option("--eval-every", default=500, show_default=True, type=int, help="Held-out evaluation every N steps (and at the end).")
 @click.option("--eval-data", default=None, type=click.Path(file_okay=False),

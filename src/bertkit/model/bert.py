@@ -142,7 +142,8 @@ class BertModel(PreTrainedMixin, nn.Module):
         """Compile each encoder layer's forward with torch.compile (dynamic shapes, one graph for all layers).
 
         It fuses what eager mode runs as separate passes over memory (dtype casts, dropout, GELU, residual +
-        LayerNorm): a bf16 training step of bert-small on a 2-core CPU ran ~1.5x faster (benchmarks/). The
+        LayerNorm). Measured on a 2-core CPU (docs/performance.md): ~1.2-1.5x faster bf16 training steps when
+        the cores are shared with other jobs, no gain for bert-base on idle cores or for inference. The
         first steps pay the compilation (~30-60 s). Compiled layers take the padded path, since the
         padding-free attention regroups sequences in Python on every batch. Weights and state_dict keys
         are unchanged, so checkpoints are the same.
