@@ -6,10 +6,11 @@ alone; only attention needs sequences:
 
 - on CUDA (bf16/fp16, no attention dropout): flash attention over the packed tokens with cumulative
   sequence lengths (`torch.nn.attention.varlen.varlen_attn`), no padding at all;
-- elsewhere: q|k|v are scattered back into the (B, T) layout for one `scaled_dot_product_attention`
-  call with the key-padding mask, and the context is gathered again. On a 2-core avx512_bf16 CPU this
-  measured faster than attention over length-sorted groups of sequences or one call per sequence
-  (12 bert-base layers, 32 verses of 12-70 tokens: fp32 0.7 s vs 1.0-4.7 s, bf16 0.48 s vs 0.53-0.95 s).
+- elsewhere: one `scaled_dot_product_attention` call per sequence on its own slice of the packed
+  tokens — no padding and no gathers. On an idle 2-core avx512_bf16 CPU this measured fastest
+  (12 bert-base layers, 32 verses of 12-70 tokens: per sequence 33 ms fp32 / 39 ms bf16; length-sorted
+  groups of 4-8 40-47 ms; re-padding for one masked call 80 ms). In a bf16 bert-base pre-training step
+  (mostly full-length rows, attention dropout on) the two were within run-to-run noise.
 
 The gather indices are computed once per forward pass. Numbers equal the padded path at real
 positions; padded positions come back as zeros.
@@ -24,8 +25,8 @@ from dataclasses import dataclass
 
 import torch
 
-# attention(qkv (B, T, 3D), key-padding mask (B, 1, 1, T)) -> context (B, T, D)
-PaddedAttention = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+# attention(qkv (B, T, 3D), key-padding mask (B, 1, 1, T) or None) -> context (B, T, D)
+PaddedAttention = Callable[[torch.Tensor, "torch.Tensor | None"], torch.Tensor]
 
 
 @dataclass
@@ -36,14 +37,13 @@ class Unpadded:
     batch_size: int
     seq_len: int
     lengths: torch.Tensor  # (B,) real tokens per sequence
-    key_padding_mask: torch.Tensor  # (B, 1, 1, T) bool, True at real tokens
 
     @classmethod
     def from_mask(cls, attention_mask: torch.Tensor) -> Unpadded:
         """From a (B, T) mask whose real tokens form a prefix of each row (right padding)."""
         batch_size, seq_len = attention_mask.shape
         indices = attention_mask.reshape(-1).nonzero().squeeze(1)
-        return cls(indices, batch_size, seq_len, attention_mask.sum(1), attention_mask.bool()[:, None, None, :])
+        return cls(indices, batch_size, seq_len, attention_mask.sum(1))
 
     @property
     def cu_seqlens(self) -> torch.Tensor:
@@ -55,7 +55,14 @@ class Unpadded:
         """Self-attention of each sequence over its own tokens: (N, 3D) -> (N, D)."""
         if qkv.is_cuda and dropout_p == 0.0 and qkv.dtype in (torch.float16, torch.bfloat16):
             return self._varlen_attention(qkv, num_heads)
-        return self.unpad(padded_attention(self.pad(qkv), self.key_padding_mask))
+        contexts = [padded_attention(qkv[start:end].unsqueeze(0), None).squeeze(0)  # (t, 3D) -> (t, D)
+                    for start, end in self.spans() if end > start]
+        return torch.cat(contexts)
+
+    def spans(self) -> list[tuple[int, int]]:
+        """(start, end) of each sequence in the packed (N, ...) tokens."""
+        bounds = self.cu_seqlens.tolist()
+        return list(zip(bounds[:-1], bounds[1:]))
 
     def _varlen_attention(self, qkv: torch.Tensor, num_heads: int) -> torch.Tensor:
         from torch.nn.attention.varlen import varlen_attn  # noqa: PLC0415 - CUDA-only path
