@@ -8,8 +8,8 @@
 
 Design decision: padding costs nothing. After the embeddings the real tokens are gathered into one
 (N, D) matrix (N = number of non-padding tokens in the batch); projections, feed-forward, LayerNorm
-and dropout run on it alone, and only attention sees the (B, T) layout (see padding.py). Outputs
-are padded back, with zeros at padded positions. `use_unpadding = False` runs the plain padded path,
+and dropout run on it alone, and attention works on each sequence's own tokens (see padding.py).
+Outputs are padded back, with zeros at padded positions. `use_unpadding = False` runs the plain padded path,
 which gives the same numbers at real positions.
 
 Q, K and V are one fused (D, 3D) projection (one matrix multiply instead of three);
