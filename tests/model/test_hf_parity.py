@@ -128,3 +128,15 @@ def test_training_mode_backward_reaches_every_parameter(batch):
     out = model(**batch)
     (out.prediction_logits.float().mean() + out.seq_relationship_logits.mean()).backward()
     assert all(p.grad is not None for p in model.parameters())
+
+
+def test_an_all_padding_row_does_not_disturb_the_others(batch):
+    """A row with no real token has no sequence to attend over; the other rows are unchanged."""
+    model = bm.BertModel(preset("bert-debug", vocab_size=99)).eval()
+    with_empty = {k: v.clone() for k, v in batch.items()}
+    with_empty["attention_mask"][2] = 0
+    with torch.no_grad():
+        alone = model(**{k: v[:2] for k, v in batch.items()}).last_hidden_state
+        out = model(**with_empty).last_hidden_state
+    torch.testing.assert_close(out[:2], alone, atol=1e-6, rtol=1e-6)
+    assert (out[2] == 0).all()

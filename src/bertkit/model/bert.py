@@ -145,7 +145,7 @@ class BertModel(PreTrainedMixin, nn.Module):
         LayerNorm). Measured on a 2-core CPU (docs/performance.md): ~1.2-1.5x faster bf16 training steps when
         the cores are shared with other jobs, no gain for bert-base on idle cores or for inference. The
         first steps pay the compilation (~30-60 s). Compiled layers take the padded path, since the
-        padding-free attention regroups sequences in Python on every batch. Weights and state_dict keys
+        padding-free attention loops over the batch's sequences in Python. Weights and state_dict keys
         are unchanged, so checkpoints are the same.
         """
         self.use_unpadding = False
@@ -153,12 +153,14 @@ class BertModel(PreTrainedMixin, nn.Module):
             layer.forward = torch.compile(layer.forward, dynamic=True)
 
     def _layout(self, attention_mask: torch.Tensor | None) -> tuple[Unpadded | None, torch.Tensor | None]:
-        """The unpadding plan and the SDPA key-padding mask (B, 1, 1, T), or None when nothing is padded."""
+        """The unpadding plan, or for the padded path the SDPA key-padding mask (B, 1, 1, T); (None, None)
+        when nothing is padded."""
         if attention_mask is None or bool(attention_mask.all()):
             return None, None
         attention_mask = attention_mask.bool()
-        layout = Unpadded.from_mask(attention_mask) if self.use_unpadding else None
-        return layout, attention_mask[:, None, None, :]
+        if self.use_unpadding:
+            return Unpadded.from_mask(attention_mask), None
+        return None, attention_mask[:, None, None, :]
 
 
 def init_weights(module: nn.Module, std: float) -> None:

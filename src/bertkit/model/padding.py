@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import cached_property
 
 import torch
 
@@ -40,12 +41,12 @@ class Unpadded:
 
     @classmethod
     def from_mask(cls, attention_mask: torch.Tensor) -> Unpadded:
-        """From a (B, T) mask whose real tokens form a prefix of each row (right padding)."""
+        """From a (B, T) mask; each row's real tokens stay in order and together once packed."""
         batch_size, seq_len = attention_mask.shape
         indices = attention_mask.reshape(-1).nonzero().squeeze(1)
         return cls(indices, batch_size, seq_len, attention_mask.sum(1))
 
-    @property
+    @cached_property  # the layout is built once per forward pass and used by every layer
     def cu_seqlens(self) -> torch.Tensor:
         """(B+1,) int32 start of each sequence in the packed (N, ...) tokens."""
         return torch.nn.functional.pad(self.lengths.cumsum(0), (1, 0)).to(torch.int32)
@@ -56,21 +57,26 @@ class Unpadded:
         if qkv.is_cuda and dropout_p == 0.0 and qkv.dtype in (torch.float16, torch.bfloat16):
             return self._varlen_attention(qkv, num_heads)
         contexts = [padded_attention(qkv[start:end].unsqueeze(0), None).squeeze(0)  # (t, 3D) -> (t, D)
-                    for start, end in self.spans() if end > start]
+                    for start, end in self.spans]
         return torch.cat(contexts)
 
+    @cached_property
     def spans(self) -> list[tuple[int, int]]:
-        """(start, end) of each sequence in the packed (N, ...) tokens."""
+        """(start, end) of each sequence in the packed (N, ...) tokens (an all-padding row gives an empty span)."""
         bounds = self.cu_seqlens.tolist()
-        return list(zip(bounds[:-1], bounds[1:]))
+        return list(zip(bounds[:-1], bounds[1:], strict=True))
+
+    @cached_property
+    def longest(self) -> int:
+        return int(self.lengths.max())
 
     def _varlen_attention(self, qkv: torch.Tensor, num_heads: int) -> torch.Tensor:
         from torch.nn.attention.varlen import varlen_attn  # noqa: PLC0415 - CUDA-only path
 
         tokens, three_d = qkv.shape
         q, k, v = qkv.view(tokens, 3, num_heads, three_d // (3 * num_heads)).unbind(1)  # 3 x (N, A, Dh)
-        cu, longest = self.cu_seqlens, int(self.lengths.max())
-        return varlen_attn(q, k, v, cu, cu, longest, longest).reshape(tokens, three_d // 3)
+        cu = self.cu_seqlens
+        return varlen_attn(q, k, v, cu, cu, self.longest, self.longest).reshape(tokens, three_d // 3)
 
     def unpad(self, x: torch.Tensor) -> torch.Tensor:
         """(B, T, ...) -> (N, ...)."""
