@@ -28,6 +28,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from bertkit.config import BertConfig
+from bertkit.model import cpu
 from bertkit.model.padding import Unpadded
 from bertkit.model.pretrained import PreTrainedMixin
 
@@ -75,31 +76,45 @@ class BertLayer(nn.Module):
         self.ffn_in = nn.Linear(d, config.intermediate_size)
         self.ffn_out = nn.Linear(config.intermediate_size, d)
         self.ffn_norm = nn.LayerNorm(d, eps=config.layer_norm_eps)
-        self.act = ACTIVATIONS[config.hidden_act]
+        self.hidden_act = config.hidden_act
         self.dropout = nn.Dropout(config.hidden_dropout_prob)
 
     def attention(self, x: torch.Tensor, layout: Unpadded | None, mask: torch.Tensor | None) -> torch.Tensor:
-        qkv = self.qkv(x)  # (N, 3D) unpadded, or (B, T, 3D)
+        """Multi-head self-attention up to (not including) the output projection: (N, D) or (B, T, D)."""
+        qkv = self.dense(self.qkv, x)  # (N, 3D) unpadded, or (B, T, 3D)
         if layout is not None:
-            context = layout.attention(qkv, self.num_heads, self._dropout_p(), self.padded_attention)  # (N, D)
-        else:
-            context = self.padded_attention(qkv, mask)  # (B, T, D)
-        return self.attn_out(context)
+            return layout.attention(qkv, self.num_heads, self._dropout_p(), self.padded_attention)  # (N, D)
+        return self.padded_attention(qkv, mask)  # (B, T, D)
 
     def padded_attention(self, qkv: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
         """Multi-head attention of (B, T, 3D) packed q|k|v with a (B, 1, 1, T) key-padding mask -> (B, T, D)."""
         batch, seq_len, three_d = qkv.shape
         head_size = three_d // (3 * self.num_heads)
         q, k, v = qkv.view(batch, seq_len, 3, self.num_heads, head_size).permute(2, 0, 3, 1, 4)  # 3 x (B, A, T, Dh)
-        context = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=self._dropout_p())
+        if cpu.bmm_attention_applies(q, mask, self._dropout_p()):
+            context = cpu.bmm_attention(q, k, v)  # faster than SDPA's CPU kernel for these shapes (cpu.py)
+        else:
+            context = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=self._dropout_p())
         return context.transpose(1, 2).reshape(batch, seq_len, three_d // 3)  # (B, A, T, Dh) -> (B, T, D)
 
     def _dropout_p(self) -> float:
         return self.attention_dropout if self.training else 0.0
 
     def forward(self, x: torch.Tensor, layout: Unpadded | None, mask: torch.Tensor | None) -> torch.Tensor:
-        x = self.attn_norm(x + self.dropout(self.attention(x, layout, mask)))
-        return self.ffn_norm(x + self.dropout(self.ffn_out(self.act(self.ffn_in(x)))))
+        x = self.attn_norm(self.dense(self.attn_out, self.attention(x, layout, mask), residual=x))
+        hidden = self.dense(self.ffn_in, x, activation=self.hidden_act)
+        return self.ffn_norm(self.dense(self.ffn_out, hidden, residual=x))
+
+    def dense(self, linear: nn.Linear, x: torch.Tensor, activation: str | None = None,
+              residual: torch.Tensor | None = None) -> torch.Tensor:
+        """linear(x), then the activation, or dropout and the residual add. At CPU inference this is one
+        oneDNN call with a prepacked weight (cpu.py: ~2x faster in fp32 on AMD CPUs); else eager PyTorch."""
+        if not self.training and cpu.linear_applies(x, linear, activation):
+            return cpu.linear(x, linear, activation, residual)
+        y = linear(x)
+        if activation is not None:
+            y = ACTIVATIONS[activation](y)
+        return y if residual is None else residual + self.dropout(y)
 
 
 class BertModel(PreTrainedMixin, nn.Module):

@@ -1,0 +1,173 @@
+"""The CPU inference kernels (model/cpu.py): same numbers as eager PyTorch, taken only where they apply,
+and the packed-weight cache follows every way the weights can change."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from bertkit import model as bm
+from bertkit.config import preset
+from bertkit.model import cpu
+
+pytestmark = pytest.mark.skipif(not cpu._ONEDNN, reason="this PyTorch build has no oneDNN")
+
+HEADS = ["BertModel", "BertForPreTraining", "BertForMaskedLM", "BertForSequenceClassification",
+         "BertForTokenClassification", "BertForQuestionAnswering", "BertForMultipleChoice"]
+
+
+@pytest.fixture
+def calls(monkeypatch) -> dict[str, int]:
+    """Counts of the fused kernels' calls."""
+    counts = {"linear": 0, "bmm_attention": 0}
+    for name in counts:
+        original = getattr(cpu, name)
+
+        def counted(*args, _name=name, _original=original, **kwargs):
+            counts[_name] += 1
+            return _original(*args, **kwargs)
+        monkeypatch.setattr(cpu, name, counted)
+    return counts
+
+
+def _model(name: str = "BertModel", dtype: torch.dtype = torch.float32, **overrides) -> torch.nn.Module:
+    torch.manual_seed(0)
+    config = preset("bert-debug", vocab_size=99, num_labels=3, max_position_embeddings=256, **overrides)
+    return bm.MODEL_CLASSES[name](config).eval().to(dtype)
+
+
+def _batch(lengths: list[int], seq_len: int | None = None) -> dict[str, torch.Tensor]:
+    generator = torch.Generator().manual_seed(0)
+    seq_len = seq_len or max(lengths)
+    input_ids = torch.randint(1, 99, (len(lengths), seq_len), generator=generator)
+    mask = (torch.arange(seq_len) < torch.tensor(lengths)[:, None]).long()
+    return {"input_ids": input_ids * mask, "token_type_ids": torch.zeros_like(input_ids), "attention_mask": mask}
+
+
+def _outputs(model: torch.nn.Module, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    if isinstance(model, bm.BertForMultipleChoice):
+        batch = {k: v.unsqueeze(0) for k, v in batch.items()}
+    with torch.inference_mode():
+        out = model(**batch)
+    return {k: v.float() for k, v in vars(out).items() if isinstance(v, torch.Tensor)}
+
+
+@pytest.mark.parametrize("name", HEADS)
+@pytest.mark.parametrize("lengths", [[9, 5, 2], [7, 7, 7]], ids=["padded", "full"])
+def test_fused_path_equals_eager_fp32_every_head(name, lengths, calls):
+    model, batch = _model(name), _batch(lengths)
+    fused = _outputs(model, batch)
+    assert calls["linear"] == 4 * model.config.num_hidden_layers
+    with cpu.disabled():
+        eager = _outputs(model, batch)
+    assert calls["linear"] == 4 * model.config.num_hidden_layers  # nothing fused inside disabled()
+    real = batch["attention_mask"].bool()
+    for key, expected in eager.items():
+        actual = fused[key]
+        if expected.shape[:2] == real.shape:
+            actual, expected = actual[real], expected[real]
+        torch.testing.assert_close(actual, expected, atol=1e-5, rtol=1e-5, msg=key)
+
+
+@pytest.mark.parametrize("activation", ["gelu", "gelu_new", "relu"])
+def test_fused_activations_equal_eager(activation):
+    model, batch = _model(hidden_act=activation), _batch([12, 3])
+    with cpu.disabled():
+        eager = _outputs(model, batch)["last_hidden_state"]
+    torch.testing.assert_close(_outputs(model, batch)["last_hidden_state"], eager, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("lengths", [[64, 64], [120, 70, 30]], ids=["full", "padded"])
+def test_bf16_is_as_close_to_fp32_as_eager_bf16(lengths, calls):
+    """Sequences of 49-192 tokens take the bmm attention in bf16; the fused path's error against the
+    fp32 result must be of the same size as eager bf16's."""
+    reference = _outputs(_model(), _batch(lengths))["last_hidden_state"]
+    model = _model(dtype=torch.bfloat16)
+    fused = _outputs(model, _batch(lengths))["last_hidden_state"]
+    assert calls["bmm_attention"] == model.config.num_hidden_layers * (1 if lengths[0] == lengths[-1] else 2)
+    with cpu.disabled():
+        eager = _outputs(model, _batch(lengths))["last_hidden_state"]
+    real = _batch(lengths)["attention_mask"].bool()
+    fused_error = (fused - reference)[real].abs().mean()
+    eager_error = (eager - reference)[real].abs().mean()
+    assert fused_error < 1.5 * eager_error + 1e-3
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_bmm_attention_equals_sdpa(dtype):
+    generator = torch.Generator().manual_seed(0)
+    q, k, v = torch.randn(3, 2, 4, 64, 16, generator=generator).to(dtype)
+    expected = F.scaled_dot_product_attention(q.float(), k.float(), v.float())
+    tolerance = 1e-6 if dtype == torch.float32 else 2e-2
+    torch.testing.assert_close(cpu.bmm_attention(q, k, v).float(), expected, atol=tolerance, rtol=tolerance)
+
+
+def test_bmm_attention_only_for_its_lengths_without_mask_or_dropout():
+    with torch.inference_mode():
+        q = torch.zeros(1, 2, 64, 8, dtype=torch.bfloat16)
+        assert cpu.bmm_attention_applies(q, None, 0.0)
+        assert not cpu.bmm_attention_applies(q, torch.ones(1, 1, 1, 64, dtype=torch.bool), 0.0)
+        assert not cpu.bmm_attention_applies(q, None, 0.1)
+        assert not cpu.bmm_attention_applies(q.float(), None, 0.0)  # fp32: the flash kernel is faster
+        assert not cpu.bmm_attention_applies(q[:, :, :16], None, 0.0)  # short: the flash kernel is faster
+        assert not cpu.bmm_attention_applies(torch.zeros(1, 2, 256, 8, dtype=torch.bfloat16), None, 0.0)
+    assert not cpu.bmm_attention_applies(q, None, 0.0)  # autograd on
+
+
+def test_training_autograd_and_autocast_keep_the_eager_path(calls):
+    model, batch = _model(), _batch([9, 5])
+    model.train()
+    model(**batch).last_hidden_state.sum().backward()  # the fused kernels have no backward
+    assert all(p.grad is not None for p in model.layers.parameters())
+    model.eval()
+    model(**batch)  # eval with autograd on
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+        model(**batch)
+    with torch.no_grad():
+        model.train()(**batch)  # dropout is active in training mode
+    assert calls == {"linear": 0, "bmm_attention": 0}
+
+
+def test_packed_weights_follow_every_change_of_the_weights():
+    model, batch = _model(), _batch([9, 5])
+
+    def check() -> None:
+        with cpu.disabled():
+            expected = _outputs(model, batch)["last_hidden_state"]
+        torch.testing.assert_close(_outputs(model, batch)["last_hidden_state"], expected, atol=1e-5, rtol=1e-5)
+
+    check()  # packs every weight
+    with torch.no_grad():  # an in-place update, as an optimizer step does
+        for layer in model.layers:
+            layer.ffn_in.weight.mul_(1.5)
+    check()
+    model.load_state_dict(_model(initializer_range=0.1).state_dict())  # copy_ into the same tensors
+    check()
+    model.layers[0].qkv.weight.data = torch.randn_like(model.layers[0].qkv.weight)  # storage swapped
+    check()
+    model.layers[1].attn_out.weight = torch.nn.Parameter(torch.randn_like(model.layers[1].attn_out.weight))
+    check()
+    model.to(torch.bfloat16).to(torch.float32)  # dtype round trip
+    check()
+
+
+def test_environment_variable_turns_the_kernels_off():
+    code = "from bertkit.model import cpu; print(cpu._enabled)"
+    env = {**os.environ, "BERTKIT_CPU_KERNELS": "0"}
+    result = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    assert result.stdout.strip() == "False"
+
+
+def test_model_built_in_inference_mode_runs_fused():
+    """Inference tensors have no version counter: their weights are packed per call, not cached."""
+    with torch.inference_mode():
+        model, batch = _model(), _batch([9, 5])
+        fused = model(**batch).last_hidden_state
+        with cpu.disabled():
+            eager = model(**batch).last_hidden_state
+    torch.testing.assert_close(fused, eager, atol=1e-5, rtol=1e-5)
