@@ -5,7 +5,8 @@
     python benchmarks/pretraining.py --compile                        # adds bertkit with --compile
     python benchmarks/pretraining.py --memory                         # peak RSS of each, own process
 
-A step is forward + MLM/NSP loss + backward + AdamW step. bertkit runs its own path (padding-free
+A step is forward + MLM/NSP loss + backward + AdamW step (fused kernel on both sides: bertkit's own
+optimizer, and the transformers Trainer's default `adamw_torch_fused`). bertkit runs its own path (padding-free
 encoder, vocabulary projection only at the masked positions, `bertkit.tasks.pretraining.pretraining_loss`);
 transformers runs `BertForPreTraining(labels=..., next_sentence_label=...)` (dense MLM head over every
 position). Both start from identical weights (bertkit's save_pretrained, loaded by transformers) and get
@@ -42,6 +43,7 @@ from bertkit.config import preset
 from bertkit.data import PretrainingDataOptions, PretrainingDataset, build_pretraining_data, collate_pretraining
 from bertkit.model import BertForPreTraining
 from bertkit.tasks.pretraining import pretraining_loss
+from bertkit.train.optim import build_optimizer
 from bertkit.tokenizer import WordPieceTokenizer
 
 VOCAB = Path(__file__).resolve().parents[1] / "tests" / "assets" / "vocab" / "bert-base-uncased"
@@ -101,6 +103,14 @@ def build_models(model_name: str, vocab_size: int, which: tuple[str, ...]) -> di
     return {name: models[name].train() for name in which}
 
 
+def optimizer_for(name: str, model: torch.nn.Module) -> torch.optim.Optimizer:
+    """What each side's trainer builds: bertkit pretrain's AdamW (fused kernel, BERT's no-decay rule) and
+    the transformers Trainer's default with torch >= 2.8, `adamw_torch_fused`."""
+    if name.startswith("bertkit"):
+        return build_optimizer(model, "adamw", 1e-5, 0.01, (0.9, 0.999), 1e-6)
+    return torch.optim.AdamW(model.parameters(), lr=1e-5, fused=True)
+
+
 def autocast_for(precision: str):
     return (lambda: torch.autocast("cpu", dtype=torch.bfloat16)) if precision == "bf16" else nullcontext
 
@@ -108,7 +118,7 @@ def autocast_for(precision: str):
 def throughput(args: argparse.Namespace, batches: list[dict]) -> None:
     names = ("bertkit", "bertkit --compile", "transformers") if args.compile else ("bertkit", "transformers")
     models = build_models(args.model, 30522, names)
-    optimizers = {name: torch.optim.AdamW(model.parameters(), lr=1e-5) for name, model in models.items()}
+    optimizers = {name: optimizer_for(name, model) for name, model in models.items()}
     autocast = autocast_for(args.precision)
     tokens = sum(int(b["attention_mask"].sum()) for b in batches)
     times: dict[str, list[float]] = {name: [] for name in models}
@@ -136,7 +146,7 @@ def throughput(args: argparse.Namespace, batches: list[dict]) -> None:
 def child_peak_rss(args: argparse.Namespace, batches: list[dict], name: str) -> None:
     """Run in a fresh process: a few steps of one implementation, then print its peak RSS."""
     model = build_models(args.model, 30522, (name,))[name]
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-5)
+    optimizer = optimizer_for(name, model)
     timed_round(model, STEPS[name], optimizer, batches, autocast_for(args.precision))
     print(json.dumps({"name": name, "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
 

@@ -56,15 +56,16 @@ class Unpadded:
         """Self-attention of each sequence over its own tokens: (N, 3D) -> (N, D)."""
         if qkv.is_cuda and dropout_p == 0.0 and qkv.dtype in (torch.float16, torch.bfloat16):
             return self._varlen_attention(qkv, num_heads)
-        contexts = [padded_attention(qkv[start:end].unsqueeze(0), None).squeeze(0)  # (t, 3D) -> (t, D)
-                    for start, end in self.spans]
+        # split, not one slice per sequence: in backward, split joins the gradients with one cat, where
+        # each slice would scatter its gradient into a zero-filled (N, 3D) tensor and those would be summed
+        contexts = [padded_attention(piece.unsqueeze(0), None).squeeze(0)  # (t, 3D) -> (t, D)
+                    for piece in qkv.split(self.split_sizes)]
         return torch.cat(contexts)
 
     @cached_property
-    def spans(self) -> list[tuple[int, int]]:
-        """(start, end) of each sequence in the packed (N, ...) tokens (an all-padding row gives an empty span)."""
-        bounds = self.cu_seqlens.tolist()
-        return list(zip(bounds[:-1], bounds[1:], strict=True))
+    def split_sizes(self) -> list[int]:
+        """Real tokens of each sequence, as ints (an all-padding row gives an empty piece)."""
+        return self.lengths.tolist()
 
     @cached_property
     def longest(self) -> int:
