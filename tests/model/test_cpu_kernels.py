@@ -119,18 +119,38 @@ def test_bmm_attention_only_for_its_lengths_without_mask_or_dropout():
     assert not cpu.bmm_attention_applies(q, None, 0.0)  # autograd on
 
 
-def test_training_autograd_and_autocast_keep_the_eager_path(calls):
+def test_training_and_autograd_keep_the_eager_path(calls):
     model, batch = _model(), _batch([9, 5])
     model.train()
     model(**batch).last_hidden_state.sum().backward()  # the fused kernels have no backward
     assert all(p.grad is not None for p in model.layers.parameters())
     model.eval()
     model(**batch)  # eval with autograd on
-    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
-        model(**batch)
     with torch.no_grad():
         model.train()(**batch)  # dropout is active in training mode
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.float16):  # only bf16 autocast is handled
+        model.eval()(**batch)
     assert calls == {"linear": 0, "bmm_attention": 0}
+
+
+@pytest.mark.parametrize("name", ["BertForSequenceClassification", "BertForQuestionAnswering"])
+def test_bf16_autocast_evaluation_is_fused_and_as_close_as_eager(name, calls):
+    """Evaluation during training and `bertkit predict` run an fp32 model under bf16 autocast."""
+    model, batch = _model(name), _batch([120, 70, 30])
+    reference = _outputs(model, batch)
+    fused_calls = calls["linear"]
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        fused = _outputs(model, batch)
+        assert calls["linear"] == 2 * fused_calls and calls["bmm_attention"] > 0
+        with cpu.disabled():
+            eager = _outputs(model, batch)
+    for key in reference:
+        fused_error = (fused[key] - reference[key]).abs().mean()
+        eager_error = (eager[key] - reference[key]).abs().mean()
+        assert fused_error < 1.5 * eager_error + 1e-3, key
+    after = _outputs(model, batch)  # without autocast again: the fp32 packed weights are kept apart
+    for key in reference:
+        torch.testing.assert_close(after[key], reference[key], atol=1e-6, rtol=1e-6)
 
 
 def test_packed_weights_follow_every_change_of_the_weights():

@@ -22,8 +22,10 @@ call: 64 tokens 124 vs 89 us, 128 tokens 404 vs 219 us, 32 x 128 tokens 13.9 vs 
 above that range the flash kernel is as fast or faster. In fp32 the flash kernel always wins
 (the batched multiplies run on MKL).
 
-Training, autocast, CUDA, tracing (ONNX export) and torch.compile keep the eager path, which gives
-the same numbers within rounding. `BERTKIT_CPU_KERNELS=0` in the environment, or
+Under bf16 autocast (evaluation during training, `bertkit predict`) the layers compute in bf16 as
+autocast would, from a bf16 packed copy of the weights. Training, other autocast dtypes, CUDA,
+tracing (ONNX export) and torch.compile keep the eager path, which gives the same numbers within
+rounding. `BERTKIT_CPU_KERNELS=0` in the environment, or
 `with cpu.disabled():`, turns all of this off.
 """
 
@@ -48,8 +50,9 @@ DTYPES = (torch.float32, torch.bfloat16)
 BMM_ATTENTION_LENGTHS = range(49, 193)  # bf16 sequence lengths where bmm attention beats the flash kernel
 
 _enabled = os.environ.get("BERTKIT_CPU_KERNELS", "1") != "0"
-# nn.Linear -> (the weight it was packed from, its version then, packed weight)
-_packed: weakref.WeakKeyDictionary[nn.Linear, tuple[torch.Tensor, int, torch.Tensor]] = weakref.WeakKeyDictionary()
+# nn.Linear -> {compute dtype: (the weight it was packed from, its version then, packed weight)}
+_packed: weakref.WeakKeyDictionary[nn.Linear, dict[torch.dtype, tuple[torch.Tensor, int, torch.Tensor]]] = (
+    weakref.WeakKeyDictionary())
 
 
 def _onednn_present() -> bool:
@@ -64,42 +67,51 @@ _ONEDNN = _onednn_present()
 
 
 def _inference(x: torch.Tensor) -> bool:
-    """CPU tensor, fp32 or bf16, no autograd, no autocast, not traced or compiled, not switched off."""
-    return (_enabled and x.device.type == "cpu" and x.dtype in DTYPES
-            and not torch.is_grad_enabled() and not torch.is_autocast_enabled("cpu")
+    """CPU tensor, fp32 or bf16, no autograd, no autocast other than bf16, not traced or compiled, not
+    switched off."""
+    return (_enabled and x.device.type == "cpu" and x.dtype in DTYPES and not torch.is_grad_enabled()
+            and (not torch.is_autocast_enabled("cpu") or torch.get_autocast_dtype("cpu") == torch.bfloat16)
             and not torch.jit.is_tracing() and not torch.compiler.is_compiling())
 
 
 def linear_applies(x: torch.Tensor, layer: nn.Linear, activation: str | None = None) -> bool:
-    """Whether `linear` can run this input (and the weight has the input's dtype)."""
-    return (_ONEDNN and _inference(x) and layer.weight.dtype == x.dtype
-            and (activation is None or activation in POST_OPS))
+    """Whether `linear` can run this input: the weight has the input's dtype, or bf16 autocast is on."""
+    return (_ONEDNN and _inference(x) and (activation is None or activation in POST_OPS)
+            and (layer.weight.dtype == x.dtype or (torch.is_autocast_enabled("cpu") and layer.weight.dtype in DTYPES)))
 
 
 def linear(x: torch.Tensor, layer: nn.Linear, activation: str | None = None,
            residual: torch.Tensor | None = None) -> torch.Tensor:
-    """activation(layer(x)), or residual + layer(x): (..., in) -> (..., out), in one oneDNN call."""
-    weight = _packed_weight(layer)
-    if residual is not None:
-        return torch.ops.mkldnn._linear_pointwise.binary(x, residual, weight, layer.bias, "add")
+    """activation(layer(x)), or residual + layer(x): (..., in) -> (..., out), in one oneDNN call.
+
+    Under bf16 autocast it computes in bf16 like autocast's `F.linear`, and an fp32 residual is added
+    outside the call, so the sum is fp32 as in eager autocast."""
+    dtype = torch.bfloat16 if torch.is_autocast_enabled("cpu") else x.dtype
+    weight = _packed_weight(layer, dtype)
+    x = x.to(dtype)
+    bias = None if layer.bias is None else layer.bias.to(dtype)
+    if residual is not None and residual.dtype == dtype:
+        return torch.ops.mkldnn._linear_pointwise.binary(x, residual, weight, bias, "add")
     post_op, algorithm = POST_OPS[activation] if activation is not None else ("none", "")
-    return torch.ops.mkldnn._linear_pointwise(x, weight, layer.bias, post_op, [], algorithm)
+    y = torch.ops.mkldnn._linear_pointwise(x, weight, bias, post_op, [], algorithm)
+    return y if residual is None else residual + y
 
 
-def _packed_weight(layer: nn.Linear) -> torch.Tensor:
-    """The cached packed weight, repacked if the weight changed: in place (an optimizer step,
+def _packed_weight(layer: nn.Linear, dtype: torch.dtype) -> torch.Tensor:
+    """The cached packed weight in `dtype`, repacked if the weight changed: in place (an optimizer step,
     `load_state_dict`) bumps its version; `.to()`, `param.data = ...` or a new Parameter give it other
     memory. Holding the packed-from tensor keeps its memory allocated, so new values cannot reuse its
     address unnoticed."""
     weight = layer.weight
     if weight.is_inference():  # made under torch.inference_mode: no version counter, so no cache
-        return torch.ops.mkldnn._reorder_linear_weight(weight)
-    cached = _packed.get(layer)
+        return torch.ops.mkldnn._reorder_linear_weight(weight.to(dtype))
+    per_dtype = _packed.setdefault(layer, {})
+    cached = per_dtype.get(dtype)
     if (cached is None or cached[0].data_ptr() != weight.data_ptr() or cached[0].dtype != weight.dtype
             or cached[0].shape != weight.shape or cached[1] != weight._version):
         source = weight.detach()
-        cached = (source, weight._version, torch.ops.mkldnn._reorder_linear_weight(source))
-        _packed[layer] = cached
+        cached = (source, weight._version, torch.ops.mkldnn._reorder_linear_weight(source.to(dtype)))
+        per_dtype[dtype] = cached
     return cached[2]
 
 
