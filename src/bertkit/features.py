@@ -30,7 +30,7 @@ import torch
 
 from bertkit.data.textfile import read_text
 from bertkit.errors import BertkitError, where
-from bertkit.model import BertModel
+from bertkit.model import BertModel, inference_dtype
 from bertkit.serve.batching import length_sorted_batches, pad_features
 from bertkit.serve.predictor import POOLINGS, pool
 from bertkit.tokenizer import WordPieceTokenizer
@@ -70,12 +70,14 @@ def read_lines(path: str | Path) -> list[tuple[str, str | None]]:
 
 def extract_features(model_dir: str | Path, input_path: str | Path, output_path: str | Path,
                      layers: str = "-1,-2,-3,-4", pooling: str | None = None, max_seq_length: int = 128,
-                     batch_size: int = 32) -> int:
-    """Write the features of every line of `input_path` to `output_path`; returns the number of lines."""
+                     batch_size: int = 32, precision: str = "fp32") -> int:
+    """Write the features of every line of `input_path` to `output_path`; returns the number of lines.
+    `precision` "bf16" runs the encoder in bf16 (faster on CPUs with bf16 units; values within bf16 rounding)."""
     if pooling is not None and pooling not in POOLINGS:
         raise BertkitError(f"--pooling {pooling!r}: use one of {', '.join(POOLINGS)}")
+    dtype = inference_dtype(precision)
     inputs = read_lines(input_path)
-    encoder = BertModel.from_pretrained(model_dir).eval()
+    encoder = BertModel.from_pretrained(model_dir).eval().to(dtype)
     tokenizer = WordPieceTokenizer.from_pretrained(model_dir)
     indices = parse_layers(layers, encoder.config.num_hidden_layers)
     max_seq_length = min(max_seq_length, encoder.config.max_position_embeddings)

@@ -68,3 +68,15 @@ def test_bertkit_serve_answers_and_stops_on_sigterm(mlm_dir):
         if process.poll() is None:
             process.kill()
             process.wait()
+
+
+def test_extract_in_bf16_is_close_to_fp32(mlm_dir, tmp_path):
+    source = tmp_path / "in.txt"
+    source.write_text("the cat sat on the mat\nwhere did the dog go ||| to the park\n", encoding="utf-8")
+    for precision in ("fp32", "bf16"):
+        assert main(["extract", "--model", str(mlm_dir), "--input", str(source), "--output",
+                     str(tmp_path / f"{precision}.npy"), "--layers", "-1", "--pooling", "mean",
+                     "--precision", precision]) == 0
+    exact, fast = np.load(tmp_path / "fp32.npy"), np.load(tmp_path / "bf16.npy")
+    assert exact.shape == fast.shape == (2, 32) and fast.dtype == np.float32
+    np.testing.assert_allclose(fast, exact, atol=0.05, rtol=0.05)

@@ -243,3 +243,27 @@ def test_feature_based_directories_are_refused_clearly(tmp_path, tagger_dir):
     (copy / "bertkit_task.json").write_text(json.dumps({**task, "feature_layers": [-1], "feature_combine": "sum"}))
     with pytest.raises(BertkitError, match="feature-based"):
         load_predictor(copy)
+
+
+@pytest.mark.parametrize("fixture", ["mlm_dir", "classifier_dir", "tagger_dir", "squad_dir"])
+def test_bf16_predictors_agree_with_fp32(fixture, request):
+    """--precision bf16: the weights are cast, every endpoint runs, and scores stay within bf16 rounding."""
+    directory = request.getfixturevalue(fixture)
+    exact, fast = load_predictor(directory), load_predictor(directory, precision="bf16")
+    assert next(fast.model.parameters()).dtype == torch.bfloat16
+    np.testing.assert_allclose(fast.embed(TEXTS, "mean"), exact.embed(TEXTS, "mean"), atol=0.05, rtol=0.05)
+    if isinstance(exact, ClassificationPredictor):
+        for a, b in zip(exact.classify(TEXTS), fast.classify(TEXTS)):
+            assert list(b["probabilities"].values()) == pytest.approx(list(a["probabilities"].values()), abs=0.02)
+    if isinstance(exact, FillMaskPredictor):
+        top = fast.fill_mask(["the cat [MASK] on the mat."], top_k=3)[0][0]
+        assert len(top) == 3 and all(0.0 <= c["score"] <= 1.0 for c in top)
+    if isinstance(exact, TaggingPredictor):
+        assert len(fast.tag(TEXTS)) == len(TEXTS)
+    if isinstance(exact, QuestionAnsweringPredictor):
+        assert len(fast.answer(["who lives in london?"], ["john lives in london"])) == 1
+
+
+def test_unknown_precision_is_a_clear_error(classifier_dir):
+    with pytest.raises(BertkitError, match="--precision 'fp16' is not supported for inference"):
+        load_predictor(classifier_dir, precision="fp16")

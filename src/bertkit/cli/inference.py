@@ -29,14 +29,16 @@ CONTEXT = {"show_default": True}
 @click.option("--max-seq-length", type=click.IntRange(min=3), default=128,
               help="Longest input in tokens, specials included; longer lines are truncated (counted).")
 @click.option("--batch-size", type=click.IntRange(min=1), default=32, help="Lines per forward pass.")
+@click.option("--precision", type=click.Choice(["fp32", "bf16"]), default="fp32",
+              help="bf16: about 2x faster on CPUs with bf16 units (avx512_bf16/AMX), values within bf16 rounding.")
 def extract(model: Path, input_path: Path, output: Path, layers: str, pooling: str | None, max_seq_length: int,
-            batch_size: int) -> None:
+            batch_size: int, precision: str) -> None:
     """Extract contextual features (per-token layers or pooled sentence vectors)."""
     from bertkit.features import extract_features
 
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s")
     count = extract_features(model, input_path, output, layers=layers, pooling=pooling,
-                             max_seq_length=max_seq_length, batch_size=batch_size)
+                             max_seq_length=max_seq_length, batch_size=batch_size, precision=precision)
     click.echo(f"wrote features of {count} lines to {output}")
 
 
@@ -85,11 +87,13 @@ def onnx(model: Path, output: Path, quantize: str | None, sample: Path | None, o
 @click.option("--drain-timeout", type=click.FloatRange(min=0), default=30.0,
               help="Seconds to finish in-flight requests after SIGTERM/SIGINT.")
 @click.option("--threads", type=click.IntRange(min=1), default=None, help="torch CPU threads (default: torch's).")
+@click.option("--precision", type=click.Choice(["fp32", "bf16"]), default="fp32",
+              help="bf16: about 2x faster on CPUs with bf16 units (avx512_bf16/AMX), scores within bf16 rounding.")
 @click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]), default="info",
               help="Server log level.")
 def serve(model: Path, host: str, port: int, api_key: str | None, max_batch_size: int, max_wait_ms: float,
           max_queue: int, timeout_s: float, max_body_bytes: int, max_inputs: int, max_input_chars: int,
-          drain_timeout: float, threads: int | None, log_level: str) -> None:
+          drain_timeout: float, threads: int | None, precision: str, log_level: str) -> None:
     """Serve a model over HTTP (FastAPI + uvicorn; OpenAPI docs at /docs)."""
     import torch
 
@@ -100,7 +104,7 @@ def serve(model: Path, host: str, port: int, api_key: str | None, max_batch_size
     logging.basicConfig(level=log_level.upper(), format="%(levelname)s %(name)s: %(message)s")
     if threads is not None:
         torch.set_num_threads(threads)
-    predictor = load_predictor(model, batch_size=max_batch_size)
+    predictor = load_predictor(model, batch_size=max_batch_size, precision=precision)
     settings = ServerSettings(Limits(max_body_bytes, max_inputs, max_input_chars), max_batch_size, max_wait_ms,
                               max_queue, timeout_s, api_key)
     click.echo(f"serving {', '.join('/' + e for e in predictor.endpoints)} on http://{host}:{port} (docs: /docs)")

@@ -35,7 +35,7 @@ from bertkit.data.conll import TaggedSentence
 from bertkit.data.glue import TextExample
 from bertkit.data.squad import SquadExample
 from bertkit.errors import BertkitError
-from bertkit.model import MODEL_CLASSES, BertModel
+from bertkit.model import MODEL_CLASSES, BertModel, inference_dtype
 from bertkit.serve.batching import run_sorted, trim
 from bertkit.tasks.classification import ClassificationTask
 from bertkit.tasks.metrics import entities_conlleval
@@ -322,9 +322,11 @@ class QuestionAnsweringPredictor(Predictor):
 
 # --- loading ------------------------------------------------------------------------------------
 
-def load_predictor(directory: str | Path, batch_size: int = 32) -> Predictor:
-    """The predictor for a checkpoint directory (see the module docstring for the choice)."""
+def load_predictor(directory: str | Path, batch_size: int = 32, precision: str = "fp32") -> Predictor:
+    """The predictor for a checkpoint directory (see the module docstring for the choice); `precision`
+    "bf16" casts the weights to bf16 (faster on CPUs with bf16 units, results within bf16 rounding)."""
     directory = Path(directory)
+    dtype = inference_dtype(precision)
     config = BertConfig.from_json_file(directory / "config.json")
     task = read_task_file(directory)
     tokenizer = WordPieceTokenizer.from_pretrained(directory)
@@ -336,21 +338,21 @@ def load_predictor(directory: str | Path, batch_size: int = 32) -> Predictor:
                            "model from the default full fine-tuning")
     if kind == "classification":
         settings = task or _classification_defaults(config)
-        return ClassificationPredictor(_load(directory, "BertForSequenceClassification"), tokenizer,
+        return ClassificationPredictor(_load(directory, "BertForSequenceClassification", dtype), tokenizer,
                                        ClassificationTask.from_json(settings, source=source), batch_size)
     if kind == "tagging":
         settings = task or {"labels": config.label_names or []}
-        return TaggingPredictor(_load(directory, "BertForTokenClassification"), tokenizer,
+        return TaggingPredictor(_load(directory, "BertForTokenClassification", dtype), tokenizer,
                                 TaggingTask.from_json(settings, source=source), batch_size)
     if kind == "squad":
         settings = task or {}
-        return QuestionAnsweringPredictor(_load(directory, "BertForQuestionAnswering"), tokenizer,
+        return QuestionAnsweringPredictor(_load(directory, "BertForQuestionAnswering", dtype), tokenizer,
                                           SquadTask.from_json(settings, source=source), batch_size)
     max_seq_length = int((task or {}).get("max_seq_length", 512))
     if kind == "fill-mask":
         architecture = (config.architectures or ["BertForMaskedLM"])[0]
-        return FillMaskPredictor(_load(directory, architecture), tokenizer, max_seq_length, batch_size)
-    return Predictor(_load(directory, "BertModel"), tokenizer, max_seq_length, batch_size)
+        return FillMaskPredictor(_load(directory, architecture, dtype), tokenizer, max_seq_length, batch_size)
+    return Predictor(_load(directory, "BertModel", dtype), tokenizer, max_seq_length, batch_size)
 
 
 def read_task_file(directory: Path) -> dict[str, Any] | None:
@@ -380,7 +382,7 @@ def _classification_defaults(config: BertConfig) -> dict[str, Any]:
     return {"labels": None if regression else config.label_names, "max_seq_length": 512}
 
 
-def _load(directory: Path, architecture: str) -> torch.nn.Module:
+def _load(directory: Path, architecture: str, dtype: torch.dtype) -> torch.nn.Module:
     if architecture not in MODEL_CLASSES:
         raise BertkitError(f"{directory}/config.json: unknown architecture {architecture!r}; "
                            f"expected one of {', '.join(MODEL_CLASSES)}")
@@ -389,4 +391,4 @@ def _load(directory: Path, architecture: str) -> torch.nn.Module:
     if fresh:
         raise BertkitError(f"{directory}: the checkpoint has no weights for {', '.join(fresh[:4])}; "
                            f"it is not a fine-tuned {architecture} (fine-tune it first)")
-    return model
+    return model.to(dtype)
