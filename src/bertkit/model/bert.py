@@ -15,6 +15,10 @@ which gives the same numbers at real positions.
 Q, K and V are one fused (D, 3D) projection (one matrix multiply instead of three);
 interop/hf.py splits and joins it when reading and writing Hugging Face checkpoints.
 
+At inference on a CPU every dense layer (`BertLayer.dense`) is one oneDNN call with a packed weight,
+its GELU or residual add included, and bf16 attention may take batched matrix multiplies (cpu.py);
+training and other devices run the plain PyTorch ops written here.
+
 Shape legend: B batch, T sequence length, N real tokens, D hidden size, A heads, Dh head size.
 """
 
