@@ -15,7 +15,7 @@ from bertkit import model as bm
 from bertkit.config import preset
 from bertkit.model import cpu
 
-pytestmark = pytest.mark.skipif(not cpu._ONEDNN, reason="this PyTorch build has no oneDNN")
+pytestmark = pytest.mark.skipif(not cpu._onednn_works(torch.float32), reason="this PyTorch build has no oneDNN")
 
 HEADS = ["BertModel", "BertForPreTraining", "BertForMaskedLM", "BertForSequenceClassification",
          "BertForTokenClassification", "BertForQuestionAnswering", "BertForMultipleChoice"]
@@ -191,3 +191,12 @@ def test_model_built_in_inference_mode_runs_fused():
         with cpu.disabled():
             eager = model(**batch).last_hidden_state
     torch.testing.assert_close(fused, eager, atol=1e-5, rtol=1e-5)
+
+
+def test_a_build_without_working_kernels_keeps_the_eager_path(monkeypatch, calls):
+    monkeypatch.setattr(cpu, "_onednn_works", lambda dtype: False)
+    model, batch = _model(), _batch([9, 5])
+    with cpu.disabled():
+        expected = _outputs(model, batch)["last_hidden_state"]
+    torch.testing.assert_close(_outputs(model, batch)["last_hidden_state"], expected, atol=0, rtol=0)
+    assert calls["linear"] == 0

@@ -32,11 +32,13 @@ rounding. `BERTKIT_CPU_KERNELS=0` in the environment, or
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import weakref
 from collections.abc import Iterator
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 # hidden_act -> (oneDNN post-op, algorithm)
@@ -55,15 +57,28 @@ _packed: weakref.WeakKeyDictionary[nn.Linear, dict[torch.dtype, tuple[torch.Tens
     weakref.WeakKeyDictionary())
 
 
-def _onednn_present() -> bool:
+@functools.cache
+def _onednn_works(dtype: torch.dtype) -> bool:
+    """Whether this PyTorch build runs the oneDNN kernels in `dtype` and gets F.linear's numbers: probed
+    once on a tiny layer, so a build or CPU without them quietly keeps the eager path."""
     try:
-        return torch.backends.mkldnn.is_available() and all(
-            hasattr(torch.ops.mkldnn, name) for name in ("_linear_pointwise", "_reorder_linear_weight"))
-    except (AttributeError, RuntimeError):
+        with torch.autocast("cpu", enabled=False), torch.no_grad():
+            return _probe(dtype)
+    except (AttributeError, RuntimeError, NotImplementedError):
         return False
 
 
-_ONEDNN = _onednn_present()
+def _probe(dtype: torch.dtype) -> bool:
+    generator = torch.Generator().manual_seed(0)
+    x, weight, bias, other = (torch.randn(shape, generator=generator).to(dtype) for shape in
+                              ((3, 16), (8, 16), (8,), (3, 8)))
+    packed = torch.ops.mkldnn._reorder_linear_weight(weight)
+    fused = torch.ops.mkldnn._linear_pointwise(x, packed, bias, "gelu", [], "none")
+    added = torch.ops.mkldnn._linear_pointwise.binary(x, other, packed, bias, "add")
+    expected = F.linear(x.float(), weight.float(), bias.float())
+    tolerance = 1e-4 if dtype == torch.float32 else 0.1
+    return (torch.allclose(fused.float(), F.gelu(expected), atol=tolerance, rtol=tolerance)
+            and torch.allclose(added.float(), expected + other.float(), atol=tolerance, rtol=tolerance))
 
 
 def _inference(x: torch.Tensor) -> bool:
@@ -76,8 +91,10 @@ def _inference(x: torch.Tensor) -> bool:
 
 def linear_applies(x: torch.Tensor, layer: nn.Linear, activation: str | None = None) -> bool:
     """Whether `linear` can run this input: the weight has the input's dtype, or bf16 autocast is on."""
-    return (_ONEDNN and _inference(x) and (activation is None or activation in POST_OPS)
-            and (layer.weight.dtype == x.dtype or (torch.is_autocast_enabled("cpu") and layer.weight.dtype in DTYPES)))
+    autocast = torch.is_autocast_enabled("cpu")
+    return (_inference(x) and (activation is None or activation in POST_OPS)
+            and (layer.weight.dtype == x.dtype or (autocast and layer.weight.dtype in DTYPES))
+            and _onednn_works(torch.bfloat16 if autocast else x.dtype))
 
 
 def linear(x: torch.Tensor, layer: nn.Linear, activation: str | None = None,
