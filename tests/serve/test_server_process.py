@@ -76,8 +76,10 @@ def test_full_queue_answers_429_and_the_rest_complete(mlm_dir):
     with _ThreadServer(slow_app(str(mlm_dir), delay_s=0.5, max_queue=1, timeout_s=30)) as url:
         responses = _post_many(url, 5)
     codes = [r.status_code for r in responses]
-    assert codes[:2] == [200, 200] and codes[2:] == [429, 429, 429], codes
-    assert responses[2].json()["error"] == "queue_full" and responses[2].headers["retry-after"] == "1"
+    # Counts, not positions: on a busy machine two requests may swap places in the staggered arrival.
+    assert sorted(codes) == [200, 200, 429, 429, 429], codes
+    refused = next(r for r in responses if r.status_code == 429)
+    assert refused.json()["error"] == "queue_full" and refused.headers["retry-after"] == "1"
 
 
 def test_request_past_its_time_limit_answers_504(mlm_dir):
@@ -90,10 +92,10 @@ def test_request_past_its_time_limit_answers_504(mlm_dir):
 
 def test_shutdown_drains_in_flight_requests(mlm_dir):
     """Fast variant in-process: what uvicorn's SIGTERM handler does (should_exit) while requests run."""
-    server = _ThreadServer(slow_app(str(mlm_dir), delay_s=0.2, max_queue=16, timeout_s=30))
+    server = _ThreadServer(slow_app(str(mlm_dir), delay_s=0.4, max_queue=16, timeout_s=30))
     with server as url, ThreadPoolExecutor(1) as pool:
         pending = pool.submit(_post_many, url, 4, 0.0)
-        time.sleep(0.2)
+        time.sleep(0.6)  # all four have arrived (margin for a busy machine); >= 1 s of work is left
         server.server.should_exit = True
         assert [r.status_code for r in pending.result(timeout=60)] == [200] * 4
     assert not server.thread.is_alive()
