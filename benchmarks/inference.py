@@ -19,16 +19,16 @@ import argparse
 import gzip
 import platform
 import statistics
-import time
 from pathlib import Path
 
 import torch
 import transformers
+from peak import matmul_peak, timed
 
 from bertkit.assets import kjv_path
 from bertkit.config import preset
 from bertkit.interop.hf import to_hf
-from bertkit.model import BertModel, cpu
+from bertkit.model import BertModel
 from bertkit.tokenizer import WordPieceTokenizer
 
 VOCAB = Path(__file__).resolve().parents[1] / "tests" / "assets" / "vocab" / "bert-base-uncased"
@@ -66,29 +66,6 @@ def full_batches(tokenizer, texts, count, batch_size=32, seq_len=128):
     return batches
 
 
-def matmul_peak(dtype: torch.dtype, size: int = 2048, repeats: int = 5) -> float:
-    """Best-of-N TFLOP/s of a square matrix multiply in this dtype, by the faster of the two CPU GEMM
-    libraries PyTorch ships: `torch.mm` (MKL for fp32, oneDNN for bf16) and oneDNN with a prepacked
-    weight (what bertkit's CPU inference uses; on AMD CPUs ~2x MKL in fp32)."""
-    a, b = torch.randn(size, size, dtype=dtype), torch.randn(size, size, dtype=dtype)
-    kernels = [lambda: a @ b]
-    best = float("inf")
-    with torch.inference_mode():
-        if cpu.linear_applies(a, torch.nn.Linear(size, size, dtype=dtype)):
-            packed = torch.ops.mkldnn._reorder_linear_weight(b)
-            kernels.append(lambda: torch.ops.mkldnn._linear_pointwise(a, packed, None, "none", [], ""))
-        for kernel in kernels:
-            kernel()
-            best = min(best, *(_timed(kernel) for _ in range(repeats)))
-    return 2 * size ** 3 / best / 1e12
-
-
-def _timed(fn) -> float:
-    start = time.perf_counter()
-    fn()
-    return time.perf_counter() - start
-
-
 def useful_flops(mask: torch.Tensor, hidden: int, layers: int) -> float:
     lengths = mask.sum(1).double()
     dense = 24 * hidden ** 2 * lengths.sum()
@@ -116,7 +93,7 @@ def run(shape: str, precision: str, kind: str, count: int, rounds: int, tokenize
                         ("transformers", lambda: theirs(input_ids=ids, attention_mask=mask))]
                 if (i + r) % 2:
                     runs.reverse()
-                elapsed = {name: _timed(fn) for name, fn in runs}
+                elapsed = {name: timed(fn) for name, fn in runs}
                 for name, seconds in elapsed.items():
                     times[name] += seconds
                 ratios.append(elapsed["transformers"] / elapsed["bertkit"])

@@ -4,6 +4,7 @@
     python benchmarks/pretraining.py --model bert-small --steps 4 --rounds 2
     python benchmarks/pretraining.py --compile                        # adds bertkit with --compile
     python benchmarks/pretraining.py --memory                         # peak RSS of each, own process
+    python benchmarks/pretraining.py --device cuda --batch-size 256 --peak-tflops 989   # GPU, MFU vs datasheet
 
 A step is forward + MLM/NSP loss + backward + AdamW step (fused kernel on both sides: bertkit's own
 optimizer, and the transformers Trainer's default `adamw_torch_fused`). bertkit runs its own path (padding-free
@@ -13,7 +14,10 @@ position). Both start from identical weights (bertkit's save_pretrained, loaded 
 the same batches: real max_seq_length-128 instances made by `bertkit data pretraining` from the bundled
 King James Bible with Google's bert-base-uncased vocabulary (static masking, the original's defaults),
 collated to the longest instance of each batch. Rounds alternate between the two so machine noise hits
-both alike; the table reports real (non-padding) tokens per second and the ratio of medians.
+both alike; the table reports real (non-padding) tokens per second, the ratio of medians, and model
+FLOP utilisation: model FLOPs (`model_flops`: what BERT needs on the real tokens, the MLM head at the
+masked positions only, x3 for forward + backward — the same count for both sides) per second over a
+peak, measured (`peak.py`) or given with --peak-tflops (an H100/H200 SXM: 989 TFLOP/s dense bf16).
 `--compile` adds a third row, bertkit with torch.compile'd encoder layers (`bertkit pretrain --compile`);
 its compilation happens in the warm-up round, which is not timed.
 
@@ -31,12 +35,12 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from contextlib import nullcontext
 from pathlib import Path
 
 import torch
 import transformers
+from peak import matmul_peak, timed
 
 from bertkit.assets import kjv_path
 from bertkit.config import preset
@@ -77,15 +81,29 @@ def transformers_step(model, batch) -> torch.Tensor:
 STEPS = {"bertkit": bertkit_step, "bertkit --compile": bertkit_step, "transformers": transformers_step}
 
 
-def timed_round(model, step, optimizer, batches, autocast) -> float:
-    start = time.perf_counter()
+def timed_round(model, step, optimizer, batches, autocast, device: str = "cpu") -> float:
+    def run() -> None:
+        for batch in batches:
+            with autocast():
+                loss = step(model, batch)
+            loss.backward()
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+    return timed(run, device)
+
+
+def model_flops(batches: list[dict], config) -> float:
+    """Model FLOPs of forward + backward (3x forward) over the batches, on real tokens only: the
+    encoder's dense layers (24 D^2 a token a layer), attention (4 D t^2 a sequence a layer), and the
+    MLM head (transform + vocabulary projection) at the masked positions, as the original computes it."""
+    d, layers, vocab = config.hidden_size, config.num_hidden_layers, config.vocab_size
+    total = 0.0
     for batch in batches:
-        with autocast():
-            loss = step(model, batch)
-        loss.backward()
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-    return time.perf_counter() - start
+        lengths = batch["attention_mask"].sum(1).double()
+        masked = float((batch["mlm_labels"] != -100).sum())
+        total += layers * (24 * d * d * float(lengths.sum()) + 4 * d * float((lengths ** 2).sum()))
+        total += masked * (2 * d * d + 2 * d * vocab) + len(lengths) * (2 * d * d + 4 * d)  # MLM head, pooler + NSP
+    return 3 * total
 
 
 def build_models(model_name: str, vocab_size: int, which: tuple[str, ...]) -> dict:
@@ -111,33 +129,42 @@ def optimizer_for(name: str, model: torch.nn.Module) -> torch.optim.Optimizer:
     return torch.optim.AdamW(model.parameters(), lr=1e-5, fused=True)
 
 
-def autocast_for(precision: str):
-    return (lambda: torch.autocast("cpu", dtype=torch.bfloat16)) if precision == "bf16" else nullcontext
+def autocast_for(precision: str, device: str = "cpu"):
+    return (lambda: torch.autocast(device, dtype=torch.bfloat16)) if precision == "bf16" else nullcontext
 
 
 def throughput(args: argparse.Namespace, batches: list[dict]) -> None:
     names = ("bertkit", "bertkit --compile", "transformers") if args.compile else ("bertkit", "transformers")
-    models = build_models(args.model, 30522, names)
+    models = {name: model.to(args.device) for name, model in build_models(args.model, 30522, names).items()}
+    batches = [{k: v.to(args.device) for k, v in batch.items()} for batch in batches]
     optimizers = {name: optimizer_for(name, model) for name, model in models.items()}
-    autocast = autocast_for(args.precision)
+    autocast = autocast_for(args.precision, args.device)
     tokens = sum(int(b["attention_mask"].sum()) for b in batches)
+    flops = model_flops(batches, models["bertkit"].config)
+    dtype = torch.bfloat16 if args.precision == "bf16" else torch.float32
+    peak = args.peak_tflops or matmul_peak(dtype, args.device)
     times: dict[str, list[float]] = {name: [] for name in models}
     for round_index in range(args.rounds + 1):  # round 0 warms up (allocator, kernels) and is not counted
         order = list(models) if round_index % 2 else list(reversed(models))
         for name in order:
-            elapsed = timed_round(models[name], STEPS[name], optimizers[name], batches, autocast)
+            elapsed = timed_round(models[name], STEPS[name], optimizers[name], batches, autocast, args.device)
             if round_index:
                 times[name].append(elapsed)
     fill = tokens / sum(b["attention_mask"].numel() for b in batches)
+    where = torch.cuda.get_device_name() if args.device == "cuda" else f"{torch.get_num_threads()} CPU threads"
     print(f"# {args.model}, batch {args.batch_size} x {args.seq_length} (fill {fill:.2f}), {args.precision}, "
-          f"{torch.get_num_threads()} threads, torch {torch.__version__}, transformers {transformers.__version__}")
-    print("| implementation | ms/step | real tokens/s |")
-    print("|---|---|---|")
+          f"{where}, torch {torch.__version__}, transformers {transformers.__version__}")
+    peak_source = "given (--peak-tflops)" if args.peak_tflops else "measured matmul"
+    print(f"# model FLOPs per step {flops / len(batches) / 1e12:.3f} T; peak {peak:.1f} TFLOP/s ({peak_source})")
+    print("| implementation | ms/step | real tokens/s | model TFLOP/s | MFU |")
+    print("|---|---|---|---|---|")
     rates = {}
     for name, values in times.items():
         seconds = statistics.median(values)
         rates[name] = tokens / seconds
-        print(f"| {name} | {1000 * seconds / len(batches):.0f} | {rates[name]:,.0f} |")
+        achieved = flops / seconds / 1e12
+        print(f"| {name} | {1000 * seconds / len(batches):.0f} | {rates[name]:,.0f} | {achieved:.3f} | "
+              f"{100 * achieved / peak:.0f}% |")
     for name in rates:
         if name != "transformers":
             print(f"\nratio {name} / transformers: {rates[name] / rates['transformers']:.2f}x")
@@ -177,6 +204,9 @@ def main() -> None:
     parser.add_argument("--precision", choices=["fp32", "bf16"], default="bf16")
     parser.add_argument("--memory", action="store_true", help="measure peak RSS of each implementation")
     parser.add_argument("--compile", action="store_true", help="also time bertkit with compiled encoder layers")
+    parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
+    parser.add_argument("--peak-tflops", type=float, default=None,
+                        help="peak for MFU, e.g. 989 for an H100/H200 SXM in bf16 (default: a measured matmul)")
     parser.add_argument("--child", choices=list(STEPS), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.memory:
