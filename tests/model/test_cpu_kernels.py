@@ -10,12 +10,15 @@ import sys
 import pytest
 import torch
 import torch.nn.functional as F
+import torch.nn.utils.parametrize
+import torch.nn.utils.prune
 
 from bertkit import model as bm
 from bertkit.config import preset
 from bertkit.model import cpu
 
 pytestmark = pytest.mark.skipif(not cpu._onednn_works(torch.float32), reason="this PyTorch build has no oneDNN")
+needs_bf16 = pytest.mark.skipif(not cpu._onednn_works(torch.bfloat16), reason="oneDNN has no bf16 on this CPU")
 
 HEADS = ["BertModel", "BertForPreTraining", "BertForMaskedLM", "BertForSequenceClassification",
          "BertForTokenClassification", "BertForQuestionAnswering", "BertForMultipleChoice"]
@@ -82,6 +85,7 @@ def test_fused_activations_equal_eager(activation):
     torch.testing.assert_close(_outputs(model, batch)["last_hidden_state"], eager, atol=1e-5, rtol=1e-5)
 
 
+@needs_bf16
 @pytest.mark.parametrize("lengths", [[64, 64], [120, 70, 30]], ids=["full", "padded"])
 def test_bf16_is_as_close_to_fp32_as_eager_bf16(lengths, calls):
     """Sequences of 49-192 tokens take the bmm attention in bf16; the fused path's error against the
@@ -133,6 +137,7 @@ def test_training_and_autograd_keep_the_eager_path(calls):
     assert calls == {"linear": 0, "bmm_attention": 0}
 
 
+@needs_bf16
 @pytest.mark.parametrize("name", ["BertForSequenceClassification", "BertForQuestionAnswering"])
 def test_bf16_autocast_evaluation_is_fused_and_as_close_as_eager(name, calls):
     """Evaluation during training and `bertkit predict` run an fp32 model under bf16 autocast."""
@@ -161,7 +166,14 @@ def test_packed_weights_follow_every_change_of_the_weights():
             expected = _outputs(model, batch)["last_hidden_state"]
         torch.testing.assert_close(_outputs(model, batch)["last_hidden_state"], expected, atol=1e-5, rtol=1e-5)
 
+    def packed() -> list[torch.Tensor]:
+        return [cpu._packed[linear][torch.float32][2] for layer in model.layers
+                for linear in (layer.qkv, layer.attn_out, layer.ffn_in, layer.ffn_out)]
+
     check()  # packs every weight
+    first = packed()
+    check()
+    assert all(a is b for a, b in zip(first, packed(), strict=True))  # the second call reuses them
     with torch.no_grad():  # an in-place update, as an optimizer step does
         for layer in model.layers:
             layer.ffn_in.weight.mul_(1.5)
@@ -181,6 +193,61 @@ def test_environment_variable_turns_the_kernels_off():
     env = {**os.environ, "BERTKIT_CPU_KERNELS": "0"}
     result = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
     assert result.stdout.strip() == "False"
+
+
+@pytest.mark.parametrize("fused", [True, False], ids=["fused-adamw", "for-loop-adamw"])
+def test_evaluation_after_an_optimizer_step_sees_the_new_weights(fused):
+    """PyTorch's fused AdamW does not bump the weights' version: the training forward before the step
+    must drop the packed weights, or the next evaluation runs the old ones."""
+    model, batch = _model(), _batch([9, 5])
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2, fused=fused)
+    for _ in range(2):
+        model.eval()
+        with torch.no_grad():
+            fused_out = model(**batch).last_hidden_state
+            with cpu.disabled():
+                eager_out = model(**batch).last_hidden_state
+        torch.testing.assert_close(fused_out, eager_out, atol=1e-5, rtol=1e-5)
+        model.train()
+        model(**batch).last_hidden_state.pow(2).mean().backward()
+        optimizer.step()
+        optimizer.zero_grad()
+
+
+def test_hooked_pruned_or_parametrized_layers_keep_the_eager_path(calls):
+    model, batch = _model(), _batch([9, 5])
+    seen = []
+    model.layers[0].qkv.register_forward_hook(lambda module, args, out: seen.append(out.shape))
+    torch.nn.utils.prune.l1_unstructured(model.layers[1].ffn_in, "weight", amount=0.5)
+    with torch.no_grad():
+        model.layers[1].ffn_in.weight_orig.mul_(2)  # prune recomputes the weight in a pre-hook
+    torch.nn.utils.parametrize.register_parametrization(model.layers[0].ffn_out, "weight", _Doubled())
+    with cpu.disabled():
+        expected = _outputs(model, batch)["last_hidden_state"]
+    seen.clear()
+    torch.testing.assert_close(_outputs(model, batch)["last_hidden_state"], expected, atol=1e-5, rtol=1e-5)
+    assert len(seen) == 1  # the hook ran
+    assert calls["linear"] == 4 * model.config.num_hidden_layers - 3  # the three hooked layers were eager
+
+
+class _Doubled(torch.nn.Module):
+    def forward(self, weight: torch.Tensor) -> torch.Tensor:
+        return 2 * weight
+
+
+def test_activation_and_residual_together_are_refused():
+    layer, x = torch.nn.Linear(4, 4), torch.randn(2, 4)
+    with torch.no_grad(), pytest.raises(ValueError, match="not both"):
+        cpu.linear(x, layer, "gelu", residual=x)
+
+
+@needs_bf16
+def test_casting_the_model_frees_the_other_dtype_packing():
+    model, batch = _model(), _batch([9, 5])
+    _outputs(model, batch)
+    model.to(torch.bfloat16)
+    _outputs(model, batch)
+    assert all(list(cpu._packed[layer.qkv]) == [torch.bfloat16] for layer in model.layers)
 
 
 def test_model_built_in_inference_mode_runs_fused():

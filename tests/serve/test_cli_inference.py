@@ -80,3 +80,4 @@ def test_extract_in_bf16_is_close_to_fp32(mlm_dir, tmp_path):
     exact, fast = np.load(tmp_path / "fp32.npy"), np.load(tmp_path / "bf16.npy")
     assert exact.shape == fast.shape == (2, 32) and fast.dtype == np.float32
     np.testing.assert_allclose(fast, exact, atol=0.05, rtol=0.05)
+    assert not np.array_equal(fast, exact)  # the encoder really ran in bf16

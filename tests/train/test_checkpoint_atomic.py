@@ -87,6 +87,23 @@ def test_optimizer_state_round_trips_without_pickle(tmp_path):
         assert torch.equal(loaded["state"][0][slot], value), slot
 
 
+def test_resume_keeps_this_runs_fused_optimizer_and_grad_scaler_works(tmp_path):
+    """A checkpoint saved by a non-fused AdamW must not switch the fused one off on resume: its flag would
+    be replaced while torch's grad-scaler support still points at the fused path (an assertion in step)."""
+    parameter = torch.nn.Parameter(torch.randn(3, 2))
+    old = torch.optim.AdamW([parameter], lr=0.1)
+    parameter.grad = torch.randn(3, 2)
+    old.step()
+    ckpt.save_optimizer(old, tmp_path)
+    resumed = torch.optim.AdamW([parameter], lr=0.1, fused=True)
+    ckpt.load_optimizer(resumed, tmp_path)
+    assert resumed.param_groups[0]["fused"] is True and resumed.param_groups[0]["lr"] == 0.1
+    scaler = torch.amp.GradScaler("cpu")
+    resumed.zero_grad()
+    scaler.scale((parameter ** 2).sum()).backward()
+    scaler.step(resumed)  # raised AssertionError when the flag came from the checkpoint
+
+
 def test_rng_state_round_trips():
     ckpt.seed_everything(3)
     state = ckpt.capture_rng_state()

@@ -115,6 +115,8 @@ class BertLayer(nn.Module):
         oneDNN call with a prepacked weight (cpu.py: ~2x faster in fp32 on AMD CPUs); else eager PyTorch."""
         if not self.training and cpu.linear_applies(x, linear, activation):
             return cpu.linear(x, linear, activation, residual)
+        if self.training or torch.is_grad_enabled():
+            cpu.forget(linear)  # an optimizer step may follow: the next inference packs the new weights
         y = linear(x)
         if activation is not None:
             y = ACTIVATIONS[activation](y)

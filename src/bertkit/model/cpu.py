@@ -12,9 +12,12 @@ Design decision: at inference on a CPU, each of the encoder's dense layers is on
 - GELU (exact erf, or tanh) and ReLU are applied in the GEMM's epilogue, and the residual add too,
   so the (N, 4D) intermediate and the sum are not written and read again.
 
-The packed weight is cached per `nn.Linear` and rebuilt whenever the weight changes (in-place
-updates, `load_state_dict`, `.to(dtype)`), so training and inference can interleave. It is a second
-copy of the dense weights (about 170 MB for bert-base in bf16).
+The packed weight is cached per `nn.Linear` and rebuilt whenever the weight changes: in-place
+updates and `load_state_dict` bump its version, `.to(dtype)` and new Parameters give it other memory,
+and any training or autograd forward drops it (an optimizer step may follow; fused optimizers do not
+bump versions). So training and inference can interleave. Writes PyTorch does not count (through
+`.data` or a numpy view) need `forget_all()`. It is a second copy of the dense weights (about 170 MB
+for bert-base in bf16). Layers with hooks (pruning, parametrizations) keep the eager path.
 
 Attention in bf16 uses two batched matrix multiplies around a softmax for sequences of 49-192
 tokens, where PyTorch's CPU flash-attention kernel is slower (same machine, 12 heads of 64, per
@@ -25,8 +28,8 @@ above that range the flash kernel is as fast or faster. In fp32 the flash kernel
 Under bf16 autocast (evaluation during training, `bertkit predict`) the layers compute in bf16 as
 autocast would, from a bf16 packed copy of the weights. Training, other autocast dtypes, CUDA,
 tracing (ONNX export) and torch.compile keep the eager path, which gives the same numbers within
-rounding. `BERTKIT_CPU_KERNELS=0` in the environment, or
-`with cpu.disabled():`, turns all of this off.
+rounding. `BERTKIT_CPU_KERNELS=0` in the environment, or `with cpu.disabled():` (process-wide,
+all threads), turns all of this off.
 """
 
 from __future__ import annotations
@@ -90,11 +93,18 @@ def _inference(x: torch.Tensor) -> bool:
 
 
 def linear_applies(x: torch.Tensor, layer: nn.Linear, activation: str | None = None) -> bool:
-    """Whether `linear` can run this input: the weight has the input's dtype, or bf16 autocast is on."""
+    """Whether `linear` can run this input: the weight has the input's dtype, or bf16 autocast is on, and
+    the layer is a plain nn.Linear without hooks (pruning or parametrizations compute the weight in them)."""
     autocast = torch.is_autocast_enabled("cpu")
-    return (_inference(x) and (activation is None or activation in POST_OPS)
+    return (_inference(x) and (activation is None or activation in POST_OPS) and _plain(layer)
             and (layer.weight.dtype == x.dtype or (autocast and layer.weight.dtype in DTYPES))
             and _onednn_works(torch.bfloat16 if autocast else x.dtype))
+
+
+def _plain(layer: nn.Module) -> bool:
+    module_hooks = torch.nn.modules.module
+    return (type(layer) is nn.Linear and not layer._forward_hooks and not layer._forward_pre_hooks
+            and not module_hooks._global_forward_hooks and not module_hooks._global_forward_pre_hooks)
 
 
 def linear(x: torch.Tensor, layer: nn.Linear, activation: str | None = None,
@@ -103,6 +113,8 @@ def linear(x: torch.Tensor, layer: nn.Linear, activation: str | None = None,
 
     Under bf16 autocast it computes in bf16 like autocast's `F.linear`, and an fp32 residual is added
     outside the call, so the sum is fp32 as in eager autocast."""
+    if activation is not None and residual is not None:
+        raise ValueError("cpu.linear takes an activation or a residual, not both")
     dtype = torch.bfloat16 if torch.is_autocast_enabled("cpu") else x.dtype
     weight = _packed_weight(layer, dtype)
     x = x.to(dtype)
@@ -124,12 +136,31 @@ def _packed_weight(layer: nn.Linear, dtype: torch.dtype) -> torch.Tensor:
         return torch.ops.mkldnn._reorder_linear_weight(weight.to(dtype))
     per_dtype = _packed.setdefault(layer, {})
     cached = per_dtype.get(dtype)
-    if (cached is None or cached[0].data_ptr() != weight.data_ptr() or cached[0].dtype != weight.dtype
-            or cached[0].shape != weight.shape or cached[1] != weight._version):
+    if cached is None or not _current(cached, weight):
+        for other in [d for d, entry in per_dtype.items() if not _current(entry, weight)]:
+            del per_dtype[other]  # e.g. the fp32 packing after `.to(torch.bfloat16)`: free it
         source = weight.detach()
         cached = (source, weight._version, torch.ops.mkldnn._reorder_linear_weight(source.to(dtype)))
         per_dtype[dtype] = cached
     return cached[2]
+
+
+def _current(entry: tuple[torch.Tensor, int, torch.Tensor], weight: torch.Tensor) -> bool:
+    source, version, _ = entry
+    return (source.data_ptr() == weight.data_ptr() and source.dtype == weight.dtype
+            and source.shape == weight.shape and version == weight._version)
+
+
+def forget(layer: nn.Linear) -> None:
+    """Drop the layer's packed weights. Called on every training or autograd forward, since an
+    optimizer step may follow, and PyTorch's fused optimizers do not bump the weights' version."""
+    _packed.pop(layer, None)
+
+
+def forget_all() -> None:
+    """Drop every packed weight: needed after changing weights in a way PyTorch does not count (writes
+    through `.data` or a numpy view) between two inference calls without a training forward."""
+    _packed.clear()
 
 
 def bmm_attention_applies(q: torch.Tensor, mask: torch.Tensor | None, dropout_p: float) -> bool:

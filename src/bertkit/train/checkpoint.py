@@ -174,6 +174,9 @@ def save_optimizer(optimizer: torch.optim.Optimizer, directory: Path) -> None:
     write_json(directory / "optimizer.json", {"param_groups": state["param_groups"], "scalars": scalars})
 
 
+IMPLEMENTATION_FLAGS = ("fused", "foreach", "capturable", "differentiable")  # how a step runs, not what it computes
+
+
 def load_optimizer(optimizer: torch.optim.Optimizer, directory: Path) -> None:
     """Inverse of save_optimizer; tensors are moved to their parameters' devices by torch."""
     meta = read_json(directory / "optimizer.json")
@@ -186,6 +189,12 @@ def load_optimizer(optimizer: torch.optim.Optimizer, directory: Path) -> None:
         state.setdefault(int(index), {})[slot] = value
     groups = [{**group, "betas": tuple(group["betas"])} if "betas" in group else group
               for group in meta["param_groups"]]
+    # The implementation flags stay this run's: a checkpoint from a build without the fused kernel would
+    # otherwise switch it off and leave torch's grad-scaler support flag pointing at the fused path.
+    for saved, current in zip(groups, optimizer.param_groups):
+        for flag in IMPLEMENTATION_FLAGS:
+            if flag in current:
+                saved[flag] = current[flag]
     optimizer.load_state_dict({"state": state, "param_groups": groups})
 
 
