@@ -55,3 +55,33 @@ def test_large_mixed_batch_takes_every_path_with_the_same_ids(lower):
     assert sum(map(len, texts)) >= _CHUNK_PATH_MIN_CHARS
     expected = rust_ids(tok, texts[:800]) + [tok.encode_ids([t])[0] for t in texts[800:]]
     assert tok.encode_ids(texts) == expected
+
+
+FIELDS = ("input_ids", "token_type_ids", "attention_mask", "tokens", "word_ids", "sequence_ids", "offsets")
+
+
+@pytest.mark.parametrize("lower", [True, False])
+@pytest.mark.parametrize("limit", [None, 16], ids=["untruncated", "max_length=16"])
+def test_encode_batch_of_a_large_batch_equals_the_rust_path_in_every_field(lower, limit):
+    """Large batches of single texts take the chunk path for their ASCII texts (model inputs for
+    classification, extraction); every field equals the Rust pipeline's, read one text at a time."""
+    rng = random.Random(1)
+    alphabet = string.ascii_letters + string.digits + string.punctuation + "  \t\n\x01\x7f"
+    texts = ["".join(rng.choice(alphabet) for _ in range(rng.randint(0, 200))) for _ in range(700)]
+    texts += ["", "   ", "x" * 101 + " the", "Café the able", "日本 the"]  # empty, blank, [UNK], non-ASCII
+    tok = TOKENIZERS[lower]
+    assert sum(map(len, texts)) >= _CHUNK_PATH_MIN_CHARS
+    batch = tok.encode_batch(texts, max_length=limit, truncation=limit is not None)
+    assert sum(type(e).__name__ == "_ChunkEncoding" for e in batch) == 703  # all but the two non-ASCII texts
+    for text, encoding in zip(texts, batch, strict=True):
+        alone = tok.encode(text, max_length=limit, truncation=limit is not None)  # a small call: Rust path
+        assert len(encoding) == len(alone)
+        for field in FIELDS:
+            assert getattr(encoding, field) == getattr(alone, field), (text, field)
+
+
+def test_pairs_and_small_batches_keep_the_rust_path():
+    tok = TOKENIZERS[True]
+    texts = ["the able " * 5000, "a b"]
+    assert all(type(e).__name__ == "Encoding" for e in tok.encode_batch(texts, texts))
+    assert all(type(e).__name__ == "Encoding" for e in tok.encode_batch(["the able"] * 10))
