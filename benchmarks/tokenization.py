@@ -7,10 +7,11 @@ data creation uses: `encode_ids` vs `tok(texts, add_special_tokens=False)["input
 inputs truncated to --max-length (`encode_batch` vs `tok(texts, truncation=True, max_length=...)`,
 reading input_ids, token_type_ids and attention_mask). The ids are checked equal before timing.
 
-Design decision: the corpus is not shipped; any UTF-8 text file works. The King James Bible (public
-domain) is what docs/tokenizer.md reports:
+Design decision: any UTF-8 text file works as --corpus. docs/tokenizer.md reports the King James
+Bible that bertkit bundles (public domain), written out to a file:
 
-    apt-get install -y bible-kjv && bible -f "Gen1:1-Rev22:21" > /tmp/kjv.txt
+    python -c "import gzip; from bertkit.assets import kjv_path; \
+               open('/tmp/kjv.txt', 'w').write(gzip.open(kjv_path('corpus.txt.gz'), 'rt').read())"
     RAYON_RS_NUM_CPUS=1 python benchmarks/tokenization.py --corpus /tmp/kjv.txt
 """
 
