@@ -267,3 +267,17 @@ def test_a_build_without_working_kernels_keeps_the_eager_path(monkeypatch, calls
         expected = _outputs(model, batch)["last_hidden_state"]
     torch.testing.assert_close(_outputs(model, batch)["last_hidden_state"], expected, atol=0, rtol=0)
     assert calls["linear"] == 0
+
+
+def test_writes_pytorch_does_not_count_need_forget_all():
+    """The documented limit: a write through `.data` does not bump the version, so the packed weights
+    stay until `forget_all()` (or a training forward) drops them."""
+    model, batch = _model(), _batch([9, 5])
+    before = _outputs(model, batch)["last_hidden_state"]
+    model.layers[0].ffn_in.weight.data.mul_(2)
+    assert torch.equal(_outputs(model, batch)["last_hidden_state"], before)  # still the old packing
+    cpu.forget_all()
+    with cpu.disabled():
+        expected = _outputs(model, batch)["last_hidden_state"]
+    torch.testing.assert_close(_outputs(model, batch)["last_hidden_state"], expected, atol=1e-5, rtol=1e-5)
+    assert not torch.allclose(expected, before)

@@ -32,6 +32,6 @@ def inference_dtype(precision: str) -> torch.dtype:
     return INFERENCE_PRECISIONS[precision]
 
 
-__all__ = ["INFERENCE_PRECISIONS", "inference_dtype", "MODEL_CLASSES", "BertModel", "BertModelOutput", "BertForPreTraining", "BertForMaskedLM",
-           "BertForSequenceClassification", "BertForTokenClassification", "BertForQuestionAnswering",
-           "BertForMultipleChoice", "read_state_dict"]
+__all__ = ["INFERENCE_PRECISIONS", "inference_dtype", "MODEL_CLASSES", "BertModel", "BertModelOutput",
+           "BertForPreTraining", "BertForMaskedLM", "BertForSequenceClassification", "BertForTokenClassification",
+           "BertForQuestionAnswering", "BertForMultipleChoice", "read_state_dict"]

@@ -334,8 +334,8 @@ def load_predictor(directory: str | Path, batch_size: int = 32, precision: str =
     source = str(directory / TASK_FILE)
     if task and "feature_layers" in task:
         raise BertkitError(f"{directory}: a feature-based fine-tuned model (frozen encoder + separate head) "
-                           "is not served (its head lives outside the model class); use `bertkit predict` with it, or serve a "
-                           "model from the default full fine-tuning")
+                           "is not served (its head lives outside the model class); use `bertkit predict` "
+                           "with it, or serve a model from the default full fine-tuning")
     if kind == "classification":
         settings = task or _classification_defaults(config)
         return ClassificationPredictor(_load(directory, "BertForSequenceClassification", dtype), tokenizer,
