@@ -1,10 +1,13 @@
 """`bertkit quickstart` end to end on the bundled corpus with a 0.1-minute budget and a small labelled
 subset: the report, its figures and the comparison exist, every stage's directory loads with the normal
-tools, `--resume` reuses finished stages, and a non-empty output directory is refused."""
+tools, `--resume` reuses finished stages, a non-empty output directory is refused, and Ctrl-C stops the
+whole command (exit 130) while `--resume` finishes it and reports the whole run."""
 
 from __future__ import annotations
 
 import json
+import os
+import signal
 from pathlib import Path
 
 import pytest
@@ -85,3 +88,34 @@ def test_non_empty_output_is_refused(tmp_path, capsys):
 def test_bad_flags(tmp_path, capsys, flags, message):
     assert main(["quickstart", "--output", str(tmp_path / "out"), *flags]) == 2
     assert message in capsys.readouterr().err
+
+
+def test_sigint_stops_the_whole_quickstart_and_resume_reports_the_whole_run(tmp_path, monkeypatch, capsys):
+    import bertkit.tasks.pretraining as pretraining
+
+    real_loss, calls = pretraining.pretraining_loss, {"n": 0}
+
+    def interrupting_loss(model, batch, **options):
+        calls["n"] += 1
+        if calls["n"] == 5:  # Ctrl-C during the fifth pre-training step
+            os.kill(os.getpid(), signal.SIGINT)
+        return real_loss(model, batch, **options)
+
+    output = tmp_path / "qs"
+    args = ["quickstart", "--output", str(output), "--max-steps", "12", "--seeds", "1", "--finetune-epochs", "1",
+            "--train-examples", "60", "--device", "cpu", "--no-baseline"]
+    monkeypatch.setattr(pretraining, "pretraining_loss", interrupting_loss)
+    assert main(args) == 130
+    err = capsys.readouterr().err
+    assert "quickstart stopped by SIGINT while pre-training, at step 5" in err
+    assert err.rstrip().endswith("--no-baseline --resume") and "Traceback" not in err
+    assert not (output / "finetune-pretrained").exists() and not (output / "report.md").exists()
+    first = json.loads((output / "timings.json").read_text())["pretraining_s"]
+    monkeypatch.setattr(pretraining, "pretraining_loss", real_loss)
+    assert main([*args, "--resume"]) == 0
+    summary = json.loads((output / "quickstart.json").read_text(encoding="utf-8"))
+    assert summary["pretraining"]["steps"] == 12  # the whole run: 5 steps, then 7 more
+    assert summary["timings"]["pretraining_s"] > first  # both runs' time
+    report = (output / "report.md").read_text(encoding="utf-8")
+    assert "Pre-training ran 12 steps: below the ~1,000 where a gain appears" in report
+    assert "(--no-baseline)" in report and "| **mean** |" in report and "±" not in report.split("## Fine-tuning")[1]

@@ -4,6 +4,11 @@ Bad files, bad flags, bad requests and bad checkpoints raise `BertkitError` with
 names the file/line/flag and says what to do. The CLI prints the message on one line and exits
 non-zero without a traceback; the server turns it into a 4xx answer. Programming errors (bugs)
 stay ordinary Python exceptions so they keep their traceback.
+
+`Interrupted` is how a command that was stopped by SIGINT/SIGTERM ends: it has saved what it could,
+and the CLI prints its message with the command that continues the run and exits 130 (SIGINT) or 143
+(SIGTERM), so `bertkit pretrain ... && bertkit finetune ...` stops too. It derives from
+KeyboardInterrupt, so no `except Exception` on the way up can swallow it.
 """
 
 from __future__ import annotations
@@ -11,6 +16,19 @@ from __future__ import annotations
 
 class BertkitError(Exception):
     """A user-caused error: its message names the culprit (file, line, flag) and the fix."""
+
+
+class Interrupted(KeyboardInterrupt):
+    """A command stopped by a signal, after saving. `resume_flag` continues it (e.g. '--resume auto')."""
+
+    def __init__(self, message: str, signum: int, resume_flag: str | None = None) -> None:
+        super().__init__(message)
+        self.signum, self.resume_flag = signum, resume_flag
+
+    @property
+    def exit_code(self) -> int:
+        """The shell's convention for death by signal: 128 + its number (SIGINT 130, SIGTERM 143)."""
+        return 128 + self.signum
 
 
 def where(path: object, line: int | None = None) -> str:

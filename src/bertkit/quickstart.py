@@ -5,7 +5,10 @@ Design decision: every stage writes exactly the directory the normal command wou
 (`bertkit tokenizer train`), `data/` (`bertkit data pretraining`), `pretrain/` with `final/`
 (`bertkit pretrain`), `finetune-pretrained/` and `finetune-random/` with `best/` (`bertkit finetune
 classification`) - by calling the same library functions, so each output can be reused by those
-commands, and `resume` skips a stage whose output is complete. The pre-training recipe (`Recipe`
+commands, and `resume` skips a stage whose output is complete and continues an interrupted one (the
+pre-training from its newest checkpoint, the fine-tunings seed by seed). A signal stops the whole command
+(`Interrupted`, exit 130/143) after the running stage has saved; the time spent is accumulated across
+runs in `timings.json`, so a resumed run reports the whole run. The pre-training recipe (`Recipe`
 defaults) is the one measured in docs/quickstart.md: a small vocabulary trained on the corpus, short
 sequences, no dropout, a high peak learning rate with short warmup and linear decay to zero at the time
 budget. Both fine-tunings share one recipe and the same seeds, so their difference is pre-training alone.
@@ -17,14 +20,16 @@ miniature shapes and their fine-tuning learning rates.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import platform
 import random
 import shutil
+import signal
 import statistics
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -32,11 +37,16 @@ from typing import Any
 import torch
 
 from bertkit.assets import kjv_path
-from bertkit.errors import BertkitError
+from bertkit.atomic import write_text_atomic
+from bertkit.errors import BertkitError, Interrupted
 
 MODEL = "bert-mini"
 REPORT_FILE = "report.md"
 SUMMARY_FILE = "quickstart.json"
+TIMINGS_FILE = "timings.json"
+MIN_HELPFUL_STEPS = 1000
+"""Pre-training steps below which the study (docs/quickstart.md) saw no gain: 400 steps were worse than
+random initialisation, 1,500 gave +11 points."""
 PRETRAIN_FIGURE = "pretraining.png"
 FINETUNE_FIGURE = "finetuning.png"
 FILL_MASK_SENTENCES = (
@@ -149,7 +159,7 @@ def prepare_output(cfg: QuickstartConfig) -> None:
 
 def _remove_stage_outputs(output: Path) -> None:
     """Delete what a quickstart writes; refuse directories that do not look like one (user data)."""
-    known = set(STAGE_OUTPUTS) | {REPORT_FILE, SUMMARY_FILE, PRETRAIN_FIGURE, FINETUNE_FIGURE}
+    known = set(STAGE_OUTPUTS) | {REPORT_FILE, SUMMARY_FILE, TIMINGS_FILE, PRETRAIN_FIGURE, FINETUNE_FIGURE}
     foreign = sorted(p.name for p in output.iterdir() if p.name not in known)
     if foreign:
         raise BertkitError(f"--overwrite: {output} holds files a quickstart does not write "
@@ -214,9 +224,9 @@ def pretrain_model(cfg: QuickstartConfig, echo: Echo) -> Path:
         micro_batch_size=recipe.batch_size, learning_rate=recipe.learning_rate, warmup_ratio=recipe.warmup_ratio,
         seed=cfg.seed, eval_every=cfg.eval_every, save_every=max(cfg.eval_every, 200), keep_last=1)
     result = pretrain(settings, train_config)
-    if result.stop_reason != "budget":
-        raise BertkitError(f"pre-training stopped at step {result.step} before its budget; run the same "
-                           "command with --resume to continue")
+    if result.stop_reason == "signal":
+        raise Interrupted(f"quickstart stopped by {signal.Signals(result.signal).name} while pre-training, at "
+                          f"step {result.step}; saved {result.checkpoint}", result.signal, "--resume")
     return final
 
 
@@ -249,9 +259,12 @@ def finetune_model(cfg: QuickstartConfig, model: str, name: str, echo: Echo) -> 
     finetune_config = FinetuneConfig(
         model=model, output=output, tokenizer=str(cfg.output / "vocab"), epochs=recipe.finetune_epochs,
         batch_size=recipe.finetune_batch_size, learning_rate=recipe.finetune_learning_rate, seeds=cfg.seeds,
-        device=cfg.device)
+        device=cfg.device, resume=cfg.resume)  # finished seeds kept, an interrupted one continued
     options = {"text_column": "text", "label_column": "label", "max_seq_length": 128}
-    return run_finetuning("classification", train, [dev, test], finetune_config, options)
+    try:
+        return run_finetuning("classification", train, [dev, test], finetune_config, options)
+    except Interrupted as exc:  # the whole quickstart stops; its own --resume continues it
+        raise Interrupted(f"quickstart stopped: {exc}", exc.signum, "--resume") from None
 
 
 def fill_mask_examples(final: Path, sentences: Sequence[str] = FILL_MASK_SENTENCES, top_k: int = 5
@@ -270,25 +283,24 @@ def fill_mask_examples(final: Path, sentences: Sequence[str] = FILL_MASK_SENTENC
 def run_quickstart(cfg: QuickstartConfig, echo: Echo = print) -> dict[str, Any]:
     """Every stage in order; writes quickstart.json, the figures and report.md; returns the summary."""
     cfg.validate()
+    machine = machine_info()  # before any stage can change the process (threads, device state)
     prepare_output(cfg)
     label_files(cfg)  # a bad --train-examples fails now, not after pre-training
-    timings: dict[str, float] = {}
-    clock = time.perf_counter()
-    tokenizer = train_vocabulary(cfg, echo)
-    build_data(cfg, tokenizer, echo)
-    timings["vocabulary_and_data_s"] = time.perf_counter() - clock
-    clock = time.perf_counter()
-    final = pretrain_model(cfg, echo)
-    timings["pretraining_s"] = time.perf_counter() - clock
-    clock = time.perf_counter()
-    echo(f"[4/5] fine-tuning on the bundled task, seeds {', '.join(map(str, cfg.seeds))}: from the pre-trained "
-         f"model{' and from random initialisation' if cfg.random_baseline else ''}")
-    finetuned = {"pretrained": finetune_model(cfg, str(final), "pretrained", echo)}
-    if cfg.random_baseline:
-        finetuned["random"] = finetune_model(cfg, MODEL, "random", echo)
-    timings["finetuning_s"] = time.perf_counter() - clock
+    timings = StageClock(cfg.output / TIMINGS_FILE)
+    with timings.stage("vocabulary_and_data_s"):
+        tokenizer = train_vocabulary(cfg, echo)
+        build_data(cfg, tokenizer, echo)
+    with timings.stage("pretraining_s"):
+        final = pretrain_model(cfg, echo)
+    runs = "from the pre-trained model" + (" and from random initialisation" if cfg.random_baseline else "")
+    echo(f"[4/5] fine-tuning on the bundled task, {_plural(len(cfg.seeds), 'seed')} "
+         f"{', '.join(map(str, cfg.seeds))}: {runs}")
+    with timings.stage("finetuning_s"):
+        finetuned = {"pretrained": finetune_model(cfg, str(final), "pretrained", echo)}
+        if cfg.random_baseline:
+            finetuned["random"] = finetune_model(cfg, MODEL, "random", echo)
     echo("[5/5] fill-mask examples and report")
-    summary = summarize(cfg, finetuned, fill_mask_examples(final), timings)
+    summary = summarize(cfg, finetuned, fill_mask_examples(final), timings.totals, machine)
     (cfg.output / SUMMARY_FILE).write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
     report = write_report(cfg.output, summary)
     echo(comparison_lines(summary))
@@ -296,8 +308,33 @@ def run_quickstart(cfg: QuickstartConfig, echo: Echo = print) -> dict[str, Any]:
     return summary
 
 
+class StageClock:
+    """Wall time per stage, added up over every run of the same output directory (kept in timings.json,
+    written after each stage, so an interrupted stage's time counts too)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        try:
+            self.totals: dict[str, float] = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            self.totals = {}
+
+    @contextlib.contextmanager
+    def stage(self, name: str) -> Iterator[None]:
+        started = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.totals[name] = self.totals.get(name, 0.0) + time.perf_counter() - started
+            write_text_atomic(self.path, json.dumps(self.totals, indent=2) + "\n")
+
+
+def _plural(count: int, noun: str) -> str:
+    return f"{count} {noun}" + ("" if count == 1 else "s")
+
+
 def summarize(cfg: QuickstartConfig, finetuned: dict[str, dict[str, Any]], fill_mask: list[dict[str, Any]],
-              timings: dict[str, float]) -> dict[str, Any]:
+              timings: dict[str, float], machine: dict[str, Any] | None = None) -> dict[str, Any]:
     """Everything the report shows, as JSON-ready data (quickstart.json)."""
     from bertkit.train.reporting import read_metrics
 
@@ -309,7 +346,7 @@ def summarize(cfg: QuickstartConfig, finetuned: dict[str, dict[str, Any]], fill_
         "config": {**{k: v for k, v in asdict(cfg).items() if k not in ("output", "recipe")},
                    "output": str(cfg.output)},
         "recipe": asdict(cfg.recipe),
-        "machine": machine_info(),
+        "machine": machine or machine_info(),
         "timings": {k: round(v, 1) for k, v in timings.items()},
         "pretraining": {"steps": len(train), "elapsed_s": train[-1]["elapsed_s"] if train else 0.0,
                         "instances": manifest["num_instances"],
@@ -335,13 +372,27 @@ def comparison_lines(summary: dict[str, Any]) -> str:
     """Plain-text lines of the comparison for the terminal."""
     lines = []
     for name, table in summary["finetuning"].items():
-        lines.append(f"{name:>10}: dev accuracy {_pm(table['dev'])}, test accuracy {_pm(table['test'])} "
-                     f"({len(table['seeds'])} seeds)")
-    return "\n".join(lines)
+        seeds = len(table["seeds"])
+        lines.append(f"{name:>10}: dev accuracy {_pm(table['dev'], seeds)}, test accuracy "
+                     f"{_pm(table['test'], seeds)} ({_plural(seeds, 'seed')})")
+    verdict = pretraining_verdict(summary)
+    return "\n".join(lines + ([verdict] if verdict else []))
 
 
-def _pm(stats: dict[str, float]) -> str:
-    return f"{100 * stats['mean']:.1f} ± {100 * stats['std']:.1f}%"
+def _pm(stats: dict[str, float], seeds: int) -> str:
+    """Mean ± sample std over seeds; one seed has no spread to show."""
+    spread = f" ± {100 * stats['std']:.1f}" if seeds > 1 else ""
+    return f"{100 * stats['mean']:.1f}{spread}%"
+
+
+def pretraining_verdict(summary: dict[str, Any]) -> str | None:
+    """A plain sentence when pre-training was too short to be expected to help (None otherwise)."""
+    steps = summary["pretraining"]["steps"]
+    if steps >= MIN_HELPFUL_STEPS:
+        return None
+    return (f"Pre-training ran {_plural(steps, 'step')}: below the ~{MIN_HELPFUL_STEPS:,} where a gain appears "
+            f"(docs/quickstart.md), so the pre-trained model is not expected to beat random initialisation; "
+            f"give it more with --max-steps 2500 (a step budget, however busy the machine) or a larger --minutes.")
 
 
 def machine_info() -> dict[str, Any]:
@@ -437,9 +488,10 @@ def _report_header(summary: dict[str, Any]) -> str:
     machine, timings = summary["machine"], summary["timings"]
     return (f"# bertkit quickstart report\n\n"
             f"{MODEL} pre-trained on the bundled King James Bible, then fine-tuned on the bundled 6-way task "
-            f"\"which part of the Bible is this verse from\" - once from the pre-trained weights and once from "
-            f"random initialisation, with the same recipe and seeds.\n\n"
-            f"Machine: {machine['cpus']} CPUs, {machine['torch_threads']} torch threads, precision "
+            f"\"which part of the Bible is this verse from\" - "
+            + ("once from the pre-trained weights and once from random initialisation, with the same recipe "
+               "and seeds.\n\n" if "random" in summary["finetuning"] else "from the pre-trained weights.\n\n")
+            + f"Machine: {machine['cpus']} CPUs, {machine['torch_threads']} torch threads, precision "
             f"{machine['precision']}, torch {machine['torch']}, Python {machine['python']}"
             f"{', GPU ' + machine['cuda'] if machine['cuda'] else ''}.  \n"
             f"Time: vocabulary + data {timings['vocabulary_and_data_s']:.0f} s, pre-training "
@@ -478,11 +530,13 @@ def _report_finetuning(summary: dict[str, Any]) -> str:
     for seed in seeds:
         cells = [f"{100 * tables[n]['seeds'][seed][split]:.1f}" for n in names for split in ("dev", "test")]
         rows.append(f"| {seed} | " + " | ".join(cells) + " |")
-    rows.append("| **mean ± std** | " + " | ".join(f"**{_pm(tables[n][split])}**" for n in names
-                                                  for split in ("dev", "test")) + " |")
+    label = "**mean ± std**" if len(seeds) > 1 else "**mean**"
+    rows.append(f"| {label} | " + " | ".join(f"**{_pm(tables[n][split], len(seeds))}**" for n in names
+                                             for split in ("dev", "test")) + " |")
     recipe = summary["recipe"]
     train = recipe["train_examples"] or 4000
-    text = (f"## Fine-tuning: pre-trained vs random initialisation\n\n{train:,} labelled training verses, "
+    title = "Fine-tuning: pre-trained vs random initialisation" if "random" in tables else "Fine-tuning"
+    text = (f"## {title}\n\n{train:,} labelled training verses, "
             f"{recipe['finetune_epochs']:g} epochs, lr {recipe['finetune_learning_rate']:g}, batch "
             f"{recipe['finetune_batch_size']}; accuracy (%) at each seed's best dev epoch, test at that epoch "
             f"(dev and test chapters never appear in the pre-training text).\n\n" + "\n".join(rows))
@@ -490,6 +544,11 @@ def _report_finetuning(summary: dict[str, Any]) -> str:
         gain = {s: 100 * (tables["pretrained"][s]["mean"] - tables["random"][s]["mean"]) for s in ("dev", "test")}
         text += (f"\n\nGain from pre-training: {gain['dev']:+.1f} points on dev, {gain['test']:+.1f} points on "
                  f"test (difference of the means).")
+    else:
+        text += "\n\nNo random-initialisation baseline was trained (--no-baseline), so no gain is computed."
+    verdict = pretraining_verdict(summary)
+    if verdict:
+        text += f"\n\n**{verdict}**"
     return text + f"\n\n![fine-tuning curves]({FINETUNE_FIGURE})"
 
 

@@ -1,15 +1,25 @@
-"""Optimizers and schedule: the no-decay rule, the schedule's parity with transformers'
-get_linear_schedule_with_warmup, the time-budget schedule, and LAMB's update against its definition
-(You et al. 2019, Algorithm 2)."""
+"""Optimizers and schedules: the no-decay rule, every schedule's parity with its transformers
+counterpart, the time-budget schedule, and LAMB's update against its definition (You et al. 2019,
+Algorithm 2)."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 from torch import nn
-from transformers import get_linear_schedule_with_warmup
+from transformers import (get_constant_schedule_with_warmup, get_cosine_schedule_with_warmup,
+                          get_inverse_sqrt_schedule, get_linear_schedule_with_warmup)
 
-from bertkit.train.optim import Lamb, build_optimizer, build_schedule, parameter_groups, warmup_linear_decay
+from bertkit.errors import BertkitError
+from bertkit.train.optim import (SCHEDULES, Lamb, build_optimizer, build_schedule, parameter_groups,
+                                 warmup_linear_decay)
+
+REFERENCES = {
+    "linear": lambda opt, warmup, total: get_linear_schedule_with_warmup(opt, warmup, total),
+    "cosine": lambda opt, warmup, total: get_cosine_schedule_with_warmup(opt, warmup, total),
+    "constant-with-warmup": lambda opt, warmup, total: get_constant_schedule_with_warmup(opt, warmup),
+    "inverse-sqrt": lambda opt, warmup, total: get_inverse_sqrt_schedule(opt, warmup),
+}
 
 
 def test_no_decay_on_biases_and_layernorm():
@@ -20,15 +30,26 @@ def test_no_decay_on_biases_and_layernorm():
     assert (decay["weight_decay"], no_decay["weight_decay"]) == (0.01, 0.0)
 
 
+@pytest.mark.parametrize("name", sorted(SCHEDULES))
 @pytest.mark.parametrize("warmup_steps,total", [(0, 10), (3, 10), (10, 40)])
-def test_step_schedule_matches_transformers(warmup_steps, total):
+def test_step_schedule_matches_transformers(name, warmup_steps, total):
+    if name == "inverse-sqrt" and warmup_steps == 0:
+        pytest.skip("inverse-sqrt needs a warmup (tested below)")
     ours = torch.optim.SGD([nn.Parameter(torch.zeros(1))], lr=1e-3)
     theirs = torch.optim.SGD([nn.Parameter(torch.zeros(1))], lr=1e-3)
-    schedule = build_schedule(ours, lambda step: step / total, warmup_steps / total)
-    reference = get_linear_schedule_with_warmup(theirs, warmup_steps, total)
+    schedule = build_schedule(ours, lambda step: step / total, warmup_steps / total, name)
+    reference = REFERENCES[name](theirs, warmup_steps, total)
     for _ in range(total):
-        assert schedule.get_last_lr()[0] == pytest.approx(reference.get_last_lr()[0], abs=1e-15)
+        assert schedule.get_last_lr()[0] == pytest.approx(reference.get_last_lr()[0], abs=1e-12)
         ours.step(), theirs.step(), schedule.step(), reference.step()
+
+
+def test_unknown_schedule_and_inverse_sqrt_without_warmup_are_user_errors():
+    optimizer = torch.optim.SGD([nn.Parameter(torch.zeros(1))], lr=1e-3)
+    with pytest.raises(BertkitError, match="--lr-schedule 'step'"):
+        build_schedule(optimizer, lambda step: step / 10, 0.1, "step")
+    with pytest.raises(BertkitError, match="inverse-sqrt .*warmup"):
+        build_schedule(optimizer, lambda step: step / 10, 0.0, "inverse-sqrt")
 
 
 def test_time_schedule_follows_elapsed_fraction():

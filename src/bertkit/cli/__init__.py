@@ -3,17 +3,23 @@
 Design decision: subcommands are imported lazily, only when invoked, so `bertkit --help` answers
 without importing torch, and each command group lives in its own module (`bertkit/cli/<name>.py`)
 that only parses flags and calls library functions. A `BertkitError` raised anywhere below is
-printed as one line on stderr with exit status 2, never as a traceback.
+printed as one line on stderr with exit status 2, never as a traceback. SIGINT and SIGTERM stop a
+command as a whole: long runs save and raise `Interrupted`, which is printed with the command line
+that continues the run; elsewhere the command just stops. Either way the exit status is 130 (SIGINT)
+or 143 (SIGTERM), as a shell reports death by those signals, so `a && b` does not go on to b.
 """
 
 from __future__ import annotations
 
 import importlib
+import shlex
+import signal
 import sys
+from typing import Any
 
 import click
 
-from bertkit.errors import BertkitError
+from bertkit.errors import BertkitError, Interrupted
 
 # name -> "module:attribute" of a click command or group.
 COMMANDS: dict[str, str] = {
@@ -75,20 +81,53 @@ def cli() -> None:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the `bertkit` console script."""
+    argv = sys.argv[1:] if argv is None else list(argv)
+    previous = _stop_on_sigterm()
     try:
         cli.main(args=argv, prog_name="bertkit", standalone_mode=False)
     except BertkitError as exc:
         click.echo(f"bertkit: error: {exc}", err=True)
         return 2
-    except click.exceptions.Abort:
-        click.echo("bertkit: aborted", err=True)
-        return 130
+    except (click.exceptions.Abort, KeyboardInterrupt) as exc:
+        return _interrupted(exc, argv)
     except click.ClickException as exc:
         exc.show()
         return exc.exit_code
     except click.exceptions.Exit as exc:
         return exc.exit_code
+    finally:
+        _restore_sigterm(previous)
     return 0
+
+
+def _stop_on_sigterm() -> Any:
+    """SIGTERM stops the command like Ctrl-C does (the training loop installs its own saving handler)."""
+    def stop(signum: int, frame: Any) -> None:
+        raise Interrupted("stopped by SIGTERM", signum)
+    try:
+        return signal.signal(signal.SIGTERM, stop)
+    except ValueError:  # not the main thread (e.g. called from a test's worker thread)
+        return None
+
+
+def _restore_sigterm(previous: Any) -> None:
+    if previous is not None:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _interrupted(exc: BaseException, argv: list[str]) -> int:
+    """Print why the command stopped and how to continue it; return 128 + the signal's number."""
+    cause = exc if isinstance(exc, Interrupted) else exc.__cause__ or exc.__context__  # click wraps it in Abort
+    if not isinstance(cause, Interrupted):
+        click.echo("bertkit: interrupted (SIGINT)", err=True)
+        return 128 + signal.SIGINT
+    message = f"bertkit: {cause}"
+    if cause.resume_flag:
+        flag = cause.resume_flag.split()[0]
+        continued = argv if flag in argv else [*argv, *cause.resume_flag.split()]
+        message += f"\ncontinue with: {shlex.join(['bertkit', *continued])}"
+    click.echo(message, err=True)
+    return cause.exit_code
 
 
 if __name__ == "__main__":

@@ -17,6 +17,10 @@ import click
 
 from bertkit.errors import BertkitError
 
+# The names of bertkit.train.optim.SCHEDULES, repeated so that --help does not import torch (a test
+# checks that the two agree).
+SCHEDULE_NAMES = ("linear", "cosine", "constant-with-warmup", "inverse-sqrt")
+
 
 def _int_list(value: str, flag: str) -> tuple[int, ...]:
     try:
@@ -41,13 +45,22 @@ def _common(max_seq_length: int) -> Callable[[Callable], Callable]:
         click.option("--max-seq-length", default=max_seq_length, show_default=True, type=int,
                      help="Longest input in tokens, [CLS]/[SEP] included."),
         click.option("--epochs", default=3.0, show_default=True, type=float, help="Passes over the training data."),
+        click.option("--max-steps", default=None, type=int,
+                     help="Optimizer steps per seed instead of --epochs (overrides it) [default: off]."),
+        click.option("--eval-every", default=None, type=int,
+                     help="Evaluate on dev every N optimizer steps [default: at the end of every epoch]."),
+        click.option("--save-every", default=None, type=int,
+                     help="Write a resumable checkpoint every N steps [default: at every evaluation]."),
         click.option("--batch-size", default=32, show_default=True, type=int, help="Examples per optimizer step."),
         click.option("--gradient-accumulation-steps", default=1, show_default=True, type=int,
                      help="Micro-batches per optimizer step (batch size must be a multiple)."),
         click.option("--learning-rate", default=2e-5, show_default=True, type=float,
                      help="Peak AdamW learning rate (the paper searches 5e-5, 3e-5, 2e-5)."),
         click.option("--warmup-ratio", default=0.1, show_default=True, type=float,
-                     help="Fraction of steps of linear warmup before linear decay to 0."),
+                     help="Fraction of steps of linear warmup before the decay."),
+        click.option("--lr-schedule", default="linear", show_default=True, type=click.Choice(list(SCHEDULE_NAMES)),
+                     help="Learning rate after the warmup: linear or cosine decay to 0, constant, or inverse "
+                          "square root."),
         click.option("--weight-decay", default=0.01, show_default=True, type=float,
                      help="AdamW weight decay (not on biases and LayerNorm)."),
         click.option("--dropout", default=0.1, show_default=True, type=float, help="Dropout in the encoder and before the head."),
@@ -70,6 +83,10 @@ def _common(max_seq_length: int) -> Callable[[Callable], Callable]:
         click.option("--compile", "compile_layers", is_flag=True,
                      help="torch.compile the encoder layers (~30-60 s of compilation per seed); measured faster on "
                           "shared CPU cores, no gain on idle ones (docs/performance.md)."),
+        click.option("--resume", type=click.Choice(["auto"]), default=None,
+                     help="auto: continue the run in --output (finished seeds are kept, an interrupted seed "
+                          "resumes from its checkpoint, bit-exact on CPU)."),
+        click.option("--overwrite", is_flag=True, help="Delete an earlier fine-tuning run in --output first."),
     ]
 
     def decorate(function: Callable) -> Callable:
@@ -88,11 +105,12 @@ def _run(kind: str, common: dict[str, Any], task_options: dict[str, Any]) -> Non
         model=common.pop("model"), tokenizer=common.pop("tokenizer"), output=Path(common.pop("output")),
         seeds=_int_list(common.pop("seeds"), "--seeds"),
         feature_layers=_int_list(feature_layers, "--feature-layers") if feature_layers else None, **{
-            k: common.pop(k) for k in ("epochs", "batch_size", "gradient_accumulation_steps", "learning_rate",
-                                       "warmup_ratio", "weight_decay", "dropout", "precision",
+            k: common.pop(k) for k in ("epochs", "max_steps", "eval_every", "save_every", "batch_size",
+                                       "gradient_accumulation_steps", "learning_rate", "warmup_ratio",
+                                       "lr_schedule", "weight_decay", "dropout", "precision",
                                        "early_stopping_patience", "freeze_encoder", "feature_combine",
-                                       "eval_batch_size", "device", "group_by_length")},
-        compile=common.pop("compile_layers"))
+                                       "eval_batch_size", "device", "group_by_length", "overwrite")},
+        compile=common.pop("compile_layers"), resume=common.pop("resume") == "auto")
     train, devs = common.pop("train_file"), list(common.pop("dev_files"))
     results = run_finetuning(kind, train, devs, cfg, {**task_options, "max_seq_length": common.pop("max_seq_length")})
     _print_summary(results, cfg.output)
@@ -101,10 +119,11 @@ def _run(kind: str, common: dict[str, Any], task_options: dict[str, Any]) -> Non
 def _print_summary(results: dict[str, Any], output: Path) -> None:
     for seed, metrics in results["seeds"].items():
         shown = ", ".join(f"{k} {v:.4f}" for k, v in metrics.items() if k != "step" and isinstance(v, float))
-        click.echo(f"seed {seed}: {shown}")
-    for name, stats in results["summary"].items():
-        click.echo(f"{name}: mean {stats['mean']:.4f} ± {stats['std']:.4f}, best {stats['max']:.4f} "
-                   f"(seed {results['best_seed']})")
+        click.echo(f"seed {seed}: {shown} (step {metrics['step']})")
+    if len(results["seeds"]) > 1:
+        for name, stats in results["summary"].items():
+            click.echo(f"{name}: mean {stats['mean']:.4f} ± {stats['std']:.4f} over {len(results['seeds'])} "
+                       f"seeds, best {stats['max']:.4f} (seed {results['best_seed']})")
     for key in ("truncated_train_examples", "truncated_dev_examples"):
         if results.get(key):
             click.echo(f"{key.replace('_', ' ')}: {results[key]} (longer than --max-seq-length)")

@@ -10,10 +10,13 @@ from __future__ import annotations
 
 import logging
 import re
+import signal
+from pathlib import Path
 
 import click
 
-from bertkit.errors import BertkitError
+from bertkit.cli.finetune import SCHEDULE_NAMES
+from bertkit.errors import BertkitError, Interrupted
 
 _DURATION = re.compile(r"^(?:(\d+(?:\.\d+)?)h)?(?:(\d+(?:\.\d+)?)m)?(?:(\d+(?:\.\d+)?)s)?$")
 
@@ -48,6 +51,9 @@ def parse_duration(text: str) -> float:
 @click.option("--warmup-steps", default=None, type=int, help="Linear warmup steps [default: --warmup-ratio of --max-steps].")
 @click.option("--warmup-ratio", default=0.01, show_default=True, type=float,
               help="Warmup as a fraction of the budget (of the time under --max-time alone).")
+@click.option("--lr-schedule", default="linear", show_default=True, type=click.Choice(list(SCHEDULE_NAMES)),
+              help="Learning rate after the warmup: linear or cosine decay to 0 at the end of the budget, "
+                   "constant, or inverse square root.")
 @click.option("--weight-decay", default=0.01, show_default=True, type=float, help="Weight decay (not on biases and LayerNorm).")
 @click.option("--max-grad-norm", default=1.0, show_default=True, type=float, help="Gradient clipping norm (0: no clipping).")
 @click.option("--optimizer", default="adamw", show_default=True, type=click.Choice(["adamw", "lamb"]),
@@ -90,13 +96,14 @@ def pretrain(**flags) -> None:
         max_time_s=parse_duration(flags["max_time"]) if flags["max_time"] is not None else None,
         micro_batch_size=flags["batch_size"], gradient_accumulation_steps=flags["gradient_accumulation_steps"],
         learning_rate=flags["learning_rate"], warmup_steps=flags["warmup_steps"],
-        warmup_ratio=flags["warmup_ratio"], weight_decay=flags["weight_decay"],
+        warmup_ratio=flags["warmup_ratio"], lr_schedule=flags["lr_schedule"], weight_decay=flags["weight_decay"],
         max_grad_norm=flags["max_grad_norm"], optimizer=flags["optimizer"], precision=flags["precision"],
         seed=flags["seed"], num_workers=flags["num_workers"], log_every=flags["log_every"],
         eval_every=flags["eval_every"], save_every=flags["save_every"], keep_last=flags["keep_last"])
     result = run_pretraining(settings, config)
     if result.stop_reason == "signal":
-        click.echo(f"stopped at step {result.step}; checkpoint {result.checkpoint}; continue with --resume auto")
-    elif result.checkpoint is not None:
+        raise Interrupted(f"pre-training stopped by {signal.Signals(result.signal).name} at step {result.step}; "
+                          f"saved {result.checkpoint}", result.signal, "--resume auto")
+    if result.checkpoint is not None:
         click.echo(f"done: {result.step} steps ({result.skipped_steps} skipped as non-finite); "
-                   f"model in {flags['output']}/final")
+                   f"model in {Path(flags['output']) / 'final'}")

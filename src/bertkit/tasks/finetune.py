@@ -7,11 +7,14 @@ A task object (`ClassificationTask`, `TaggingTask`, `SquadTask`, `MultipleChoice
 `metric_names` (the first selects the best checkpoint); this module does everything else through
 `bertkit.train.loop.fit`.
 
-Design decision: one fine-tuning run per seed, each evaluated on dev at the end of every epoch; only the
-best epoch of the best seed is kept as `OUTPUT/best` (a directory that `predict`, `evaluate` and the
-server load with nothing else: config.json with id2label, model.safetensors, vocab.txt,
-tokenizer_config.json and bertkit_task.json with every task setting). The loop's resumable checkpoints
-are deleted once a seed finishes, since a fine-tuning run's result is its best epoch.
+Design decision: one fine-tuning run per seed, each evaluated on dev at the end of every epoch (or every
+`eval_every` steps); only the best evaluation of the best seed is kept as `OUTPUT/best` (a directory that
+`predict`, `evaluate` and the server load with nothing else: config.json with id2label,
+model.safetensors, vocab.txt, tokenizer_config.json and bertkit_task.json with every task setting).
+A seed keeps the loop's resumable checkpoints in `OUTPUT/seed-N/checkpoints` until it finishes, so an
+interrupted run continues with `resume="auto"` exactly where it stopped (bit-identical losses on CPU); a
+finished seed is marked by `seed-N/seed_results.json` and is never trained again, and its checkpoints
+are then deleted, since a fine-tuning run's result is its best evaluation.
 
 The feature-based approach (paper section 5.3): `freeze_encoder` trains only the head; with
 `feature_layers` the head reads a combination (concat, sum or mean) of the chosen layers' hidden states
@@ -27,6 +30,7 @@ import json
 import logging
 import os
 import shutil
+import signal
 import statistics
 from dataclasses import dataclass
 from pathlib import Path
@@ -39,7 +43,7 @@ from torch import nn
 
 from bertkit.atomic import replace_directory, write_file_atomic, write_text_atomic
 from bertkit.config import PRESETS, preset
-from bertkit.errors import BertkitError
+from bertkit.errors import BertkitError, Interrupted
 from bertkit.model import BertModel
 from bertkit.model.heads import ClassifierOutput, QuestionAnsweringOutput
 from bertkit.data.conll import read_conll
@@ -49,9 +53,10 @@ from bertkit.tasks.multiple_choice import MultipleChoiceSettings, MultipleChoice
 from bertkit.tasks.squad import SquadSettings, SquadTask
 from bertkit.tasks.tagging import TaggingSettings, TaggingTask, labels_from
 from bertkit.tokenizer import WordPieceTokenizer
+from bertkit.train.batches import count_steps_per_epoch
 from bertkit.train.checkpoint import seed_everything
 from bertkit.train.distributed import DistributedContext, resolve_device
-from bertkit.train.loop import TrainConfig, fit, resolve_precision
+from bertkit.train.loop import FitResult, TrainConfig, fit, resolve_precision
 
 log = logging.getLogger(__name__)
 
@@ -59,6 +64,8 @@ TASK_CLASSES = {cls.kind: cls for cls in (ClassificationTask, TaggingTask, Squad
 TASK_FILE = "bertkit_task.json"
 FEATURE_HEAD_FILE = "feature_head.safetensors"
 RESULTS_FILE = "eval_results.json"
+SEED_DONE_FILE = "seed_results.json"
+RUN_FILE = "finetune_run.json"
 MODEL_KEYS = ("input_ids", "token_type_ids", "attention_mask", "labels", "start_positions", "end_positions")
 COMBINES = ("concat", "sum", "mean")
 
@@ -73,11 +80,19 @@ class FinetuneConfig:
     tokenizer: str | None = None
     """Directory with vocab.txt; default: the --model directory."""
     epochs: float = 3.0
+    max_steps: int | None = None
+    """Optimizer steps per seed instead of `epochs` (it overrides them, as in transformers' Trainer)."""
+    eval_every: int | None = None
+    """Evaluate on dev every this many steps; None: at the end of every epoch."""
+    save_every: int | None = None
+    """Write a resumable checkpoint every this many steps; None: at every evaluation."""
     batch_size: int = 32
     """Examples per optimizer step (split into gradient_accumulation_steps micro-batches)."""
     gradient_accumulation_steps: int = 1
     learning_rate: float = 2e-5
     warmup_ratio: float = 0.1
+    lr_schedule: str = "linear"
+    """linear, cosine, constant-with-warmup or inverse-sqrt (after the warmup)."""
     weight_decay: float = 0.01
     dropout: float = 0.1
     precision: str = "auto"
@@ -95,6 +110,10 @@ class FinetuneConfig:
     """Batch training examples of similar length together (shuffled batches; less padding, same recipe)."""
     compile: bool = False
     """torch.compile the encoder layers (faster steps after ~30-60 s of compilation per seed)."""
+    resume: bool = False
+    """Continue the run in `output`: finished seeds are kept, an interrupted one resumes from its checkpoint."""
+    overwrite: bool = False
+    """Delete an earlier fine-tuning run in `output` first (otherwise a non-empty output is refused)."""
 
 
 # --- batches and inference ------------------------------------------------------------------------
@@ -282,10 +301,6 @@ def load_finetuned(directory: str | Path, device: torch.device) -> tuple[Any, nn
 
 # --- training ----------------------------------------------------------------------------------------
 
-class _EarlyStop(Exception):
-    """Raised from the evaluation hook to end a seed's training early (caught here, never escapes)."""
-
-
 @dataclass
 class DevSet:
     name: str
@@ -295,16 +310,12 @@ class DevSet:
 
 
 class _SeedRun:
-    """One seed: evaluation every epoch, best-epoch saving, early stopping."""
+    """One seed's evaluation hook and best-evaluation saving (the loop tracks the best and early stopping)."""
 
     def __init__(self, task: Any, tokenizer: WordPieceTokenizer, dev_sets: list[DevSet], cfg: FinetuneConfig,
                  directory: Path, device: torch.device) -> None:
         self.task, self.tokenizer, self.dev_sets, self.cfg = task, tokenizer, dev_sets, cfg
         self.directory, self.device = directory, device
-        self.main_metric = task.metric_names[0]
-        self.best: float | None = None
-        self.best_metrics: dict[str, float] = {}
-        self.evals_since_best = 0
         self.latest: list[tuple[DevSet, Any]] = []
 
     def evaluate(self, model: nn.Module) -> dict[str, float]:
@@ -319,26 +330,13 @@ class _SeedRun:
             scores = self.task.score(dev.examples, decoded)
             metrics.update({(f"{dev.name}_{k}" if dev.name else k): float(v) for k, v in scores.items()})
             self.latest.append((dev, decoded))
-        self._early_stopping(metrics)
         return metrics
 
-    def _early_stopping(self, metrics: dict[str, float]) -> None:
-        value = metrics[self.main_metric]
-        if self.best is None or value > self.best:
-            self.evals_since_best = 0
-            return
-        self.evals_since_best += 1
-        patience = self.cfg.early_stopping_patience
-        if patience is not None and self.evals_since_best >= patience:
-            log.info("early stopping: %s has not improved for %d evaluations", self.main_metric, patience)
-            raise _EarlyStop
-
     def on_best(self, model: nn.Module, step: int, metrics: dict[str, float]) -> None:
-        self.best, self.best_metrics = metrics[self.main_metric], {**metrics, "step": step}
         save_finetuned(model, self.task, self.tokenizer, self.directory / "best")
         for dev, decoded in self.latest:
             self.task.write_predictions(dev.examples, decoded, self.directory, f"{dev.name}_" if dev.name else "")
-        write_results(self.directory / RESULTS_FILE, self.best_metrics)
+        write_results(self.directory / RESULTS_FILE, {**metrics, "step": step})
 
 
 def write_results(path: Path, results: dict[str, Any]) -> None:
@@ -346,84 +344,171 @@ def write_results(path: Path, results: dict[str, Any]) -> None:
 
 
 def _train_config(cfg: FinetuneConfig, seed: int, precision: str, num_train: int, main_metric: str) -> TrainConfig:
-    """The loop's settings: the epoch budget, and an evaluation at the end of every epoch."""
+    """The loop's settings: the epoch (or step) budget, evaluation every epoch unless told otherwise."""
     if cfg.batch_size % cfg.gradient_accumulation_steps:
         raise BertkitError(f"--batch-size {cfg.batch_size} must be a multiple of --gradient-accumulation-steps "
                            f"{cfg.gradient_accumulation_steps}")
     micro = cfg.batch_size // cfg.gradient_accumulation_steps
-    # The loop counts epochs in optimizer steps exactly this way (a too-small tail batch is skipped).
-    full, tail = divmod(num_train, cfg.batch_size)
-    steps_per_epoch = max(1, full + (tail >= cfg.gradient_accumulation_steps))
-    return TrainConfig(num_epochs=cfg.epochs, micro_batch_size=micro,
-                       gradient_accumulation_steps=cfg.gradient_accumulation_steps, learning_rate=cfg.learning_rate,
-                       warmup_ratio=cfg.warmup_ratio, weight_decay=cfg.weight_decay, precision=precision,
-                       seed=seed, eval_every=steps_per_epoch, save_every=None, keep_last=1,
-                       log_every=max(1, steps_per_epoch // 10), best_metric=main_metric)
+    steps_per_epoch = max(1, count_steps_per_epoch(num_train, cfg.batch_size, cfg.gradient_accumulation_steps))
+    eval_every = cfg.eval_every or steps_per_epoch
+    return TrainConfig(num_epochs=None if cfg.max_steps else cfg.epochs, max_steps=cfg.max_steps,
+                       micro_batch_size=micro, gradient_accumulation_steps=cfg.gradient_accumulation_steps,
+                       learning_rate=cfg.learning_rate, warmup_ratio=cfg.warmup_ratio,
+                       lr_schedule=cfg.lr_schedule, weight_decay=cfg.weight_decay, precision=precision,
+                       seed=seed, eval_every=eval_every, save_every=cfg.save_every or eval_every, keep_last=1,
+                       log_every=max(1, min(eval_every, steps_per_epoch) // 10), best_metric=main_metric,
+                       early_stopping_patience=cfg.early_stopping_patience)
 
 
 def _train_seed(task: Any, cfg: FinetuneConfig, tokenizer: WordPieceTokenizer, train_features: list[dict],
                 dev_sets: list[DevSet], seed: int, device: torch.device, max_seq_length: int) -> dict[str, float]:
+    """Train one seed (continuing its checkpoint when resuming); its best dev metrics with their step."""
     directory = cfg.output / f"seed-{seed}"
-    shutil.rmtree(directory, ignore_errors=True)  # a seed's run always starts fresh
-    directory.mkdir(parents=True)
+    resuming = cfg.resume and any((directory / "checkpoints").glob("step-*"))
+    if not resuming:
+        shutil.rmtree(directory, ignore_errors=True)  # a partial seed without a checkpoint starts fresh
+    directory.mkdir(parents=True, exist_ok=True)
     seed_everything(seed)  # the head's initialisation depends on the seed too
     model = build_model(task, cfg, tokenizer, max_seq_length)
     precision = resolve_precision(cfg.precision, device)
     run = _SeedRun(task, tokenizer, dev_sets, cfg, directory, device)
-    config = _train_config(cfg, seed, precision, len(train_features), run.main_metric)
-    steps_per_epoch = config.eval_every
-    log.info("seed %d: %d steps per epoch, precision %s", seed, steps_per_epoch, precision)
-    try:
-        fit(model, task.loss, train_features, config, directory,
-            collate_fn=lambda items: collate(items, tokenizer.pad_token_id), eval_fn=run.evaluate,
-            on_best=run.on_best, ctx=DistributedContext(device=device),
-            lengths=[feature_length(f) for f in train_features] if cfg.group_by_length else None)
-    except _EarlyStop:
-        pass
-    shutil.rmtree(directory / "checkpoints", ignore_errors=True)  # the result is the best epoch, kept in best/
-    if not run.best_metrics:
-        raise BertkitError(f"seed {seed}: no evaluation produced a finite {run.main_metric}; "
+    config = _train_config(cfg, seed, precision, len(train_features), task.metric_names[0])
+    log.info("seed %d: evaluation every %d steps, precision %s%s", seed, config.eval_every, precision,
+             ", resuming" if resuming else "")
+    result = fit(model, task.loss, train_features, config, directory,
+                 collate_fn=lambda items: collate(items, tokenizer.pad_token_id), eval_fn=run.evaluate,
+                 on_best=run.on_best, ctx=DistributedContext(device=device), resume="auto" if resuming else None,
+                 lengths=[feature_length(f) for f in train_features] if cfg.group_by_length else None)
+    if result.stop_reason == "signal":
+        raise _interrupted(result, f"fine-tuning seed {seed}", directory)
+    if result.best is None:
+        raise BertkitError(f"seed {seed}: no evaluation produced a finite {task.metric_names[0]}; "
                            "check the dev file and the learning rate")
-    return run.best_metrics
+    return {**result.best["metrics"], "step": result.best["step"]}
+
+
+def _interrupted(result: FitResult, what: str, directory: Path) -> Interrupted:
+    saved = f"saved {result.checkpoint}" if result.checkpoint else f"the newest checkpoint in {directory} is kept"
+    return Interrupted(f"{what} stopped by {signal.Signals(result.signal).name} at step {result.step}; {saved}",
+                       result.signal, "--resume auto")
 
 
 def finetune(task: Any, cfg: FinetuneConfig, tokenizer: WordPieceTokenizer, train_examples: list,
              dev_sets: list[tuple[str, list]], report: dict[str, Any]) -> dict[str, Any]:
-    """Fine-tune once per seed; keep the best seed's best epoch in OUTPUT/best; write eval_results.json.
+    """Fine-tune once per seed; keep the best seed's best evaluation in OUTPUT/best; write eval_results.json.
 
     `dev_sets` are (name, examples) with '' naming the first (selection) set; `report` holds counts of
-    skipped/truncated inputs, written into eval_results.json.
+    skipped/truncated inputs, written into eval_results.json. With `cfg.resume`, seeds finished earlier
+    are read back and an interrupted seed continues from its checkpoint.
     """
     device = resolve_device(cfg.device)
-    cfg.output.mkdir(parents=True, exist_ok=True)
+    prepare_output(cfg)
     train_features = task.features(train_examples, tokenizer, training=True)
     report["truncated_train_examples"] = getattr(task, "last_truncated", 0)
     sets = [DevSet(name, examples, task.features(examples, tokenizer)) for name, examples in dev_sets]
     report["truncated_dev_examples"] = getattr(task, "last_truncated", 0)
-    max_seq_length = task.settings.max_seq_length
+    main = task.metric_names[0]
     per_seed: dict[int, dict[str, float]] = {}
-    best_seed = None
     for seed in cfg.seeds:
-        per_seed[seed] = _train_seed(task, cfg, tokenizer, train_features, sets, seed, device, max_seq_length)
-        main = task.metric_names[0]
-        log.info("seed %d: best %s = %.4f", seed, main, per_seed[seed][main])
-        if best_seed is None or per_seed[seed][main] > per_seed[best_seed][main]:
-            best_seed = seed
-            _promote(cfg.output, cfg.output / f"seed-{seed}")
+        seed_dir = cfg.output / f"seed-{seed}"
+        finished = _finished_seed(seed_dir) if cfg.resume else None
+        if finished is None:
+            finished = _train_seed(task, cfg, tokenizer, train_features, sets, seed, device,
+                                   task.settings.max_seq_length)
+            write_results(seed_dir / SEED_DONE_FILE, finished)
+            log.info("seed %d: best %s = %.4f", seed, main, finished[main])
         else:
-            shutil.rmtree(cfg.output / f"seed-{seed}" / "best", ignore_errors=True)
+            log.info("seed %d: finished earlier, best %s = %.4f (kept)", seed, main, finished[main])
+        shutil.rmtree(seed_dir / "checkpoints", ignore_errors=True)
+        per_seed[seed] = finished
+        _keep_best_seed(cfg.output, per_seed, seed, main)
+    best_seed = max(per_seed, key=lambda s: per_seed[s][main])  # the first of equals, in seed order
     results = {**per_seed[best_seed], "best_seed": best_seed, "seeds": {str(s): m for s, m in per_seed.items()},
                "summary": _summary(per_seed, task.metric_names), **report}
     write_results(cfg.output / RESULTS_FILE, results)
     return results
 
 
+def prepare_output(cfg: FinetuneConfig) -> None:
+    """Create --output; a non-empty one needs --resume auto (continue) or --overwrite (start over)."""
+    output = cfg.output
+    if output.exists() and not output.is_dir():
+        raise BertkitError(f"--output {output} is a file; give a directory")
+    if cfg.resume and cfg.overwrite:
+        raise BertkitError("--resume and --overwrite contradict each other; pick one")
+    if output.is_dir() and any(output.iterdir()) and not cfg.resume:
+        if not cfg.overwrite:
+            raise BertkitError(f"--output {output} is not empty; pass --resume auto to continue the run in it, "
+                               "--overwrite to start over, or choose another directory")
+        _remove_run(output)
+    output.mkdir(parents=True, exist_ok=True)
+    _check_same_run(cfg)
+
+
+def _remove_run(output: Path) -> None:
+    """Delete an earlier fine-tuning run; refuse a directory holding anything a run does not write."""
+    def ours(path: Path) -> bool:
+        return (path.name in ("best", RESULTS_FILE, RUN_FILE, "tensorboard") or path.name.startswith("seed-")
+                or "predictions" in path.name or path.name.endswith("null_odds.json"))
+    foreign = sorted(p.name for p in output.iterdir() if not ours(p))
+    if foreign:
+        raise BertkitError(f"--overwrite: {output} holds files fine-tuning does not write ({', '.join(foreign[:5])}); "
+                           "remove them yourself or choose another --output")
+    for path in output.iterdir():
+        shutil.rmtree(path) if path.is_dir() else path.unlink()
+
+
+# Settings a resumed run must share with the run it continues (others, e.g. --device, may change).
+_RUN_KEYS = ("model", "tokenizer", "epochs", "max_steps", "eval_every", "batch_size", "gradient_accumulation_steps",
+             "learning_rate", "warmup_ratio", "lr_schedule", "weight_decay", "dropout", "freeze_encoder",
+             "feature_layers", "feature_combine", "group_by_length", "early_stopping_patience")
+
+
+def _check_same_run(cfg: FinetuneConfig) -> None:
+    """Record the run's settings; on resume, refuse settings that differ from the interrupted run's."""
+    path = cfg.output / RUN_FILE
+    settings = json.loads(json.dumps({key: getattr(cfg, key) for key in _RUN_KEYS}))  # tuples as lists
+    if cfg.resume and path.is_file():
+        try:
+            earlier = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, json.JSONDecodeError) as exc:
+            raise BertkitError(f"{path}: unreadable ({exc}); start over with --overwrite") from None
+        changed = [k for k in _RUN_KEYS if k in earlier and earlier[k] != settings[k]]
+        if changed:
+            details = ", ".join(f"{k}: {earlier[k]!r} then, {settings[k]!r} now" for k in changed)
+            raise BertkitError(f"--resume: the run in {cfg.output} used other settings ({details}); resume "
+                               "with the same flags, or start over with --overwrite")
+    write_text_atomic(path, json.dumps(settings, indent=2) + "\n")
+
+
+def _finished_seed(seed_dir: Path) -> dict[str, float] | None:
+    """The results of a seed that finished in an earlier run, or None."""
+    path = seed_dir / SEED_DONE_FILE
+    if not path.is_file():
+        return None
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError):
+        return None  # a damaged marker: train the seed again
+
+
+def _keep_best_seed(output: Path, per_seed: dict[int, dict[str, float]], seed: int, main: str) -> None:
+    """Make `seed` the run's best (OUTPUT/best, its predictions) if it is, else drop its best/ copy.
+    Idempotent, so a run killed half-way through this repairs itself when resumed."""
+    best_seed = max(per_seed, key=lambda s: per_seed[s][main])
+    seed_dir = output / f"seed-{seed}"
+    if seed != best_seed:
+        shutil.rmtree(seed_dir / "best", ignore_errors=True)
+    elif (seed_dir / "best").is_dir():  # not yet promoted
+        _promote(output, seed_dir)
+
+
 def _promote(output: Path, seed_dir: Path) -> None:
     """Make this seed's best model and dev predictions the run's (OUTPUT/best, OUTPUT/predictions...)."""
-    replace_directory(seed_dir / "best", output / "best")
     for path in seed_dir.iterdir():
         if "predictions" in path.name or path.name.endswith("null_odds.json"):
             shutil.copyfile(path, output / path.name)
+    replace_directory(seed_dir / "best", output / "best")
 
 
 def _summary(per_seed: dict[int, dict[str, float]], names: tuple[str, ...]) -> dict[str, dict[str, float]]:

@@ -45,6 +45,13 @@ def group_by_length(order: np.ndarray, lengths: np.ndarray, batch_size: int, rng
     return np.concatenate(shuffled + tail)
 
 
+def count_steps_per_epoch(num_examples: int, global_batch_size: int, min_tail: int) -> int:
+    """Optimizer steps in one epoch: full global batches, plus the tail if it has at least `min_tail`
+    samples (one per process and micro-step; a smaller tail is skipped)."""
+    full, tail = divmod(num_examples, global_batch_size)
+    return full + (tail >= min_tail)
+
+
 @dataclass
 class StepBatch:
     """What one process feeds into one optimizer step."""
@@ -79,8 +86,7 @@ class EpochBatches:
 
     @property
     def steps_per_epoch(self) -> int:
-        full, tail = divmod(self.num_examples, self.global_batch_size)
-        return full + (tail >= self.accumulation * self.world_size)
+        return count_steps_per_epoch(self.num_examples, self.global_batch_size, self.accumulation * self.world_size)
 
     def position(self) -> dict[str, int]:
         """The data position after the last step handed out (JSON-able)."""

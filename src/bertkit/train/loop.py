@@ -34,12 +34,12 @@ from safetensors.torch import load_model, save_model
 from torch import nn
 from torch.utils.data import Dataset
 
-from bertkit.errors import BertkitError
+from bertkit.errors import BertkitError, Interrupted
 from bertkit.train import checkpoint as ckpt
 from bertkit.train.batches import EpochBatches, StepBatch
 from bertkit.train.distributed import (DistributedContext, all_gather_objects, all_reduce_sum, barrier,
                                        broadcast_object, wrap_model)
-from bertkit.train.optim import OPTIMIZERS, build_optimizer, build_schedule
+from bertkit.train.optim import OPTIMIZERS, SCHEDULES, build_optimizer, build_schedule
 from bertkit.train.reporting import Reporter
 
 logger = logging.getLogger(__name__)
@@ -69,6 +69,8 @@ class TrainConfig:
     """Linear warmup length in optimizer steps; None means warmup_ratio of the budget."""
     warmup_ratio: float = 0.01
     """Warmup as a fraction of the budget (of max_steps, or of max_time_s under a time budget alone)."""
+    lr_schedule: str = "linear"
+    """After warmup: linear (decay to 0), cosine (to 0), constant-with-warmup, or inverse-sqrt."""
     weight_decay: float = 0.01
     """Decoupled weight decay on matrices (not on biases and LayerNorm parameters)."""
     betas: tuple[float, float] = (0.9, 0.999)
@@ -102,6 +104,8 @@ class TrainConfig:
     """Eval metric whose improvement calls on_best (e.g. 'accuracy'); None: no best tracking."""
     greater_is_better: bool = True
     """Direction of best_metric."""
+    early_stopping_patience: int | None = None
+    """Stop after this many evaluations in a row without a new best of best_metric; None: never."""
 
     def __post_init__(self) -> None:
         self.betas = tuple(self.betas)  # type: ignore[assignment]
@@ -116,7 +120,8 @@ class TrainConfig:
                     "gradient_accumulation_steps": self.gradient_accumulation_steps,
                     "learning_rate": self.learning_rate, "log_every": self.log_every,
                     "eval_every": self.eval_every, "save_every": self.save_every,
-                    "max_nonfinite_steps": self.max_nonfinite_steps}
+                    "max_nonfinite_steps": self.max_nonfinite_steps,
+                    "early_stopping_patience": self.early_stopping_patience}
         for name, value in positive.items():
             if value is not None and not value > 0:
                 raise BertkitError(f"--{name.replace('_', '-')} must be positive, got {value!r}")
@@ -124,6 +129,10 @@ class TrainConfig:
             raise BertkitError(f"--optimizer {self.optimizer!r}: use one of {', '.join(OPTIMIZERS)}")
         if self.precision not in PRECISIONS:
             raise BertkitError(f"--precision {self.precision!r}: use one of {', '.join(PRECISIONS)}")
+        if self.lr_schedule not in SCHEDULES:
+            raise BertkitError(f"--lr-schedule {self.lr_schedule!r}: use one of {', '.join(SCHEDULES)}")
+        if self.early_stopping_patience is not None and self.best_metric is None:
+            raise BertkitError("--early-stopping-patience needs an evaluation metric to watch")
         if not 0.0 <= self.warmup_ratio < 1.0:
             raise BertkitError(f"--warmup-ratio must be in [0, 1), got {self.warmup_ratio!r}")
         if self.warmup_steps is not None and self.warmup_steps < 0:
@@ -137,7 +146,8 @@ class FitResult:
     step: int
     """Optimizer steps done (including skipped non-finite ones)."""
     stop_reason: str
-    """'budget' (max steps / time / epochs reached) or 'signal' (SIGTERM/SIGINT)."""
+    """'budget' (max steps / time / epochs reached), 'early_stop' (no new best for
+    early_stopping_patience evaluations) or 'signal' (SIGTERM/SIGINT; `signal` says which)."""
     checkpoint: Path | None
     """The last checkpoint written (None on ranks other than 0)."""
     skipped_steps: int
@@ -146,6 +156,8 @@ class FitResult:
     """Training samples skipped at epoch ends (a last global batch too small to share out)."""
     best: dict[str, Any] | None = None
     """{'step': ..., 'metrics': {...}} of the best evaluation, when best_metric is set."""
+    signal: int | None = None
+    """The signal number that stopped the run (stop_reason 'signal')."""
 
 
 @dataclass
@@ -158,6 +170,7 @@ class _State:
     skipped_steps: int = 0
     best: dict[str, Any] | None = None
     last_eval_step: int = -1
+    evals_since_best: int = 0
 
 
 class _Budget:
@@ -245,13 +258,15 @@ class _StopSignal:
 
     def __init__(self) -> None:
         self.requested = False
+        self.signum: int | None = None
         self.previous: dict[int, Any] = {}
 
     def _handle(self, signum: int, frame: Any) -> None:
         if self.requested:
             signal.signal(signum, self.previous.get(signum, signal.SIG_DFL))
-            raise KeyboardInterrupt
-        self.requested = True
+            raise Interrupted(f"stopped by a second {signal.Signals(signum).name} before the checkpoint of this "
+                              "step was written; the newest checkpoint on disk is the one before", signum)
+        self.requested, self.signum = True, signum
         logger.warning("received %s: finishing this step, saving a checkpoint, then stopping",
                        signal.Signals(signum).name)
 
@@ -299,7 +314,7 @@ def fit(model: nn.Module, loss_fn: LossFn, dataset: Dataset, config: TrainConfig
     budget = _Budget(config, batches.steps_per_epoch, state)
     optimizer = build_optimizer(model, config.optimizer, config.learning_rate, config.weight_decay,
                                 config.betas, config.eps)
-    scheduler = build_schedule(optimizer, budget.progress, budget.warmup)
+    scheduler = build_schedule(optimizer, budget.progress, budget.warmup, config.lr_schedule)
     checkpoints = output_dir / "checkpoints"
     parts = _Parts(model, optimizer, scheduler, scaler, batches, state, save_weights, load_weights)
     start = _resume(parts, resume, checkpoints, config, ctx)
@@ -315,10 +330,10 @@ def fit(model: nn.Module, loss_fn: LossFn, dataset: Dataset, config: TrainConfig
             last_checkpoint = _save(parts, checkpoints, config, ctx) or last_checkpoint
     finally:
         reporter.close()
-    if stop_reason == "signal":
-        reporter.message(f"stopped by signal at step {state.step}; resume with --resume auto")
+    # Another rank may have caught the signal; SIGTERM is what a cluster scheduler sends.
+    signum = (stop.signum or signal.SIGTERM) if stop_reason == "signal" else None
     return FitResult(state.step, stop_reason, last_checkpoint if ctx.is_main else None, state.skipped_steps,
-                     batches.skipped_samples, state.best)
+                     batches.skipped_samples, state.best, signum)
 
 
 @dataclass
@@ -369,6 +384,10 @@ def _train(model: nn.Module, loss_fn: LossFn, parts: _Parts, config: TrainConfig
             _evaluate(parts, eval_fn, on_best, config, autocast, reporter, ctx)
         if stop_requested:
             return "signal"
+        if config.early_stopping_patience and state.evals_since_best >= config.early_stopping_patience:
+            reporter.message(f"early stopping at step {state.step}: {config.best_metric} has not improved for "
+                             f"{state.evals_since_best} evaluations")
+            return "early_stop"
         if budget.done(state.step):
             return "budget"
         if config.save_every and state.step % config.save_every == 0:
@@ -450,7 +469,7 @@ def _evaluate(parts: _Parts, eval_fn: EvalFn, on_best: Any, config: TrainConfig,
         reporter.eval_step(state.step, metrics)
         if config.best_metric is not None:
             _track_best(parts, metrics, config, on_best)
-    state.best = broadcast_object(state.best, ctx)
+    state.best, state.evals_since_best = broadcast_object((state.best, state.evals_since_best), ctx)
     barrier(ctx)
 
 
@@ -463,9 +482,11 @@ def _track_best(parts: _Parts, metrics: dict[str, float], config: TrainConfig, o
     previous = state.best["metrics"][config.best_metric] if state.best else None
     better = previous is None or (value > previous if config.greater_is_better else value < previous)
     if better and math.isfinite(value):
-        state.best = {"step": state.step, "metrics": metrics}
+        state.best, state.evals_since_best = {"step": state.step, "metrics": metrics}, 0
         if on_best is not None:
             on_best(parts.model, state.step, metrics)
+    else:
+        state.evals_since_best += 1
 
 
 # --- checkpoints -----------------------------------------------------------------------------------

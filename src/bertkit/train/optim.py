@@ -1,10 +1,12 @@
-"""Optimizers (AdamW, LAMB) with BERT's weight-decay rule, and the warmup + linear-decay schedule.
+"""Optimizers (AdamW, LAMB) with BERT's weight-decay rule, and the learning-rate schedules.
 
-Design decision: the learning-rate schedule is a pure function of *progress* through the budget
-(a number in [0, 1]), wrapped in a torch `LambdaLR` so its position is ordinary scheduler state. For a
-step budget progress is step / max_steps and the schedule equals transformers'
-`get_linear_schedule_with_warmup` exactly; for a time budget progress is elapsed time / max time, so the
-learning rate reaches 0 when the time runs out whatever the speed of the machine.
+Design decision: a learning-rate schedule is a pure function of *progress* through the budget
+(a number in [0, 1]) and the warmup fraction, wrapped in a torch `LambdaLR` so its position is ordinary
+scheduler state. For a step budget progress is step / max_steps and each schedule equals its
+transformers counterpart exactly (`get_linear_schedule_with_warmup`, `get_cosine_schedule_with_warmup`,
+`get_constant_schedule_with_warmup`, `get_inverse_sqrt_schedule` with timescale = warmup steps); for a
+time budget progress is elapsed time / max time, so a decaying schedule reaches 0 when the time runs out
+whatever the speed of the machine.
 
 References: Devlin et al. 2018 (AdamW, lr 1e-4, wd 0.01, warmup 10k steps, linear decay);
 Loshchilov & Hutter 2019 (decoupled weight decay); You et al. 2019, "Large Batch Optimization for Deep
@@ -13,6 +15,7 @@ Learning: Training BERT in 76 Minutes", arXiv:1904.00962 (LAMB, Algorithm 2).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterable
 
 import torch
@@ -97,7 +100,40 @@ def warmup_linear_decay(progress: float, warmup: float) -> float:
     return max(0.0, (1.0 - progress) / (1.0 - warmup)) if warmup < 1.0 else 0.0
 
 
+def warmup_cosine_decay(progress: float, warmup: float) -> float:
+    """Linear warmup, then half a cosine from 1 down to 0 at progress 1."""
+    if progress < warmup:
+        return progress / warmup
+    after = (progress - warmup) / (1.0 - warmup) if warmup < 1.0 else 1.0
+    return max(0.0, 0.5 * (1.0 + math.cos(math.pi * min(1.0, after))))
+
+
+def warmup_constant(progress: float, warmup: float) -> float:
+    """Linear warmup, then the peak learning rate until the end."""
+    return progress / warmup if progress < warmup else 1.0
+
+
+def warmup_inverse_sqrt(progress: float, warmup: float) -> float:
+    """Linear warmup, then 1/sqrt(progress / warmup): the peak at the end of warmup, half of it at 4x
+    that point (Vaswani et al. 2017's decay; transformers' timescale = the warmup steps)."""
+    return progress / warmup if progress < warmup else math.sqrt(warmup / progress)
+
+
+SCHEDULES: dict[str, Callable[[float, float], float]] = {
+    "linear": warmup_linear_decay,
+    "cosine": warmup_cosine_decay,
+    "constant-with-warmup": warmup_constant,
+    "inverse-sqrt": warmup_inverse_sqrt,
+}
+
+
 def build_schedule(optimizer: torch.optim.Optimizer, progress_at: Callable[[int], float],
-                   warmup: float) -> LambdaLR:
-    """A LambdaLR whose multiplier at scheduler step s is warmup_linear_decay(progress_at(s), warmup)."""
-    return LambdaLR(optimizer, lambda step: warmup_linear_decay(progress_at(step), warmup))
+                   warmup: float, name: str = "linear") -> LambdaLR:
+    """A LambdaLR whose multiplier at scheduler step s is SCHEDULES[name](progress_at(s), warmup)."""
+    if name not in SCHEDULES:
+        raise BertkitError(f"--lr-schedule {name!r}: use one of {', '.join(SCHEDULES)}")
+    if name == "inverse-sqrt" and warmup <= 0:
+        raise BertkitError("--lr-schedule inverse-sqrt decays from the end of warmup; give a warmup "
+                           "(--warmup-steps or --warmup-ratio above 0)")
+    multiplier = SCHEDULES[name]
+    return LambdaLR(optimizer, lambda step: multiplier(progress_at(step), warmup))
