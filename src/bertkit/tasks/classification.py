@@ -84,9 +84,8 @@ class ClassificationTask(Task):
         if text_pair_column and not self.settings.text_pair_column:
             raise BertkitError(f"--text-pair-column {text_pair_column!r}: this model was fine-tuned on single "
                                "texts, not pairs; leave the flag out")
-        changes = {name: value for name, value in (("text_column", text_column), ("text_pair_column", text_pair_column),
-                                                  ("label_column", label_column)) if value is not None}
-        task = ClassificationTask(dataclasses.replace(self.settings, **changes))
+        changes = {"text_column": text_column, "text_pair_column": text_pair_column, "label_column": label_column}
+        task = ClassificationTask(dataclasses.replace(self.settings, **{k: v for k, v in changes.items() if v}))
         task.by_column, task.id_column = True, id_column
         return task
 
@@ -106,7 +105,7 @@ class ClassificationTask(Task):
         if unknown and training:
             raise BertkitError(f"{unknown[0]}; is --task right for this training file?")
         if not examples:
-            raise BertkitError(f"{path}: no examples; all {len(unknown)} labelled rows were skipped, first: {unknown[0]}")
+            raise BertkitError(f"{path}: no examples; all {len(unknown)} rows were skipped, first: {unknown[0]}")
         return examples, skipped + unknown
 
     def features(self, examples: Sequence[TextExample], tokenizer: Any, training: bool = False) -> list[dict[str, Any]]:
