@@ -70,14 +70,17 @@ def test_tsv_field_starting_with_a_quote_keeps_every_row(tmp_path: Path) -> None
     assert [e.guid for e in examples] == [f"{path}:{n}" for n in (2, 3, 4, 5)]
 
 
-def test_csv_quote_left_open_is_an_error_naming_its_line(tmp_path: Path) -> None:
+def test_csv_quote_left_open_is_an_error_naming_its_line(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     path = _write(tmp_path / "q.csv", QUOTED_TSV.replace("\t", ","))
     with pytest.raises(BertkitError, match=rf"{path}:2: malformed CSV quoting .* save the file as tab-separated"):
         read_table(path, "sentence1", "sentence2", "label")
-    # Standard quoting still reads: commas, doubled quotes and line breaks inside quoted fields.
+    # Standard quoting still reads: commas, doubled quotes and line breaks inside quoted fields; records
+    # that span lines are counted in a warning (an open quote that happens to close at a field's end).
     _write(path, 'text,label\n"a, b",1\n"he said ""hi""",0\n"two\nlines",1\n')
-    examples, skipped = read_table(path, "text", None, "label")
+    with caplog.at_level(logging.WARNING):
+        examples, skipped = read_table(path, "text", None, "label")
     assert [e.text for e in examples] == ["a, b", 'he said "hi"', "two\nlines"] and skipped == []
+    assert f"{path}: 1 records hold line breaks inside quoted fields (the first starts at line 4)" in caplog.text
 
 
 def test_evaluate_and_predict_file_read_every_quoted_row(pair_model: Path, tmp_path: Path,
