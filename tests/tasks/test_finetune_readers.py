@@ -12,6 +12,7 @@ from bertkit.data.glue import GLUE_TASKS, glue_task, read_glue, read_table
 from bertkit.data.squad import read_squad
 from bertkit.data.swag import read_choices
 from bertkit.errors import BertkitError
+from bertkit.tasks.classification import ClassificationSettings, ClassificationTask
 
 # One labelled row per GLUE task in its own layout (header rows where the task has one).
 GLUE_ROWS = {
@@ -52,8 +53,9 @@ def test_glue_short_row_is_skipped_and_counted_unknown_label_is_an_error(tmp_pat
     examples, skipped = read_glue(path, glue_task("rte"))
     assert len(examples) == 1 and len(skipped) == 1 and f"{path}:3" in skipped[0]
     path.write_text("index\tq\ts\tlabel\n0\tA\tB\tmaybe\n", encoding="utf-8")
+    task = ClassificationTask(ClassificationSettings(labels=["entailment", "not_entailment"], glue_task="rte"))
     with pytest.raises(BertkitError, match=rf"{path}:2: unknown label 'maybe'"):
-        read_glue(path, glue_task("rte"))
+        task.read(path, training=True)
     path.write_text("index\tq\ts\tlabel\n", encoding="utf-8")
     with pytest.raises(BertkitError, match="no examples"):
         read_glue(path, glue_task("rte"))

@@ -192,9 +192,16 @@ def _inference_options(function: Callable) -> Callable:
         click.option("--model", required=True, type=click.Path(file_okay=False),
                      help="Fine-tuned directory (OUTPUT/best of `bertkit finetune`)."),
         click.option("--input", "input_file", required=True, type=click.Path(dir_okay=False),
-                     help="JSONL (classification, multiple choice), CoNLL (tagging), SQuAD JSON, or the "
-                          "task's training format."),
+                     help="Classification: CSV/TSV with a header row or JSONL (or the GLUE layout it was trained "
+                          "on); CoNLL (tagging); SQuAD JSON; SWAG CSV or JSONL (multiple choice)."),
         click.option("--output", required=True, type=click.Path(file_okay=False), help="Directory for the results."),
+        click.option("--text-column", default=None,
+                     help="Classification: column/key of the text [default: the one the model was fine-tuned with]."),
+        click.option("--text-pair-column", default=None,
+                     help="Classification of pairs: column/key of the second text [default: as fine-tuned]."),
+        click.option("--id-column", default=None,
+                     help="Classification: column/key whose value identifies each row in the predictions "
+                          "[default: a column named id if there is one, else file:line]."),
         click.option("--batch-size", default=64, show_default=True, type=int, help="Inference batch size."),
         click.option("--device", default="auto", show_default=True, help="auto, cpu or cuda."),
     ]):
@@ -204,19 +211,29 @@ def _inference_options(function: Callable) -> Callable:
 
 @click.command(context_settings={"show_default": True})
 @_inference_options
-def predict(model: str, input_file: str, output: str, batch_size: int, device: str) -> None:
+def predict(model: str, input_file: str, output: str, text_column: str | None, text_pair_column: str | None,
+            id_column: str | None, batch_size: int, device: str) -> None:
     """Predict a file with a fine-tuned directory (writes predictions into --output)."""
     from bertkit.tasks.finetune import predict_file
 
-    predict_file(model, input_file, output, evaluate=False, batch_size=batch_size, device=device)
-    click.echo(f"predictions written to {output}")
+    columns = {"text_column": text_column, "text_pair_column": text_pair_column, "id_column": id_column}
+    counts = predict_file(model, input_file, output, evaluate=False, batch_size=batch_size, device=device,
+                          columns=columns)
+    skipped = f"; {counts['skipped']} records skipped (listed above)" if counts["skipped"] else ""
+    click.echo(f"{counts['examples']} predictions written to {output}{skipped}")
 
 
 @click.command(context_settings={"show_default": True})
 @_inference_options
-def evaluate(model: str, input_file: str, output: str, batch_size: int, device: str) -> None:
+@click.option("--label-column", default=None,
+              help="Classification: column/key of the gold label [default: the one the model was fine-tuned with].")
+def evaluate(model: str, input_file: str, output: str, text_column: str | None, text_pair_column: str | None,
+             id_column: str | None, label_column: str | None, batch_size: int, device: str) -> None:
     """Score a fine-tuned directory on a labelled file (eval_results.json + predictions in --output)."""
     from bertkit.tasks.finetune import predict_file
 
-    metrics = predict_file(model, input_file, output, evaluate=True, batch_size=batch_size, device=device)
+    columns = {"text_column": text_column, "text_pair_column": text_pair_column, "label_column": label_column,
+               "id_column": id_column}
+    metrics = predict_file(model, input_file, output, evaluate=True, batch_size=batch_size, device=device,
+                           columns=columns)
     click.echo(json.dumps(metrics, indent=2, sort_keys=True))

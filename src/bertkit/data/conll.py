@@ -6,7 +6,9 @@ line ends a sentence; `-DOCSTART-` lines mark documents and carry no tokens. Unl
 
 Design decision: each sentence keeps its original lines, so predictions are written back as the input
 line plus one column with the predicted tag — the layout conlleval reads (`word ... gold predicted`) —
-and document markers are kept in place.
+and document markers are kept in place. Tags are checked against the tagging scheme as they are read
+(`O` or `B-TYPE`/`I-TYPE`, plus `E-`/`S-` for BIOES), so a file in another format (JSON, a POS column
+last) fails at its own first line instead of turning its text into labels.
 
 Reference: Tjong Kim Sang & De Meulder (2003), the CoNLL-2003 shared task data format.
 """
@@ -17,10 +19,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from bertkit.data.textfile import read_text
+from bertkit.data.textfile import check_length, read_text, text_lines
 from bertkit.errors import BertkitError, where
 
 DOCSTART = "-DOCSTART-"
+SCHEME_PREFIXES = {"BIO": "BI", "IOB1": "BI", "BIOES": "BIES"}
+"""Chunk prefixes of each tagging scheme; a tag is "O" or PREFIX-TYPE."""
 
 
 @dataclass
@@ -37,14 +41,14 @@ class TaggedSentence:
     """-DOCSTART- lines just before this sentence, written back in place."""
 
 
-def read_conll(path: str | Path, labelled: bool = True) -> list[TaggedSentence]:
-    """Sentences of a CoNLL file; a token line without a label column is an error when `labelled`."""
+def read_conll(path: str | Path, labelled: bool = True, scheme: str | None = None) -> list[TaggedSentence]:
+    """Sentences of a CoNLL file; a token line without a label column is an error when `labelled`, and
+    so is a label that is not a tag of `scheme` (BIO, IOB1, BIOES) when one is given."""
     path = Path(path)
-    text = read_text(path)
     sentences: list[TaggedSentence] = []
     current: TaggedSentence | None = None
     pending_docstarts: list[str] = []
-    for number, line in enumerate(text.splitlines(), start=1):
+    for number, line in enumerate(text_lines(read_text(path)), start=1):
         columns = line.split()
         if not columns or columns[0] == DOCSTART:
             if current is not None:
@@ -53,14 +57,13 @@ def read_conll(path: str | Path, labelled: bool = True) -> list[TaggedSentence]:
             if columns:
                 pending_docstarts.append(line)
             continue
-        if labelled and len(columns) < 2:
-            raise BertkitError(f"{where(path, number)}: token line {line!r} has no label column; a CoNLL "
-                               "training/evaluation file needs 'word ... label' on every token line")
+        if labelled:
+            _check_token_line(path, number, line, columns, scheme)
         if current is None:
             current = TaggedSentence([], [] if labelled else None, where(path, number), [], pending_docstarts)
             pending_docstarts = []
-        current.words.append(columns[0])
-        current.lines.append(line.rstrip("\n"))
+        current.words.append(check_length(columns[0], where(path, number), "word"))
+        current.lines.append(line)
         if labelled:
             current.labels.append(columns[-1])
     if current is not None:
@@ -71,14 +74,32 @@ def read_conll(path: str | Path, labelled: bool = True) -> list[TaggedSentence]:
     return sentences
 
 
-def check_tags(sentences: Sequence[TaggedSentence], labels: Sequence[str]) -> None:
-    """Raise on the first label not in `labels` (the label set comes from the training file)."""
+def _check_token_line(path: Path, number: int, line: str, columns: list[str], scheme: str | None) -> None:
+    if len(columns) < 2:
+        raise BertkitError(f"{where(path, number)}: token line {line[:80]!r} has no label column; a CoNLL "
+                           "training/evaluation file needs 'word ... label' on every token line")
+    tag = columns[-1]
+    if scheme is None or tag == "O" or (len(tag) > 2 and tag[1] == "-" and tag[0] in SCHEME_PREFIXES[scheme]):
+        return
+    allowed = ", ".join(["O", *(f"{prefix}-TYPE" for prefix in SCHEME_PREFIXES[scheme])])
+    raise BertkitError(f"{where(path, number)}: label {tag[:80]!r} is not a {scheme} tag ({allowed}); is this a "
+                       "CoNLL file with the tag last on every token line? (--tag-scheme is BIO, IOB1 or BIOES)")
+
+
+def check_tags(sentences: Sequence[TaggedSentence], labels: Sequence[str]) -> tuple[list[TaggedSentence], list[str]]:
+    """The sentences whose tags are all in `labels` (the training file's), and "file:line: reason" naming the
+    first unknown tag of each other one."""
     known = set(labels)
+    kept, skipped = [], []
     for sentence in sentences:
-        for offset, label in enumerate(sentence.labels or ()):
-            if label not in known:
-                raise BertkitError(f"{sentence.location} (+{offset} lines): unknown label {label!r}; the training "
-                                   f"file's labels are {', '.join(sorted(known))}")
+        unknown = next((k for k, label in enumerate(sentence.labels or ()) if label not in known), None)
+        if unknown is None:
+            kept.append(sentence)
+            continue
+        path, first = sentence.location.rsplit(":", 1)  # read_conll's "file:line"; one token per line
+        skipped.append(f"{where(path, int(first) + unknown)}: label {sentence.labels[unknown]!r} is not one of the "
+                       f"model's labels ({', '.join(sorted(known))}), which come from the training file")
+    return kept, skipped
 
 
 def write_conll(path: str | Path, sentences: Sequence[TaggedSentence], predictions: Sequence[Sequence[str]]) -> None:

@@ -1,12 +1,15 @@
 """Readers for sentence(-pair) classification data: the nine GLUE TSV layouts and generic CSV/TSV/JSONL.
 
-Design decision: every reader returns `(examples, skipped)`. Rows that cannot be read (too few columns,
-an empty text) are skipped and listed in `skipped` as "file:line: reason" so callers count and report
-them; an unknown label or an empty split is a `BertkitError`, because training on it would be wrong.
-GLUE files are split on tabs with no quote handling, as the original `run_classifier.py` reads them
-(GLUE sentences contain unbalanced quotes).
+Design decision: every reader returns `(examples, skipped)`. Rows that cannot be read (a wrong number
+of fields, a missing key) are skipped and listed in `skipped` as "file:line: reason" so callers count
+and report them; an empty label, a text longer than the tokenizer takes or an empty split is a
+`BertkitError`, because training on it would be wrong. `.tsv` files (GLUE's and generic ones) are split
+on tabs with no quote processing, as the original `run_classifier.py` reads them (`csv.QUOTE_NONE`;
+GLUE sentences contain unbalanced quotes); `.csv` files use standard CSV quoting (see
+`bertkit.data.textfile.read_records`).
 
-Labels stay strings here; `bertkit.tasks.classification` maps them to ids (or floats for STS-B).
+Labels stay strings here; `check_labels` sorts them into known and unknown ones, and
+`bertkit.tasks.classification` maps them to ids (or floats for STS-B).
 
 References: GLUE (Wang et al., 2018); the column layouts of the files written by the GLUE
 `download_glue_data.py` script; google-research/bert `run_classifier.py`.
@@ -14,12 +17,11 @@ References: GLUE (Wang et al., 2018); the column layouts of the files written by
 
 from __future__ import annotations
 
-import csv
-import json
+import math
 from dataclasses import dataclass
 from pathlib import Path
 
-from bertkit.data.textfile import read_text
+from bertkit.data.textfile import check_length, parse_json, read_records, read_text, text_lines
 from bertkit.errors import BertkitError, where
 
 
@@ -31,6 +33,8 @@ class TextExample:
     text: str
     text_pair: str | None
     label: str | None
+    id: str | None = None
+    """The row's own id (the id column), written into predictions instead of `guid` when present."""
 
 
 @dataclass(frozen=True)
@@ -75,17 +79,13 @@ def glue_task(name: str) -> GlueTask:
     return GLUE_TASKS[key]
 
 
-def _read_lines(path: Path) -> list[str]:
-    return read_text(path).splitlines()
-
-
 def read_glue(path: str | Path, task: GlueTask, labelled: bool = True) -> tuple[list[TextExample], list[str]]:
     """Examples of one GLUE TSV file in `task`'s layout (with labels unless `labelled` is False)."""
     path = Path(path)
     examples: list[TextExample] = []
     skipped: list[str] = []
     needed = max(task.text_column, task.pair_column or 0, task.label_column if labelled else 0) + 1
-    for number, line in enumerate(_read_lines(path), start=1):
+    for number, line in enumerate(text_lines(read_text(path)), start=1):
         if (task.has_header and number == 1) or not line.strip():
             continue
         columns = line.split("\t")
@@ -94,71 +94,95 @@ def read_glue(path: str | Path, task: GlueTask, labelled: bool = True) -> tuple[
                            f"the {task.name} layout needs at least {needed}")
             continue
         pair = columns[task.pair_column] if task.pair_column is not None else None
-        label = columns[task.label_column].strip() if labelled else None
-        examples.append(TextExample(where(path, number), columns[task.text_column], pair, label))
+        label = _label(columns[task.label_column], path, number, f"column {task.label_column}") if labelled else None
+        examples.append(_example(path, number, columns[task.text_column], pair, label))
     _check_not_empty(path, examples, skipped)
-    if labelled:
-        check_labels(examples, task.labels)
     return examples, skipped
 
 
 def read_table(path: str | Path, text_column: str, text_pair_column: str | None = None,
-               label_column: str | None = None) -> tuple[list[TextExample], list[str]]:
-    """Examples from a CSV or TSV file with a header row, or a JSONL file, by column name / key."""
+               label_column: str | None = None, id_column: str | None = None,
+               ) -> tuple[list[TextExample], list[str]]:
+    """Examples from a CSV or TSV file with a header row, or a JSONL file, by column name / key.
+
+    `id_column` names the column holding each row's id; None takes a column called "id" when there is one.
+    """
     path = Path(path)
     suffix = path.suffix.lower()
     if suffix in (".jsonl", ".json"):
-        rows = _jsonl_rows(path)
+        rows, skipped = _jsonl_rows(path), []
+        header = (rows[0][0], list(rows[0][1])) if rows else (1, [])  # the first object's keys
     elif suffix in (".csv", ".tsv"):
-        rows = _table_rows(path, "\t" if suffix == ".tsv" else ",")
+        header, rows, skipped = _table_rows(path)
     else:
         raise BertkitError(f"{path}: unknown format {suffix!r}; use .csv, .tsv (with a header row) or .jsonl")
+    header_line, columns = header
+    wanted = [c for c in (text_column, text_pair_column, label_column, id_column) if c is not None]
+    absent = [c for c in wanted if c not in columns]
+    if columns and absent:  # a wrong column name, not a broken row
+        raise BertkitError(f"{where(path, header_line)}: no column {absent[0]!r}; columns are "
+                           f"{', '.join(map(repr, columns))}; choose with --text-column/--text-pair-column/"
+                           "--label-column/--id-column")
+    ids = id_column or ("id" if "id" in columns else None)
     examples: list[TextExample] = []
-    skipped: list[str] = []
-    wanted = [c for c in (text_column, text_pair_column, label_column) if c is not None]
     for number, row in rows:
         missing = [c for c in wanted if row.get(c) is None]
         if missing:
-            if not examples and not skipped:  # absent from the first row: a wrong column name
-                raise BertkitError(f"{where(path, number)}: no column {missing[0]!r}; columns are "
-                                   f"{', '.join(map(repr, row))}; choose with --text-column/--label-column")
             skipped.append(f"{where(path, number)}: missing {', '.join(map(repr, missing))}")
             continue
         pair = str(row[text_pair_column]) if text_pair_column else None
-        label = str(row[label_column]).strip() if label_column else None
-        examples.append(TextExample(where(path, number), str(row[text_column]), pair, label))
+        label = _label(str(row[label_column]), path, number, repr(label_column)) if label_column else None
+        identifier = str(row[ids]) if ids and row.get(ids) not in (None, "") else None
+        examples.append(_example(path, number, str(row[text_column]), pair, label, identifier))
     _check_not_empty(path, examples, skipped)
     return examples, skipped
 
 
+def _example(path: Path, number: int, text: str, pair: str | None, label: str | None,
+             identifier: str | None = None) -> TextExample:
+    location = where(path, number)
+    check_length(text, location)
+    if pair is not None:
+        check_length(pair, location, "second text of the pair")
+    return TextExample(location, text, pair, label, identifier)
+
+
+def _label(value: str, path: Path, number: int, column: str) -> str:
+    label = value.strip()
+    if not label:
+        raise BertkitError(f"{where(path, number)}: empty label (the {column} field); every row of a training or "
+                           "evaluation file needs one (use `bertkit predict` for unlabelled rows)")
+    return label
+
+
 def _jsonl_rows(path: Path) -> list[tuple[int, dict]]:
     rows = []
-    for number, line in enumerate(_read_lines(path), start=1):
+    for number, line in enumerate(text_lines(read_text(path)), start=1):
         if not line.strip():
             continue
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise BertkitError(f"{where(path, number)}: not valid JSON ({exc.msg}); "
-                               "JSONL needs one JSON object per line") from None
+        row = parse_json(line, where(path, number), "JSONL needs one JSON object per line")
         if not isinstance(row, dict):
             raise BertkitError(f"{where(path, number)}: expected a JSON object, got {type(row).__name__}")
         rows.append((number, row))
     return rows
 
 
-def _table_rows(path: Path, delimiter: str) -> list[tuple[int, dict]]:
-    lines = _read_lines(path)
-    if not lines:
+def _table_rows(path: Path) -> tuple[tuple[int, list[str]], list[tuple[int, dict]], list[str]]:
+    """(header line, columns), the rows after it as (line, {column: value}), and the skipped rows (those
+    with another number of fields than the header: a stray tab or comma would shift every column)."""
+    records = read_records(path)
+    if not records:
         raise BertkitError(f"{path}: empty file; a CSV/TSV file needs a header row and data rows")
-    reader = csv.reader(lines, delimiter=delimiter)
-    header = next(reader)
-    rows = []
-    for values in reader:
-        if any(v.strip() for v in values):
-            # Short rows leave the trailing columns missing (None) so they are reported, not padded.
-            rows.append((reader.line_num, dict(zip(header, values))))
-    return rows
+    (header_line, columns), *body = records
+    kind = "tab" if path.suffix.lower() == ".tsv" else "comma"
+    rows, skipped = [], []
+    for number, values in body:
+        if len(values) == len(columns):
+            rows.append((number, dict(zip(columns, values))))
+        else:
+            skipped.append(f"{where(path, number)}: {len(values)} {kind}-separated fields, the header has "
+                           f"{len(columns)}")
+    return (header_line, columns), rows, skipped
 
 
 def _check_not_empty(path: Path, examples: list, skipped: list[str]) -> None:
@@ -167,14 +191,22 @@ def _check_not_empty(path: Path, examples: list, skipped: list[str]) -> None:
         raise BertkitError(f"{path}: no examples{reason}")
 
 
-def check_labels(examples: list[TextExample], labels: tuple[str, ...] | None) -> None:
-    """Raise on the first label outside `labels` (or, for regression, not a number)."""
-    for example in examples:
-        if labels is None:
+def check_labels(examples: list[TextExample], labels: tuple[str, ...] | None,
+                 ) -> tuple[list[TextExample], list[str]]:
+    """The examples whose label is one of `labels`, and "file:line: reason" for each other one.
+
+    Regression (`labels` None): every label must be a finite number, else `BertkitError`.
+    """
+    if labels is None:
+        for example in examples:
             try:
-                float(example.label)
+                value = float(example.label)
             except (TypeError, ValueError):
-                raise BertkitError(f"{example.guid}: regression label {example.label!r} is not a number") from None
-        elif example.label not in labels:
-            raise BertkitError(f"{example.guid}: unknown label {example.label!r}; the known labels are "
-                               f"{', '.join(map(repr, labels))} (from the task or the training file)")
+                value = math.nan
+            if not math.isfinite(value):
+                raise BertkitError(f"{example.guid}: regression label {example.label!r} is not a finite number")
+        return list(examples), []
+    known = [e for e in examples if e.label in labels]
+    unknown = [f"{e.guid}: unknown label {e.label!r}; the known labels are {', '.join(map(repr, labels))} "
+               "(from the task or the training file)" for e in examples if e.label not in labels]
+    return known, unknown

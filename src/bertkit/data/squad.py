@@ -4,21 +4,21 @@ Format: `{"version": ..., "data": [{"title", "paragraphs": [{"context", "qas": [
 "answers": [{"text", "answer_start"}], "is_impossible"}]}]}]}`; `is_impossible` (v2.0 only) marks a
 question with no answer in its paragraph.
 
-Design decision: structural problems (not JSON, a missing key, a duplicate id) raise `BertkitError`
-naming the JSON path or question id. A training answer whose text is not found at its `answer_start`
-is skipped and reported as "id: reason" (training needs exact character spans; the original
-`run_squad.py` skips these too); evaluation only compares answer texts, so it keeps every question.
+Design decision: structural problems (not JSON, nesting too deep to parse, a missing key, a duplicate
+id, a context or question longer than the tokenizer takes) raise `BertkitError` naming the JSON path or
+question id. A training answer whose text is not found at its `answer_start` is skipped and reported as
+"id: reason" (training needs exact character spans; the original `run_squad.py` skips these too);
+evaluation only compares answer texts, so it keeps every question.
 
 Reference: Rajpurkar et al. (2016, 2018); google-research/bert `run_squad.py` (`read_squad_examples`).
 """
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from bertkit.data.textfile import read_text
+from bertkit.data.textfile import check_length, parse_json, read_text
 from bertkit.errors import BertkitError
 
 
@@ -44,7 +44,7 @@ def read_squad(path: str | Path, training: bool, version_2_with_negative: bool,
     for a, article in enumerate(data):
         for p, paragraph in enumerate(_field(path, article, "paragraphs", f"data[{a}]", list)):
             at = f"data[{a}].paragraphs[{p}]"
-            context = _field(path, paragraph, "context", at, str)
+            context = check_length(_field(path, paragraph, "context", at, str), f"{path}: {at}", "context")
             for q, qa in enumerate(_field(path, paragraph, "qas", at, list)):
                 example = _example(path, qa, context, f"{at}.qas[{q}]")
                 if example.qid in seen:
@@ -62,10 +62,7 @@ def read_squad(path: str | Path, training: bool, version_2_with_negative: bool,
 
 
 def _load(path: Path) -> list:
-    try:
-        document = json.loads(read_text(path))
-    except json.JSONDecodeError as exc:
-        raise BertkitError(f"{path}: not a valid SQuAD JSON file ({exc})") from None
+    document = parse_json(read_text(path), str(path), "a SQuAD file is a JSON object with a 'data' list")
     if not isinstance(document, dict):
         raise BertkitError(f"{path}: a SQuAD file is a JSON object with a 'data' list")
     return _field(path, document, "data", "top level", list)
@@ -79,7 +76,7 @@ def _field(path: Path, obj: object, key: str, at: str, kind: type):
 
 def _example(path: Path, qa: object, context: str, at: str) -> SquadExample:
     qid = str(_field(path, qa, "id", at, (str, int)))
-    question = _field(path, qa, "question", f"{at} (id {qid!r})", str)
+    question = check_length(_field(path, qa, "question", f"{at} (id {qid!r})", str), f"{path}: id {qid!r}", "question")
     answers = []
     for i, answer in enumerate(qa.get("answers") or []):
         text = _field(path, answer, "text", f"{at}.answers[{i}] (id {qid!r})", str)

@@ -6,19 +6,19 @@ SWAG CSV columns (header row): `video-id, fold-ind, startphrase, sent1, sent2, g
 optional `question` (prefix of every ending), `endings` (a list) and optional integer `label`.
 
 Design decision: both layouts become the same `ChoiceExample(context, start, endings, label)` so the
-task code sees one shape; every example in a file must have the same number of choices.
+task code sees one shape; every example in a file must have the same number of choices. A row that
+cannot be read is an error naming its line (a multiple-choice file has no optional rows); the CSV is
+read with standard quoting, strictly (`bertkit.data.textfile.read_records`).
 
 Reference: Zellers et al. (2018), SWAG; Devlin et al. (2018), section 4.4.
 """
 
 from __future__ import annotations
 
-import csv
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from bertkit.data.textfile import read_text
+from bertkit.data.textfile import check_length, parse_json, read_records, read_text, text_lines
 from bertkit.errors import BertkitError, where
 
 
@@ -32,15 +32,18 @@ class ChoiceExample:
     endings: tuple[str, ...]
     label: int | None
 
+    def second_segment(self, ending: str) -> str:
+        """The text paired with the context for one choice: `start` followed by the ending."""
+        return f"{self.start} {ending}" if self.start else ending
+
 
 def read_choices(path: str | Path, labelled: bool = True) -> list[ChoiceExample]:
     """Examples of a SWAG .csv or a .jsonl file (see the module docstring)."""
     path = Path(path)
-    text = read_text(path)
     if path.suffix.lower() == ".csv":
-        examples = _swag_csv(path, text, labelled)
+        examples = _swag_csv(path, labelled)
     elif path.suffix.lower() in (".jsonl", ".json"):
-        examples = _jsonl(path, text, labelled)
+        examples = _jsonl(path, labelled)
     else:
         raise BertkitError(f"{path}: unknown format {path.suffix!r}; use SWAG .csv or .jsonl")
     if not examples:
@@ -63,34 +66,41 @@ def _label(value: object, choices: int, location: str) -> int:
     return label
 
 
-def _swag_csv(path: Path, text: str, labelled: bool) -> list[ChoiceExample]:
-    reader = csv.DictReader(text.splitlines())
-    endings = sorted((c for c in reader.fieldnames or [] if c.startswith("ending")), key=lambda c: int(c[6:] or 0))
+def _example(location: str, context: str, start: str, endings: tuple[str, ...], label: int | None) -> ChoiceExample:
+    example = ChoiceExample(location, check_length(context, location, "context"), start, endings, label)
+    for ending in endings:
+        check_length(example.second_segment(ending), location, "start and ending")
+    return example
+
+
+def _swag_csv(path: Path, labelled: bool) -> list[ChoiceExample]:
+    records = read_records(path)
+    header = records[0][1] if records else []
+    endings = sorted((c for c in header if c.startswith("ending")), key=lambda c: int(c[6:] or 0))
     required = ["sent1", "sent2", *(["label"] if labelled else [])]
-    missing = [c for c in required if c not in (reader.fieldnames or [])]
+    missing = [c for c in required if c not in header]
     if missing or not endings:
         raise BertkitError(f"{path}: SWAG CSV header lacks {', '.join(missing) or 'ending0..'}; "
-                           f"found {', '.join(reader.fieldnames or [])}")
+                           f"found {', '.join(header)}")
     examples = []
-    for row in reader:
-        location = where(path, reader.line_num)
-        if any(row.get(c) is None for c in (*required, *endings)):
-            raise BertkitError(f"{location}: row has fewer columns than the header")
+    for number, values in records[1:]:
+        location = where(path, number)
+        if len(values) != len(header):
+            raise BertkitError(f"{location}: {len(values)} fields, the header has {len(header)}; quote a field "
+                               "that holds a comma")
+        row = dict(zip(header, values))
         label = _label(row["label"], len(endings), location) if labelled else None
-        examples.append(ChoiceExample(location, row["sent1"], row["sent2"], tuple(row[c] for c in endings), label))
+        examples.append(_example(location, row["sent1"], row["sent2"], tuple(row[c] for c in endings), label))
     return examples
 
 
-def _jsonl(path: Path, text: str, labelled: bool) -> list[ChoiceExample]:
+def _jsonl(path: Path, labelled: bool) -> list[ChoiceExample]:
     examples = []
-    for number, line in enumerate(text.splitlines(), start=1):
+    for number, line in enumerate(text_lines(read_text(path)), start=1):
         if not line.strip():
             continue
         location = where(path, number)
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise BertkitError(f"{location}: not valid JSON ({exc.msg})") from None
+        row = parse_json(line, location, "JSONL needs one JSON object per line")
         if not isinstance(row, dict) or not isinstance(row.get("context"), str) \
                 or not isinstance(row.get("endings"), list) or len(row["endings"]) < 2:
             raise BertkitError(f"{location}: expected an object with 'context' (string) and 'endings' "
@@ -98,6 +108,6 @@ def _jsonl(path: Path, text: str, labelled: bool) -> list[ChoiceExample]:
         if labelled and "label" not in row:
             raise BertkitError(f"{location}: no 'label' (the index of the right ending)")
         label = _label(row["label"], len(row["endings"]), location) if labelled else None
-        examples.append(ChoiceExample(location, row["context"], str(row.get("question", "")),
-                                      tuple(str(e) for e in row["endings"]), label))
+        examples.append(_example(location, row["context"], str(row.get("question", "")),
+                                 tuple(str(e) for e in row["endings"]), label))
     return examples

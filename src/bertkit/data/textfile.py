@@ -1,16 +1,30 @@
-"""Reading a user's text file whole, with the one set of error messages every reader gives.
+"""Reading a user's text file whole, with the one set of error messages every reader gives: the file,
+its lines, its delimited records, JSON, and the length check on each text.
 
 Design decision: the fine-tuning readers (GLUE/tables, CoNLL, SQuAD, SWAG) and feature extraction
 read small files whole and strictly as UTF-8; a missing, unreadable or non-UTF-8 file is the user's
-error, reported as `BertkitError` naming the file (and the flag, where one is given). The pre-training
+error, reported as `BertkitError` naming the file (and the flag, where one is given). Lines end at
+line feeds only (`str.splitlines` would also cut at U+2028, U+0085 and form feeds, which occur inside
+real text and would split a row in two). `.tsv` records are split on tabs with no quote processing, as
+GLUE's files are written and Google's `run_classifier.py` reads them (`csv.QUOTE_NONE`): a field that
+starts with `"` is plain text. `.csv` records use standard CSV quoting, read strictly, so a quote left
+open is an error naming its line instead of silently joining the rows after it. The pre-training
 corpus reader streams instead and has its own replace-and-count policy (`bertkit.data.corpus`).
 """
 
 from __future__ import annotations
 
+import csv
+import io
+import json
+import logging
 from pathlib import Path
+from typing import Any
 
-from bertkit.errors import BertkitError
+from bertkit.errors import BertkitError, where
+from bertkit.tokenizer import MAX_TEXT_CHARS
+
+log = logging.getLogger(__name__)
 
 
 def read_text(path: str | Path, flag: str | None = None) -> str:
@@ -27,3 +41,69 @@ def read_text(path: str | Path, flag: str | None = None) -> str:
         raise BertkitError(f"{label}: cannot be read ({exc.strerror})") from None
     except UnicodeDecodeError as exc:
         raise BertkitError(f"{label}: not valid UTF-8 (byte {exc.start}); convert the file to UTF-8") from None
+
+
+def text_lines(text: str) -> list[str]:
+    """The lines of a file's text, cut at line feeds only (see the module docstring)."""
+    lines = text.split("\n")
+    return lines[:-1] if lines and not lines[-1] else lines
+
+
+def parse_json(text: str, location: str, expected: str) -> Any:
+    """`json.loads` with its failures (bad syntax, nesting deeper than Python's recursion limit, huge
+    integers) as one `BertkitError` naming `location` and what the file should hold (`expected`)."""
+    try:
+        return json.loads(text)
+    except RecursionError:
+        raise BertkitError(f"{location}: JSON nested too deeply to read; {expected}") from None
+    except ValueError as exc:  # json.JSONDecodeError, or an integer too long to convert
+        raise BertkitError(f"{location}: not valid JSON ({exc}); {expected}") from None
+
+
+def check_length(text: str, location: str, what: str = "text") -> str:
+    """`text` unchanged, or a `BertkitError` naming `location` when it is longer than the tokenizer takes."""
+    if len(text) > MAX_TEXT_CHARS:
+        raise BertkitError(f"{location}: the {what} has {len(text):,} characters, over the {MAX_TEXT_CHARS:,} "
+                           "one text may have; split it into shorter examples")
+    return text
+
+
+def read_records(path: Path) -> list[tuple[int, list[str]]]:
+    """Non-blank records of a .tsv or .csv file as (line number where the record starts, fields)."""
+    text = read_text(path)
+    if path.suffix.lower() == ".tsv":
+        return [(number, line.split("\t")) for number, line in enumerate(text_lines(text), start=1)
+                if line.strip()]
+    return _csv_records(path, text)
+
+
+def _csv_records(path: Path, text: str) -> list[tuple[int, list[str]]]:
+    records: list[tuple[int, list[str]]] = []
+    multiline: list[int] = []
+    reader = csv.reader(io.StringIO(text, newline=""), strict=True)
+    previous_limit = csv.field_size_limit(MAX_TEXT_CHARS)  # the default, 128 KiB, is below a text's limit
+    start = 1
+    try:
+        for fields in reader:
+            if any(field.strip() for field in fields):
+                records.append((start, fields))
+                if reader.line_num > start:
+                    multiline.append(start)
+            start = reader.line_num + 1
+    except csv.Error as exc:
+        raise BertkitError(_csv_problem(path, start, reader.line_num, str(exc))) from None
+    finally:
+        csv.field_size_limit(previous_limit)
+    if multiline:
+        log.warning("%s: %d records hold line breaks inside quoted fields (the first starts at line %d); if "
+                    "that is not intended, a quote left open joined rows", path, len(multiline), multiline[0])
+    return records
+
+
+def _csv_problem(path: Path, start: int, end: int, error: str) -> str:
+    if "field larger than field limit" in error:
+        return (f"{where(path, end)}: a field over {MAX_TEXT_CHARS:,} characters, the most one text may have; "
+                "split it into shorter examples")
+    return (f"{where(path, start)}: malformed CSV quoting in the record starting here (read up to line {end}: "
+            f"{error}); a quoted field must end with a quote and double the quotes inside it (\"\"), or save "
+            "the file as tab-separated .tsv, which is read without quote processing")

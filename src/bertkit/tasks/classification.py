@@ -12,6 +12,7 @@ References: Devlin et al. (2018), section 4.1 and figure 4 (a, b); google-resear
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -71,17 +72,41 @@ class ClassificationTask(Task):
 
     # --- data ---------------------------------------------------------------------------------
 
+    by_column: bool = False
+    """Read every file by column name, GLUE task or not (set by `with_columns`)."""
+    id_column: str | None = None
+    """Column of each row's id for predictions; None: a column called "id" when the file has one."""
+
+    def with_columns(self, text_column: str | None = None, text_pair_column: str | None = None,
+                     label_column: str | None = None, id_column: str | None = None) -> ClassificationTask:
+        """This task reading files by the given column names (the predict/evaluate flags), the saved
+        settings filling in the rest; a GLUE model then reads its files as generic tables too."""
+        if text_pair_column and not self.settings.text_pair_column:
+            raise BertkitError(f"--text-pair-column {text_pair_column!r}: this model was fine-tuned on single "
+                               "texts, not pairs; leave the flag out")
+        changes = {"text_column": text_column, "text_pair_column": text_pair_column, "label_column": label_column}
+        task = ClassificationTask(dataclasses.replace(self.settings, **{k: v for k, v in changes.items() if v}))
+        task.by_column, task.id_column = True, id_column
+        return task
+
     def read(self, path: str | Path, labelled: bool = True, training: bool = False,
              ) -> tuple[list[TextExample], list[str]]:
-        """A GLUE file in the task's layout; a .jsonl file or a generic table by column names."""
+        """A GLUE file in the task's layout, or a .jsonl file / generic table by column names. A label the
+        task does not know stops training; in any other file its row is skipped, counted and named."""
         s = self.settings
-        if s.glue_task and Path(path).suffix.lower() != ".jsonl":
+        if s.glue_task and not self.by_column and Path(path).suffix.lower() != ".jsonl":
             examples, skipped = read_glue(path, glue_task(s.glue_task), labelled=labelled)
         else:
-            examples, skipped = read_table(path, s.text_column, s.text_pair_column, s.label_column if labelled else None)
-            if labelled:
-                check_labels(examples, None if self.is_regression else tuple(s.labels))
-        return examples, skipped
+            examples, skipped = read_table(path, s.text_column, s.text_pair_column,
+                                           s.label_column if labelled else None, self.id_column)
+        if not labelled:
+            return examples, skipped
+        examples, unknown = check_labels(examples, None if self.is_regression else tuple(s.labels))
+        if unknown and training:
+            raise BertkitError(f"{unknown[0]}; is --task right for this training file?")
+        if not examples:
+            raise BertkitError(f"{path}: no examples; all {len(unknown)} rows were skipped, first: {unknown[0]}")
+        return examples, skipped + unknown
 
     def features(self, examples: Sequence[TextExample], tokenizer: Any, training: bool = False) -> list[dict[str, Any]]:
         """input_ids/token_type_ids/attention_mask (+ labels when the examples have them)."""
@@ -127,10 +152,10 @@ class ClassificationTask(Task):
         """One prediction per example: the label (or score) and, for classification, probabilities."""
         logits = np.stack(outputs["logits"])  # (N, num_labels)
         if self.is_regression:
-            return [{"id": e.guid, "score": float(row[0])} for e, row in zip(examples, logits)]
+            return [{"id": e.id or e.guid, "score": float(row[0])} for e, row in zip(examples, logits)]
         shifted = np.exp(logits - logits.max(axis=1, keepdims=True))
         probabilities = shifted / shifted.sum(axis=1, keepdims=True)
-        return [{"id": e.guid, "label": self.settings.labels[int(row.argmax())],
+        return [{"id": e.id or e.guid, "label": self.settings.labels[int(row.argmax())],
                  "probabilities": dict(zip(self.settings.labels, map(float, row)))}
                 for e, row in zip(examples, probabilities)]
 

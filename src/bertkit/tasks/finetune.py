@@ -524,24 +524,32 @@ def _summary(per_seed: dict[int, dict[str, float]], names: tuple[str, ...]) -> d
 # --- predict and evaluate ------------------------------------------------------------------------
 
 def predict_file(model_dir: str | Path, input_path: str | Path, output_dir: str | Path, evaluate: bool = False,
-                 batch_size: int = 64, device: str = "auto") -> dict[str, Any]:
+                 batch_size: int = 64, device: str = "auto", columns: dict[str, str | None] | None = None,
+                 ) -> dict[str, Any]:
     """Predict (and with `evaluate`, score) a file with a fine-tuned directory; writes predictions (and
-    eval_results.json) into output_dir and returns the metrics (empty when not evaluating)."""
+    eval_results.json) into output_dir and returns the counts of examples and skipped records, plus the
+    metrics when evaluating. `columns` (text_column, text_pair_column, label_column, id_column) override
+    the saved reading settings of a classification model for this file."""
     torch_device = resolve_device(device)
     task, model, tokenizer = load_finetuned(model_dir, torch_device)
+    given = {name: value for name, value in (columns or {}).items() if value is not None}
+    if given:
+        if not isinstance(task, ClassificationTask):
+            flag = "--" + next(iter(given)).replace("_", "-")
+            raise BertkitError(f"{flag} applies to classification models; {model_dir} is a {task.kind} model")
+        task = task.with_columns(**given)
     examples, skipped = task.read(input_path, labelled=evaluate)
-    for line in skipped[:5]:
-        log.warning("skipped %s", line)
+    _warn_skipped(input_path, examples, skipped)
     features = task.features(examples, tokenizer)
     outputs = run_model(model, task, features, tokenizer.pad_token_id, batch_size, torch_device)
     decoded = task.decode(examples, features, outputs)
     output_dir = Path(output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
     task.write_predictions(examples, decoded, output_dir, "")
+    counts = {"examples": len(examples), "skipped": len(skipped), "truncated": getattr(task, "last_truncated", 0)}
     if not evaluate:
-        return {}
-    metrics = {**task.score(examples, decoded), "examples": len(examples), "skipped": len(skipped),
-               "truncated": getattr(task, "last_truncated", 0)}
+        return counts
+    metrics = {**task.score(examples, decoded), **counts}
     write_results(output_dir / RESULTS_FILE, metrics)
     return metrics
 
@@ -562,7 +570,8 @@ def build_task(kind: str, train_path: str | Path, options: dict[str, Any]) -> An
         labels = labels_for(options.get("glue_task"), train, regression)
         return ClassificationTask(ClassificationSettings(labels=labels, **options))
     if kind == "tagging":
-        return TaggingTask(TaggingSettings(labels=labels_from(read_conll(train_path)), **options))
+        sentences = read_conll(train_path, scheme=options.get("tag_scheme", TaggingSettings.tag_scheme))
+        return TaggingTask(TaggingSettings(labels=labels_from(sentences), **options))
     if kind == "squad":
         return SquadTask(SquadSettings(**options))
     if kind == "multiple-choice":
@@ -573,10 +582,14 @@ def build_task(kind: str, train_path: str | Path, options: dict[str, Any]) -> An
 def _read_reporting(task: Any, path: str | Path, training: bool, report: dict[str, Any], key: str) -> list:
     examples, skipped = task.read(path, labelled=True, training=training)
     report[f"skipped_{key}"] = len(skipped)
+    _warn_skipped(path, examples, skipped)
+    return examples
+
+
+def _warn_skipped(path: str | Path, examples: list, skipped: list[str]) -> None:
     if skipped:
         log.warning("%s: skipped %d of %d records; first ones:\n  %s", path, len(skipped),
                     len(skipped) + len(examples), "\n  ".join(skipped[:5]))
-    return examples
 
 
 def run_finetuning(kind: str, train_path: str | Path, dev_paths: list[str | Path], cfg: FinetuneConfig,

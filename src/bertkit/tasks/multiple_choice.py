@@ -36,10 +36,6 @@ class MultipleChoiceSettings:
     max_seq_length: int = 128
 
 
-def _second_segment(example: ChoiceExample, ending: str) -> str:
-    return f"{example.start} {ending}" if example.start else ending
-
-
 class MultipleChoiceTask(Task):
     """Multiple choice in the shape the fine-tuning driver expects (see tasks/finetune.py)."""
 
@@ -58,7 +54,7 @@ class MultipleChoiceTask(Task):
 
     def features(self, examples: Sequence[ChoiceExample], tokenizer: Any, training: bool = False) -> list[dict]:
         contexts = [e.context for e in examples for _ in e.endings]
-        seconds = [_second_segment(e, ending) for e in examples for ending in e.endings]
+        seconds = [e.second_segment(ending) for e in examples for ending in e.endings]
         self._report_truncation(examples, contexts, seconds, tokenizer)
         encodings = tokenizer.encode_batch(contexts, seconds, max_length=self.settings.max_seq_length, truncation=True)
         features, cursor = [], 0

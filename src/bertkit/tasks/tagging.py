@@ -26,6 +26,7 @@ import torch
 import torch.nn.functional as F
 
 from bertkit.data.conll import TaggedSentence, check_tags, read_conll, write_conll
+from bertkit.errors import BertkitError
 from bertkit.model import BertForTokenClassification
 from bertkit.tasks.metrics import entity_scores
 from bertkit.tasks.squad import max_context_flags, sliding_windows
@@ -66,10 +67,17 @@ class TaggingTask(Task):
 
     def read(self, path: str | Path, labelled: bool = True, training: bool = False,
              ) -> tuple[list[TaggedSentence], list[str]]:
-        sentences = read_conll(path, labelled=labelled)
-        if labelled:
-            check_tags(sentences, self.settings.labels)
-        return sentences, []
+        """Sentences of a CoNLL file, tags checked against the scheme. A valid tag the model was not
+        trained on stops training; in any other file its sentence is skipped, counted and named."""
+        sentences = read_conll(path, labelled=labelled, scheme=self.settings.tag_scheme)
+        if not labelled:
+            return sentences, []
+        kept, skipped = check_tags(sentences, self.settings.labels)
+        if skipped and training:
+            raise BertkitError(skipped[0])
+        if not kept:
+            raise BertkitError(f"{path}: no sentences left; all {len(skipped)} were skipped, first: {skipped[0]}")
+        return kept, skipped
 
     def features(self, sentences: Sequence[TaggedSentence], tokenizer: Any, training: bool = False) -> list[dict]:
         pieces = tokenizer.encode_ids([word for s in sentences for word in s.words])
