@@ -150,7 +150,7 @@ def run_model(model: nn.Module, task: Any, features: list[dict], pad_token_id: i
 def predict_features(model: nn.Module, task: Any, examples: list, features: list[dict], pad_token_id: int,
                      batch_size: int, device: torch.device) -> Any:
     """The task's decoded predictions for `features`: the one path behind dev evaluation during fine-tuning
-    and `predict` / `evaluate`, so both give the same predictions for the same model, file and batch size.
+    and `predict` / `evaluate`, so both give the same predictions for the same model and file.
 
     The forward pass runs in the model's own precision (fp32) with autocast off, also inside the training
     loop's bf16/fp16 autocast: reduced-precision logits would move near-tied answers, and a dev score
