@@ -49,7 +49,7 @@ def test_answer_characters_map_to_tokens_in_every_window(tokenizer: WordPieceTok
             assert e == 0  # answer outside this window -> [CLS]
             continue
         found += 1
-        assert context[feature["offsets"][s][0]:feature["offsets"][e][1]] == "paris"
+        assert context[feature["word_spans"][s][0]:feature["word_spans"][e][1]] == "paris"
         assert tokenizer.convert_ids_to_tokens(feature["input_ids"][s]) == "paris"
     assert found >= 1
     assert all(f["input_ids"][0] == tokenizer.cls_token_id and f["token_type_ids"][-1] == 1 for f in features)
@@ -76,8 +76,8 @@ def test_nbest_respects_max_context_length_order_and_null(tokenizer: WordPieceTo
     task = SquadTask(SquadSettings(max_seq_length=32, version_2_with_negative=True, max_answer_length=2))
     [feature] = task.features([example], tokenizer)
     n = len(feature["input_ids"])
-    first = feature["offsets"].index((0, 5))  # "paris"
-    last = feature["offsets"].index((24, 30))  # "france"
+    first = feature["word_spans"].index((0, 5))  # "paris"
+    last = feature["word_spans"].index((24, 30))  # "france"
     # Best raw pair (start=paris, end=france) is 6 tokens long: excluded by max_answer_length 2.
     start = _logits(n, {first: 5.0, last: 3.0, 0: 1.0})
     end = _logits(n, {last: 5.0, first: 2.0, 0: 1.0})

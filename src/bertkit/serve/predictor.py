@@ -284,8 +284,9 @@ class QuestionAnsweringPredictor(Predictor):
 
     def answer(self, questions: Sequence[str], contexts: Sequence[str]) -> list[dict[str, Any]]:
         """Per (question, context): {answer, score, start, end, no_answer}; `context[start:end]` is the
-        answer. v2.0 models answer "" (start/end None) when the null score beats the best span by more
-        than `null_score_diff_threshold` from bertkit_task.json."""
+        answer, whole words (SquadTask.decode widens a span to the words it touches). v2.0 models answer
+        "" (start/end None) when the null score beats the best span by more than
+        `null_score_diff_threshold` from bertkit_task.json."""
         if len(questions) != len(contexts):
             raise BertkitError(f"got {len(questions)} questions but {len(contexts)} contexts; pass one context each")
         examples = [SquadExample(str(i), q, c, (), False) for i, (q, c) in enumerate(zip(questions, contexts))]

@@ -166,6 +166,19 @@ def run_model(model: nn.Module, task: Any, features: list[dict], pad_token_id: i
     return outputs
 
 
+def predict_features(model: nn.Module, task: Any, examples: list, features: list[dict], pad_token_id: int,
+                     batch_size: int, device: torch.device) -> Any:
+    """The task's decoded predictions for `features`: the one path behind dev evaluation during fine-tuning
+    and `predict` / `evaluate`, so both give the same predictions for the same model and file.
+
+    The forward pass runs in the model's own precision (fp32) with autocast off, also inside the training
+    loop's bf16/fp16 autocast: reduced-precision logits would move near-tied answers, and a dev score
+    that `bertkit evaluate` cannot reproduce from the saved model is not worth the faster evaluation."""
+    with torch.autocast(device.type, enabled=False):
+        outputs = run_model(model, task, features, pad_token_id, batch_size, device)
+    return task.decode(examples, features, outputs)
+
+
 # --- the feature-based approach --------------------------------------------------------------------
 
 class FeatureBasedModel(nn.Module):
@@ -322,9 +335,8 @@ class _SeedRun:
         metrics: dict[str, float] = {}
         self.latest = []
         for dev in self.dev_sets:
-            outputs = run_model(model, self.task, dev.features, self.tokenizer.pad_token_id,
-                                self.cfg.eval_batch_size, self.device)
-            decoded = self.task.decode(dev.examples, dev.features, outputs)
+            decoded = predict_features(model, self.task, dev.examples, dev.features, self.tokenizer.pad_token_id,
+                                       self.cfg.eval_batch_size, self.device)
             if isinstance(self.task, SquadTask) and not dev.name:
                 decoded = self.task.choose_threshold(dev.examples, decoded)  # v2.0: threshold from dev
             scores = self.task.score(dev.examples, decoded)
@@ -541,8 +553,7 @@ def predict_file(model_dir: str | Path, input_path: str | Path, output_dir: str 
     examples, skipped = task.read(input_path, labelled=evaluate)
     _warn_skipped(input_path, examples, skipped)
     features = task.features(examples, tokenizer)
-    outputs = run_model(model, task, features, tokenizer.pad_token_id, batch_size, torch_device)
-    decoded = task.decode(examples, features, outputs)
+    decoded = predict_features(model, task, examples, features, tokenizer.pad_token_id, batch_size, torch_device)
     output_dir = Path(output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
     task.write_predictions(examples, decoded, output_dir, "")

@@ -3,17 +3,25 @@
 Features: `[CLS] question [SEP] context window [SEP]`, the question cut to `max_query_length` tokens,
 the context split into windows of at most `max_seq_length - len(question) - 3` tokens that start every
 `doc_stride` tokens. Each context token keeps its character offsets, so an answer's characters map to
-token positions and a predicted span maps back to the exact substring of the original context.
+token positions, and the span of its whole word, so a predicted span maps back to whole words of the
+original context.
 
 Post-processing follows the original `write_predictions`: the `n_best_size` best start and end logits of
 every window are paired; a pair counts when both ends are context tokens, the start token has its
 *maximum context* in this window (the window where it has most tokens on its shorter side), start <= end
-and the span has at most `max_answer_length` tokens. For v2.0 the null score is start+end logit at
-[CLS], the minimum over windows; the question is answered "" when null score minus the best span score
-exceeds `null_score_diff_threshold` (chosen on dev).
+and the span has at most `max_answer_length` tokens. The answer is the context from the start of the
+word of the start token to the end of the word of the end token (words as the tokenizer splits them: at
+whitespace and punctuation), so a span that starts or ends on a word piece never answers part of a
+word. For v2.0 the null score is start+end logit at [CLS], the minimum over windows; the question is
+answered "" when null score minus the best span score exceeds `null_score_diff_threshold` (chosen on dev).
 
-Design decision: offsets instead of the original's whitespace-word bookkeeping and `get_final_text`;
-the answer text is always a slice of the context, and the sub-token boundaries are exact.
+Design decision: whole tokenizer words from offsets and word ids, the rule of transformers'
+question-answering pipeline (`align_to_words`), instead of the original's whitespace words and
+`get_final_text`. The original takes the whitespace words the span touches and cuts that text back to
+the characters of the predicted pieces (found by string search after basic tokenization), so it answers
+"lement" for a span "##lem ##ent" of "complement" and falls back to the whole whitespace words
+(punctuation and all) when its alignment fails. Here the answer is always an exact slice of the context
+made of whole words, with punctuation that is a word of its own left out unless the span covers it.
 
 References: Devlin et al. (2018), section 4.2-4.3; google-research/bert `run_squad.py`.
 """
@@ -80,6 +88,16 @@ def max_context_flags(spans: Sequence[tuple[int, int]]) -> list[list[bool]]:
     return [[best[p][1] == index for p in range(start, start + size)] for index, (start, size) in enumerate(spans)]
 
 
+def whole_word_spans(offsets: Sequence[tuple[int, int]], word_ids: Sequence[int]) -> list[tuple[int, int]]:
+    """For each token, the character span of the whole word it belongs to (words as the tokenizer splits
+    them: at whitespace and punctuation), e.g. (0, 10) for each of "comp", "##lem", "##ent" of "complement"."""
+    spans: dict[int, tuple[int, int]] = {}
+    for (start, end), word in zip(offsets, word_ids):
+        first, last = spans.get(word, (start, end))
+        spans[word] = (min(first, start), max(last, end))
+    return [spans[word] for word in word_ids]
+
+
 def _token_span(offsets: Sequence[tuple[int, int]], char_start: int, char_end: int) -> tuple[int, int] | None:
     """First and last context token overlapping characters [char_start, char_end), None if none does."""
     inside = [i for i, (s, e) in enumerate(offsets) if e > char_start and s < char_end]
@@ -120,15 +138,16 @@ class SquadTask(Task):
             keep = [i for i, seq in enumerate(context.sequence_ids) if seq is not None]  # drop [CLS]/[SEP]
             ids = [context.input_ids[i] for i in keep]
             offsets = [tuple(context.offsets[i]) for i in keep]
+            words = whole_word_spans(offsets, [context.word_ids[i] for i in keep])
             spans = sliding_windows(len(ids), window, s.doc_stride)
             for (start, size), flags in zip(spans, max_context_flags(spans)):
-                feature = self._window(tokenizer, question, ids, offsets, start, size, flags, index)
+                feature = self._window(tokenizer, question, ids, words, start, size, flags, index)
                 if training:
                     self._add_positions(feature, example, offsets, start, size)
                 features.append(feature)
         return features
 
-    def _window(self, tokenizer: Any, question: list[int], ids: list[int], offsets: list[tuple[int, int]],
+    def _window(self, tokenizer: Any, question: list[int], ids: list[int], words: list[tuple[int, int]],
                 start: int, size: int, flags: list[bool], example_index: int) -> dict:
         prefix = len(question) + 2  # tokens before the first context token
         input_ids = [tokenizer.cls_token_id, *question, tokenizer.sep_token_id, *ids[start:start + size],
@@ -138,8 +157,8 @@ class SquadTask(Task):
             "token_type_ids": [0] * prefix + [1] * (size + 1),
             "attention_mask": [1] * len(input_ids),
             "example_index": example_index,
-            # Character span of each position in the context; None outside the context.
-            "offsets": [None] * prefix + offsets[start:start + size] + [None],
+            # Character span of the whole word of each position's token; None outside the context.
+            "word_spans": [None] * prefix + words[start:start + size] + [None],
             "max_context": [False] * prefix + flags + [False],
         }
 
@@ -205,13 +224,13 @@ class SquadTask(Task):
         for feature, start_logits, end_logits in windows:
             if start_logits[0] + end_logits[0] < null[0]:
                 null = (float(start_logits[0] + end_logits[0]), float(start_logits[0]), float(end_logits[0]))
-            offsets, flags = feature["offsets"], feature["max_context"]
+            words, flags = feature["word_spans"], feature["max_context"]
             for i in np.argsort(-start_logits, kind="stable")[: s.n_best_size]:
                 for j in np.argsort(-end_logits, kind="stable")[: s.n_best_size]:
-                    if offsets[i] is None or offsets[j] is None or not flags[i] or j < i \
+                    if words[i] is None or words[j] is None or not flags[i] or j < i \
                             or j - i + 1 > s.max_answer_length:
                         continue
-                    start_char, end_char = offsets[i][0], offsets[j][1]
+                    start_char, end_char = words[i][0], words[j][1]  # whole words, never a piece
                     candidates.append((float(start_logits[i] + end_logits[j]), float(start_logits[i]),
                                        float(end_logits[j]), example.context[start_char:end_char], start_char, end_char))
         if s.version_2_with_negative:
