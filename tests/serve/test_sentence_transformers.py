@@ -116,10 +116,10 @@ def test_older_layout_and_lowercasing(bert_dir, tmp_path):
     _compare(directory, model.encode(TEXTS), tmp_path)
 
 
-def _write_modules(directory: Path, kinds: list[str], pooling: dict) -> Path:
+def _write_modules(directory: Path, kinds: list[str], pooling: dict, transformer_path: str = "") -> Path:
     directory.mkdir()
     (directory / "modules.json").write_text(json.dumps(
-        [{"path": "" if k == "Transformer" else f"{i}_{k}", "type": f"sentence_transformers.models.{k}"}
+        [{"path": transformer_path if k == "Transformer" else f"{i}_{k}", "type": f"sentence_transformers.models.{k}"}
          for i, k in enumerate(kinds)]), encoding="utf-8")
     (directory / "1_Pooling").mkdir()
     (directory / "1_Pooling" / "config.json").write_text(json.dumps(pooling), encoding="utf-8")
@@ -130,6 +130,8 @@ def test_unsupported_modules_and_modes_are_refused(mlm_dir, tmp_path):
     assert read_sentence_transformers(mlm_dir) is None
     with pytest.raises(BertkitError, match="modules Transformer, Pooling, Dense are not a BERT sentence encoder"):
         read_sentence_transformers(_write_modules(tmp_path / "dense", ["Transformer", "Pooling", "Dense"], {}))
+    with pytest.raises(BertkitError, match="the transformer lives in '0_Transformer'"):
+        read_sentence_transformers(_write_modules(tmp_path / "sub", ["Transformer", "Pooling"], {}, "0_Transformer"))
     weighted = _write_modules(tmp_path / "weighted", ["Transformer", "Pooling"], {"pooling_mode": "weightedmean"})
     with pytest.raises(BertkitError, match="pooling mode 'weightedmean' is not supported"):
         read_sentence_transformers(weighted)

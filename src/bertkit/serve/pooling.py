@@ -102,8 +102,9 @@ def read_sentence_transformers(directory: str | Path) -> SentenceSettings | None
                            "bertkit reads (Transformer, Pooling, optionally Normalize); use sentence-transformers "
                            "for this model, or remove modules.json to use the plain BERT encoder")
     if modules[0].get("path", ""):
-        raise BertkitError(f"{modules_path}: the transformer lives in {modules[0]['path']!r}; bertkit reads it "
-                           "only from the directory itself (pass that subdirectory as the model)")
+        raise BertkitError(f"{modules_path}: the transformer lives in {modules[0]['path']!r}; bertkit reads "
+                           "sentence-transformers directories that keep it at the top (path \"\"), as recent versions "
+                           "save them; use sentence-transformers for this model")
     if len(kinds) == 3:
         _check_normalize(directory / modules[2].get("path", ""))
     transformer = _read_object(directory / "sentence_bert_config.json", required=False)
