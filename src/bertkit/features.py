@@ -7,8 +7,11 @@ The JSONL output is the format of Google's `extract_features.py`, one line per i
 with every token of `[CLS] A [SEP] (B [SEP])`, values rounded to 6 decimals as the original does.
 Layer indices count the encoder layers only, as the original's `all_encoder_layers`: -1 is the last
 layer, -L (or 0) the first; the embedding output is not a layer. Input is one text per line, or a
-pair written `text_a ||| text_b`. With `pooling`, each line becomes one vector instead: the requested
-layers pooled at [CLS] or averaged over the line's real tokens, concatenated in the order given.
+pair written `text_a ||| text_b`. An `.npy` output holds one vector per line instead: the requested
+layers pooled (at [CLS], or mean / max / sum over sqrt(length) of the line's real tokens) and
+concatenated in the order given. A sentence-transformers directory's max_seq_length, lowercasing and
+prompt always apply, and "auto" pooling (the default) takes its pooling and normalisation
+(serve/pooling.py), so the vectors equal sentence-transformers' `encode`.
 
 Design decision: the encoder runs length-sorted, padding-free batches (serve/batching.py) and the
 output is written as it is produced, so memory holds one batch of hidden states, not the corpus
@@ -32,12 +35,12 @@ from bertkit.data.textfile import read_text
 from bertkit.errors import BertkitError, where
 from bertkit.model import BertModel, inference_dtype
 from bertkit.serve.batching import length_sorted_batches, pad_features
-from bertkit.serve.predictor import POOLINGS, pool
+from bertkit.serve.pooling import choose_pooling, read_sentence_transformers, sentence_vectors
 from bertkit.tokenizer import WordPieceTokenizer
 
 log = logging.getLogger(__name__)
 
-PAIR_SEPARATOR = " ||| "
+DEFAULT_MAX_SEQ_LENGTH = 128  # extract_features.py's default
 
 
 def parse_layers(spec: str, num_layers: int) -> list[int]:
@@ -69,27 +72,68 @@ def read_lines(path: str | Path) -> list[tuple[str, str | None]]:
 
 
 def extract_features(model_dir: str | Path, input_path: str | Path, output_path: str | Path,
-                     layers: str = "-1,-2,-3,-4", pooling: str | None = None, max_seq_length: int = 128,
-                     batch_size: int = 32, precision: str = "fp32") -> int:
+                     layers: str | None = None, pooling: str | None = None, max_seq_length: int | None = None,
+                     batch_size: int = 32, precision: str = "fp32", tokenizer: str | Path | None = None,
+                     normalize: bool | None = None) -> int:
     """Write the features of every line of `input_path` to `output_path`; returns the number of lines.
+
+    The output's extension picks the format: .jsonl per-token values, .npy one pooled vector per line
+    (`pooling` None means "auto": a sentence-transformers directory's own pooling, else [CLS]).
+    `layers` None means -1,-2,-3,-4 for .jsonl and -1 for .npy; `max_seq_length` None the directory's
+    sentence-transformers length, else 128; `tokenizer` None the model directory's vocabulary.
     `precision` "bf16" runs the encoder in bf16 (faster on CPUs with bf16 units; values within bf16 rounding)."""
-    if pooling is not None and pooling not in POOLINGS:
-        raise BertkitError(f"--pooling {pooling!r}: use one of {', '.join(POOLINGS)}")
+    model_dir, output_path = Path(model_dir), Path(output_path)
+    if not model_dir.is_dir():
+        raise BertkitError(f"--model {model_dir}: the directory does not exist; pass a checkpoint directory "
+                           "(config.json, model.safetensors, vocab.txt)")
+    pooled = _pooled_output(output_path, pooling, normalize)
+    sentence = read_sentence_transformers(model_dir)
+    modes, normalize = choose_pooling(pooling or "auto", normalize, sentence, "--pooling") if pooled else ((), False)
     dtype = inference_dtype(precision)
     inputs = read_lines(input_path)
+    if sentence is not None:
+        inputs = [(sentence.prepare(a), None if b is None else sentence.prepare(b, prompt=False)) for a, b in inputs]
     encoder = BertModel.from_pretrained(model_dir).eval().to(dtype)
-    tokenizer = WordPieceTokenizer.from_pretrained(model_dir)
-    indices = parse_layers(layers, encoder.config.num_hidden_layers)
-    max_seq_length = min(max_seq_length, encoder.config.max_position_embeddings)
-    encodings = _encode(tokenizer, inputs, max_seq_length)
-    output_path = Path(output_path)
+    vocabulary = _tokenizer(tokenizer or model_dir, encoder.config.vocab_size)
+    indices = parse_layers(layers or ("-1" if pooled else "-1,-2,-3,-4"), encoder.config.num_hidden_layers)
+    limit = max_seq_length or (sentence and sentence.max_seq_length) or DEFAULT_MAX_SEQ_LENGTH
+    max_seq_length = min(limit, encoder.config.max_position_embeddings)
+    if pooled:
+        log.info("vectors: %s pooling of layer(s) %s%s, max_seq_length %d%s", "+".join(modes),
+                 ",".join(map(str, indices)), ", normalized" * normalize, max_seq_length,
+                 " (sentence-transformers directory)" * bool(sentence))
+    encodings = _encode(vocabulary, inputs, max_seq_length)
     output_path.parent.mkdir(parents=True, exist_ok=True)
-    batches = _hidden_states(encoder, encodings, indices, batch_size, tokenizer.pad_token_id)
-    if pooling is None:
-        _write_jsonl(output_path, encodings, indices, batches)
+    batches = _hidden_states(encoder, encodings, indices, batch_size, vocabulary.pad_token_id)
+    if pooled:
+        width = len(indices) * len(modes) * encoder.config.hidden_size
+        _write_npy(output_path, len(encodings), width, modes, normalize, batches)
     else:
-        _write_npy(output_path, len(encodings), len(indices) * encoder.config.hidden_size, pooling, batches)
+        _write_jsonl(output_path, encodings, indices, batches)
     return len(encodings)
+
+
+def _pooled_output(path: Path, pooling: str | None, normalize: bool | None) -> bool:
+    """True for .npy (pooled vectors), False for .jsonl (per-token values); other names are refused."""
+    suffix = path.suffix.lower()
+    if suffix == ".npy":
+        return True
+    if suffix != ".jsonl":
+        raise BertkitError(f"--output {path}: name it *.jsonl (per-token layer values) or *.npy (one pooled "
+                           "vector per line); the extension picks the format")
+    if pooling is not None or normalize is not None:
+        flag = "--pooling" if pooling is not None else "--normalize/--no-normalize"
+        raise BertkitError(f"--output {path}: {flag} makes one vector per line, written as NumPy; name the "
+                           f"output *.npy, or drop {flag} for per-token JSONL")
+    return False
+
+
+def _tokenizer(path: str | Path, vocab_size: int) -> WordPieceTokenizer:
+    tokenizer = WordPieceTokenizer.from_pretrained(path)
+    if tokenizer.vocab_size > vocab_size:
+        raise BertkitError(f"{path}: the vocabulary has {tokenizer.vocab_size} tokens but the model only "
+                           f"{vocab_size} (config.json vocab_size); pass the one it was trained with (--tokenizer)")
+    return tokenizer
 
 
 def _encode(tokenizer: WordPieceTokenizer, inputs: list[tuple[str, str | None]], max_seq_length: int) -> list:
@@ -141,10 +185,10 @@ def _feature_line(row: int, encoding, layers: list[torch.Tensor], indices: list[
     return json.dumps({"linex_index": row, "features": tokens})
 
 
-def _write_npy(path: Path, rows: int, width: int, pooling: str, batches: Iterator) -> None:
+def _write_npy(path: Path, rows: int, width: int, modes: tuple[str, ...], normalize: bool,
+               batches: Iterator) -> None:
     vectors = np.lib.format.open_memmap(path, mode="w+", dtype=np.float32, shape=(rows, width))
     for lines, layers, mask in batches:
-        pooled = torch.cat([pool(layer, mask, pooling) for layer in layers], dim=-1)  # (B, len(layers) * H)
-        vectors[lines] = pooled.float().numpy()
+        vectors[lines] = sentence_vectors(layers, mask, modes, normalize).numpy()  # (B, width)
     vectors.flush()
     del vectors

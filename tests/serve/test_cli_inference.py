@@ -29,6 +29,12 @@ def test_extract_jsonl_and_npy(mlm_dir, tmp_path, capsys):
     assert main(["extract", "--model", str(mlm_dir), "--input", str(source), "--output", str(tmp_path / "x.jsonl"),
                  "--layers", "-9"]) == 2
     assert "bertkit: error: --layers '-9'" in capsys.readouterr().err
+    assert main(["extract", "--model", str(mlm_dir), "--input", str(source), "--output", str(tmp_path / "x.jsonl"),
+                 "--pooling", "mean"]) == 2
+    assert "bertkit: error: --output" in capsys.readouterr().err and not (tmp_path / "x.jsonl").exists()
+    assert main(["extract", "--model", str(mlm_dir), "--tokenizer", str(mlm_dir / "vocab.txt"), "--input", str(source),
+                 "--output", str(tmp_path / "n.npy"), "--pooling", "max", "--normalize"]) == 0
+    assert np.linalg.norm(np.load(tmp_path / "n.npy"), axis=1) == pytest.approx([1.0, 1.0])
 
 
 def test_export_onnx_prints_the_check_and_the_int8_change(classifier_dir, tmp_path, capsys):

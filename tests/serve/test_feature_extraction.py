@@ -80,5 +80,40 @@ def test_errors_name_the_flag(mlm_dir, input_file, tmp_path):
     bad.write_bytes(b"ok\n\xff\xfe\n")
     with pytest.raises(BertkitError, match="not valid UTF-8"):
         read_lines(bad)
-    with pytest.raises(BertkitError, match="--pooling"):
-        extract_features(mlm_dir, input_file, tmp_path / "o.npy", pooling="max")
+    with pytest.raises(BertkitError, match="--pooling 'weightedmean' is not supported"):
+        extract_features(mlm_dir, input_file, tmp_path / "o.npy", pooling="weightedmean")
+    with pytest.raises(BertkitError, match="--model .*missing: the directory does not exist"):
+        extract_features(tmp_path / "missing", input_file, tmp_path / "o.npy")
+
+
+def test_the_output_extension_picks_the_format(mlm_dir, input_file, tmp_path):
+    with pytest.raises(BertkitError, match=r"--pooling makes one vector per line.*name the output \*\.npy"):
+        extract_features(mlm_dir, input_file, tmp_path / "v.jsonl", layers="-1", pooling="mean")
+    with pytest.raises(BertkitError, match="--normalize/--no-normalize makes one vector per line"):
+        extract_features(mlm_dir, input_file, tmp_path / "v.jsonl", layers="-1", normalize=False)
+    with pytest.raises(BertkitError, match=r"--output .*v\.txt: name it \*\.jsonl .* or \*\.npy"):
+        extract_features(mlm_dir, input_file, tmp_path / "v.txt", layers="-1")
+    assert not list(tmp_path.glob("v.*"))
+    # .npy without --pooling is "auto": a plain BERT directory's last layer at [CLS], not JSONL text.
+    extract_features(mlm_dir, input_file, tmp_path / "v.npy")
+    layers, _ = _reference(mlm_dir, "paris")
+    np.testing.assert_allclose(np.load(tmp_path / "v.npy")[3], layers[-1][0].numpy(), atol=1e-5)
+    extract_features(mlm_dir, input_file, tmp_path / "n.npy", layers="-1,-2", pooling="max", normalize=True)
+    expected = torch.cat([layers[-1].amax(0), layers[-2].amax(0)])
+    np.testing.assert_allclose(np.load(tmp_path / "n.npy")[3], (expected / expected.norm()).numpy(), atol=1e-5)
+
+
+def test_tokenizer_from_another_directory(mlm_dir, input_file, tmp_path):
+    model = tmp_path / "model"
+    model.mkdir()
+    for name in ("config.json", "model.safetensors"):
+        (model / name).write_bytes((mlm_dir / name).read_bytes())
+    with pytest.raises(BertkitError, match="no vocabulary"):
+        extract_features(model, input_file, tmp_path / "v.npy")
+    extract_features(model, input_file, tmp_path / "v.npy", tokenizer=mlm_dir / "vocab.txt")
+    extract_features(mlm_dir, input_file, tmp_path / "w.npy")
+    np.testing.assert_array_equal(np.load(tmp_path / "v.npy"), np.load(tmp_path / "w.npy"))
+    big = tmp_path / "big.txt"
+    big.write_text("\n".join([*tokenizer().vocab, *(f"extra{i}" for i in range(40))]) + "\n", encoding="utf-8")
+    with pytest.raises(BertkitError, match=r"big.txt: the vocabulary has 82 tokens but the model only 42"):
+        extract_features(mlm_dir, input_file, tmp_path / "v.npy", tokenizer=big)

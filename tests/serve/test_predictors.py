@@ -161,7 +161,7 @@ def test_answer_v2_uses_the_null_threshold_from_the_task_file():
 
 # --- embeddings ------------------------------------------------------------------------------------
 
-def test_embed_cls_and_mean_pooling(mlm_dir):
+def test_embed_poolings(mlm_dir):
     predictor = load_predictor(mlm_dir)
     encoder = BertModel.from_pretrained(mlm_dir).eval()
     with torch.no_grad():
@@ -169,8 +169,13 @@ def test_embed_cls_and_mean_pooling(mlm_dir):
     np.testing.assert_allclose(predictor.embed(["the cat sat"], "cls")[0], hidden[0].numpy(), atol=1e-5)
     np.testing.assert_allclose(predictor.embed(["the cat sat"], "mean")[0], hidden.mean(0).numpy(), atol=1e-5)
     assert np.linalg.norm(predictor.embed(["the cat sat"], "mean", normalize=True)[0]) == pytest.approx(1.0)
-    with pytest.raises(BertkitError, match="pooling"):
-        predictor.embed(["x"], "max")
+    np.testing.assert_allclose(predictor.embed(["the cat sat"], "max")[0], hidden.amax(0).numpy(), atol=1e-5)
+    np.testing.assert_allclose(predictor.embed(["the cat sat"], "mean_sqrt_len_tokens")[0],
+                               hidden.sum(0).numpy() / np.sqrt(len(hidden)), atol=1e-5)
+    np.testing.assert_array_equal(predictor.embed(["the cat sat"]), predictor.embed(["the cat sat"], "cls"))  # auto
+    assert predictor.embed([]).shape == (0, 32)
+    with pytest.raises(BertkitError, match="pooling 'weightedmean' is not supported"):
+        predictor.embed(["x"], "weightedmean")
 
 
 # --- batching ----------------------------------------------------------------------------------------

@@ -18,27 +18,38 @@ CONTEXT = {"show_default": True}
 
 @click.command(context_settings=CONTEXT)
 @click.option("--model", required=True, type=click.Path(file_okay=False, exists=True, path_type=Path),
-              help="Checkpoint directory (config.json, model.safetensors, vocab.txt); any head.")
+              help="Checkpoint directory (config.json, model.safetensors, vocab.txt); any head; "
+                   "a sentence-transformers directory brings its own pooling.")
+@click.option("--tokenizer", default=None, type=click.Path(exists=True, path_type=Path),
+              help="Directory with vocab.txt (or the file) [default: the --model directory].")
 @click.option("--input", "input_path", required=True, type=click.Path(dir_okay=False, path_type=Path),
               help="UTF-8 text, one input per line; 'text_a ||| text_b' for a pair.")
 @click.option("--output", required=True, type=click.Path(dir_okay=False, path_type=Path),
-              help="JSONL file of per-token layer values, or .npy of pooled vectors with --pooling.")
-@click.option("--layers", default="-1,-2,-3,-4", help="Encoder layers to output, -1 = last (as extract_features.py).")
-@click.option("--pooling", type=click.Choice(["cls", "mean"]), default=None,
-              help="Write one vector per line ([CLS] or mean over tokens; requested layers concatenated) to .npy.")
-@click.option("--max-seq-length", type=click.IntRange(min=3), default=128,
-              help="Longest input in tokens, specials included; longer lines are truncated (counted).")
+              help="*.jsonl: per-token layer values; *.npy: one pooled vector per line.")
+@click.option("--layers", default=None, show_default=False,
+              help="Encoder layers to output, -1 = last (as extract_features.py) [default: -1,-2,-3,-4 for .jsonl, "
+                   "-1 for .npy].")
+@click.option("--pooling", type=click.Choice(["auto", "cls", "mean", "max", "mean_sqrt_len_tokens"]), default=None,
+              show_default=False,
+              help="How .npy vectors pool the tokens (layers concatenated); auto: a sentence-transformers "
+                   "directory's pooling, else [CLS] [default: auto].")
+@click.option("--normalize/--no-normalize", default=None, show_default=False,
+              help="Unit-length .npy vectors [default: as the sentence-transformers directory says, else no].")
+@click.option("--max-seq-length", type=click.IntRange(min=3), default=None, show_default=False,
+              help="Longest input in tokens, specials included; longer lines are truncated (counted) "
+                   "[default: the sentence-transformers directory's, else 128].")
 @click.option("--batch-size", type=click.IntRange(min=1), default=32, help="Lines per forward pass.")
 @click.option("--precision", type=click.Choice(["fp32", "bf16"]), default="fp32",
               help="bf16: about 2x faster on CPUs with bf16 units (avx512_bf16/AMX), values within bf16 rounding.")
-def extract(model: Path, input_path: Path, output: Path, layers: str, pooling: str | None, max_seq_length: int,
-            batch_size: int, precision: str) -> None:
+def extract(model: Path, tokenizer: Path | None, input_path: Path, output: Path, layers: str | None,
+            pooling: str | None, normalize: bool | None, max_seq_length: int | None, batch_size: int,
+            precision: str) -> None:
     """Extract contextual features (per-token layers or pooled sentence vectors)."""
     from bertkit.features import extract_features
 
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s")
-    count = extract_features(model, input_path, output, layers=layers, pooling=pooling,
-                             max_seq_length=max_seq_length, batch_size=batch_size, precision=precision)
+    count = extract_features(model, input_path, output, layers=layers, pooling=pooling, max_seq_length=max_seq_length,
+                             batch_size=batch_size, precision=precision, tokenizer=tokenizer, normalize=normalize)
     click.echo(f"wrote features of {count} lines to {output}")
 
 

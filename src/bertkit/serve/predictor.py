@@ -37,6 +37,7 @@ from bertkit.data.squad import SquadExample
 from bertkit.errors import BertkitError
 from bertkit.model import MODEL_CLASSES, BertModel, inference_dtype
 from bertkit.serve.batching import run_sorted, trim
+from bertkit.serve.pooling import SentenceSettings, choose_pooling, read_sentence_transformers, sentence_vectors
 from bertkit.tasks.classification import ClassificationTask
 from bertkit.tasks.metrics import entities_conlleval
 from bertkit.tasks.squad import SquadTask
@@ -46,7 +47,6 @@ from bertkit.tokenizer import MASK, WordPieceTokenizer
 log = logging.getLogger(__name__)
 
 TASK_FILE = "bertkit_task.json"
-POOLINGS = ("cls", "mean")
 MAX_TOP_K = 100
 
 
@@ -57,7 +57,7 @@ class Predictor:
     model_class: ClassVar[type[torch.nn.Module]] = BertModel
 
     def __init__(self, model: torch.nn.Module, tokenizer: WordPieceTokenizer, max_seq_length: int,
-                 batch_size: int = 32) -> None:
+                 batch_size: int = 32, sentence: SentenceSettings | None = None) -> None:
         if tokenizer.vocab_size != model.config.vocab_size:
             raise BertkitError(f"vocab.txt has {tokenizer.vocab_size} tokens but config.json says vocab_size "
                                f"{model.config.vocab_size}; use the vocabulary the model was trained with")
@@ -65,6 +65,7 @@ class Predictor:
         self.tokenizer = tokenizer
         self.max_seq_length = min(max_seq_length, model.config.max_position_embeddings)
         self.batch_size = batch_size
+        self.sentence = sentence
 
     @property
     def encoder(self) -> BertModel:
@@ -88,33 +89,26 @@ class Predictor:
     def run(self, features: Sequence[dict[str, Any]], step: Any) -> list[Any]:
         return run_sorted(features, step, self.batch_size, self.tokenizer.pad_token_id)
 
-    def embed(self, texts: Sequence[str], pooling: str = "cls", normalize: bool = False) -> np.ndarray:
-        """(N, H) sentence vectors: the last layer at [CLS], or its mean over the real tokens
-        (specials included); `normalize` scales each to unit length."""
-        if pooling not in POOLINGS:
-            raise BertkitError(f"pooling {pooling!r} is not supported; use one of {', '.join(POOLINGS)}")
+    def embed(self, texts: Sequence[str], pooling: str = "auto", normalize: bool | None = None) -> np.ndarray:
+        """(N, H) float32 sentence vectors of the last layer: at [CLS], or its mean, max or
+        sum / sqrt(length) over the real tokens (specials included). "auto" and `normalize` None
+        follow a sentence-transformers directory (its pooling, Normalize, lowercasing and prompt), so
+        the vectors equal its `encode`; elsewhere they mean [CLS] and no normalisation."""
+        modes, normalize = choose_pooling(pooling, normalize, self.sentence)
+        if self.sentence is not None:
+            texts = [self.sentence.prepare(text) for text in texts]
         features, _ = self.encode(texts)
 
         def step(batch: dict[str, torch.Tensor]) -> list[np.ndarray]:
             hidden = self.encoder(**batch).last_hidden_state  # (B, T, H), zeros at padding
-            return list(pool(hidden, batch["attention_mask"], pooling).float().numpy())
+            return list(sentence_vectors([hidden], batch["attention_mask"], modes, normalize).numpy())
 
-        vectors = np.stack(self.run(features, step)) if features else np.zeros((0, self.model.config.hidden_size))
-        if normalize:
-            vectors = vectors / np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)
-        return vectors.astype(np.float32)
+        width = len(modes) * self.model.config.hidden_size
+        return np.stack(self.run(features, step)) if features else np.zeros((0, width), np.float32)
 
     def warmup(self) -> None:
         """One real forward pass through every endpoint (the server is ready only after it)."""
         self.embed(["warm up"])
-
-
-def pool(hidden: torch.Tensor, attention_mask: torch.Tensor, pooling: str) -> torch.Tensor:
-    """(B, T, H) -> (B, H): the [CLS] position, or the mean over positions where the mask is 1."""
-    if pooling == "cls":
-        return hidden[:, 0]
-    mask = attention_mask.unsqueeze(-1).to(hidden.dtype)  # (B, T, 1)
-    return (hidden * mask).sum(dim=1) / mask.sum(dim=1).clamp(min=1)
 
 
 def _feature(encoding: Any) -> dict[str, Any]:
@@ -349,11 +343,13 @@ def load_predictor(directory: str | Path, batch_size: int = 32, precision: str =
         settings = task or {}
         return QuestionAnsweringPredictor(_load(directory, "BertForQuestionAnswering", dtype), tokenizer,
                                           SquadTask.from_json(settings, source=source), batch_size)
-    max_seq_length = int((task or {}).get("max_seq_length", 512))
+    sentence = read_sentence_transformers(directory)  # None unless a sentence-transformers directory
+    max_seq_length = int((task or {}).get("max_seq_length", (sentence and sentence.max_seq_length) or 512))
     if kind == "fill-mask":
         architecture = (config.architectures or ["BertForMaskedLM"])[0]
-        return FillMaskPredictor(_load(directory, architecture, dtype), tokenizer, max_seq_length, batch_size)
-    return Predictor(_load(directory, "BertModel", dtype), tokenizer, max_seq_length, batch_size)
+        return FillMaskPredictor(_load(directory, architecture, dtype), tokenizer, max_seq_length, batch_size,
+                                 sentence)
+    return Predictor(_load(directory, "BertModel", dtype), tokenizer, max_seq_length, batch_size, sentence)
 
 
 def read_task_file(directory: Path) -> dict[str, Any] | None:
