@@ -90,12 +90,14 @@ class AtomicFile:
 
 def write_file_atomic(path: str | Path, write: Callable[[Path], object]) -> None:
     """Call `write(temp_path)` (for writers that want a file name, like safetensors' save_file), fsync the
-    result, then rename it onto `path`."""
+    result, then rename it onto `path` with the mode of a plain write."""
     path = Path(path)
     fd, temp = _make_temp(path)
+    mode = os.fstat(fd).st_mode & 0o7777
     os.close(fd)
     try:
         write(temp)
+        os.chmod(temp, mode)  # the writer may have recreated the file with its own mode (safetensors: 0600)
         fsync_path(temp)
         _publish(temp, path)
     finally:

@@ -79,6 +79,7 @@ def extract_features(model_dir: str | Path, input_path: str | Path, output_path:
     inputs = read_lines(input_path)
     encoder = BertModel.from_pretrained(model_dir).eval().to(dtype)
     tokenizer = WordPieceTokenizer.from_pretrained(model_dir)
+    encoder.config.check_vocabulary(tokenizer.vocab_size, model_dir)
     indices = parse_layers(layers, encoder.config.num_hidden_layers)
     max_seq_length = min(max_seq_length, encoder.config.max_position_embeddings)
     encodings = _encode(tokenizer, inputs, max_seq_length)
