@@ -258,8 +258,8 @@ def _fits(value: Any, types: tuple[type, ...]) -> bool:
 
 
 def _foreign(path: Path, problem: str) -> BertkitError:
-    return BertkitError(f"{path}: {problem}; this checkpoint matches its manifest but was not "
-                        f"written by this bertkit (another version, or edited): resume from another one with "
+    return BertkitError(f"{path}: {problem}; the checkpoint matches its manifest, so it was written by another "
+                        f"version of bertkit or for another model, or edited: resume from another one with "
                         f"--resume DIR, or start over with {START_OVER}")
 
 
@@ -274,7 +274,7 @@ def read_trainer_state(directory: Path) -> dict[str, Any]:
     """trainer_state.json of a checkpoint, checked against TRAINER_STATE_FIELDS (scaler: an object or null)."""
     path = directory / TRAINER_STATE
     state = _read_state_json(directory, TRAINER_STATE)
-    if not isinstance(state, dict) or not isinstance(state.get("scaler", 0), (dict, type(None))):
+    if not isinstance(state, dict) or not isinstance(state.get("scaler", "missing"), (dict, type(None))):
         raise _foreign(path, "not an object with state, scheduler, scaler and data")
     for section, fields in TRAINER_STATE_FIELDS.items():
         values = state.get(section)
@@ -288,13 +288,20 @@ def read_trainer_state(directory: Path) -> dict[str, Any]:
 
 
 def read_rng_states(directory: Path) -> list[dict[str, Any]]:
-    """rng.json of a checkpoint: one capture_rng_state() per rank."""
+    """rng.json of a checkpoint: one capture_rng_state() per rank, each checked for its generators' shapes."""
     ranks = _read_state_json(directory, RNG_STATE)
     ranks = ranks.get("ranks") if isinstance(ranks, dict) else None
-    if not isinstance(ranks, list) or not all(isinstance(r, dict) and {"python", "numpy", "torch"} <= r.keys()
-                                              for r in ranks):
-        raise _foreign(directory / RNG_STATE, 'not an object {"ranks": [{"python", "numpy", "torch"}, ...]}')
+    if not isinstance(ranks, list) or not all(isinstance(r, dict) and _rng_shaped(r) for r in ranks):
+        raise _foreign(directory / RNG_STATE, "not one python, numpy and torch generator state per rank, "
+                                              "as capture_rng_state() writes them")
     return ranks
+
+
+def _rng_shaped(state: dict[str, Any]) -> bool:
+    python, numpy, cpu = state.get("python"), state.get("numpy"), state.get("torch")
+    return (isinstance(python, list) and len(python) == 3 and isinstance(python[1], list)
+            and isinstance(numpy, list) and len(numpy) == 5 and isinstance(numpy[1], list)
+            and isinstance(cpu, list) and len(cpu) == torch.get_rng_state().numel())
 
 
 @contextlib.contextmanager
@@ -305,9 +312,8 @@ def restoring(directory: Path) -> Iterator[None]:
     try:
         yield
     except (KeyError, TypeError, ValueError, IndexError, AttributeError, RuntimeError, SafetensorError) as exc:
-        files = f"{TRAINER_STATE}, {RNG_STATE}, optimizer.json/.safetensors and the weights"
-        raise _foreign(directory, f"could not restore this run from it ({type(exc).__name__}: {exc}); "
-                                      f"its files ({files}) do not fit this run") from None
+        raise _foreign(directory, f"its {TRAINER_STATE}, {RNG_STATE}, optimizer or weights do not fit this run "
+                                  f"({type(exc).__name__}: {exc})") from None
 
 
 def save_optimizer(optimizer: torch.optim.Optimizer, directory: Path) -> None:
