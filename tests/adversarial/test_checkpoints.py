@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from safetensors import SafetensorError
 from safetensors.torch import save_file
 from torch import nn
 
@@ -107,31 +108,40 @@ def test_resume_auto_with_every_checkpoint_corrupt_stops_instead_of_starting_ove
 
 # --- 6. tracebacks instead of one line -----------------------------------------------------------------
 
-def test_disk_full_while_saving_keeps_the_previous_checkpoint_and_says_what_to_do(tmp_path):
+# How a full disk looks: an OSError from Python's own writes, a SafetensorError from safetensors' writer.
+DISK_FULL = {"json": ("write_json", OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))),
+             "safetensors": ("save_file", SafetensorError("Error while serializing: I/O error: No space left on "
+                                                          "device (os error 28)"))}
+
+
+@pytest.mark.parametrize("writer", sorted(DISK_FULL))
+def test_disk_full_while_saving_keeps_the_previous_checkpoint_and_says_what_to_do(tmp_path, monkeypatch, writer):
     toy_run(tmp_path, steps=1)
     previous = tmp_path / "checkpoints" / "step-00000001"
+    name, error = DISK_FULL[writer]
 
-    def disk_full(model: nn.Module, directory: Path) -> None:
-        (directory / "model.safetensors").write_bytes(b"half a tens")
-        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(directory / "model.safetensors"))
+    def disk_full(*args, **kwargs):
+        raise error
 
-    with pytest.raises(BertkitError) as error:
-        toy_run(tmp_path, steps=2, resume="auto", save_weights=disk_full)
-    message = str(error.value)
+    monkeypatch.setattr(ckpt, name, disk_full)
+    with pytest.raises(BertkitError) as raised:
+        toy_run(tmp_path, steps=2, resume="auto")
+    message = str(raised.value)
     assert "step-00000002" in message and "No space left on device" in message
-    assert "free" in message and "--resume auto" in message
+    assert "free space" in message and "--resume auto" in message
     assert ckpt.verify_checkpoint(previous) is None
     assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == [previous.name]  # no temp left
 
 
-def test_disk_full_while_saving_a_model_directory_names_the_file(tmp_path, monkeypatch):
+def test_disk_full_while_saving_a_model_directory_names_it(tmp_path, monkeypatch):
     def disk_full(*args, **kwargs):
-        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        raise DISK_FULL["safetensors"][1]
 
     monkeypatch.setattr(pretrained, "save_file", disk_full)
-    with pytest.raises(BertkitError, match=r"model\.safetensors.*No space left on device.*free"):
-        BertModel(preset("bert-debug", vocab_size=len(VOCAB))).save_pretrained(tmp_path)
-    assert list(tmp_path.iterdir()) == []
+    with pytest.raises(BertkitError, match=r"No space left on device.*free space") as raised:
+        BertModel(preset("bert-debug", vocab_size=len(VOCAB))).save_pretrained(tmp_path / "model")
+    assert str(tmp_path / "model") in str(raised.value)
+    assert list((tmp_path / "model").iterdir()) == []
 
 
 @pytest.mark.parametrize("manifest", [[], {"files": ["model.safetensors"]},

@@ -14,7 +14,6 @@ is one error rather than a failed allocation or the OOM killer.
 from __future__ import annotations
 
 import contextlib
-import errno
 import json
 import logging
 import os
@@ -26,7 +25,7 @@ from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_file, save_file
 from torch import nn
 
-from bertkit.atomic import write_file_atomic
+from bertkit.atomic import failed_write_advice, write_file_atomic
 from bertkit.config import BertConfig
 from bertkit.errors import BertkitError
 from bertkit.interop.hf import REDUNDANT_HF_KEYS, from_hf, to_hf
@@ -202,10 +201,11 @@ class PreTrainedMixin:
             write_file_atomic(path / "config.json", config.to_json_file)
             if tokenizer is not None:
                 tokenizer.save_pretrained(path)
-        except OSError as exc:
-            fix = "free space on that disk" if exc.errno in (errno.ENOSPC, errno.EDQUOT) else "make it writable"
-            raise BertkitError(f"{path}: could not write the model ({exc.filename or SAFETENSORS_NAME}: "
-                               f"{exc.strerror or exc}); {fix} and save again") from None
+        except (OSError, SafetensorError) as exc:
+            fix = failed_write_advice(exc, path)
+            if fix is None:
+                raise
+            raise BertkitError(f"{path}: could not write the model ({exc}); {fix} and save again") from None
 
     def num_parameters(self) -> int:
         assert isinstance(self, nn.Module)

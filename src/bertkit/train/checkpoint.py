@@ -18,7 +18,6 @@ still matches its hash ends in a `BertkitError` naming it, not a `KeyError` deep
 from __future__ import annotations
 
 import contextlib
-import errno
 import hashlib
 import json
 import logging
@@ -34,7 +33,7 @@ import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
-from bertkit.atomic import fsync_path, replace_directory, write_text_atomic
+from bertkit.atomic import failed_write_advice, fsync_path, replace_directory, write_text_atomic
 from bertkit.errors import BertkitError
 from bertkit.train.distributed import DistributedContext, broadcast_object
 
@@ -89,18 +88,12 @@ def save_atomically(root: Path, name: str, write: Callable[[Path], None],
         replace_directory(temp, final)  # replaces only an invalid leftover: a valid one is never re-saved
     except BaseException as exc:
         shutil.rmtree(temp, ignore_errors=True)
-        if isinstance(exc, OSError):
-            raise BertkitError(_save_failed(final, exc)) from None
-        raise
+        fix = failed_write_advice(exc, root)
+        if fix is None:
+            raise
+        raise BertkitError(f"{final}: could not save the checkpoint ({exc}); nothing of it was kept and the "
+                           f"earlier checkpoints are intact; {fix} and continue with --resume auto") from None
     return final
-
-
-def _save_failed(final: Path, exc: OSError) -> str:
-    full = exc.errno in (errno.ENOSPC, errno.EDQUOT)
-    fix = (f"free space on the disk of {final.parent} (or lower --keep-last)" if full
-           else f"make {final.parent} writable")
-    return (f"{final}: could not save the checkpoint: {exc.strerror or exc}; nothing of it was kept and the "
-            f"earlier checkpoints are intact; {fix} and continue with --resume auto")
 
 
 def verify_checkpoint(directory: Path) -> str | None:
