@@ -22,6 +22,13 @@ def test_paper_sizes_have_the_paper_parameter_counts(name, expected):
 
 
 @pytest.mark.parametrize("name", sorted(PRESETS))
+def test_parameter_count_is_the_models_without_building_it(name):
+    config = preset(name, vocab_size=1000, intermediate_size=300)
+    with torch.device("meta"):
+        assert config.parameter_count() == BertModel(config).num_parameters()
+
+
+@pytest.mark.parametrize("name", sorted(PRESETS))
 def test_presets_match_transformers_parameter_counts(name):
     config = preset(name, vocab_size=1000)
     reference = transformers.BertConfig(**{k: v for k, v in config.to_dict().items() if k != "architectures"})

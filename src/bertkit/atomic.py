@@ -13,6 +13,7 @@ References: POSIX rename(2) atomicity; fsync(2) on directories.
 
 from __future__ import annotations
 
+import errno
 import itertools
 import os
 import shutil
@@ -20,6 +21,8 @@ from collections.abc import Callable
 from pathlib import Path
 from types import TracebackType
 from typing import BinaryIO
+
+from safetensors import SafetensorError
 
 TEMP_SUFFIX = ".tmp"
 _counter = itertools.count()
@@ -37,6 +40,19 @@ def fsync_path(path: str | Path) -> None:
 def temp_glob(name_glob: str) -> str:
     """The glob matching temp files left behind for targets matching `name_glob` (e.g. "shard-*.bin")."""
     return f".{name_glob}.*{TEMP_SUFFIX}"
+
+
+def failed_write_advice(exc: BaseException, directory: Path) -> str | None:
+    """What to do about a write into `directory` that raised `exc`, or None when `exc` is no I/O failure.
+    safetensors reports a full disk as SafetensorError("... I/O error: No space left on device ..."), not
+    as an OSError."""
+    text = str(exc)
+    if not (isinstance(exc, OSError) or (isinstance(exc, SafetensorError) and "I/O error" in text)):
+        return None
+    if getattr(exc, "errno", None) in (errno.ENOSPC, errno.EDQUOT) or any(
+            os.strerror(code) in text for code in (errno.ENOSPC, errno.EDQUOT)):
+        return f"free space on the disk of {directory}"
+    return f"check that {directory} is writable"
 
 
 def _make_temp(path: Path) -> tuple[int, Path]:
@@ -90,12 +106,14 @@ class AtomicFile:
 
 def write_file_atomic(path: str | Path, write: Callable[[Path], object]) -> None:
     """Call `write(temp_path)` (for writers that want a file name, like safetensors' save_file), fsync the
-    result, then rename it onto `path`."""
+    result, then rename it onto `path` with the mode of a plain write."""
     path = Path(path)
     fd, temp = _make_temp(path)
+    mode = os.fstat(fd).st_mode & 0o7777
     os.close(fd)
     try:
         write(temp)
+        os.chmod(temp, mode)  # the writer may have recreated the file with its own mode (safetensors: 0600)
         fsync_path(temp)
         _publish(temp, path)
     finally:

@@ -98,6 +98,24 @@ class BertConfig:
         if self.id2label is not None and len(self.id2label) != self.num_labels:
             raise BertkitError(f"config: id2label names {len(self.id2label)} labels but num_labels is "
                                f"{self.num_labels}; give one name per label")
+        if self.id2label is not None and sorted(self.id2label) != list(range(len(self.id2label))):
+            raise BertkitError(f"config: id2label keys {sorted(self.id2label)[:8]} are not the label indices "
+                               f"0..{len(self.id2label) - 1}; number the labels from 0 without gaps")
+
+    def parameter_count(self) -> int:
+        """Parameters of the encoder with its pooler (a task head adds at most H*H + H + V more)."""
+        h, i = self.hidden_size, self.intermediate_size
+        embeddings = (self.vocab_size + self.max_position_embeddings + self.type_vocab_size) * h + 2 * h
+        layer = 4 * h * h + 4 * h + 2 * h * i + i + h + 4 * h  # Q, K, V, output; FFN in and out; two LayerNorms
+        return embeddings + self.num_hidden_layers * layer + h * h + h
+
+    def check_vocabulary(self, vocab_size: int, source: str | Path) -> None:
+        """Every id of a `vocab_size`-token vocabulary needs a row of the word embedding (a larger
+        embedding is fine). `source` names the model directory in the error."""
+        if vocab_size > self.vocab_size:
+            raise BertkitError(f"{source}: vocab.txt has {vocab_size} tokens but config.json says vocab_size "
+                               f"{self.vocab_size}, so ids from {self.vocab_size} up have no embedding; use the "
+                               "vocab.txt the model was trained with")
 
     @property
     def head_size(self) -> int:
@@ -127,7 +145,7 @@ class BertConfig:
             raise BertkitError(f"config: position_embedding_type {position_type!r} is not supported; "
                                "bertkit implements the original absolute position embeddings")
         if kwargs.get("id2label") is not None:
-            kwargs["id2label"] = {int(k): str(v) for k, v in kwargs["id2label"].items()}
+            kwargs["id2label"] = _label_names(kwargs["id2label"])
             kwargs.setdefault("num_labels", len(kwargs["id2label"]))
         return cls(**kwargs, extra=extra)
 
@@ -166,6 +184,22 @@ class BertConfig:
 
     def to_json_file(self, path: str | Path) -> None:
         Path(path).write_text(json.dumps(self.to_dict(), indent=2, sort_keys=True) + "\n", encoding="utf-8")
+
+
+def _label_names(id2label: Any) -> dict[int, str]:
+    """config.json's {"0": "negative", "1": "positive"} with int keys (validate() checks they are 0..n-1)."""
+    example = '{"0": "negative", "1": "positive"}'
+    if not isinstance(id2label, dict):
+        raise BertkitError(f"config: id2label must be an object such as {example}, "
+                           f"not a {type(id2label).__name__}")
+    try:
+        labels = {int(k): str(v) for k, v in id2label.items()}
+    except ValueError:
+        raise BertkitError(f"config: id2label keys must be label indices as in {example}; got "
+                           f"{list(id2label)[:8]}") from None
+    if len(labels) != len(id2label):
+        raise BertkitError(f"config: id2label gives one index twice ({list(id2label)[:8]})")
+    return labels
 
 
 # Keys transformers writes that are derived from our fields (so they are not kept in `extra`).

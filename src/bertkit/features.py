@@ -31,6 +31,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from bertkit.config import BertConfig
 from bertkit.data.textfile import read_text
 from bertkit.errors import BertkitError, where
 from bertkit.model import BertModel, inference_dtype
@@ -94,7 +95,7 @@ def extract_features(model_dir: str | Path, input_path: str | Path, output_path:
     if sentence is not None:
         inputs = [(sentence.prepare(a), None if b is None else sentence.prepare(b, prompt=False)) for a, b in inputs]
     encoder = BertModel.from_pretrained(model_dir).eval().to(dtype)
-    vocabulary = _tokenizer(tokenizer or model_dir, encoder.config.vocab_size)
+    vocabulary = _tokenizer(tokenizer or model_dir, encoder.config)
     indices = parse_layers(layers or ("-1" if pooled else "-1,-2,-3,-4"), encoder.config.num_hidden_layers)
     limit = max_seq_length or (sentence and sentence.max_seq_length) or DEFAULT_MAX_SEQ_LENGTH
     max_seq_length = min(limit, encoder.config.max_position_embeddings)
@@ -128,11 +129,9 @@ def _pooled_output(path: Path, pooling: str | None, normalize: bool | None) -> b
     return False
 
 
-def _tokenizer(path: str | Path, vocab_size: int) -> WordPieceTokenizer:
+def _tokenizer(path: str | Path, config: BertConfig) -> WordPieceTokenizer:
     tokenizer = WordPieceTokenizer.from_pretrained(path)
-    if tokenizer.vocab_size > vocab_size:
-        raise BertkitError(f"{path}: the vocabulary has {tokenizer.vocab_size} tokens but the model only "
-                           f"{vocab_size} (config.json vocab_size); pass the one it was trained with (--tokenizer)")
+    config.check_vocabulary(tokenizer.vocab_size, path)
     return tokenizer
 
 

@@ -12,6 +12,7 @@ from safetensors.torch import load_file, save_file
 
 from bertkit import model as bm
 from bertkit.config import preset
+from bertkit.model import pretrained
 from bertkit.errors import BertkitError
 
 from .conftest import tiny_hf_config
@@ -152,3 +153,18 @@ def test_initialisation_is_truncated_normal_with_layer_norm_one_zero():
     assert weight.abs().max().item() <= 0.04 + 1e-6
     assert torch.equal(model.layers[0].ffn_in.bias, torch.zeros_like(model.layers[0].ffn_in.bias))
     assert torch.equal(model.embeddings.norm.weight, torch.ones(256))
+
+
+def test_a_model_larger_than_memory_is_refused_before_allocating(monkeypatch):
+    config = preset("bert-debug", vocab_size=50)
+    monkeypatch.setattr(pretrained, "memory_limit_bytes", lambda: 4 * config.parameter_count() - 1)
+    with pytest.raises(BertkitError, match=r"parameters.*more than this machine's"):
+        bm.BertModel(config)
+    with torch.device("meta"):  # allocates nothing: counting the parameters of any size stays possible
+        assert bm.BertModel(config).num_parameters() == config.parameter_count()
+    monkeypatch.setattr(pretrained, "memory_limit_bytes", lambda: 4 * config.parameter_count())
+    bm.BertModel(config)
+
+
+def test_memory_limit_is_known_on_this_machine():
+    assert pretrained.memory_limit_bytes() > 2**27

@@ -60,6 +60,25 @@ def test_auto_resume_skips_partial_and_corrupt_with_warning(tmp_path, caplog):
         ckpt.resolve_resume(corrupt, tmp_path)
 
 
+def test_resume_rules_without_resume_and_with_overwrite(tmp_path, caplog):
+    assert ckpt.resolve_resume(None, tmp_path) is None  # a fresh directory
+    _save(tmp_path, 1)
+    with pytest.raises(BertkitError, match="--resume auto, start over with --overwrite"):
+        ckpt.resolve_resume(None, tmp_path)
+    with pytest.raises(BertkitError, match="contradict"):
+        ckpt.resolve_resume("auto", tmp_path, overwrite=True)
+    with caplog.at_level(logging.WARNING):
+        assert ckpt.resolve_resume(None, tmp_path, overwrite=True) is None
+    assert ckpt.list_checkpoints(tmp_path) == [] and "deleted 1 checkpoints" in caplog.text
+
+
+def test_resume_auto_lists_at_most_five_broken_checkpoints(tmp_path):
+    for step in range(1, 8):
+        (_save(tmp_path, step) / "model.safetensors").write_bytes(b"bit rot")
+    with pytest.raises(BertkitError, match=r"step-00000007 .*step-00000003 .*; and 2 more\. Not starting over"):
+        ckpt.resolve_resume("auto", tmp_path)
+
+
 def test_stale_temporary_directories_are_removed(tmp_path):
     (tmp_path / f"{ckpt.TEMP_PREFIX}step-00000004-999").mkdir()
     assert ckpt.remove_stale_temps(tmp_path) == 1

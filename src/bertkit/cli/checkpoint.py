@@ -15,16 +15,13 @@ from bertkit.errors import BertkitError
 
 def checkpoint_summary(directory: Path) -> dict:
     """Config, parameter count (from tensor shapes, without building the model) and vocabulary."""
-    from safetensors import safe_open  # noqa: PLC0415
-
     from bertkit.config import BertConfig  # noqa: PLC0415
-    from bertkit.model.pretrained import SAFETENSORS_NAME, read_state_dict  # noqa: PLC0415
+    from bertkit.model.pretrained import SAFETENSORS_NAME, read_state_dict, safetensors_shapes  # noqa: PLC0415
 
     config = BertConfig.from_json_file(directory / "config.json")
     weights = directory / SAFETENSORS_NAME
     if weights.exists():
-        with safe_open(str(weights), framework="pt") as handle:
-            parameters = sum(_numel(handle.get_slice(name).get_shape()) for name in handle.keys())
+        parameters = sum(_numel(shape) for shape in safetensors_shapes(weights).values())
     else:
         parameters = sum(t.numel() for t in read_state_dict(directory).values())
     summary = {
@@ -53,7 +50,10 @@ def checkpoint_summary(directory: Path) -> dict:
         summary["vocabulary"] = "no vocab.txt in this directory"
     task_file = directory / "bertkit_task.json"
     if task_file.exists():
-        summary["task"] = json.loads(task_file.read_text())
+        try:
+            summary["task"] = json.loads(task_file.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:
+            raise BertkitError(f"{task_file}: not valid JSON ({exc}); fix or delete it") from None
     return summary
 
 

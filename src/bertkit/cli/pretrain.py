@@ -76,6 +76,7 @@ def parse_duration(text: str) -> float:
 @click.option("--save-every", default=1000, show_default=True, type=int, help="Checkpoint every N steps (also on SIGTERM/SIGINT and at the end).")
 @click.option("--keep-last", default=3, show_default=True, type=int, help="Checkpoints kept.")
 @click.option("--resume", default=None, help="'auto' (newest valid checkpoint in --output) or a checkpoint directory.")
+@click.option("--overwrite", is_flag=True, help="Delete the checkpoints of an earlier run in --output and start at step 0.")
 @click.option("--log-every", default=10, show_default=True, type=int, help="Progress-bar refresh interval in steps.")
 @click.option("--num-workers", default=0, show_default=True, type=int, help="DataLoader workers per process.")
 @click.option("--device", default="auto", show_default=True, type=click.Choice(["auto", "cpu", "cuda"]), help="Device.")
@@ -89,8 +90,8 @@ def pretrain(**flags) -> None:
     settings = PretrainSettings(
         data=flags["data"], model=flags["model"], output=flags["output"], tokenizer=flags["tokenizer"],
         init_from=flags["init_from"], nsp=not flags["no_nsp"], dropout=flags["dropout"], eval_data=flags["eval_data"],
-        eval_examples=flags["eval_examples"], resume=flags["resume"], device=flags["device"],
-        compile=flags["compile_layers"])
+        eval_examples=flags["eval_examples"], resume=flags["resume"], overwrite=flags["overwrite"],
+        device=flags["device"], compile=flags["compile_layers"])
     config = TrainConfig(
         max_steps=flags["max_steps"],
         max_time_s=parse_duration(flags["max_time"]) if flags["max_time"] is not None else None,

@@ -34,7 +34,7 @@ from torch import nn
 from bertkit.config import BertConfig
 from bertkit.model import cpu
 from bertkit.model.padding import Unpadded
-from bertkit.model.pretrained import PreTrainedMixin
+from bertkit.model.pretrained import PreTrainedMixin, check_fits_in_memory
 
 ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
     "gelu": F.gelu,  # exact erf GELU, as the original
@@ -127,6 +127,7 @@ class BertModel(PreTrainedMixin, nn.Module):
     """Embeddings, L encoder layers and (optionally) the tanh pooler over [CLS]."""
 
     def __init__(self, config: BertConfig, add_pooling_layer: bool = True) -> None:
+        check_fits_in_memory(config)
         super().__init__()
         self.config = config
         self.embeddings = BertEmbeddings(config)

@@ -1,29 +1,34 @@
 """Reading and writing Hugging Face-layout checkpoint directories, with every check a user needs.
 
 Design decision: weights are only ever read from safetensors, or from a `pytorch_model.bin` through
-`torch.load(weights_only=True)` — never an unsafe unpickling fallback. Every loaded tensor is checked
-for a known name, the right shape and finite values before it touches the model, and the error lists
+`torch.load(weights_only=True)` — never an unsafe unpickling fallback, and never from outside the model
+directory (a shard index naming `../x` is refused). Every loaded tensor is checked for a known name, a
+floating-point dtype, the right shape and finite values before it touches the model, and the error lists
 all offending names at once. Task heads absent from the checkpoint (fine-tuning a pre-trained BERT)
 are freshly initialised and listed in `model.newly_initialized`; weights of other heads in the
 checkpoint (the MLM head when loading a classifier) are skipped and listed in `model.unused_weights`.
+A config is checked against the machine's memory before a model is built from it, so an absurd size
+is one error rather than a failed allocation or the OOM killer.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
+import os
 from pathlib import Path
 from typing import Any, TypeVar
 
 import torch
-from safetensors import SafetensorError
+from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_file, save_file
 from torch import nn
 
-from bertkit.atomic import write_file_atomic
+from bertkit.atomic import failed_write_advice, write_file_atomic
 from bertkit.config import BertConfig
 from bertkit.errors import BertkitError
-from bertkit.interop.hf import from_hf, to_hf
+from bertkit.interop.hf import REDUNDANT_HF_KEYS, from_hf, to_hf
 
 log = logging.getLogger(__name__)
 
@@ -70,13 +75,55 @@ def _read_torch_bin(path: Path) -> dict[str, torch.Tensor]:
 
 def _read_sharded(index: Path, reader: Any) -> dict[str, torch.Tensor]:
     try:
-        weight_map = json.loads(index.read_text())["weight_map"]
-    except (json.JSONDecodeError, KeyError) as exc:
-        raise BertkitError(f"{index}: invalid shard index ({exc})") from None
+        data = json.loads(index.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise BertkitError(f"{index}: unreadable shard index ({exc})") from None
+    weight_map = data.get("weight_map") if isinstance(data, dict) else None
+    if not isinstance(weight_map, dict) or not all(isinstance(v, str) for v in weight_map.values()):
+        raise BertkitError(f'{index}: not a shard index; expected {{"weight_map": {{"tensor name": "shard file"}}}}')
     state: dict[str, torch.Tensor] = {}
     for shard in sorted(set(weight_map.values())):
+        if Path(shard).is_absolute() or ".." in Path(shard).parts:
+            raise BertkitError(f"{index}: shard {shard!r} lies outside the model directory; shard files "
+                               "must sit beside the index")
         state.update(reader(index.parent / shard))
     return state
+
+
+def safetensors_shapes(path: Path) -> dict[str, list[int]]:
+    """Tensor name -> shape from a safetensors header, without reading the tensors."""
+    try:
+        with safe_open(str(path), framework="pt") as handle:
+            return {name: handle.get_slice(name).get_shape() for name in handle.keys()}
+    except (SafetensorError, OSError) as exc:
+        raise BertkitError(f"{path}: unreadable safetensors file ({exc})") from None
+
+
+def memory_limit_bytes() -> int | None:
+    """This machine's physical memory, or the container's (cgroup) limit where that is lower."""
+    limits = []
+    with contextlib.suppress(ValueError, OSError, AttributeError):
+        limits.append(os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"))
+    for path in ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"):
+        with contextlib.suppress(ValueError, OSError):
+            limits.append(int(Path(path).read_text()))  # "max" (no limit) is a ValueError
+    return min(limits) if limits else None
+
+
+def check_fits_in_memory(config: BertConfig) -> None:
+    """Refuse a config whose fp32 weights alone exceed the machine's memory, before allocating any of it
+    (models on the meta device allocate nothing, so any size is fine there)."""
+    if torch.get_default_device().type == "meta":
+        return
+    limit = memory_limit_bytes()
+    needed = 4 * config.parameter_count()
+    if limit is not None and needed > limit:
+        raise BertkitError(
+            f"config: vocab_size {config.vocab_size}, hidden_size {config.hidden_size}, num_hidden_layers "
+            f"{config.num_hidden_layers}, intermediate_size {config.intermediate_size} and "
+            f"max_position_embeddings {config.max_position_embeddings} make {config.parameter_count():,} "
+            f"parameters, {needed / 2**30:,.1f} GiB in fp32: more than this machine's {limit / 2**30:,.1f} GiB "
+            "of memory; check these sizes in config.json")
 
 
 class PreTrainedMixin:
@@ -95,7 +142,10 @@ class PreTrainedMixin:
             config_overrides["id2label"] = None  # the checkpoint's label names belong to its own head
         if config_overrides:
             config = config.replace(**config_overrides)
-        model = cls(config)
+        try:
+            model = cls(config)
+        except BertkitError as exc:  # the memory check: name the file whose sizes are absurd
+            raise BertkitError(f"{path / 'config.json'}: {exc}") from None
         model.load_hf_state_dict(read_state_dict(path), source=str(path))
         return model
 
@@ -116,6 +166,11 @@ class PreTrainedMixin:
             raise BertkitError(f"{source}: missing encoder weights: {_names(missing_encoder)}; "
                                "the checkpoint is incomplete or of a different architecture")
         unused += [k for k in converted if k not in expected]
+        integer = [f"{k} ({v.dtype})" for k, v in hf_state.items()
+                   if not v.is_floating_point() and not REDUNDANT_HF_KEYS.match(k)]
+        if integer:
+            raise BertkitError(f"{source}: {_names(integer)} are not floating-point tensors; BERT weights are "
+                               "float32/float16/bfloat16 (is this an integer-quantized or foreign file?)")
         mismatched = [f"{k} (checkpoint {tuple(v.shape)}, model {tuple(expected[k].shape)})"
                       for k, v in converted.items() if k in expected and v.shape != expected[k].shape]
         if mismatched:
@@ -141,10 +196,16 @@ class PreTrainedMixin:
         state = {k: v.detach().contiguous().cpu() for k, v in self.state_dict().items()}
         hf_state = to_hf(state)
         config = self.config.replace(architectures=[type(self).__name__])
-        write_file_atomic(path / SAFETENSORS_NAME, lambda t: save_file(hf_state, t, metadata={"format": "pt"}))
-        write_file_atomic(path / "config.json", config.to_json_file)
-        if tokenizer is not None:
-            tokenizer.save_pretrained(path)
+        try:
+            write_file_atomic(path / SAFETENSORS_NAME, lambda t: save_file(hf_state, t, metadata={"format": "pt"}))
+            write_file_atomic(path / "config.json", config.to_json_file)
+            if tokenizer is not None:
+                tokenizer.save_pretrained(path)
+        except (OSError, SafetensorError) as exc:
+            fix = failed_write_advice(exc, path)
+            if fix is None:
+                raise
+            raise BertkitError(f"{path}: could not write the model ({exc}); {fix} and save again") from None
 
     def num_parameters(self) -> int:
         assert isinstance(self, nn.Module)

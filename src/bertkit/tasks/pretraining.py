@@ -157,6 +157,8 @@ class PretrainSettings:
     """Instances held out of the training data when eval_data is not given (at most a tenth)."""
     resume: str | None = None
     """None, 'auto' or a checkpoint directory."""
+    overwrite: bool = False
+    """Delete the checkpoints of an earlier run in output and start at step 0."""
     device: str = "auto"
     """auto, cpu or cuda."""
     compile: bool = False
@@ -227,7 +229,7 @@ def pretrain(settings: PretrainSettings, train_config: TrainConfig) -> FitResult
             eval_fn=evaluate if len(eval_set) else None,
             save_weights=lambda m, d: m.save_pretrained(d, tokenizer=tokenizer),
             load_weights=lambda m, d: m.load_hf_state_dict(read_state_dict(d), source=str(d)),
-            resume=settings.resume, ctx=ctx)
+            resume=settings.resume, overwrite=settings.overwrite, ctx=ctx)
         if ctx.is_main and result.stop_reason == "budget":
             unwrap_model(model).save_pretrained(output / "final", tokenizer=tokenizer)
         return result

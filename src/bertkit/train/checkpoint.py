@@ -6,34 +6,45 @@ fsynced, `manifest.json` with the sha256 of every other file is written last, th
 renamed into place and the parent fsynced. A reader trusts a checkpoint only if its manifest exists and
 every hash matches, so a save killed at any point leaves either nothing visible or a directory that
 `--resume auto` recognises as partial and skips with a warning; the previous checkpoint is never touched.
+A save that fails (disk full) removes its temporary directory and stops the run with a `BertkitError`.
+When every checkpoint is broken, `--resume auto` stops too rather than start over from step 0 on top of
+them: starting over is the deliberate `--overwrite`.
 
-State is tensors in safetensors files and everything else in JSON: no pickle is written or read.
+State is tensors in safetensors files and everything else in JSON: no pickle is written or read. What is
+read back is checked for the shape this module and the loop write, so a foreign or edited file that
+still matches its hash ends in a `BertkitError` naming it, not a `KeyError` deep in the restore.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
 import os
 import random
 import shutil
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
+from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
-from bertkit.atomic import fsync_path, replace_directory, write_text_atomic
+from bertkit.atomic import failed_write_advice, fsync_path, replace_directory, write_text_atomic
 from bertkit.errors import BertkitError
+from bertkit.train.distributed import DistributedContext, broadcast_object
 
 logger = logging.getLogger(__name__)
 
 MANIFEST = "manifest.json"
 PREFIX = "step-"
 TEMP_PREFIX = ".tmp-"
+TRAINER_STATE = "trainer_state.json"
+RNG_STATE = "rng.json"
+START_OVER = "--overwrite"  # the flag of pretrain and finetune that deletes a run's checkpoints and starts at step 0
 
 
 # --- directories ------------------------------------------------------------------------------
@@ -57,6 +68,9 @@ def write_manifest(directory: Path, meta: dict[str, Any] | None = None) -> None:
         fsync_path(path)
     manifest = {"files": {str(p.relative_to(directory)): _sha256(p) for p in files}, **(meta or {})}
     write_text_atomic(directory / MANIFEST, json.dumps(manifest, indent=2, sort_keys=True) + "\n")
+    mode = (directory / MANIFEST).stat().st_mode & 0o777  # a plain write's mode (0666 minus the umask)
+    for path in files:  # safetensors creates its files 0600: give every file the same mode
+        os.chmod(path, mode)
 
 
 def save_atomically(root: Path, name: str, write: Callable[[Path], None],
@@ -72,9 +86,13 @@ def save_atomically(root: Path, name: str, write: Callable[[Path], None],
         write(temp)
         write_manifest(temp, meta)
         replace_directory(temp, final)  # replaces only an invalid leftover: a valid one is never re-saved
-    except BaseException:
+    except BaseException as exc:
         shutil.rmtree(temp, ignore_errors=True)
-        raise
+        fix = failed_write_advice(exc, root)
+        if fix is None:
+            raise
+        raise BertkitError(f"{final}: could not save the checkpoint ({exc}); nothing of it was kept and the "
+                           f"earlier checkpoints are intact; {fix} and continue with --resume auto") from None
     return final
 
 
@@ -84,10 +102,15 @@ def verify_checkpoint(directory: Path) -> str | None:
     if not manifest_path.is_file():
         return "no manifest.json (the save was interrupted)"
     try:
-        files = json.loads(manifest_path.read_text(encoding="utf-8"))["files"]
-    except (json.JSONDecodeError, KeyError, UnicodeDecodeError) as exc:
+        manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
         return f"unreadable manifest.json ({exc})"
+    files = manifest.get("files") if isinstance(manifest, dict) else None
+    if not isinstance(files, dict) or not all(isinstance(v, str) for v in files.values()):
+        return 'manifest.json is not an object {"files": {name: sha256, ...}}'
     for relative, expected in files.items():
+        if Path(relative).is_absolute() or ".." in Path(relative).parts:
+            return f"manifest.json names {relative!r}, outside the checkpoint directory"
         path = directory / relative
         if not path.is_file():
             return f"{relative} is missing"
@@ -105,21 +128,44 @@ def list_checkpoints(root: Path) -> list[Path]:
 
 def find_latest_valid(root: Path) -> Path | None:
     """The newest checkpoint under `root` that verifies; partial or corrupt ones are skipped with a warning."""
+    return _scan(root)[0]
+
+
+def _scan(root: Path) -> tuple[Path | None, list[str]]:
+    """(newest valid checkpoint or None, 'name (problem)' of each newer broken one)."""
+    broken = []
     for candidate in reversed(list_checkpoints(root)):
         problem = verify_checkpoint(candidate)
         if problem is None:
-            return candidate
+            return candidate, broken
         logger.warning("skipping checkpoint %s: %s", candidate, problem)
-    return None
+        broken.append(f"{candidate.name} ({problem})")
+    return None, broken
 
 
-def resolve_resume(resume: str | Path | None, root: Path) -> Path | None:
-    """`--resume auto` -> newest valid checkpoint under `root` (None when there is none yet);
-    a path -> that checkpoint, which must verify; None -> start fresh."""
+def resolve_resume(resume: str | Path | None, root: Path, overwrite: bool = False) -> Path | None:
+    """The checkpoint to resume from, or None to start at step 0.
+
+    `--resume auto` -> the newest valid checkpoint under `root` (None when there is none yet, an error when
+    all are broken); a path -> that checkpoint, which must verify; None -> start fresh, which `root`
+    must allow: it holds no checkpoints, or `overwrite` deletes them first."""
+    if overwrite:
+        if resume is not None:
+            raise BertkitError(f"--resume {resume} and {START_OVER} contradict each other: --resume continues "
+                               f"the run in {root}, {START_OVER} deletes it; pick one")
+        doomed = list_checkpoints(root)
+        for path in doomed:
+            shutil.rmtree(path)
+        if doomed:
+            logger.warning("%s: deleted %d checkpoints of the earlier run in %s", START_OVER, len(doomed), root)
+        return None
     if resume is None:
+        if list_checkpoints(root):
+            raise BertkitError(f"{root} already holds checkpoints; continue that run with --resume auto, start "
+                               f"over with {START_OVER} (deletes them), or choose a new --output directory")
         return None
     if str(resume) == "auto":
-        return find_latest_valid(root)
+        return _newest_or_refuse(root)
     path = Path(resume)
     if not path.is_dir():
         raise BertkitError(f"--resume {path}: no such checkpoint directory; use --resume auto or a "
@@ -129,6 +175,36 @@ def resolve_resume(resume: str | Path | None, root: Path) -> Path | None:
         raise BertkitError(f"--resume {path}: not a valid checkpoint: {problem}; pick another one "
                            "or use --resume auto, which skips broken checkpoints")
     return path
+
+
+def _newest_or_refuse(root: Path) -> Path | None:
+    """`--resume auto`: the newest valid checkpoint; none at all is a fresh start, only broken ones an error."""
+    newest, broken = _scan(root)
+    if newest is None and broken:
+        shown = "; ".join(broken[:5]) + (f"; and {len(broken) - 5} more" if len(broken) > 5 else "")
+        raise BertkitError(f"--resume auto: none of the checkpoints in {root} is valid: {shown}. Not starting "
+                           f"over from step 0 on top of them: restore them from a backup, or start over "
+                           f"deliberately with {START_OVER} (deletes them) or a new --output directory")
+    return newest
+
+
+def choose_checkpoint(resume: str | Path | None, overwrite: bool, root: Path,
+                      ctx: DistributedContext) -> Path | None:
+    """Rank 0 removes stale temporary directories and resolves `resume`; every rank gets its answer, or its
+    BertkitError (raised on every rank, so none is left waiting for a broadcast that never comes)."""
+    answer: Path | BertkitError | None = None
+    if ctx.is_main:
+        removed = remove_stale_temps(root)
+        if removed:
+            logger.warning("removed %d temporary checkpoint directories left by interrupted saves", removed)
+        try:
+            answer = resolve_resume(resume, root, overwrite)
+        except BertkitError as exc:
+            answer = exc
+    answer = broadcast_object(answer, ctx)
+    if isinstance(answer, BertkitError):
+        raise answer
+    return None if answer is None else Path(answer)
 
 
 def prune_checkpoints(root: Path, keep_last: int) -> list[Path]:
@@ -160,6 +236,79 @@ def read_json(path: Path) -> Any:
     return json.loads(path.read_text(encoding="utf-8"))
 
 
+# What the loop writes to trainer_state.json: section -> key -> allowed types (bool is refused where int is).
+_COUNT, _NUMBER = (int,), (int, float)
+TRAINER_STATE_FIELDS: dict[str, dict[str, tuple[type, ...]]] = {
+    "state": {"step": _COUNT, "elapsed_s": _NUMBER, "consecutive_nonfinite": _COUNT, "skipped_steps": _COUNT,
+              "last_eval_step": _COUNT, "best": (dict, type(None))},
+    "scheduler": {"last_epoch": _COUNT},
+    "data": {"epoch": _COUNT, "samples_in_epoch": _COUNT, "global_batch_size": _COUNT},
+}
+
+
+def _fits(value: Any, types: tuple[type, ...]) -> bool:
+    return isinstance(value, types) and not (isinstance(value, bool) and bool not in types)
+
+
+def _foreign(path: Path, problem: str) -> BertkitError:
+    return BertkitError(f"{path}: {problem}; the checkpoint matches its manifest, so it was written by another "
+                        f"version of bertkit or for another model, or edited: resume from another one with "
+                        f"--resume DIR, or start over with {START_OVER}")
+
+
+def _read_state_json(directory: Path, name: str) -> Any:
+    try:
+        return read_json(directory / name)
+    except (OSError, ValueError) as exc:
+        raise _foreign(directory / name, f"unreadable ({exc})") from None
+
+
+def read_trainer_state(directory: Path) -> dict[str, Any]:
+    """trainer_state.json of a checkpoint, checked against TRAINER_STATE_FIELDS (scaler: an object or null)."""
+    path = directory / TRAINER_STATE
+    state = _read_state_json(directory, TRAINER_STATE)
+    if not isinstance(state, dict) or not isinstance(state.get("scaler", "missing"), (dict, type(None))):
+        raise _foreign(path, "not an object with state, scheduler, scaler and data")
+    for section, fields in TRAINER_STATE_FIELDS.items():
+        values = state.get(section)
+        if not isinstance(values, dict):
+            raise _foreign(path, f"no {section!r} object")
+        for key, types in fields.items():
+            if not _fits(values.get(key), types):
+                raise _foreign(path, f"{section}.{key} is {values.get(key)!r}, not "
+                                     f"{' or '.join(t.__name__ for t in types)}")
+    return state
+
+
+def read_rng_states(directory: Path) -> list[dict[str, Any]]:
+    """rng.json of a checkpoint: one capture_rng_state() per rank, each checked for its generators' shapes."""
+    ranks = _read_state_json(directory, RNG_STATE)
+    ranks = ranks.get("ranks") if isinstance(ranks, dict) else None
+    if not isinstance(ranks, list) or not all(isinstance(r, dict) and _rng_shaped(r) for r in ranks):
+        raise _foreign(directory / RNG_STATE, "not one python, numpy and torch generator state per rank, "
+                                              "as capture_rng_state() writes them")
+    return ranks
+
+
+def _rng_shaped(state: dict[str, Any]) -> bool:
+    python, numpy, cpu = state.get("python"), state.get("numpy"), state.get("torch")
+    return (isinstance(python, list) and len(python) == 3 and isinstance(python[1], list)
+            and isinstance(numpy, list) and len(numpy) == 5 and isinstance(numpy[1], list)
+            and isinstance(cpu, list) and len(cpu) == torch.get_rng_state().numel())
+
+
+@contextlib.contextmanager
+def restoring(directory: Path) -> Iterator[None]:
+    """Turn a failure to apply a checkpoint's contents into a BertkitError naming it. The files passed their
+    hashes and their shape checks, so what is left to fail (a state dict for another model or optimizer, an
+    RNG state of the wrong length) is the checkpoint's content, not a bug here."""
+    try:
+        yield
+    except (KeyError, TypeError, ValueError, IndexError, AttributeError, RuntimeError, SafetensorError) as exc:
+        raise _foreign(directory, f"its {TRAINER_STATE}, {RNG_STATE}, optimizer or weights do not fit this run "
+                                  f"({type(exc).__name__}: {exc})") from None
+
+
 def save_optimizer(optimizer: torch.optim.Optimizer, directory: Path) -> None:
     """optimizer.safetensors (per-parameter tensors as 'index.name') + optimizer.json (the rest)."""
     state = optimizer.state_dict()
@@ -179,7 +328,8 @@ IMPLEMENTATION_FLAGS = ("fused", "foreach", "capturable", "differentiable")  # h
 
 def load_optimizer(optimizer: torch.optim.Optimizer, directory: Path) -> None:
     """Inverse of save_optimizer; tensors are moved to their parameters' devices by torch."""
-    meta = read_json(directory / "optimizer.json")
+    meta = _read_state_json(directory, "optimizer.json")
+    _check_param_groups(meta, optimizer.param_groups, directory / "optimizer.json")
     state: dict[int, dict[str, Any]] = {}
     for key, value in load_file(str(directory / "optimizer.safetensors")).items():
         index, slot = key.split(".", 1)
@@ -196,6 +346,24 @@ def load_optimizer(optimizer: torch.optim.Optimizer, directory: Path) -> None:
             if flag in current:
                 saved[flag] = current[flag]
     optimizer.load_state_dict({"state": state, "param_groups": groups})
+
+
+def _check_param_groups(meta: Any, current: list[dict[str, Any]], path: Path) -> None:
+    """optimizer.json holds one group per group of `current`, with numbers where `current` has numbers."""
+    groups = meta.get("param_groups") if isinstance(meta, dict) else None
+    if not isinstance(groups, list) or not isinstance(meta.get("scalars"), dict):
+        raise _foreign(path, 'not an object {"param_groups": [...], "scalars": {...}}')
+    if len(groups) != len(current) or not all(isinstance(g, dict) for g in groups):
+        raise _foreign(path, f"{len(groups)} parameter groups where this optimizer has {len(current)}")
+    for index, (saved, now) in enumerate(zip(groups, current)):
+        for key, value in now.items():
+            if key == "params" or key not in saved:
+                continue
+            numbers = value if isinstance(value, (tuple, list)) else [value]
+            found = saved[key] if isinstance(value, (tuple, list)) else [saved[key]]
+            if all(_fits(v, _NUMBER) for v in numbers) and not (
+                    isinstance(found, list) and len(found) == len(numbers) and all(_fits(v, _NUMBER) for v in found)):
+                raise _foreign(path, f"param_groups[{index}].{key} is {saved[key]!r}, not like {value!r}")
 
 
 def capture_rng_state() -> dict[str, Any]:

@@ -286,7 +286,7 @@ def fit(model: nn.Module, loss_fn: LossFn, dataset: Dataset, config: TrainConfig
         on_best: Callable[[nn.Module, int, dict[str, float]], None] | None = None,
         save_weights: Callable[[nn.Module, Path], None] | None = None,
         load_weights: Callable[[nn.Module, Path], None] | None = None,
-        resume: str | Path | None = None, ctx: DistributedContext | None = None,
+        resume: str | Path | None = None, overwrite: bool = False, ctx: DistributedContext | None = None,
         lengths: Any = None) -> FitResult:
     """Train `model` on `dataset` until the budget in `config` is spent or a stop signal arrives.
 
@@ -297,7 +297,8 @@ def fit(model: nn.Module, loss_fn: LossFn, dataset: Dataset, config: TrainConfig
     metrics (run on rank 0, in eval mode, without gradients). `save_weights(model, dir)` /
     `load_weights(model, dir)` write/read the weights of a checkpoint (default: model.safetensors of the
     state dict). `resume` is None, 'auto' (newest valid checkpoint in output_dir/checkpoints, if any) or
-    a checkpoint directory. Checkpoints go to output_dir/checkpoints/step-NNNNNNNN.
+    a checkpoint directory; `overwrite` deletes earlier checkpoints and starts at step 0 (see
+    `checkpoint.resolve_resume`). Checkpoints go to output_dir/checkpoints/step-NNNNNNNN.
     """
     ctx = ctx or DistributedContext()
     output_dir = Path(output_dir)
@@ -317,7 +318,7 @@ def fit(model: nn.Module, loss_fn: LossFn, dataset: Dataset, config: TrainConfig
     scheduler = build_schedule(optimizer, budget.progress, budget.warmup, config.lr_schedule)
     checkpoints = output_dir / "checkpoints"
     parts = _Parts(model, optimizer, scheduler, scaler, batches, state, save_weights, load_weights)
-    start = _resume(parts, resume, checkpoints, config, ctx)
+    start = _resume(parts, resume, overwrite, checkpoints, config, ctx)
     ddp_model = wrap_model(model, ctx)
     reporter = Reporter(output_dir, ctx.is_main, budget.max_steps, state.step, config.max_time_s)
     last_checkpoint = start
@@ -527,28 +528,21 @@ def _write_parts(parts: _Parts, directory: Path, rng_states: list[dict], config:
     })
 
 
-def _resume(parts: _Parts, resume: str | Path | None, root: Path, config: TrainConfig,
+def _resume(parts: _Parts, resume: str | Path | None, overwrite: bool, root: Path, config: TrainConfig,
             ctx: DistributedContext) -> Path | None:
     """Restore every part from the chosen checkpoint (rank 0 picks it, all ranks load it)."""
-    if ctx.is_main:
-        removed = ckpt.remove_stale_temps(root)
-        if removed:
-            logger.warning("removed %d temporary checkpoint directories left by interrupted saves", removed)
-    chosen = broadcast_object(ckpt.resolve_resume(resume, root) if ctx.is_main else None, ctx)
+    chosen = ckpt.choose_checkpoint(resume, overwrite, root, ctx)
     if chosen is None:
-        if resume is None and ckpt.list_checkpoints(root):
-            raise BertkitError(f"{root} already holds checkpoints; continue that run with --resume auto "
-                               "or choose a new --output directory")
         return None
-    chosen = Path(chosen)
-    trainer = ckpt.read_json(chosen / "trainer_state.json")
-    parts.load_weights(parts.model, chosen)
-    ckpt.load_optimizer(parts.optimizer, chosen)
-    parts.scheduler.load_state_dict(trainer["scheduler"])
-    if parts.scaler is not None and trainer["scaler"] is not None:
-        parts.scaler.load_state_dict(trainer["scaler"])
-    _restore_data_position(parts.batches, trainer["data"])
-    _restore_rng(ckpt.read_json(chosen / "rng.json")["ranks"], config, trainer["state"]["step"], ctx)
+    with ckpt.restoring(chosen):
+        trainer = ckpt.read_trainer_state(chosen)
+        parts.load_weights(parts.model, chosen)
+        ckpt.load_optimizer(parts.optimizer, chosen)
+        parts.scheduler.load_state_dict(trainer["scheduler"])
+        if parts.scaler is not None and trainer["scaler"] is not None:
+            parts.scaler.load_state_dict(trainer["scaler"])
+        _restore_data_position(parts.batches, trainer["data"])
+        _restore_rng(ckpt.read_rng_states(chosen), config, trainer["state"]["step"], ctx)
     saved = trainer["state"]
     parts.state.__dict__.update({k: v for k, v in saved.items() if k in parts.state.__dict__})
     logger.info("resumed from %s at step %d", chosen, parts.state.step)
