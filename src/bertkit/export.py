@@ -20,9 +20,12 @@ References: PyTorch `torch.onnx.export`; onnxruntime `quantization.quantize_dyna
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import os
 import tempfile
 import warnings
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -183,11 +186,25 @@ def _max_diff(a: list[np.ndarray], b: list[np.ndarray], mask: np.ndarray) -> flo
     return max(float(np.abs(_real(x, mask) - _real(y, mask)).max()) for x, y in zip(a, b))
 
 
+@contextlib.contextmanager
+def _root_logger_quiet() -> Iterator[None]:
+    root = logging.getLogger()
+    level = root.level
+    root.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        root.setLevel(level)
+
+
 def _quantize(fp32_path: Path, output: Path, batch: dict[str, torch.Tensor], fp32: list[np.ndarray],
               mask: np.ndarray, names: tuple[str, ...]) -> dict[str, float]:
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
-    quantize_dynamic(str(fp32_path), str(output), weight_type=QuantType.QInt8)
+    # onnxruntime logs advice ("consider pre-processing") on the root logger at WARNING for every model;
+    # it is about static quantization of vision models, not this, and reads like a problem to users.
+    with _root_logger_quiet():
+        quantize_dynamic(str(fp32_path), str(output), weight_type=QuantType.QInt8)
     int8 = run_onnx(output, batch)
     agree = total = 0
     for name, x, y in zip(names, fp32, int8):
