@@ -1,22 +1,25 @@
-"""Connection limits of the HTTP server: header and body read timeouts, a cap on open connections, a
-file-descriptor limit that fits the cap, and accept errors logged at most once per interval.
+"""Connection limits of the HTTP server: header and body read timeouts, a stall timeout for clients
+that stop reading their response, a cap on open connections, an open-file limit that fits the cap, and
+accept errors logged at most once per interval.
 
 uvicorn times out idle keep-alive connections but not a client that sends its request slowly, and it
 accepts connections until the process runs out of file descriptors; asyncio then logs a traceback for
-every failed accept() (up to `backlog` of them per event-loop turn, ~250k log lines in 8 s measured). A
+every failed accept() (up to `backlog` of them per event-loop turn: ~250k log lines in 8 s measured). A
 few hundred clients sending a byte at a time thus held the server and stopped it answering /health.
 
 Design decision: a subclass of uvicorn's h11 protocol. After every event it reads h11's state of the
 client: while the client owes a request's headers (IDLE) or body (SEND_BODY) one timer runs for that
 phase; when it fires the client gets 408 (if it had started the request) and the connection is closed.
-The cap is applied when a connection is made: at the cap, the open connection that has waited longest
-for its request is closed to make room, so slow clients cannot lock out a prompt one (a prompt client's
-request is complete microseconds after it connects); only when every open connection holds a complete
-request being answered does the new one get 503 at once. Rejected: uvicorn's `limit_concurrency` (it
-answers 503 only once the headers are in, so a slow client still holds its socket, and it refuses the
-/health probe too); pausing accept() at the cap (new clients, probes included, would wait in the
-kernel's backlog behind the slow ones). Before serving, the soft RLIMIT_NOFILE is raised to fit the cap
-(or the cap lowered to fit the hard limit, with a warning). The per-request cost is one timer per phase.
+While the client does not read our response (the transport's write buffer is full) the body timeout
+runs too. The cap is applied when a connection is made: at the cap, the open connection that has waited
+longest for its request is closed to make room, so slow clients cannot lock out a prompt one (a prompt
+client's request is complete microseconds after it connects); only when every open connection holds a
+complete request being answered does the new one get 503 at once. Rejected: uvicorn's
+`limit_concurrency` (it answers 503 only once the headers are in, so a slow client still holds its
+socket, and it refuses the /health probe too); pausing accept() at the cap (new clients, probes
+included, would wait in the kernel's backlog behind the slow ones). Before serving, the soft
+RLIMIT_NOFILE is raised to fit the cap (or the cap lowered to fit the hard limit, with a warning). The
+cost per request is a timer per phase (benchmarks/serve_load.py: throughput unchanged within noise).
 """
 
 from __future__ import annotations
@@ -149,6 +152,7 @@ class GuardedH11Protocol(H11Protocol):
     def pause_writing(self) -> None:
         """The client stopped reading our response (the write buffer is full): it has the body timeout."""
         super().pause_writing()
+        self._unstall()
         seconds = self.guard.limits.body_timeout_s
         self.stall = self.loop.call_later(seconds, self._stalled, seconds)
 
