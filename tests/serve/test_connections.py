@@ -98,6 +98,21 @@ def test_a_slow_body_gets_408_at_the_body_timeout(fast_server):
     assert _status_and_error(response) == (408, "request_timeout") and 0.4 < elapsed < 3.0
 
 
+@pytest.mark.parametrize("pieces", [1, 40], ids=["whole", "in-pieces"])
+def test_headers_over_the_limit_get_431(fast_server, pieces):
+    request = b"GET /health HTTP/1.1\r\nHost: x\r\nX-Pad: " + b"a" * 20_000 + b"\r\n\r\n"  # limit: 16,384
+    if pieces > 1:
+        request = request[:17_000]  # nothing sent after the server closes, so no reset loses its answer
+    sock = _connect(fast_server)
+    size = -(-len(request) // pieces)
+    for start in range(0, len(request), size):
+        sock.sendall(request[start:start + size])
+        time.sleep(0.005)
+    response, _ = _read_to_close(sock)
+    assert _status_and_error(response) == (431, "headers_too_large")
+    assert httpx.get(f"{fast_server}/health", headers={"X-Pad": "a" * 16_000}).status_code == 200
+
+
 def test_timers_run_only_while_a_request_arrives(fast_server):
     """A request answered after 0.8 s (past both timeouts), then another on the same keep-alive
     connection after a pause shorter than the header timeout: all 200."""
@@ -189,6 +204,24 @@ def test_accept_errors_go_through_the_event_log_and_other_errors_do_not(caplog):
     messages = [r.getMessage() for r in caplog.records]
     assert sum("Too many open files" in m for m in messages) == 1
     assert any("something else" in m for m in messages)
+
+
+def test_malformed_requests_are_counted_not_logged_one_line_each(fast_server):
+    """uvicorn logs a warning per malformed request; the server's filter turns them into counts."""
+    records: list[logging.LogRecord] = []
+    handler = logging.Handler()
+    handler.emit = records.append
+    logging.getLogger("uvicorn.error").addHandler(handler)
+    try:
+        for _ in range(50):
+            sock = _connect(fast_server)
+            sock.sendall(b"\x16\x03\x01 not http\r\n\r\n")
+            response, _ = _read_to_close(sock)
+            assert response.startswith(b"HTTP/1.1 400 ")
+    finally:
+        logging.getLogger("uvicorn.error").removeHandler(handler)
+    assert not [r for r in records if "Invalid HTTP request" in r.getMessage()]
+    assert httpx.get(f"{fast_server}/health").status_code == 200
 
 
 def test_the_open_file_limit_is_raised_to_fit_the_cap_or_the_cap_lowered(monkeypatch, caplog):

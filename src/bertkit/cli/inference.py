@@ -95,7 +95,7 @@ def onnx(model: Path, output: Path, quantize: str | None, sample: Path | None, o
 @click.option("--keep-alive-timeout", type=click.FloatRange(min=0.01), default=5.0,
               help="Seconds an idle connection stays open between requests.")
 @click.option("--max-header-bytes", type=click.IntRange(min=1024), default=16_384,
-              help="Largest request line + headers (400 above).")
+              help="Largest request line + headers (431 above).")
 @click.option("--drain-timeout", type=click.FloatRange(min=0), default=30.0,
               help="Seconds to finish in-flight requests after SIGTERM/SIGINT.")
 @click.option("--threads", type=click.IntRange(min=1), default=None, help="torch CPU threads (default: torch's).")

@@ -4,9 +4,9 @@ Endpoints exist only for what the checkpoint can do (`predictor.endpoints`); any
 404 with the list of endpoints this model serves. Every response, errors included, is JSON of one
 shape ({"error", "message"} for errors) that never carries a path, a traceback or the request's text.
 
-Status codes: 200 ok; 400 invalid JSON (or headers over the limit); 401 missing/wrong API key; 404
-unknown path; 405 wrong method; 408 request not sent in time; 413 body too large; 422 request
-well-formed JSON but invalid (types, limits, no [MASK], ...); 429 queue full (Retry-After); 500 a
+Status codes: 200 ok; 400 invalid JSON (or HTTP); 401 missing/wrong API key; 404 unknown path; 405
+wrong method; 408 request not sent in time; 413 body too large; 422 request well-formed JSON but
+invalid (types, limits, no [MASK], ...); 429 queue full (Retry-After); 431 headers too large; 500 a
 server bug (logged; the message says nothing more); 503 not ready to take it (shutting down, or every
 connection slot busy); 504 the request's time limit passed before its result was ready.
 
@@ -37,7 +37,8 @@ from pydantic import BaseModel, ConfigDict, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from bertkit.errors import BertkitError
-from bertkit.serve.connections import ConnectionGuard, EventLog, GuardedH11Protocol, fit_file_limit, handle_accept_errors
+from bertkit.serve.connections import (ConnectionGuard, CountRequestWarnings, EventLog, GuardedH11Protocol,
+                                       fit_file_limit, handle_accept_errors)
 from bertkit.serve.limits import (BodySizeLimit, Limits, RequestError, check_count, check_text, check_texts,
                                   error_body)
 from bertkit.serve.microbatch import MicroBatcher, NotRunningError, QueueFullError
@@ -309,18 +310,22 @@ def build_server(app: FastAPI, host: str = "127.0.0.1", port: int = 8000, drain_
 
 
 class _Server(uvicorn.Server):
-    """uvicorn's server with accept() errors (EMFILE, ...) logged through the rate-limited event log."""
+    """uvicorn's server with accept() errors (EMFILE, ...) and per-request protocol warnings logged
+    through the rate-limited event log."""
 
     def __init__(self, config: uvicorn.Config, events: EventLog) -> None:
         super().__init__(config)
         self.events = events
+        self.warnings = CountRequestWarnings(events)
 
     async def startup(self, sockets: list | None = None) -> None:
         handle_accept_errors(asyncio.get_running_loop(), self.events)
+        logging.getLogger("uvicorn.error").addFilter(self.warnings)
         await super().startup(sockets)
 
     async def shutdown(self, sockets: list | None = None) -> None:
         await super().shutdown(sockets)
+        logging.getLogger("uvicorn.error").removeFilter(self.warnings)
         self.events.flush()  # the counts of the last interval
 
 

@@ -1,6 +1,7 @@
-"""Connection limits of the HTTP server: header and body read timeouts, a stall timeout for clients
-that stop reading their response, a cap on open connections, an open-file limit that fits the cap, and
-accept errors logged at most once per interval.
+"""Connection limits of the HTTP server: header and body read timeouts, a header size limit, a stall
+timeout for clients that stop reading their response, a cap on open connections, an open-file limit
+that fits the cap, and accept errors (and uvicorn's warnings about malformed requests) logged at most
+once per interval.
 
 uvicorn times out idle keep-alive connections but not a client that sends its request slowly, and it
 accepts connections until the process runs out of file descriptors; asyncio then logs a traceback for
@@ -136,6 +137,10 @@ class GuardedH11Protocol(H11Protocol):
         if self.refused:  # the 503 is written; closing once the request is read sends the client no reset
             self.transport.close()
             return
+        limit = self.guard.limits.max_header_bytes
+        if self.phase == "headers" and not _head_ends_within(self.conn.trailing_data[0] + data, limit):
+            self.drop(431, "headers_too_large", f"the request line and headers exceed {limit} bytes", started=True)
+            return
         super().data_received(data)
         self._watch()
 
@@ -166,9 +171,9 @@ class GuardedH11Protocol(H11Protocol):
         self.transport.write(_raw_response(503, "too_many_connections", message))
         self.timer = self.loop.call_later(REFUSE_LINGER_S, self.transport.close)
 
-    def drop(self, status: int, error: str, message: str) -> None:
+    def drop(self, status: int, error: str, message: str, started: bool = False) -> None:
         """Close now; answer `status` first if the client had started a request that has no answer yet."""
-        started = self.phase == "body" or bool(self.conn.trailing_data[0])
+        started = started or self.phase == "body" or bool(self.conn.trailing_data[0])
         unanswered = self.phase == "headers" or self.cycle is None or not self.cycle.response_started
         self._enter(None)
         self.guard.release(self)
@@ -213,6 +218,12 @@ class GuardedH11Protocol(H11Protocol):
         self.drop(408, "request_timeout", f"the request {phase} did not arrive within {seconds:g} s")
 
 
+def _head_ends_within(received: bytes, limit: int) -> bool:
+    """Whether the request line and headers at the start of `received` end (blank line) within `limit`
+    bytes, or may still do so; h11's own limit misses headers that arrive whole in one read."""
+    return len(received) <= limit or received.find(b"\r\n\r\n", 0, limit) >= 0
+
+
 def _raw_response(status: int, error: str, message: str) -> bytes:
     """A complete HTTP/1.1 response that closes the connection, written outside the ASGI app."""
     body = json.dumps(error_body(error, message)).encode()
@@ -234,6 +245,24 @@ def handle_accept_errors(loop: asyncio.AbstractEventLoop, events: EventLog) -> N
         loop.default_exception_handler(context)
 
     loop.set_exception_handler(handler)
+
+
+class CountRequestWarnings(logging.Filter):
+    """A filter for the "uvicorn.error" logger: its one-line-per-request warnings about malformed HTTP
+    requests and unsupported upgrades go to `events` (counted) instead of one log line each."""
+
+    PREFIXES = ("Invalid HTTP request received", "Unsupported upgrade request", "No supported WebSocket library")
+
+    def __init__(self, events: EventLog) -> None:
+        super().__init__()
+        self.events = events
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        if not message.startswith(self.PREFIXES):
+            return True
+        self.events.note(f"uvicorn: {message.split('.')[0].lower()}")
+        return False
 
 
 def fit_file_limit(max_connections: int) -> int:

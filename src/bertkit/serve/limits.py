@@ -37,7 +37,7 @@ class Limits:
     keep_alive_timeout_s: float = 5.0
     """Seconds an idle keep-alive connection stays open between requests."""
     max_header_bytes: int = 16_384
-    """Largest request line + headers (400 above it)."""
+    """Largest request line + headers (431 above it)."""
 
 
 class RequestError(Exception):
