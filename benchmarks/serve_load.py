@@ -7,8 +7,10 @@ Without --model it saves a randomly initialised model of `--preset` size with a 
 vocabulary to a temporary directory (the numbers measure the serving stack, not the weights). The
 server is started with `python -m bertkit serve` on 127.0.0.1, the script waits for /ready, sends the
 requests from an asyncio client (httpx) keeping `--concurrency` in flight, and reports throughput,
-p50/p99 latency, and every non-200 answer as an error. The whole run is bounded by `--time-limit`;
-requests not sent by then are reported as not sent. Finally it sends SIGTERM and reports the exit code.
+p50/p99 latency, the server's CPU time per request (user + system, from /proc on Linux: steadier than
+throughput on a shared machine), and every non-200 answer as an error. The whole run is bounded by
+`--time-limit`; requests not sent by then are reported as not sent. Finally it sends SIGTERM and
+reports the exit code.
 """
 
 from __future__ import annotations
@@ -79,6 +81,15 @@ async def load(url: str, endpoint: str, requests: int, concurrency: int, deadlin
     return {"latencies": latencies, "statuses": statuses, "elapsed": elapsed, "sent": len(latencies)}
 
 
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process so far (NaN where /proc is missing)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return float("nan")
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime, stime (fields 14, 15)
+
+
 def wait_ready(url: str, process: subprocess.Popen, timeout: float = 120) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -117,8 +128,10 @@ def main() -> None:
                                    env={**os.environ, "OMP_NUM_THREADS": str(args.threads)})
         try:
             wait_ready(url, process)
+            cpu_before = cpu_seconds(process.pid)
             result = asyncio.run(load(url, args.endpoint, args.requests, args.concurrency,
                                       time.monotonic() + args.time_limit))
+            result["server_cpu_s"] = cpu_seconds(process.pid) - cpu_before
         finally:
             process.send_signal(signal.SIGTERM)
             code = process.wait(timeout=60)
@@ -134,6 +147,7 @@ def report(args: argparse.Namespace, result: dict, exit_code: int) -> None:
           f"in {result['elapsed']:.2f} s -> {result['sent'] / result['elapsed']:.1f} requests/s")
     print(f"latency ms: p50 {np.percentile(latencies, 50):.1f}, p99 {np.percentile(latencies, 99):.1f}, "
           f"max {latencies.max():.1f}")
+    print(f"server CPU: {result['server_cpu_s'] * 1000 / max(result['sent'], 1):.2f} ms per request")
     print(f"errors: {errors} (status counts: {dict(result['statuses'])}); server exit code after SIGTERM: {exit_code}")
 
 

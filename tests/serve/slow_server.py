@@ -11,6 +11,7 @@ import sys
 import time
 
 from bertkit.serve.app import ServerSettings, create_app, run_server
+from bertkit.serve.limits import Limits
 from bertkit.serve.predictor import load_predictor
 
 
@@ -29,9 +30,10 @@ class SlowPredictor:
         return self.inner.embed(*args, **kwargs)
 
 
-def slow_app(model_dir: str, delay_s: float, max_queue: int, timeout_s: float):
+def slow_app(model_dir: str, delay_s: float, max_queue: int, timeout_s: float, limits: Limits | None = None):
     predictor = SlowPredictor(load_predictor(model_dir), delay_s)
-    settings = ServerSettings(max_batch_size=1, max_wait_ms=1, max_queue=max_queue, timeout_s=timeout_s)
+    settings = ServerSettings(limits=limits or Limits(), max_batch_size=1, max_wait_ms=1, max_queue=max_queue,
+                              timeout_s=timeout_s)
     return create_app(predictor, settings)
 
 

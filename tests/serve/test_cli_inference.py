@@ -12,7 +12,10 @@ import numpy as np
 import pytest
 
 from bertkit.cli import main
+from bertkit.serve.predictor import load_predictor
+from bertkit.tokenizer import WordPieceTokenizer
 
+from .conftest import VOCAB
 from .test_server_process import _free_port, _wait_ready
 
 
@@ -48,7 +51,8 @@ def test_serve_help_shows_safe_defaults(capsys):
     assert main(["serve", "--help"]) == 0
     out = capsys.readouterr().out
     for text in ("127.0.0.1", "--api-key", "BERTKIT_API_KEY", "--max-batch-size", "--max-queue", "--timeout",
-                 "--max-body-bytes", "--max-inputs", "--max-input-chars", "--drain-timeout"):
+                 "--max-body-bytes", "--max-inputs", "--max-input-chars", "--drain-timeout", "--max-connections",
+                 "--header-timeout", "--body-timeout", "--keep-alive-timeout", "--max-header-bytes", "--tokenizer"):
         assert text in out
 
 
@@ -58,16 +62,35 @@ def test_serving_code_never_imports_training_code():
     subprocess.run([sys.executable, "-c", code], check=True)
 
 
+@pytest.fixture(scope="module")
+def cased_tokenizer_dir(tmp_path_factory):
+    """The models' vocabulary without lower-casing: 'The' is [UNK] to it, 'the' to the model's own."""
+    directory = tmp_path_factory.mktemp("cased")
+    WordPieceTokenizer(VOCAB, do_lower_case=False).save_pretrained(directory)
+    return directory
+
+
+def test_load_predictor_takes_another_tokenizer_directory(mlm_dir, cased_tokenizer_dir, tmp_path, capsys):
+    assert load_predictor(mlm_dir).tokenizer.tokenize("The cat") == ["the", "cat"]
+    assert load_predictor(mlm_dir, tokenizer_dir=cased_tokenizer_dir).tokenizer.tokenize("The cat") == ["[UNK]", "cat"]
+    WordPieceTokenizer([*VOCAB, "extra"]).save_pretrained(tmp_path)
+    assert main(["serve", "--model", str(mlm_dir), "--tokenizer", str(tmp_path)]) == 2
+    assert "vocab.txt has" in capsys.readouterr().err
+
+
 @pytest.mark.timeout(120)
-def test_bertkit_serve_answers_and_stops_on_sigterm(mlm_dir):
+def test_bertkit_serve_answers_and_stops_on_sigterm(mlm_dir, cased_tokenizer_dir):
     port = _free_port()
     process = subprocess.Popen([sys.executable, "-m", "bertkit", "serve", "--model", str(mlm_dir), "--port", str(port),
-                                "--log-level", "warning"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+                                "--tokenizer", str(cased_tokenizer_dir), "--log-level", "warning"],
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
     try:
         _wait_ready(url)
         response = httpx.post(f"{url}/fill-mask", json={"inputs": ["the [MASK] sat"], "top_k": 2})
         assert response.status_code == 200 and len(response.json()["results"][0][0]) == 2
+        cased = httpx.post(f"{url}/embed", json={"inputs": ["The cat", "qqq cat", "the cat"]}).json()["embeddings"]
+        assert cased[0] == cased[1] != cased[2]  # 'The' is [UNK] like 'qqq': the --tokenizer directory's rules
         process.send_signal(signal.SIGTERM)
         assert process.wait(timeout=60) == 0, process.stdout.read().decode()
     finally:

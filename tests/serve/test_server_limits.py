@@ -153,3 +153,19 @@ def test_task_endpoints(classifier_dir, tagger_dir, squad_dir):
         _assert_clean_error(client.post("/answer", json={"question": "where?", "context": "x" * 300}), 422,
                             "input_too_long")
         _assert_clean_error(client.post("/answer", json={"question": "where?"}), 422, "invalid_request")
+
+
+def test_answer_takes_a_batch_of_question_context_pairs(squad_dir):
+    pairs = [{"question": "where?", "context": "john smith lives in london " * 3},
+             {"question": "who lives in london?", "context": "john smith lives in london"}]
+    with _client(squad_dir) as client:
+        singles = [client.post("/answer", json=pair).json() for pair in pairs]
+        batch = client.post("/answer", json={"inputs": pairs})
+        assert batch.status_code == 200 and batch.json() == {"results": singles}
+        _assert_clean_error(client.post("/answer", json={"inputs": []}), 422, "invalid_input")
+        _assert_clean_error(client.post("/answer", json={"inputs": pairs * 3}), 422, "too_many_inputs")
+        long = [pairs[0], {"question": "where?", "context": "x" * 300}]
+        body = _assert_clean_error(client.post("/answer", json={"inputs": long}), 422, "input_too_long")
+        assert "inputs[1].context" in body["message"]
+        _assert_clean_error(client.post("/answer", json={**pairs[0], "inputs": pairs}), 422, "invalid_request")
+        _assert_clean_error(client.post("/answer", json={"inputs": [{"question": "where?"}]}), 422, "invalid_request")

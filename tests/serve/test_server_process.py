@@ -18,7 +18,8 @@ from pathlib import Path
 
 import httpx
 import pytest
-import uvicorn
+
+from bertkit.serve.app import build_server
 
 from .slow_server import slow_app
 
@@ -44,11 +45,12 @@ def _wait_ready(url: str, deadline_s: float = 60) -> None:
 
 
 class _ThreadServer:
-    """uvicorn on a loopback port in a background thread (signals stay with pytest)."""
+    """The production server (`build_server`) on a loopback port in a background thread (signals stay
+    with pytest)."""
 
     def __init__(self, app) -> None:
         self.port = _free_port()
-        self.server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning"))
+        self.server = build_server(app, port=self.port, log_level="warning")
         self.thread = threading.Thread(target=self.server.run, daemon=True)
 
     def __enter__(self) -> str:

@@ -81,6 +81,8 @@ def onnx(model: Path, output: Path, quantize: str | None, sample: Path | None, o
 @click.command(context_settings=CONTEXT)
 @click.option("--model", required=True, type=click.Path(file_okay=False, exists=True, path_type=Path),
               help="Checkpoint directory; endpoints follow from bertkit_task.json / config.json.")
+@click.option("--tokenizer", "tokenizer_dir", type=click.Path(file_okay=False, exists=True, path_type=Path),
+              default=None, help="Tokenizer directory to use instead of the model's (same vocabulary size).")
 @click.option("--host", default="127.0.0.1", help="Interface to bind; 0.0.0.0 exposes the server to the network.")
 @click.option("--port", type=click.IntRange(0, 65535), default=8000, help="TCP port.")
 @click.option("--api-key", envvar="BERTKIT_API_KEY", default=None, show_envvar=True,
@@ -95,6 +97,16 @@ def onnx(model: Path, output: Path, quantize: str | None, sample: Path | None, o
 @click.option("--max-inputs", type=click.IntRange(min=1), default=64, help="Most texts per request (422 above).")
 @click.option("--max-input-chars", type=click.IntRange(min=1), default=20_000,
               help="Most characters per text, question or context (422 above).")
+@click.option("--max-connections", type=click.IntRange(min=1), default=1000,
+              help="Open connections; past it a new one replaces the slowest unfinished request, else gets 503.")
+@click.option("--header-timeout", type=click.FloatRange(min=0.01), default=10.0,
+              help="Seconds to send a request's headers, from connecting or the previous response (408 past it).")
+@click.option("--body-timeout", type=click.FloatRange(min=0.01), default=30.0,
+              help="Seconds to send a request's body once its headers are in (408 past it).")
+@click.option("--keep-alive-timeout", type=click.FloatRange(min=0.01), default=5.0,
+              help="Seconds an idle connection stays open between requests.")
+@click.option("--max-header-bytes", type=click.IntRange(min=1024), default=16_384,
+              help="Largest request line + headers (431 above).")
 @click.option("--drain-timeout", type=click.FloatRange(min=0), default=30.0,
               help="Seconds to finish in-flight requests after SIGTERM/SIGINT.")
 @click.option("--threads", type=click.IntRange(min=1), default=None, help="torch CPU threads (default: torch's).")
@@ -102,9 +114,11 @@ def onnx(model: Path, output: Path, quantize: str | None, sample: Path | None, o
               help="bf16: about 2x faster on CPUs with bf16 units (avx512_bf16/AMX), scores within bf16 rounding.")
 @click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]), default="info",
               help="Server log level.")
-def serve(model: Path, host: str, port: int, api_key: str | None, max_batch_size: int, max_wait_ms: float,
-          max_queue: int, timeout_s: float, max_body_bytes: int, max_inputs: int, max_input_chars: int,
-          drain_timeout: float, threads: int | None, precision: str, log_level: str) -> None:
+def serve(model: Path, tokenizer_dir: Path | None, host: str, port: int, api_key: str | None, max_batch_size: int,
+          max_wait_ms: float, max_queue: int, timeout_s: float, max_body_bytes: int, max_inputs: int,
+          max_input_chars: int, max_connections: int, header_timeout: float, body_timeout: float,
+          keep_alive_timeout: float, max_header_bytes: int, drain_timeout: float, threads: int | None,
+          precision: str, log_level: str) -> None:
     """Serve a model over HTTP (FastAPI + uvicorn; OpenAPI docs at /docs)."""
     import torch
 
@@ -115,9 +129,11 @@ def serve(model: Path, host: str, port: int, api_key: str | None, max_batch_size
     logging.basicConfig(level=log_level.upper(), format="%(levelname)s %(name)s: %(message)s")
     if threads is not None:
         torch.set_num_threads(threads)
-    predictor = load_predictor(model, batch_size=max_batch_size, precision=precision)
-    settings = ServerSettings(Limits(max_body_bytes, max_inputs, max_input_chars), max_batch_size, max_wait_ms,
-                              max_queue, timeout_s, api_key)
+    predictor = load_predictor(model, batch_size=max_batch_size, precision=precision, tokenizer_dir=tokenizer_dir)
+    limits = Limits(max_body_bytes=max_body_bytes, max_inputs=max_inputs, max_input_chars=max_input_chars,
+                    max_connections=max_connections, header_timeout_s=header_timeout, body_timeout_s=body_timeout,
+                    keep_alive_timeout_s=keep_alive_timeout, max_header_bytes=max_header_bytes)
+    settings = ServerSettings(limits, max_batch_size, max_wait_ms, max_queue, timeout_s, api_key)
     click.echo(f"serving {', '.join('/' + e for e in predictor.endpoints)} on http://{host}:{port} (docs: /docs)")
     run_server(create_app(predictor, settings), host=host, port=port, drain_timeout_s=drain_timeout,
                log_level=log_level)

@@ -4,13 +4,15 @@ Endpoints exist only for what the checkpoint can do (`predictor.endpoints`); any
 404 with the list of endpoints this model serves. Every response, errors included, is JSON of one
 shape ({"error", "message"} for errors) that never carries a path, a traceback or the request's text.
 
-Status codes: 200 ok; 400 invalid JSON; 401 missing/wrong API key; 404 unknown path; 405 wrong method;
-413 body too large; 422 request well-formed JSON but invalid (types, limits, no [MASK], ...); 429 queue
-full (Retry-After); 500 a server bug (logged; the message says nothing more); 503 not ready to take it
-(shutting down); 504 the request's time limit passed before its result was ready.
+Status codes: 200 ok; 400 invalid JSON (or HTTP); 401 missing/wrong API key; 404 unknown path; 405
+wrong method; 408 request not sent in time; 413 body too large; 422 request well-formed JSON but
+invalid (types, limits, no [MASK], ...); 429 queue full (Retry-After); 431 headers too large; 500 a
+server bug (logged; the message says nothing more); 503 not ready to take it (shutting down, or every
+connection slot busy); 504 the request's time limit passed before its result was ready.
 
-Design decision: the layer is thin. Limits are checked here, before tokenizing (limits.py); requests
-are batched by one worker (microbatch.py); all inference is the predictor's. Requests are plain JSON
+Design decision: the layer is thin. Limits are checked here, before tokenizing (limits.py); slow or
+too many connections are handled below the app, in uvicorn's protocol (connections.py); requests are
+batched by one worker (microbatch.py); all inference is the predictor's. Requests are plain JSON
 validated by pydantic models: nothing from a request is ever unpickled, imported or used as a path.
 """
 
@@ -18,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import hmac
 import logging
 import signal
@@ -34,7 +37,10 @@ from pydantic import BaseModel, ConfigDict, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from bertkit.errors import BertkitError
-from bertkit.serve.limits import BodySizeLimit, Limits, RequestError, check_text, check_texts, error_body
+from bertkit.serve.connections import (ConnectionGuard, CountRequestWarnings, EventLog, GuardedH11Protocol,
+                                       fit_file_limit, handle_accept_errors)
+from bertkit.serve.limits import (BodySizeLimit, Limits, RequestError, check_count, check_text, check_texts,
+                                  error_body)
 from bertkit.serve.microbatch import MicroBatcher, NotRunningError, QueueFullError
 from bertkit.serve.predictor import MAX_TOP_K, Predictor
 
@@ -86,6 +92,10 @@ class AnswerRequest(_Body):
     context: str = Field(description="Any length up to the character limit; read in doc-stride windows.")
 
 
+class AnswerBatchRequest(_Body):
+    inputs: list[AnswerRequest] = Field(description="Question/context pairs, each answered as the single form.")
+
+
 class EmbedRequest(_Body):
     inputs: Texts
     pooling: Literal["cls", "mean"] = "cls"
@@ -117,6 +127,7 @@ def create_app(predictor: Predictor, settings: ServerSettings | None = None) -> 
                   lifespan=lifespan)
     app.state.ready = False
     app.state.batcher = batcher
+    app.state.settings = settings
     app.add_middleware(BodySizeLimit, max_bytes=settings.limits.max_body_bytes)
     _add_error_handlers(app, predictor)
     _add_probes(app)
@@ -222,12 +233,19 @@ def _add_task_routes(app: FastAPI, predictor: Predictor, settings: ServerSetting
             return {"results": await submit(("tag",), texts)}
 
     if "answer" in predictor.endpoints:
-        @app.post("/answer", dependencies=secured, summary="Answer span in the context (or no answer, v2.0).")
-        async def answer(body: AnswerRequest) -> dict[str, Any]:
-            check_text(body.question, "question", limits)
-            check_text(body.context, "context", limits)
-            [result] = await submit(("answer",), [(body.question, body.context)])
-            return result
+        @app.post("/answer", dependencies=secured, summary="Answer span in the context (or no answer, v2.0); "
+                  "a list under `inputs` gets a list of answers under `results`.")
+        async def answer(body: AnswerRequest | AnswerBatchRequest) -> dict[str, Any]:
+            if isinstance(body, AnswerRequest):
+                check_text(body.question, "question", limits)
+                check_text(body.context, "context", limits)
+                [result] = await submit(("answer",), [(body.question, body.context)])
+                return result
+            check_count(len(body.inputs), "inputs", limits)
+            for i, pair in enumerate(body.inputs):
+                check_text(pair.question, f"inputs[{i}].question", limits)
+                check_text(pair.context, f"inputs[{i}].context", limits)
+            return {"results": await submit(("answer",), [(p.question, p.context) for p in body.inputs])}
 
     @app.post("/embed", dependencies=secured, summary="Sentence vectors ([CLS] or mean pooling).")
     async def embed(body: EmbedRequest) -> dict[str, Any]:
@@ -278,16 +296,48 @@ def _add_error_handlers(app: FastAPI, predictor: Predictor) -> None:
 
 # --- running ---------------------------------------------------------------------------------------------
 
+def build_server(app: FastAPI, host: str = "127.0.0.1", port: int = 8000, drain_timeout_s: float = 30.0,
+                 log_level: str = "info") -> uvicorn.Server:
+    """A uvicorn server for `app` with the connection limits of `app.state.settings` (connections.py)."""
+    limits = app.state.settings.limits
+    events = EventLog()
+    guard = ConnectionGuard(limits, fit_file_limit(limits.max_connections), events)
+    config = uvicorn.Config(app, host=host, port=port, log_level=log_level, timeout_graceful_shutdown=drain_timeout_s,
+                            server_header=False, http=functools.partial(GuardedH11Protocol, guard),
+                            timeout_keep_alive=limits.keep_alive_timeout_s,
+                            h11_max_incomplete_event_size=limits.max_header_bytes)
+    return _Server(config, events)
+
+
+class _Server(uvicorn.Server):
+    """uvicorn's server with accept() errors (EMFILE, ...) and per-request protocol warnings logged
+    through the rate-limited event log."""
+
+    def __init__(self, config: uvicorn.Config, events: EventLog) -> None:
+        super().__init__(config)
+        self.events = events
+        self.warnings = CountRequestWarnings(events)
+
+    async def startup(self, sockets: list | None = None) -> None:
+        handle_accept_errors(asyncio.get_running_loop(), self.events)
+        logging.getLogger("uvicorn.error").addFilter(self.warnings)
+        await super().startup(sockets)
+
+    async def shutdown(self, sockets: list | None = None) -> None:
+        await super().shutdown(sockets)
+        logging.getLogger("uvicorn.error").removeFilter(self.warnings)
+        self.events.flush()  # the counts of the last interval
+
+
 def run_server(app: FastAPI, host: str = "127.0.0.1", port: int = 8000, drain_timeout_s: float = 30.0,
                log_level: str = "info") -> None:
     """Serve until SIGINT/SIGTERM; then stop accepting, finish in-flight requests (up to
     `drain_timeout_s`), and return normally so the process exits 0."""
-    config = uvicorn.Config(app, host=host, port=port, log_level=log_level, timeout_graceful_shutdown=drain_timeout_s,
-                            server_header=False)
+    server = build_server(app, host, port, drain_timeout_s, log_level)
     # uvicorn re-raises the stop signal once drained, into the handler that was installed before it:
     # a no-op one here, because SIGTERM is this server's normal way to stop, not a crash.
     previous = signal.signal(signal.SIGTERM, lambda signum, frame: None)
     try:
-        uvicorn.Server(config).run()
+        server.run()
     finally:
         signal.signal(signal.SIGTERM, previous)

@@ -1,4 +1,5 @@
-"""Request limits of the server, checked before any tokenizing: body size (413) and inputs (422).
+"""Limits of the server: per connection (enforced by connections.py) and per request, checked before any
+tokenizing: body size (413) and inputs (422).
 
 Design decision: the body limit is an ASGI middleware that reads at most `max_body_bytes + 1` bytes
 (trusting neither Content-Length nor chunked encoding) before the framework parses anything, so a
@@ -19,14 +20,24 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 @dataclass(frozen=True)
 class Limits:
-    """Per-request limits (each one is a `bertkit serve` flag)."""
+    """Per-connection and per-request limits (each one is a `bertkit serve` flag)."""
 
     max_body_bytes: int = 1_048_576
     """Largest request body accepted (413 above it)."""
     max_inputs: int = 64
-    """Most texts in one request (422 above it)."""
+    """Most texts (or question/context pairs) in one request (422 above it)."""
     max_input_chars: int = 20_000
     """Most characters in one text, question or context (422 above it)."""
+    max_connections: int = 1000
+    """Most open connections; past it a new one replaces the slowest unfinished request, else gets 503."""
+    header_timeout_s: float = 10.0
+    """Seconds a client has to send a request's headers, from connecting or from its previous response."""
+    body_timeout_s: float = 30.0
+    """Seconds a client has to send a request's body once its headers are in."""
+    keep_alive_timeout_s: float = 5.0
+    """Seconds an idle keep-alive connection stays open between requests."""
+    max_header_bytes: int = 16_384
+    """Largest request line + headers (431 above it)."""
 
 
 class RequestError(Exception):
@@ -37,13 +48,18 @@ class RequestError(Exception):
         self.status, self.error, self.message = status, error, message
 
 
+def check_count(count: int, field: str, limits: Limits) -> None:
+    """422 unless a request's list `field` has 1..max_inputs entries."""
+    if not count:
+        raise RequestError(422, "invalid_input", f"'{field}' is empty; send at least one input")
+    if count > limits.max_inputs:
+        raise RequestError(422, "too_many_inputs", f"'{field}' has {count} inputs; the limit is "
+                           f"{limits.max_inputs} per request (split the request)")
+
+
 def check_texts(texts: Sequence[str], field: str, limits: Limits) -> None:
     """422 unless there are 1..max_inputs texts, each at most max_input_chars, each valid Unicode."""
-    if not texts:
-        raise RequestError(422, "invalid_input", f"'{field}' is empty; send at least one text")
-    if len(texts) > limits.max_inputs:
-        raise RequestError(422, "too_many_inputs", f"'{field}' has {len(texts)} texts; the limit is "
-                           f"{limits.max_inputs} per request (split the request)")
+    check_count(len(texts), field, limits)
     for i, text in enumerate(texts):
         check_text(text, f"{field}[{i}]" if len(texts) > 1 or field == "inputs" else field, limits)
 

@@ -317,14 +317,16 @@ class QuestionAnsweringPredictor(Predictor):
 
 # --- loading ------------------------------------------------------------------------------------
 
-def load_predictor(directory: str | Path, batch_size: int = 32, precision: str = "fp32") -> Predictor:
+def load_predictor(directory: str | Path, batch_size: int = 32, precision: str = "fp32",
+                   tokenizer_dir: str | Path | None = None) -> Predictor:
     """The predictor for a checkpoint directory (see the module docstring for the choice); `precision`
-    "bf16" casts the weights to bf16 (faster on CPUs with bf16 units, results within bf16 rounding)."""
+    "bf16" casts the weights to bf16 (faster on CPUs with bf16 units, results within bf16 rounding);
+    `tokenizer_dir` is a tokenizer directory to use instead of the checkpoint's."""
     directory = Path(directory)
     dtype = inference_dtype(precision)
     config = BertConfig.from_json_file(directory / "config.json")
     task = read_task_file(directory)
-    tokenizer = WordPieceTokenizer.from_pretrained(directory)
+    tokenizer = WordPieceTokenizer.from_pretrained(directory if tokenizer_dir is None else tokenizer_dir)
     kind = task["task"] if task else _kind_from_architecture(config)
     source = str(directory / TASK_FILE)
     if task and "feature_layers" in task:
