@@ -58,6 +58,21 @@ def _compare(directory: Path, expected: np.ndarray, tmp_path: Path) -> None:
     np.testing.assert_allclose(predictor.embed(TEXTS), expected, atol=1e-5)
 
 
+def test_server_embed_follows_the_directory(bert_dir, tmp_path):
+    """/embed with no pooling or normalize fields answers with the directory's own vectors."""
+    from fastapi.testclient import TestClient
+
+    from bertkit.serve.app import create_app
+
+    model = SentenceTransformer(modules=[Transformer(str(bert_dir), max_seq_length=MAX_SEQ_LENGTH),
+                                         Pooling(32, pooling_mode="mean"), Normalize()], device="cpu")
+    directory = _save(model, tmp_path / "st", bert_dir)
+    with TestClient(create_app(load_predictor(directory))) as client:
+        response = client.post("/embed", json={"inputs": TEXTS})
+    assert response.status_code == 200, response.text
+    np.testing.assert_allclose(response.json()["embeddings"], model.encode(TEXTS), atol=1e-5)
+
+
 def test_some_texts_are_longer_than_max_seq_length():
     assert max(len(e) for e in tokenizer().encode_batch(TEXTS, truncation=False)) > MAX_SEQ_LENGTH
 

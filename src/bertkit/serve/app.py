@@ -98,8 +98,10 @@ class AnswerBatchRequest(_Body):
 
 class EmbedRequest(_Body):
     inputs: Texts
-    pooling: Literal["cls", "mean"] = "cls"
-    normalize: bool = False
+    pooling: Literal["auto", "cls", "mean", "max", "mean_sqrt_len_tokens"] = "auto"
+    """auto: a sentence-transformers directory's own pooling, else [CLS]."""
+    normalize: bool | None = None
+    """None: the directory's Normalize module (sentence-transformers), else no normalisation."""
 
 
 def _as_list(texts: Texts) -> list[str]:
@@ -247,7 +249,7 @@ def _add_task_routes(app: FastAPI, predictor: Predictor, settings: ServerSetting
                 check_text(pair.context, f"inputs[{i}].context", limits)
             return {"results": await submit(("answer",), [(p.question, p.context) for p in body.inputs])}
 
-    @app.post("/embed", dependencies=secured, summary="Sentence vectors ([CLS] or mean pooling).")
+    @app.post("/embed", dependencies=secured, summary="Sentence vectors (the directory's pooling, or [CLS], mean, max pooling).")
     async def embed(body: EmbedRequest) -> dict[str, Any]:
         texts = _as_list(body.inputs)
         check_texts(texts, "inputs", limits)
