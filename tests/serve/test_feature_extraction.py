@@ -115,5 +115,5 @@ def test_tokenizer_from_another_directory(mlm_dir, input_file, tmp_path):
     np.testing.assert_array_equal(np.load(tmp_path / "v.npy"), np.load(tmp_path / "w.npy"))
     big = tmp_path / "big.txt"
     big.write_text("\n".join([*tokenizer().vocab, *(f"extra{i}" for i in range(40))]) + "\n", encoding="utf-8")
-    with pytest.raises(BertkitError, match=r"big.txt: the vocabulary has 82 tokens but the model only 42"):
+    with pytest.raises(BertkitError, match=r"big.txt: vocab.txt has 82 tokens but config.json says vocab_size 42"):
         extract_features(mlm_dir, input_file, tmp_path / "v.npy", tokenizer=big)

@@ -10,6 +10,12 @@ data is masked in `__getitem__` with a numpy Generator seeded from (seed, epoch,
 item of the same epoch is masked the same way in any process, on any rank, after any resume;
 `set_epoch` picks the epoch.
 
+A training recipe may ask for shorter instances or another masking rate than the data was built with:
+`max_seq_length` cuts every longer instance at load with the original pair rule (pop the last token of
+the longer segment, B on ties, as Google's `_truncate_seq_pair`), keeping [CLS] A [SEP] B [SEP], the
+NSP label and the static masks that survive; `masked_lm_prob` changes the rate of dynamically masked
+data (static masks are fixed in the shards).
+
 References: torch.utils.data.Dataset; RoBERTa (Liu et al. 2019, arXiv:1907.11692) for dynamic masking.
 """
 
@@ -29,11 +35,24 @@ from bertkit.errors import BertkitError
 class PretrainingDataset(torch.utils.data.Dataset):
     """Instances of a directory written by `bertkit data pretraining`."""
 
-    def __init__(self, directory: str | Path):
+    def __init__(self, directory: str | Path, max_seq_length: int | None = None,
+                 masked_lm_prob: float | None = None):
         self.directory = Path(directory)
         self.manifest = read_manifest(self.directory)
-        self.options = self.manifest["options"]
+        self.options = dict(self.manifest["options"])
         self.dynamic = self.options["masking"] == "dynamic"
+        self.built_seq_length = int(self.options["max_seq_length"])
+        if max_seq_length is not None:
+            if max_seq_length < 5:
+                raise BertkitError(f"--max-seq-length must be at least 5 ([CLS] A [SEP] B [SEP]), got {max_seq_length}")
+            self.options["max_seq_length"] = min(max_seq_length, self.built_seq_length)
+        if masked_lm_prob is not None:
+            if not self.dynamic:
+                raise BertkitError(f"{self.directory} is statically masked, so its masking rate is fixed; rebuild "
+                                   "it with `bertkit data pretraining --masking dynamic` to choose --masked-lm-prob")
+            if not 0.0 < masked_lm_prob < 1.0:
+                raise BertkitError(f"--masked-lm-prob must be in (0, 1), got {masked_lm_prob}")
+            self.options["masked_lm_prob"] = masked_lm_prob
         self.shards = [open_shard(self.directory, entry) for entry in self.manifest["shards"]]
         counts = [entry["num_instances"] for entry in self.manifest["shards"]]
         self._starts = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)  # (shards+1,)
@@ -60,16 +79,21 @@ class PretrainingDataset(torch.utils.data.Dataset):
         shard, k = self.shards[shard_index], index - int(self._starts[shard_index])
         start, stop = int(shard["offsets"][k]), int(shard["offsets"][k + 1])
         ids = np.asarray(shard["input_ids"][start:stop], dtype=np.int64)
+        a_length = int(shard["a_lengths"][k])  # [CLS] A [SEP]: where segment B starts
+        labels = None
+        if not self.dynamic:
+            labels = np.full(len(ids), IGNORE_INDEX, dtype=np.int64)
+            m0, m1 = int(shard["mlm_offsets"][k]), int(shard["mlm_offsets"][k + 1])
+            labels[np.asarray(shard["mlm_positions"][m0:m1], dtype=np.int64)] = shard["mlm_labels"][m0:m1]
+        if len(ids) > self.options["max_seq_length"]:
+            kept, a_length = truncated_positions(len(ids), a_length, self.options["max_seq_length"])
+            ids, labels = ids[kept], None if labels is None else labels[kept]
         if self.dynamic:
             gen = np.random.default_rng([self.options["seed"], self.epoch, index])
             ids, labels = mask_batch(ids, np.array([0, len(ids)]), self.options["masked_lm_prob"],
                                      self.options["max_predictions_per_seq"], self.vocab, gen)
-        else:
-            labels = np.full(len(ids), IGNORE_INDEX, dtype=np.int64)
-            m0, m1 = int(shard["mlm_offsets"][k]), int(shard["mlm_offsets"][k + 1])
-            labels[np.asarray(shard["mlm_positions"][m0:m1], dtype=np.int64)] = shard["mlm_labels"][m0:m1]
         token_type_ids = np.zeros(len(ids), dtype=np.int64)
-        token_type_ids[int(shard["a_lengths"][k]):] = 1
+        token_type_ids[a_length:] = 1
         return {"input_ids": torch.from_numpy(ids), "token_type_ids": torch.from_numpy(token_type_ids),
                 "attention_mask": torch.ones(len(ids), dtype=torch.int64),
                 "mlm_labels": torch.from_numpy(labels),
@@ -90,6 +114,23 @@ class PretrainingDataset(torch.utils.data.Dataset):
             continuation = np.zeros(tokenizer["vocab_size"], dtype=bool)
             continuation[tokenizer["continuation_token_ids"]] = True
         return MaskingVocab(tokenizer["vocab_size"], special["mask"], special["cls"], special["sep"], continuation)
+
+
+def truncated_positions(length: int, a_length: int, max_seq_length: int) -> tuple[np.ndarray, int]:
+    """Which positions of a [CLS] A [SEP] B [SEP] instance of `length` tokens (B from `a_length` on) stay
+    when it is cut to `max_seq_length`: tokens are popped from the end of the longer segment, B's on
+    ties (Google's `_truncate_seq_pair`); returns (positions, the new a_length)."""
+    has_b = length > a_length
+    a, b = a_length - 2, length - a_length - 1 if has_b else 0  # tokens of A and of B
+    budget = max_seq_length - (3 if has_b else 2)
+    excess = max(0, a + b - budget)
+    cut = min(excess, abs(a - b))  # first from the longer segment until both are equal ...
+    a, b = (a - cut, b) if a > b else (a, b - cut)
+    a, b = a - (excess - cut) // 2, b - (excess - cut + 1) // 2  # ... then from both in turn, B first
+    kept = [0, *range(1, 1 + a), a_length - 1]
+    if has_b:
+        kept += [*range(a_length, a_length + b), length - 1]
+    return np.asarray(kept, dtype=np.int64), a + 2
 
 
 def collate_pretraining(items: list[dict[str, torch.Tensor]], pad_token_id: int = 0) -> dict[str, torch.Tensor]:

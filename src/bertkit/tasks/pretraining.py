@@ -12,9 +12,12 @@ MLM head.
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import functools
 import json
 import logging
+import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -31,8 +34,11 @@ from bertkit.data import PretrainingDataset, collate_pretraining
 from bertkit.errors import BertkitError
 from bertkit.model import BertForMaskedLM, BertForPreTraining, read_state_dict
 from bertkit.tokenizer import WordPieceTokenizer
+from bertkit.tasks.recipes import PretrainRecipe, budget_steps, choose_recipe, short_recipe
 from bertkit.train import FitResult, TrainConfig, fit, setup_distributed, teardown_distributed
-from bertkit.train.distributed import unwrap_model
+from bertkit.train.distributed import broadcast_object, resolve_device, unwrap_model
+from bertkit.train.loop import resolve_precision
+from bertkit.train.optim import build_optimizer
 
 logger = logging.getLogger(__name__)
 
@@ -117,16 +123,17 @@ class _Split(Dataset):
         return self.dataset[int(self.indices[index])]
 
 
-def split_held_out(data_dir: Path, eval_examples: int, seed: int) -> tuple[Dataset, Dataset]:
+def split_held_out(data_dir: Path, eval_examples: int, seed: int, **options: Any) -> tuple[Dataset, Dataset]:
     """(train, held-out) from one data directory: `eval_examples` random instances (at most a tenth)
-    are held out and never trained on; the held-out copy keeps epoch 0's masks so evaluations compare."""
-    train = PretrainingDataset(data_dir)
+    are held out and never trained on; the held-out copy keeps epoch 0's masks so evaluations compare.
+    `options` go to PretrainingDataset (max_seq_length, masked_lm_prob)."""
+    train = PretrainingDataset(data_dir, **options)
     count = min(eval_examples, len(train) // 10)
     order = np.random.default_rng([seed, 7]).permutation(len(train))
     held_out = np.sort(order[:count])
     keep = np.sort(order[count:])
     logger.info("holding out %d of %d instances of %s for evaluation", count, len(train), data_dir)
-    return _Split(train, keep), _Split(PretrainingDataset(data_dir), held_out)
+    return _Split(train, keep), _Split(PretrainingDataset(data_dir, **options), held_out)
 
 
 # --- the run --------------------------------------------------------------------------------------
@@ -163,6 +170,16 @@ class PretrainSettings:
     """auto, cpu or cuda."""
     compile: bool = False
     """torch.compile the encoder layers (faster steps after a one-off compilation; see BertModel.compile_layers)."""
+    max_seq_length: int | None = None
+    """Cut longer instances to this many tokens at load (Google's pair rule); None: as the data was built."""
+    masked_lm_prob: float | None = None
+    """Masking rate of dynamically masked data; None: the data's."""
+    recipe: str | None = None
+    """auto, paper or short (recipes.py): fills the recipe's settings (sequence length, learning rate,
+    warmup, dropout, masking rate, NSP, batch size) that are not in `given`; None: exactly these settings."""
+    given: tuple[str, ...] = ()
+    """Settings the user chose explicitly (by flag), which a recipe leaves alone: names of fields here or
+    in TrainConfig (learning_rate, warmup_ratio, micro_batch_size)."""
 
 
 def _tokenizer(settings: PretrainSettings, dataset_hash: str) -> WordPieceTokenizer:
@@ -207,10 +224,12 @@ def build_model(settings: PretrainSettings, tokenizer: WordPieceTokenizer, max_s
 
 
 def pretrain(settings: PretrainSettings, train_config: TrainConfig) -> FitResult:
-    """Pre-train with MLM (+ NSP) under torchrun or alone; writes `final/` (save_pretrained + vocab)."""
+    """Pre-train with MLM (+ NSP) under torchrun or alone; writes `final/` (save_pretrained + vocab, and
+    bertkit_pretraining.json: steps, recipe, last held-out metrics)."""
     ctx = setup_distributed(settings.device)
     try:
         output = Path(settings.output)
+        settings, train_config, recipe = plan_recipe(settings, train_config, ctx)
         train_set, eval_set = _datasets(settings, train_config.seed)
         tokenizer = _tokenizer(settings, train_set.dataset.vocab_hash)
         torch.manual_seed(train_config.seed)  # same initial weights on every rank
@@ -218,7 +237,8 @@ def pretrain(settings: PretrainSettings, train_config: TrainConfig) -> FitResult
         if ctx.is_main:
             output.mkdir(parents=True, exist_ok=True)
             write_text_atomic(output / "pretrain_settings.json", json.dumps(
-                {"settings": asdict(settings), "train": asdict(train_config), "world_size": ctx.world_size},
+                {"settings": asdict(settings), "train": asdict(train_config), "world_size": ctx.world_size,
+                 "recipe": asdict(recipe) if recipe else None},
                 indent=2) + "\n")
         pad = tokenizer.pad_token_id
         evaluate = functools.partial(evaluate_pretraining, dataset=eval_set, nsp=settings.nsp, pad_token_id=pad,
@@ -232,13 +252,141 @@ def pretrain(settings: PretrainSettings, train_config: TrainConfig) -> FitResult
             resume=settings.resume, overwrite=settings.overwrite, ctx=ctx)
         if ctx.is_main and result.stop_reason == "budget":
             unwrap_model(model).save_pretrained(output / "final", tokenizer=tokenizer)
+            write_text_atomic(output / "final" / PRETRAINING_FILE, json.dumps(
+                {"steps": result.step, "recipe": settings.recipe, "max_seq_length": settings.max_seq_length,
+                 "learning_rate": train_config.learning_rate, "last_eval": _last_eval(output)}, indent=2) + "\n")
         return result
     finally:
         teardown_distributed()
 
 
 def _datasets(settings: PretrainSettings, seed: int) -> tuple[Any, Dataset]:
+    options = {"max_seq_length": settings.max_seq_length, "masked_lm_prob": settings.masked_lm_prob}
     if settings.eval_data is None:
-        return split_held_out(Path(settings.data), settings.eval_examples, seed)
-    train = PretrainingDataset(settings.data)
-    return _Split(train, np.arange(len(train))), PretrainingDataset(settings.eval_data)
+        return split_held_out(Path(settings.data), settings.eval_examples, seed, **options)
+    train = PretrainingDataset(settings.data, **options)
+    return _Split(train, np.arange(len(train))), PretrainingDataset(settings.eval_data, **options)
+
+
+def _last_eval(output: Path) -> dict[str, float]:
+    from bertkit.train.reporting import read_metrics  # noqa: PLC0415
+
+    evals = [r for r in read_metrics(output / "metrics.jsonl") if r.get("kind") == "eval"]
+    return {k: v for k, v in evals[-1].items() if k != "kind"} if evals else {}
+
+
+# --- the recipe -------------------------------------------------------------------------------------
+
+PRETRAINING_FILE = "bertkit_pretraining.json"
+# Recipe attribute -> (object it sets: settings or train config, field name there).
+_RECIPE_TARGETS = {"max_seq_length": ("settings", "max_seq_length"), "dropout": ("settings", "dropout"),
+                   "masked_lm_prob": ("settings", "masked_lm_prob"), "nsp": ("settings", "nsp"),
+                   "learning_rate": ("train", "learning_rate"), "warmup_ratio": ("train", "warmup_ratio"),
+                   "batch_size": ("train", "micro_batch_size")}
+
+
+def plan_recipe(settings: PretrainSettings, config: TrainConfig, ctx: Any
+                ) -> tuple[PretrainSettings, TrainConfig, PretrainRecipe | None]:
+    """Apply `settings.recipe` to every recipe setting the user did not give; log the choice in one line.
+    A resumed run keeps the recipe it started with (its pretrain_settings.json), so it never changes mid-run."""
+    if settings.recipe is None:
+        return settings, config, None
+    recipe = _resumed_recipe(settings) if settings.resume else None
+    if recipe is None:
+        recipe = broadcast_object(_choose(settings, config) if ctx.is_main else None, ctx)
+    data = PretrainingDataset(settings.data)
+    values = {name: getattr(recipe, name) for name in _RECIPE_TARGETS
+              if _RECIPE_TARGETS[name][1] not in settings.given}
+    notes = []
+    if values.get("masked_lm_prob") is not None and not data.dynamic:
+        values["masked_lm_prob"] = None
+        notes.append(f"{settings.data} is statically masked, so its own masks are used")
+    length = values.get("max_seq_length")
+    if length is not None and length < data.built_seq_length:
+        notes.append(f"instances of {data.built_seq_length} tokens are cut to {length} at load; to use all the "
+                     f"text, build the data with `bertkit data pretraining ... --max-seq-length {length} "
+                     "--masking dynamic`")
+    settings = dataclasses.replace(settings, **{_RECIPE_TARGETS[k][1]: v for k, v in values.items()
+                                                if _RECIPE_TARGETS[k][0] == "settings"})
+    config = dataclasses.replace(config, **{_RECIPE_TARGETS[k][1]: v for k, v in values.items()
+                                            if _RECIPE_TARGETS[k][0] == "train"})
+    if ctx.is_main:
+        kept = [name for name in _RECIPE_TARGETS if _RECIPE_TARGETS[name][1] in settings.given]
+        logger.warning("recipe %s (%s): %s%s%s", recipe.name, recipe.reason, recipe.describe(),
+                       f"; your flags kept: {', '.join(kept)}" if kept else "",
+                       "".join(f"; {note}" for note in notes))
+    return settings, config, recipe
+
+
+def _choose(settings: PretrainSettings, config: TrainConfig) -> PretrainRecipe:
+    """The recipe for the budget: a time budget is turned into steps at the throughput measured here."""
+    model_config = _model_config(settings)
+    rate = None
+    if settings.recipe == "auto" and config.max_time_s:
+        data = PretrainingDataset(settings.data)
+        short = short_recipe(model_config.hidden_size)
+        length = min(short.max_seq_length, data.built_seq_length)
+        rate = measure_steps_per_second(model_config.replace(vocab_size=int(data.manifest["tokenizer"]["vocab_size"])),
+                                        length, short.batch_size, config.precision, settings.device)
+    steps = budget_steps(config.max_steps, config.max_time_s, rate)
+    recipe = choose_recipe(settings.recipe, model_config.hidden_size, steps)
+    if rate is not None:
+        recipe = dataclasses.replace(recipe, reason=f"{recipe.reason}; {rate:.2f} steps/s measured at "
+                                                    f"{length} tokens x {short.batch_size} on this machine")
+    return recipe
+
+
+def _model_config(settings: PretrainSettings) -> BertConfig:
+    if settings.init_from is not None:
+        return BertConfig.from_json_file(Path(settings.init_from) / "config.json")
+    return load_config(settings.model)
+
+
+def _resumed_recipe(settings: PretrainSettings) -> PretrainRecipe | None:
+    """The recipe a run being resumed applied (from its pretrain_settings.json), or None."""
+    path = Path(settings.output) / "pretrain_settings.json"
+    try:
+        recipe = json.loads(path.read_text(encoding="utf-8"))["recipe"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    if not isinstance(recipe, dict) or set(recipe) != {f.name for f in dataclasses.fields(PretrainRecipe)}:
+        return None
+    return dataclasses.replace(PretrainRecipe(**recipe), reason="as the run being resumed chose")
+
+
+def measure_steps_per_second(config: BertConfig, seq_len: int, batch_size: int, precision: str, device: str,
+                             seconds: float = 1.5) -> float:
+    """Optimizer steps per second of pre-training this model on this machine: forward, MLM + NSP loss,
+    backward and AdamW on a random batch of (batch_size, seq_len), after one warm-up step; at least two
+    timed steps, then until `seconds` have passed. The global RNG state is left as it was."""
+    torch_device = resolve_device(device)
+    resolved = resolve_precision(precision, torch_device)
+    autocast = (torch.autocast(torch_device.type, dtype=torch.bfloat16) if resolved == "bf16" else
+                torch.autocast(torch_device.type, dtype=torch.float16) if resolved == "fp16" else
+                contextlib.nullcontext())
+    with torch.random.fork_rng(devices=[torch_device] if torch_device.type == "cuda" else []):
+        model = BertForPreTraining(config.replace(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0))
+        model = model.to(torch_device).train()
+        optimizer = build_optimizer(model, "adamw", 1e-4, 0.01, (0.9, 0.999), 1e-6)
+        generator = torch.Generator().manual_seed(0)
+        ids = torch.randint(5, config.vocab_size, (batch_size, seq_len), generator=generator)
+        labels = torch.where(torch.rand(batch_size, seq_len, generator=generator) < 0.15, ids, IGNORE_INDEX)
+        batch = {"input_ids": ids, "token_type_ids": torch.zeros_like(ids), "attention_mask": torch.ones_like(ids),
+                 "mlm_labels": labels, "nsp_labels": torch.zeros(batch_size, dtype=torch.int64)}
+        batch = {k: v.to(torch_device) for k, v in batch.items()}
+
+        def step() -> None:
+            with autocast:
+                loss, _ = pretraining_loss(model, batch)
+            loss.backward()
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+
+        step()
+        count, started = 0, time.perf_counter()
+        while count < 2 or (time.perf_counter() - started < seconds and count < 50):
+            step()
+            count += 1
+        if torch_device.type == "cuda":
+            torch.cuda.synchronize()
+        return count / (time.perf_counter() - started)

@@ -1,0 +1,133 @@
+"""Training recipes that follow the budget: the pre-training recipe for a step or time budget, and the
+fine-tuning learning rate for a model.
+
+Design decision: both choices are pure functions of a few numbers - the optimizer steps a pre-training
+run can take (given by --max-steps, or --max-time times the throughput measured on this machine) and the
+model's width; for fine-tuning, whether and how long the model was pre-trained. They are tested with
+injected numbers; measuring and printing live with their callers. `auto` keeps Devlin et al.'s schedule
+for budgets of at least PAPER_MIN_STEPS steps and takes the short-budget recipe below that: short
+sequences, a high peak learning rate with a short warmup, no dropout, 15% dynamic masking, NSP kept,
+small batches (a few minutes have few updates to give, so each must count). The numbers come from the
+studies in docs/quickstart.md and docs/pretraining.md; a learning rate found for bert-mini (H=256) is
+scaled by sqrt(256 / H) for other widths, the usual width scaling of Adam learning rates.
+
+References: Devlin et al. 2018 (appendix A.2, A.3); Izsak et al. 2021, "How to Train BERT with an
+Academic Budget" (arXiv:2104.07705); Geiping & Goldstein 2022, "Cramming" (arXiv:2212.14034); Turc et al.
+2019 (arXiv:1908.08962) for the miniatures' fine-tuning learning rates.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+from typing import Any
+
+from bertkit.errors import BertkitError
+
+RECIPES = ("auto", "paper", "short")
+PAPER_MIN_STEPS = 100_000
+"""Steps below which the paper's schedule (lr 1e-4, 1% warmup of 1M steps, dropout 0.1) does not leave the
+unigram plateau in time; measured: 600 such steps gave 10% MLM accuracy where the short recipe gave 17%."""
+REFERENCE_WIDTH = 256
+"""Hidden size (bert-mini) at which the short recipe's learning rates were measured."""
+
+
+@dataclass(frozen=True)
+class PretrainRecipe:
+    """What a pre-training run uses besides the model and the data; None leaves the setting to the
+    data (sequence length, masking rate) or the model config (dropout)."""
+
+    name: str
+    """paper or short."""
+    max_seq_length: int | None
+    """Instances longer than this are cut at load (Google's pair rule); None: as the data was built."""
+    learning_rate: float
+    """Peak learning rate."""
+    warmup_ratio: float
+    """Linear warmup as a fraction of the budget; then linear decay to 0 at its end."""
+    dropout: float | None
+    """Hidden and attention dropout while pre-training; None: the model config's (0.1 in the presets)."""
+    masked_lm_prob: float | None
+    """Masking rate of dynamically masked data; None: the data's."""
+    nsp: bool
+    """Next sentence prediction on."""
+    batch_size: int
+    """Sequences per process and micro-batch."""
+    reason: str = ""
+    """One line: why this recipe was chosen."""
+
+    def describe(self) -> str:
+        parts = [f"{self.max_seq_length}-token sequences" if self.max_seq_length else "the data's sequence length",
+                 f"batch {self.batch_size}", f"peak lr {self.learning_rate:.2g}",
+                 f"warmup {self.warmup_ratio:.0%}",
+                 f"dropout {self.dropout:g}" if self.dropout is not None else "the config's dropout",
+                 f"masking {self.masked_lm_prob:.0%}" if self.masked_lm_prob else "the data's masking",
+                 "MLM + NSP" if self.nsp else "MLM only"]
+        return ", ".join(parts)
+
+
+def paper_recipe() -> PretrainRecipe:
+    """Devlin et al.'s settings (per process; the paper's batch of 256 is batch x accumulation x GPUs)."""
+    return PretrainRecipe("paper", None, 1e-4, 0.01, None, None, True, 32)
+
+
+def short_recipe(hidden_size: int) -> PretrainRecipe:
+    """The short-budget recipe for a model of this width (docs/quickstart.md: seq 64, lr 5e-4 at H=256,
+    5% warmup, no dropout, 15% dynamic masking, NSP kept, batch 32)."""
+    return PretrainRecipe("short", 64, width_scaled(5e-4, hidden_size), 0.05, 0.0, 0.15, True, 32)
+
+
+def width_scaled(learning_rate: float, hidden_size: int) -> float:
+    """A learning rate measured at REFERENCE_WIDTH, scaled by sqrt(REFERENCE_WIDTH / hidden_size)."""
+    return learning_rate * math.sqrt(REFERENCE_WIDTH / hidden_size)
+
+
+def choose_recipe(name: str, hidden_size: int, budget_steps: float | None) -> PretrainRecipe:
+    """The recipe `name` (auto, paper, short) for a budget of `budget_steps` optimizer steps (None: unknown,
+    e.g. an epoch budget), with the reason in one line."""
+    if name not in RECIPES:
+        raise BertkitError(f"--recipe {name!r}: use one of {', '.join(RECIPES)}")
+    steps = f"~{budget_steps:,.0f} steps" if budget_steps is not None else "an unknown number of steps"
+    if name == "paper":
+        return replace(paper_recipe(), reason="--recipe paper")
+    if name == "short":
+        return replace(short_recipe(hidden_size), reason="--recipe short")
+    if budget_steps is None or budget_steps >= PAPER_MIN_STEPS:
+        return replace(paper_recipe(), reason=f"{steps}: enough for the paper's schedule (>= {PAPER_MIN_STEPS:,})")
+    return replace(short_recipe(hidden_size),
+                   reason=f"{steps}: too few for the paper's schedule (< {PAPER_MIN_STEPS:,}), so the short-budget one")
+
+
+def budget_steps(max_steps: int | None, max_time_s: float | None, steps_per_second: float | None) -> float | None:
+    """Optimizer steps a run can take: the step budget, the time budget at the measured rate, or the
+    smaller of the two (None when neither is known)."""
+    candidates = [float(max_steps)] if max_steps else []
+    if max_time_s and steps_per_second:
+        candidates.append(max_time_s * steps_per_second)
+    return min(candidates) if candidates else None
+
+
+# --- fine-tuning ----------------------------------------------------------------------------------
+
+def finetune_learning_rate(hidden_size: int, pretraining: dict[str, Any] | None) -> tuple[float, str]:
+    """`--learning-rate auto`: (peak learning rate, the reason) for fine-tuning a model of this width.
+
+    `pretraining` is None for random initialisation, else what is known of its pre-training:
+    {"steps": N} for a bertkit run (bertkit_pretraining.json), {} for a checkpoint made elsewhere
+    (assumed pre-trained to convergence, as released models are).
+
+    - pre-trained to convergence: the paper's 5e-5 for BERT-Base (H=768), scaled by width (bert-mini
+      ~8.7e-5, bert-tiny ~1.2e-4, close to Turc et al.'s best rates for the miniatures);
+    - pre-trained on a short budget (< PAPER_MIN_STEPS steps), or not at all: 3e-4 at H=256 scaled by
+      width - such models are far from a good optimum and fine-tune like fresh ones (docs/quickstart.md:
+      random initialisation does not learn at 1e-4, both learn at 3e-4).
+    """
+    if pretraining is not None and pretraining.get("steps", math.inf) >= PAPER_MIN_STEPS:
+        origin = (f"pre-trained {pretraining['steps']:,} steps" if "steps" in pretraining
+                  else "pre-trained elsewhere (assumed to convergence)")
+        rate = 5e-5 * math.sqrt(768 / hidden_size)
+        return rate, f"{origin}, width {hidden_size}: the paper's 5e-5 at width 768, scaled by sqrt(768 / width)"
+    origin = ("random initialisation" if pretraining is None
+              else f"pre-trained only {pretraining['steps']:,} steps (< {PAPER_MIN_STEPS:,})")
+    rate = width_scaled(3e-4, hidden_size)
+    return rate, f"{origin}, width {hidden_size}: 3e-4 at width {REFERENCE_WIDTH}, scaled by sqrt({REFERENCE_WIDTH} / width)"
