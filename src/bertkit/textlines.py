@@ -30,12 +30,14 @@ def open_binary(path: Path) -> BinaryIO:
 
 
 def unreadable_reason(path: Path) -> str | None:
-    """Why the file cannot be read as text ("binary file (NUL bytes)", "unreadable gzip file"), or None."""
+    """Why the file cannot be read as text ("binary file (NUL bytes)", "unreadable gzip file", ...), or None."""
     try:
         with open_binary(path) as stream:
             head = stream.read(BINARY_SNIFF_BYTES)
-    except (OSError, *GZIP_ERRORS):
+    except GZIP_ERRORS:
         return "unreadable gzip file"
+    except OSError as exc:
+        return f"unreadable file ({exc.strerror})"
     return "binary file (NUL bytes)" if b"\x00" in head else None
 
 

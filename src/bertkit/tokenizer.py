@@ -17,9 +17,12 @@ context-dependent final sigma of Python's `str.lower`, and lone surrogates it ca
 Texts containing one of those (never plain ASCII) go through `_GoogleBasicTokenizer`, a Python
 port of Google's basic tokenizer that keeps each character's position in the original text, and
 only the WordPiece step runs in Rust. Tests prove parity with a reference port of Google's code.
+Every text, A or B of a pair alike, is encoded alone and never truncated by Rust; `Encoding` cuts
+it (a pair by Google's `_truncate_seq_pair`), so every cost is linear in the input.
 
-References: Devlin et al. 2018 (arXiv:1810.04805); google-research/bert `tokenization.py`;
-Schuster & Nakajima 2012 (WordPiece); Hugging Face `tokenizers` documentation.
+References: Devlin et al. 2018 (arXiv:1810.04805); google-research/bert `tokenization.py` and
+`run_classifier.py` (`_truncate_seq_pair`); Schuster & Nakajima 2012 (WordPiece); Hugging Face
+`tokenizers` documentation.
 """
 
 from __future__ import annotations
@@ -290,7 +293,7 @@ class _Piece:
 
     __slots__ = ("_rust", "words", "_ids", "_batch", "_index")
 
-    def __init__(self, rust: object = None, words: list[_Word] | None = None, ids: list[int] | None = None,
+    def __init__(self, rust: object, words: list[_Word] | None = None, ids: list[int] | None = None,
                  batch: _DeferredBatch | None = None, index: int = 0) -> None:
         self._rust, self.words, self._ids, self._batch, self._index = rust, words, ids, batch, index
 
@@ -328,54 +331,49 @@ class Encoding:
     per token, specials included.
 
     Made from each text encoded alone and the number of its tokens kept, so its cost is linear in the
-    texts whatever the truncation; fields are assembled on first access (batch encoding pays only for
-    what the caller reads). `num_truncated` tells how many tokens truncation removed.
+    texts whatever the truncation. The model inputs are built at once; tokens, word and sequence ids
+    and offsets on first access (batch encoding pays only for what the caller reads).
+    `num_truncated` tells how many tokens truncation removed.
     """
 
     def __init__(self, pieces: tuple[_Piece, ...], kept: tuple[int, ...], specials: tuple[int, int],
                  vocabulary: list[str]) -> None:
-        self._pieces, self._kept, self._specials, self._vocabulary = pieces, kept, specials, vocabulary
+        self._pieces, self._kept, self._vocabulary = pieces, kept, vocabulary
+        cls, sep = specials
+        self.input_ids: list[int] = [cls, *pieces[0].ids(kept[0]), sep]
+        if len(pieces) == 2:
+            self.input_ids += pieces[1].ids(kept[1])
+            self.input_ids.append(sep)
+        first = kept[0] + 2  # [CLS] A [SEP] are type 0, B [SEP] type 1
+        self.token_type_ids: list[int] = [0] * first + [1] * (len(self.input_ids) - first)
+        self.attention_mask: list[int] = [1] * len(self.input_ids)
 
-    def _framed(self, parts: Iterable[list], cls: object, sep: object) -> list:
+    def _framed(self, parts: list[list], cls: object, sep: object) -> list:
         """[cls] + A + [sep] (+ B + [sep])."""
-        out = [cls]
-        for part in parts:
-            out += part
+        out = [cls, *parts[0], sep]
+        if len(parts) == 2:
+            out += parts[1]
             out.append(sep)
         return out
 
     @functools.cached_property
-    def input_ids(self) -> list[int]:
-        return self._framed((p.ids(n) for p, n in zip(self._pieces, self._kept)), *self._specials)
-
-    @functools.cached_property
-    def token_type_ids(self) -> list[int]:
-        """0 for [CLS], A and its [SEP]; 1 for B and its [SEP]."""
-        first = self._kept[0] + 2
-        return [0] * first + [1] * (len(self) - first)
-
-    @functools.cached_property
-    def attention_mask(self) -> list[int]:
-        return [1] * len(self)
-
-    @functools.cached_property
     def tokens(self) -> list[str]:
-        return self._framed((p.tokens(n, self._vocabulary) for p, n in zip(self._pieces, self._kept)), CLS, SEP)
+        return self._framed([p.tokens(n, self._vocabulary) for p, n in zip(self._pieces, self._kept)], CLS, SEP)
 
     @functools.cached_property
     def word_ids(self) -> list[int | None]:
         """Index of the pre-tokenized word (within its sequence) of each token; None for specials."""
-        return self._framed((p.word_ids(n) for p, n in zip(self._pieces, self._kept)), None, None)
+        return self._framed([p.word_ids(n) for p, n in zip(self._pieces, self._kept)], None, None)
 
     @functools.cached_property
     def sequence_ids(self) -> list[int | None]:
         """0 for tokens of A, 1 for tokens of B, None for specials."""
-        return self._framed(([k] * n for k, n in enumerate(self._kept)), None, None)
+        return self._framed([[k] * n for k, n in enumerate(self._kept)], None, None)
 
     @functools.cached_property
     def offsets(self) -> list[tuple[int, int]]:
         """Character span of each token in its original text (A or B); (0, 0) for specials."""
-        return self._framed((p.offsets(n) for p, n in zip(self._pieces, self._kept)), (0, 0), (0, 0))
+        return self._framed([p.offsets(n) for p, n in zip(self._pieces, self._kept)], (0, 0), (0, 0))
 
     @property
     def num_truncated(self) -> int:
@@ -387,10 +385,24 @@ class Encoding:
         return self.num_truncated > 0
 
     def __len__(self) -> int:
-        return sum(self._kept) + len(self._kept) + 1
+        return len(self.input_ids)
 
     def __repr__(self) -> str:
         return f"Encoding(tokens={self.tokens!r})"
+
+
+def _vocabulary_file(path: Path) -> Path:
+    """vocab.txt or tokenizer.json: the path itself, or the first of them in the directory."""
+    if not path.exists():
+        raise BertkitError(f"tokenizer path {path} does not exist; pass a directory holding {VOCAB_FILE} or "
+                           f"{TOKENIZER_JSON} (e.g. the output of `bertkit tokenizer train`) or one of those files")
+    if not path.is_dir():
+        return path
+    for name in (VOCAB_FILE, TOKENIZER_JSON):
+        if (path / name).is_file():
+            return path / name
+    raise BertkitError(f"no vocabulary in {path}: it holds neither {VOCAB_FILE} nor {TOKENIZER_JSON}; pass the "
+                       "directory of a BERT tokenizer (e.g. the output of `bertkit tokenizer train`)")
 
 
 def _read_vocab(path: Path) -> list[str]:
@@ -549,17 +561,11 @@ class WordPieceTokenizer:
         do_lower_case=None reads it from tokenizer_config.json beside the vocabulary, else from
         tokenizer.json's normalizer, else True.
         """
-        path = Path(path)
-        if not path.exists():
-            raise BertkitError(f"tokenizer path {path} does not exist; pass a directory holding {VOCAB_FILE} or "
-                               f"{TOKENIZER_JSON} (e.g. the output of `bertkit tokenizer train`) or one of those files")
-        source = path
-        if path.is_dir():
-            source = next((path / n for n in (VOCAB_FILE, TOKENIZER_JSON) if (path / n).is_file()), None)
-            if source is None:
-                raise BertkitError(f"no vocabulary in {path}: it holds neither {VOCAB_FILE} nor {TOKENIZER_JSON}; "
-                                   "pass the directory of a BERT tokenizer (e.g. the output of `bertkit tokenizer train`)")
-        tokens, json_lower_case = _read_tokenizer_json(source) if source.suffix == ".json" else (_read_vocab(source), None)
+        source = _vocabulary_file(Path(path))
+        if source.suffix == ".json":
+            tokens, json_lower_case = _read_tokenizer_json(source)
+        else:
+            tokens, json_lower_case = _read_vocab(source), None
         if do_lower_case is None:
             config_lower_case = _read_do_lower_case(source.parent / CONFIG_FILE)
             do_lower_case = next((v for v in (config_lower_case, json_lower_case) if v is not None), True)
@@ -702,8 +708,7 @@ class WordPieceTokenizer:
     # ----------------------------------------------------------------- tokens and ids
     def tokenize(self, text: str) -> list[str]:
         """WordPiece tokens of `text`, no special tokens."""
-        piece = self._pieces([_check_text(text, "text")], offsets=False)[0]
-        return piece.tokens(len(piece), self._tokens)
+        return [self._tokens[i] for i in self.encode_ids([_check_text(text, "text")])[0]]
 
     def encode_ids(self, texts: Sequence[str]) -> list[list[int]]:
         """Token ids of each text, no special tokens, no truncation: the fast path for data creation.
@@ -712,7 +717,16 @@ class WordPieceTokenizer:
         (same ids as the Rust pipeline, which sees each distinct whitespace-separated chunk once).
         """
         texts = [_check_text(t, f"texts[{i}]") for i, t in enumerate(texts)]
-        return [piece.ids(len(piece)) for piece in self._pieces(texts, offsets=False)]
+        chunk, rust, python = self._routes(texts)
+        out: list[list[int] | None] = [None] * len(texts)
+        for i, ids in zip(chunk, _encode_ascii(self._wordpiece, [texts[i] for i in chunk], self._do_lower_case)):
+            out[i] = ids
+        rust_encodings = self._rust.encode_batch_fast([texts[i] for i in rust], add_special_tokens=False)
+        for i, encoding in zip(rust, rust_encodings):
+            out[i] = encoding.ids
+        for i in python:
+            out[i] = self._python_path(texts[i])[0].ids
+        return out
 
     def convert_tokens_to_ids(self, tokens: str | Sequence[str]) -> int | list[int]:
         """Token(s) -> id(s); tokens outside the vocabulary map to [UNK]."""
@@ -780,38 +794,45 @@ class WordPieceTokenizer:
         if limit is not None and limit < specials:
             raise BertkitError(f"max_length={limit} leaves no room for text beside the {specials} special "
                                f"tokens; use max_length > {specials}")
-        pieces = self._pieces(texts + (text_pairs or []), offsets=True)
-        n, ids = len(texts), (self.cls_token_id, self.sep_token_id)
-        out = []
-        for i in range(n):
-            parts = (pieces[i],) if text_pairs is None else (pieces[i], pieces[n + i])
-            kept = tuple(len(p) for p in parts)
-            if limit is not None and len(parts) == 1:
-                kept = (min(kept[0], limit - specials),)
-            elif limit is not None:
-                kept = truncated_pair_lengths(*kept, limit - specials)
+        pieces = self._pieces(texts + (text_pairs or []))
+        ids, room, out = (self.cls_token_id, self.sep_token_id), None if limit is None else limit - specials, []
+        for a, b in zip(pieces, pieces[len(texts):] if text_pairs is not None else [None] * len(texts)):
+            if b is None:
+                parts, kept = (a,), (len(a) if room is None else min(len(a), room),)
+            else:
+                parts, kept = (a, b), (len(a), len(b))
+                if room is not None:
+                    kept = truncated_pair_lengths(*kept, room)
             out.append(Encoding(parts, kept, ids, self._tokens))
         return out
 
-    def _pieces(self, texts: list[str], offsets: bool) -> list[_Piece]:
-        """Each text encoded alone. `offsets=False` when only ids and tokens will be read (faster)."""
+    def _pieces(self, texts: list[str]) -> list[_Piece]:
+        """Each text encoded alone, by the path `_routes` picks."""
+        chunk, rust, python = self._routes(texts)
         out: list[_Piece | None] = [None] * len(texts)
-        if sum(map(len, texts)) >= _CHUNK_PATH_MIN_CHARS:
-            chosen = [i for i, t in enumerate(texts) if t.isascii()]
-            batch = _DeferredBatch(self._rust, [texts[i] for i in chosen])
-            for k, ids in enumerate(_encode_ascii(self._wordpiece, batch.texts, self._do_lower_case)):
-                out[chosen[k]] = _Piece(ids=ids, batch=batch, index=k)
-        rest = [i for i, piece in enumerate(out) if piece is None]
-        slow = [i for i in rest if _needs_python_path(texts[i])]
-        fast = [i for i in rest if not _needs_python_path(texts[i])] if slow else rest
-        encode = self._rust.encode_batch if offsets else self._rust.encode_batch_fast
-        for i, encoding in zip(fast, encode([texts[i] for i in fast], add_special_tokens=False)):
+        batch = _DeferredBatch(self._rust, [texts[i] for i in chunk])
+        for k, ids in enumerate(_encode_ascii(self._wordpiece, batch.texts, self._do_lower_case)):
+            out[chunk[k]] = _Piece(None, None, ids, batch, k)
+        for i, encoding in zip(rust, self._rust.encode_batch([texts[i] for i in rust], add_special_tokens=False)):
             out[i] = _Piece(encoding)
-        for i in slow:
-            words = _python_words(self._basic, texts[i])
-            encoding = self._wordpiece.encode([w.text for w in words], is_pretokenized=True, add_special_tokens=False)
-            out[i] = _Piece(encoding, words)
+        for i in python:
+            out[i] = _Piece(*self._python_path(texts[i]))
         return out
+
+    def _routes(self, texts: list[str]) -> tuple[list[int], list[int], list[int]]:
+        """Indices of the texts for the ASCII chunk path (batches of at least `_CHUNK_PATH_MIN_CHARS`
+        characters), the Rust pipeline, and the Python path (text the Rust normalizer gets wrong)."""
+        chunk, rest = [], list(range(len(texts)))
+        if sum(map(len, texts)) >= _CHUNK_PATH_MIN_CHARS:
+            chunk = [i for i in rest if texts[i].isascii()]
+            rest = [i for i in rest if not texts[i].isascii()]
+        python = [i for i in rest if _needs_python_path(texts[i])]
+        return chunk, [i for i in rest if not _needs_python_path(texts[i])] if python else rest, python
+
+    def _python_path(self, text: str) -> tuple[object, list[_Word]]:
+        """(WordPiece encoding, words) of Google's basic tokenization in Python (see `_HAZARD_RANGES`)."""
+        words = _python_words(self._basic, text)
+        return self._wordpiece.encode([w.text for w in words], is_pretokenized=True, add_special_tokens=False), words
 
 
 # --- encode_ids' chunk path for ASCII text --------------------------------------------------------

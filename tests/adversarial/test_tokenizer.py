@@ -127,7 +127,8 @@ def test_pair_truncation_is_googles_rule_on_every_length(tok):
     assert [e.num_truncated for e in encodings] == removed
 
 
-WORDS = ["the", "un", "##want", "running", "naïve", "Σ", "東京", "\ue000", "x" * 101, ",", "!", "e\u0301", " ", "\t"]
+WORDS = ["the", "un", "##want", "running", "naïve", "Σ", "東京", "\ue000", "x" * 101, ",", "!", "e\u0301", " ",
+         "\t"]
 any_text = st.text(alphabet=st.characters(codec=None, exclude_categories=()), max_size=40)
 word_text = st.lists(st.sampled_from(WORDS), max_size=30).map(" ".join)
 # Long texts: a short text repeated up to 1,000 times (up to ~40k characters, so large batches take
