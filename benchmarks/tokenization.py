@@ -2,10 +2,13 @@
 
 Both tokenize the same lines of real text with the same vocab.txt, in one process, alternating
 (bertkit, transformers, bertkit, ...) so drift in machine load hits both; the table gives the
-median texts/s and MB/s (UTF-8 input bytes) of each and the ratio. Two workloads: ids only (what
-data creation uses: `encode_ids` vs `tok(texts, add_special_tokens=False)["input_ids"]`) and model
+median texts/s and MB/s (UTF-8 input bytes) of each and the ratio. Three workloads: ids only (what
+data creation uses: `encode_ids` vs `tok(texts, add_special_tokens=False)["input_ids"]`), model
 inputs truncated to --max-length (`encode_batch` vs `tok(texts, truncation=True, max_length=...)`,
-reading input_ids, token_type_ids and attention_mask). The ids are checked equal before timing.
+reading input_ids, token_type_ids and attention_mask), and the same for pairs of consecutive lines
+(what sentence-pair fine-tuning uses; texts/s counts pairs, MB/s both texts). The outputs are checked
+equal before timing (pairs where neither tokenizer truncates: bertkit truncates pairs by Google's
+rule, transformers by the Rust library's, which differ on ties).
 
 Design decision: any UTF-8 text file works as --corpus. docs/tokenizer.md reports the King James
 Bible that bertkit bundles (public domain), written out to a file:
@@ -95,9 +98,20 @@ def main() -> None:
         out = theirs(texts, truncation=True, max_length=args.max_length)
         return list(zip(out["input_ids"], out["token_type_ids"], out["attention_mask"]))
 
+    def ours_pairs(texts):
+        encodings = ours.encode_batch(texts[:-1], texts[1:], max_length=args.max_length)
+        return [(e.input_ids, e.token_type_ids, e.attention_mask) for e in encodings]
+
+    def theirs_pairs(texts):
+        out = theirs(texts[:-1], texts[1:], truncation=True, max_length=args.max_length)
+        return list(zip(out["input_ids"], out["token_type_ids"], out["attention_mask"]))
+
     sample = chunks[0]
     assert ours_ids(sample) == theirs_ids(sample), "ids differ: not the same vocabulary or rules"
     assert ours_inputs(sample) == theirs_inputs(sample), "model inputs differ"
+    untruncated = [len(e) <= args.max_length for e in ours.encode_batch(sample[:-1], sample[1:])]
+    assert ([x for x, fits in zip(ours_pairs(sample), untruncated) if fits]
+            == [x for x, fits in zip(theirs_pairs(sample), untruncated) if fits]), "pair inputs differ"
 
     print(f"corpus {args.corpus.name}: {len(lines):,} lines, {n_bytes / 1e6:.1f} MB; batch {args.batch_size}; "
           f"median of {args.repeats}")
@@ -109,6 +123,9 @@ def main() -> None:
     compare("ids only", ours_ids, theirs_ids, chunks, args.repeats, len(lines), n_bytes)
     compare(f"model inputs (max {args.max_length})", ours_inputs, theirs_inputs, chunks, args.repeats,
             len(lines), n_bytes)
+    pair_bytes = sum(len(a.encode("utf-8")) + len(b.encode("utf-8")) for c in chunks for a, b in zip(c, c[1:]))
+    compare(f"pairs (max {args.max_length})", ours_pairs, theirs_pairs, chunks, args.repeats,
+            sum(len(c) - 1 for c in chunks), pair_bytes)
 
 
 if __name__ == "__main__":

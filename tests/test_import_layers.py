@@ -21,6 +21,7 @@ FORBIDDEN = {
     "errors": {"*"},
     "atomic": {"*"},
     "config": {"*"},
+    "textlines": {"*"},
     "tokenizer": {"data", "model", "tasks", "train", "serve", "interop", "cli"},
     "model": {"data", "train", "tasks", "serve", "cli"},
     "train": {"config", "tokenizer", "model", "interop", "data", "tasks", "serve", "cli"},

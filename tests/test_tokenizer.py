@@ -139,7 +139,7 @@ def test_loading_keeps_file_ids_and_rejects_bad_vocabularies(tmp_path):
     vocab.write_bytes(b"[PAD]\n\xff\n")
     with pytest.raises(BertkitError, match="vocab.txt:2: vocabulary is not valid UTF-8"):
         WordPieceTokenizer.from_pretrained(vocab)
-    with pytest.raises(BertkitError, match="no vocabulary"):
+    with pytest.raises(BertkitError, match="missing does not exist"):
         WordPieceTokenizer.from_pretrained(tmp_path / "missing")
 
 
@@ -187,3 +187,54 @@ def test_saved_directory_loads_in_transformers(tmp_path):
     theirs = transformers.AutoTokenizer.from_pretrained(tmp_path)
     text = "UNwant runn, want"
     assert theirs(text)["input_ids"] == ours.encode(text).input_ids
+
+
+def _hf_tokenizer_directory(directory, do_lower_case: bool, keep_config: bool):
+    """What transformers 5 saves for a BERT tokenizer: tokenizer.json (+ tokenizer_config.json), no vocab.txt."""
+    transformers = pytest.importorskip("transformers")
+    vocab = directory / "source-vocab.txt"
+    vocab.write_text("".join(t + "\n" for t in GOOGLE_TEST_VOCAB), encoding="utf-8")
+    fast = transformers.BertTokenizerFast(vocab=str(vocab), do_lower_case=do_lower_case)
+    saved = directory / "hf"
+    fast.save_pretrained(saved)
+    (saved / "vocab.txt").unlink(missing_ok=True)
+    if not keep_config:
+        (saved / "tokenizer_config.json").unlink()
+    return saved, fast
+
+
+@pytest.mark.parametrize("do_lower_case", [True, False], ids=["uncased", "cased"])
+@pytest.mark.parametrize("keep_config", [True, False], ids=["with-config", "json-only"])
+def test_loads_a_hugging_face_tokenizer_json_without_vocab_txt(tmp_path, do_lower_case, keep_config):
+    saved, fast = _hf_tokenizer_directory(tmp_path, do_lower_case, keep_config)
+    for path in (saved, saved / "tokenizer.json"):
+        tok = WordPieceTokenizer.from_pretrained(path)
+        assert tok.do_lower_case is do_lower_case  # from tokenizer_config.json, else the normalizer
+        assert tok.convert_ids_to_tokens(list(range(tok.vocab_size))) == GOOGLE_TEST_VOCAB
+        text = "UNwant running, Lowest"
+        assert tok.encode(text).input_ids == fast(text)["input_ids"]
+
+
+def test_tokenizer_config_overrides_the_tokenizer_json_normalizer(tmp_path):
+    saved, _ = _hf_tokenizer_directory(tmp_path, do_lower_case=True, keep_config=False)
+    (saved / "tokenizer_config.json").write_text('{"do_lower_case": false}', encoding="utf-8")
+    assert WordPieceTokenizer.from_pretrained(saved).do_lower_case is False
+
+
+def test_refuses_a_tokenizer_json_that_is_not_wordpiece(tmp_path):
+    saved, _ = _hf_tokenizer_directory(tmp_path, do_lower_case=True, keep_config=True)
+    spec = json.loads((saved / "tokenizer.json").read_text(encoding="utf-8"))
+    spec["model"] = {"type": "BPE", "vocab": spec["model"]["vocab"], "merges": []}
+    (saved / "tokenizer.json").write_text(json.dumps(spec), encoding="utf-8")
+    with pytest.raises(BertkitError, match="model is 'BPE'.*only WordPiece"):
+        WordPieceTokenizer.from_pretrained(saved)
+    (saved / "tokenizer.json").write_text("[1, 2]", encoding="utf-8")
+    with pytest.raises(BertkitError, match="tokenizer.json: not a JSON object"):
+        WordPieceTokenizer.from_pretrained(saved)
+
+
+def test_missing_and_empty_tokenizer_directories_say_so(tmp_path):
+    with pytest.raises(BertkitError, match="nowhere does not exist"):
+        WordPieceTokenizer.from_pretrained(tmp_path / "nowhere")
+    with pytest.raises(BertkitError, match="holds neither vocab.txt nor tokenizer.json"):
+        WordPieceTokenizer.from_pretrained(tmp_path)

@@ -6,8 +6,9 @@ transformers; Google's file defaults to 200). transformers 5.23 still ships its 
 (`tokenization_bert_legacy.BasicTokenizer`), but it departs from Google in two places - it applies
 NFC before splitting and drops every C* character (unassigned, private use, surrogates) where
 Google drops only Cc/Cf - so Google's rules are checked against our rewrite and transformers'
-port only on text where those departures cannot show. Truncated pairs are checked against
-transformers' BertTokenizerFast. The vocabulary is Google's bert-base-uncased vocab.txt
+port only on text where those departures cannot show. Pairs are checked against transformers'
+BertTokenizerFast in every field until truncation; truncated, they follow Google's
+`_truncate_seq_pair` (the Rust library breaks ties the other way). The vocabulary is Google's bert-base-uncased vocab.txt
 (tests/assets/vocab/bert-base-uncased, 30522 tokens).
 """
 
@@ -20,7 +21,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from bertkit.tokenizer import _HAZARD_RANGES, WordPieceTokenizer, _GoogleBasicTokenizer, _needs_python_path
+from bertkit.tokenizer import (
+    _HAZARD_RANGES,
+    WordPieceTokenizer,
+    _GoogleBasicTokenizer,
+    _needs_python_path,
+    truncated_pair_lengths,
+)
 
 GOOGLE_UNCASED = Path(__file__).parent / "assets" / "vocab" / "bert-base-uncased"
 
@@ -192,7 +199,7 @@ def _in_hazard_ranges(cp: int) -> bool:
 
 def _rust_agrees_outside_hazards(tok: WordPieceTokenizer, ref: GoogleReference, planes: range) -> list[int]:
     """Code points outside _HAZARD_RANGES where the Rust normalizer + pre-tokenizer differ from Google."""
-    rust = tok._pipelines_for(None)[0]
+    rust = tok._rust
     safe = [cp for cp in range(planes.start * 0x10000, planes.stop * 0x10000) if not _in_hazard_ranges(cp)]
     bad = []
     for i in range(0, len(safe), 512):
@@ -253,7 +260,7 @@ def test_transformers_departures_from_google_are_real():
 
 
 @pytest.mark.parametrize("lower", [True, False], ids=["uncased", "cased"])
-def test_truncated_pairs_match_transformers_fast(lower):
+def test_pairs_match_transformers_fast_and_truncate_by_google_rule(lower):
     transformers = pytest.importorskip("transformers")
     fast = transformers.BertTokenizerFast(vocab=str(GOOGLE_UNCASED / "vocab.txt"), do_lower_case=lower)
     tok = WordPieceTokenizer.from_pretrained(GOOGLE_UNCASED, do_lower_case=lower)
@@ -261,10 +268,22 @@ def test_truncated_pairs_match_transformers_fast(lower):
     # takes the Python path; it treats an empty second text as no pair; it matches "[MASK]" in text.
     texts = [t for t in VARIED_TEXTS if not _needs_python_path(t) and "[" not in t and t.strip()]
     assert len(texts) >= 8
-    for max_length in (5, 8, 16, 64):
-        for a, b in zip(texts, texts[1:] + texts[:1]):
-            ours = tok.encode(a, b, max_length=max_length)
-            theirs = fast(a, b, truncation="longest_first", max_length=max_length)
-            assert ours.input_ids == theirs["input_ids"], (a, b, max_length)
-            assert ours.token_type_ids == theirs["token_type_ids"]
-            assert ours.attention_mask == theirs["attention_mask"]
+    for a, b in zip(texts, texts[1:] + texts[:1]):
+        ours = tok.encode(a, b)
+        theirs = fast(a, b, return_offsets_mapping=True)
+        for field in ("input_ids", "token_type_ids", "attention_mask"):
+            assert getattr(ours, field) == theirs[field], (a, b, field)
+        assert ours.offsets == theirs["offset_mapping"] and ours.word_ids == theirs.word_ids()
+        assert ours.sequence_ids == theirs.sequence_ids() and not ours.truncated
+        for max_length in (5, 8, 16, 64):
+            cut = tok.encode(a, b, max_length=max_length)
+            len_a, len_b = ours.sequence_ids.count(0), ours.sequence_ids.count(1)
+            kept = truncated_pair_lengths(len_a, len_b, max_length - 3)
+            assert (cut.sequence_ids.count(0), cut.sequence_ids.count(1)) == kept
+            assert cut.num_truncated == len_a + len_b - sum(kept)
+            for field in FIELDS_BY_TOKEN:
+                whole, part = getattr(ours, field), getattr(cut, field)
+                assert part == whole[: kept[0] + 1] + whole[len_a + 1 : len_a + 2 + kept[1]] + whole[-1:], field
+
+
+FIELDS_BY_TOKEN = ("input_ids", "tokens", "offsets", "word_ids", "sequence_ids")

@@ -141,9 +141,8 @@ def _encode(tokenizer: WordPieceTokenizer, inputs: list[tuple[str, str | None]],
         rows = [i for i, (_, b) in enumerate(inputs) if (b is not None) == has_pair]
         if rows:
             pairs = [inputs[i][1] for i in rows] if has_pair else None
-            full = tokenizer.encode_batch([inputs[i][0] for i in rows], pairs, truncation=False)
             cut = tokenizer.encode_batch([inputs[i][0] for i in rows], pairs, max_length=max_seq_length)
-            truncated = sum(len(f) > max_seq_length for f in full)
+            truncated = sum(e.truncated for e in cut)
             if truncated:
                 log.warning("%d of %d lines are longer than --max-seq-length %d tokens and were truncated "
                             "(pairs longest-first)", truncated, len(inputs), max_seq_length)

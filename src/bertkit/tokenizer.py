@@ -17,30 +17,32 @@ context-dependent final sigma of Python's `str.lower`, and lone surrogates it ca
 Texts containing one of those (never plain ASCII) go through `_GoogleBasicTokenizer`, a Python
 port of Google's basic tokenizer that keeps each character's position in the original text, and
 only the WordPiece step runs in Rust. Tests prove parity with a reference port of Google's code.
+Every text, A or B of a pair alike, is encoded alone and never truncated by Rust; `Encoding` cuts
+it (a pair by Google's `_truncate_seq_pair`), so every cost is linear in the input.
 
-References: Devlin et al. 2018 (arXiv:1810.04805); google-research/bert `tokenization.py`;
-Schuster & Nakajima 2012 (WordPiece); Hugging Face `tokenizers` documentation.
+References: Devlin et al. 2018 (arXiv:1810.04805); google-research/bert `tokenization.py` and
+`run_classifier.py` (`_truncate_seq_pair`); Schuster & Nakajima 2012 (WordPiece); Hugging Face
+`tokenizers` documentation.
 """
 
 from __future__ import annotations
 
 import functools
-import gzip
 import hashlib
 import json
 import logging
 import re
-import threading
 import unicodedata
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
-from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
+from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
 
 from bertkit.atomic import write_text_atomic
 from bertkit.errors import BertkitError, where
+from bertkit.textlines import GZIP_ERRORS, bounded_lines, decode_line, open_binary, unreadable_reason
 
 logger = logging.getLogger(__name__)
 
@@ -52,6 +54,7 @@ MAX_INPUT_CHARS_PER_WORD = 100
 # path) and memory (offset tracking costs ~100 bytes per character); longer text raises.
 MAX_TEXT_CHARS = 1_000_000
 VOCAB_FILE = "vocab.txt"
+TOKENIZER_JSON = "tokenizer.json"
 CONFIG_FILE = "tokenizer_config.json"
 
 # Code points where the Rust pipeline and Google's Python code disagree (tokenizers 0.23, Python
@@ -99,99 +102,10 @@ def _needs_python_path(text: str) -> bool:
     return not text.isascii() and _HAZARD_RE.search(text) is not None
 
 
-class Encoding:
-    """One encoded text or pair; every list has one entry per token, specials included.
-
-    Fields are computed from the Rust encoding on first access, so batch encoding pays only for
-    what the caller reads.
-    """
-
-    def __init__(self, encoding: object, words: tuple[list["_Word"], ...] | None = None) -> None:
-        self._encoding = encoding
-        # Words of the Python path per sequence, to map word-relative offsets to the original text.
-        self._words = words
-
-    @functools.cached_property
-    def input_ids(self) -> list[int]:
-        return self._encoding.ids
-
-    @functools.cached_property
-    def token_type_ids(self) -> list[int]:
-        return self._encoding.type_ids
-
-    @functools.cached_property
-    def attention_mask(self) -> list[int]:
-        return self._encoding.attention_mask
-
-    @functools.cached_property
-    def tokens(self) -> list[str]:
-        return self._encoding.tokens
-
-    @functools.cached_property
-    def word_ids(self) -> list[int | None]:
-        """Index of the pre-tokenized word (within its sequence) of each token; None for specials."""
-        return self._encoding.word_ids
-
-    @functools.cached_property
-    def sequence_ids(self) -> list[int | None]:
-        """0 for tokens of A, 1 for tokens of B, None for specials."""
-        return self._encoding.sequence_ids
-
-    @functools.cached_property
-    def offsets(self) -> list[tuple[int, int]]:
-        """Character span of each token in its original text (A or B); (0, 0) for specials."""
-        if self._words is None:
-            return self._encoding.offsets
-        spans = []
-        for (a, b), seq, word in zip(self._encoding.offsets, self.sequence_ids, self.word_ids):
-            spans.append((0, 0) if seq is None else self._words[seq][word].span(a, b))
-        return spans
-
-    def __len__(self) -> int:
-        return len(self._encoding.ids)
-
-    def __repr__(self) -> str:
-        return f"Encoding(tokens={self.tokens!r})"
-
-
-class _DeferredBatch:
-    """Texts whose Rust-pipeline encodings are computed only if a field the chunk path does not produce
-    is read, then for the whole batch in one call."""
-
-    def __init__(self, pipeline: Tokenizer, texts: list[str]) -> None:
-        self.pipeline, self.texts = pipeline, texts
-
-    @functools.cached_property
-    def encodings(self) -> list[object]:
-        return self.pipeline.encode_batch(self.texts, add_special_tokens=True)
-
-
-class _ChunkEncoding(Encoding):
-    """A single text encoded by the chunk path: ids, type ids and mask made here (equal to the Rust
-    pipeline's, tested); offsets, word and sequence ids come from the Rust pipeline on first access,
-    computed for the whole batch at once."""
-
-    def __init__(self, input_ids: list[int], batch: _DeferredBatch, index: int, vocabulary: list[str]) -> None:
-        self.input_ids = input_ids  # instance attributes take the place of the lazy fields
-        self.token_type_ids = [0] * len(input_ids)
-        self.attention_mask = [1] * len(input_ids)
-        self._batch, self._index, self._vocabulary, self._words = batch, index, vocabulary, None
-
-    @functools.cached_property
-    def _encoding(self) -> object:
-        return self._batch.encodings[self._index]
-
-    @functools.cached_property
-    def tokens(self) -> list[str]:
-        return [self._vocabulary[i] for i in self.input_ids]
-
-    def __len__(self) -> int:
-        return len(self.input_ids)
-
-
 # Characters Google's code splits words on: str.split() whitespace that survives cleaning
 # (Zs, tab, LF, CR, U+2028, U+2029); other isspace() characters are Cc and get dropped instead.
-_SPLIT_RE = re.compile(r"[^\t\n\r\u2028\u2029\u0020\u00a0\u1680\u2000-\u200a\u202f\u205f\u3000]+")
+_SEPARATORS = "\t\n\r\u2028\u2029\u0020\u00a0\u1680\u2000-\u200a\u202f\u205f\u3000"
+_SPLIT_RE = re.compile(f"[^{_SEPARATORS}]+")
 
 
 def _is_cjk(cp: int) -> bool:
@@ -344,6 +258,153 @@ def _python_words(basic: _GoogleBasicTokenizer, text: str) -> list[_Word]:
     return words
 
 
+def truncated_pair_lengths(len_a: int, len_b: int, room: int) -> tuple[int, int]:
+    """Tokens of A and B kept when a pair must fit `room` tokens (specials not counted).
+
+    Google's `_truncate_seq_pair` (run_classifier.py) removes the last token of the longer side, B's
+    on ties, until the pair fits; this is its closed form: the shorter side is kept whole when it
+    fits in half the room, else A keeps ceil(room / 2) and B floor(room / 2).
+    """
+    if len_a + len_b <= room:
+        return len_a, len_b
+    kept_b = min(len_b, max(room - len_a, room // 2))
+    return room - kept_b, kept_b
+
+
+class _DeferredBatch:
+    """Texts whose Rust-pipeline encodings are computed only if a field the chunk path does not produce
+    is read, then for the whole batch in one call."""
+
+    def __init__(self, pipeline: Tokenizer, texts: list[str]) -> None:
+        self.pipeline, self.texts = pipeline, texts
+
+    @functools.cached_property
+    def encodings(self) -> list[object]:
+        return self.pipeline.encode_batch(self.texts, add_special_tokens=False)
+
+
+class _Piece:
+    """One text encoded alone: its WordPiece tokens, no specials, never truncated.
+
+    `rust` is the `tokenizers` encoding of the text (offsets, word ids); `words` maps the Python
+    path's word-relative offsets back to the original text. A piece of the chunk path knows its ids
+    and gets its Rust encoding only when one of those fields is read, for its whole batch at once.
+    """
+
+    __slots__ = ("_rust", "words", "_ids", "_batch", "_index")
+
+    def __init__(self, rust: object, words: list[_Word] | None = None, ids: list[int] | None = None,
+                 batch: _DeferredBatch | None = None, index: int = 0) -> None:
+        self._rust, self.words, self._ids, self._batch, self._index = rust, words, ids, batch, index
+
+    @property
+    def rust(self) -> object:
+        if self._rust is None:
+            self._rust = self._batch.encodings[self._index]
+        return self._rust
+
+    @property
+    def from_chunk_path(self) -> bool:
+        return self._batch is not None
+
+    def __len__(self) -> int:
+        return len(self._ids) if self._ids is not None else len(self._rust)
+
+    def ids(self, n: int) -> list[int]:
+        return (self._ids if self._ids is not None else self._rust.ids)[:n]
+
+    def tokens(self, n: int, vocabulary: list[str]) -> list[str]:
+        return [vocabulary[i] for i in self.ids(n)]
+
+    def word_ids(self, n: int) -> list[int]:
+        return self.rust.word_ids[:n]
+
+    def offsets(self, n: int) -> list[tuple[int, int]]:
+        spans = self.rust.offsets[:n]
+        if self.words is None:
+            return spans
+        return [self.words[w].span(a, b) for (a, b), w in zip(spans, self.rust.word_ids[:n])]
+
+
+class Encoding:
+    """One encoded text or pair, `[CLS] A [SEP]` or `[CLS] A [SEP] B [SEP]`; every list has one entry
+    per token, specials included.
+
+    Made from each text encoded alone and the number of its tokens kept, so its cost is linear in the
+    texts whatever the truncation. The model inputs are built at once; tokens, word and sequence ids
+    and offsets on first access (batch encoding pays only for what the caller reads).
+    `num_truncated` tells how many tokens truncation removed.
+    """
+
+    def __init__(self, pieces: tuple[_Piece, ...], kept: tuple[int, ...], specials: tuple[int, int],
+                 vocabulary: list[str]) -> None:
+        self._pieces, self._kept, self._vocabulary = pieces, kept, vocabulary
+        cls, sep = specials
+        self.input_ids: list[int] = [cls, *pieces[0].ids(kept[0]), sep]
+        if len(pieces) == 2:
+            self.input_ids += pieces[1].ids(kept[1])
+            self.input_ids.append(sep)
+        first = kept[0] + 2  # [CLS] A [SEP] are type 0, B [SEP] type 1
+        self.token_type_ids: list[int] = [0] * first + [1] * (len(self.input_ids) - first)
+        self.attention_mask: list[int] = [1] * len(self.input_ids)
+
+    def _framed(self, parts: list[list], cls: object, sep: object) -> list:
+        """[cls] + A + [sep] (+ B + [sep])."""
+        out = [cls, *parts[0], sep]
+        if len(parts) == 2:
+            out += parts[1]
+            out.append(sep)
+        return out
+
+    @functools.cached_property
+    def tokens(self) -> list[str]:
+        return self._framed([p.tokens(n, self._vocabulary) for p, n in zip(self._pieces, self._kept)], CLS, SEP)
+
+    @functools.cached_property
+    def word_ids(self) -> list[int | None]:
+        """Index of the pre-tokenized word (within its sequence) of each token; None for specials."""
+        return self._framed([p.word_ids(n) for p, n in zip(self._pieces, self._kept)], None, None)
+
+    @functools.cached_property
+    def sequence_ids(self) -> list[int | None]:
+        """0 for tokens of A, 1 for tokens of B, None for specials."""
+        return self._framed([[k] * n for k, n in enumerate(self._kept)], None, None)
+
+    @functools.cached_property
+    def offsets(self) -> list[tuple[int, int]]:
+        """Character span of each token in its original text (A or B); (0, 0) for specials."""
+        return self._framed([p.offsets(n) for p, n in zip(self._pieces, self._kept)], (0, 0), (0, 0))
+
+    @property
+    def num_truncated(self) -> int:
+        """Tokens of A and B that truncation removed (0 when the text or pair fit)."""
+        return sum(len(p) for p in self._pieces) - sum(self._kept)
+
+    @property
+    def truncated(self) -> bool:
+        return self.num_truncated > 0
+
+    def __len__(self) -> int:
+        return len(self.input_ids)
+
+    def __repr__(self) -> str:
+        return f"Encoding(tokens={self.tokens!r})"
+
+
+def _vocabulary_file(path: Path) -> Path:
+    """vocab.txt or tokenizer.json: the path itself, or the first of them in the directory."""
+    if not path.exists():
+        raise BertkitError(f"tokenizer path {path} does not exist; pass a directory holding {VOCAB_FILE} or "
+                           f"{TOKENIZER_JSON} (e.g. the output of `bertkit tokenizer train`) or one of those files")
+    if not path.is_dir():
+        return path
+    for name in (VOCAB_FILE, TOKENIZER_JSON):
+        if (path / name).is_file():
+            return path / name
+    raise BertkitError(f"no vocabulary in {path}: it holds neither {VOCAB_FILE} nor {TOKENIZER_JSON}; pass the "
+                       "directory of a BERT tokenizer (e.g. the output of `bertkit tokenizer train`)")
+
+
 def _read_vocab(path: Path) -> list[str]:
     """vocab.txt lines -> tokens (id = line index), stripped as Google's loader strips them."""
     try:
@@ -390,21 +451,85 @@ def _check_text(text: object, name: str) -> str:
     return text
 
 
-def _iter_lines(files: Sequence[Path], stats: dict[str, int]) -> Iterator[str]:
-    """Lines of text files (.gz read transparently); undecodable bytes become U+FFFD and are counted."""
-    for path in files:
-        opener = gzip.open if path.suffix == ".gz" else open
-        try:
-            with opener(path, "rb") as handle:
-                for raw in handle:
-                    line = raw.decode("utf-8", errors="replace")
-                    if "\ufffd" in line and b"\xef\xbf\xbd" not in raw:
-                        stats["invalid_utf8_lines"] += 1
-                    stats["lines"] += 1
-                    stats["bytes"] += len(raw)
-                    yield line
-        except (OSError, EOFError, gzip.BadGzipFile) as exc:
-            raise BertkitError(f"cannot read training file {path}: {exc}; check the --input paths") from exc
+@dataclass
+class TrainingStats:
+    """What `WordPieceTokenizer.train` read, and what it did about bad input (each counted, as
+    `bertkit data pretraining` counts it)."""
+
+    files: int = 0
+    bytes: int = 0
+    """Bytes of (decompressed) text read."""
+    lines: int = 0
+    empty_files: list[str] = field(default_factory=list)
+    skipped_files: dict[str, list[str]] = field(default_factory=dict)
+    """Reason -> files skipped whole (binary, unreadable or corrupt gzip)."""
+    invalid_utf8_lines: int = 0
+    lines_cut: int = 0
+    """Lines over MAX_TEXT_CHARS bytes, cut there."""
+    long_words: int = 0
+    """Words over MAX_INPUT_CHARS_PER_WORD characters, left out (they encode as [UNK])."""
+
+
+def _training_lines(paths: Sequence[Path], stats: TrainingStats, strict: bool,
+                    words: _ShortWords) -> Iterator[str]:
+    """Lines of text files (.gz read transparently), each at most MAX_TEXT_CHARS bytes, long words left out."""
+    for path in paths:
+        stats.files += 1
+        reason = "empty" if path.stat().st_size == 0 else unreadable_reason(path)
+        if reason == "empty":
+            stats.empty_files.append(str(path))
+        elif reason is not None:
+            if strict:
+                raise BertkitError(f"{path}: {reason}; remove it from --input (or drop --strict to skip it)")
+            stats.skipped_files.setdefault(reason, []).append(str(path))
+        else:
+            yield from _file_lines(path, stats, strict, words)
+
+
+def _file_lines(path: Path, stats: TrainingStats, strict: bool, words: _ShortWords) -> Iterator[str]:
+    try:
+        with open_binary(path) as stream:
+            for lineno, (raw, cut) in enumerate(bounded_lines(stream, MAX_TEXT_CHARS), start=1):
+                text, invalid = decode_line(raw, path, lineno, strict)
+                stats.lines += 1
+                stats.bytes += len(raw)
+                stats.invalid_utf8_lines += invalid
+                stats.lines_cut += cut
+                yield words(text, stats)
+    except GZIP_ERRORS as exc:
+        if strict:
+            raise BertkitError(f"{path}: corrupt gzip data ({exc}); fix or remove the file") from None
+        stats.skipped_files.setdefault("corrupt gzip data (rest of file)", []).append(str(path))
+
+
+# A run of more than MAX_INPUT_CHARS_PER_WORD characters between BERT's word separators: it may hold a
+# word too long for WordPiece.
+_LONG_RUN_RE = re.compile(f"[^{_SEPARATORS}]{{{MAX_INPUT_CHARS_PER_WORD + 1},}}")
+
+
+class _ShortWords:
+    """A training line without its words over MAX_INPUT_CHARS_PER_WORD characters (normalized).
+
+    They encode as [UNK], so they have nothing to teach the vocabulary, and the trainer's cost grows
+    with the square of a word's length (one 1M-character word runs for hours). Only runs between
+    separators longer than the cap are looked at, by the Rust normalizer and pre-tokenizer the
+    trainer uses; the rest of the line is left as it is.
+    """
+
+    def __init__(self, do_lower_case: bool) -> None:
+        self.normalizer = _bert_normalizer(do_lower_case)
+        self.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+
+    def __call__(self, line: str, stats: TrainingStats) -> str:
+        if _LONG_RUN_RE.search(line) is None:
+            return line
+        return _LONG_RUN_RE.sub(lambda run: self._short_words(run.group(), stats), line)
+
+    def _short_words(self, run: str, stats: TrainingStats) -> str:
+        words = [w for w, _ in self.pre_tokenizer.pre_tokenize_str(self.normalizer.normalize_str(run))]
+        kept = [w for w in words if len(w) <= MAX_INPUT_CHARS_PER_WORD]
+        stats.long_words += len(words) - len(kept)
+        return " " + " ".join(kept) + " "
 
 
 class WordPieceTokenizer:
@@ -422,25 +547,29 @@ class WordPieceTokenizer:
         self._do_lower_case = bool(do_lower_case)
         self._basic = _GoogleBasicTokenizer(self._do_lower_case)
         self._special_ids = tuple(self._vocab[t] for t in SPECIAL_TOKENS)
-        self._lock = threading.Lock()
-        # max_length (None = no truncation) -> (full Rust pipeline, WordPiece-only pipeline).
-        self._pipelines: dict[int | None, tuple[Tokenizer, Tokenizer]] = {None: self._build_pipelines()}
+        # The full Rust pipeline, and WordPiece alone for the words of the Python path. Neither
+        # truncates: the Rust library truncates pairs in quadratic time (it pairs every overflowing
+        # piece of A with every piece of B), so texts are encoded alone and cut here.
+        self._rust, self._wordpiece = self._build_pipelines()
 
     # ----------------------------------------------------------------- construction
     @classmethod
     def from_pretrained(cls, path: str | Path, do_lower_case: bool | None = None) -> WordPieceTokenizer:
-        """Load a directory holding vocab.txt (+ tokenizer_config.json) or a vocab.txt path.
+        """Load a directory holding vocab.txt or a Hugging Face tokenizer.json (+ tokenizer_config.json),
+        or the path of either file.
 
-        do_lower_case=None reads it from tokenizer_config.json beside the vocabulary, else True.
+        do_lower_case=None reads it from tokenizer_config.json beside the vocabulary, else from
+        tokenizer.json's normalizer, else True.
         """
-        path = Path(path)
-        vocab_path = path / VOCAB_FILE if path.is_dir() else path
-        if not vocab_path.is_file():
-            raise BertkitError(f"no vocabulary at {vocab_path}; pass a directory holding {VOCAB_FILE} "
-                               "(e.g. the output of `bertkit tokenizer train`) or the file itself")
+        source = _vocabulary_file(Path(path))
+        if source.suffix == ".json":
+            tokens, json_lower_case = _read_tokenizer_json(source)
+        else:
+            tokens, json_lower_case = _read_vocab(source), None
         if do_lower_case is None:
-            do_lower_case = _read_do_lower_case(vocab_path.parent / CONFIG_FILE)
-        return cls(_read_vocab(vocab_path), do_lower_case, source=str(vocab_path))
+            config_lower_case = _read_do_lower_case(source.parent / CONFIG_FILE)
+            do_lower_case = next((v for v in (config_lower_case, json_lower_case) if v is not None), True)
+        return cls(tokens, do_lower_case, source=str(source))
 
     @classmethod
     def train(
@@ -451,11 +580,16 @@ class WordPieceTokenizer:
         min_frequency: int = 2,
         limit_alphabet: int = 1000,
         show_progress: bool = True,
+        strict: bool = False,
     ) -> WordPieceTokenizer:
         """Learn a WordPiece vocabulary from text files (plain or .gz, UTF-8, one or more lines each).
 
         Ids 0..4 are [PAD], [UNK], [CLS], [SEP], [MASK]; then the alphabet (at most
-        `limit_alphabet` characters, with `##` continuation forms) and the learned pieces.
+        `limit_alphabet` characters, and at most (vocab_size - 5) / 2 so that it and its `##`
+        continuation forms fit) and the learned pieces: never more than `vocab_size` tokens.
+        Files are streamed as `bertkit data pretraining` reads them: lines cut at MAX_TEXT_CHARS
+        bytes, invalid UTF-8 replaced, empty files counted, binary files skipped (`strict` raises
+        instead); words over MAX_INPUT_CHARS_PER_WORD characters are left out. All of it is logged.
         Training counts words with the Rust normalizer, which differs from Google's rules only on
         the rare characters listed in `_HAZARD_RANGES`; encoding with the result is exact.
         """
@@ -470,18 +604,21 @@ class WordPieceTokenizer:
                                f"(got {vocab_size} and {min_frequency})")
         trainer = trainers.WordPieceTrainer(
             vocab_size=vocab_size, min_frequency=min_frequency, special_tokens=list(SPECIAL_TOKENS),
-            limit_alphabet=limit_alphabet, continuing_subword_prefix="##", show_progress=show_progress,
+            limit_alphabet=min(limit_alphabet, (vocab_size - len(SPECIAL_TOKENS)) // 2),
+            continuing_subword_prefix="##", show_progress=show_progress,
         )
         pipeline = Tokenizer(models.WordPiece(unk_token=UNK, max_input_chars_per_word=MAX_INPUT_CHARS_PER_WORD))
         pipeline.normalizer = _bert_normalizer(do_lower_case)
         pipeline.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
-        stats = {"lines": 0, "bytes": 0, "invalid_utf8_lines": 0}
-        pipeline.train_from_iterator(_iter_lines(paths, stats), trainer=trainer)
-        _report_training(paths, stats)
+        stats = TrainingStats()
+        pipeline.train_from_iterator(_training_lines(paths, stats, strict, _ShortWords(do_lower_case)), trainer=trainer)
+        _report_training(stats)
         learned = pipeline.get_vocab()
         tokens = sorted(learned, key=learned.__getitem__)
         if len(tokens) <= len(SPECIAL_TOKENS):
-            raise BertkitError(f"no text found in {', '.join(map(str, paths))}; the files are empty "
+            skipped = [f for files in stats.skipped_files.values() for f in files]
+            raise BertkitError(f"no text found in {', '.join(map(str, paths))}; the files are empty, "
+                               f"{'binary (skipped: ' + ', '.join(skipped) + '), ' if skipped else ''}"
                                "or hold only whitespace and control characters")
         return cls(tokens, do_lower_case, source="trained vocabulary")
 
@@ -502,11 +639,6 @@ class WordPieceTokenizer:
 
     def _build_pipelines(self) -> tuple[Tokenizer, Tokenizer]:
         """The full Rust pipeline and a WordPiece-only one for words the Python path produced."""
-        template = processors.TemplateProcessing(
-            single=f"{CLS}:0 $A:0 {SEP}:0",
-            pair=f"{CLS}:0 $A:0 {SEP}:0 $B:1 {SEP}:1",
-            special_tokens=[(CLS, self.cls_token_id), (SEP, self.sep_token_id)],
-        )
         pipelines = []
         for full in (True, False):
             tk = Tokenizer(models.WordPiece(
@@ -516,23 +648,9 @@ class WordPieceTokenizer:
             if full:
                 tk.normalizer = _bert_normalizer(self._do_lower_case)
                 tk.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
-            tk.post_processor = template
             tk.decoder = decoders.WordPiece(prefix="##", cleanup=False)
             pipelines.append(tk)
         return pipelines[0], pipelines[1]
-
-    def _pipelines_for(self, max_length: int | None) -> tuple[Tokenizer, Tokenizer]:
-        """Pipelines truncating to max_length, built once per length (Rust truncation is per object)."""
-        found = self._pipelines.get(max_length)
-        if found is not None:
-            return found
-        with self._lock:
-            if max_length not in self._pipelines:
-                full, bare = (Tokenizer.from_str(t.to_str()) for t in self._pipelines[None])
-                for tk in (full, bare):
-                    tk.enable_truncation(max_length, strategy="longest_first")
-                self._pipelines[max_length] = (full, bare)
-            return self._pipelines[max_length]
 
     # ----------------------------------------------------------------- properties
     @property
@@ -590,7 +708,7 @@ class WordPieceTokenizer:
     # ----------------------------------------------------------------- tokens and ids
     def tokenize(self, text: str) -> list[str]:
         """WordPiece tokens of `text`, no special tokens."""
-        return self._encode_many([_check_text(text, "text")], None, None, specials=False)[0].tokens
+        return [self._tokens[i] for i in self.encode_ids([_check_text(text, "text")])[0]]
 
     def encode_ids(self, texts: Sequence[str]) -> list[list[int]]:
         """Token ids of each text, no special tokens, no truncation: the fast path for data creation.
@@ -599,21 +717,15 @@ class WordPieceTokenizer:
         (same ids as the Rust pipeline, which sees each distinct whitespace-separated chunk once).
         """
         texts = [_check_text(t, f"texts[{i}]") for i, t in enumerate(texts)]
-        full, bare = self._pipelines[None]
+        chunk, rust, python = self._routes(texts)
         out: list[list[int] | None] = [None] * len(texts)
-        rest = list(range(len(texts)))
-        if sum(map(len, texts)) >= _CHUNK_PATH_MIN_CHARS:
-            ascii_ids = [i for i, t in enumerate(texts) if t.isascii()]
-            rest = [i for i, t in enumerate(texts) if not t.isascii()]
-            for i, ids in zip(ascii_ids, _encode_ascii(bare, [texts[i] for i in ascii_ids], self._do_lower_case)):
-                out[i] = ids
-        fast = [i for i in rest if not _needs_python_path(texts[i])]
-        for i, enc in zip(fast, full.encode_batch_fast([texts[i] for i in fast], add_special_tokens=False)):
-            out[i] = enc.ids
-        for i in rest:
-            if out[i] is None:
-                words = [w.text for w in _python_words(self._basic, texts[i])]
-                out[i] = bare.encode(words, is_pretokenized=True, add_special_tokens=False).ids
+        for i, ids in zip(chunk, _encode_ascii(self._wordpiece, [texts[i] for i in chunk], self._do_lower_case)):
+            out[i] = ids
+        rust_encodings = self._rust.encode_batch_fast([texts[i] for i in rust], add_special_tokens=False)
+        for i, encoding in zip(rust, rust_encodings):
+            out[i] = encoding.ids
+        for i in python:
+            out[i] = self._python_path(texts[i])[0].ids
         return out
 
     def convert_tokens_to_ids(self, tokens: str | Sequence[str]) -> int | list[int]:
@@ -642,7 +754,7 @@ class WordPieceTokenizer:
         ids = self._check_ids(ids)
         if skip_special_tokens:
             ids = [i for i in ids if i not in self._special_ids]
-        return self._pipelines[None][0].decoder.decode([self._tokens[i] for i in ids])
+        return self._rust.decoder.decode([self._tokens[i] for i in ids])
 
     # ----------------------------------------------------------------- encoding
     def encode(
@@ -650,8 +762,9 @@ class WordPieceTokenizer:
     ) -> Encoding:
         """[CLS] A [SEP] (B [SEP]) with type ids, mask, offsets, word and sequence ids.
 
-        With truncation and max_length, tokens are cut to fit (specials included), a pair
-        longest-first (one token at a time from the longer of A and B).
+        With truncation and max_length, tokens are cut to fit (specials included): a single text
+        loses its end, a pair is cut by Google's `_truncate_seq_pair` rule (`truncated_pair_lengths`).
+        `Encoding.num_truncated` tells how many tokens were cut.
         """
         _check_text(text, "text")
         pairs = None if text_pair is None else [_check_text(text_pair, "text_pair")]
@@ -666,8 +779,9 @@ class WordPieceTokenizer:
     ) -> list[Encoding]:
         """`encode` over many texts (or pairs) at once; the Rust part runs them in one call.
 
-        Single ASCII texts of a batch of at least `_CHUNK_PATH_MIN_CHARS` characters take the chunk path
-        of `encode_ids` (several times faster); their offsets, word and sequence ids are computed by the
+        Every text (A and B alike) is encoded alone, then cut: time and memory are linear in the
+        texts. ASCII texts of a batch of at least `_CHUNK_PATH_MIN_CHARS` characters take the chunk
+        path of `encode_ids` (several times faster); their offsets and word ids are computed by the
         Rust pipeline, for the whole batch, when first read. Every field is the same either way.
         """
         texts = [_check_text(t, f"texts[{i}]") for i, t in enumerate(texts)]
@@ -676,55 +790,49 @@ class WordPieceTokenizer:
             if len(text_pairs) != len(texts):
                 raise BertkitError(f"got {len(texts)} texts but {len(text_pairs)} text_pairs; pass one pair per text")
         limit = max_length if truncation else None
-        if limit is not None:
-            needed = 3 if text_pairs is not None else 2
-            if limit < needed:
-                raise BertkitError(f"max_length={limit} leaves no room for text beside the {needed} special "
-                                   f"tokens; use max_length > {needed}")
-        return self._encode_many(texts, text_pairs, limit, specials=True)
-
-    def _encode_many(
-        self, texts: list[str], pairs: list[str] | None, limit: int | None, specials: bool
-    ) -> list[Encoding]:
-        full, bare = self._pipelines_for(limit)
-        out: list[Encoding | None] = [None] * len(texts)
-        if pairs is None and specials and sum(map(len, texts)) >= _CHUNK_PATH_MIN_CHARS:
-            self._encode_ascii_singles(texts, limit, full, out)
-        slow = [
-            _needs_python_path(t) or (pairs is not None and _needs_python_path(pairs[i]))
-            for i, t in enumerate(texts)
-        ]
-        fast = [i for i, s in enumerate(slow) if not s and out[i] is None]
-        inputs = [texts[i] if pairs is None else (texts[i], pairs[i]) for i in fast]
-        for i, enc in zip(fast, full.encode_batch(inputs, add_special_tokens=specials)):
-            out[i] = Encoding(enc)
-        for i in (i for i, s in enumerate(slow) if s):
-            out[i] = self._encode_python_path(bare, texts[i], None if pairs is None else pairs[i], specials)
+        specials = 3 if text_pairs is not None else 2
+        if limit is not None and limit < specials:
+            raise BertkitError(f"max_length={limit} leaves no room for text beside the {specials} special "
+                               f"tokens; use max_length > {specials}")
+        pieces = self._pieces(texts + (text_pairs or []))
+        ids, room, out = (self.cls_token_id, self.sep_token_id), None if limit is None else limit - specials, []
+        for a, b in zip(pieces, pieces[len(texts):] if text_pairs is not None else [None] * len(texts)):
+            if b is None:
+                parts, kept = (a,), (len(a) if room is None else min(len(a), room),)
+            else:
+                parts, kept = (a, b), (len(a), len(b))
+                if room is not None:
+                    kept = truncated_pair_lengths(*kept, room)
+            out.append(Encoding(parts, kept, ids, self._tokens))
         return out
 
-    def _encode_ascii_singles(self, texts: list[str], limit: int | None, full: Tokenizer,
-                              out: list[Encoding | None]) -> None:
-        """[CLS] text [SEP] for the ASCII texts of a large batch, ids by the chunk path (`_encode_ascii`,
-        with the untruncated WordPiece pipeline: it encodes the batch's distinct words in one call), cut
-        to `limit` as the Rust pipeline cuts a single text (its end)."""
-        chosen = [i for i, t in enumerate(texts) if t.isascii()]
-        batch = _DeferredBatch(full, [texts[i] for i in chosen])
-        room = None if limit is None else limit - 2
-        cls, sep = self.cls_token_id, self.sep_token_id
-        untruncated_bare = self._pipelines[None][1]
-        for k, ids in enumerate(_encode_ascii(untruncated_bare, batch.texts, self._do_lower_case)):
-            out[chosen[k]] = _ChunkEncoding([cls, *ids[:room], sep], batch, k, self._tokens)
+    def _pieces(self, texts: list[str]) -> list[_Piece]:
+        """Each text encoded alone, by the path `_routes` picks."""
+        chunk, rust, python = self._routes(texts)
+        out: list[_Piece | None] = [None] * len(texts)
+        batch = _DeferredBatch(self._rust, [texts[i] for i in chunk])
+        for k, ids in enumerate(_encode_ascii(self._wordpiece, batch.texts, self._do_lower_case)):
+            out[chunk[k]] = _Piece(None, None, ids, batch, k)
+        for i, encoding in zip(rust, self._rust.encode_batch([texts[i] for i in rust], add_special_tokens=False)):
+            out[i] = _Piece(encoding)
+        for i in python:
+            out[i] = _Piece(*self._python_path(texts[i]))
+        return out
 
-    def _encode_python_path(self, bare: Tokenizer, text: str, pair: str | None, specials: bool) -> Encoding:
-        words = (_python_words(self._basic, text),)
-        if pair is not None:
-            words += (_python_words(self._basic, pair),)
-        enc = bare.encode(
-            [w.text for w in words[0]],
-            None if pair is None else [w.text for w in words[1]],
-            is_pretokenized=True, add_special_tokens=specials,
-        )
-        return Encoding(enc, words)
+    def _routes(self, texts: list[str]) -> tuple[list[int], list[int], list[int]]:
+        """Indices of the texts for the ASCII chunk path (batches of at least `_CHUNK_PATH_MIN_CHARS`
+        characters), the Rust pipeline, and the Python path (text the Rust normalizer gets wrong)."""
+        chunk, rest = [], list(range(len(texts)))
+        if sum(map(len, texts)) >= _CHUNK_PATH_MIN_CHARS:
+            chunk = [i for i in rest if texts[i].isascii()]
+            rest = [i for i in rest if not texts[i].isascii()]
+        python = [i for i in rest if _needs_python_path(texts[i])]
+        return chunk, [i for i in rest if not _needs_python_path(texts[i])] if python else rest, python
+
+    def _python_path(self, text: str) -> tuple[object, list[_Word]]:
+        """(WordPiece encoding, words) of Google's basic tokenization in Python (see `_HAZARD_RANGES`)."""
+        words = _python_words(self._basic, text)
+        return self._wordpiece.encode([w.text for w in words], is_pretokenized=True, add_special_tokens=False), words
 
 
 # --- encode_ids' chunk path for ASCII text --------------------------------------------------------
@@ -787,21 +895,71 @@ def _bert_normalizer(do_lower_case: bool) -> normalizers.Normalizer:
     )
 
 
-def _read_do_lower_case(config_path: Path) -> bool:
-    """do_lower_case from tokenizer_config.json, True when the file or the key is absent."""
+def _read_do_lower_case(config_path: Path) -> bool | None:
+    """do_lower_case from tokenizer_config.json, None when the file or the key is absent."""
     if not config_path.is_file():
-        return True
-    try:
-        value = json.loads(config_path.read_text(encoding="utf-8")).get("do_lower_case", True)
-    except (OSError, ValueError, AttributeError) as exc:
-        raise BertkitError(f"{config_path}: not a JSON object ({exc}); fix or delete the file") from exc
-    if not isinstance(value, bool):
+        return None
+    value = _read_json_object(config_path).get("do_lower_case")
+    if value is not None and not isinstance(value, bool):
         raise BertkitError(f"{config_path}: do_lower_case must be true or false, got {value!r}")
     return value
 
 
-def _report_training(paths: Sequence[Path], stats: dict[str, int]) -> None:
-    logger.info("read %d lines (%.1f MB) from %d file(s)", stats["lines"], stats["bytes"] / 1e6, len(paths))
-    if stats["invalid_utf8_lines"]:
+def _read_json_object(path: Path) -> dict:
+    try:
+        value = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise BertkitError(f"{path}: not readable JSON ({exc}); fix or delete the file") from exc
+    if not isinstance(value, dict):
+        raise BertkitError(f"{path}: not a JSON object; fix or delete the file")
+    return value
+
+
+def _read_tokenizer_json(path: Path) -> tuple[list[str], bool | None]:
+    """(tokens in id order, lower-casing of its normalizer or None) of a Hugging Face tokenizer.json."""
+    spec = _read_json_object(path)
+    model = spec.get("model") or {}
+    if model.get("type") != "WordPiece" or model.get("continuing_subword_prefix", "##") != "##":
+        raise BertkitError(f"{path}: the tokenizer's model is {model.get('type')!r} (prefix "
+                           f"{model.get('continuing_subword_prefix')!r}), not BERT's WordPiece with '##' "
+                           "continuations; bertkit loads only WordPiece vocabularies")
+    vocab = model.get("vocab")
+    ids = sorted(vocab.values()) if isinstance(vocab, dict) and all(type(i) is int for i in vocab.values()) else None
+    if not ids or ids != list(range(len(ids))):
+        raise BertkitError(f"{path}: model.vocab must map each token to a distinct id 0..N-1; the file is not "
+                           "a complete WordPiece tokenizer")
+    extra = [t["content"] for t in spec.get("added_tokens") or [] if vocab.get(t.get("content")) != t.get("id")]
+    if extra:
+        raise BertkitError(f"{path}: added tokens {extra[:5]} are not in model.vocab with the same id; bertkit "
+                           "reads only the WordPiece vocabulary")
+    return sorted(vocab, key=vocab.__getitem__), _normalizer_lower_case(spec.get("normalizer"))
+
+
+def _normalizer_lower_case(normalizer: object) -> bool | None:
+    """Whether a tokenizer.json normalizer lower-cases (None when it has none bertkit knows)."""
+    if not isinstance(normalizer, dict):
+        return None
+    if normalizer.get("type") == "BertNormalizer":
+        return bool(normalizer.get("lowercase", True))
+    if normalizer.get("type") == "Lowercase":
+        return True
+    found = [_normalizer_lower_case(n) for n in normalizer.get("normalizers") or []]  # a Sequence
+    return True if True in found else False if False in found else None
+
+
+def _report_training(stats: TrainingStats) -> None:
+    logger.info("read %d lines (%.1f MB) from %d file(s)", stats.lines, stats.bytes / 1e6, stats.files)
+    if stats.empty_files:
+        logger.warning("%d empty file(s): %s", len(stats.empty_files), ", ".join(stats.empty_files))
+    for reason, files in stats.skipped_files.items():
+        logger.warning("skipped %d file(s), %s: %s (pass --strict to stop instead)", len(files), reason,
+                       ", ".join(files))
+    if stats.invalid_utf8_lines:
         logger.warning("%d line(s) held bytes that are not UTF-8; they were read with U+FFFD, which "
-                       "BERT's text cleaning drops", stats["invalid_utf8_lines"])
+                       "BERT's text cleaning drops", stats.invalid_utf8_lines)
+    if stats.lines_cut:
+        logger.warning("%d line(s) over %s bytes were cut there (as `bertkit data pretraining` cuts them)",
+                       stats.lines_cut, f"{MAX_TEXT_CHARS:,}")
+    if stats.long_words:
+        logger.warning("left out %d word(s) over %d characters: they encode as [UNK]", stats.long_words,
+                       MAX_INPUT_CHARS_PER_WORD)

@@ -34,15 +34,14 @@ ASCII_TEXT = st.lists(st.sampled_from([chr(c) for c in range(128)] + ["the ", "a
 
 
 def rust_ids(tok: WordPieceTokenizer, texts: list[str]) -> list[list[int]]:
-    full, _ = tok._pipelines[None]
-    return [e.ids for e in full.encode_batch_fast(texts, add_special_tokens=False)]
+    return [e.ids for e in tok._rust.encode_batch_fast(texts, add_special_tokens=False)]
 
 
 @settings(max_examples=300, deadline=None)
 @given(texts=st.lists(ASCII_TEXT, max_size=8), lower=st.booleans())
 def test_chunk_path_equals_rust_pipeline(texts, lower):
     tok = TOKENIZERS[lower]
-    assert _encode_ascii(tok._pipelines[None][1], texts, lower) == rust_ids(tok, texts)
+    assert _encode_ascii(tok._wordpiece, texts, lower) == rust_ids(tok, texts)
 
 
 @pytest.mark.parametrize("lower", [True, False])
@@ -72,7 +71,7 @@ def test_encode_batch_of_a_large_batch_equals_the_rust_path_in_every_field(lower
     tok = TOKENIZERS[lower]
     assert sum(map(len, texts)) >= _CHUNK_PATH_MIN_CHARS
     batch = tok.encode_batch(texts, max_length=limit, truncation=limit is not None)
-    assert sum(type(e).__name__ == "_ChunkEncoding" for e in batch) == 703  # all but the two non-ASCII texts
+    assert sum(e._pieces[0].from_chunk_path for e in batch) == 703  # all but the two non-ASCII texts
     for text, encoding in zip(texts, batch, strict=True):
         alone = tok.encode(text, max_length=limit, truncation=limit is not None)  # a small call: Rust path
         assert len(encoding) == len(alone)
@@ -80,8 +79,13 @@ def test_encode_batch_of_a_large_batch_equals_the_rust_path_in_every_field(lower
             assert getattr(encoding, field) == getattr(alone, field), (text, field)
 
 
-def test_pairs_and_small_batches_keep_the_rust_path():
+def test_small_batches_keep_the_rust_path_and_pairs_of_large_ones_take_the_chunk_path():
     tok = TOKENIZERS[True]
+    assert not any(e._pieces[0].from_chunk_path for e in tok.encode_batch(["the able"] * 10))
     texts = ["the able " * 5000, "a b"]
-    assert all(type(e).__name__ == "Encoding" for e in tok.encode_batch(texts, texts))
-    assert all(type(e).__name__ == "Encoding" for e in tok.encode_batch(["the able"] * 10))
+    pairs = tok.encode_batch(texts, texts[::-1])
+    assert all(p.from_chunk_path for e in pairs for p in e._pieces)
+    for encoding, a, b in zip(pairs, texts, texts[::-1]):
+        alone = tok.encode(a, b)  # a small call: Rust path
+        for field in FIELDS:
+            assert getattr(encoding, field) == getattr(alone, field), field

@@ -30,13 +30,21 @@ def tokenizer() -> None:
 @click.option("--cased", is_flag=True, default=False,
               help="Keep case and accents (default: lower-case and strip accents, like BERT uncased).")
 @click.option("--min-frequency", type=int, default=2, help="Least count for a merged piece to enter the vocabulary.")
-@click.option("--limit-alphabet", type=int, default=1000, help="Most distinct characters kept as base pieces.")
+@click.option("--limit-alphabet", type=int, default=1000,
+              help="Most distinct characters kept as base pieces (at most (--vocab-size - 5) / 2).")
 @click.option("--progress/--no-progress", default=True, help="Show the trainer's progress bar.")
+@click.option("--strict", is_flag=True, help="Fail on invalid UTF-8, binary or corrupt gzip files instead of "
+                                             "replacing/skipping and counting them.")
 def train(
     inputs: tuple[Path, ...], more_inputs: tuple[Path, ...], vocab_size: int, output: Path, cased: bool,
-    min_frequency: int, limit_alphabet: int, progress: bool,
+    min_frequency: int, limit_alphabet: int, progress: bool, strict: bool,
 ) -> None:
-    """Learn a WordPiece vocabulary from text files ([PAD], [UNK], [CLS], [SEP], [MASK] get ids 0-4)."""
+    """Learn a WordPiece vocabulary from text files ([PAD], [UNK], [CLS], [SEP], [MASK] get ids 0-4).
+
+    Files are read as `bertkit data pretraining` reads them: lines over 1,000,000 bytes are cut, binary
+    files skipped, invalid UTF-8 replaced, each counted and reported; words over 100 characters are
+    left out (they encode as [UNK]).
+    """
     from bertkit.tokenizer import WordPieceTokenizer
 
     files = list(inputs) + list(more_inputs)
@@ -45,7 +53,7 @@ def train(
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     tok = WordPieceTokenizer.train(
         files, vocab_size=vocab_size, do_lower_case=not cased, min_frequency=min_frequency,
-        limit_alphabet=limit_alphabet, show_progress=progress,
+        limit_alphabet=limit_alphabet, show_progress=progress, strict=strict,
     )
     tok.save_pretrained(output)
     click.echo(f"wrote {output / 'vocab.txt'}: {tok.vocab_size} tokens "

@@ -7,8 +7,9 @@ document (the original ran documents on across files). `split_sentences` splits 
 pysbd for text that is not one sentence per line.
 
 Design decision: the reader holds at most one document and one line at a time, and bounds both -
-a line longer than `MAX_LINE_BYTES` is cut there (the rest is read in bounded pieces and dropped;
-no sentence that long survives truncation to max_seq_length anyway), a document longer than
+a line longer than `MAX_LINE_BYTES` is cut there by `bertkit.textlines` (the rest is read in bounded
+pieces and dropped; no sentence that long survives truncation to max_seq_length anyway; `bertkit
+tokenizer train` reads lines the same way), a document longer than
 `MAX_DOCUMENT_BYTES` is split - so a 100 MB line or a 10 GB file without blank lines costs bounded
 memory. Rules for bad input (each counted in `CorpusStats`, each tested):
 
@@ -26,17 +27,15 @@ References: google-research/bert `create_pretraining_data.py` (input format); py
 from __future__ import annotations
 
 import glob
-import gzip
 import json
-import zlib
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
-from typing import BinaryIO
 
 from bertkit.errors import BertkitError, where
+from bertkit.textlines import GZIP_ERRORS, bounded_lines, decode_line, open_binary, unreadable_reason
 from bertkit.tokenizer import MAX_TEXT_CHARS
 
 MAX_LINE_BYTES = MAX_TEXT_CHARS
@@ -46,7 +45,6 @@ MAX_JSONL_LINE_BYTES = 64 << 20
 """Longest JSONL line parsed (64 MiB); a longer one cannot be parsed in part and is skipped."""
 MAX_DOCUMENT_BYTES = 8 << 20
 """Longest document (8 MiB of text); longer ones are split into documents of about this size."""
-BINARY_SNIFF_BYTES = 8192
 
 
 @dataclass
@@ -109,26 +107,13 @@ def read_documents(paths: list[Path], stats: CorpusStats, strict: bool = False) 
         if size == 0:
             stats.empty_files.append(str(path))
             continue
-        reason = _unreadable_reason(path)
+        reason = unreadable_reason(path)
         if reason is not None:
             if strict:
                 raise BertkitError(f"{path}: {reason}; remove it from --input (or drop --strict to skip it)")
             stats.skipped_files.setdefault(reason, []).append(str(path))
         else:
             yield from _file_documents(path, stats, strict)
-
-
-def _unreadable_reason(path: Path) -> str | None:
-    try:
-        with _open(path) as stream:
-            head = stream.read(BINARY_SNIFF_BYTES)
-    except (OSError, EOFError, zlib.error):
-        return "unreadable gzip file"
-    return "binary file (NUL bytes)" if b"\x00" in head else None
-
-
-def _open(path: Path) -> BinaryIO:
-    return gzip.open(path, "rb") if path.suffix == ".gz" else open(path, "rb")
 
 
 def _is_jsonl(path: Path) -> bool:
@@ -139,55 +124,22 @@ def _is_jsonl(path: Path) -> bool:
 def _file_documents(path: Path, stats: CorpusStats, strict: bool) -> Iterator[list[str]]:
     jsonl = _is_jsonl(path)
     try:
-        with _open(path) as stream:
-            lines = _bounded_lines(stream, MAX_JSONL_LINE_BYTES if jsonl else MAX_LINE_BYTES)
+        with open_binary(path) as stream:
+            lines = bounded_lines(stream, MAX_JSONL_LINE_BYTES if jsonl else MAX_LINE_BYTES)
             if jsonl:
                 yield from _jsonl_documents(path, lines, stats, strict)
             else:
                 yield from _text_documents(path, lines, stats, strict)
-    except (EOFError, zlib.error, gzip.BadGzipFile) as exc:
+    except GZIP_ERRORS as exc:
         if strict:
             raise BertkitError(f"{path}: corrupt gzip data ({exc}); fix or remove the file") from None
         stats.skipped_files.setdefault("corrupt gzip data (rest of file)", []).append(str(path))
 
 
-def _bounded_lines(stream: BinaryIO, limit: int) -> Iterator[tuple[bytes, bool]]:
-    """(line, was_cut) with at most `limit` bytes per line; the rest of a longer line is dropped."""
-    while True:
-        line = stream.readline(limit)
-        if not line:
-            return
-        cut = len(line) == limit and not line.endswith(b"\n")
-        if cut:
-            while True:  # drop the rest of the line in bounded pieces
-                rest = stream.readline(limit)
-                if not rest or rest.endswith(b"\n"):
-                    break
-            line = _trim_partial_character(line)
-        yield line, cut
-
-
-def _trim_partial_character(data: bytes) -> bytes:
-    """Drop a UTF-8 character cut in half at the end (a cut line is not invalid UTF-8)."""
-    for back in range(1, min(4, len(data)) + 1):
-        byte = data[-back]
-        if byte < 0x80:
-            return data
-        if byte >= 0xC0:  # lead byte: complete if its sequence length fits
-            needed = 2 if byte < 0xE0 else 3 if byte < 0xF0 else 4
-            return data if needed <= back else data[:-back]
-    return data
-
-
 def _decode(line: bytes, path: Path, lineno: int, stats: CorpusStats, strict: bool) -> str:
-    try:
-        return line.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        if strict:
-            raise BertkitError(f"{where(path, lineno)}: invalid UTF-8 at byte {exc.start} of the line; "
-                               "fix the encoding (e.g. iconv -t UTF-8) or drop --strict to replace it") from None
-        stats.invalid_utf8_lines += 1
-        return line.decode("utf-8", errors="replace")
+    text, invalid = decode_line(line, path, lineno, strict)
+    stats.invalid_utf8_lines += invalid
+    return text
 
 
 def _text_documents(path: Path, lines, stats: CorpusStats, strict: bool) -> Iterator[list[str]]:

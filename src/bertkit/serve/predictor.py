@@ -74,17 +74,12 @@ class Predictor:
     def encode(self, texts: Sequence[str], text_pairs: Sequence[str] | None = None,
                ) -> tuple[list[dict[str, Any]], list[bool]]:
         """Features of [CLS] text [SEP] (pair [SEP]) cut to max_seq_length, and which inputs were cut."""
-        full = self.tokenizer.encode_batch(texts, text_pairs, truncation=False)
-        truncated = [len(e) > self.max_seq_length for e in full]
-        long = [i for i, cut in enumerate(truncated) if cut]
-        if long:
+        encodings = self.tokenizer.encode_batch(texts, text_pairs, max_length=self.max_seq_length)
+        truncated = [e.truncated for e in encodings]
+        if any(truncated):
             log.warning("%d of %d inputs are longer than max_seq_length %d tokens and were truncated",
-                        len(long), len(texts), self.max_seq_length)
-            pairs = [text_pairs[i] for i in long] if text_pairs is not None else None
-            cut = self.tokenizer.encode_batch([texts[i] for i in long], pairs, max_length=self.max_seq_length)
-            for i, encoding in zip(long, cut):
-                full[i] = encoding
-        return [_feature(e) for e in full], truncated
+                        sum(truncated), len(texts), self.max_seq_length)
+        return [_feature(e) for e in encodings], truncated
 
     def run(self, features: Sequence[dict[str, Any]], step: Any) -> list[Any]:
         return run_sorted(features, step, self.batch_size, self.tokenizer.pad_token_id)

@@ -112,8 +112,8 @@ class ClassificationTask(Task):
         """input_ids/token_type_ids/attention_mask (+ labels when the examples have them)."""
         texts = [e.text for e in examples]
         pairs = [e.text_pair or "" for e in examples] if examples[0].text_pair is not None else None
-        self._report_truncation(examples, texts, pairs, tokenizer)
         encodings = tokenizer.encode_batch(texts, pairs, max_length=self.settings.max_seq_length, truncation=True)
+        self._report_truncation(examples, encodings)
         features = []
         for example, encoding in zip(examples, encodings):
             feature = {"input_ids": encoding.input_ids, "token_type_ids": encoding.token_type_ids,
@@ -124,12 +124,8 @@ class ClassificationTask(Task):
             features.append(feature)
         return features
 
-    def _report_truncation(self, examples: Sequence[TextExample], texts: list[str], pairs: list[str] | None,
-                           tokenizer: Any) -> int:
-        lengths = [len(ids) + 2 for ids in tokenizer.encode_ids(texts)]  # + [CLS], [SEP]
-        if pairs is not None:
-            lengths = [n + len(ids) + 1 for n, ids in zip(lengths, tokenizer.encode_ids(pairs))]  # + [SEP]
-        truncated = sum(n > self.settings.max_seq_length for n in lengths)
+    def _report_truncation(self, examples: Sequence[TextExample], encodings: Sequence[Any]) -> int:
+        truncated = sum(e.truncated for e in encodings)
         if truncated:
             log.warning("%d of %d examples (from %s) are longer than --max-seq-length %d and were truncated "
                         "longest-first", truncated, len(examples), examples[0].guid.rsplit(":", 1)[0],

@@ -55,8 +55,8 @@ class MultipleChoiceTask(Task):
     def features(self, examples: Sequence[ChoiceExample], tokenizer: Any, training: bool = False) -> list[dict]:
         contexts = [e.context for e in examples for _ in e.endings]
         seconds = [e.second_segment(ending) for e in examples for ending in e.endings]
-        self._report_truncation(examples, contexts, seconds, tokenizer)
         encodings = tokenizer.encode_batch(contexts, seconds, max_length=self.settings.max_seq_length, truncation=True)
+        self._report_truncation(examples, encodings)
         features, cursor = [], 0
         for example in examples:
             group = encodings[cursor:cursor + len(example.endings)]  # C encodings
@@ -68,12 +68,10 @@ class MultipleChoiceTask(Task):
             features.append(feature)
         return features
 
-    def _report_truncation(self, examples: Sequence[ChoiceExample], contexts: list[str], seconds: list[str],
-                           tokenizer: Any) -> None:
-        lengths = [len(a) + len(b) + 3 for a, b in zip(tokenizer.encode_ids(contexts), tokenizer.encode_ids(seconds))]
+    def _report_truncation(self, examples: Sequence[ChoiceExample], encodings: Sequence[Any]) -> None:
         too_long, cursor = 0, 0
         for example in examples:
-            too_long += any(n > self.settings.max_seq_length for n in lengths[cursor:cursor + len(example.endings)])
+            too_long += any(e.truncated for e in encodings[cursor:cursor + len(example.endings)])
             cursor += len(example.endings)
         if too_long:
             log.warning("%d of %d examples have a choice longer than --max-seq-length %d; truncated longest-first",
