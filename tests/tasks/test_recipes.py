@@ -154,3 +154,23 @@ def test_the_measurement_is_real_and_leaves_the_rng_alone():
     before = torch.get_rng_state()
     rate = pretraining.measure_steps_per_second(preset("bert-debug", vocab_size=100), 16, 4, "fp32", "cpu", seconds=0.1)
     assert rate > 0 and torch.equal(torch.get_rng_state(), before)
+
+
+def test_finetune_learning_rate_auto_reads_the_pretraining_record(tmp_path, caplog):
+    from bertkit.config import preset
+    from bertkit.data.glue import TextExample
+    from bertkit.model import BertForPreTraining
+    from bertkit.tasks.classification import ClassificationSettings, ClassificationTask
+    from bertkit.tasks.finetune import FinetuneConfig, finetune
+
+    tokenizer = WordPieceTokenizer(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "good", "bad"])
+    BertForPreTraining(preset("bert-debug", vocab_size=7)).save_pretrained(tmp_path / "model", tokenizer=tokenizer)
+    (tmp_path / "model" / "bertkit_pretraining.json").write_text(json.dumps({"steps": 40}))
+    examples = [TextExample(f"x:{i}", ("good", "bad")[i % 2], None, ("good", "bad")[i % 2]) for i in range(8)]
+    task = ClassificationTask(ClassificationSettings(labels=["bad", "good"], max_seq_length=8))
+    cfg = FinetuneConfig(model=str(tmp_path / "model"), output=tmp_path / "out", max_steps=1, precision="fp32",
+                         device="cpu")
+    with caplog.at_level(logging.WARNING):
+        results = finetune(task, cfg, tokenizer, examples, [("", examples)], {})
+    assert results["learning_rate"] == pytest.approx(3e-4 * math.sqrt(256 / 32))
+    assert any("learning rate auto: 0.00085 (pre-trained only 40 steps" in r.getMessage() for r in caplog.records)

@@ -32,6 +32,20 @@ def _int_list(value: str, flag: str) -> tuple[int, ...]:
     return items
 
 
+class _LearningRate(click.ParamType):
+    """A positive number, or auto (None: the fine-tuning learning-rate rule decides)."""
+
+    name = "auto|FLOAT"
+
+    def convert(self, value: Any, param: Any, ctx: Any) -> float | None:
+        if value is None or value == "auto":
+            return None
+        try:
+            return float(value)
+        except (TypeError, ValueError):
+            self.fail(f"{value!r} is neither auto nor a number such as 3e-5", param, ctx)
+
+
 def _common(max_seq_length: int) -> Callable[[Callable], Callable]:
     """The options every `finetune` subcommand shares (model, files, optimisation, seeds, features)."""
     options = [
@@ -54,8 +68,10 @@ def _common(max_seq_length: int) -> Callable[[Callable], Callable]:
         click.option("--batch-size", default=32, show_default=True, type=int, help="Examples per optimizer step."),
         click.option("--gradient-accumulation-steps", default=1, show_default=True, type=int,
                      help="Micro-batches per optimizer step (batch size must be a multiple)."),
-        click.option("--learning-rate", default=2e-5, show_default=True, type=float,
-                     help="Peak AdamW learning rate (the paper searches 5e-5, 3e-5, 2e-5)."),
+        click.option("--learning-rate", default="auto", show_default=True, type=_LearningRate(),
+                     help="Peak AdamW learning rate, or auto: from the model's width and pre-training (5e-5 for "
+                          "BERT-Base pre-trained elsewhere, as the paper; more for smaller and briefly pre-trained "
+                          "models); the choice is printed."),
         click.option("--warmup-ratio", default=0.1, show_default=True, type=float,
                      help="Fraction of steps of linear warmup before the decay."),
         click.option("--lr-schedule", default="linear", show_default=True, type=click.Choice(list(SCHEDULE_NAMES)),

@@ -26,6 +26,7 @@ References: Devlin et al. (2018), sections 4 and 5.3 and appendix A.3 (lr 5e-5/3
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
@@ -42,7 +43,7 @@ from safetensors.torch import load_file, save_file
 from torch import nn
 
 from bertkit.atomic import replace_directory, write_file_atomic, write_text_atomic
-from bertkit.config import PRESETS, preset
+from bertkit.config import PRESETS, BertConfig, preset
 from bertkit.errors import BertkitError, Interrupted
 from bertkit.model import BertModel
 from bertkit.model.heads import ClassifierOutput, QuestionAnsweringOutput
@@ -50,6 +51,7 @@ from bertkit.data.conll import read_conll
 from bertkit.data.glue import glue_task, read_table
 from bertkit.tasks.classification import ClassificationSettings, ClassificationTask, labels_for
 from bertkit.tasks.multiple_choice import MultipleChoiceSettings, MultipleChoiceTask
+from bertkit.tasks.recipes import PRETRAINING_FILE, finetune_learning_rate
 from bertkit.tasks.squad import SquadSettings, SquadTask
 from bertkit.tasks.tagging import TaggingSettings, TaggingTask, labels_from
 from bertkit.tokenizer import WordPieceTokenizer
@@ -89,7 +91,9 @@ class FinetuneConfig:
     batch_size: int = 32
     """Examples per optimizer step (split into gradient_accumulation_steps micro-batches)."""
     gradient_accumulation_steps: int = 1
-    learning_rate: float = 2e-5
+    learning_rate: float | None = None
+    """Peak learning rate; None ("auto"): chosen from the model's width and pre-training
+    (`bertkit.tasks.recipes.finetune_learning_rate`), logged and kept in eval_results.json."""
     warmup_ratio: float = 0.1
     lr_schedule: str = "linear"
     """linear, cosine, constant-with-warmup or inverse-sqrt (after the warmup)."""
@@ -355,6 +359,30 @@ def write_results(path: Path, results: dict[str, Any]) -> None:
     write_text_atomic(path, json.dumps(results, indent=2, sort_keys=True) + "\n")
 
 
+def resolve_learning_rate(cfg: FinetuneConfig) -> float:
+    """The run's peak learning rate: the given one, or the rule's for this model (logged with why)."""
+    if cfg.learning_rate is not None:
+        return cfg.learning_rate
+    if cfg.model in PRESETS:
+        hidden_size, pretraining = preset(cfg.model).hidden_size, None
+    else:
+        hidden_size = BertConfig.from_json_file(Path(cfg.model) / "config.json").hidden_size
+        pretraining = _pretraining_record(Path(cfg.model))
+    rate, reason = finetune_learning_rate(hidden_size, pretraining)
+    log.warning("learning rate auto: %.2g (%s); --learning-rate overrides it", rate, reason)
+    return rate
+
+
+def _pretraining_record(directory: Path) -> dict[str, Any]:
+    """What bertkit recorded of a model's pre-training ({} for a checkpoint made elsewhere)."""
+    try:
+        record = json.loads((directory / PRETRAINING_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    steps = record.get("steps") if isinstance(record, dict) else None
+    return {"steps": steps} if isinstance(steps, int) and steps >= 0 else {}
+
+
 def _train_config(cfg: FinetuneConfig, seed: int, precision: str, num_train: int, main_metric: str) -> TrainConfig:
     """The loop's settings: the epoch (or step) budget, evaluation every epoch unless told otherwise."""
     if cfg.batch_size % cfg.gradient_accumulation_steps:
@@ -415,6 +443,8 @@ def finetune(task: Any, cfg: FinetuneConfig, tokenizer: WordPieceTokenizer, trai
     """
     device = resolve_device(cfg.device)
     prepare_output(cfg)
+    cfg = dataclasses.replace(cfg, learning_rate=resolve_learning_rate(cfg))
+    report["learning_rate"] = cfg.learning_rate
     train_features = task.features(train_examples, tokenizer, training=True)
     report["truncated_train_examples"] = getattr(task, "last_truncated", 0)
     sets = [DevSet(name, examples, task.features(examples, tokenizer)) for name, examples in dev_sets]

@@ -34,7 +34,7 @@ from bertkit.data import PretrainingDataset, collate_pretraining
 from bertkit.errors import BertkitError
 from bertkit.model import BertForMaskedLM, BertForPreTraining, read_state_dict
 from bertkit.tokenizer import WordPieceTokenizer
-from bertkit.tasks.recipes import PretrainRecipe, budget_steps, choose_recipe, short_recipe
+from bertkit.tasks.recipes import PRETRAINING_FILE, PretrainRecipe, budget_steps, choose_recipe, short_recipe
 from bertkit.train import FitResult, TrainConfig, fit, setup_distributed, teardown_distributed
 from bertkit.train.distributed import broadcast_object, resolve_device, unwrap_model
 from bertkit.train.loop import resolve_precision
@@ -277,7 +277,6 @@ def _last_eval(output: Path) -> dict[str, float]:
 
 # --- the recipe -------------------------------------------------------------------------------------
 
-PRETRAINING_FILE = "bertkit_pretraining.json"
 # Recipe attribute -> (object it sets: settings or train config, field name there).
 _RECIPE_TARGETS = {"max_seq_length": ("settings", "max_seq_length"), "dropout": ("settings", "dropout"),
                    "masked_lm_prob": ("settings", "masked_lm_prob"), "nsp": ("settings", "nsp"),

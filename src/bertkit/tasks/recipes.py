@@ -25,6 +25,9 @@ from typing import Any
 from bertkit.errors import BertkitError
 
 RECIPES = ("auto", "paper", "short")
+PRETRAINING_FILE = "bertkit_pretraining.json"
+"""Written into a pre-training run's final/ (steps, recipe, last held-out metrics); read by fine-tuning's
+learning-rate rule."""
 PAPER_MIN_STEPS = 100_000
 """Steps below which the paper's schedule (lr 1e-4, 1% warmup of 1M steps, dropout 0.1) does not leave the
 unigram plateau in time; measured: 600 such steps gave 10% MLM accuracy where the short recipe gave 17%."""
