@@ -1,7 +1,8 @@
-"""`bertkit quickstart` end to end on the bundled corpus with a 0.1-minute budget and a small labelled
+"""`bertkit quickstart` end to end on the bundled corpus with a 30-step budget and a small labelled
 subset: the report, its figures and the comparison exist, every stage's directory loads with the normal
 tools, `--resume` reuses finished stages, a non-empty output directory is refused, and Ctrl-C stops the
-whole command (exit 130) while `--resume` finishes it and reports the whole run."""
+whole command (exit 130) while `--resume` finishes it and reports the whole run; `--minutes` is split by
+a plan from measured rates (tested with injected ones) that a resumed run keeps."""
 
 from __future__ import annotations
 
@@ -15,7 +16,8 @@ import pytest
 from bertkit.cli import main
 from bertkit.data import PretrainingDataset
 from bertkit.errors import BertkitError
-from bertkit.quickstart import QuickstartConfig, prepare_output
+from bertkit.quickstart import QuickstartConfig, Rates, plan_time, prepare_output
+from bertkit.quickstart.plan import REPORT_S, FinetuneWork
 from bertkit.serve.predictor import load_predictor
 from bertkit.tokenizer import WordPieceTokenizer
 
@@ -25,7 +27,7 @@ PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 @pytest.fixture(scope="module")
 def run(tmp_path_factory) -> Path:
     output = tmp_path_factory.mktemp("quickstart") / "qs"
-    code = main(["quickstart", "--output", str(output), "--minutes", "0.1", "--seeds", "1,2",
+    code = main(["quickstart", "--output", str(output), "--max-steps", "30", "--seeds", "1,2",
                  "--finetune-epochs", "1", "--train-examples", "120", "--device", "cpu"])
     assert code == 0
     return output
@@ -67,7 +69,7 @@ def test_every_stage_loads_with_the_normal_tools(run):
 def test_resume_keeps_finished_stages(run):
     weights = run / "pretrain" / "final" / "model.safetensors"
     before = weights.stat().st_mtime_ns
-    code = main(["quickstart", "--output", str(run), "--minutes", "0.1", "--seeds", "1,2",
+    code = main(["quickstart", "--output", str(run), "--max-steps", "30", "--seeds", "1,2",
                  "--finetune-epochs", "1", "--train-examples", "120", "--device", "cpu", "--resume"])
     assert code == 0
     assert weights.stat().st_mtime_ns == before
@@ -119,3 +121,45 @@ def test_sigint_stops_the_whole_quickstart_and_resume_reports_the_whole_run(tmp_
     report = (output / "report.md").read_text(encoding="utf-8")
     assert "Pre-training ran 12 steps: below the ~1,000 where a gain appears" in report
     assert "(--no-baseline)" in report and "| **mean** |" in report and "±" not in report.split("## Fine-tuning")[1]
+
+
+RATES = Rates(pretrain_steps_per_s=4.4, finetune_steps_per_s=12.0, eval_examples_per_s=900.0)  # 2 idle cores
+WORK = FinetuneWork(runs_per_seed=2, train_examples=1000, batch_size=32, eval_examples=2000)
+
+
+def test_the_time_plan_gives_pretraining_the_rest_and_shortens_finetuning_for_short_budgets():
+    ten = plan_time(600, 5, RATES, WORK, epochs=5, seeds=(1, 2, 3))
+    assert (ten.finetune_epochs, ten.seeds, ten.shortened) == (5, (1, 2, 3), "")
+    assert ten.finetune_s == pytest.approx(WORK.seconds(5, 3, RATES))
+    assert ten.pretrain_s == pytest.approx(600 - 5 - REPORT_S - ten.finetune_s)
+    assert ten.pretrain_s * RATES.pretrain_steps_per_s > 1500  # past where the study saw a gain
+    three = plan_time(180, 5, RATES, WORK, epochs=5, seeds=(1, 2, 3))  # 5 epochs x 3 seeds would take ~159 s
+    assert (three.finetune_epochs, three.seeds) == (2, (1, 2)) and three.finetune_s <= 0.3 * (180 - 5 - REPORT_S)
+    assert three.shortened == "fine-tuning epochs 5 -> 2, seeds 1,2,3 -> 1,2 to leave pre-training most of the time"
+    assert three.pretrain_s + three.finetune_s + REPORT_S + 5 == pytest.approx(180)
+    kept = plan_time(240, 5, RATES, WORK, epochs=5, seeds=(1, 2, 3), epochs_fixed=True, seeds_fixed=True)
+    assert (kept.finetune_epochs, kept.seeds) == (5, (1, 2, 3)) and kept.pretrain_s == pytest.approx(240 - 13 - 158.7, abs=0.1)
+    slow = Rates(1.0, 2.0, 150.0)  # a busy machine: shorter fine-tuning, and the plan says so
+    assert plan_time(600, 5, slow, WORK, epochs=5, seeds=(1, 2, 3)).seeds == (1, 2)
+    with pytest.raises(BertkitError, match=r"--minutes 0.5 is too short here: .* give --minutes \d+ or more"):
+        plan_time(30, 5, RATES, WORK, epochs=5, seeds=(1, 2, 3))
+
+
+def test_minutes_bound_the_whole_command_with_a_plan_that_a_resume_keeps(tmp_path, monkeypatch, capsys):
+    import bertkit.quickstart.stages as stages
+
+    measured = []
+    monkeypatch.setattr(stages, "measure_rates", lambda *a: measured.append(a) or Rates(20.0, 50.0, 5000.0))
+    output = tmp_path / "qs"
+    args = ["quickstart", "--output", str(output), "--minutes", "1", "--seeds", "1", "--train-examples", "60",
+            "--device", "cpu", "--no-baseline"]
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    plan = json.loads((output / "plan.json").read_text())
+    assert "time plan: 1 min: vocabulary + data" in out and plan["finetune_epochs"] == 5 and len(measured) == 1
+    summary = json.loads((output / "quickstart.json").read_text())
+    assert summary["plan"] == plan and summary["pretraining"]["elapsed_s"] <= 1.5 * plan["pretrain_s"] + 10
+    report = (output / "report.md").read_text()
+    assert "Time budget 1 min, planned from throughput measured on this machine" in report and "Spent: " in report
+    assert main([*args, "--resume"]) == 0
+    assert len(measured) == 1 and "time plan (kept from the first run)" in capsys.readouterr().out

@@ -157,3 +157,15 @@ def test_schedule_names_of_the_cli_are_the_optimizers():
     from bertkit.train.optim import SCHEDULES
 
     assert SCHEDULE_NAMES == tuple(SCHEDULES)
+
+
+def test_other_dev_sets_are_scored_when_the_first_improves(tmp_path):
+    tokenizer = _tokenizer(tmp_path / "vocab")
+    examples = _examples(22)
+    cfg = FinetuneConfig(model="bert-debug", tokenizer=str(tmp_path / "vocab"), output=tmp_path / "run", epochs=3,
+                         batch_size=4, learning_rate=1e-12, precision="fp32", device="cpu")  # dev never improves
+    results = finetune(ClassificationTask(SETTINGS), cfg, tokenizer, examples, [("", examples[:8]), ("test", examples[8:])], {})
+    evals = [json.loads(line) for line in (tmp_path / "run" / "seed-1" / "metrics.jsonl").read_text().splitlines()
+             if json.loads(line)["kind"] == "eval"]
+    assert ["test_accuracy" in e for e in evals] == [True, False, False]  # scored at the first (the best) only
+    assert results["step"] == evals[0]["step"] and "test_accuracy" in results

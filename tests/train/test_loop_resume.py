@@ -144,3 +144,16 @@ def test_fresh_run_refuses_a_directory_with_checkpoints(straight):
 
     with pytest.raises(BertkitError, match="--resume auto"):
         fit(toy_model(), toy_loss, toy_data(), TrainConfig(**CONFIG), straight)
+
+
+def test_a_signal_during_the_final_save_is_not_lost(tmp_path, monkeypatch):
+    """The budget is spent, but SIGTERM arrived while the last checkpoint was written: the caller hears it."""
+    real_save = ckpt.save_atomically
+
+    def save_and_signal(*args, **kwargs):
+        os.kill(os.getpid(), signal.SIGTERM)
+        return real_save(*args, **kwargs)
+
+    monkeypatch.setattr(ckpt, "save_atomically", save_and_signal)
+    result = fit(toy_model(), toy_loss, toy_data(), TrainConfig(**{**CONFIG, "save_every": None}), tmp_path)
+    assert (result.step, result.stop_reason, result.signal) == (CONFIG["max_steps"], "signal", signal.SIGTERM)

@@ -28,10 +28,12 @@ def _seeds(text: str) -> tuple[int, ...]:
 @click.command(context_settings={"show_default": True})
 @click.option("--output", default="quickstart", type=click.Path(file_okay=False, path_type=Path),
               help="Directory for every stage's output (vocab/, data/, pretrain/, finetune-*/) and report.md.")
-@click.option("--minutes", default=10.0, type=float, help="Pre-training time budget in minutes (fractions allowed).")
+@click.option("--minutes", default=10.0, type=float,
+              help="Time budget of the whole command in minutes (vocabulary, data, pre-training, both fine-tunings, "
+                   "report); the split is planned from throughput measured on this machine and printed.")
 @click.option("--max-steps", default=None, type=int,
-              help="Pre-train for this many steps instead of --minutes (about 2,600 fit in 10 minutes of 2 free cores; "
-                   "a step budget does not depend on the machine's load; see docs/quickstart.md).")
+              help="Pre-train for this many steps instead of a time budget (a step budget does not depend on the "
+                   "machine's load; fine-tuning then runs all its epochs and seeds; see docs/quickstart.md).")
 @click.option("--seeds", default="1,2,3", help="Comma-separated fine-tuning seeds, each run for both initialisations.")
 @click.option("--finetune-epochs", default=5.0, type=float, help="Fine-tuning epochs (the best dev epoch is kept).")
 @click.option("--train-examples", default=1000, type=int,
@@ -46,11 +48,15 @@ def quickstart(output, minutes, max_steps, seeds, finetune_epochs, train_example
     the bundled verse-classification task, and write report.md with the curves and the comparison."""
     from dataclasses import replace
 
+    given = click.get_current_context().get_parameter_source
+
     from bertkit.quickstart import QuickstartConfig, Recipe, run_quickstart
 
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     recipe = replace(Recipe(), finetune_epochs=finetune_epochs, train_examples=train_examples or None)
     config = QuickstartConfig(output=output, minutes=None if max_steps else minutes, max_steps=max_steps,
                               seeds=_seeds(seeds), recipe=recipe,
+                              seeds_fixed=given("seeds") is not click.core.ParameterSource.DEFAULT,
+                              epochs_fixed=given("finetune_epochs") is not click.core.ParameterSource.DEFAULT,
                               random_baseline=not no_baseline, overwrite=overwrite, resume=resume, device=device)
     run_quickstart(config, echo=click.echo)

@@ -29,6 +29,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import math
 import os
 import shutil
 import signal
@@ -327,26 +328,43 @@ class DevSet:
 
 
 class _SeedRun:
-    """One seed's evaluation hook and best-evaluation saving (the loop tracks the best and early stopping)."""
+    """One seed's evaluation hook and best-evaluation saving (the loop tracks the best and early stopping).
+
+    The first dev set selects the best evaluation; the others are scored only when it improves, since
+    what is reported for them is their score at the selected evaluation (and scoring them every time
+    doubled the quickstart's evaluation cost)."""
 
     def __init__(self, task: Any, tokenizer: WordPieceTokenizer, dev_sets: list[DevSet], cfg: FinetuneConfig,
                  directory: Path, device: torch.device) -> None:
         self.task, self.tokenizer, self.dev_sets, self.cfg = task, tokenizer, dev_sets, cfg
         self.directory, self.device = directory, device
         self.latest: list[tuple[DevSet, Any]] = []
+        self.best_main: float | None = None  # of the evaluations of this process (a resumed run starts again)
 
     def evaluate(self, model: nn.Module) -> dict[str, float]:
-        metrics: dict[str, float] = {}
         self.latest = []
-        for dev in self.dev_sets:
-            decoded = predict_features(model, self.task, dev.examples, dev.features, self.tokenizer.pad_token_id,
-                                       self.cfg.eval_batch_size, self.device)
-            if isinstance(self.task, SquadTask) and not dev.name:
-                decoded = self.task.choose_threshold(dev.examples, decoded)  # v2.0: threshold from dev
-            scores = self.task.score(dev.examples, decoded)
-            metrics.update({(f"{dev.name}_{k}" if dev.name else k): float(v) for k, v in scores.items()})
-            self.latest.append((dev, decoded))
+        first, *others = self.dev_sets
+        metrics = self._score(model, first)
+        if others and self._improved(metrics[self.task.metric_names[0]]):
+            for dev in others:
+                metrics.update(self._score(model, dev))
         return metrics
+
+    def _score(self, model: nn.Module, dev: DevSet) -> dict[str, float]:
+        decoded = predict_features(model, self.task, dev.examples, dev.features, self.tokenizer.pad_token_id,
+                                   self.cfg.eval_batch_size, self.device)
+        if isinstance(self.task, SquadTask) and not dev.name:
+            decoded = self.task.choose_threshold(dev.examples, decoded)  # v2.0: threshold from dev
+        self.latest.append((dev, decoded))
+        scores = self.task.score(dev.examples, decoded)
+        return {(f"{dev.name}_{k}" if dev.name else k): float(v) for k, v in scores.items()}
+
+    def _improved(self, value: float) -> bool:
+        """Whether the first dev set's main metric beats every earlier evaluation (as the loop will judge)."""
+        if not math.isfinite(value) or (self.best_main is not None and not value > self.best_main):
+            return False
+        self.best_main = value
+        return True
 
     def on_best(self, model: nn.Module, step: int, metrics: dict[str, float]) -> None:
         save_finetuned(model, self.task, self.tokenizer, self.directory / "best")

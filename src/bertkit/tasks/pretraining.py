@@ -12,12 +12,10 @@ MLM head.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import functools
 import json
 import logging
-import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -37,8 +35,7 @@ from bertkit.tokenizer import WordPieceTokenizer
 from bertkit.tasks.recipes import PRETRAINING_FILE, PretrainRecipe, budget_steps, choose_recipe, short_recipe
 from bertkit.train import FitResult, TrainConfig, fit, setup_distributed, teardown_distributed
 from bertkit.train.distributed import broadcast_object, resolve_device, unwrap_model
-from bertkit.train.loop import resolve_precision
-from bertkit.train.optim import build_optimizer
+from bertkit.train.throughput import training_steps_per_second
 
 logger = logging.getLogger(__name__)
 
@@ -355,37 +352,13 @@ def _resumed_recipe(settings: PretrainSettings) -> PretrainRecipe | None:
 
 def measure_steps_per_second(config: BertConfig, seq_len: int, batch_size: int, precision: str, device: str,
                              seconds: float = 1.5) -> float:
-    """Optimizer steps per second of pre-training this model on this machine: forward, MLM + NSP loss,
-    backward and AdamW on a random batch of (batch_size, seq_len), after one warm-up step; at least two
-    timed steps, then until `seconds` have passed. The global RNG state is left as it was."""
-    torch_device = resolve_device(device)
-    resolved = resolve_precision(precision, torch_device)
-    autocast = (torch.autocast(torch_device.type, dtype=torch.bfloat16) if resolved == "bf16" else
-                torch.autocast(torch_device.type, dtype=torch.float16) if resolved == "fp16" else
-                contextlib.nullcontext())
-    with torch.random.fork_rng(devices=[torch_device] if torch_device.type == "cuda" else []):
-        model = BertForPreTraining(config.replace(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0))
-        model = model.to(torch_device).train()
-        optimizer = build_optimizer(model, "adamw", 1e-4, 0.01, (0.9, 0.999), 1e-6)
-        generator = torch.Generator().manual_seed(0)
-        ids = torch.randint(5, config.vocab_size, (batch_size, seq_len), generator=generator)
-        labels = torch.where(torch.rand(batch_size, seq_len, generator=generator) < 0.15, ids, IGNORE_INDEX)
-        batch = {"input_ids": ids, "token_type_ids": torch.zeros_like(ids), "attention_mask": torch.ones_like(ids),
-                 "mlm_labels": labels, "nsp_labels": torch.zeros(batch_size, dtype=torch.int64)}
-        batch = {k: v.to(torch_device) for k, v in batch.items()}
-
-        def step() -> None:
-            with autocast:
-                loss, _ = pretraining_loss(model, batch)
-            loss.backward()
-            optimizer.step()
-            optimizer.zero_grad(set_to_none=True)
-
-        step()
-        count, started = 0, time.perf_counter()
-        while count < 2 or (time.perf_counter() - started < seconds and count < 50):
-            step()
-            count += 1
-        if torch_device.type == "cuda":
-            torch.cuda.synchronize()
-        return count / (time.perf_counter() - started)
+    """Optimizer steps per second of pre-training this model on this machine (MLM + NSP on a random batch of
+    (batch_size, seq_len) with 15% of positions predicted; see bertkit.train.throughput)."""
+    generator = torch.Generator().manual_seed(0)
+    ids = torch.randint(5, config.vocab_size, (batch_size, seq_len), generator=generator)
+    labels = torch.where(torch.rand(batch_size, seq_len, generator=generator) < 0.15, ids, IGNORE_INDEX)
+    batch = {"input_ids": ids, "token_type_ids": torch.zeros_like(ids), "attention_mask": torch.ones_like(ids),
+             "mlm_labels": labels, "nsp_labels": torch.zeros(batch_size, dtype=torch.int64)}
+    config = config.replace(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+    return training_steps_per_second(lambda: BertForPreTraining(config), pretraining_loss, batch, precision,
+                                     resolve_device(device), seconds)

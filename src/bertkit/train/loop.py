@@ -329,6 +329,8 @@ def fit(model: nn.Module, loss_fn: LossFn, dataset: Dataset, config: TrainConfig
             if stop_reason == "budget" and eval_fn is not None and state.last_eval_step != state.step:
                 _evaluate(parts, eval_fn, on_best, config, autocast, reporter, ctx)
             last_checkpoint = _save(parts, checkpoints, config, ctx) or last_checkpoint
+            if stop.requested:  # arrived during the last evaluation or save: the run is complete, but the
+                stop_reason = "signal"  # user asked the command to stop, so the caller must not go on
     finally:
         reporter.close()
     # Another rank may have caught the signal; SIGTERM is what a cluster scheduler sends.

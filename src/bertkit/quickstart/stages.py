@@ -39,16 +39,14 @@ import torch
 from bertkit.assets import kjv_path
 from bertkit.atomic import write_text_atomic
 from bertkit.errors import BertkitError, Interrupted
+from bertkit.quickstart.plan import FinetuneWork, Rates, TimePlan, plan_time
+from bertkit.quickstart.report import (FINETUNE_FIGURE, PRETRAIN_FIGURE, REPORT_FILE, comparison_lines, plural,
+                                       seed_table, write_report)
 
 MODEL = "bert-mini"
-REPORT_FILE = "report.md"
 SUMMARY_FILE = "quickstart.json"
 TIMINGS_FILE = "timings.json"
-MIN_HELPFUL_STEPS = 1000
-"""Pre-training steps below which the study (docs/quickstart.md) saw no gain: 400 steps were worse than
-random initialisation, 1,500 gave +11 points."""
-PRETRAIN_FIGURE = "pretraining.png"
-FINETUNE_FIGURE = "finetuning.png"
+PLAN_FILE = "plan.json"
 FILL_MASK_SENTENCES = (
     "In the beginning God created the [MASK] and the earth.",
     "And God said, Let there be [MASK]: and there was light.",
@@ -99,11 +97,17 @@ class QuickstartConfig:
     output: Path
     """Directory for every stage's output and the report."""
     minutes: float | None = 10.0
-    """Pre-training time budget in minutes (the schedule follows it)."""
+    """Time budget of the whole command in minutes (vocabulary, data, pre-training, both fine-tunings,
+    report), split by a plan from throughput measured here (plan.py); ignored with max_steps."""
     max_steps: int | None = None
-    """Pre-training step budget instead of (or with) the time budget: deterministic, for comparisons."""
+    """Pre-training step budget instead of the time budget: deterministic, for comparisons; fine-tuning
+    then runs the recipe's epochs and all seeds."""
     seeds: tuple[int, ...] = (1, 2, 3)
     """Fine-tuning seeds, each run for both initialisations."""
+    seeds_fixed: bool = False
+    """The user chose the seeds (a time plan keeps them all); else a short budget may use fewer."""
+    epochs_fixed: bool = False
+    """The user chose the fine-tuning epochs (a time plan keeps them); else a short budget may use fewer."""
     recipe: Recipe = field(default_factory=Recipe)
     eval_every: int = 50
     """Held-out pre-training evaluation every N steps (and at the end)."""
@@ -124,7 +128,7 @@ class QuickstartConfig:
 
     def validate(self) -> None:
         if self.minutes is None and self.max_steps is None:
-            raise BertkitError("no pre-training budget: give --minutes (or a step budget)")
+            raise BertkitError("no budget: give --minutes (or --max-steps for pre-training)")
         if self.minutes is not None and not self.minutes > 0:
             raise BertkitError(f"--minutes must be positive, got {self.minutes}")
         if self.max_steps is not None and not self.max_steps > 0:
@@ -159,7 +163,7 @@ def prepare_output(cfg: QuickstartConfig) -> None:
 
 def _remove_stage_outputs(output: Path) -> None:
     """Delete what a quickstart writes; refuse directories that do not look like one (user data)."""
-    known = set(STAGE_OUTPUTS) | {REPORT_FILE, SUMMARY_FILE, TIMINGS_FILE, PRETRAIN_FIGURE, FINETUNE_FIGURE}
+    known = set(STAGE_OUTPUTS) | {REPORT_FILE, SUMMARY_FILE, TIMINGS_FILE, PLAN_FILE, PRETRAIN_FIGURE, FINETUNE_FIGURE}
     foreign = sorted(p.name for p in output.iterdir() if p.name not in known)
     if foreign:
         raise BertkitError(f"--overwrite: {output} holds files a quickstart does not write "
@@ -200,9 +204,9 @@ def build_data(cfg: QuickstartConfig, tokenizer: Any, echo: Echo) -> Path:
     return directory
 
 
-def pretrain_model(cfg: QuickstartConfig, echo: Echo) -> Path:
-    """pretrain/: bert-mini pre-trained within the budget; returns pretrain/final (kept when resuming;
-    an interrupted run continues from its newest checkpoint)."""
+def pretrain_model(cfg: QuickstartConfig, echo: Echo, seconds: float | None = None) -> Path:
+    """pretrain/: bert-mini pre-trained for `seconds` (the plan's share) or cfg.max_steps; returns
+    pretrain/final (kept when resuming; an interrupted run continues from its newest checkpoint)."""
     from bertkit.tasks.pretraining import PretrainSettings, pretrain
     from bertkit.train import TrainConfig
 
@@ -211,8 +215,7 @@ def pretrain_model(cfg: QuickstartConfig, echo: Echo) -> Path:
     if cfg.resume and (final / "model.safetensors").is_file():
         echo(f"[3/5] pre-training: kept {final}")
         return final
-    budget = " and ".join(filter(None, (f"{cfg.minutes:g} min" if cfg.minutes else "",
-                                        f"{cfg.max_steps} steps" if cfg.max_steps else "")))
+    budget = f"{cfg.max_steps} steps" if cfg.max_steps else f"{seconds:.0f} s"
     echo(f"[3/5] pre-training {MODEL} for {budget}: batch {recipe.batch_size}, peak lr {recipe.learning_rate:g}, "
          f"{'MLM + NSP' if recipe.nsp else 'MLM only'}, dropout {recipe.dropout:g}")
     settings = PretrainSettings(data=str(cfg.output / "data"), model=MODEL, output=str(run),
@@ -220,7 +223,7 @@ def pretrain_model(cfg: QuickstartConfig, echo: Echo) -> Path:
                                 eval_examples=cfg.eval_examples, resume="auto" if cfg.resume else None,
                                 device=cfg.device)
     train_config = TrainConfig(
-        max_steps=cfg.max_steps, max_time_s=cfg.minutes * 60 if cfg.minutes else None,
+        max_steps=cfg.max_steps, max_time_s=None if cfg.max_steps else seconds,
         micro_batch_size=recipe.batch_size, learning_rate=recipe.learning_rate, warmup_ratio=recipe.warmup_ratio,
         seed=cfg.seed, eval_every=cfg.eval_every, save_every=max(cfg.eval_every, 200), keep_last=1)
     result = pretrain(settings, train_config)
@@ -246,9 +249,11 @@ def label_files(cfg: QuickstartConfig) -> tuple[Path, Path, Path]:
     return subset, dev, test
 
 
-def finetune_model(cfg: QuickstartConfig, model: str, name: str, echo: Echo) -> dict[str, Any]:
+def finetune_model(cfg: QuickstartConfig, model: str, name: str, echo: Echo, epochs: float | None = None,
+                   seeds: tuple[int, ...] | None = None) -> dict[str, Any]:
     """finetune-NAME/: the bundled classification task fine-tuned from `model` (a directory or the preset
-    for random initialisation) once per seed, test accuracy at each seed's best dev epoch."""
+    for random initialisation) once per seed, test accuracy at each seed's best dev epoch; `epochs` and
+    `seeds` as planned (default: the recipe's and the config's)."""
     from bertkit.tasks.finetune import RESULTS_FILE, FinetuneConfig, run_finetuning
 
     output, recipe = cfg.output / f"finetune-{name}", cfg.recipe
@@ -257,8 +262,8 @@ def finetune_model(cfg: QuickstartConfig, model: str, name: str, echo: Echo) -> 
         return json.loads((output / RESULTS_FILE).read_text(encoding="utf-8"))
     train, dev, test = label_files(cfg)
     finetune_config = FinetuneConfig(
-        model=model, output=output, tokenizer=str(cfg.output / "vocab"), epochs=recipe.finetune_epochs,
-        batch_size=recipe.finetune_batch_size, learning_rate=recipe.finetune_learning_rate, seeds=cfg.seeds,
+        model=model, output=output, tokenizer=str(cfg.output / "vocab"), epochs=epochs or recipe.finetune_epochs,
+        batch_size=recipe.finetune_batch_size, learning_rate=recipe.finetune_learning_rate, seeds=seeds or cfg.seeds,
         device=cfg.device, resume=cfg.resume)  # finished seeds kept, an interrupted one continued
     options = {"text_column": "text", "label_column": "label", "max_seq_length": 128}
     try:
@@ -283,6 +288,7 @@ def fill_mask_examples(final: Path, sentences: Sequence[str] = FILL_MASK_SENTENC
 def run_quickstart(cfg: QuickstartConfig, echo: Echo = print) -> dict[str, Any]:
     """Every stage in order; writes quickstart.json, the figures and report.md; returns the summary."""
     cfg.validate()
+    started = time.perf_counter()
     machine = machine_info()  # before any stage can change the process (threads, device state)
     prepare_output(cfg)
     label_files(cfg)  # a bad --train-examples fails now, not after pre-training
@@ -290,21 +296,26 @@ def run_quickstart(cfg: QuickstartConfig, echo: Echo = print) -> dict[str, Any]:
     with timings.stage("vocabulary_and_data_s"):
         tokenizer = train_vocabulary(cfg, echo)
         build_data(cfg, tokenizer, echo)
+    plan = None if cfg.max_steps else time_plan(cfg, tokenizer, timings.totals["vocabulary_and_data_s"], echo)
+    epochs, seeds = (plan.finetune_epochs, plan.seeds) if plan else (cfg.recipe.finetune_epochs, cfg.seeds)
     with timings.stage("pretraining_s"):
-        final = pretrain_model(cfg, echo)
+        final = pretrain_model(cfg, echo, plan.pretrain_s if plan else None)
     runs = "from the pre-trained model" + (" and from random initialisation" if cfg.random_baseline else "")
-    echo(f"[4/5] fine-tuning on the bundled task, {_plural(len(cfg.seeds), 'seed')} "
-         f"{', '.join(map(str, cfg.seeds))}: {runs}")
+    echo(f"[4/5] fine-tuning on the bundled task, {epochs:g} epochs, {plural(len(seeds), 'seed')} "
+         f"{', '.join(map(str, seeds))}: {runs}")
     with timings.stage("finetuning_s"):
-        finetuned = {"pretrained": finetune_model(cfg, str(final), "pretrained", echo)}
+        finetuned = {"pretrained": finetune_model(cfg, str(final), "pretrained", echo, epochs, seeds)}
         if cfg.random_baseline:
-            finetuned["random"] = finetune_model(cfg, MODEL, "random", echo)
+            finetuned["random"] = finetune_model(cfg, MODEL, "random", echo, epochs, seeds)
     echo("[5/5] fill-mask examples and report")
-    summary = summarize(cfg, finetuned, fill_mask_examples(final), timings.totals, machine)
+    with timings.stage("report_s"):
+        summary = summarize(cfg, finetuned, fill_mask_examples(final), timings.totals, machine, plan, epochs)
     (cfg.output / SUMMARY_FILE).write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
     report = write_report(cfg.output, summary)
     echo(comparison_lines(summary))
-    echo(f"report: {report}")
+    budget = f" of the {cfg.minutes:g}-minute budget" if plan else ""
+    echo(f"report: {report} (whole command {sum(timings.totals.values()) / 60:.1f} min{budget}, this run "
+         f"{(time.perf_counter() - started) / 60:.1f} min)")
     return summary
 
 
@@ -329,12 +340,62 @@ class StageClock:
             write_text_atomic(self.path, json.dumps(self.totals, indent=2) + "\n")
 
 
-def _plural(count: int, noun: str) -> str:
-    return f"{count} {noun}" + ("" if count == 1 else "s")
+def time_plan(cfg: QuickstartConfig, tokenizer: Any, spent_s: float, echo: Echo) -> TimePlan:
+    """The split of --minutes (plan.py), from rates measured now; a resumed run keeps its first plan."""
+    path = cfg.output / PLAN_FILE
+    if cfg.resume and path.is_file():
+        with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
+            plan = TimePlan.from_json(json.loads(path.read_text(encoding="utf-8")))
+            echo(f"      time plan (kept from the first run): {plan.describe()}")
+            return plan
+    train, dev, test = label_files(cfg)
+    lengths = [len(ids) + 2 for ids in tokenizer.encode_ids(_texts(train))]  # + [CLS], [SEP]
+    rates = measure_rates(cfg, tokenizer.vocab_size, int(min(128, sorted(lengths)[3 * len(lengths) // 4])))
+    work = FinetuneWork(runs_per_seed=2 if cfg.random_baseline else 1, train_examples=len(lengths),
+                        batch_size=cfg.recipe.finetune_batch_size, eval_examples=len(_texts(dev)) + len(_texts(test)))
+    plan = plan_time(cfg.minutes * 60, spent_s, rates, work, cfg.recipe.finetune_epochs, cfg.seeds,
+                     cfg.epochs_fixed, cfg.seeds_fixed)
+    write_text_atomic(path, json.dumps(plan.to_json(), indent=2) + "\n")
+    echo(f"      time plan: {plan.describe()}")
+    return plan
+
+
+def _texts(tsv: Path) -> list[str]:
+    """The text column of a bundled TSV (header: text, label)."""
+    return [line.split("\t")[0] for line in tsv.read_text(encoding="utf-8").splitlines()[1:] if line]
+
+
+def measure_rates(cfg: QuickstartConfig, vocab_size: int, finetune_length: int) -> Rates:
+    """Pre-training steps/s at the recipe's shape, fine-tuning steps/s and evaluation examples/s at the
+    task's typical length, on this machine now (a few seconds)."""
+    import torch.nn.functional as F
+
+    from bertkit.config import preset
+    from bertkit.model import BertForSequenceClassification
+    from bertkit.tasks.pretraining import measure_steps_per_second
+    from bertkit.train.distributed import resolve_device
+    from bertkit.train.throughput import inference_batches_per_second, training_steps_per_second
+
+    recipe, device = cfg.recipe, resolve_device(cfg.device)
+    pretrain = measure_steps_per_second(preset(MODEL, vocab_size=vocab_size), recipe.max_seq_length,
+                                        recipe.batch_size, "auto", cfg.device)
+    config = preset(MODEL, vocab_size=vocab_size, num_labels=6)
+    ids = torch.randint(5, vocab_size, (recipe.finetune_batch_size, finetune_length),
+                        generator=torch.Generator().manual_seed(0))
+    batch = {"input_ids": ids, "token_type_ids": torch.zeros_like(ids), "attention_mask": torch.ones_like(ids)}
+    labels = torch.zeros(len(ids), dtype=torch.int64)
+
+    def loss(model: Any, inputs: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict[str, float]]:
+        return F.cross_entropy(model(**inputs).logits.float(), labels.to(inputs["input_ids"].device)), {}
+
+    finetune = training_steps_per_second(lambda: BertForSequenceClassification(config), loss, batch, "auto", device)
+    evaluate = inference_batches_per_second(lambda: BertForSequenceClassification(config), batch, device)
+    return Rates(pretrain, finetune, evaluate * len(ids))
 
 
 def summarize(cfg: QuickstartConfig, finetuned: dict[str, dict[str, Any]], fill_mask: list[dict[str, Any]],
-              timings: dict[str, float], machine: dict[str, Any] | None = None) -> dict[str, Any]:
+              timings: dict[str, float], machine: dict[str, Any] | None = None, plan: TimePlan | None = None,
+              finetune_epochs: float | None = None) -> dict[str, Any]:
     """Everything the report shows, as JSON-ready data (quickstart.json)."""
     from bertkit.train.reporting import read_metrics
 
@@ -343,9 +404,11 @@ def summarize(cfg: QuickstartConfig, finetuned: dict[str, dict[str, Any]], fill_
     evals = [r for r in records if r.get("kind") == "eval"]
     manifest = json.loads((cfg.output / "data" / "manifest.json").read_text(encoding="utf-8"))
     return {
+        "model": MODEL,
         "config": {**{k: v for k, v in asdict(cfg).items() if k not in ("output", "recipe")},
                    "output": str(cfg.output)},
-        "recipe": asdict(cfg.recipe),
+        "recipe": {**asdict(cfg.recipe), "finetune_epochs": finetune_epochs or cfg.recipe.finetune_epochs},
+        "plan": plan.to_json() if plan else None,
         "machine": machine or machine_info(),
         "timings": {k: round(v, 1) for k, v in timings.items()},
         "pretraining": {"steps": len(train), "elapsed_s": train[-1]["elapsed_s"] if train else 0.0,
@@ -354,45 +417,6 @@ def summarize(cfg: QuickstartConfig, finetuned: dict[str, dict[str, Any]], fill_
         "finetuning": {name: seed_table(results) for name, results in finetuned.items()},
         "fill_mask": fill_mask,
     }
-
-
-def seed_table(results: dict[str, Any]) -> dict[str, Any]:
-    """Per seed dev/test accuracy (at the seed's best dev epoch) and their mean ± sample std."""
-    seeds = {seed: {"dev": m["accuracy"], "test": m["test_accuracy"], "step": m.get("step")}
-             for seed, m in results["seeds"].items()}
-    table: dict[str, Any] = {"seeds": seeds}
-    for split in ("dev", "test"):
-        values = [s[split] for s in seeds.values()]
-        table[split] = {"mean": statistics.fmean(values),
-                        "std": statistics.stdev(values) if len(values) > 1 else 0.0}
-    return table
-
-
-def comparison_lines(summary: dict[str, Any]) -> str:
-    """Plain-text lines of the comparison for the terminal."""
-    lines = []
-    for name, table in summary["finetuning"].items():
-        seeds = len(table["seeds"])
-        lines.append(f"{name:>10}: dev accuracy {_pm(table['dev'], seeds)}, test accuracy "
-                     f"{_pm(table['test'], seeds)} ({_plural(seeds, 'seed')})")
-    verdict = pretraining_verdict(summary)
-    return "\n".join(lines + ([verdict] if verdict else []))
-
-
-def _pm(stats: dict[str, float], seeds: int) -> str:
-    """Mean ± sample std over seeds; one seed has no spread to show."""
-    spread = f" ± {100 * stats['std']:.1f}" if seeds > 1 else ""
-    return f"{100 * stats['mean']:.1f}{spread}%"
-
-
-def pretraining_verdict(summary: dict[str, Any]) -> str | None:
-    """A plain sentence when pre-training was too short to be expected to help (None otherwise)."""
-    steps = summary["pretraining"]["steps"]
-    if steps >= MIN_HELPFUL_STEPS:
-        return None
-    return (f"Pre-training ran {_plural(steps, 'step')}: below the ~{MIN_HELPFUL_STEPS:,} where a gain appears "
-            f"(docs/quickstart.md), so the pre-trained model is not expected to beat random initialisation; "
-            f"give it more with --max-steps 2500 (a step budget, however busy the machine) or a larger --minutes.")
 
 
 def machine_info() -> dict[str, Any]:
@@ -408,154 +432,3 @@ def machine_info() -> dict[str, Any]:
             "cuda": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None}
 
 
-# --- figures and report ---------------------------------------------------------------------------
-
-def plot_pretraining(run: Path, png: Path, by_step: bool = False) -> Path:
-    """Held-out MLM and NSP accuracy (right) and MLM loss (left) against minutes of training (or steps:
-    the comparable axis when the machine was shared and minutes depend on the load)."""
-    from bertkit.train.reporting import read_metrics
-
-    records = read_metrics(run / "metrics.jsonl")
-    x_of_step = {r["step"]: r["step"] if by_step else r["elapsed_s"] / 60 for r in records if r.get("kind") == "train"}
-    evals = [r for r in records if r.get("kind") == "eval" and r["step"] in x_of_step]
-    train = [r for r in records if r.get("kind") == "train"]
-    plt = _pyplot()
-    figure, (loss_axis, accuracy_axis) = plt.subplots(1, 2, figsize=(11, 4))
-    loss_axis.plot([x_of_step[r["step"]] for r in train], [r["mlm_loss"] for r in train], color="C0", alpha=0.3,
-                   label="train MLM loss")
-    loss_axis.plot([x_of_step[r["step"]] for r in evals], [r["mlm_loss"] for r in evals], "o-", color="C0",
-                   label="held-out MLM loss")
-    for key, color in (("mlm_accuracy", "C1"), ("nsp_accuracy", "C2")):
-        points = [(x_of_step[r["step"]], 100 * r[key]) for r in evals if key in r]
-        if points:
-            accuracy_axis.plot(*zip(*points), "o-", color=color, label=f"held-out {key.split('_')[0].upper()} accuracy")
-    for axis, title in ((loss_axis, "MLM loss"), (accuracy_axis, "held-out accuracy (%)")):
-        axis.set_xlabel("optimizer step" if by_step else "minutes of pre-training")
-        axis.set_title(title)
-        axis.grid(alpha=0.3)
-        axis.legend(fontsize=8)
-    return _save(figure, png)
-
-
-def plot_finetuning(output: Path, names: Sequence[str], png: Path) -> Path:
-    """Dev accuracy after every fine-tuning epoch, each seed a line, one colour per initialisation."""
-    from bertkit.train.reporting import read_metrics
-
-    plt = _pyplot()
-    figure, axis = plt.subplots(figsize=(6.5, 4))
-    for color, name in zip(("C3", "C7"), names):
-        for index, seed_dir in enumerate(sorted((output / f"finetune-{name}").glob("seed-*"))):
-            evals = [r for r in read_metrics(seed_dir / "metrics.jsonl") if r.get("kind") == "eval"]
-            steps_per_epoch = evals[0]["step"] if evals else 1
-            axis.plot([r["step"] / steps_per_epoch for r in evals], [100 * r["accuracy"] for r in evals], "o-",
-                      color=color, alpha=0.8, label=f"{name} initialisation" if index == 0 else None)
-    axis.set_xlabel("epoch")
-    axis.set_ylabel("dev accuracy (%)")
-    axis.set_title("fine-tuning on the bundled task (one line per seed)")
-    axis.grid(alpha=0.3)
-    axis.legend(fontsize=8)
-    return _save(figure, png)
-
-
-def _pyplot() -> Any:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
-
-
-def _save(figure: Any, png: Path) -> Path:
-    figure.tight_layout()
-    figure.savefig(png, dpi=110)
-    _pyplot().close(figure)
-    return png
-
-
-def write_report(output: Path, summary: dict[str, Any]) -> Path:
-    """report.md (with pretraining.png and finetuning.png beside it) from the summary."""
-    plot_pretraining(output / "pretrain", output / PRETRAIN_FIGURE)
-    plot_finetuning(output, list(summary["finetuning"]), output / FINETUNE_FIGURE)
-    sections = [_report_header(summary), _report_pretraining(summary), _report_fill_mask(summary),
-                _report_finetuning(summary), _report_reuse(output)]
-    path = output / REPORT_FILE
-    path.write_text("\n\n".join(sections) + "\n", encoding="utf-8")
-    return path
-
-
-def _report_header(summary: dict[str, Any]) -> str:
-    machine, timings = summary["machine"], summary["timings"]
-    return (f"# bertkit quickstart report\n\n"
-            f"{MODEL} pre-trained on the bundled King James Bible, then fine-tuned on the bundled 6-way task "
-            f"\"which part of the Bible is this verse from\" - "
-            + ("once from the pre-trained weights and once from random initialisation, with the same recipe "
-               "and seeds.\n\n" if "random" in summary["finetuning"] else "from the pre-trained weights.\n\n")
-            + f"Machine: {machine['cpus']} CPUs, {machine['torch_threads']} torch threads, precision "
-            f"{machine['precision']}, torch {machine['torch']}, Python {machine['python']}"
-            f"{', GPU ' + machine['cuda'] if machine['cuda'] else ''}.  \n"
-            f"Time: vocabulary + data {timings['vocabulary_and_data_s']:.0f} s, pre-training "
-            f"{timings['pretraining_s']:.0f} s, fine-tuning {timings['finetuning_s']:.0f} s.\n\n"
-            f"Recipe: `{json.dumps(summary['recipe'])}`")
-
-
-def _report_pretraining(summary: dict[str, Any]) -> str:
-    pre = summary["pretraining"]
-    final = pre["final_eval"]
-    accuracies = f"MLM accuracy **{100 * final.get('mlm_accuracy', 0):.1f}%**"
-    if "nsp_accuracy" in final:
-        accuracies += f", NSP accuracy **{100 * final['nsp_accuracy']:.1f}%**"
-    rate = pre["steps"] / max(pre["elapsed_s"], 1e-9)
-    return (f"## Pre-training\n\n{pre['steps']:,} steps in {pre['elapsed_s'] / 60:.1f} min ({rate:.2f} steps/s) on "
-            f"{pre['instances']:,} instances. Held-out at the end: MLM loss {final.get('mlm_loss', float('nan')):.3f}, "
-            f"{accuracies}. (docs/quickstart.md: about 2,600 steps fit in 10 minutes of two free cores, "
-            f"and a busy machine fits fewer; --max-steps sets a step budget instead.)\n\n"
-            f"![pre-training curves]({PRETRAIN_FIGURE})")
-
-
-def _report_fill_mask(summary: dict[str, Any]) -> str:
-    rows = ["| sentence | top 5 guesses for [MASK] (probability) |", "|---|---|"]
-    for item in summary["fill_mask"]:
-        guesses = ", ".join(f"{token} ({score:.3f})" for token, score in item["top"])
-        rows.append(f"| {item['text']} | {guesses} |")
-    return "## Fill-mask with the pre-trained model\n\n" + "\n".join(rows)
-
-
-def _report_finetuning(summary: dict[str, Any]) -> str:
-    tables = summary["finetuning"]
-    names = list(tables)
-    seeds = list(tables[names[0]]["seeds"])
-    header = "| seed | " + " | ".join(f"{n} dev | {n} test" for n in names) + " |"
-    rows = [header, "|---" * (1 + 2 * len(names)) + "|"]
-    for seed in seeds:
-        cells = [f"{100 * tables[n]['seeds'][seed][split]:.1f}" for n in names for split in ("dev", "test")]
-        rows.append(f"| {seed} | " + " | ".join(cells) + " |")
-    label = "**mean ± std**" if len(seeds) > 1 else "**mean**"
-    rows.append(f"| {label} | " + " | ".join(f"**{_pm(tables[n][split], len(seeds))}**" for n in names
-                                             for split in ("dev", "test")) + " |")
-    recipe = summary["recipe"]
-    train = recipe["train_examples"] or 4000
-    title = "Fine-tuning: pre-trained vs random initialisation" if "random" in tables else "Fine-tuning"
-    text = (f"## {title}\n\n{train:,} labelled training verses, "
-            f"{recipe['finetune_epochs']:g} epochs, lr {recipe['finetune_learning_rate']:g}, batch "
-            f"{recipe['finetune_batch_size']}; accuracy (%) at each seed's best dev epoch, test at that epoch "
-            f"(dev and test chapters never appear in the pre-training text).\n\n" + "\n".join(rows))
-    if "random" in tables and "pretrained" in tables:
-        gain = {s: 100 * (tables["pretrained"][s]["mean"] - tables["random"][s]["mean"]) for s in ("dev", "test")}
-        text += (f"\n\nGain from pre-training: {gain['dev']:+.1f} points on dev, {gain['test']:+.1f} points on "
-                 f"test (difference of the means).")
-    else:
-        text += "\n\nNo random-initialisation baseline was trained (--no-baseline), so no gain is computed."
-    verdict = pretraining_verdict(summary)
-    if verdict:
-        text += f"\n\n**{verdict}**"
-    return text + f"\n\n![fine-tuning curves]({FINETUNE_FIGURE})"
-
-
-def _report_reuse(output: Path) -> str:
-    return (f"## Reuse the outputs\n\n```\n"
-            f"bertkit pretrain --data {output}/data --init-from {output}/pretrain/final --output more/ --max-time 1h\n"
-            f"bertkit finetune classification --model {output}/pretrain/final --train my.tsv --dev my_dev.tsv "
-            f"--output mine/\n"
-            f"bertkit predict --model {output}/finetune-pretrained/best --input verses.jsonl --output preds/\n"
-            f"bertkit serve --model {output}/pretrain/final\n```")

@@ -1,0 +1,231 @@
+"""The quickstart's report: the per-seed table with mean ± std, the verdict on pre-training, the
+figures (pre-training curves, dev accuracy per fine-tuning epoch) and report.md, all from the summary
+that `stages.summarize` builds (quickstart.json).
+
+Design decision: everything here reads the summary dict and the run directories' metrics.jsonl, so a
+report can be redrawn from a finished run's files alone, and nothing here trains or measures.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+REPORT_FILE = "report.md"
+PRETRAIN_FIGURE = "pretraining.png"
+FINETUNE_FIGURE = "finetuning.png"
+MIN_HELPFUL_STEPS = 1000
+"""Pre-training steps below which the study (docs/quickstart.md) saw no gain: 400 steps were worse than
+random initialisation, 1,500 gave +11 points."""
+
+
+def plural(count: int, noun: str) -> str:
+    return f"{count} {noun}" + ("" if count == 1 else "s")
+
+
+def seed_table(results: dict[str, Any]) -> dict[str, Any]:
+    """Per seed dev/test accuracy (at the seed's best dev epoch) and their mean ± sample std."""
+    seeds = {seed: {"dev": m["accuracy"], "test": m["test_accuracy"], "step": m.get("step")}
+             for seed, m in results["seeds"].items()}
+    table: dict[str, Any] = {"seeds": seeds}
+    for split in ("dev", "test"):
+        values = [s[split] for s in seeds.values()]
+        table[split] = {"mean": statistics.fmean(values),
+                        "std": statistics.stdev(values) if len(values) > 1 else 0.0}
+    return table
+
+
+def comparison_lines(summary: dict[str, Any]) -> str:
+    """Plain-text lines of the comparison for the terminal."""
+    lines = []
+    for name, table in summary["finetuning"].items():
+        seeds = len(table["seeds"])
+        lines.append(f"{name:>10}: dev accuracy {_pm(table['dev'], seeds)}, test accuracy "
+                     f"{_pm(table['test'], seeds)} ({plural(seeds, 'seed')})")
+    verdict = pretraining_verdict(summary)
+    return "\n".join(lines + ([verdict] if verdict else []))
+
+
+def _pm(stats: dict[str, float], seeds: int) -> str:
+    """Mean ± sample std over seeds; one seed has no spread to show."""
+    spread = f" ± {100 * stats['std']:.1f}" if seeds > 1 else ""
+    return f"{100 * stats['mean']:.1f}{spread}%"
+
+
+def pretraining_verdict(summary: dict[str, Any]) -> str | None:
+    """A plain sentence when pre-training was too short to be expected to help (None otherwise)."""
+    steps = summary["pretraining"]["steps"]
+    if steps >= MIN_HELPFUL_STEPS:
+        return None
+    return (f"Pre-training ran {plural(steps, 'step')}: below the ~{MIN_HELPFUL_STEPS:,} where a gain appears "
+            f"(docs/quickstart.md), so the pre-trained model is not expected to beat random initialisation; "
+            f"give it more with --max-steps 2500 (a step budget, however busy the machine) or a larger --minutes.")
+
+
+def plot_pretraining(run: Path, png: Path, by_step: bool = False) -> Path:
+    """Held-out MLM and NSP accuracy (right) and MLM loss (left) against minutes of training (or steps:
+    the comparable axis when the machine was shared and minutes depend on the load)."""
+    from bertkit.train.reporting import read_metrics
+
+    records = read_metrics(run / "metrics.jsonl")
+    x_of_step = {r["step"]: r["step"] if by_step else r["elapsed_s"] / 60 for r in records if r.get("kind") == "train"}
+    evals = [r for r in records if r.get("kind") == "eval" and r["step"] in x_of_step]
+    train = [r for r in records if r.get("kind") == "train"]
+    plt = _pyplot()
+    figure, (loss_axis, accuracy_axis) = plt.subplots(1, 2, figsize=(11, 4))
+    loss_axis.plot([x_of_step[r["step"]] for r in train], [r["mlm_loss"] for r in train], color="C0", alpha=0.3,
+                   label="train MLM loss")
+    loss_axis.plot([x_of_step[r["step"]] for r in evals], [r["mlm_loss"] for r in evals], "o-", color="C0",
+                   label="held-out MLM loss")
+    for key, color in (("mlm_accuracy", "C1"), ("nsp_accuracy", "C2")):
+        points = [(x_of_step[r["step"]], 100 * r[key]) for r in evals if key in r]
+        if points:
+            accuracy_axis.plot(*zip(*points), "o-", color=color, label=f"held-out {key.split('_')[0].upper()} accuracy")
+    for axis, title in ((loss_axis, "MLM loss"), (accuracy_axis, "held-out accuracy (%)")):
+        axis.set_xlabel("optimizer step" if by_step else "minutes of pre-training")
+        axis.set_title(title)
+        axis.grid(alpha=0.3)
+        axis.legend(fontsize=8)
+    return _save(figure, png)
+
+
+def plot_finetuning(output: Path, names: Sequence[str], png: Path) -> Path:
+    """Dev accuracy after every fine-tuning epoch, each seed a line, one colour per initialisation."""
+    from bertkit.train.reporting import read_metrics
+
+    plt = _pyplot()
+    figure, axis = plt.subplots(figsize=(6.5, 4))
+    for color, name in zip(("C3", "C7"), names):
+        for index, seed_dir in enumerate(sorted((output / f"finetune-{name}").glob("seed-*"))):
+            evals = [r for r in read_metrics(seed_dir / "metrics.jsonl") if r.get("kind") == "eval"]
+            steps_per_epoch = evals[0]["step"] if evals else 1
+            axis.plot([r["step"] / steps_per_epoch for r in evals], [100 * r["accuracy"] for r in evals], "o-",
+                      color=color, alpha=0.8, label=f"{name} initialisation" if index == 0 else None)
+    axis.set_xlabel("epoch")
+    axis.set_ylabel("dev accuracy (%)")
+    axis.set_title("fine-tuning on the bundled task (one line per seed)")
+    axis.grid(alpha=0.3)
+    axis.legend(fontsize=8)
+    return _save(figure, png)
+
+
+def _pyplot() -> Any:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _save(figure: Any, png: Path) -> Path:
+    figure.tight_layout()
+    figure.savefig(png, dpi=110)
+    _pyplot().close(figure)
+    return png
+
+
+def write_report(output: Path, summary: dict[str, Any]) -> Path:
+    """report.md (with pretraining.png and finetuning.png beside it) from the summary."""
+    plot_pretraining(output / "pretrain", output / PRETRAIN_FIGURE)
+    plot_finetuning(output, list(summary["finetuning"]), output / FINETUNE_FIGURE)
+    sections = [_report_header(summary), _report_pretraining(summary), _report_fill_mask(summary),
+                _report_finetuning(summary), _report_reuse(output)]
+    path = output / REPORT_FILE
+    path.write_text("\n\n".join(sections) + "\n", encoding="utf-8")
+    return path
+
+
+def _report_header(summary: dict[str, Any]) -> str:
+    machine = summary["machine"]
+    runs = ("once from the pre-trained weights and once from random initialisation, with the same recipe and "
+            "seeds" if "random" in summary["finetuning"] else "from the pre-trained weights")
+    return (f"# bertkit quickstart report\n\n"
+            f"{summary['model']} pre-trained on the bundled King James Bible, then fine-tuned on the bundled 6-way "
+            f"task \"which part of the Bible is this verse from\" - {runs}.\n\n"
+            f"Machine: {machine['cpus']} CPUs, {machine['torch_threads']} torch threads, precision "
+            f"{machine['precision']}, torch {machine['torch']}, Python {machine['python']}"
+            f"{', GPU ' + machine['cuda'] if machine['cuda'] else ''}.\n\n"
+            f"{_report_time(summary)}\n\n"
+            f"Recipe: `{json.dumps(summary['recipe'])}`")
+
+
+def _report_time(summary: dict[str, Any]) -> str:
+    """How the time was planned (with --minutes) and how it was spent, stage by stage."""
+    timings, plan = summary["timings"], summary.get("plan")
+    spent = (f"vocabulary + data {timings['vocabulary_and_data_s']:.0f} s, pre-training {timings['pretraining_s']:.0f} s, "
+             f"fine-tuning {timings['finetuning_s']:.0f} s, fill-mask + summary {timings.get('report_s', 0):.0f} s: "
+             f"{sum(timings.values()) / 60:.1f} min in all")
+    if not plan:
+        return f"Time (a step budget, no time plan): {spent}."
+    rates = plan["rates"]
+    return (f"Time budget {plan['total_s'] / 60:g} min, planned from throughput measured on this machine "
+            f"(pre-training {rates['pretrain_steps_per_s']:.2f} steps/s, fine-tuning "
+            f"{rates['finetune_steps_per_s']:.2f} steps/s, evaluation {rates['eval_examples_per_s']:.0f} "
+            f"examples/s): pre-training {plan['pretrain_s']:.0f} s, fine-tuning ~{plan['finetune_s']:.0f} s"
+            + (f" ({plan['shortened']})" if plan["shortened"] else "") + f".  \nSpent: {spent}.")
+
+
+def _report_pretraining(summary: dict[str, Any]) -> str:
+    pre = summary["pretraining"]
+    final = pre["final_eval"]
+    accuracies = f"MLM accuracy **{100 * final.get('mlm_accuracy', 0):.1f}%**"
+    if "nsp_accuracy" in final:
+        accuracies += f", NSP accuracy **{100 * final['nsp_accuracy']:.1f}%**"
+    rate = pre["steps"] / max(pre["elapsed_s"], 1e-9)
+    return (f"## Pre-training\n\n{pre['steps']:,} steps in {pre['elapsed_s'] / 60:.1f} min ({rate:.2f} steps/s) on "
+            f"{pre['instances']:,} instances. Held-out at the end: MLM loss {final.get('mlm_loss', float('nan')):.3f}, "
+            f"{accuracies}. (docs/quickstart.md: about 2,600 steps fit in 10 minutes of two free cores, "
+            f"and a busy machine fits fewer; --max-steps sets a step budget instead.)\n\n"
+            f"![pre-training curves]({PRETRAIN_FIGURE})")
+
+
+def _report_fill_mask(summary: dict[str, Any]) -> str:
+    rows = ["| sentence | top 5 guesses for [MASK] (probability) |", "|---|---|"]
+    for item in summary["fill_mask"]:
+        guesses = ", ".join(f"{token} ({score:.3f})" for token, score in item["top"])
+        rows.append(f"| {item['text']} | {guesses} |")
+    return "## Fill-mask with the pre-trained model\n\n" + "\n".join(rows)
+
+
+def _report_finetuning(summary: dict[str, Any]) -> str:
+    tables = summary["finetuning"]
+    names = list(tables)
+    seeds = list(tables[names[0]]["seeds"])
+    header = "| seed | " + " | ".join(f"{n} dev | {n} test" for n in names) + " |"
+    rows = [header, "|---" * (1 + 2 * len(names)) + "|"]
+    for seed in seeds:
+        cells = [f"{100 * tables[n]['seeds'][seed][split]:.1f}" for n in names for split in ("dev", "test")]
+        rows.append(f"| {seed} | " + " | ".join(cells) + " |")
+    label = "**mean ± std**" if len(seeds) > 1 else "**mean**"
+    rows.append(f"| {label} | " + " | ".join(f"**{_pm(tables[n][split], len(seeds))}**" for n in names
+                                             for split in ("dev", "test")) + " |")
+    recipe = summary["recipe"]
+    train = recipe["train_examples"] or 4000
+    title = "Fine-tuning: pre-trained vs random initialisation" if "random" in tables else "Fine-tuning"
+    text = (f"## {title}\n\n{train:,} labelled training verses, "
+            f"{recipe['finetune_epochs']:g} epochs, lr {recipe['finetune_learning_rate']:g}, batch "
+            f"{recipe['finetune_batch_size']}; accuracy (%) at each seed's best dev epoch, test at that epoch "
+            f"(dev and test chapters never appear in the pre-training text).\n\n" + "\n".join(rows))
+    if "random" in tables and "pretrained" in tables:
+        gain = {s: 100 * (tables["pretrained"][s]["mean"] - tables["random"][s]["mean"]) for s in ("dev", "test")}
+        text += (f"\n\nGain from pre-training: {gain['dev']:+.1f} points on dev, {gain['test']:+.1f} points on "
+                 f"test (difference of the means).")
+    else:
+        text += "\n\nNo random-initialisation baseline was trained (--no-baseline), so no gain is computed."
+    verdict = pretraining_verdict(summary)
+    if verdict:
+        text += f"\n\n**{verdict}**"
+    return text + f"\n\n![fine-tuning curves]({FINETUNE_FIGURE})"
+
+
+def _report_reuse(output: Path) -> str:
+    return (f"## Reuse the outputs\n\n```\n"
+            f"bertkit pretrain --data {output}/data --init-from {output}/pretrain/final --output more/ --max-time 1h\n"
+            f"bertkit finetune classification --model {output}/pretrain/final --train my.tsv --dev my_dev.tsv "
+            f"--output mine/\n"
+            f"bertkit predict --model {output}/finetune-pretrained/best --input verses.jsonl --output preds/\n"
+            f"bertkit serve --model {output}/pretrain/final\n```")

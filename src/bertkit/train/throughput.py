@@ -1,0 +1,76 @@
+"""How fast this machine trains and evaluates a given model: measured, in a second or two, before a run.
+
+Design decision: budgets are planned from measurements on the machine that runs, never from CPU flags
+or a table (the same VM type has been a CPU where bf16 is 4.7x fp32 and one where it is 0.6x). A
+measurement times real optimizer steps (forward, loss, backward, AdamW) of the caller's model on a
+batch of the caller's shape, after one warm-up step, and leaves the global RNG state as it found it, so
+measuring before a run does not change the run. Callers build the model and the batch (this module knows
+nothing about BERT): `bertkit.tasks.pretraining` and the quickstart use it to turn a time budget into steps.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch import nn
+
+from bertkit.train.loop import resolve_precision
+from bertkit.train.optim import build_optimizer
+
+LossFn = Callable[[nn.Module, Any], "tuple[torch.Tensor, dict[str, float]]"]
+
+
+def _autocast(precision: str, device: torch.device) -> Any:
+    resolved = resolve_precision(precision, device)
+    if resolved == "bf16":
+        return torch.autocast(device.type, dtype=torch.bfloat16)
+    if resolved == "fp16":
+        return torch.autocast(device.type, dtype=torch.float16)
+    return contextlib.nullcontext()
+
+
+def _rate(step: Callable[[], None], device: torch.device, seconds: float, max_count: int = 50) -> float:
+    """Calls of `step` per second: one warm-up, then at least two timed calls, then until `seconds`."""
+    step()
+    count, started = 0, time.perf_counter()
+    while count < 2 or (time.perf_counter() - started < seconds and count < max_count):
+        step()
+        count += 1
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+    return count / (time.perf_counter() - started)
+
+
+def training_steps_per_second(build_model: Callable[[], nn.Module], loss_fn: LossFn, batch: dict[str, torch.Tensor],
+                              precision: str, device: torch.device, seconds: float = 1.5) -> float:
+    """Optimizer steps per second of `loss_fn` on `batch` for a model from `build_model()` (built here, under
+    a forked RNG, and dropped afterwards)."""
+    with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
+        model = build_model().to(device).train()
+        optimizer = build_optimizer(model, "adamw", 1e-4, 0.01, (0.9, 0.999), 1e-6)
+        batch = {key: value.to(device) for key, value in batch.items()}
+        autocast = _autocast(precision, device)
+
+        def step() -> None:
+            with autocast:
+                loss, _ = loss_fn(model, batch)
+            loss.backward()
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+
+        return _rate(step, device, seconds)
+
+
+def inference_batches_per_second(build_model: Callable[[], nn.Module], batch: dict[str, torch.Tensor],
+                                 device: torch.device, seconds: float = 0.5) -> float:
+    """Forward passes per second of a model from `build_model()` on `batch`, in eval mode, fp32, no grad
+    (how fine-tuning evaluates)."""
+    with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
+        model = build_model().to(device).eval()
+        batch = {key: value.to(device) for key, value in batch.items()}
+        with torch.inference_mode():
+            return _rate(lambda: model(**batch), device, seconds)
