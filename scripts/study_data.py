@@ -87,6 +87,8 @@ EXAMPLES_START = re.compile(r'[;:]\s*"')  # where a gloss's examples begin
 QUOTED = re.compile(r'"([^"]+)"')
 ADVERB_RUN = 10
 DICTD_FILES = ("jargon.dict.dz", "devil.dict.dz")
+PACKED_ENTRIES = 8
+DEVIL_HEADWORD = re.compile(r"[^a-z]+, [a-z. ]+\.")  # "ABATIS, n." that the splitter cut off its definition
 
 
 @dataclass(frozen=True)
@@ -371,7 +373,8 @@ def dictd_entries(path: Path) -> Iterator[str]:
 def entry_sentences(entry: str, jargon: bool) -> list[str]:
     """Sentences of one entry, by pysbd (bertkit's own splitter) over its paragraphs. A Jargon File entry is
     headword / pronunciation and part of speech / text: the text is kept, prefixed with "headword: " as the
-    WordNet corpus does; a Devil's Dictionary entry starts "WORD, n.  Its definition", kept whole.
+    WordNet corpus does; a Devil's Dictionary entry starts "WORD, n.  Its definition", kept whole (the headword
+    stays in its first sentence).
     {cross-references} lose their braces."""
     from bertkit.data.corpus import split_sentences
 
@@ -381,14 +384,18 @@ def entry_sentences(entry: str, jargon: bool) -> list[str]:
     paragraphs = [re.sub(r"[{}]", "", p) for p in paragraphs if p]
     if jargon and paragraphs:
         paragraphs[0] = f"{lines[0].strip()}: {paragraphs[0]}"
-    return split_sentences(paragraphs)
+    sentences = split_sentences(paragraphs)
+    if not jargon and len(sentences) > 1 and DEVIL_HEADWORD.fullmatch(sentences[0]):
+        sentences[:2] = [f"{sentences[0]} {sentences[1]}"]
+    return sentences
 
 
 def write_dictionaries(directory: Path, output: Path) -> dict:
-    """dictionaries/corpus.txt: one document per entry with at least two sentences (a headword followed by
-    one line, e.g. a bare cross-reference, gives next-sentence prediction nothing), in index order."""
+    """dictionaries/corpus.txt: an entry of two or more sentences is a document; runs of consecutive one-sentence
+    entries (most of The Devil's Dictionary, bare cross-references) are packed, up to PACKED_ENTRIES a
+    document, like the entries on one page, so next-sentence prediction has neighbours to compare. Index order."""
     output.mkdir(parents=True, exist_ok=True)
-    documents, short, sources = [], 0, {}
+    documents, packed, short, sources = [], [], 0, {}
     for name in DICTD_FILES:
         path = directory / name
         if not path.is_file():
@@ -396,14 +403,21 @@ def write_dictionaries(directory: Path, output: Path) -> dict:
         sources[name] = sha256(path)
         for entry in dictd_entries(path):
             sentences = entry_sentences(entry, jargon=name.startswith("jargon"))
-            if len(sentences) < 2:
+            if len(sentences) == 1:
+                packed.append(sentences[0])
                 short += 1
-                continue
-            documents.append("\n".join(sentences))
+            if packed and (len(sentences) > 1 or len(packed) == PACKED_ENTRIES):
+                documents.append("\n".join(packed))
+                packed = []
+            if len(sentences) > 1:
+                documents.append("\n".join(sentences))
+        if packed:
+            documents.append("\n".join(packed))
+            packed = []
     text = "\n\n".join(documents) + "\n"
     (output / "corpus.txt").write_text(text, encoding="utf-8")
     return {"documents": len(documents), "lines": text.count("\n") - len(documents) + 1,
-            "skipped_short_entries": short, "mb": round(len(text.encode()) / 1e6, 2), "sources": sources}
+            "one_sentence_entries_packed": short, "mb": round(len(text.encode()) / 1e6, 2), "sources": sources}
 
 
 # --- main -------------------------------------------------------------------------------------------

@@ -38,7 +38,8 @@ machine's two cores one each. The row records wall time per fine-tuning run so a
 
 Result rows (one JSON object per line in --results) pair up in `table` by task, vocabulary (sha256 of
 vocab.txt), model shape and training-set size: a random-init row is the baseline of every pre-trained row
-that shares them. The table shows the test metric (or --split dev) as mean ± sample std over seeds, x100.
+that shares them. Metrics are stored and shown in points (0-100: accuracy x100, SQuAD F1 as is); the table
+shows the test metric (or --split dev) as mean ± sample std over seeds.
 """
 
 from __future__ import annotations
@@ -54,6 +55,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+POINTS = {"accuracy": 100.0, "f1": 1.0, "exact_match": 1.0}  # factor to 0-100 (SQuAD metrics already are)
 TASKS: dict[str, dict[str, Any]] = {
     "kjv-verse": {"kind": "classification", "files": ("train.tsv", "dev.tsv", "test.tsv"), "metric": "accuracy"},
     "wordnet-lexname": {"kind": "classification", "metric": "accuracy",
@@ -130,9 +132,10 @@ def choose_rate(args: argparse.Namespace, files: tuple[Path, Path, Path]) -> tup
 
 
 def seed_stats(results: dict[str, Any], metric: str, test: Path) -> dict[str, Any]:
-    """Per seed dev/test metric at the seed's best dev evaluation, and mean ± sample std of each (the library
-    names a second evaluation file's metrics after its stem: "lexname-test_accuracy")."""
-    seeds = {s: {"dev": m[metric], "test": m[f"{test.stem}_{metric}"], "step": m.get("step")}
+    """Per seed dev/test metric in points (0-100) at the seed's best dev evaluation, and mean ± sample std of
+    each (the library names a second evaluation file's metrics after its stem: "lexname-test_accuracy")."""
+    scale = POINTS[metric]
+    seeds = {s: {"dev": scale * m[metric], "test": scale * m[f"{test.stem}_{metric}"], "step": m.get("step")}
              for s, m in results["seeds"].items()}
     row: dict[str, Any] = {"seeds": seeds}
     for split in ("dev", "test"):
@@ -217,7 +220,7 @@ def markdown_table(rows: list[dict[str, Any]], split: str = "test") -> str:
              "|---|---|---|---|---|---|---|---|"]
     for row in (r for r in rows if r["init"] == "pretrained"):
         base = baselines.get(key(row))
-        gain = f"{100 * (row[split]['mean'] - base[split]['mean']):+.1f}" if base else "n/a"
+        gain = f"{row[split]['mean'] - base[split]['mean']:+.1f}" if base else "n/a"
         mlm = f"{100 * row['mlm_accuracy']:.1f}" if row.get("mlm_accuracy") is not None else "n/a"
         lines.append(f"| {row['corpus']} | {row['budget']} | {row['recipe']} | {mlm} | {row['task']} "
                      f"({row['metric']}, {row['train_examples']}) | {_pm(row, split)} | "
@@ -227,7 +230,7 @@ def markdown_table(rows: list[dict[str, Any]], split: str = "test") -> str:
 
 def _pm(row: dict[str, Any], split: str) -> str:
     stats = row[split]
-    return f"{100 * stats['mean']:.1f} ± {100 * stats['std']:.1f} (n={len(row['seeds'])}, lr {row['learning_rate']:g})"
+    return f"{stats['mean']:.1f} ± {stats['std']:.1f} (n={len(row['seeds'])}, lr {row['learning_rate']:g})"
 
 
 # --- command line -------------------------------------------------------------------------------------
