@@ -342,7 +342,8 @@ def write_corpus(path: Path, synsets: list[Synset], held: set[str], doc_synsets:
     text = "\n\n".join(documents) + "\n"
     path.write_text(text, encoding="utf-8")
     return {"documents": len(documents), "lines": sum(d.count("\n") + 1 for d in documents),
-            "synsets": len(synsets) - len(held), "dropped_lines": dict(dropped), "mb": round(len(text.encode()) / 1e6, 2)}
+            "synsets": len(synsets) - len(held), "dropped_lines": dict(dropped),
+            "mb": round(len(text.encode()) / 1e6, 2)}
 
 
 # --- the third corpus: public-domain dictionaries -------------------------------------------------------
@@ -450,7 +451,8 @@ def main(argv: list[str] | None = None) -> dict:
     splits = make_splits(synsets, args)
     directory = args.output / "wordnet"
     directory.mkdir(parents=True, exist_ok=True)
-    manifest = {"seed": args.seed, "settings": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
+    settings = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()}
+    manifest = {"seed": args.seed, "settings": settings,
                 "wordnet": {"synsets": len(synsets), "held_out_synsets": len(splits["held_out"]),
                             "sources": {n: sha256(args.wordnet / n) for n in DATA_FILES}},
                 "lexname": write_lexname(directory, splits), "qa": write_qa(directory, splits),

@@ -84,16 +84,18 @@ def task_files(args: argparse.Namespace) -> tuple[Path, Path, Path]:
 
 
 def train_subset(train: Path, count: int | None, output: Path) -> Path:
-    """A seeded subset of `count` training rows (classification tables; header kept), or the file itself."""
+    """A seeded subset of `count` training rows (a classification table; a TSV/CSV header is kept), or the
+    file itself."""
     if count is None:
         return train
-    header, *rows = train.read_text(encoding="utf-8").splitlines(keepends=True)
+    lines = train.read_text(encoding="utf-8").splitlines(keepends=True)
+    header, rows = (lines[:1], lines[1:]) if train.suffix.lower() in (".tsv", ".csv") else ([], lines)
     if count > len(rows):
         raise SystemExit(f"--train-examples {count}: {train} has only {len(rows)} rows")
     chosen = sorted(random.Random(0).sample(range(len(rows)), count))  # the same subset in every run
     subset = output / f"train-{count}{train.suffix}"
     subset.parent.mkdir(parents=True, exist_ok=True)
-    subset.write_text(header + "".join(rows[i] for i in chosen), encoding="utf-8")
+    subset.write_text("".join(header + [rows[i] for i in chosen]), encoding="utf-8")
     return subset
 
 
@@ -107,8 +109,9 @@ def finetune_at(args: argparse.Namespace, files: tuple[Path, Path, Path], lr: fl
     if lr is not None:
         given["learning_rate"] = lr
     output = args.output / (f"lr-{lr:g}" if lr is not None else "lr-default")
-    cfg = FinetuneConfig(model=args.random or str(args.model), tokenizer=str(args.tokenizer) if args.tokenizer else None,
-                         output=output, seeds=seeds, device=args.device, resume=True, **given)
+    tokenizer = str(args.tokenizer) if args.tokenizer else None
+    cfg = FinetuneConfig(model=args.random or str(args.model), tokenizer=tokenizer, output=output, seeds=seeds,
+                         device=args.device, resume=True, **given)
     options = dict(CLASSIFICATION_OPTIONS) if spec["kind"] == "classification" else {}
     if args.max_seq_length is not None:
         options["max_seq_length"] = args.max_seq_length
@@ -194,10 +197,12 @@ def _default_lr() -> float:
 
 
 def _rows(path: Path, kind: str) -> int:
+    """Training examples in a task file (questions of a SQuAD file, rows of a table)."""
     if kind == "squad":
         data = json.loads(path.read_text(encoding="utf-8"))["data"]
         return sum(len(p["qas"]) for article in data for p in article["paragraphs"])
-    return len(path.read_text(encoding="utf-8").splitlines()) - 1
+    lines = [line for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    return len(lines) - (path.suffix.lower() in (".tsv", ".csv"))
 
 
 # --- table --------------------------------------------------------------------------------------------
