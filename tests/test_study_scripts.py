@@ -114,7 +114,7 @@ def load_script(name: str):
 
 
 SIZES = ["--lexname-train", "12", "--lexname-dev", "6", "--lexname-test", "6", "--qa-train", "8", "--qa-dev", "4",
-         "--qa-test", "4", "--qa-paragraph", "2", "--doc-synsets", "5"]
+         "--qa-test", "4", "--qa-paragraph", "2", "--doc-synsets", "5", "--doc-min-lines", "3"]
 
 
 @pytest.fixture(scope="module")
@@ -160,6 +160,7 @@ def test_corpus_reads_and_holds_out_every_dev_and_test_text(built):
     out = root / "out"
     documents = list(read_documents([out / "wordnet" / "corpus.txt"], CorpusStats(), strict=True))
     assert len(documents) == manifest["corpus"]["documents"] > 1
+    assert all(len(document) >= 3 for document in documents[:-1])  # neighbourhoods packed to --doc-min-lines
     corpus = "\n".join(line for document in documents for line in document)
     synsets = {s.key: s for s in study_data.read_wordnet(root / "wn")}
     held = {e.id for split in ("dev", "test") for e in read_table(out / "wordnet" / f"lexname-{split}.jsonl", "text",
@@ -173,9 +174,9 @@ def test_corpus_reads_and_holds_out_every_dev_and_test_text(built):
         assert synsets[key].definition not in corpus and not set(synsets[key].examples) & lines
     dictionaries = list(read_documents([out / "dictionaries" / "corpus.txt"], CorpusStats(), strict=True))
     assert dictionaries == [["foo: A metasyntactic word.", "It is used everywhere, see bar.", "Second paragraph here."],
-                            ["bar: See foo."],  # one-sentence entries are packed together
-                            ["ABSENT, adj. Peculiarly exposed to tribulation.", "Here is a second sentence."],
-                            ["ABSURDITY, n. A statement of opinion."]]
+                            ["bar: See foo."],  # the jargon file's last document; none spans two dictionaries
+                            ["ABSENT, adj. Peculiarly exposed to tribulation.", "Here is a second sentence.",
+                             "ABSURDITY, n. A statement of opinion."]]
     assert manifest["files"]["wordnet/corpus.txt"]["sha256"]
 
 
