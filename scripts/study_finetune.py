@@ -23,8 +23,8 @@ Learning-rate rules (the same rule for pre-trained and random-init models, so ne
            the rate with the best dev metric is kept and the other seeds run at it (seed 1's run at that rate
            is reused: it is the same run). Test scores are never looked at to choose.
   fixed    every seed at --learning-rate.
-  default  every seed at FinetuneConfig's default learning rate: what `bertkit finetune` does with no
-           learning-rate flag (the issue's acceptance run).
+  default  no learning rate is passed: every seed at what `bertkit finetune` does with no learning-rate flag
+           (the issue's acceptance run; the rate the library chose is read back from eval_results.json).
 
 Everything else is `bertkit finetune`'s default unless a flag says otherwise (epochs, batch size, sequence
 length, warmup, dropout, precision); each seed keeps its best dev evaluation (one per epoch) and is scored on
@@ -37,8 +37,9 @@ weights are deleted once the row is written (the results are all the study needs
 machine's two cores one each. The row records wall time per fine-tuning run so a study can be planned.
 
 Result rows (one JSON object per line in --results) pair up in `table` by task, vocabulary (sha256 of
-vocab.txt), model shape and training-set size: a random-init row is the baseline of every pre-trained row
-that shares them. Metrics are stored and shown in points (0-100: accuracy x100, SQuAD F1 as is); the table
+vocab.txt), model shape, training-set size and fine-tuning recipe (learning-rate rule and grid, seeds,
+epochs, batch size, sequence length, precision): a random-init row is the baseline of every pre-trained
+row that shares them. Metrics are stored and shown in points (0-100: accuracy x100, SQuAD F1 as is); the table
 shows the test metric (or --split dev) as mean ± sample std over seeds.
 """
 
@@ -175,11 +176,13 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     started = time.perf_counter()
     lr, grid, grid_wall = choose_rate(args, files)
     results, wall = finetune_at(args, files, lr, tuple(args.seeds))
+    used_lr = lr if lr is not None else results.get("learning_rate", _default("learning_rate"))  # newer: "auto"
     runs = len(args.lr_grid) + len(args.seeds) - 1 if args.lr_rule == "grid" else len(args.seeds)
     row = {"task": args.task, "metric": metric, "init": "random" if args.random else "pretrained",
            "model": args.random or str(args.model), "corpus": args.corpus, "budget": args.budget,
            "recipe": args.recipe, **model_facts(args), "train_examples": _rows(files[0], TASKS[args.task]["kind"]),
-           "lr_rule": args.lr_rule, "learning_rate": lr if lr is not None else _default_lr(), "lr_grid": grid,
+           "lr_rule": args.lr_rule, "learning_rate": used_lr,
+           "lr_grid": grid, "recipe_finetune": finetune_recipe(args),
            **seed_stats(results, metric, test), "threads": args.threads, "finetune_runs": runs,
            "wall_s": round(time.perf_counter() - started, 1), "seconds_per_run": round((grid_wall + wall) / runs, 1),
            "truncated_train_examples": results.get("truncated_train_examples"), "output": str(args.output)}
@@ -191,9 +194,18 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     return row
 
 
-def _default_lr() -> float:
+def _default(name: str) -> Any:
     from bertkit.tasks.finetune import FinetuneConfig
-    return FinetuneConfig.__dataclass_fields__["learning_rate"].default
+    return FinetuneConfig.__dataclass_fields__[name].default
+
+
+def finetune_recipe(args: argparse.Namespace) -> dict[str, Any]:
+    """What a baseline must share besides the model: rule, grid, seeds, epochs, batch, length, precision."""
+    return {"lr_rule": args.lr_rule, "lr_grid": list(args.lr_grid) if args.lr_rule == "grid" else None,
+            "fixed_lr": args.learning_rate if args.lr_rule == "fixed" else None, "seeds": list(args.seeds),
+            "epochs": args.epochs if args.epochs is not None else _default("epochs"),
+            "batch_size": args.batch_size or _default("batch_size"), "max_seq_length": args.max_seq_length,
+            "precision": args.precision or _default("precision")}
 
 
 def _rows(path: Path, kind: str) -> int:
@@ -216,9 +228,10 @@ def read_rows(paths: list[Path]) -> list[dict[str, Any]]:
 
 def markdown_table(rows: list[dict[str, Any]], split: str = "test") -> str:
     """One line per pre-trained row with its random-init baseline (same task, vocabulary, shape, training
-    size; the newest such row) and the gain in points."""
+    size and fine-tuning recipe; the newest such row) and the gain in points."""
     def key(row: dict[str, Any]) -> tuple:
-        return row["task"], row["vocab_sha256"], row["shape"], row["train_examples"]
+        recipe = json.dumps(row["recipe_finetune"], sort_keys=True)
+        return row["task"], row["vocab_sha256"], row["shape"], row["train_examples"], recipe
 
     baselines = {key(r): r for r in rows if r["init"] == "random"}
     lines = ["| corpus | budget | recipe | MLM acc | task | pre-trained | random | gain |",
@@ -235,7 +248,8 @@ def markdown_table(rows: list[dict[str, Any]], split: str = "test") -> str:
 
 def _pm(row: dict[str, Any], split: str) -> str:
     stats = row[split]
-    return f"{stats['mean']:.1f} ± {stats['std']:.1f} (n={len(row['seeds'])}, lr {row['learning_rate']:g})"
+    lr = f"{row['learning_rate']:g}" if row.get("learning_rate") is not None else "?"
+    return f"{stats['mean']:.1f} ± {stats['std']:.1f} (n={len(row['seeds'])}, lr {lr})"
 
 
 # --- command line -------------------------------------------------------------------------------------

@@ -224,10 +224,14 @@ def test_finetune_grid_rule_and_table(built, tmp_path):
                                      "--max-seq-length", "128",
                                      "--output", str(tmp_path / "qa"), *common, "--seeds", "1"]))
     assert qa["metric"] == "f1" and qa["finetune_runs"] == 1 and qa["train_examples"] == 8
+    default = study.run(study.parse_args(["run", "--task", "wordnet-lexname", "--lr-rule", "default",
+                                          "--output", str(tmp_path / "default"), *common, "--seeds", "1"]))
+    assert default["learning_rate"] > 0 and default["recipe_finetune"]["lr_rule"] == "default"
     pretrained = {**row, "init": "pretrained", "corpus": "wordnet", "budget": "10m", "recipe": "auto",
                   "mlm_accuracy": 0.25, "test": {"mean": row["test"]["mean"] + 7.0, "std": 1.0}}
-    with open(results, "a") as handle:
-        handle.write(json.dumps(pretrained) + "\n")
+    longer = {**row, "recipe_finetune": {**row["recipe_finetune"], "epochs": 9.0}, "test": {"mean": 99.0, "std": 0.0}}
+    with open(results, "a") as handle:  # a random row fine-tuned otherwise is no baseline for it
+        handle.write(json.dumps(pretrained) + "\n" + json.dumps(longer) + "\n")
     table = study.markdown_table(study.read_rows([results]))
     line = next(line for line in table.splitlines() if "| wordnet | 10m |" in line)
     assert "| 25.0 |" in line and line.endswith("| +7.0 |")
