@@ -1,0 +1,246 @@
+"""The issue 17 study scripts on a tiny fake WordNet (and fake dictd dictionaries) written here:
+scripts/study_data.py builds files that bertkit's own readers load (lexname tables, SQuAD JSON whose every
+answer_start slices to its answer, a corpus `bertkit data pretraining` takes), holds every dev/test synset
+out of the corpus, is deterministic, and keeps dev/test fixed when the training set grows;
+scripts/study_finetune.py runs the grid learning-rate rule end to end on a `bert-debug` model and pairs
+result rows into the study table."""
+
+from __future__ import annotations
+
+import base64
+import gzip
+import importlib.util
+import json
+import random
+import sys
+from pathlib import Path
+
+import pytest
+
+from bertkit.cli import main as bertkit_main
+from bertkit.data import PretrainingDataset
+from bertkit.data.corpus import CorpusStats, read_documents
+from bertkit.data.glue import read_table
+from bertkit.data.squad import read_squad
+from bertkit.tokenizer import WordPieceTokenizer
+
+SCRIPTS = Path(__file__).resolve().parents[1] / "scripts"
+NOUNS = ("dog", "cat", "horse", "table", "chair", "lamp", "river", "hill", "storm", "bread", "apple", "stone",
+         "boat", "road", "tower", "garden", "letter", "song", "market", "window", "bridge", "cloud", "forest",
+         "candle", "mirror", "basket", "ladder", "kettle", "anchor", "saddle", "harbor", "meadow", "lantern",
+         "pillow", "blanket", "bucket", "hammer", "needle", "feather", "pebble")
+VERBS = ("run", "walk", "swim", "jump", "sing", "paint", "build", "carry", "climb", "throw", "catch", "bake")
+ADJECTIVES = ("quick", "slow", "bright", "dark", "warm", "cold", "heavy", "light")
+ADVERBS = ("quickly", "slowly", "brightly", "warmly", "loudly", "softly")
+
+
+def _line(offset: int, lexnum: int, ss_type: str, words: list[str], pointers: list[tuple[str, int, str]],
+          gloss: str, frames: str = "") -> str:
+    ptrs = " ".join(f"{sym} {target:08d} {pos} 0000" for sym, target, pos in pointers)
+    word_part = " ".join(f"{w} 0" for w in words)
+    return (f"{offset:08d} {lexnum:02d} {ss_type} {len(words):02x} {word_part} {len(pointers):03d}"
+            f"{' ' + ptrs if ptrs else ''}{frames} | {gloss}  ")
+
+
+def write_fake_wordnet(directory: Path) -> Path:
+    """data.noun/verb/adj/adv in WordNet 3.0's layout: a licence header, hypernyms, instance hypernyms,
+    verb frames, adjective heads with satellites, adjective markers, glosses with and without examples,
+    two synsets sharing one definition."""
+    directory.mkdir(parents=True)
+    header = "  1 This software and database is being provided to you, the LICENSEE, by  \n"
+    rng = random.Random(0)
+    nouns = [_line(1000, 3, "n", ["entity"], [], "that which exists")]
+    for i, word in enumerate(NOUNS):
+        lexnum = (5, 6, 17, 13)[i % 4]  # animal, artifact, object, food
+        parent = 1000 if i < 4 else 1000 + 10 * (1 + i % 4)
+        example = f'; "the {word} near the {rng.choice(NOUNS)} was old"' if i % 5 else ""
+        definition = "a thing of some kind" if i in (7, 8) else f"a {word} kind of thing number {i}"
+        symbol = "@i" if i % 7 == 0 else "@"
+        nouns.append(_line(1000 + 10 * (i + 1), lexnum, "n", [word, f"{word}_thing"], [(symbol, parent, "n")],
+                           definition + example))
+    verbs = [_line(5000 + 10 * i, 38 if i % 2 else 36, "v", [word], [("@", 5000, "v")] if i else [],
+                   f'to {word} somewhere in manner {i}; "they {word} every day"; "we {word} at noon"',
+                   frames=" 01 + 02 00")
+             for i, word in enumerate(VERBS)]
+    adjs = []
+    for i, word in enumerate(ADJECTIVES):
+        offset = 7000 + 10 * i
+        if i % 2 == 0:
+            adjs.append(_line(offset, 0, "a", [f"{word}(a)"], [("&", offset + 10, "s")],
+                              f'having the quality {word} {i}; "a {word} day"'))
+        else:
+            adjs.append(_line(offset, 0, "s", [word], [("&", offset - 10, "a")], f'rather {word} {i}; "so {word} now"'))
+    advs = [_line(9000 + 10 * i, 2, "r", [word], [], f'in a {word} way {i}; "she spoke {word} then"')
+            for i, word in enumerate(ADVERBS)]
+    for name, lines in (("noun", nouns), ("verb", verbs), ("adj", adjs), ("adv", advs)):
+        (directory / f"data.{name}").write_text(header + "\n".join(lines) + "\n", encoding="utf-8")
+    return directory
+
+
+def _b64(number: int) -> str:
+    digits = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"
+    out = ""
+    while True:
+        out, number = digits[number % 64] + out, number // 64
+        if not number:
+            return out
+
+
+def write_fake_dictd(directory: Path) -> Path:
+    """jargon and devil dictionaries in dictd's layout (.dict.dz is gzip; the .index gives base64 offsets)."""
+    directory.mkdir(parents=True)
+    entries = {"jargon": ["00-database-info\n  A header entry.\n", "foo\n /foo/, n.\n\n    A metasyntactic word. It is "
+                          "used everywhere, see {bar}.\n\n    Second paragraph here.\n", "bar\n //\n\n    See foo.\n"],
+               "devil": ["ABSENT, adj.  Peculiarly exposed to tribulation.  Here is a second sentence.\n",
+                         "ABSURDITY, n.  A statement of opinion.\n"]}
+    for name, texts in entries.items():
+        data, index, at = "", [], 0
+        for text in texts:
+            word = text.split("\n")[0].split(",")[0]
+            index.append(f"{word}\t{_b64(at)}\t{_b64(len(text.encode()))}")
+            data += text
+            at += len(text.encode())
+        (directory / f"{name}.dict.dz").write_bytes(gzip.compress(data.encode(), mtime=0))
+        (directory / f"{name}.index").write_text("\n".join(index) + "\n", encoding="utf-8")
+    return directory
+
+
+def load_script(name: str):
+    spec = importlib.util.spec_from_file_location(f"study_{name}", SCRIPTS / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module
+
+
+SIZES = ["--lexname-train", "12", "--lexname-dev", "6", "--lexname-test", "6", "--qa-train", "8", "--qa-dev", "4",
+         "--qa-test", "4", "--qa-paragraph", "2", "--doc-synsets", "5", "--doc-min-lines", "3"]
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    root = tmp_path_factory.mktemp("study")
+    wordnet, dictd = write_fake_wordnet(root / "wn"), write_fake_dictd(root / "dictd")
+    study_data = load_script("study_data")
+    manifest = study_data.main(["--wordnet", str(wordnet), "--dictd", str(dictd), "--output", str(root / "out"),
+                                *SIZES])
+    return root, manifest, study_data
+
+
+def test_lexname_files_load_with_bertkit_readers(built):
+    root, manifest, _ = built
+    wordnet = root / "out" / "wordnet"
+    train_labels = {e.label for e in read_table(wordnet / "lexname-train.tsv", "text", None, "label")[0]}
+    for split, asked in (("train", 12), ("dev", 6), ("test", 6)):
+        tsv, skipped = read_table(wordnet / f"lexname-{split}.tsv", "text", None, "label")
+        jsonl, _ = read_table(wordnet / f"lexname-{split}.jsonl", "text", None, "label")
+        assert not skipped and [(e.text, e.label, e.id) for e in tsv] == [(e.text, e.label, e.id) for e in jsonl]
+        assert {e.label for e in tsv} <= train_labels
+        report = manifest["lexname"][split]
+        assert report["rows"] == len(tsv) and report["rows"] + report["dropped_unseen_label"] == asked
+
+
+def test_qa_files_are_squad_with_exact_answers(built):
+    root, manifest, _ = built
+    ids = []
+    for split, asked in (("train", 8), ("dev", 4), ("test", 4)):
+        examples, skipped = read_squad(root / "out" / "wordnet" / f"qa-{split}.json", training=True,
+                                       version_2_with_negative=False)
+        assert not skipped and len(examples) == asked == manifest["qa"][split]["questions"]
+        for example in examples:
+            (text, start), = example.answers
+            assert example.context[start:start + len(text)] == text
+            assert example.question.startswith("Which word means: ")
+        ids.append({e.qid for e in examples})
+    assert not ids[1] & ids[2] and not (ids[1] | ids[2]) & ids[0]
+
+
+def test_corpus_reads_and_holds_out_every_dev_and_test_text(built):
+    root, manifest, study_data = built
+    out = root / "out"
+    documents = list(read_documents([out / "wordnet" / "corpus.txt"], CorpusStats(), strict=True))
+    assert len(documents) == manifest["corpus"]["documents"] > 1
+    assert all(len(document) >= 3 for document in documents[:-1])  # neighbourhoods packed to --doc-min-lines
+    corpus = "\n".join(line for document in documents for line in document)
+    synsets = {s.key: s for s in study_data.read_wordnet(root / "wn")}
+    held = {e.id for split in ("dev", "test") for e in read_table(out / "wordnet" / f"lexname-{split}.jsonl", "text",
+                                                                   None, "label")[0]}
+    held |= {qa["id"] for split in ("dev", "test") for p in json.loads(
+        (out / "wordnet" / f"qa-{split}.json").read_text())["data"][0]["paragraphs"] for qa in p["qas"]}
+    dropped = sum(manifest["lexname"][split]["dropped_unseen_label"] for split in ("dev", "test"))
+    assert len(held) + dropped == manifest["wordnet"]["held_out_synsets"] == 6 + 6 + 4 + 4
+    lines = set(corpus.split("\n"))
+    for key in held:
+        assert synsets[key].definition not in corpus and not set(synsets[key].examples) & lines
+    dictionaries = list(read_documents([out / "dictionaries" / "corpus.txt"], CorpusStats(), strict=True))
+    assert dictionaries == [["foo: A metasyntactic word.", "It is used everywhere, see bar.", "Second paragraph here."],
+                            ["bar: See foo."],  # the jargon file's last document; none spans two dictionaries
+                            ["ABSENT, adj. Peculiarly exposed to tribulation.", "Here is a second sentence.",
+                             "ABSURDITY, n. A statement of opinion."]]
+    assert manifest["files"]["wordnet/corpus.txt"]["sha256"]
+
+
+def test_corpus_becomes_pretraining_data(built, tmp_path):
+    root, _, _ = built
+    corpus = root / "out" / "wordnet" / "corpus.txt"
+    WordPieceTokenizer.train([corpus], vocab_size=150, min_frequency=1).save_pretrained(tmp_path / "vocab")
+    code = bertkit_main(["data", "pretraining", "--input", str(corpus), "--tokenizer", str(tmp_path / "vocab"),
+                         "--output", str(tmp_path / "data"), "--max-seq-length", "32", "--masking", "dynamic",
+                         "--workers", "1", "--quiet"])
+    assert code in (0, None) and len(PretrainingDataset(tmp_path / "data")) > 0
+
+
+def test_deterministic_and_train_size_keeps_dev_and_test(built, tmp_path):
+    root, manifest, study_data = built
+    again = study_data.main(["--wordnet", str(root / "wn"), "--dictd", str(root / "dictd"), "--output",
+                             str(tmp_path / "again"), *SIZES])
+    assert again["files"] == manifest["files"]
+    bigger = SIZES.copy()
+    bigger[1] = "20"
+    study_data.main(["--wordnet", str(root / "wn"), "--output", str(tmp_path / "big"), *bigger])
+    old, new = root / "out" / "wordnet", tmp_path / "big" / "wordnet"
+    small_train = (old / "lexname-train.tsv").read_text().splitlines()
+    assert (new / "lexname-train.tsv").read_text().splitlines()[:len(small_train)] == small_train
+    for name in ("lexname-test.tsv", "qa-dev.json", "qa-test.json", "corpus.txt"):
+        assert (old / name).read_bytes() == (new / name).read_bytes()
+
+
+def test_finetune_grid_rule_and_table(built, tmp_path):
+    root, _, _ = built
+    corpus = root / "out" / "wordnet" / "corpus.txt"
+    WordPieceTokenizer.train([corpus], vocab_size=150, min_frequency=1).save_pretrained(tmp_path / "vocab")
+    study = load_script("study_finetune")
+    results = tmp_path / "results.jsonl"
+    common = ["--data", str(root / "out"), "--random", "bert-debug", "--tokenizer", str(tmp_path / "vocab"),
+              "--seeds", "1,2", "--epochs", "1", "--precision", "fp32", "--results", str(results)]
+    row = study.run(study.parse_args(["run", "--task", "wordnet-lexname", "--lr-grid", "1e-3,3e-3",
+                                      "--output", str(tmp_path / "lexname"), *common]))
+    assert set(row["lr_grid"]) == {"0.001", "0.003"} and row["learning_rate"] == max(
+        (1e-3, 3e-3), key=lambda lr: row["lr_grid"][f"{lr:g}"])
+    assert row["seeds"]["1"]["dev"] == row["lr_grid"][f"{row['learning_rate']:g}"]  # seed 1 reused, not rerun
+    assert set(row["seeds"]) == {"1", "2"} and row["finetune_runs"] == 3 and 0 <= row["test"]["mean"] <= 100
+    assert not list((tmp_path / "lexname").glob("lr-*/best"))  # weights dropped once the row is written
+    qa = study.run(study.parse_args(["run", "--task", "wordnet-qa", "--lr-rule", "fixed", "--learning-rate", "1e-3",
+                                     "--max-seq-length", "128",
+                                     "--output", str(tmp_path / "qa"), *common, "--seeds", "1"]))
+    assert qa["metric"] == "f1" and qa["finetune_runs"] == 1 and qa["train_examples"] == 8
+    default = study.run(study.parse_args(["run", "--task", "wordnet-lexname", "--lr-rule", "default",
+                                          "--output", str(tmp_path / "default"), *common, "--seeds", "1"]))
+    assert default["learning_rate"] > 0 and default["recipe_finetune"]["lr_rule"] == "default"
+    pretrained = {**row, "init": "pretrained", "corpus": "wordnet", "budget": "10m", "recipe": "auto",
+                  "mlm_accuracy": 0.25, "test": {"mean": row["test"]["mean"] + 7.0, "std": 1.0}}
+    longer = {**row, "recipe_finetune": {**row["recipe_finetune"], "epochs": 9.0}, "test": {"mean": 99.0, "std": 0.0}}
+    with open(results, "a") as handle:  # a random row fine-tuned otherwise is no baseline for it
+        handle.write(json.dumps(pretrained) + "\n" + json.dumps(longer) + "\n")
+    table = study.markdown_table(study.read_rows([results]))
+    line = next(line for line in table.splitlines() if "| wordnet | 10m |" in line)
+    assert "| 25.0 |" in line and line.endswith("| +7.0 |")
+
+
+def test_finetune_flags_are_checked(tmp_path):
+    study = load_script("study_finetune")
+    with pytest.raises(SystemExit):
+        study.parse_args(["run", "--task", "kjv-verse", "--random", "bert-mini", "--output", "o", "--results", "r"])
+    with pytest.raises(SystemExit):
+        study.parse_args(["run", "--task", "kjv-verse", "--model", "m", "--lr-rule", "fixed", "--output", "o",
+                          "--results", "r"])
