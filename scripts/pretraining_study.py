@@ -1,0 +1,186 @@
+"""The pre-training study of docs/pretraining.md (issue 17): which recipe pays at which budget, on which
+corpus and task, with bertkit's own commands.
+
+    python scripts/pretraining_study.py rates                               # steps per CPU-second, idle machine
+    python scripts/pretraining_study.py run --root /tmp/study --data /tmp/study-data --rate-64 2.6 --rate-128 1.3
+    python scripts/pretraining_study.py table --root /tmp/study
+
+A budget is in CPU-minutes (minutes of one core): `bertkit pretrain --max-time 10m` on a 2-core machine
+is 20 CPU-minutes. Every run uses one thread (`--threads 1`, two runs at a time on two cores), and its
+budget is turned into a step budget at the rate measured on the idle machine (`rates`: real training
+steps of bert-mini at 64 and 128 tokens, batch 32, one thread, precision auto), so the results do not
+depend on how busy the machine is while the study runs. Everything else is the command a user runs:
+
+- data: `bertkit data pretraining --max-seq-length 128 --masking dynamic` of each corpus with its own
+  8,000-token vocabulary (`bertkit tokenizer train`);
+- pre-training: `bertkit pretrain --model bert-mini --recipe R --max-steps N` (R = auto, which picks the
+  short-budget recipe at these budgets and cuts the 128-token instances to 64 at load, or paper);
+- fine-tuning: `scripts/study_finetune.py` on each task of the corpus, seeds 1, 2, 3, the learning rate
+  chosen by the same rule for the pre-trained model and for random initialisation (`grid`: the best dev
+  of 1e-4, 3e-4 and 1e-3 on seed 1), test scored at each seed's best dev epoch.
+
+Corpora and tasks: the bundled King James Bible with its 6-way verse task (1,000 labels; the recipe was
+tuned on it, docs/quickstart.md), and WordNet 3.0 (definitions and examples; scripts/study_data.py) with
+its 45-way lexicographer-file task (2,000 labels) and its extractive QA task (4,000 questions) - the
+held-out pair: nothing of the recipe was chosen on it. Jobs run in dependency order, `--jobs` at a time;
+a job whose output exists is skipped, so an interrupted study continues where it stopped.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
+from dataclasses import dataclass, field
+from pathlib import Path
+
+SCRIPTS = Path(__file__).resolve().parent
+BUDGETS_CPU_MIN = (10, 30, 120)
+SEEDS = "1,2,3"
+# corpus -> (tasks fine-tuned from it, with their epochs)
+CORPORA = {"kjv": (("kjv-verse", 5),), "wordnet": (("wordnet-lexname", 5), ("wordnet-qa", 2))}
+TRAIN_EXAMPLES = {"kjv-verse": 1000}  # as the quickstart: few labels, where pre-training pays most
+
+
+@dataclass
+class Job:
+    name: str
+    command: list[str]
+    done: Path
+    """The job is finished when this exists."""
+    after: list[str] = field(default_factory=list)
+
+
+def corpus_path(corpus: str, data: Path) -> Path:
+    if corpus == "kjv":
+        from bertkit.assets import kjv_path
+
+        return kjv_path("corpus.txt.gz")
+    return data / corpus / "corpus.txt"
+
+
+def bertkit(*args: str) -> list[str]:
+    return [sys.executable, "-m", "bertkit", *args]
+
+
+def jobs(args: argparse.Namespace) -> list[Job]:
+    root, data = args.root, args.data
+    out: list[Job] = []
+    for corpus, tasks in CORPORA.items():
+        vocab, built = root / corpus / "vocab", root / corpus / "data"
+        out.append(Job(f"{corpus}:vocab", bertkit("tokenizer", "train", "--input", str(corpus_path(corpus, data)),
+                                                  "--vocab-size", "8000", "--output", str(vocab)), vocab / "vocab.txt"))
+        out.append(Job(f"{corpus}:data", bertkit("data", "pretraining", "--input", str(corpus_path(corpus, data)),
+                                                 "--tokenizer", str(vocab), "--output", str(built), "--max-seq-length",
+                                                 "128", "--masking", "dynamic", "--workers", "1"),
+                       built / "manifest.json", [f"{corpus}:vocab"]))
+        models = [("random", None, "-", f"{corpus}:vocab")]  # (recipe label, run, budget label, its job)
+        for recipe, budgets in (("auto", BUDGETS_CPU_MIN), ("paper", (30,))):
+            for budget in budgets:
+                rate = args.rate_64 if recipe == "auto" else args.rate_128
+                run, name = root / corpus / f"pretrain-{recipe}-{budget}cpu", f"{corpus}:pretrain:{recipe}:{budget}"
+                out.append(Job(name, bertkit(
+                    "pretrain", "--data", str(built), "--tokenizer", str(vocab), "--model", "bert-mini", "--output",
+                    str(run), "--recipe", recipe, "--max-steps", str(round(budget * 60 * rate)), "--eval-every",
+                    "500", "--eval-examples", "1000", "--resume", "auto"), run / "final" / "model.safetensors",
+                    [f"{corpus}:data"]))
+                models.append((recipe, run, f"{budget} CPU-min", name))
+        for task, epochs in tasks:
+            for recipe, run, budget, needs in models:
+                source = (["--random", "bert-mini", "--tokenizer", str(vocab)] if run is None
+                          else ["--model", str(run / "final")])
+                output = root / corpus / f"finetune-{recipe}-{budget.split()[0]}-{task}"
+                extra = ["--train-examples", str(TRAIN_EXAMPLES[task])] if task in TRAIN_EXAMPLES else []
+                out.append(Job(f"{corpus}:finetune:{recipe}:{budget.split()[0]}:{task}", [
+                    sys.executable, str(SCRIPTS / "study_finetune.py"), "run", "--task", task, "--data", str(data),
+                    *source, "--seeds", SEEDS, "--lr-rule", "grid", "--epochs", str(epochs), "--threads", "1",
+                    "--corpus", corpus, "--budget", budget, "--recipe", recipe, "--output", str(output),
+                    "--results", str(root / "results.jsonl"), *extra], output / "row.done", [needs]))
+    return out
+
+
+def run_all(args: argparse.Namespace) -> None:
+    todo = {job.name: job for job in jobs(args)}
+    done = {name for name, job in todo.items() if job.done.exists()}
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    args.root.mkdir(parents=True, exist_ok=True)
+    with ThreadPoolExecutor(args.jobs) as pool:
+        running: dict = {}
+        while len(done) < len(todo):
+            ready = [j for n, j in todo.items() if n not in done and n not in running.values()
+                     and all(a in done for a in j.after)]
+            ready.sort(key=_priority)
+            for job in ready[:args.jobs - len(running)]:
+                print(f"{time.strftime('%H:%M:%S')} start {job.name}", flush=True)
+                log = args.root / "logs" / f"{job.name.replace(':', '_')}.log"
+                log.parent.mkdir(parents=True, exist_ok=True)
+                running[pool.submit(_run, job, log, env)] = job.name
+            if not running:
+                raise SystemExit(f"stuck: {sorted(set(todo) - done)} wait on jobs that failed")
+            finished, _ = wait(running, return_when=FIRST_COMPLETED)
+            for future in finished:
+                name = running.pop(future)
+                code = future.result()
+                print(f"{time.strftime('%H:%M:%S')} {'done' if code == 0 else f'FAILED ({code})'} {name}", flush=True)
+                if code == 0:
+                    todo[name].done.parent.mkdir(parents=True, exist_ok=True)
+                    todo[name].done.touch()
+                    done.add(name)
+                else:
+                    raise SystemExit(f"{name} failed; see {args.root / 'logs'}")
+
+
+def _priority(job: Job) -> tuple[int, int]:
+    """Longest pre-training runs first (they decide when the study ends), then the fine-tunings."""
+    parts = job.name.split(":")
+    if parts[1] == "pretrain":
+        return 0, -int(parts[3])
+    return (1, 0) if parts[1] == "finetune" else (0, 0)
+
+
+def _run(job: Job, log: Path, env: dict) -> int:
+    with open(log, "a", encoding="utf-8") as handle:
+        return subprocess.run(job.command, stdout=handle, stderr=subprocess.STDOUT, env=env).returncode
+
+
+def rates(args: argparse.Namespace) -> None:
+    """Pre-training steps per second of bert-mini, batch 32, one thread, at 64 and 128 tokens (idle machine)."""
+    import torch
+
+    torch.set_num_threads(1)
+    from bertkit.config import preset
+    from bertkit.tasks.pretraining import measure_steps_per_second
+
+    for length in (64, 128):
+        rate = measure_steps_per_second(preset("bert-mini", vocab_size=8000), length, 32, "auto", "cpu", seconds=20)
+        print(f"--rate-{length} {rate:.3f}  (steps per CPU-second: bert-mini, {length} tokens, batch 32, 1 thread)")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    commands = parser.add_subparsers(dest="command", required=True)
+    commands.add_parser("rates")
+    run = commands.add_parser("run")
+    run.add_argument("--root", type=Path, required=True)
+    run.add_argument("--data", type=Path, required=True, help="Output of scripts/study_data.py.")
+    run.add_argument("--rate-64", type=float, required=True, help="Steps per CPU-second at 64 tokens (`rates`).")
+    run.add_argument("--rate-128", type=float, required=True, help="Steps per CPU-second at 128 tokens (`rates`).")
+    run.add_argument("--jobs", type=int, default=2)
+    table = commands.add_parser("table")
+    table.add_argument("--root", type=Path, required=True)
+    args = parser.parse_args()
+    if args.command == "rates":
+        rates(args)
+    elif args.command == "run":
+        run_all(args)
+    else:
+        subprocess.run([sys.executable, str(SCRIPTS / "study_finetune.py"), "table", str(args.root / "results.jsonl")],
+                       check=True)
+
+
+if __name__ == "__main__":
+    main()
