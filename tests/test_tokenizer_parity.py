@@ -21,13 +21,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from bertkit.tokenizer import (
-    _HAZARD_RANGES,
-    WordPieceTokenizer,
-    _GoogleBasicTokenizer,
-    _needs_python_path,
-    truncated_pair_lengths,
-)
+from bertkit.tokenizer import WordPieceTokenizer, truncated_pair_lengths
+from bertkit.tokenizer.engine import HAZARD_RANGES, Engine, needs_google_path
+from bertkit.tokenizer.google import BasicTokenizer
 
 GOOGLE_UNCASED = Path(__file__).parent / "assets" / "vocab" / "bert-base-uncased"
 
@@ -165,7 +161,7 @@ def test_random_unicode_matches_google(pair, text):
 @given(text=mixed_text, lower=st.booleans())
 def test_python_path_words_match_google(text, lower):
     ref = GoogleReference({}, lower)
-    assert [w.text for w in _GoogleBasicTokenizer(lower).words(text)] == ref.basic(text)
+    assert [w.text for w in BasicTokenizer(lower).tokenize(text)] == ref.basic(text)
 
 
 def _sigma_folded(text: str) -> str:
@@ -194,12 +190,12 @@ def test_offsets_map_back_to_the_original_text(pair, text):
 
 
 def _in_hazard_ranges(cp: int) -> bool:
-    return any(lo <= cp <= hi for lo, hi in _HAZARD_RANGES)
+    return any(lo <= cp <= hi for lo, hi in HAZARD_RANGES)
 
 
 def _rust_agrees_outside_hazards(tok: WordPieceTokenizer, ref: GoogleReference, planes: range) -> list[int]:
-    """Code points outside _HAZARD_RANGES where the Rust normalizer + pre-tokenizer differ from Google."""
-    rust = tok._rust
+    """Code points outside HAZARD_RANGES where the Rust normalizer + pre-tokenizer differ from Google."""
+    rust = Engine(tok.vocab, tok.do_lower_case).pipeline
     safe = [cp for cp in range(planes.start * 0x10000, planes.stop * 0x10000) if not _in_hazard_ranges(cp)]
     bad = []
     for i in range(0, len(safe), 512):
@@ -266,7 +262,7 @@ def test_pairs_match_transformers_fast_and_truncate_by_google_rule(lower):
     tok = WordPieceTokenizer.from_pretrained(GOOGLE_UNCASED, do_lower_case=lower)
     # transformers' fast tokenizer is the Rust pipeline, so it departs from Google wherever ours
     # takes the Python path; it treats an empty second text as no pair; it matches "[MASK]" in text.
-    texts = [t for t in VARIED_TEXTS if not _needs_python_path(t) and "[" not in t and t.strip()]
+    texts = [t for t in VARIED_TEXTS if not needs_google_path(t) and "[" not in t and t.strip()]
     assert len(texts) >= 8
     for a, b in zip(texts, texts[1:] + texts[:1]):
         ours = tok.encode(a, b)

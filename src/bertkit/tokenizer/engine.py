@@ -1,0 +1,154 @@
+"""The tokenizer's engine: each text's WordPiece encoding, by whichever of three ways is exact and fastest.
+
+`Engine.encode(texts)` gives each text encoded alone (ids, offsets into the text, word ids; no
+special tokens, never truncated), `Engine.encode_ids(texts)` only its ids. Per text, one of:
+- the `tokenizers` (Rust) pipeline: BertNormalizer, BertPreTokenizer and WordPiece run Google's
+  rules at native speed;
+- Google's algorithm in Python (`google.FullTokenizer`), for texts holding a code point where the
+  Rust pipeline departs from Google (`HAZARD_RANGES`; never an ASCII text);
+- the ASCII chunk path (`chunks`), for the ASCII texts of a batch of at least
+  `CHUNK_PATH_MIN_CHARS` characters.
+All three give the same fields (a `tokenizers` Encoding, `google.WordPieces`, `chunks.ChunkPiece`).
+
+Design decision: the Rust pipeline is used as a library of Google's steps, never for what it does
+differently: it agrees with Google's code on every character except a measured set, found by
+running both on "a" + chr(cp) + "b" for every code point, cased and uncased (tokenizers 0.23,
+Python 3.11 / Unicode 14; tests/test_tokenizer_parity.py re-checks the claim): private-use
+characters it drops, characters its older Unicode tables classify differently, CJK Extension code
+points its range table misses, the context-dependent final sigma of Python's `str.lower` (U+03A3),
+and lone surrogates it cannot receive. Neither pipeline truncates: the Rust library truncates
+pairs in quadratic time, so `Encoding` cuts what the engine returns.
+
+References: Hugging Face `tokenizers` documentation (normalizers.BertNormalizer,
+pre_tokenizers.BertPreTokenizer, models.WordPiece); google-research/bert `tokenization.py`.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Sequence
+
+from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers
+
+from bertkit.tokenizer.chunks import CHUNK_PATH_MIN_CHARS, chunk_pieces, encode_ascii
+from bertkit.tokenizer.encoding import Piece
+from bertkit.tokenizer.google import MAX_INPUT_CHARS_PER_WORD, FullTokenizer
+from bertkit.tokenizer.vocab import UNK
+
+MAX_TEXT_CHARS = 1_000_000
+"""Longest text one call accepts. Bounds time (~1 s on the Rust path, a few seconds in Python) and
+memory (offset tracking costs ~100 bytes per character); longer text raises."""
+
+HAZARD_RANGES: tuple[tuple[int, int], ...] = (
+    (0x03A3, 0x03A3), (0x061D, 0x061D), (0x07FD, 0x07FD), (0x0890, 0x0891), (0x0898, 0x089F),
+    (0x08CA, 0x08E2), (0x09FD, 0x09FE), (0x0A76, 0x0A76), (0x0AFA, 0x0AFF), (0x0B55, 0x0B55),
+    (0x0C04, 0x0C04), (0x0C3C, 0x0C3C), (0x0C77, 0x0C77), (0x0C84, 0x0C84), (0x0D00, 0x0D00),
+    (0x0D3B, 0x0D3C), (0x0D81, 0x0D81), (0x0EBA, 0x0EBA), (0x166D, 0x166D), (0x1734, 0x1734),
+    (0x180F, 0x180F), (0x1885, 0x1886), (0x1ABF, 0x1ACE), (0x1B7D, 0x1B7E), (0x1C89, 0x1C89),
+    (0x1DF6, 0x1DFB), (0x2E43, 0x2E4F), (0x2E52, 0x2E5D), (0xA7CB, 0xA7CC), (0xA7CE, 0xA7CE),
+    (0xA7D2, 0xA7D2), (0xA7D4, 0xA7D4), (0xA7DA, 0xA7DA), (0xA7DC, 0xA7DC), (0xA82C, 0xA82C),
+    (0xA8C5, 0xA8C5), (0xA8FF, 0xA8FF), (0xA9BD, 0xA9BD), (0xD800, 0xF8FF), (0x10D24, 0x10D27),
+    (0x10D50, 0x10D65), (0x10EAB, 0x10EAD), (0x10F46, 0x10F50), (0x10F55, 0x10F59),
+    (0x10F82, 0x10F89), (0x11070, 0x11070), (0x11073, 0x11074), (0x110C2, 0x110C2),
+    (0x110CD, 0x110CD), (0x111C9, 0x111C9), (0x111CF, 0x111CF), (0x1123E, 0x1123E),
+    (0x1133B, 0x1133B), (0x11438, 0x1143F), (0x11442, 0x11444), (0x11446, 0x11446),
+    (0x1144B, 0x1144F), (0x1145A, 0x1145B), (0x1145D, 0x1145E), (0x11660, 0x1166C),
+    (0x116B9, 0x116B9), (0x1182F, 0x11837), (0x11839, 0x1183B), (0x11938, 0x11938),
+    (0x1193B, 0x1193C), (0x1193E, 0x1193E), (0x11943, 0x11946), (0x119D4, 0x119D7),
+    (0x119DA, 0x119DB), (0x119E0, 0x119E0), (0x119E2, 0x119E2), (0x11A01, 0x11A0A),
+    (0x11A33, 0x11A38), (0x11A3B, 0x11A47), (0x11A51, 0x11A56), (0x11A59, 0x11A5B),
+    (0x11A8A, 0x11A96), (0x11A98, 0x11A9C), (0x11A9E, 0x11AA2), (0x11C30, 0x11C36),
+    (0x11C38, 0x11C3D), (0x11C3F, 0x11C3F), (0x11C41, 0x11C45), (0x11C70, 0x11C71),
+    (0x11C92, 0x11CA7), (0x11CAA, 0x11CB0), (0x11CB2, 0x11CB3), (0x11CB5, 0x11CB6),
+    (0x11D31, 0x11D36), (0x11D3A, 0x11D3A), (0x11D3C, 0x11D3D), (0x11D3F, 0x11D45),
+    (0x11D47, 0x11D47), (0x11D90, 0x11D91), (0x11D95, 0x11D95), (0x11D97, 0x11D97),
+    (0x11EF3, 0x11EF4), (0x11EF7, 0x11EF8), (0x11FFF, 0x11FFF), (0x12FF1, 0x12FF2),
+    (0x13430, 0x13438), (0x16E97, 0x16E9A), (0x16EA0, 0x16EB8), (0x16F4F, 0x16F4F),
+    (0x16FE2, 0x16FE2), (0x16FE4, 0x16FE4), (0x1CF00, 0x1CF2D), (0x1CF30, 0x1CF46),
+    (0x1E000, 0x1E006), (0x1E008, 0x1E018), (0x1E01B, 0x1E021), (0x1E023, 0x1E024),
+    (0x1E026, 0x1E02A), (0x1E130, 0x1E136), (0x1E2AE, 0x1E2AE), (0x1E2EC, 0x1E2EF),
+    (0x1E944, 0x1E94A), (0x1E95E, 0x1E95F), (0x2B820, 0x2B91F), (0xF0000, 0x10FFFF),
+)
+"""Code points where the Rust pipeline and Google's code disagree: mostly private use (E000-F8FF,
+planes 15-16), the CJK Extension C tail 2B820-2B91F and characters whose category changed between
+Unicode versions; plus U+03A3 (final sigma) and the surrogates."""
+_HAZARD_RE = re.compile("[" + "".join(f"\\U{a:08x}-\\U{b:08x}" for a, b in HAZARD_RANGES) + "]")
+
+
+def needs_google_path(text: str) -> bool:
+    """True when the Rust pipeline could differ from Google's code on `text` (never for ASCII)."""
+    return not text.isascii() and _HAZARD_RE.search(text) is not None
+
+
+def bert_normalizer(do_lower_case: bool) -> normalizers.Normalizer:
+    """The Rust pipeline's text cleaning, CJK spacing and (uncased) lower-casing and accent stripping."""
+    # Google couples accent stripping to lower-casing; say so explicitly rather than rely on the default.
+    return normalizers.BertNormalizer(
+        clean_text=True, handle_chinese_chars=True, strip_accents=do_lower_case, lowercase=do_lower_case
+    )
+
+
+def _rust_pipeline(vocab: dict[str, int], normalizer: normalizers.Normalizer | None) -> Tokenizer:
+    """WordPiece over `vocab`; with a normalizer, also BERT's pre-tokenizer (the full pipeline)."""
+    pipeline = Tokenizer(models.WordPiece(
+        vocab, unk_token=UNK, max_input_chars_per_word=MAX_INPUT_CHARS_PER_WORD, continuing_subword_prefix="##",
+    ))
+    if normalizer is not None:
+        pipeline.normalizer = normalizer
+        pipeline.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    pipeline.decoder = decoders.WordPiece(prefix="##", cleanup=False)
+    return pipeline
+
+
+class Engine:
+    """Google's rules over one vocabulary: the Rust pipeline, the chunk path and Google's code in Python.
+
+    Immutable and safe to share between threads.
+    """
+
+    def __init__(self, vocab: dict[str, int], do_lower_case: bool) -> None:
+        self.do_lower_case = do_lower_case
+        self.pipeline = _rust_pipeline(vocab, bert_normalizer(do_lower_case))
+        self.wordpiece = _rust_pipeline(vocab, None)  # for the words of the chunk path
+        self.google = FullTokenizer(vocab, do_lower_case, UNK)
+
+    def encode(self, texts: Sequence[str]) -> list[Piece]:
+        """Each text encoded alone: ids, offsets and word ids, no specials, never truncated."""
+        return self._each(
+            texts,
+            lambda batch: chunk_pieces(self.pipeline, self.wordpiece, batch, self.do_lower_case),
+            lambda batch: self.pipeline.encode_batch(batch, add_special_tokens=False),
+            self.google.encode,
+        )
+
+    def encode_ids(self, texts: Sequence[str]) -> list[list[int]]:
+        """Each text's token ids, no specials, never truncated."""
+        return self._each(
+            texts,
+            lambda batch: encode_ascii(self.wordpiece, batch, self.do_lower_case),
+            lambda batch: [e.ids for e in self.pipeline.encode_batch_fast(batch, add_special_tokens=False)],
+            lambda text: self.google.encode(text).ids,
+        )
+
+    def decode(self, tokens: list[str]) -> str:
+        """Tokens joined by spaces, `##` continuations glued to their word."""
+        return self.pipeline.decoder.decode(tokens)
+
+    def _each(self, texts: Sequence[str], chunk_path: Callable[[list[str]], list], rust_path: Callable[[list[str]], list],
+              google_path: Callable[[str], object]) -> list:
+        """Each text's result by its way: the ASCII texts of a batch of at least `CHUNK_PATH_MIN_CHARS`
+        characters by `chunk_path`, texts the Rust pipeline gets wrong by `google_path`, the rest by
+        `rust_path` (the two batch paths in one call each)."""
+        chunk, rest = [], range(len(texts))
+        if sum(map(len, texts)) >= CHUNK_PATH_MIN_CHARS:
+            chunk = [i for i in rest if texts[i].isascii()]
+            rest = [i for i in rest if not texts[i].isascii()]
+        google = [i for i in rest if needs_google_path(texts[i])]
+        rust = [i for i in rest if not needs_google_path(texts[i])] if google else rest
+        out: list = [None] * len(texts)
+        for indices, results in ((chunk, chunk_path([texts[i] for i in chunk])),
+                                 (rust, rust_path([texts[i] for i in rust])),
+                                 (google, [google_path(texts[i]) for i in google])):
+            for i, result in zip(indices, results):
+                out[i] = result
+        return out

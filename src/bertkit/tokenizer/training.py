@@ -1,0 +1,167 @@
+"""Learning a WordPiece vocabulary from text files, streamed as `bertkit data pretraining` reads them.
+
+`train_vocabulary` runs the `tokenizers` WordPiece trainer over the lines of plain or gzip files
+and returns the tokens in id order: [PAD], [UNK], [CLS], [SEP], [MASK], the alphabet, the learned
+pieces, never more than `vocab_size`.
+
+Design decision: files are read by `bertkit.textlines`, the reader data creation uses, with its
+rules (lines cut at MAX_TEXT_CHARS bytes, invalid UTF-8 replaced, binary files skipped, empty
+files named; `strict` raises instead), and words over MAX_INPUT_CHARS_PER_WORD characters are left
+out (they encode as [UNK] and cost the trainer the square of their length). Each is counted in
+`TrainingStats` and logged. The trainer counts words with the Rust normalizer, which differs from
+Google's rules only on the rare characters of `engine.HAZARD_RANGES`; encoding with the result is
+exact.
+
+References: Schuster & Nakajima 2012 (WordPiece); Hugging Face `tokenizers` documentation
+(trainers.WordPieceTrainer).
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+
+from bertkit.errors import BertkitError
+from bertkit.textlines import GZIP_ERRORS, bounded_lines, decode_line, open_binary, unreadable_reason
+from bertkit.tokenizer.engine import MAX_TEXT_CHARS, bert_normalizer
+from bertkit.tokenizer.google import MAX_INPUT_CHARS_PER_WORD, SEPARATORS
+from bertkit.tokenizer.vocab import SPECIAL_TOKENS, UNK
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class TrainingStats:
+    """What `WordPieceTokenizer.train` read, and what it did about bad input (each counted, as
+    `bertkit data pretraining` counts it)."""
+
+    files: int = 0
+    bytes: int = 0
+    """Bytes of (decompressed) text read."""
+    lines: int = 0
+    empty_files: list[str] = field(default_factory=list)
+    skipped_files: dict[str, list[str]] = field(default_factory=dict)
+    """Reason -> files skipped whole (binary, unreadable or corrupt gzip)."""
+    invalid_utf8_lines: int = 0
+    lines_cut: int = 0
+    """Lines over MAX_TEXT_CHARS bytes, cut there."""
+    long_words: int = 0
+    """Words over MAX_INPUT_CHARS_PER_WORD characters, left out (they encode as [UNK])."""
+
+
+def train_vocabulary(files: Sequence[str | Path], vocab_size: int, do_lower_case: bool, min_frequency: int,
+                     limit_alphabet: int, show_progress: bool, strict: bool) -> list[str]:
+    """Tokens in id order learned from `files` (see `WordPieceTokenizer.train` for the arguments)."""
+    paths = [Path(f) for f in files]
+    if not paths:
+        raise BertkitError("no training files given; pass at least one --input file")
+    for p in paths:
+        if not p.is_file():
+            raise BertkitError(f"training file {p} does not exist; check the --input paths")
+    if vocab_size < len(SPECIAL_TOKENS) or min_frequency < 1:
+        raise BertkitError(f"--vocab-size must be >= {len(SPECIAL_TOKENS)} and --min-frequency >= 1 "
+                           f"(got {vocab_size} and {min_frequency})")
+    trainer = trainers.WordPieceTrainer(
+        vocab_size=vocab_size, min_frequency=min_frequency, special_tokens=list(SPECIAL_TOKENS),
+        limit_alphabet=min(limit_alphabet, (vocab_size - len(SPECIAL_TOKENS)) // 2),
+        continuing_subword_prefix="##", show_progress=show_progress,
+    )
+    pipeline = Tokenizer(models.WordPiece(unk_token=UNK, max_input_chars_per_word=MAX_INPUT_CHARS_PER_WORD))
+    pipeline.normalizer = bert_normalizer(do_lower_case)
+    pipeline.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    stats = TrainingStats()
+    pipeline.train_from_iterator(_training_lines(paths, stats, strict, _ShortWords(do_lower_case)), trainer=trainer)
+    _report_training(stats)
+    learned = pipeline.get_vocab()
+    tokens = sorted(learned, key=learned.__getitem__)
+    if len(tokens) <= len(SPECIAL_TOKENS):
+        skipped = [f for files in stats.skipped_files.values() for f in files]
+        raise BertkitError(f"no text found in {', '.join(map(str, paths))}; the files are empty, "
+                           f"{'binary (skipped: ' + ', '.join(skipped) + '), ' if skipped else ''}"
+                           "or hold only whitespace and control characters")
+    return tokens
+
+
+def _training_lines(paths: Sequence[Path], stats: TrainingStats, strict: bool,
+                    words: _ShortWords) -> Iterator[str]:
+    """Lines of text files (.gz read transparently), each at most MAX_TEXT_CHARS bytes, long words left out."""
+    for path in paths:
+        stats.files += 1
+        reason = "empty" if path.stat().st_size == 0 else unreadable_reason(path)
+        if reason == "empty":
+            stats.empty_files.append(str(path))
+        elif reason is not None:
+            if strict:
+                raise BertkitError(f"{path}: {reason}; remove it from --input (or drop --strict to skip it)")
+            stats.skipped_files.setdefault(reason, []).append(str(path))
+        else:
+            yield from _file_lines(path, stats, strict, words)
+
+
+def _file_lines(path: Path, stats: TrainingStats, strict: bool, words: _ShortWords) -> Iterator[str]:
+    try:
+        with open_binary(path) as stream:
+            for lineno, (raw, cut) in enumerate(bounded_lines(stream, MAX_TEXT_CHARS), start=1):
+                text, invalid = decode_line(raw, path, lineno, strict)
+                stats.lines += 1
+                stats.bytes += len(raw)
+                stats.invalid_utf8_lines += invalid
+                stats.lines_cut += cut
+                yield words(text, stats)
+    except GZIP_ERRORS as exc:
+        if strict:
+            raise BertkitError(f"{path}: corrupt gzip data ({exc}); fix or remove the file") from None
+        stats.skipped_files.setdefault("corrupt gzip data (rest of file)", []).append(str(path))
+
+
+# A run of more than MAX_INPUT_CHARS_PER_WORD characters between BERT's word separators: it may hold a
+# word too long for WordPiece.
+_LONG_RUN_RE = re.compile(f"[^{SEPARATORS}]{{{MAX_INPUT_CHARS_PER_WORD + 1},}}")
+
+
+class _ShortWords:
+    """A training line without its words over MAX_INPUT_CHARS_PER_WORD characters (normalized).
+
+    They encode as [UNK], so they have nothing to teach the vocabulary, and the trainer's cost grows
+    with the square of a word's length (one 1M-character word runs for hours). Only runs between
+    separators longer than the cap are looked at, by the Rust normalizer and pre-tokenizer the
+    trainer uses; the rest of the line is left as it is.
+    """
+
+    def __init__(self, do_lower_case: bool) -> None:
+        self.normalizer = bert_normalizer(do_lower_case)
+        self.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+
+    def __call__(self, line: str, stats: TrainingStats) -> str:
+        if _LONG_RUN_RE.search(line) is None:
+            return line
+        return _LONG_RUN_RE.sub(lambda run: self._short_words(run.group(), stats), line)
+
+    def _short_words(self, run: str, stats: TrainingStats) -> str:
+        words = [w for w, _ in self.pre_tokenizer.pre_tokenize_str(self.normalizer.normalize_str(run))]
+        kept = [w for w in words if len(w) <= MAX_INPUT_CHARS_PER_WORD]
+        stats.long_words += len(words) - len(kept)
+        return " " + " ".join(kept) + " "
+
+
+def _report_training(stats: TrainingStats) -> None:
+    logger.info("read %d lines (%.1f MB) from %d file(s)", stats.lines, stats.bytes / 1e6, stats.files)
+    if stats.empty_files:
+        logger.warning("%d empty file(s): %s", len(stats.empty_files), ", ".join(stats.empty_files))
+    for reason, files in stats.skipped_files.items():
+        logger.warning("skipped %d file(s), %s: %s (pass --strict to stop instead)", len(files), reason,
+                       ", ".join(files))
+    if stats.invalid_utf8_lines:
+        logger.warning("%d line(s) held bytes that are not UTF-8; they were read with U+FFFD, which "
+                       "BERT's text cleaning drops", stats.invalid_utf8_lines)
+    if stats.lines_cut:
+        logger.warning("%d line(s) over %s bytes were cut there (as `bertkit data pretraining` cuts them)",
+                       stats.lines_cut, f"{MAX_TEXT_CHARS:,}")
+    if stats.long_words:
+        logger.warning("left out %d word(s) over %d characters: they encode as [UNK]", stats.long_words,
+                       MAX_INPUT_CHARS_PER_WORD)

@@ -1,0 +1,168 @@
+"""The vocabulary on disk: vocab.txt, Hugging Face tokenizer.json and tokenizer_config.json, read,
+checked and written.
+
+Design decision: ids are exactly the file's line numbers (Google's `load_vocab`, lines stripped,
+CRLF accepted), and where Google's loader silently does something harmful the file is refused
+with a message naming the line: an empty line (deleting it would shift every later id), a
+duplicate token (two ids for one string), bytes that are not UTF-8, a missing special token. A
+tokenizer.json is read only for its WordPiece vocabulary and its normalizer's lower-casing.
+Writing gives vocab.txt plus a transformers-compatible tokenizer_config.json, atomically.
+
+References: google-research/bert `tokenization.py` (`load_vocab`); Hugging Face tokenizers'
+tokenizer.json format and transformers' BertTokenizer configuration.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+
+from bertkit.atomic import write_text_atomic
+from bertkit.errors import BertkitError, where
+
+PAD, UNK, CLS, SEP, MASK = "[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"
+SPECIAL_TOKENS: tuple[str, ...] = (PAD, UNK, CLS, SEP, MASK)
+"""Order of the specials at the head of a freshly trained vocabulary (ids 0..4)."""
+VOCAB_FILE = "vocab.txt"
+TOKENIZER_JSON = "tokenizer.json"
+CONFIG_FILE = "tokenizer_config.json"
+
+
+def load(path: str | Path, do_lower_case: bool | None) -> tuple[list[str], bool, str]:
+    """(tokens in id order, do_lower_case, the file read) of a directory holding vocab.txt or
+    tokenizer.json, or of either file. do_lower_case=None reads it from tokenizer_config.json beside
+    the vocabulary, else from tokenizer.json's normalizer, else True."""
+    source = _vocabulary_file(Path(path))
+    if source.suffix == ".json":
+        tokens, json_lower_case = _read_tokenizer_json(source)
+    else:
+        tokens, json_lower_case = _read_vocab(source), None
+    if do_lower_case is None:
+        config_lower_case = _read_do_lower_case(source.parent / CONFIG_FILE)
+        do_lower_case = next((v for v in (config_lower_case, json_lower_case) if v is not None), True)
+    return tokens, do_lower_case, str(source)
+
+
+def save(directory: str | Path, tokens: Sequence[str], do_lower_case: bool) -> Path:
+    """Write vocab.txt and a transformers-compatible tokenizer_config.json; return the directory."""
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    write_text_atomic(directory / VOCAB_FILE, vocab_text(tokens))
+    config = {
+        "tokenizer_class": "BertTokenizer",
+        "do_lower_case": do_lower_case,
+        "strip_accents": None,
+        "tokenize_chinese_chars": True,
+        "unk_token": UNK, "sep_token": SEP, "pad_token": PAD, "cls_token": CLS, "mask_token": MASK,
+    }
+    write_text_atomic(directory / CONFIG_FILE, json.dumps(config, indent=2) + "\n")
+    return directory
+
+
+def vocab_text(tokens: Sequence[str]) -> str:
+    """vocab.txt as `save` writes it: one token per line, LF endings."""
+    return "".join(token + "\n" for token in tokens)
+
+
+def check(tokens: Sequence[str], source: str) -> None:
+    """Reject what Google's loader would silently mis-handle: empty lines, duplicates, no specials."""
+    first_line: dict[str, int] = {}
+    for number, token in enumerate(tokens, 1):
+        if not token:
+            raise BertkitError(f"{where(source, number)}: empty vocabulary line; every line holds one "
+                               "token whose id is its line number - 1, so put a placeholder such as "
+                               "[unused0] there (deleting the line would shift every later id)")
+        if token in first_line:
+            raise BertkitError(f"{where(source, number)}: duplicate token {token!r} (also on line "
+                               f"{first_line[token]}); one token cannot have two ids, so replace one "
+                               "of them with an unused placeholder")
+        first_line[token] = number
+    missing = [t for t in SPECIAL_TOKENS if t not in first_line]
+    if missing:
+        raise BertkitError(f"{source}: vocabulary lacks {', '.join(missing)}; BERT needs "
+                           f"{', '.join(SPECIAL_TOKENS)} (add them as lines of {VOCAB_FILE})")
+
+
+def _vocabulary_file(path: Path) -> Path:
+    """vocab.txt or tokenizer.json: the path itself, or the first of them in the directory."""
+    if not path.exists():
+        raise BertkitError(f"tokenizer path {path} does not exist; pass a directory holding {VOCAB_FILE} or "
+                           f"{TOKENIZER_JSON} (e.g. the output of `bertkit tokenizer train`) or one of those files")
+    if not path.is_dir():
+        return path
+    for name in (VOCAB_FILE, TOKENIZER_JSON):
+        if (path / name).is_file():
+            return path / name
+    raise BertkitError(f"no vocabulary in {path}: it holds neither {VOCAB_FILE} nor {TOKENIZER_JSON}; pass the "
+                       "directory of a BERT tokenizer (e.g. the output of `bertkit tokenizer train`)")
+
+
+def _read_vocab(path: Path) -> list[str]:
+    """vocab.txt lines -> tokens (id = line index), stripped as Google's loader strips them."""
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise BertkitError(f"cannot read vocabulary {path}: {exc.strerror}; pass a directory holding "
+                           f"{VOCAB_FILE} or the path of a {VOCAB_FILE} file") from exc
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = raw[: exc.start].count(b"\n") + 1
+        raise BertkitError(f"{where(path, line)}: vocabulary is not valid UTF-8; re-save it as UTF-8") from exc
+    lines = text.replace("\r\n", "\n").replace("\r", "\n").split("\n")
+    if lines[-1] == "":
+        lines.pop()
+    return [line.strip() for line in lines]
+
+
+def _read_do_lower_case(config_path: Path) -> bool | None:
+    """do_lower_case from tokenizer_config.json, None when the file or the key is absent."""
+    if not config_path.is_file():
+        return None
+    value = _read_json_object(config_path).get("do_lower_case")
+    if value is not None and not isinstance(value, bool):
+        raise BertkitError(f"{config_path}: do_lower_case must be true or false, got {value!r}")
+    return value
+
+
+def _read_json_object(path: Path) -> dict:
+    try:
+        value = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise BertkitError(f"{path}: not readable JSON ({exc}); fix or delete the file") from exc
+    if not isinstance(value, dict):
+        raise BertkitError(f"{path}: not a JSON object; fix or delete the file")
+    return value
+
+
+def _read_tokenizer_json(path: Path) -> tuple[list[str], bool | None]:
+    """(tokens in id order, lower-casing of its normalizer or None) of a Hugging Face tokenizer.json."""
+    spec = _read_json_object(path)
+    model = spec.get("model") or {}
+    if model.get("type") != "WordPiece" or model.get("continuing_subword_prefix", "##") != "##":
+        raise BertkitError(f"{path}: the tokenizer's model is {model.get('type')!r} (prefix "
+                           f"{model.get('continuing_subword_prefix')!r}), not BERT's WordPiece with '##' "
+                           "continuations; bertkit loads only WordPiece vocabularies")
+    vocab = model.get("vocab")
+    ids = sorted(vocab.values()) if isinstance(vocab, dict) and all(type(i) is int for i in vocab.values()) else None
+    if not ids or ids != list(range(len(ids))):
+        raise BertkitError(f"{path}: model.vocab must map each token to a distinct id 0..N-1; the file is not "
+                           "a complete WordPiece tokenizer")
+    extra = [t["content"] for t in spec.get("added_tokens") or [] if vocab.get(t.get("content")) != t.get("id")]
+    if extra:
+        raise BertkitError(f"{path}: added tokens {extra[:5]} are not in model.vocab with the same id; bertkit "
+                           "reads only the WordPiece vocabulary")
+    return sorted(vocab, key=vocab.__getitem__), _normalizer_lower_case(spec.get("normalizer"))
+
+
+def _normalizer_lower_case(normalizer: object) -> bool | None:
+    """Whether a tokenizer.json normalizer lower-cases (None when it has none bertkit knows)."""
+    if not isinstance(normalizer, dict):
+        return None
+    if normalizer.get("type") == "BertNormalizer":
+        return bool(normalizer.get("lowercase", True))
+    if normalizer.get("type") == "Lowercase":
+        return True
+    found = [_normalizer_lower_case(n) for n in normalizer.get("normalizers") or []]  # a Sequence
+    return True if True in found else False if False in found else None
