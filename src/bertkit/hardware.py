@@ -113,8 +113,8 @@ def machine() -> Machine:
 
 @dataclass(frozen=True)
 class Measurements:
-    """The probe's numbers at one model width on the CPU. Rates are GFLOP/s of a (tokens, W) x (W, 4W)
-    dense layer; 0 means the kernel does not run here."""
+    """The probe's numbers at one model width on one CPU thread. Rates are GFLOP/s of a (tokens, W) x
+    (W, 4W) dense layer; 0 means the kernel does not run here."""
 
     width: int
     train: dict[str, float]
@@ -203,19 +203,29 @@ def _faster_precision(rates: dict[str, float], what: str) -> tuple[str, str]:
 # --- the probe ------------------------------------------------------------------------------------
 
 def measure(width: int = DEFAULT_WIDTH) -> Measurements:
-    """Time the candidates at this model width on the CPU (well under a second on 2 idle cores). Leaves
-    the global RNG, autocast and grad modes as they were."""
+    """Time the candidates at this model width on one CPU thread (well under a second on an idle core).
+
+    One thread, because the choices compare kernels, not the machine's parallel scaling, and one thread
+    measures them reliably on a shared machine: there, two OpenMP threads wait for each other at every
+    op whenever one is descheduled, and on this project's busy 2-core VM that made bf16 time slower than
+    fp32 in 2-thread probes that it beats 2-3x on one thread. Leaves the thread count, the global RNG,
+    autocast and grad modes as they were."""
     start = time.perf_counter()
     width = max(64, width)
     generator = torch.Generator().manual_seed(0)
     weight, bias = torch.randn(4 * width, width, generator=generator) / width ** 0.5, torch.zeros(4 * width)
     x = torch.randn(PROBE_TOKENS, width, generator=generator)
     flops = 2 * PROBE_TOKENS * width * 4 * width
-    with torch.autocast("cpu", enabled=False), torch.inference_mode(False):
-        train = {p: flops * 3 / s / 1e9 for p, s in _fastest(_training_steps(x, weight, bias)).items()}
-        with torch.no_grad():
-            inference = {k: flops / s / 1e9 for k, s in _fastest(_inference_calls(x, weight, bias)).items()}
-            attention = _attention_times(width, generator)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        with torch.autocast("cpu", enabled=False), torch.inference_mode(False):
+            train = {p: flops * 3 / s / 1e9 for p, s in _fastest(_training_steps(x, weight, bias)).items()}
+            with torch.no_grad():
+                inference = {k: flops / s / 1e9 for k, s in _fastest(_inference_calls(x, weight, bias)).items()}
+                attention = _attention_times(width, generator)
+    finally:
+        torch.set_num_threads(threads)
     return Measurements(width=width, train=train, linear={p: inference[f"linear {p}"] for p in FLOAT_PRECISIONS},
                         packed={p: inference.get(f"packed {p}", 0.0) for p in FLOAT_PRECISIONS},
                         int8=inference.get("int8", 0.0), attention=attention, seconds=time.perf_counter() - start)
@@ -305,13 +315,15 @@ def quantize_dynamic(module: nn.Module) -> nn.Module:
 
 
 def _attention_times(width: int, generator: torch.Generator) -> dict[str, list[tuple[int, float, float]]]:
+    """SDPA and bmm attention on q, k, v laid out as the model has them: views into one packed Q|K|V."""
     heads = width // 64
     times: dict[str, list[tuple[int, float, float]]] = {}
     for p, dtype in DTYPES.items():
         times[p] = []
         for length in ATTENTION_LENGTHS:
-            q, k, v = (torch.randn(max(1, PROBE_TOKENS // length), heads, length, 64, generator=generator).to(dtype)
-                       for _ in range(3))
+            batch = max(1, PROBE_TOKENS // length)
+            qkv = torch.randn(batch, length, 3 * heads * 64, generator=generator).to(dtype)
+            q, k, v = qkv.view(batch, length, 3, heads, 64).permute(2, 0, 3, 1, 4)  # 3 x (B, A, T, 64)
             best = _fastest({"sdpa": lambda: F.scaled_dot_product_attention(q, k, v),
                              "bmm": lambda: bmm_attention(q, k, v)})
             times[p].append((length, best.get("sdpa", 0.0) * 1e6, best.get("bmm", 0.0) * 1e6))
@@ -338,9 +350,10 @@ def cache_dir() -> Path:
 
 
 def cache_key(width: int, host: Machine | None = None) -> dict:
-    """What a cached measurement must match to be used: the machine (flags aside), the width, the probe."""
+    """What a cached measurement must match to be used: the machine (CPU model, cores, versions), the
+    width and the probe's version. Not the thread count: the probe runs on one thread."""
     fields = dataclasses.asdict(host or machine())
-    del fields["flags"], fields["cuda"]
+    del fields["flags"], fields["cuda"], fields["threads"]
     return {**fields, "width": max(64, width), "probe": PROBE_VERSION}
 
 
@@ -453,16 +466,21 @@ def _log_choice(purpose: str, width: int, reason: str) -> None:
     log.info("precision auto for %s: %s [%s; probe %s]", purpose, reason.split(": ", 1)[1], machine().cpu, source)
 
 
-def matmul_gflops(precision: str, width: int = DEFAULT_WIDTH, purpose: str = "training") -> float:
-    """The measured rate (GFLOP/s) of a dense layer of this width on the CPU in `precision` (fp32, bf16;
-    int8 for inference): what a recipe divides model FLOPs by to estimate step time. Training counts
-    forward + backward under the loop's autocast; inference the faster of F.linear and oneDNN packed."""
+def matmul_gflops(precision: str, width: int = DEFAULT_WIDTH, purpose: str = "training",
+                  threads: int | None = None) -> float:
+    """The rate (GFLOP/s) of a dense layer of this width on the CPU in `precision` (fp32, bf16; int8 for
+    inference) on `threads` threads (default: torch's): what a recipe divides model FLOPs by to estimate
+    step time. Training counts forward + backward under the loop's autocast; inference the faster of
+    F.linear and oneDNN packed. The probe's one-thread rate times the threads: matrix multiplies scale
+    about linearly over idle cores, so on a busy machine this is an upper bound."""
     measured = measurements(width)[0]
     if precision == "int8":
-        return measured.int8
-    if purpose == "training":
-        return measured.train[precision]
-    return max(measured.linear[precision], measured.packed[precision])
+        rate = measured.int8
+    elif purpose == "training":
+        rate = measured.train[precision]
+    else:
+        rate = max(measured.linear[precision], measured.packed[precision])
+    return rate * (threads or torch.get_num_threads())
 
 
 # --- reports: `bertkit doctor` and the benchmarks' header --------------------------------------------
@@ -491,11 +509,12 @@ def summary(width: int = DEFAULT_WIDTH, refresh: bool = False) -> list[str]:
     lines = [f"machine: {machine().line()}",
              "cuda: " + (f"{cuda['device']}, bf16 {'supported' if cuda['bf16'] else 'not supported'}, "
                          f"auto runs {cuda['auto']}" if cuda else "none"),
-             f"probe at width {measured.width} ({PROBE_TOKENS} tokens): {data['source']}, "
+             f"probe at width {measured.width} ({PROBE_TOKENS} tokens, one thread): {data['source']}, "
              f"took {measured.seconds:.2f} s",
-             "GFLOP/s of a dense layer: training fp32 {:.0f}, bf16 {:.0f}; inference fp32 {:.0f}, bf16 {:.0f}, "
-             "int8 {:.0f}".format(measured.train["fp32"], measured.train["bf16"],
-                                  *(matmul_gflops(p, width, "inference") for p in ("fp32", "bf16", "int8")))]
+             "GFLOP/s of a dense layer on one thread: training fp32 {:.0f}, bf16 {:.0f}; inference fp32 {:.0f}, "
+             "bf16 {:.0f}, int8 {:.0f}".format(measured.train["fp32"], measured.train["bf16"],
+                                               *(matmul_gflops(p, width, "inference", threads=1)
+                                                 for p in ("fp32", "bf16", "int8")))]
     for p in FLOAT_PRECISIONS:
         cells = ", ".join(f"{n}: {sdpa:.0f}/{bmm:.0f}" for n, sdpa, bmm in measured.attention[p])
         lines.append(f"attention in {p}, us SDPA/bmm by length: {cells}")
