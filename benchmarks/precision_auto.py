@@ -13,9 +13,10 @@ Issue 14's bar: auto never runs more than 5% slower than the faster of fp32 and 
   bundled corpus padded to the longest, each precision prepared by `bertkit.model.for_inference`, as
   `bertkit predict`/`extract`/`serve` do.
 
-Every variant starts from the same weights and gets the same batches. Rounds alternate the order of the
-variants (the machine may be shared), each variant's time is the median over rounds, and 'auto' is
-compared with the faster of fp32 and bf16 in the same run. The header is `bertkit doctor`'s: the machine,
+Every variant starts from the same weights and gets the same batches. The variants take turns step by
+step (batch by batch), in a rotating order, so a shared machine's load hits all alike; each variant's
+time is the median over rounds, and 'auto' is compared with the faster of fp32 and bf16 in the same run
+(where auto runs the same code as one of them, their difference is the measurement's noise). The header is `bertkit doctor`'s: the machine,
 the probe's numbers and the choices. The probe runs (or is read from the cache) before any timing.
 """
 
@@ -23,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import functools
 import statistics
 import tempfile
 from collections.abc import Callable
@@ -42,17 +44,21 @@ from bertkit.train.loop import resolve_precision
 TOLERANCE = 0.95  # auto must reach 95% of the faster of fp32 and bf16
 
 
-def alternating(runs: dict[str, Callable[[], object]], rounds: int) -> dict[str, float]:
-    """Median seconds of each run over `rounds`, after one warm-up round; the order rotates every round."""
-    names = list(runs)
-    times: dict[str, list[float]] = {name: [] for name in names}
+def alternating(units: dict[str, list[Callable[[], object]]], rounds: int) -> dict[str, float]:
+    """Median over `rounds` (after a warm-up round) of each variant's seconds for its units (steps or
+    batches). The variants take turns unit by unit, in an order that rotates, so load hits all alike."""
+    names = list(units)
+    totals: dict[str, list[float]] = {name: [] for name in names}
     for index in range(rounds + 1):
-        shift = index % len(names)
-        for name in names[shift:] + names[:shift]:
-            elapsed = timed(runs[name])
-            if index:
-                times[name].append(elapsed)
-    return {name: statistics.median(values) for name, values in times.items()}
+        elapsed = dict.fromkeys(names, 0.0)
+        for unit in range(len(units[names[0]])):
+            shift = (index + unit) % len(names)
+            for name in names[shift:] + names[:shift]:
+                elapsed[name] += timed(units[name][unit])
+        if index:
+            for name in names:
+                totals[name].append(elapsed[name])
+    return {name: statistics.median(values) for name, values in totals.items()}
 
 
 def pretraining(model_name: str, steps: int, rounds: int) -> dict[str, float]:
@@ -63,13 +69,14 @@ def pretraining(model_name: str, steps: int, rounds: int) -> dict[str, float]:
     base = BertForPreTraining(preset(model_name, vocab_size=30522)).train()
     auto = resolve_precision("auto", torch.device("cpu"), base)
     print(f"# pre-training {model_name}, 32 x 64, {steps} steps a round: auto runs {auto}")
-    runs = {}
+    units = {}
     for name in ("auto", "fp32", "bf16"):
         model = copy.deepcopy(base)
         optimizer = optimizer_for("bertkit", model)
         autocast = autocast_for(auto if name == "auto" else name)
-        runs[name] = lambda m=model, o=optimizer, a=autocast: timed_round(m, bertkit_step, o, batches, a)
-    return {name: steps / seconds for name, seconds in alternating(runs, rounds).items()}
+        units[name] = [lambda m=model, o=optimizer, a=autocast, b=batch: timed_round(m, bertkit_step, o, [b], a)
+                       for batch in batches]
+    return {name: steps / seconds for name, seconds in alternating(units, rounds).items()}
 
 
 def inference(model_name: str, count: int, rounds: int) -> dict[str, float]:
@@ -81,16 +88,15 @@ def inference(model_name: str, count: int, rounds: int) -> dict[str, float]:
     base = BertModel(preset(model_name, vocab_size=tokenizer.vocab_size)).eval()
     auto = inference_precision("auto", base, torch.device("cpu"))
     print(f"# inference {model_name}, {count} batches of 32 verses a round: auto runs {auto}")
-    runs = {}
+    units = {}
     for name in ("auto", "fp32", "bf16", "int8"):
         model = for_inference(copy.deepcopy(base), name)
 
-        def run(model=model) -> None:
+        def forward(model=model, ids=None, mask=None) -> None:
             with torch.inference_mode():
-                for ids, mask in batches:
-                    model(ids, attention_mask=mask)
-        runs[name] = run
-    return {name: tokens / seconds for name, seconds in alternating(runs, rounds).items()}
+                model(ids, attention_mask=mask)
+        units[name] = [functools.partial(forward, ids=ids, mask=mask) for ids, mask in batches]
+    return {name: tokens / seconds for name, seconds in alternating(units, rounds).items()}
 
 
 def report(title: str, unit: str, rates: dict[str, float]) -> bool:

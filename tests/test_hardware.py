@@ -262,6 +262,15 @@ def test_the_real_probe_measures_every_candidate_and_leaves_no_trace():
     hardware.decide(measured)
 
 
+def test_the_probed_int8_layer_is_quantized():
+    generator = torch.Generator().manual_seed(0)
+    x, weight, bias = torch.randn(16, 64, generator=generator), torch.randn(256, 64, generator=generator), torch.zeros(256)
+    with torch.no_grad():
+        fast, exact = hardware._int8_call(x, weight, bias)(), torch.nn.functional.gelu(torch.nn.functional.linear(x, weight, bias))
+    assert not torch.equal(fast, exact)  # it ran the int8 kernel, not the fp32 layer
+    torch.testing.assert_close(fast, exact, atol=0.1 * exact.abs().max().item(), rtol=0.0)
+
+
 def test_machine_description():
     host = hardware.machine()
     assert host.cores >= 1 and host.threads == torch.get_num_threads() and host.torch == torch.__version__

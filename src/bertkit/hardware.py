@@ -49,7 +49,7 @@ from bertkit.errors import BertkitError
 
 log = logging.getLogger(__name__)
 
-PROBE_VERSION = 1
+PROBE_VERSION = 2  # bumped when what the probe measures changes: older cache files are then stale
 BF16_MIN_SPEEDUP = 1.2  # bf16 is chosen only when clearly faster than fp32
 DEFAULT_WIDTH = 768  # bert-base: the width probed when no model is given
 PROBE_TOKENS = 256  # rows of the probe's dense layer; tokens per attention call
@@ -298,15 +298,15 @@ def _int8_call(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor) -> Cal
     layer = nn.utils.skip_init(nn.Linear, weight.shape[1], weight.shape[0])  # no draw from the global RNG
     layer.weight.data.copy_(weight)
     layer.bias.data.copy_(bias)
-    quantized = quantize_dynamic(layer)
+    quantized = quantize_dynamic(nn.Sequential(layer))  # a module's children are swapped, not the module
     return lambda: F.gelu(quantized(x))
 
 
 def quantize_dynamic(module: nn.Module) -> nn.Module:
-    """`module` with its nn.Linear layers replaced, in place, by dynamically quantized int8 ones (int8
-    weights per output channel, activations quantized per call); a bare nn.Linear comes back swapped.
-    torch.ao's eager quantization is marked deprecated in favour of torchao, which is not a bertkit
-    dependency; its warnings are hushed."""
+    """`module` with the nn.Linear layers inside it replaced, in place, by dynamically quantized int8
+    ones (int8 weights per output channel, activations quantized per call). torch.ao's eager
+    quantization is marked deprecated in favour of torchao, which is not a bertkit dependency; its
+    warnings are hushed."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         from torch.ao.quantization import per_channel_dynamic_qconfig
