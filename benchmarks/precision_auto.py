@@ -14,7 +14,7 @@ Issue 14's bar: auto never runs more than 5% slower than the faster of fp32 and 
   `bertkit predict`/`extract`/`serve` do.
 
 Every variant starts from the same weights and gets the same batches. The variants take turns step by
-step (batch by batch), in a rotating order, so a shared machine's load hits all alike; each variant's
+step (batch by batch), going through every order, so a shared machine's load hits all alike; each variant's
 time is the median over rounds, and 'auto' is compared with the faster of fp32 and bf16 in the same run
 (where auto runs the same code as one of them, their difference is the measurement's noise). The header is `bertkit doctor`'s: the machine,
 the probe's numbers and the choices. The probe runs (or is read from the cache) before any timing.
@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import copy
 import functools
+import itertools
 import statistics
 import tempfile
 from collections.abc import Callable
@@ -46,14 +47,15 @@ TOLERANCE = 0.95  # auto must reach 95% of the faster of fp32 and bf16
 
 def alternating(units: dict[str, list[Callable[[], object]]], rounds: int) -> dict[str, float]:
     """Median over `rounds` (after a warm-up round) of each variant's seconds for its units (steps or
-    batches). The variants take turns unit by unit, in an order that rotates, so load hits all alike."""
+    batches). The variants take turns unit by unit, going through every order in turn, so load (and
+    whatever one variant leaves in the caches for the next) hits all alike."""
     names = list(units)
+    orders = itertools.cycle(itertools.permutations(names))
     totals: dict[str, list[float]] = {name: [] for name in names}
     for index in range(rounds + 1):
         elapsed = dict.fromkeys(names, 0.0)
         for unit in range(len(units[names[0]])):
-            shift = (index + unit) % len(names)
-            for name in names[shift:] + names[:shift]:
+            for name in next(orders):
                 elapsed[name] += timed(units[name][unit])
         if index:
             for name in names:

@@ -96,6 +96,17 @@ def test_inference_compares_the_faster_kernel_of_each_precision():
     assert chosen.packed_linear == ("bf16",)
 
 
+@pytest.mark.parametrize(("speedup", "taken"), [(1.1, True), (1.09, False), (0.9, False)])
+def test_a_fast_path_needs_1_1x(speedup, taken):
+    m = dataclasses.replace(profile("amd-epyc"), linear={"fp32": 100.0, "bf16": 100.0},
+                            packed={"fp32": 100.0 * speedup, "bf16": 100.0},
+                            attention={p: [(n, 100.0 * speedup, 100.0) for n in hardware.ATTENTION_LENGTHS]
+                                       for p in ("fp32", "bf16")})
+    chosen = hardware.decide(m)
+    assert chosen.packed(torch.float32) is taken and not chosen.packed(torch.bfloat16)
+    assert chosen.bmm(torch.bfloat16, 100) is taken
+
+
 def test_a_kernel_that_does_not_run_here_is_never_chosen():
     m = dataclasses.replace(profile("amd-epyc"), packed={"fp32": 0.0, "bf16": 0.0},
                             attention={p: [(n, 100.0, 0.0) for n in hardware.ATTENTION_LENGTHS] for p in ("fp32", "bf16")})
@@ -152,8 +163,8 @@ def test_intel_profile_keeps_the_model_on_the_eager_path(use_profile, monkeypatc
         with torch.inference_mode():
             outputs[name] = model(ids).last_hidden_state
             half(ids)
-    # Intel: only the bf16 forward's 8 dense layers are packed; AMD: both forwards', and bf16 bmm attention
-    assert counts == {"linear": 8 + 16, "bmm_attention": 2}
+    # Intel: no dense layer packed, no bmm attention; AMD: both forwards' 8 dense layers, bf16 bmm attention
+    assert counts == {"linear": 16, "bmm_attention": 2}
     torch.testing.assert_close(outputs["intel-xeon-no-amx"], outputs["amd-epyc"], atol=1e-5, rtol=1e-5)
 
 

@@ -11,7 +11,7 @@ lengths. The numbers are cached per machine (CPU model, cores, torch threads, to
 versions, probe version) in the user's cache directory; a corrupt or stale file is ignored and
 rewritten. `decide` turns numbers into choices and is a pure function, so its rules are tested with
 injected timings: bf16 only when it is at least 1.2x fp32; a kernel fast path only where it measured
-faster. CUDA is not probed: bf16 where the GPU supports it.
+at least 1.1x faster. CUDA is not probed: bf16 where the GPU supports it.
 
 Every layer of bertkit imports this module, so it imports only torch: the probe times torch's kernels
 itself (the same calls bertkit.model.cpu makes; tests/test_hardware.py checks they agree).
@@ -51,8 +51,9 @@ log = logging.getLogger(__name__)
 
 PROBE_VERSION = 2  # bumped when what the probe measures changes: older cache files are then stale
 BF16_MIN_SPEEDUP = 1.2  # bf16 is chosen only when clearly faster than fp32
+FAST_PATH_MIN_SPEEDUP = 1.1  # a kernel fast path too: near-ties stay on PyTorch's default, stable across probes
 DEFAULT_WIDTH = 768  # bert-base: the width probed when no model is given
-PROBE_TOKENS = 256  # rows of the probe's dense layer; tokens per attention call
+PROBE_TOKENS = 128  # rows of the probe's dense layer; tokens of attention at each length
 ATTENTION_LENGTHS = (32, 64, 128, 256, 512)
 MIN_ROUNDS, MAX_ROUNDS, EXTRA_ROUNDS_S = 3, 10, 0.2  # timed runs of each candidate; time for more when busy
 FLOAT_PRECISIONS = ("fp32", "bf16")
@@ -126,7 +127,8 @@ class Measurements:
     int8: float
     """Inference forward with dynamic int8 quantization (torch.ao quantize_dynamic), then GELU."""
     attention: dict[str, list[tuple[int, float, float]]]
-    """precision -> [(length, SDPA microseconds, bmm microseconds)], W/64 heads, PROBE_TOKENS tokens."""
+    """precision -> [(length, SDPA microseconds, bmm microseconds)]: W/64 heads of 64, PROBE_TOKENS tokens
+    of sequences of that length, one call each."""
     seconds: float
     """How long the probe took."""
 
@@ -155,9 +157,9 @@ class Choices:
     train_precision: str
     inference_precision: str
     packed_linear: tuple[str, ...]
-    """Precisions in which oneDNN with a packed weight beat F.linear."""
+    """Precisions in which oneDNN with a packed weight beat F.linear (by FAST_PATH_MIN_SPEEDUP)."""
     bmm_attention: dict[str, tuple[int, ...]]
-    """precision -> the probed lengths at which batched matmul attention beat SDPA."""
+    """precision -> the probed lengths at which batched matmul attention beat SDPA (likewise)."""
     reasons: tuple[str, ...]
 
     def packed(self, dtype: torch.dtype) -> bool:
@@ -178,14 +180,15 @@ def decide(m: Measurements) -> Choices:
     inference = {p: max(m.linear[p], m.packed[p]) for p in FLOAT_PRECISIONS}
     train, train_reason = _faster_precision(m.train, f"{m.width}-wide dense layer, forward + backward")
     served, served_reason = _faster_precision(inference, f"{m.width}-wide dense layer at inference")
-    packed = tuple(p for p in FLOAT_PRECISIONS if m.packed[p] > m.linear[p])
-    bmm = {p: tuple(n for n, sdpa, batched in m.attention[p] if 0 < batched < sdpa) for p in FLOAT_PRECISIONS}
+    packed = tuple(p for p in FLOAT_PRECISIONS if m.packed[p] >= FAST_PATH_MIN_SPEEDUP * m.linear[p] > 0)
+    bmm = {p: tuple(n for n, sdpa, batched in m.attention[p] if 0 < FAST_PATH_MIN_SPEEDUP * batched <= sdpa)
+           for p in FLOAT_PRECISIONS}
     reasons = [f"training: {train_reason}", f"inference: {served_reason}"]
     for p in FLOAT_PRECISIONS:
-        verdict = "taken" if p in packed else "not taken"
+        verdict = "taken" if p in packed else f"not taken, needs {FAST_PATH_MIN_SPEEDUP}x"
         reasons.append(f"packed oneDNN linear in {p}: {verdict} ({m.packed[p]:.0f} vs F.linear {m.linear[p]:.0f} GFLOP/s)")
         reasons.append(f"bmm attention in {p}: " + (f"taken near {', '.join(map(str, bmm[p]))} tokens, where it beat SDPA"
-                                                    if bmm[p] else "not taken (SDPA was faster at every probed length)"))
+                                                    if bmm[p] else "not taken (not 1.1x faster than SDPA at any probed length)"))
     if m.int8 > 0:
         reasons.append(f"int8 (opt-in, --precision int8): {m.int8:.0f} GFLOP/s, "
                        f"{m.int8 / max(inference.values()):.2f}x the faster float precision")
@@ -315,17 +318,20 @@ def quantize_dynamic(module: nn.Module) -> nn.Module:
 
 
 def _attention_times(width: int, generator: torch.Generator) -> dict[str, list[tuple[int, float, float]]]:
-    """SDPA and bmm attention on q, k, v laid out as the model has them: views into one packed Q|K|V."""
+    """SDPA and bmm attention over PROBE_TOKENS tokens of sequences of each length, one call per sequence
+    as the padding-free encoder makes them, on q, k, v laid out as the model has them (views into one
+    packed Q|K|V)."""
     heads = width // 64
     times: dict[str, list[tuple[int, float, float]]] = {}
     for p, dtype in DTYPES.items():
         times[p] = []
         for length in ATTENTION_LENGTHS:
-            batch = max(1, PROBE_TOKENS // length)
-            qkv = torch.randn(batch, length, 3 * heads * 64, generator=generator).to(dtype)
-            q, k, v = qkv.view(batch, length, 3, heads, 64).permute(2, 0, 3, 1, 4)  # 3 x (B, A, T, 64)
-            best = _fastest({"sdpa": lambda: F.scaled_dot_product_attention(q, k, v),
-                             "bmm": lambda: bmm_attention(q, k, v)})
+            sequences = []
+            for _ in range(max(1, PROBE_TOKENS // length)):
+                qkv = torch.randn(1, length, 3 * heads * 64, generator=generator).to(dtype)
+                sequences.append(qkv.view(1, length, 3, heads, 64).permute(2, 0, 3, 1, 4))  # 3 x (1, A, T, 64)
+            best = _fastest({"sdpa": lambda s=sequences: [F.scaled_dot_product_attention(*qkv) for qkv in s],
+                             "bmm": lambda s=sequences: [bmm_attention(*qkv) for qkv in s]})
             times[p].append((length, best.get("sdpa", 0.0) * 1e6, best.get("bmm", 0.0) * 1e6))
     return times
 
