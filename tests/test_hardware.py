@@ -125,7 +125,7 @@ def test_auto_precision_follows_the_measurements(use_profile):
     assert hardware.auto_precision(cpu_device) == "fp32"
     assert hardware.auto_precision(cpu_device, purpose="inference") == "fp32"
     assert hardware.matmul_gflops("fp32", threads=1) == 65.0 and hardware.matmul_gflops("bf16", threads=1) == 38.0
-    assert hardware.matmul_gflops("bf16", purpose="inference", threads=2) == 79.0
+    assert hardware.matmul_gflops("bf16", purpose="inference", threads=2) == 77.0  # F.linear: packed is < 1.1x
     assert hardware.matmul_gflops("int8", purpose="inference", threads=1) == 130.0
 
 

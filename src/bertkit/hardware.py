@@ -66,7 +66,8 @@ FLAGS_OF_INTEREST = ("avx2", "fma", "avx512f", "avx512_vnni", "avx512_bf16", "av
 
 @dataclass(frozen=True)
 class Machine:
-    """What the cache is keyed by, and what every benchmark and `bertkit doctor` print first."""
+    """This machine as bertkit sees it: what the cache is keyed by (`cache_key`), and what every benchmark
+    and `bertkit doctor` print first."""
 
     cpu: str
     cores: int
@@ -177,22 +178,32 @@ def _name(dtype: torch.dtype) -> str:
 
 def decide(m: Measurements) -> Choices:
     """The choices that follow from the measurements (pure: tested with injected numbers)."""
-    inference = {p: max(m.linear[p], m.packed[p]) for p in FLOAT_PRECISIONS}
-    train, train_reason = _faster_precision(m.train, f"{m.width}-wide dense layer, forward + backward")
-    served, served_reason = _faster_precision(inference, f"{m.width}-wide dense layer at inference")
     packed = tuple(p for p in FLOAT_PRECISIONS if m.packed[p] >= FAST_PATH_MIN_SPEEDUP * m.linear[p] > 0)
     bmm = {p: tuple(n for n, sdpa, batched in m.attention[p] if 0 < FAST_PATH_MIN_SPEEDUP * batched <= sdpa)
            for p in FLOAT_PRECISIONS}
+    inference = {p: inference_rate(m, p) for p in FLOAT_PRECISIONS}
+    train, train_reason = _faster_precision(m.train, f"{m.width}-wide dense layer, forward + backward")
+    served, served_reason = _faster_precision(inference, f"{m.width}-wide dense layer at inference")
     reasons = [f"training: {train_reason}", f"inference: {served_reason}"]
     for p in FLOAT_PRECISIONS:
         verdict = "taken" if p in packed else f"not taken, needs {FAST_PATH_MIN_SPEEDUP}x"
-        reasons.append(f"packed oneDNN linear in {p}: {verdict} ({m.packed[p]:.0f} vs F.linear {m.linear[p]:.0f} GFLOP/s)")
-        reasons.append(f"bmm attention in {p}: " + (f"taken near {', '.join(map(str, bmm[p]))} tokens, where it beat SDPA"
-                                                    if bmm[p] else "not taken (not 1.1x faster than SDPA at any probed length)"))
+        reasons.append(f"packed oneDNN linear in {p}: {verdict} ({m.packed[p]:.0f} vs F.linear {m.linear[p]:.0f} "
+                       "GFLOP/s)")
+        lengths = ", ".join(map(str, bmm[p]))
+        reasons.append(f"bmm attention in {p}: taken near {lengths} tokens, where it beat SDPA" if bmm[p] else
+                       f"bmm attention in {p}: not taken (not {FAST_PATH_MIN_SPEEDUP}x faster than SDPA at any "
+                       "probed length)")
     if m.int8 > 0:
         reasons.append(f"int8 (opt-in, --precision int8): {m.int8:.0f} GFLOP/s, "
                        f"{m.int8 / max(inference.values()):.2f}x the faster float precision")
     return Choices(train, served, packed, bmm, tuple(reasons))
+
+
+def inference_rate(m: Measurements, precision: str) -> float:
+    """GFLOP/s of the dense layer that inference runs in this float precision: the packed oneDNN call
+    where it wins by FAST_PATH_MIN_SPEEDUP, else F.linear."""
+    packed, linear = m.packed[precision], m.linear[precision]
+    return packed if packed >= FAST_PATH_MIN_SPEEDUP * linear else linear
 
 
 def _faster_precision(rates: dict[str, float], what: str) -> tuple[str, str]:
@@ -476,8 +487,8 @@ def matmul_gflops(precision: str, width: int = DEFAULT_WIDTH, purpose: str = "tr
                   threads: int | None = None) -> float:
     """The rate (GFLOP/s) of a dense layer of this width on the CPU in `precision` (fp32, bf16; int8 for
     inference) on `threads` threads (default: torch's): what a recipe divides model FLOPs by to estimate
-    step time. Training counts forward + backward under the loop's autocast; inference the faster of
-    F.linear and oneDNN packed. The probe's one-thread rate times the threads: matrix multiplies scale
+    step time. Training counts forward + backward under the loop's autocast; inference the kernel it
+    runs (`inference_rate`). The probe's one-thread rate times the threads: matrix multiplies scale
     about linearly over idle cores, so on a busy machine this is an upper bound."""
     measured = measurements(width)[0]
     if precision == "int8":
@@ -485,7 +496,7 @@ def matmul_gflops(precision: str, width: int = DEFAULT_WIDTH, purpose: str = "tr
     elif purpose == "training":
         rate = measured.train[precision]
     else:
-        rate = max(measured.linear[precision], measured.packed[precision])
+        rate = inference_rate(measured, precision)
     return rate * (threads or torch.get_num_threads())
 
 
