@@ -273,6 +273,17 @@ def test_the_real_probe_measures_every_candidate_and_leaves_no_trace():
     hardware.decide(measured)
 
 
+def test_kernels_missing_here_are_measured_as_zero(monkeypatch):
+    """A build or CPU without oneDNN's packed linear or a quantized engine: the probe still answers."""
+    def missing(*args, **kwargs):
+        raise RuntimeError("not on this build")
+    monkeypatch.setattr(torch.ops.mkldnn, "_reorder_linear_weight", missing)
+    monkeypatch.setattr(hardware, "quantize_dynamic", missing)
+    measured = hardware.measure(64)
+    assert measured.packed == {"fp32": 0.0, "bf16": 0.0} and measured.int8 == 0.0
+    assert min(measured.linear.values()) > 0 and not hardware.decide(measured).packed_linear
+
+
 def test_the_probed_int8_layer_is_quantized():
     generator = torch.Generator().manual_seed(0)
     x, weight, bias = torch.randn(16, 64, generator=generator), torch.randn(256, 64, generator=generator), torch.zeros(256)
