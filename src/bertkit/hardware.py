@@ -301,12 +301,17 @@ def _inference_calls(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor) 
 
 
 def _packed_call(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor) -> Callable[[], object]:
-    def run() -> object:
-        return torch.ops.mkldnn._linear_pointwise(x, packed, bias, "gelu", [], "none")
     try:
         packed = torch.ops.mkldnn._reorder_linear_weight(weight)
-    except (RuntimeError, NotImplementedError, AttributeError):
-        packed = weight  # the first call then fails too, and the candidate is left out
+    except (RuntimeError, NotImplementedError, AttributeError) as exc:  # no oneDNN on this build or CPU
+        return _missing(str(exc))
+    return lambda: torch.ops.mkldnn._linear_pointwise(x, packed, bias, "gelu", [], "none")
+
+
+def _missing(reason: str) -> Callable[[], object]:
+    """A candidate that cannot run here: its first call raises, and `_fastest` leaves it out."""
+    def run() -> object:
+        raise RuntimeError(reason)
     return run
 
 
@@ -317,11 +322,7 @@ def _int8_call(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor) -> Cal
     try:
         quantized = quantize_dynamic(nn.Sequential(layer))  # a module's children are swapped, not the module
     except (RuntimeError, NotImplementedError, AssertionError) as exc:  # no quantized engine on this CPU
-        reason = str(exc)
-
-        def missing() -> object:
-            raise RuntimeError(reason)
-        return missing
+        return _missing(str(exc))
     return lambda: F.gelu(quantized(x))
 
 
