@@ -68,8 +68,8 @@ def parse_duration(text: str) -> float:
 @click.option("--optimizer", default="adamw", show_default=True, type=click.Choice(["adamw", "lamb"]),
               help="AdamW, or LAMB for very large batches.")
 @click.option("--precision", default="auto", show_default=True, type=click.Choice(["auto", "fp32", "bf16", "fp16"]),
-              help="auto: bf16 where the hardware has bf16 units (avx512_bf16/AMX CPUs, recent GPUs), else fp32; "
-                   "bf16 autocast (CPU or CUDA); fp16 autocast with a grad scaler (CUDA).")
+              help="auto: the faster of fp32 and bf16 as measured on this machine (`bertkit doctor`; bf16 on GPUs "
+                   "that support it); bf16 autocast (CPU or CUDA); fp16 autocast with a grad scaler (CUDA).")
 @click.option("--dropout", default=None, type=float,
               help="Hidden and attention dropout while pre-training [default: the recipe's: paper the model "
                    "config's (0.1 in the presets), short 0].")

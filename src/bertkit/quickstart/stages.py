@@ -289,7 +289,7 @@ def run_quickstart(cfg: QuickstartConfig, echo: Echo = print) -> dict[str, Any]:
     """Every stage in order; writes quickstart.json, the figures and report.md; returns the summary."""
     cfg.validate()
     started = time.perf_counter()
-    machine = machine_info()  # before any stage can change the process (threads, device state)
+    machine = machine_info(cfg.device)  # before any stage can change the process (threads, device state)
     prepare_output(cfg)
     label_files(cfg)  # a bad --train-examples fails now, not after pre-training
     timings = StageClock(cfg.output / TIMINGS_FILE)
@@ -419,16 +419,15 @@ def summarize(cfg: QuickstartConfig, finetuned: dict[str, dict[str, Any]], fill_
     }
 
 
-def machine_info() -> dict[str, Any]:
-    """What the numbers were measured on."""
+def machine_info(device: str = "auto") -> dict[str, Any]:
+    """What the numbers were measured on, and the precision `auto` runs bert-mini in here."""
     import bertkit
-
+    from bertkit import hardware
+    from bertkit.config import preset
     from bertkit.train.distributed import resolve_device
-    from bertkit.train.loop import resolve_precision
 
-    return {"cpus": os.cpu_count(), "precision": resolve_precision("auto", resolve_device("auto")), "torch_threads": torch.get_num_threads(), "torch": torch.__version__,
-            "python": platform.python_version(), "platform": platform.platform(),
+    precision = hardware.auto_precision(resolve_device(device), preset(MODEL).hidden_size, purpose="training")
+    return {"cpus": os.cpu_count(), "precision": precision, "torch_threads": torch.get_num_threads(),
+            "torch": torch.__version__, "python": platform.python_version(), "platform": platform.platform(),
             "bertkit": getattr(bertkit, "__version__", "unknown"),
             "cuda": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None}
-
-
