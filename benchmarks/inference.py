@@ -2,6 +2,7 @@
 
     python benchmarks/inference.py                      # bert-base shape, fp32 and bf16, varied + full-length
     python benchmarks/inference.py --precision bf16 --batches 20 --rounds 3
+    python benchmarks/inference.py --precision int8 --kind varied   # both sides dynamically quantized
 
 Inputs are batches of 32 real sentences (verses of the bundled King James Bible, in corpus order,
 tokenized with Google's bert-base-uncased vocabulary), padded to the longest in the batch as a
@@ -10,14 +11,15 @@ Both models run the same batch back to back, alternating which goes first, and t
 ratio is reported as a median (robust when the machine is shared). Achieved TFLOP/s counts the
 model's useful FLOPs on real tokens (dense 24*D^2 per token per layer + attention 4*D per token pair)
 against a measured matrix-multiply peak of the same dtype on the same machine (the faster of
-`torch.mm` and oneDNN with a prepacked weight).
+`torch.mm` and oneDNN with a prepacked weight). int8 quantizes the dense layers of both encoders the
+same way (torch.ao dynamic quantization, int8 weights per output channel: `bertkit.hardware.quantize_dynamic`,
+what `--precision int8` runs) and is set against the fp32 peak. The header is `bertkit doctor`'s.
 """
 
 from __future__ import annotations
 
 import argparse
 import gzip
-import platform
 import statistics
 from pathlib import Path
 
@@ -25,14 +27,15 @@ import torch
 import transformers
 from peak import matmul_peak, timed
 
+from bertkit import hardware
 from bertkit.assets import kjv_path
 from bertkit.config import preset
 from bertkit.interop.hf import to_hf
-from bertkit.model import BertModel
+from bertkit.model import BertModel, for_inference
 from bertkit.tokenizer import WordPieceTokenizer
 
 VOCAB = Path(__file__).resolve().parents[1] / "tests" / "assets" / "vocab" / "bert-base-uncased"
-DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "int8": torch.float32}  # int8: fp32 activations
 
 
 def sentences() -> list[str]:
@@ -79,8 +82,11 @@ def run(shape: str, precision: str, kind: str, count: int, rounds: int, tokenize
     ours = BertModel(config).eval()
     theirs = transformers.BertModel(transformers.BertConfig(**config.to_dict())).eval()
     theirs.load_state_dict(to_hf(ours.state_dict()))
-    ours.to(DTYPES[precision])
-    theirs.to(DTYPES[precision])
+    ours = for_inference(ours, precision)
+    if precision == "int8":
+        hardware.quantize_dynamic(theirs.encoder)  # every dense layer of the encoder, as bertkit's
+    else:
+        theirs.to(DTYPES[precision])
     batches = (varied_batches if kind == "varied" else full_batches)(tokenizer, texts, count)
     ratios, times = [], {"bertkit": 0.0, "transformers": 0.0}
     tokens = flops = 0.0
@@ -109,7 +115,8 @@ def run(shape: str, precision: str, kind: str, count: int, rounds: int, tokenize
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--shape", default="bert-base", help="model preset")
-    parser.add_argument("--precision", choices=["fp32", "bf16", "both"], default="both")
+    parser.add_argument("--precision", choices=["fp32", "bf16", "int8", "both"], default="both",
+                        help="both: fp32 and bf16")
     parser.add_argument("--kind", choices=["varied", "full", "both"], default="both")
     parser.add_argument("--batches", type=int, default=12, help="batches of 32 per measurement")
     parser.add_argument("--rounds", type=int, default=2, help="passes over the batches")
@@ -118,8 +125,8 @@ def main() -> None:
     texts = sentences()
     precisions = ["fp32", "bf16"] if args.precision == "both" else [args.precision]
     kinds = ["varied", "full"] if args.kind == "both" else [args.kind]
-    print(f"# {platform.processor() or platform.machine()}, {torch.get_num_threads()} threads, "
-          f"torch {torch.__version__}, transformers {transformers.__version__}, shape {args.shape}")
+    print(hardware.header(preset(args.shape).hidden_size))
+    print(f"# transformers {transformers.__version__}, shape {args.shape}")
     peaks = {p: matmul_peak(DTYPES[p]) for p in precisions}
     print("| precision | batches | fill | bertkit tok/s | transformers tok/s | ratio (median) | bertkit TFLOP/s | "
           "matmul peak TFLOP/s | % of peak |")

@@ -42,6 +42,7 @@ import torch
 import transformers
 from peak import matmul_peak, timed
 
+from bertkit import hardware
 from bertkit.assets import kjv_path
 from bertkit.config import preset
 from bertkit.data import PretrainingDataOptions, PretrainingDataset, build_pretraining_data, collate_pretraining
@@ -209,6 +210,8 @@ def main() -> None:
                         help="peak for MFU, e.g. 989 for an H100/H200 SXM in bf16 (default: a measured matmul)")
     parser.add_argument("--child", choices=list(STEPS), help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if not args.child:
+        print(hardware.header(preset(args.model).hidden_size))
     if args.memory:
         memory(args)
         return

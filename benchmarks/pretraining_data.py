@@ -113,8 +113,10 @@ def main() -> None:
     parser.add_argument("--skip-reference", action="store_true", help="only run bertkit (e.g. for a big RSS run)")
     args = parser.parse_args()
 
+    from bertkit import hardware
     from bertkit.tokenizer import WordPieceTokenizer
 
+    print(hardware.header())
     with tempfile.TemporaryDirectory(prefix="bertkit-bench-") as tmp:
         tmp = Path(tmp)
         one_copy = make_corpus(tmp, 3.0)

@@ -115,6 +115,9 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1, help="server torch threads")
     parser.add_argument("--max-batch-size", type=int, default=32)
     args = parser.parse_args()
+    from bertkit import hardware
+
+    print(hardware.header())
 
     with tempfile.TemporaryDirectory() as scratch:
         model = args.model or build_model(Path(scratch) / "model", args.preset)

@@ -20,6 +20,7 @@ PACKAGE = SRC / "bertkit"
 FORBIDDEN = {
     "errors": {"*"},
     "atomic": {"*"},
+    "hardware": {"*"},
     "config": {"*"},
     "textlines": {"*"},
     "tokenizer": {"data", "model", "tasks", "train", "serve", "interop", "cli"},
@@ -28,7 +29,7 @@ FORBIDDEN = {
     "data": {"model", "train", "tasks", "serve", "cli"},
     "serve": {"train", "cli"},
 }
-ALLOWED_ANYWHERE = {"errors", "atomic"}
+ALLOWED_ANYWHERE = {"errors", "atomic", "hardware"}  # hardware: the measured precision/kernel choices
 
 
 def _module_name(path: Path) -> str:

@@ -34,7 +34,7 @@ import torch
 from bertkit.config import BertConfig
 from bertkit.data.textfile import read_text
 from bertkit.errors import BertkitError, where
-from bertkit.model import BertModel, inference_dtype
+from bertkit.model import BertModel, check_inference_precision, for_inference
 from bertkit.serve.batching import length_sorted_batches, pad_features
 from bertkit.serve.pooling import choose_pooling, read_sentence_transformers, sentence_vectors
 from bertkit.tokenizer import WordPieceTokenizer
@@ -82,7 +82,8 @@ def extract_features(model_dir: str | Path, input_path: str | Path, output_path:
     (`pooling` None means "auto": a sentence-transformers directory's own pooling, else [CLS]).
     `layers` None means -1,-2,-3,-4 for .jsonl and -1 for .npy; `max_seq_length` None the directory's
     sentence-transformers length, else 128; `tokenizer` None the model directory's vocabulary.
-    `precision` "bf16" runs the encoder in bf16 (faster on CPUs with bf16 units; values within bf16 rounding)."""
+    `precision` is an inference precision (`bertkit.model.for_inference`): fp32, bf16 (values within bf16
+    rounding), int8 (encoder layers quantized) or auto (the faster of fp32 and bf16 as measured here)."""
     model_dir, output_path = Path(model_dir), Path(output_path)
     if not model_dir.is_dir():
         raise BertkitError(f"--model {model_dir}: the directory does not exist; pass a checkpoint directory "
@@ -90,11 +91,11 @@ def extract_features(model_dir: str | Path, input_path: str | Path, output_path:
     pooled = _pooled_output(output_path, pooling, normalize)
     sentence = read_sentence_transformers(model_dir)
     modes, normalize = choose_pooling(pooling or "auto", normalize, sentence, "--pooling") if pooled else ((), False)
-    dtype = inference_dtype(precision)
+    check_inference_precision(precision)
     inputs = read_lines(input_path)
     if sentence is not None:
         inputs = [(sentence.prepare(a), None if b is None else sentence.prepare(b, prompt=False)) for a, b in inputs]
-    encoder = BertModel.from_pretrained(model_dir).eval().to(dtype)
+    encoder = for_inference(BertModel.from_pretrained(model_dir), precision)
     vocabulary = _tokenizer(tokenizer or model_dir, encoder.config)
     indices = parse_layers(layers or ("-1" if pooled else "-1,-2,-3,-4"), encoder.config.num_hidden_layers)
     limit = max_seq_length or (sentence and sentence.max_seq_length) or DEFAULT_MAX_SEQ_LENGTH

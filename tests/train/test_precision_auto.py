@@ -1,26 +1,47 @@
-"""precision='auto' picks bf16 exactly where the hardware has bf16 units."""
+"""precision='auto' for training is the measured choice (bertkit.hardware), never read from CPU flags:
+this machine's flags name avx512_bf16 either way, and the answer follows the measurements."""
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 
+import pytest
 import torch
 
+from bertkit import hardware
 from bertkit.train import loop
+from bertkit.train.distributed import DistributedContext
+
+PROFILES = Path(__file__).parents[1] / "assets" / "probe"
 
 
-def test_auto_follows_cpu_bf16_flags(monkeypatch):
+@pytest.fixture
+def use_profile(monkeypatch):
+    def use(name: str) -> None:
+        monkeypatch.setenv("BERTKIT_PROBE_FILE", str(PROFILES / f"{name}.json"))
+        hardware.reset()
+    yield use
+    monkeypatch.undo()
+    hardware.reset()
+
+
+def test_auto_follows_the_measurements_not_the_flags(use_profile):
     cpu = torch.device("cpu")
-    for flags, expected in [("fpu sse avx512f avx512_bf16", "bf16"), ("fpu amx_bf16 amx_tile", "bf16"),
-                            ("fpu sse avx2", "fp32")]:
-        monkeypatch.setattr(Path, "read_text", lambda self, encoding=None, flags=flags: f"flags\t: {flags}\n")
-        assert loop.resolve_precision("auto", cpu) == expected
-    assert loop.resolve_precision("fp32", cpu) == "fp32"
+    use_profile("intel-xeon-no-amx")  # avx512_bf16, but bf16 0.6x fp32
+    assert loop.resolve_precision("auto", cpu) == "fp32"
+    config = loop.TrainConfig(max_steps=1, precision="auto")
+    autocast, scaler = loop._precision(config, DistributedContext(device=cpu), torch.nn.Linear(4, 4))
+    assert autocast is contextlib.nullcontext and scaler is None
+    use_profile("amd-epyc")
+    assert loop.resolve_precision("auto", cpu) == "bf16"
+    assert loop.resolve_precision("fp32", cpu) == "fp32" and loop.resolve_precision("bf16", cpu) == "bf16"
 
 
-def test_auto_is_fp32_when_cpu_flags_cannot_be_read(monkeypatch):
-    def unreadable(self, encoding=None):
-        raise OSError("no /proc here")
-
-    monkeypatch.setattr(Path, "read_text", unreadable)
-    assert loop.resolve_precision("auto", torch.device("cpu")) == "fp32"
+def test_auto_is_measured_at_the_models_width(monkeypatch):
+    asked = []
+    monkeypatch.setattr(hardware, "auto_precision", lambda device, width, purpose: asked.append((width, purpose)) or "fp32")
+    model = torch.nn.Sequential(torch.nn.Linear(256, 1024), torch.nn.Linear(1024, 256), torch.nn.Linear(256, 256))
+    loop.resolve_precision("auto", torch.device("cpu"), model)
+    loop.resolve_precision("auto", torch.device("cpu"))
+    assert asked == [(256, "training"), (hardware.DEFAULT_WIDTH, "training")]

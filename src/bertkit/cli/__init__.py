@@ -24,6 +24,7 @@ from bertkit.errors import BertkitError, Interrupted
 # name -> "module:attribute" of a click command or group.
 COMMANDS: dict[str, str] = {
     "info": "bertkit.cli.checkpoint:info",
+    "doctor": "bertkit.cli.doctor:doctor",
     "convert": "bertkit.cli.checkpoint:convert",
     "tokenizer": "bertkit.cli.tokenizer:tokenizer",
     "data": "bertkit.cli.data:data",
@@ -40,6 +41,7 @@ COMMANDS: dict[str, str] = {
 # One-line summaries, so the top-level --help needs no imports.
 SUMMARIES: dict[str, str] = {
     "info": "Show a checkpoint's config, parameter count and vocabulary.",
+    "doctor": "Show this machine, its measured fp32/bf16/int8 rates, and what --precision auto picks.",
     "convert": "Convert Google's TensorFlow BERT checkpoint to a bertkit/Hugging Face directory.",
     "tokenizer": "Train or inspect a WordPiece vocabulary.",
     "data": "Build pre-training data (MLM + NSP instances) from text.",

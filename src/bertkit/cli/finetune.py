@@ -15,6 +15,7 @@ from typing import Any
 
 import click
 
+from bertkit.cli.inference import INFERENCE_PRECISIONS
 from bertkit.errors import BertkitError
 
 # The names of bertkit.train.optim.SCHEDULES, repeated so that --help does not import torch (a test
@@ -79,9 +80,12 @@ def _common(max_seq_length: int) -> Callable[[Callable], Callable]:
                           "square root."),
         click.option("--weight-decay", default=0.01, show_default=True, type=float,
                      help="AdamW weight decay (not on biases and LayerNorm)."),
+        click.option("--adam-epsilon", default=1e-8, show_default=True, type=float,
+                     help="AdamW epsilon (transformers' default; the original BERT code used 1e-6)."),
         click.option("--dropout", default=0.1, show_default=True, type=float, help="Dropout in the encoder and before the head."),
         click.option("--precision", default="auto", show_default=True, type=click.Choice(["auto", "fp32", "bf16", "fp16"]),
-                     help="auto: bf16 where the hardware supports it, else fp32."),
+                     help="auto: the faster of fp32 and bf16 as measured on this machine (`bertkit doctor`); "
+                          "bf16 on GPUs that support it."),
         click.option("--seeds", default="1", show_default=True,
                      help="Comma-separated seeds; one fine-tuning each, reported each, mean ± std and best."),
         click.option("--early-stopping-patience", default=None, type=int,
@@ -123,7 +127,7 @@ def _run(kind: str, common: dict[str, Any], task_options: dict[str, Any]) -> Non
         feature_layers=_int_list(feature_layers, "--feature-layers") if feature_layers else None, **{
             k: common.pop(k) for k in ("epochs", "max_steps", "eval_every", "save_every", "batch_size",
                                        "gradient_accumulation_steps", "learning_rate", "warmup_ratio",
-                                       "lr_schedule", "weight_decay", "dropout", "precision",
+                                       "lr_schedule", "weight_decay", "adam_epsilon", "dropout", "precision",
                                        "early_stopping_patience", "freeze_encoder", "feature_combine",
                                        "eval_batch_size", "device", "group_by_length", "overwrite")},
         compile=common.pop("compile_layers"), resume=common.pop("resume") == "auto")
@@ -227,14 +231,17 @@ def _inference_options(function: Callable) -> Callable:
 
 @click.command(context_settings={"show_default": True})
 @_inference_options
+@click.option("--precision", type=click.Choice(INFERENCE_PRECISIONS), default="auto",
+              help="auto: the faster of fp32 and bf16 as measured on this machine (`bertkit doctor`); int8: "
+                   "encoder layers quantized, CPU only.")
 def predict(model: str, input_file: str, output: str, text_column: str | None, text_pair_column: str | None,
-            id_column: str | None, batch_size: int, device: str) -> None:
+            id_column: str | None, batch_size: int, device: str, precision: str) -> None:
     """Predict a file with a fine-tuned directory (writes predictions into --output)."""
     from bertkit.tasks.finetune import predict_file
 
     columns = {"text_column": text_column, "text_pair_column": text_pair_column, "id_column": id_column}
     counts = predict_file(model, input_file, output, evaluate=False, batch_size=batch_size, device=device,
-                          columns=columns)
+                          columns=columns, precision=precision)
     skipped = f"; {counts['skipped']} records skipped (listed above)" if counts["skipped"] else ""
     click.echo(f"{counts['examples']} predictions written to {output}{skipped}")
 
@@ -243,13 +250,16 @@ def predict(model: str, input_file: str, output: str, text_column: str | None, t
 @_inference_options
 @click.option("--label-column", default=None,
               help="Classification: column/key of the gold label [default: the one the model was fine-tuned with].")
+@click.option("--precision", type=click.Choice(INFERENCE_PRECISIONS), default="fp32",
+              help="fp32 reproduces the dev scores of fine-tuning exactly; auto, bf16 or int8 score the faster "
+                   "model (e.g. to measure what int8 costs).")
 def evaluate(model: str, input_file: str, output: str, text_column: str | None, text_pair_column: str | None,
-             id_column: str | None, label_column: str | None, batch_size: int, device: str) -> None:
+             id_column: str | None, label_column: str | None, batch_size: int, device: str, precision: str) -> None:
     """Score a fine-tuned directory on a labelled file (eval_results.json + predictions in --output)."""
     from bertkit.tasks.finetune import predict_file
 
     columns = {"text_column": text_column, "text_pair_column": text_pair_column, "label_column": label_column,
                "id_column": id_column}
     metrics = predict_file(model, input_file, output, evaluate=True, batch_size=batch_size, device=device,
-                           columns=columns)
+                           columns=columns, precision=precision)
     click.echo(json.dumps(metrics, indent=2, sort_keys=True))

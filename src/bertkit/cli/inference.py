@@ -14,6 +14,8 @@ from pathlib import Path
 import click
 
 CONTEXT = {"show_default": True}
+# bertkit.model.INFERENCE_PRECISIONS, repeated so that --help does not import torch (a test checks they agree)
+INFERENCE_PRECISIONS = ("auto", "fp32", "bf16", "int8")
 
 
 @click.command(context_settings=CONTEXT)
@@ -39,8 +41,9 @@ CONTEXT = {"show_default": True}
               help="Longest input in tokens, specials included; longer lines are truncated (counted) "
                    "[default: the sentence-transformers directory's, else 128].")
 @click.option("--batch-size", type=click.IntRange(min=1), default=32, help="Lines per forward pass.")
-@click.option("--precision", type=click.Choice(["fp32", "bf16"]), default="fp32",
-              help="bf16: about 2x faster on CPUs with bf16 units (avx512_bf16/AMX), values within bf16 rounding.")
+@click.option("--precision", type=click.Choice(INFERENCE_PRECISIONS), default="auto",
+              help="auto: the faster of fp32 and bf16 as measured on this machine (`bertkit doctor`); bf16 values "
+                   "are within bf16 rounding; int8: encoder layers quantized, CPU only.")
 def extract(model: Path, tokenizer: Path | None, input_path: Path, output: Path, layers: str | None,
             pooling: str | None, normalize: bool | None, max_seq_length: int | None, batch_size: int,
             precision: str) -> None:
@@ -110,8 +113,9 @@ def onnx(model: Path, output: Path, quantize: str | None, sample: Path | None, o
 @click.option("--drain-timeout", type=click.FloatRange(min=0), default=30.0,
               help="Seconds to finish in-flight requests after SIGTERM/SIGINT.")
 @click.option("--threads", type=click.IntRange(min=1), default=None, help="torch CPU threads (default: torch's).")
-@click.option("--precision", type=click.Choice(["fp32", "bf16"]), default="fp32",
-              help="bf16: about 2x faster on CPUs with bf16 units (avx512_bf16/AMX), scores within bf16 rounding.")
+@click.option("--precision", type=click.Choice(INFERENCE_PRECISIONS), default="auto",
+              help="auto: the faster of fp32 and bf16 as measured on this machine (`bertkit doctor`); bf16 scores "
+                   "are within bf16 rounding; int8: encoder layers quantized, CPU only.")
 @click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]), default="info",
               help="Server log level.")
 def serve(model: Path, tokenizer_dir: Path | None, host: str, port: int, api_key: str | None, max_batch_size: int,

@@ -19,11 +19,13 @@ bump versions). So training and inference can interleave. Writes PyTorch does no
 `.data` or a numpy view) need `forget_all()`. It is a second copy of the dense weights (about 170 MB
 for bert-base in bf16). Layers with hooks (pruning, parametrizations) keep the eager path.
 
-Attention in bf16 uses two batched matrix multiplies around a softmax for sequences of 49-192
-tokens, where PyTorch's CPU flash-attention kernel is slower (same machine, 12 heads of 64, per
-call: 64 tokens 124 vs 89 us, 128 tokens 404 vs 219 us, 32 x 128 tokens 13.9 vs 7.2 ms); below and
-above that range the flash kernel is as fast or faster. In fp32 the flash kernel always wins
-(the batched multiplies run on MKL).
+Which of these fast paths run is measured, not fixed: `bertkit.hardware` times oneDNN with a packed
+weight against `F.linear`, and batched-matmul attention (`hardware.bmm_attention`) against PyTorch's
+SDPA at lengths 32-512, per dtype, at the model's width, once per machine (cached), and a fast path is
+taken only where it measured faster. On the 2-core AMD EPYC above, bmm attention won in bf16 at
+about 49-192 tokens (12 heads of 64, per call: 64 tokens 124 vs 89 us, 128 tokens 404 vs 219 us,
+32 x 128 tokens 13.9 vs 7.2 ms) and the packed weight won in both dtypes; on an Intel CPU, where MKL
+uses AVX-512 for fp32, the packed fp32 path may not win, and then `F.linear` runs.
 
 Under bf16 autocast (evaluation during training, `bertkit predict`) the layers compute in bf16 as
 autocast would, from a bf16 packed copy of the weights. Training, other autocast dtypes, CUDA,
@@ -44,6 +46,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from bertkit import hardware
+from bertkit.hardware import bmm_attention as bmm_attention  # re-exported: the kernel bert.py calls
+
 # hidden_act -> (oneDNN post-op, algorithm)
 POST_OPS = {
     "gelu": ("gelu", "none"),  # exact erf GELU
@@ -52,7 +57,6 @@ POST_OPS = {
     "relu": ("relu", ""),
 }
 DTYPES = (torch.float32, torch.bfloat16)
-BMM_ATTENTION_LENGTHS = range(49, 193)  # bf16 sequence lengths where bmm attention beats the flash kernel
 
 _enabled = os.environ.get("BERTKIT_CPU_KERNELS", "1") != "0"
 # nn.Linear -> {compute dtype: (the weight it was packed from, its version then, packed weight)}
@@ -93,12 +97,16 @@ def _inference(x: torch.Tensor) -> bool:
 
 
 def linear_applies(x: torch.Tensor, layer: nn.Linear, activation: str | None = None) -> bool:
-    """Whether `linear` can run this input: the weight has the input's dtype, or bf16 autocast is on, and
-    the layer is a plain nn.Linear without hooks (pruning or parametrizations compute the weight in them)."""
+    """Whether `linear` can run this input and is faster here: the weight has the input's dtype, or bf16
+    autocast is on; the layer is a plain nn.Linear without hooks (pruning or parametrizations compute the
+    weight in them); and the probe measured the packed weight faster than F.linear in that dtype at the
+    layer's width (the smaller of its sizes: the model's hidden size for every encoder layer)."""
     autocast = torch.is_autocast_enabled("cpu")
+    dtype = torch.bfloat16 if autocast else x.dtype
     return (_inference(x) and (activation is None or activation in POST_OPS) and _plain(layer)
             and (layer.weight.dtype == x.dtype or (autocast and layer.weight.dtype in DTYPES))
-            and _onednn_works(torch.bfloat16 if autocast else x.dtype))
+            and _onednn_works(dtype)
+            and hardware.choices(min(layer.in_features, layer.out_features)).packed(dtype))
 
 
 def _plain(layer: nn.Module) -> bool:
@@ -164,18 +172,10 @@ def forget_all() -> None:
 
 
 def bmm_attention_applies(q: torch.Tensor, mask: torch.Tensor | None, dropout_p: float) -> bool:
-    """For (B, A, T, Dh) bf16 queries with no mask and no dropout, of a length where bmm is faster."""
-    return (mask is None and dropout_p == 0.0 and q.dtype == torch.bfloat16 and _inference(q)
-            and q.shape[2] in BMM_ATTENTION_LENGTHS)
-
-
-def bmm_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-    """softmax(q k^T / sqrt(Dh)) v for 3 x (B, A, T, Dh) -> (B, A, T, Dh); softmax accumulates in fp32."""
-    batch, heads, seq_len, head_size = q.shape
-    q = (q * head_size ** -0.5).reshape(batch * heads, seq_len, head_size)
-    scores = torch.bmm(q, k.reshape(batch * heads, seq_len, head_size).transpose(1, 2))  # (BA, T, T)
-    probs = torch.softmax(scores, dim=-1)
-    return torch.bmm(probs, v.reshape(batch * heads, seq_len, head_size)).view(batch, heads, seq_len, head_size)
+    """For (B, A, T, Dh) queries with no mask and no dropout, of a dtype and length where the probe
+    measured `bmm_attention` faster than SDPA at this width (A * Dh)."""
+    return (mask is None and dropout_p == 0.0 and _inference(q)
+            and hardware.choices(q.shape[1] * q.shape[3]).bmm(q.dtype, q.shape[2]))
 
 
 @contextlib.contextmanager

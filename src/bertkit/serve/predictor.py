@@ -35,7 +35,7 @@ from bertkit.data.conll import TaggedSentence
 from bertkit.data.glue import TextExample
 from bertkit.data.squad import SquadExample
 from bertkit.errors import BertkitError
-from bertkit.model import MODEL_CLASSES, BertModel, inference_dtype
+from bertkit.model import MODEL_CLASSES, BertModel, check_inference_precision, for_inference
 from bertkit.serve.batching import run_sorted, trim
 from bertkit.serve.pooling import SentenceSettings, choose_pooling, read_sentence_transformers, sentence_vectors
 from bertkit.tasks.classification import ClassificationTask
@@ -315,10 +315,11 @@ class QuestionAnsweringPredictor(Predictor):
 def load_predictor(directory: str | Path, batch_size: int = 32, precision: str = "fp32",
                    tokenizer_dir: str | Path | None = None) -> Predictor:
     """The predictor for a checkpoint directory (see the module docstring for the choice); `precision`
-    "bf16" casts the weights to bf16 (faster on CPUs with bf16 units, results within bf16 rounding);
+    is an inference precision (`bertkit.model.for_inference`): fp32 exact, bf16 (results within bf16
+    rounding), int8 (encoder layers quantized), or auto (the faster of fp32 and bf16 as measured here);
     `tokenizer_dir` is a tokenizer directory to use instead of the checkpoint's."""
     directory = Path(directory)
-    dtype = inference_dtype(precision)
+    check_inference_precision(precision)
     config = BertConfig.from_json_file(directory / "config.json")
     task = read_task_file(directory)
     tokenizer = WordPieceTokenizer.from_pretrained(directory if tokenizer_dir is None else tokenizer_dir)
@@ -330,23 +331,23 @@ def load_predictor(directory: str | Path, batch_size: int = 32, precision: str =
                            "with it, or serve a model from the default full fine-tuning")
     if kind == "classification":
         settings = task or _classification_defaults(config)
-        return ClassificationPredictor(_load(directory, "BertForSequenceClassification", dtype), tokenizer,
+        return ClassificationPredictor(_load(directory, "BertForSequenceClassification", precision), tokenizer,
                                        ClassificationTask.from_json(settings, source=source), batch_size)
     if kind == "tagging":
         settings = task or {"labels": config.label_names or []}
-        return TaggingPredictor(_load(directory, "BertForTokenClassification", dtype), tokenizer,
+        return TaggingPredictor(_load(directory, "BertForTokenClassification", precision), tokenizer,
                                 TaggingTask.from_json(settings, source=source), batch_size)
     if kind == "squad":
         settings = task or {}
-        return QuestionAnsweringPredictor(_load(directory, "BertForQuestionAnswering", dtype), tokenizer,
+        return QuestionAnsweringPredictor(_load(directory, "BertForQuestionAnswering", precision), tokenizer,
                                           SquadTask.from_json(settings, source=source), batch_size)
     sentence = read_sentence_transformers(directory)  # None unless a sentence-transformers directory
     max_seq_length = int((task or {}).get("max_seq_length", (sentence and sentence.max_seq_length) or 512))
     if kind == "fill-mask":
         architecture = (config.architectures or ["BertForMaskedLM"])[0]
-        return FillMaskPredictor(_load(directory, architecture, dtype), tokenizer, max_seq_length, batch_size,
+        return FillMaskPredictor(_load(directory, architecture, precision), tokenizer, max_seq_length, batch_size,
                                  sentence)
-    return Predictor(_load(directory, "BertModel", dtype), tokenizer, max_seq_length, batch_size, sentence)
+    return Predictor(_load(directory, "BertModel", precision), tokenizer, max_seq_length, batch_size, sentence)
 
 
 def read_task_file(directory: Path) -> dict[str, Any] | None:
@@ -376,7 +377,7 @@ def _classification_defaults(config: BertConfig) -> dict[str, Any]:
     return {"labels": None if regression else config.label_names, "max_seq_length": 512}
 
 
-def _load(directory: Path, architecture: str, dtype: torch.dtype) -> torch.nn.Module:
+def _load(directory: Path, architecture: str, precision: str) -> torch.nn.Module:
     if architecture not in MODEL_CLASSES:
         raise BertkitError(f"{directory}/config.json: unknown architecture {architecture!r}; "
                            f"expected one of {', '.join(MODEL_CLASSES)}")
@@ -385,4 +386,4 @@ def _load(directory: Path, architecture: str, dtype: torch.dtype) -> torch.nn.Mo
     if fresh:
         raise BertkitError(f"{directory}: the checkpoint has no weights for {', '.join(fresh[:4])}; "
                            f"it is not a fine-tuned {architecture} (fine-tune it first)")
-    return model.to(dtype)
+    return for_inference(model, precision)

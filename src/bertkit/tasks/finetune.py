@@ -46,7 +46,7 @@ from torch import nn
 from bertkit.atomic import replace_directory, write_file_atomic, write_text_atomic
 from bertkit.config import PRESETS, BertConfig, preset
 from bertkit.errors import BertkitError, Interrupted
-from bertkit.model import BertModel
+from bertkit.model import BertModel, for_inference
 from bertkit.model.heads import ClassifierOutput, QuestionAnsweringOutput
 from bertkit.data.conll import read_conll
 from bertkit.data.glue import glue_task, read_table
@@ -99,9 +99,12 @@ class FinetuneConfig:
     lr_schedule: str = "linear"
     """linear, cosine, constant-with-warmup or inverse-sqrt (after the warmup)."""
     weight_decay: float = 0.01
+    adam_epsilon: float = 1e-8
+    """AdamW epsilon: 1e-8 as transformers' Trainer (the original BERT optimizer's 1e-6 measured the same on
+    docs/finetuning.md's parity task; pre-training keeps 1e-6)."""
     dropout: float = 0.1
     precision: str = "auto"
-    """auto (bf16 where the hardware has it, else fp32), fp32, bf16 or fp16 (CUDA)."""
+    """auto (the faster of fp32 and bf16 as measured on this machine), fp32, bf16 or fp16 (CUDA)."""
     seeds: tuple[int, ...] = (1,)
     early_stopping_patience: int | None = None
     """Stop a seed after this many evaluations without improvement; None: train all epochs."""
@@ -412,7 +415,8 @@ def _train_config(cfg: FinetuneConfig, seed: int, precision: str, num_train: int
     return TrainConfig(num_epochs=None if cfg.max_steps else cfg.epochs, max_steps=cfg.max_steps,
                        micro_batch_size=micro, gradient_accumulation_steps=cfg.gradient_accumulation_steps,
                        learning_rate=cfg.learning_rate, warmup_ratio=cfg.warmup_ratio,
-                       lr_schedule=cfg.lr_schedule, weight_decay=cfg.weight_decay, precision=precision,
+                       lr_schedule=cfg.lr_schedule, weight_decay=cfg.weight_decay, eps=cfg.adam_epsilon,
+                       precision=precision,
                        seed=seed, eval_every=eval_every, save_every=cfg.save_every or eval_every, keep_last=1,
                        log_every=max(1, min(eval_every, steps_per_epoch) // 10), best_metric=main_metric,
                        early_stopping_patience=cfg.early_stopping_patience)
@@ -428,7 +432,7 @@ def _train_seed(task: Any, cfg: FinetuneConfig, tokenizer: WordPieceTokenizer, t
     directory.mkdir(parents=True, exist_ok=True)
     seed_everything(seed)  # the head's initialisation depends on the seed too
     model = build_model(task, cfg, tokenizer, max_seq_length)
-    precision = resolve_precision(cfg.precision, device)
+    precision = resolve_precision(cfg.precision, device, model)
     run = _SeedRun(task, tokenizer, dev_sets, cfg, directory, device)
     config = _train_config(cfg, seed, precision, len(train_features), task.metric_names[0])
     log.info("seed %d: evaluation every %d steps, precision %s%s", seed, config.eval_every, precision,
@@ -520,7 +524,7 @@ def _remove_run(output: Path) -> None:
 
 # Settings a resumed run must share with the run it continues (others, e.g. --device, may change).
 _RUN_KEYS = ("model", "tokenizer", "epochs", "max_steps", "eval_every", "batch_size", "gradient_accumulation_steps",
-             "learning_rate", "warmup_ratio", "lr_schedule", "weight_decay", "dropout", "freeze_encoder",
+             "learning_rate", "warmup_ratio", "lr_schedule", "weight_decay", "adam_epsilon", "dropout", "freeze_encoder",
              "feature_layers", "feature_combine", "group_by_length", "early_stopping_patience")
 
 
@@ -585,13 +589,15 @@ def _summary(per_seed: dict[int, dict[str, float]], names: tuple[str, ...]) -> d
 
 def predict_file(model_dir: str | Path, input_path: str | Path, output_dir: str | Path, evaluate: bool = False,
                  batch_size: int = 64, device: str = "auto", columns: dict[str, str | None] | None = None,
-                 ) -> dict[str, Any]:
+                 precision: str = "fp32") -> dict[str, Any]:
     """Predict (and with `evaluate`, score) a file with a fine-tuned directory; writes predictions (and
     eval_results.json) into output_dir and returns the counts of examples and skipped records, plus the
     metrics when evaluating. `columns` (text_column, text_pair_column, label_column, id_column) override
-    the saved reading settings of a classification model for this file."""
+    the saved reading settings of a classification model for this file. `precision` is an inference
+    precision (`bertkit.model.for_inference`); fp32 reproduces the dev scores of fine-tuning exactly."""
     torch_device = resolve_device(device)
     task, model, tokenizer = load_finetuned(model_dir, torch_device)
+    model = for_inference(model, precision, torch_device)
     given = {name: value for name, value in (columns or {}).items() if value is not None}
     if given:
         if not isinstance(task, ClassificationTask):

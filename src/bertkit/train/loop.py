@@ -34,6 +34,7 @@ from safetensors.torch import load_model, save_model
 from torch import nn
 from torch.utils.data import Dataset
 
+from bertkit import hardware
 from bertkit.errors import BertkitError, Interrupted
 from bertkit.train import checkpoint as ckpt
 from bertkit.train.batches import EpochBatches, StepBatch
@@ -82,8 +83,8 @@ class TrainConfig:
     optimizer: str = "adamw"
     """adamw or lamb."""
     precision: str = "auto"
-    """auto (bf16 where the hardware has bf16 units, else fp32), fp32, bf16 (autocast, CPU or CUDA) or fp16
-    (autocast + grad scaler, CUDA only)."""
+    """auto (the faster of fp32 and bf16 as measured on this machine; bf16 on CUDA where supported), fp32,
+    bf16 (autocast, CPU or CUDA) or fp16 (autocast + grad scaler, CUDA only)."""
     seed: int = 42
     """Seed of the data order and of every RNG (each rank adds its rank)."""
     shuffle: bool = True
@@ -205,27 +206,25 @@ class _Budget:
         return self.progress(step) >= 1.0
 
 
-def default_precision(device: torch.device) -> str:
-    """bf16 on CUDA GPUs that support it and on CPUs with native bf16 units (avx512_bf16 / AMX), else fp32.
-
-    bf16 matrix multiplies are several times faster than fp32 on such hardware and train BERT as well."""
-    if device.type == "cuda":
-        return "bf16" if torch.cuda.is_bf16_supported() else "fp32"
-    try:
-        flags = Path("/proc/cpuinfo").read_text(encoding="utf-8")
-    except OSError:
-        return "fp32"
-    return "bf16" if ("avx512_bf16" in flags or "amx_bf16" in flags) else "fp32"
+def default_precision(device: torch.device, model: nn.Module | None = None) -> str:
+    """bf16 on CUDA GPUs that support it; on a CPU the faster of fp32 and bf16 for training as measured
+    on this machine at the model's width (bf16 only when >= 1.2x; `bertkit.hardware`), never read from
+    CPU flags: avx512_bf16 has meant 4.7x on one CPU and 0.6x on another."""
+    width = hardware.model_width(model) if model is not None else hardware.DEFAULT_WIDTH
+    return hardware.auto_precision(device, width, purpose="training")
 
 
-def resolve_precision(precision: str, device: torch.device) -> str:
-    """The precision to run: 'auto' becomes default_precision(device)."""
-    return default_precision(device) if precision == "auto" else precision
+def resolve_precision(precision: str, device: torch.device, model: nn.Module | None = None) -> str:
+    """The precision to run: 'auto' becomes default_precision(device, model)."""
+    return default_precision(device, model) if precision == "auto" else precision
 
 
-def _precision(config: TrainConfig, device: torch.device) -> tuple[Callable[[], Any], Any]:
-    """(autocast context factory, grad scaler or None) for the configured precision."""
-    precision = resolve_precision(config.precision, device)
+def _precision(config: TrainConfig, ctx: DistributedContext, model: nn.Module) -> tuple[Callable[[], Any], Any]:
+    """(autocast context factory, grad scaler or None) for the configured precision; under torchrun
+    every rank runs what rank 0 resolved ('auto' measures, and ranks must agree)."""
+    device, precision = ctx.device, config.precision
+    if precision == "auto":
+        precision = broadcast_object(resolve_precision("auto", device, model) if ctx.rank == 0 else None, ctx)
     if precision == "fp32":
         return contextlib.nullcontext, None
     if precision == "bf16":
@@ -304,7 +303,7 @@ def fit(model: nn.Module, loss_fn: LossFn, dataset: Dataset, config: TrainConfig
     output_dir = Path(output_dir)
     save_weights = save_weights or (lambda m, d: save_model(m, str(d / "model.safetensors")))
     load_weights = load_weights or (lambda m, d: load_model(m, str(d / "model.safetensors"), device=str(ctx.device)))
-    autocast, scaler = _precision(config, ctx.device)
+    autocast, scaler = _precision(config, ctx, model)
     model.to(ctx.device).train()
     ckpt.seed_everything(config.seed + ctx.rank)
     state = _State()

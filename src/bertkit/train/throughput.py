@@ -24,8 +24,8 @@ from bertkit.train.optim import build_optimizer
 LossFn = Callable[[nn.Module, Any], "tuple[torch.Tensor, dict[str, float]]"]
 
 
-def _autocast(precision: str, device: torch.device) -> Any:
-    resolved = resolve_precision(precision, device)
+def _autocast(precision: str, device: torch.device, model: nn.Module) -> Any:
+    resolved = resolve_precision(precision, device, model)  # 'auto' as the run will resolve it
     if resolved == "bf16":
         return torch.autocast(device.type, dtype=torch.bfloat16)
     if resolved == "fp16":
@@ -53,7 +53,7 @@ def training_steps_per_second(build_model: Callable[[], nn.Module], loss_fn: Los
         model = build_model().to(device).train()
         optimizer = build_optimizer(model, "adamw", 1e-4, 0.01, (0.9, 0.999), 1e-6)
         batch = {key: value.to(device) for key, value in batch.items()}
-        autocast = _autocast(precision, device)
+        autocast = _autocast(precision, device, model)
 
         def step() -> None:
             with autocast:
