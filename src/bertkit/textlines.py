@@ -1,18 +1,23 @@
 """Reading text files line by line in bounded memory: plain or gzip, binary files detected, long lines cut.
 
 Design decision: one line reader for every command that streams a corpus (`bertkit tokenizer train`
-and `bertkit data pretraining`), so both apply the same rules to the same file. It sits below both
-the tokenizer and the data layer (it imports only `bertkit.errors`). A line is read at most `limit`
+and `bertkit data pretraining`), so both apply the same rules to the same file: `text_files` counts
+every file, names empty ones and skips binary or unreadable ones (`strict` raises instead);
+`file_lines` reads one file, corrupt gzip data skipping the rest of it the same way;
+`decode_line` replaces invalid UTF-8 (counted) or raises naming the line. What they meet is
+counted in a `FileCounts`, which each reader's own statistics extend. It sits below both the
+tokenizer and the data layer (it imports only `bertkit.errors`). A line is read at most `limit`
 bytes at a time: a longer one is cut there and the rest is read in bounded pieces and dropped, so a
-100 MB line costs `limit` bytes, not 100 MB. Callers count what they are told (cut lines, invalid
-UTF-8, unreadable files); this module decides nothing about policy beyond the cut.
+100 MB line costs `limit` bytes, not 100 MB; callers decide what a cut line means.
 """
 
 from __future__ import annotations
 
 import gzip
 import zlib
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO
 
@@ -22,6 +27,52 @@ BINARY_SNIFF_BYTES = 8192
 """A file with a NUL byte in its first 8 KiB is binary (as git and grep decide)."""
 GZIP_ERRORS = (EOFError, zlib.error, gzip.BadGzipFile)
 """What reading a truncated or corrupt .gz file raises part-way through."""
+
+
+@dataclass
+class FileCounts:
+    """What reading text files met, each counted; a reader's statistics extend it."""
+
+    files: int = 0
+    input_bytes: int = 0
+    """Bytes of the files as stored (a .gz file compressed)."""
+    empty_files: list[str] = field(default_factory=list)
+    skipped_files: dict[str, list[str]] = field(default_factory=dict)
+    """Reason -> files skipped whole (binary, unreadable gzip) or from a point on (corrupt gzip data)."""
+    invalid_utf8_lines: int = 0
+    """Lines with invalid UTF-8, decoded with U+FFFD replacements."""
+
+
+def text_files(paths: Iterable[Path], counts: FileCounts, strict: bool) -> Iterator[Path]:
+    """The files that hold text, in order; each file counted, empty ones named, binary and unreadable
+    ones skipped and named (`strict` raises instead)."""
+    for path in paths:
+        counts.files += 1
+        size = path.stat().st_size
+        counts.input_bytes += size
+        reason = "empty" if size == 0 else unreadable_reason(path)
+        if reason == "empty":
+            counts.empty_files.append(str(path))
+        elif reason is not None:
+            if strict:
+                raise BertkitError(f"{path}: {reason}; remove it from --input (or drop --strict to skip it)")
+            counts.skipped_files.setdefault(reason, []).append(str(path))
+        else:
+            yield path
+
+
+@contextmanager
+def file_lines(path: Path, limit: int, counts: FileCounts, strict: bool) -> Iterator[Iterator[tuple[bytes, bool]]]:
+    """`bounded_lines` of one file (.gz decompressed), to read inside the `with` block. Corrupt gzip
+    data part-way ends the block there: the rest of the file is skipped, named in `counts` (`strict`
+    raises instead)."""
+    try:
+        with open_binary(path) as stream:
+            yield bounded_lines(stream, limit)
+    except GZIP_ERRORS as exc:
+        if strict:
+            raise BertkitError(f"{path}: corrupt gzip data ({exc}); fix or remove the file") from None
+        counts.skipped_files.setdefault("corrupt gzip data (rest of file)", []).append(str(path))
 
 
 def open_binary(path: Path) -> BinaryIO:
@@ -69,12 +120,13 @@ def _trim_partial_character(data: bytes) -> bytes:
     return data
 
 
-def decode_line(line: bytes, path: Path, lineno: int, strict: bool) -> tuple[str, bool]:
-    """(text, had invalid UTF-8): invalid bytes become U+FFFD, or raise naming the line when `strict`."""
+def decode_line(line: bytes, path: Path, lineno: int, counts: FileCounts, strict: bool) -> str:
+    """The line as text: invalid bytes become U+FFFD (counted), or raise naming the line when `strict`."""
     try:
-        return line.decode("utf-8"), False
+        return line.decode("utf-8")
     except UnicodeDecodeError as exc:
         if strict:
             raise BertkitError(f"{where(path, lineno)}: invalid UTF-8 at byte {exc.start} of the line; "
                                "fix the encoding (e.g. iconv -t UTF-8) or drop --strict to replace it") from None
-        return line.decode("utf-8", errors="replace"), True
+        counts.invalid_utf8_lines += 1
+        return line.decode("utf-8", errors="replace")

@@ -35,7 +35,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from bertkit.errors import BertkitError, where
-from bertkit.textlines import GZIP_ERRORS, bounded_lines, decode_line, open_binary, unreadable_reason
+from bertkit.textlines import FileCounts, decode_line, file_lines, text_files
 from bertkit.tokenizer import MAX_TEXT_CHARS
 
 MAX_LINE_BYTES = MAX_TEXT_CHARS
@@ -48,22 +48,15 @@ MAX_DOCUMENT_BYTES = 8 << 20
 
 
 @dataclass
-class CorpusStats:
-    """What the reader saw and what it did about bad input."""
+class CorpusStats(FileCounts):
+    """What the reader saw and what it did about bad input (files as `bertkit.textlines` counts them)."""
 
-    files: int = 0
-    input_bytes: int = 0
     text_bytes: int = 0
     """Bytes of (decompressed) text read so far."""
     lines: int = 0
     """Non-blank lines read (JSONL: documents)."""
-    empty_files: list[str] = field(default_factory=list)
-    skipped_files: dict[str, list[str]] = field(default_factory=dict)
-    """Reason -> files skipped whole (binary, unreadable gzip)."""
     skipped_lines: Counter = field(default_factory=Counter)
     """Reason -> lines skipped."""
-    invalid_utf8_lines: int = 0
-    """Lines with invalid UTF-8, decoded with U+FFFD replacements."""
     lines_cut: int = 0
     """Lines (JSONL: sentences) longer than MAX_LINE_BYTES, cut there."""
     documents_split: int = 0
@@ -100,20 +93,8 @@ def expand_inputs(patterns: list[str]) -> list[Path]:
 def read_documents(paths: list[Path], stats: CorpusStats, strict: bool = False) -> Iterator[list[str]]:
     """Documents (lists of non-empty, stripped lines) of all files in order; `stats.text_bytes`
     tells how far the reading got."""
-    for path in paths:
-        stats.files += 1
-        size = path.stat().st_size
-        stats.input_bytes += size
-        if size == 0:
-            stats.empty_files.append(str(path))
-            continue
-        reason = unreadable_reason(path)
-        if reason is not None:
-            if strict:
-                raise BertkitError(f"{path}: {reason}; remove it from --input (or drop --strict to skip it)")
-            stats.skipped_files.setdefault(reason, []).append(str(path))
-        else:
-            yield from _file_documents(path, stats, strict)
+    for path in text_files(paths, stats, strict):
+        yield from _file_documents(path, stats, strict)
 
 
 def _is_jsonl(path: Path) -> bool:
@@ -123,23 +104,8 @@ def _is_jsonl(path: Path) -> bool:
 
 def _file_documents(path: Path, stats: CorpusStats, strict: bool) -> Iterator[list[str]]:
     jsonl = _is_jsonl(path)
-    try:
-        with open_binary(path) as stream:
-            lines = bounded_lines(stream, MAX_JSONL_LINE_BYTES if jsonl else MAX_LINE_BYTES)
-            if jsonl:
-                yield from _jsonl_documents(path, lines, stats, strict)
-            else:
-                yield from _text_documents(path, lines, stats, strict)
-    except GZIP_ERRORS as exc:
-        if strict:
-            raise BertkitError(f"{path}: corrupt gzip data ({exc}); fix or remove the file") from None
-        stats.skipped_files.setdefault("corrupt gzip data (rest of file)", []).append(str(path))
-
-
-def _decode(line: bytes, path: Path, lineno: int, stats: CorpusStats, strict: bool) -> str:
-    text, invalid = decode_line(line, path, lineno, strict)
-    stats.invalid_utf8_lines += invalid
-    return text
+    with file_lines(path, MAX_JSONL_LINE_BYTES if jsonl else MAX_LINE_BYTES, stats, strict) as lines:
+        yield from (_jsonl_documents if jsonl else _text_documents)(path, lines, stats, strict)
 
 
 def _text_documents(path: Path, lines, stats: CorpusStats, strict: bool) -> Iterator[list[str]]:
@@ -147,7 +113,7 @@ def _text_documents(path: Path, lines, stats: CorpusStats, strict: bool) -> Iter
     document_bytes = 0
     for lineno, (raw, cut) in enumerate(lines, start=1):
         stats.text_bytes += len(raw)
-        text = _decode(raw, path, lineno, stats, strict).strip()
+        text = decode_line(raw, path, lineno, stats, strict).strip()
         if not text:
             if document:
                 yield document
@@ -171,7 +137,7 @@ def _jsonl_documents(path: Path, lines, stats: CorpusStats, strict: bool) -> Ite
         problem = "JSONL line over 64 MiB" if cut else None
         text = None
         if problem is None:
-            line = _decode(raw, path, lineno, stats, strict).strip()
+            line = decode_line(raw, path, lineno, stats, strict).strip()
             if not line:
                 continue
             try:

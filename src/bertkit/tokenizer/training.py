@@ -5,12 +5,12 @@ and returns the tokens in id order: [PAD], [UNK], [CLS], [SEP], [MASK], the alph
 pieces, never more than `vocab_size`.
 
 Design decision: files are read by `bertkit.textlines`, the reader data creation uses, with its
-rules (lines cut at MAX_TEXT_CHARS bytes, invalid UTF-8 replaced, binary files skipped, empty
-files named; `strict` raises instead), and words over MAX_INPUT_CHARS_PER_WORD characters are left
-out (they encode as [UNK] and cost the trainer the square of their length). Each is counted in
-`TrainingStats` and logged. The trainer counts words with the Rust normalizer, which differs from
-Google's rules only on the rare characters of `engine.HAZARD_RANGES`; encoding with the result is
-exact.
+rules and counts (lines cut at MAX_TEXT_CHARS bytes, invalid UTF-8 replaced, binary files and
+corrupt gzip data skipped, empty files named; `strict` raises instead), and words over
+MAX_INPUT_CHARS_PER_WORD characters are left out (they encode as [UNK] and cost the trainer the
+square of their length). Each is counted in `TrainingStats` and logged. The trainer counts words
+with the Rust normalizer, which differs from Google's rules only on the rare characters of
+`engine.HAZARD_RANGES`; encoding with the result is exact.
 
 References: Schuster & Nakajima 2012 (WordPiece); Hugging Face `tokenizers` documentation
 (trainers.WordPieceTrainer).
@@ -21,13 +21,13 @@ from __future__ import annotations
 import logging
 import re
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from tokenizers import Tokenizer, models, pre_tokenizers, trainers
 
 from bertkit.errors import BertkitError
-from bertkit.textlines import GZIP_ERRORS, bounded_lines, decode_line, open_binary, unreadable_reason
+from bertkit.textlines import FileCounts, decode_line, file_lines, text_files
 from bertkit.tokenizer.engine import MAX_TEXT_CHARS, bert_normalizer
 from bertkit.tokenizer.google import MAX_INPUT_CHARS_PER_WORD, SEPARATORS
 from bertkit.tokenizer.vocab import SPECIAL_TOKENS, UNK
@@ -36,18 +36,13 @@ logger = logging.getLogger(__name__)
 
 
 @dataclass
-class TrainingStats:
-    """What `WordPieceTokenizer.train` read, and what it did about bad input (each counted, as
-    `bertkit data pretraining` counts it)."""
+class TrainingStats(FileCounts):
+    """What `WordPieceTokenizer.train` read, and what it did about bad input (files, invalid UTF-8
+    and corrupt gzip data counted by `bertkit.textlines`, as for `bertkit data pretraining`)."""
 
-    files: int = 0
     bytes: int = 0
     """Bytes of (decompressed) text read."""
     lines: int = 0
-    empty_files: list[str] = field(default_factory=list)
-    skipped_files: dict[str, list[str]] = field(default_factory=dict)
-    """Reason -> files skipped whole (binary, unreadable or corrupt gzip)."""
-    invalid_utf8_lines: int = 0
     lines_cut: int = 0
     """Lines over MAX_TEXT_CHARS bytes, cut there."""
     long_words: int = 0
@@ -90,33 +85,13 @@ def train_vocabulary(files: Sequence[str | Path], vocab_size: int, do_lower_case
 def _training_lines(paths: Sequence[Path], stats: TrainingStats, strict: bool,
                     words: _ShortWords) -> Iterator[str]:
     """Lines of text files (.gz read transparently), each at most MAX_TEXT_CHARS bytes, long words left out."""
-    for path in paths:
-        stats.files += 1
-        reason = "empty" if path.stat().st_size == 0 else unreadable_reason(path)
-        if reason == "empty":
-            stats.empty_files.append(str(path))
-        elif reason is not None:
-            if strict:
-                raise BertkitError(f"{path}: {reason}; remove it from --input (or drop --strict to skip it)")
-            stats.skipped_files.setdefault(reason, []).append(str(path))
-        else:
-            yield from _file_lines(path, stats, strict, words)
-
-
-def _file_lines(path: Path, stats: TrainingStats, strict: bool, words: _ShortWords) -> Iterator[str]:
-    try:
-        with open_binary(path) as stream:
-            for lineno, (raw, cut) in enumerate(bounded_lines(stream, MAX_TEXT_CHARS), start=1):
-                text, invalid = decode_line(raw, path, lineno, strict)
+    for path in text_files(paths, stats, strict):
+        with file_lines(path, MAX_TEXT_CHARS, stats, strict) as lines:
+            for lineno, (raw, cut) in enumerate(lines, start=1):
                 stats.lines += 1
                 stats.bytes += len(raw)
-                stats.invalid_utf8_lines += invalid
                 stats.lines_cut += cut
-                yield words(text, stats)
-    except GZIP_ERRORS as exc:
-        if strict:
-            raise BertkitError(f"{path}: corrupt gzip data ({exc}); fix or remove the file") from None
-        stats.skipped_files.setdefault("corrupt gzip data (rest of file)", []).append(str(path))
+                yield words(decode_line(raw, path, lineno, stats, strict), stats)
 
 
 # A run of more than MAX_INPUT_CHARS_PER_WORD characters between BERT's word separators: it may hold a
