@@ -10,6 +10,10 @@ reading input_ids, token_type_ids and attention_mask), and the same for pairs of
 equal before timing (pairs where neither tokenizer truncates: bertkit truncates pairs by Google's
 rule, transformers by the Rust library's, which differ on ties).
 
+A third contender, "no chunk path", is bertkit with its ASCII chunk path (`bertkit.tokenizer.chunks`)
+turned off, so every text takes the Rust pipeline: its row says what that fast path buys here, in the
+same run ("chunk gain" = its time over bertkit's); the path is kept only while that pays.
+
 Design decision: any UTF-8 text file works as --corpus. docs/tokenizer.md reports the King James
 Bible that bertkit bundles (public domain), written out to a file:
 
@@ -21,6 +25,7 @@ Bible that bertkit bundles (public domain), written out to a file:
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import platform
 import re
@@ -57,16 +62,21 @@ def time_once(fn: Callable[[list[str]], object], chunks: list[list[str]]) -> flo
     return time.perf_counter() - start
 
 
-def compare(name: str, ours: Callable, theirs: Callable, chunks: list[list[str]], repeats: int,
+def compare(name: str, contenders: dict[str, Callable], chunks: list[list[str]], repeats: int,
             n_texts: int, n_bytes: int) -> None:
-    ours_s, theirs_s = [], []
+    """Time each contender `repeats` times, in turn; print texts/s, MB/s and the ratios of the medians."""
+    seconds: dict[str, list[float]] = {who: [] for who in contenders}
     for _ in range(repeats):
-        ours_s.append(time_once(ours, chunks))
-        theirs_s.append(time_once(theirs, chunks))
-    a, b = statistics.median(ours_s), statistics.median(theirs_s)
-    for who, seconds in (("bertkit", a), ("transformers", b)):
-        print(f"| {name:<22} | {who:<12} | {n_texts / seconds:>10,.0f} | {n_bytes / seconds / 1e6:>6.2f} |")
-    print(f"| {name:<22} | {'ratio':<12} | {b / a:>9.2f}x |        |")
+        for who, fn in contenders.items():
+            seconds[who].append(time_once(fn, chunks))
+    median = {who: statistics.median(s) for who, s in seconds.items()}
+    for who, s in median.items():
+        print(f"| {name:<22} | {who:<15} | {n_texts / s:>10,.0f} | {n_bytes / s / 1e6:>6.2f} |")
+    rows = {"ratio": median["transformers"] / median["bertkit"],
+            "ratio, no chunk": median["transformers"] / median["no chunk path"],
+            "chunk gain": median["no chunk path"] / median["bertkit"]}
+    for label, ratio in rows.items():
+        print(f"| {name:<22} | {label:<15} | {ratio:>9.2f}x |        |")
 
 
 def main() -> None:
@@ -84,35 +94,39 @@ def main() -> None:
     chunks = batches(lines, args.batch_size)
     n_bytes = sum(len(line.encode("utf-8")) for line in lines)
     ours = WordPieceTokenizer.from_pretrained(args.vocab, do_lower_case=not args.cased)
+    no_chunks = WordPieceTokenizer.from_pretrained(args.vocab, do_lower_case=not args.cased)
+    no_chunks._engine.chunk_path_min_chars = math.inf  # every text takes the Rust pipeline
     theirs = transformers.BertTokenizerFast(vocab=str(args.vocab / "vocab.txt"), do_lower_case=not args.cased)
 
-    def ours_ids(texts):
-        return ours.encode_ids(texts)
+    def ids(tok):
+        return tok.encode_ids
 
     def theirs_ids(texts):
         return theirs(texts, add_special_tokens=False)["input_ids"]
 
-    def ours_inputs(texts):
-        return [(e.input_ids, e.token_type_ids, e.attention_mask) for e in ours.encode_batch(texts, max_length=args.max_length)]
+    def inputs(tok):
+        return lambda texts: [(e.input_ids, e.token_type_ids, e.attention_mask)
+                              for e in tok.encode_batch(texts, max_length=args.max_length)]
 
     def theirs_inputs(texts):
         out = theirs(texts, truncation=True, max_length=args.max_length)
         return list(zip(out["input_ids"], out["token_type_ids"], out["attention_mask"]))
 
-    def ours_pairs(texts):
-        encodings = ours.encode_batch(texts[:-1], texts[1:], max_length=args.max_length)
-        return [(e.input_ids, e.token_type_ids, e.attention_mask) for e in encodings]
+    def pairs(tok):
+        return lambda texts: [(e.input_ids, e.token_type_ids, e.attention_mask)
+                              for e in tok.encode_batch(texts[:-1], texts[1:], max_length=args.max_length)]
 
     def theirs_pairs(texts):
         out = theirs(texts[:-1], texts[1:], truncation=True, max_length=args.max_length)
         return list(zip(out["input_ids"], out["token_type_ids"], out["attention_mask"]))
 
     sample = chunks[0]
-    assert ours_ids(sample) == theirs_ids(sample), "ids differ: not the same vocabulary or rules"
-    assert ours_inputs(sample) == theirs_inputs(sample), "model inputs differ"
-    untruncated = [len(e) <= args.max_length for e in ours.encode_batch(sample[:-1], sample[1:])]
-    assert ([x for x, fits in zip(ours_pairs(sample), untruncated) if fits]
-            == [x for x, fits in zip(theirs_pairs(sample), untruncated) if fits]), "pair inputs differ"
+    for tok in (ours, no_chunks):
+        assert ids(tok)(sample) == theirs_ids(sample), "ids differ: not the same vocabulary or rules"
+        assert inputs(tok)(sample) == theirs_inputs(sample), "model inputs differ"
+        untruncated = [len(e) <= args.max_length for e in tok.encode_batch(sample[:-1], sample[1:])]
+        assert ([x for x, fits in zip(pairs(tok)(sample), untruncated) if fits]
+                == [x for x, fits in zip(theirs_pairs(sample), untruncated) if fits]), "pair inputs differ"
 
     print(f"corpus {args.corpus.name}: {len(lines):,} lines, {n_bytes / 1e6:.1f} MB; batch {args.batch_size}; "
           f"median of {args.repeats}")
@@ -120,14 +134,17 @@ def main() -> None:
     print(f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, "
           f"RAYON_RS_NUM_CPUS={os.environ.get('RAYON_RS_NUM_CPUS', 'unset')}; Python {platform.python_version()}, "
           f"tokenizers {tokenizers.__version__}, transformers {transformers.__version__}")
-    print("| workload               | tokenizer    |    texts/s |   MB/s |")
-    print("|------------------------|--------------|------------|--------|")
-    compare("ids only", ours_ids, theirs_ids, chunks, args.repeats, len(lines), n_bytes)
-    compare(f"model inputs (max {args.max_length})", ours_inputs, theirs_inputs, chunks, args.repeats,
-            len(lines), n_bytes)
+    print("| workload               | tokenizer       |    texts/s |   MB/s |")
+    print("|------------------------|-----------------|------------|--------|")
+    compare("ids only", {"bertkit": ids(ours), "no chunk path": ids(no_chunks), "transformers": theirs_ids},
+            chunks, args.repeats, len(lines), n_bytes)
+    compare(f"model inputs (max {args.max_length})",
+            {"bertkit": inputs(ours), "no chunk path": inputs(no_chunks), "transformers": theirs_inputs},
+            chunks, args.repeats, len(lines), n_bytes)
     pair_bytes = sum(len(a.encode("utf-8")) + len(b.encode("utf-8")) for c in chunks for a, b in zip(c, c[1:]))
-    compare(f"pairs (max {args.max_length})", ours_pairs, theirs_pairs, chunks, args.repeats,
-            sum(len(c) - 1 for c in chunks), pair_bytes)
+    compare(f"pairs (max {args.max_length})",
+            {"bertkit": pairs(ours), "no chunk path": pairs(no_chunks), "transformers": theirs_pairs},
+            chunks, args.repeats, sum(len(c) - 1 for c in chunks), pair_bytes)
 
 
 if __name__ == "__main__":

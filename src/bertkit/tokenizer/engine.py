@@ -106,6 +106,10 @@ class Engine:
     Immutable and safe to share between threads.
     """
 
+    chunk_path_min_chars: float = CHUNK_PATH_MIN_CHARS
+    """Smallest batch (characters) whose ASCII texts take the chunk path; benchmarks/tokenization.py
+    sets it to infinity on one instance to measure what the path buys."""
+
     def __init__(self, vocab: dict[str, int], do_lower_case: bool) -> None:
         self.do_lower_case = do_lower_case
         self.pipeline = _rust_pipeline(vocab, bert_normalizer(do_lower_case))
@@ -134,13 +138,13 @@ class Engine:
         """Tokens joined by spaces, `##` continuations glued to their word."""
         return self.pipeline.decoder.decode(tokens)
 
-    def _each(self, texts: Sequence[str], chunk_path: Callable[[list[str]], list], rust_path: Callable[[list[str]], list],
-              google_path: Callable[[str], object]) -> list:
-        """Each text's result by its way: the ASCII texts of a batch of at least `CHUNK_PATH_MIN_CHARS`
+    def _each(self, texts: Sequence[str], chunk_path: Callable[[list[str]], list],
+              rust_path: Callable[[list[str]], list], google_path: Callable[[str], object]) -> list:
+        """Each text's result by its way: the ASCII texts of a batch of at least `chunk_path_min_chars`
         characters by `chunk_path`, texts the Rust pipeline gets wrong by `google_path`, the rest by
         `rust_path` (the two batch paths in one call each)."""
         chunk, rest = [], range(len(texts))
-        if sum(map(len, texts)) >= CHUNK_PATH_MIN_CHARS:
+        if sum(map(len, texts)) >= self.chunk_path_min_chars:
             chunk = [i for i in rest if texts[i].isascii()]
             rest = [i for i in rest if not texts[i].isascii()]
         google = [i for i in rest if needs_google_path(texts[i])]
