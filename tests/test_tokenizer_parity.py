@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 
 from bertkit.tokenizer import WordPieceTokenizer, truncated_pair_lengths
 from bertkit.tokenizer.engine import HAZARD_RANGES, Engine, needs_google_path
-from bertkit.tokenizer.google import BasicTokenizer
+from bertkit.tokenizer.google import BasicTokenizer, FullTokenizer
 
 GOOGLE_UNCASED = Path(__file__).parent / "assets" / "vocab" / "bert-base-uncased"
 
@@ -162,6 +162,19 @@ def test_random_unicode_matches_google(pair, text):
 def test_python_path_words_match_google(text, lower):
     ref = GoogleReference({}, lower)
     assert [w.text for w in BasicTokenizer(lower).tokenize(text)] == ref.basic(text)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(text=mixed_text)
+def test_google_module_alone_matches_google_and_the_rust_pipeline(pair, text):
+    """`bertkit.tokenizer.google` on any text, not only the texts routed to it: Google's ids, and where
+    the Rust pipeline is exact (no hazard character), the same offsets and word ids as it."""
+    tok, ref = pair
+    pieces = FullTokenizer(tok.vocab, tok.do_lower_case, "[UNK]").encode(text)
+    assert pieces.ids == tok.convert_tokens_to_ids(ref.tokenize(text))
+    if not needs_google_path(text):
+        rust = tok._engine.pipeline.encode(text, add_special_tokens=False)
+        assert (pieces.offsets, pieces.word_ids) == (rust.offsets, rust.word_ids)
 
 
 def _sigma_folded(text: str) -> str:
