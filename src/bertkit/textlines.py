@@ -25,7 +25,7 @@ from bertkit.errors import BertkitError, where
 
 BINARY_SNIFF_BYTES = 8192
 """A file with a NUL byte in its first 8 KiB is binary (as git and grep decide)."""
-GZIP_ERRORS = (EOFError, zlib.error, gzip.BadGzipFile)
+_GZIP_ERRORS = (EOFError, zlib.error, gzip.BadGzipFile)
 """What reading a truncated or corrupt .gz file raises part-way through."""
 
 
@@ -50,7 +50,7 @@ def text_files(paths: Iterable[Path], counts: FileCounts, strict: bool) -> Itera
         counts.files += 1
         size = path.stat().st_size
         counts.input_bytes += size
-        reason = "empty" if size == 0 else unreadable_reason(path)
+        reason = "empty" if size == 0 else _unreadable_reason(path)
         if reason == "empty":
             counts.empty_files.append(str(path))
         elif reason is not None:
@@ -63,36 +63,37 @@ def text_files(paths: Iterable[Path], counts: FileCounts, strict: bool) -> Itera
 
 @contextmanager
 def file_lines(path: Path, limit: int, counts: FileCounts, strict: bool) -> Iterator[Iterator[tuple[bytes, bool]]]:
-    """`bounded_lines` of one file (.gz decompressed), to read inside the `with` block. Corrupt gzip
+    """(line, was_cut) of one file (.gz decompressed), at most `limit` bytes each, to read inside the
+    `with` block. Corrupt gzip
     data part-way ends the block there: the rest of the file is skipped, named in `counts` (`strict`
     raises instead)."""
     try:
-        with open_binary(path) as stream:
-            yield bounded_lines(stream, limit)
-    except GZIP_ERRORS as exc:
+        with _open_binary(path) as stream:
+            yield _bounded_lines(stream, limit)
+    except _GZIP_ERRORS as exc:
         if strict:
             raise BertkitError(f"{path}: corrupt gzip data ({exc}); fix or remove the file") from None
         counts.skipped_files.setdefault("corrupt gzip data (rest of file)", []).append(str(path))
 
 
-def open_binary(path: Path) -> BinaryIO:
+def _open_binary(path: Path) -> BinaryIO:
     """The file's bytes, decompressed when its name ends in .gz."""
     return gzip.open(path, "rb") if path.suffix == ".gz" else open(path, "rb")
 
 
-def unreadable_reason(path: Path) -> str | None:
+def _unreadable_reason(path: Path) -> str | None:
     """Why the file cannot be read as text ("binary file (NUL bytes)", "unreadable gzip file", ...), or None."""
     try:
-        with open_binary(path) as stream:
+        with _open_binary(path) as stream:
             head = stream.read(BINARY_SNIFF_BYTES)
-    except GZIP_ERRORS:
+    except _GZIP_ERRORS:
         return "unreadable gzip file"
     except OSError as exc:
         return f"unreadable file ({exc.strerror})"
     return "binary file (NUL bytes)" if b"\x00" in head else None
 
 
-def bounded_lines(stream: BinaryIO, limit: int) -> Iterator[tuple[bytes, bool]]:
+def _bounded_lines(stream: BinaryIO, limit: int) -> Iterator[tuple[bytes, bool]]:
     """(line, was_cut) with at most `limit` bytes per line; the rest of a longer line is dropped."""
     while True:
         line = stream.readline(limit)
