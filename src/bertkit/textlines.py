@@ -64,9 +64,8 @@ def text_files(paths: Iterable[Path], counts: FileCounts, strict: bool) -> Itera
 @contextmanager
 def file_lines(path: Path, limit: int, counts: FileCounts, strict: bool) -> Iterator[Iterator[tuple[bytes, bool]]]:
     """(line, was_cut) of one file (.gz decompressed), at most `limit` bytes each, to read inside the
-    `with` block. Corrupt gzip
-    data part-way ends the block there: the rest of the file is skipped, named in `counts` (`strict`
-    raises instead)."""
+    `with` block. Corrupt gzip data part-way ends the block there: the rest of the file is skipped,
+    named in `counts` (`strict` raises instead)."""
     try:
         with _open_binary(path) as stream:
             yield _bounded_lines(stream, limit)
