@@ -58,8 +58,9 @@ def test_fields_become_options_with_names_help_defaults_and_types():
     assert result.output.strip() == repr(Example(data="d", warmup_steps=7, colour="green", shuffle=False,
                                                  overwrite=True, seeds=(3, 4)))
     help_text = " ".join(CliRunner().invoke(_command(exclude=("internal",)), ["--help"]).output.split())
-    for text in ("--data TEXT Directory with the data. [required]", "--max-seq-length INTEGER Longest input in "
-                 "tokens. [default: 128]", "--colour [red|green]", "--shuffle / --no-shuffle", "--overwrite Replace",
+    for text in ("--data TEXT Directory with the data. [required]",
+                 "--max-seq-length INTEGER Longest input in tokens. [default: 128]",
+                 "--colour [red|green]", "--shuffle / --no-shuffle", "--overwrite Replace",
                  "--output PATH Where to write. [default: out]", "--seeds INTS Seeds, comma-separated. [default: 1]"):
         assert text in help_text
     assert "--internal" not in help_text
@@ -139,7 +140,7 @@ def test_choices_are_the_library_constants():
 
 
 def test_pretrain_flags_reach_the_settings_and_the_train_config(monkeypatch, tmp_path):
-    import bertkit.tasks.pretraining as pretraining
+    from bertkit.tasks import pretraining
 
     seen = {}
     monkeypatch.setattr(pretraining, "pretrain", lambda settings, config: seen.update(s=settings, c=config)
@@ -164,7 +165,7 @@ def test_pretrain_flags_reach_the_settings_and_the_train_config(monkeypatch, tmp
     ("multiple-choice", ["--max-seq-length", "80"], {"max_seq_length": 80}),
 ])
 def test_finetune_flags_reach_the_config_and_the_task_settings(monkeypatch, tmp_path, kind, extra, expected):
-    import bertkit.tasks.finetune as finetune
+    from bertkit.tasks import finetune
 
     seen = {}
     monkeypatch.setattr(finetune, "run_finetuning", lambda k, train, devs, cfg, task: seen.update(

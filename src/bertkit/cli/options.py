@@ -25,6 +25,7 @@ import ast
 import dataclasses
 import functools
 import inspect
+import itertools
 import textwrap
 import types
 import typing
@@ -103,7 +104,7 @@ def field_docs(cls: type) -> dict[str, str]:
         except (OSError, TypeError):  # no source (e.g. a frozen application): options without help
             continue
         body = tree.body[0].body  # type: ignore[attr-defined]
-        for node, following in zip(body, body[1:]):
+        for node, following in itertools.pairwise(body):
             if (isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name)
                     and isinstance(following, ast.Expr) and isinstance(following.value, ast.Constant)
                     and isinstance(following.value.value, str)):
@@ -129,17 +130,15 @@ def _option(field: dataclasses.Field, hint: Any, doc: str, override: Mapping[str
     kwargs.update(override)
     if default_text is not None:
         kwargs.update(help=f"{kwargs['help']} [default: {default_text}]".strip(), show_default=False)
-    declarations = [flag]
     if "type" in kwargs:  # the command's own type
-        pass
-    elif base is bool and kwargs.get("default") is False:
-        kwargs["is_flag"] = True
-    elif base is bool:
-        declarations = [f"{flag}/--no-{flag[2:]}"]
-    else:
-        choices = field.metadata.get("choices")
-        kwargs["type"] = click.Choice(list(choices)) if choices else _click_type(field.name, base, hint)
-    return click.option(*declarations, field.name, **kwargs)
+        return click.option(flag, field.name, **kwargs)
+    if base is bool and kwargs.get("default") is False:
+        return click.option(flag, field.name, is_flag=True, **kwargs)
+    if base is bool:
+        return click.option(f"{flag}/--no-{flag[2:]}", field.name, **kwargs)
+    choices = field.metadata.get("choices")
+    kwargs["type"] = click.Choice(list(choices)) if choices else _click_type(field.name, base, hint)
+    return click.option(flag, field.name, **kwargs)
 
 
 def _without_none(hint: Any) -> Any:
