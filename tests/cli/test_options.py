@@ -3,6 +3,8 @@ choices), and `bertkit pretrain` / `bertkit finetune` are generated from their d
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import SimpleNamespace
@@ -179,3 +181,10 @@ def test_finetune_flags_reach_the_config_and_the_task_settings(monkeypatch, tmp_
     assert (cfg.seeds, cfg.feature_layers, cfg.resume, cfg.learning_rate, cfg.output) == ((1, 2), (-1, -2), True,
                                                                                           None, tmp_path)
     assert (cfg.epochs, cfg.batch_size, cfg.adam_epsilon, cfg.group_by_length) == (3.0, 32, 1e-8, True)
+
+
+def test_help_of_the_commands_not_generated_from_dataclasses_imports_no_torch():
+    code = ("import sys; from bertkit.cli import main; [main([*c.split(), '--help']) for c in "
+            "('predict', 'evaluate', 'extract', 'serve', 'data pretraining')]; print('torch' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip().endswith("False")
