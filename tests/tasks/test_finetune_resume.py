@@ -164,13 +164,6 @@ def test_pretrain_exits_143_after_sigterm_and_main_maps_interrupts(tmp_path, mon
     assert f"continue with: bertkit pretrain --data {tmp_path}" in err and err.rstrip().endswith("--resume auto")
 
 
-def test_schedule_names_of_the_cli_are_the_optimizers():
-    from bertkit.cli.finetune import SCHEDULE_NAMES
-    from bertkit.train.optim import SCHEDULES
-
-    assert SCHEDULE_NAMES == tuple(SCHEDULES)
-
-
 def test_other_dev_sets_are_scored_when_the_first_improves(tmp_path):
     tokenizer = _tokenizer(tmp_path / "vocab")
     examples = _examples(22)

@@ -39,11 +39,16 @@ class ClassificationSettings:
     labels: list[str] | None
     """Label names by output index; None for regression."""
     max_seq_length: int = 128
+    """Longest input in tokens, [CLS]/[SEP] included."""
     glue_task: str | None = None
-    """GLUE task name whose TSV layout and metrics are used, or None for a generic table."""
+    """GLUE task whose TSV layout and metrics to use: cola, sst2, mrpc, stsb, qqp, mnli, qnli, rte, wnli;
+    unset: a generic table (CSV/TSV/JSONL by column)."""
     text_column: str = "text"
+    """Column/key of the text (generic files)."""
     text_pair_column: str | None = None
+    """Column/key of the second text of a pair (generic files)."""
     label_column: str = "label"
+    """Column/key of the label (generic files)."""
 
 
 class ClassificationTask(Task):

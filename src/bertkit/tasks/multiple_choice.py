@@ -34,6 +34,7 @@ class MultipleChoiceSettings:
     """Saved in bertkit_task.json."""
 
     max_seq_length: int = 128
+    """Longest input in tokens, [CLS]/[SEP] included."""
 
 
 class MultipleChoiceTask(Task):

@@ -56,12 +56,19 @@ class SquadSettings:
     """Window and decoding settings (saved in bertkit_task.json)."""
 
     max_seq_length: int = 384
+    """Longest input in tokens, [CLS]/[SEP] included."""
     doc_stride: int = 128
+    """Tokens between the starts of context windows."""
     max_query_length: int = 64
+    """Question tokens kept."""
     version_2_with_negative: bool = False
+    """SQuAD 2.0: questions may have no answer."""
     n_best_size: int = 20
+    """Candidate starts/ends per window."""
     max_answer_length: int = 30
+    """Longest answer in tokens."""
     null_score_diff_threshold: float = 0.0
+    """SQuAD 2.0: answer "no answer" when its score beats the best span's by more than this (chosen on dev)."""
 
 
 def sliding_windows(length: int, window: int, stride: int) -> list[tuple[int, int]]:

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +28,7 @@ import torch.nn.functional as F
 from bertkit.data.conll import TaggedSentence, check_tags, read_conll, write_conll
 from bertkit.errors import BertkitError
 from bertkit.model import BertForTokenClassification
-from bertkit.tasks.metrics import entity_scores
+from bertkit.tasks.metrics import TAG_SCHEMES, entity_scores
 from bertkit.tasks.squad import max_context_flags, sliding_windows
 from bertkit.tasks.task import Task
 
@@ -43,10 +43,11 @@ class TaggingSettings:
 
     labels: list[str]
     max_seq_length: int = 128
+    """Longest input in tokens, [CLS]/[SEP] included."""
     doc_stride: int = 64
     """Sub-tokens between the starts of consecutive windows of a long sentence."""
-    tag_scheme: str = "BIO"
-    """BIO, IOB1 or BIOES; entity scores use conlleval's rules, which read all three."""
+    tag_scheme: str = field(default="BIO", metadata={"choices": TAG_SCHEMES})
+    """Tagging scheme of the labels (entity scores follow conlleval's rules, which read all three)."""
 
 
 class TaggingTask(Task):

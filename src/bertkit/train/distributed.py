@@ -44,6 +44,10 @@ class DistributedContext:
         return self.world_size > 1
 
 
+DEVICES = ("auto", "cpu", "cuda")
+"""The values of --device: auto is the local CUDA device when there is one, else the CPU."""
+
+
 def resolve_device(device: str, local_rank: int = 0) -> torch.device:
     """'auto' -> the local CUDA device when there is one, else CPU; 'cpu'/'cuda' as asked."""
     if device == "auto":
@@ -53,7 +57,7 @@ def resolve_device(device: str, local_rank: int = 0) -> torch.device:
             raise BertkitError("--device cuda was asked for but no CUDA device is available; use --device cpu")
         return torch.device("cuda", local_rank)
     if device != "cpu":
-        raise BertkitError(f"--device {device!r} is not supported; use auto, cpu or cuda")
+        raise BertkitError(f"--device {device!r} is not supported; use {', '.join(DEVICES)}")
     return torch.device("cpu")
 
 

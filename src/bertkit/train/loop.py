@@ -55,38 +55,40 @@ class TrainConfig:
     """Everything that shapes an optimisation run (the model and data are given separately)."""
 
     max_steps: int | None = None
-    """Stop after this many optimizer steps (with max_time_s / num_epochs: whichever ends first)."""
+    """Optimizer steps to train for (with a time or epoch budget too: whichever ends first)."""
     max_time_s: float | None = None
-    """Stop after this many seconds of training (counted across resumes); the schedule follows it."""
+    """Training time budget in seconds, counted across resumes (on the command line e.g. 2h, 90m or 1h30m);
+    the schedule follows it."""
     num_epochs: float | None = None
     """Budget in passes over the training data (fine-tuning); converted to steps."""
     micro_batch_size: int = 32
-    """Examples per forward/backward pass on each process."""
+    """Micro-batch size: examples per forward/backward pass on each process."""
     gradient_accumulation_steps: int = 1
-    """Micro-batches per optimizer step; global batch = micro x accumulation x world size."""
+    """Micro-batches per optimizer step (global batch = micro-batch size x this x processes)."""
     learning_rate: float = 1e-4
     """Peak learning rate, reached at the end of warmup."""
     warmup_steps: int | None = None
-    """Linear warmup length in optimizer steps; None means warmup_ratio of the budget."""
+    """Linear warmup length in optimizer steps; unset: --warmup-ratio of the budget."""
     warmup_ratio: float = 0.01
-    """Warmup as a fraction of the budget (of max_steps, or of max_time_s under a time budget alone)."""
-    lr_schedule: str = "linear"
-    """After warmup: linear (decay to 0), cosine (to 0), constant-with-warmup, or inverse-sqrt."""
+    """Warmup as a fraction of the budget (of the steps, or of the time under a time budget alone)."""
+    lr_schedule: str = dataclasses.field(default="linear", metadata={"choices": tuple(SCHEDULES)})
+    """Learning rate after the warmup: linear or cosine decay to 0 at the end of the budget, constant, or
+    inverse square root."""
     weight_decay: float = 0.01
-    """Decoupled weight decay on matrices (not on biases and LayerNorm parameters)."""
+    """Decoupled weight decay (not on biases and LayerNorm parameters)."""
     betas: tuple[float, float] = (0.9, 0.999)
     """Adam beta1, beta2."""
     eps: float = 1e-6
-    """Adam epsilon (1e-6 as in the original BERT optimizer)."""
+    """AdamW/LAMB epsilon (1e-6 as the original BERT optimizer)."""
     max_grad_norm: float = 1.0
     """Clip the global gradient norm to this; 0 disables clipping (the norm is still checked)."""
-    optimizer: str = "adamw"
-    """adamw or lamb."""
-    precision: str = "auto"
-    """auto (the faster of fp32 and bf16 as measured on this machine; bf16 on CUDA where supported), fp32,
-    bf16 (autocast, CPU or CUDA) or fp16 (autocast + grad scaler, CUDA only)."""
+    optimizer: str = dataclasses.field(default="adamw", metadata={"choices": OPTIMIZERS})
+    """AdamW, or LAMB for very large batches."""
+    precision: str = dataclasses.field(default="auto", metadata={"choices": PRECISIONS})
+    """auto: the faster of fp32 and bf16 as measured on this machine (`bertkit doctor`; bf16 on GPUs that
+    support it); bf16 autocast (CPU or CUDA); fp16 autocast with a grad scaler (CUDA only)."""
     seed: int = 42
-    """Seed of the data order and of every RNG (each rank adds its rank)."""
+    """Seed of initialisation, data order, masking and dropout (each rank adds its rank)."""
     shuffle: bool = True
     """Shuffle the data every epoch (from seed and epoch)."""
     num_workers: int = 0
@@ -94,9 +96,9 @@ class TrainConfig:
     log_every: int = 10
     """Refresh the progress bar every this many steps (metrics.jsonl gets every step)."""
     eval_every: int | None = None
-    """Run eval_fn every this many steps and at the end; None: only at the end."""
+    """Held-out evaluation every this many steps and at the end; unset: only at the end."""
     save_every: int | None = 1000
-    """Write a checkpoint every this many steps (also on SIGTERM/SIGINT and at the end); None: only then."""
+    """Checkpoint every this many steps (also on SIGTERM/SIGINT and at the end); unset: only then."""
     keep_last: int = 3
     """Checkpoints kept on disk (older ones are deleted)."""
     max_nonfinite_steps: int = 10
