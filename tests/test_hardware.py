@@ -16,7 +16,8 @@ import torch
 from bertkit import hardware
 from bertkit.config import preset
 from bertkit.errors import BertkitError
-from bertkit.model import BertModel, cpu
+from bertkit.model import BertModel
+from bertkit.model.accelerate import onednn_works
 
 PROFILES = Path(__file__).parent / "assets" / "probe"
 
@@ -295,7 +296,7 @@ def test_the_real_probe_measures_every_candidate_and_leaves_no_trace():
     assert torch.get_num_threads() == threads
     assert measured.width == 64 and measured.seconds < 30  # well under a second on idle cores
     assert min(measured.train.values()) > 0 and min(measured.linear.values()) > 0
-    if cpu._onednn_works(torch.float32):
+    if onednn_works(torch.float32):
         assert measured.packed["fp32"] > 0
     assert [n for n, _, _ in measured.attention["bf16"]] == list(hardware.ATTENTION_LENGTHS)
     assert all(s > 0 and b > 0 for p in ("fp32", "bf16") for _, s, b in measured.attention[p])

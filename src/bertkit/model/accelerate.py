@@ -75,28 +75,35 @@ def for_inference(model: nn.Module, precision: str, device: torch.device = torch
     return accelerate_for_inference(model, inference_precision(precision, model, device))
 
 
-def accelerate_for_inference(model: nn.Module, precision: str = "fp32") -> nn.Module:
+def accelerate_for_inference(model: nn.Module, precision: str = "fp32", *, autocast: bool = False) -> nn.Module:
     """A copy of `model` in eval mode for inference in `precision`, the original untouched:
 
     - fp32 / bf16 (the model cast): on a CPU, each encoder layer's dense layers become `PackedLinear`
       modules, GELU and residual adds fused, where the probe measured them faster in that dtype;
+      `autocast=True` (fp32 only): the copy will run under CPU bf16 autocast (evaluation inside a bf16
+      training loop), so its dense layers compute in bf16 from bf16-packed weights, as autocast's
+      F.linear would, and residual sums stay fp32;
     - int8: each encoder layer's dense layers dynamically quantized (`Int8Linear`: int8 weights per
       output channel, activations quantized per call); embeddings, LayerNorms, attention and the task
       head stay fp32.
 
-    The copy runs under torch.no_grad() or torch.inference_mode(). A compiled layer (`compile_model`)
-    runs eagerly in the copy, with the swapped modules."""
+    The copy runs under torch.no_grad() or torch.inference_mode(). A compiled model (`compile_model`)
+    runs eagerly in the copy, with the swapped modules and the attention backend chosen per forward."""
     if precision not in ("fp32", "bf16", "int8"):
         raise ValueError(f"precision {precision!r}: use fp32, bf16 or int8 ('auto': for_inference)")
+    if autocast and precision != "fp32":
+        raise ValueError(f"autocast=True is for an fp32 model under bf16 autocast, not {precision}")
     if any(isinstance(m, _Frozen) for m in model.modules()):
         raise ValueError("this model is already accelerated for inference; accelerate the original")
     accelerated = _copy_sharing_tensors(model, torch.bfloat16 if precision == "bf16" else torch.float32)
+    for bert in [m for m in accelerated.modules() if isinstance(m, BertModel)]:
+        if any([vars(layer).pop("forward", None) for layer in bert.layers]):  # compile_model's, bound to the original
+            bert.attention = None  # eager again, so the padding-free attention is chosen per forward
     for layer in [m for m in accelerated.modules() if isinstance(m, BertLayer)]:
-        vars(layer).pop("forward", None)  # compile_model's compiled forward, bound to the original layer
         if precision == "int8":
             _quantize(layer)
         else:
-            _pack(layer)
+            _pack(layer, torch.bfloat16 if autocast else layer.qkv.weight.dtype)
     return accelerated.eval()
 
 
@@ -117,18 +124,17 @@ def _plain(linear: nn.Module) -> bool:
     return type(linear) in (nn.Linear, ResidualDense) and not linear._forward_hooks and not linear._forward_pre_hooks
 
 
-def _pack(layer: BertLayer) -> None:
-    """Swap the layer's dense layers for packed ones where that is faster here (module docstring)."""
-    weight = layer.qkv.weight
-    if not (weight.device.type == "cpu" and cpu_kernels_enabled() and onednn_works(weight.dtype)
-            and hardware.choices(layer.qkv.in_features).packed(weight.dtype)):
+def _pack(layer: BertLayer, dtype: torch.dtype) -> None:
+    """Swap the layer's dense layers for ones packed in `dtype` where that is faster here (module docstring)."""
+    if not (layer.qkv.weight.device.type == "cpu" and cpu_kernels_enabled() and onednn_works(dtype)
+            and hardware.choices(layer.qkv.in_features).packed(dtype)):
         return
     for name in DENSE_LAYERS:
         linear = getattr(layer, name)
         if not _plain(linear):
             continue
         post_op = _post_op(layer.act) if name == "ffn_in" else None
-        setattr(layer, name, PackedLinear(linear, post_op or ("none", "")))
+        setattr(layer, name, PackedLinear(linear, post_op or ("none", ""), dtype))
         if post_op:
             layer.act = nn.Identity()  # applied inside ffn_in now
 
@@ -170,24 +176,31 @@ class _Frozen(nn.Module):
 
 class PackedLinear(_Frozen):
     """A frozen dense layer in one oneDNN call: post_op(x W^T + b), or residual + x W^T + b; the weight
-    packed once into oneDNN's blocked layout, in the dtype of `linear`."""
+    packed once into oneDNN's blocked layout in `dtype` (default: the weight's), and the input cast to it.
+    A residual of another dtype (fp32 under bf16 autocast) is added outside the call, so the sum has its
+    dtype, as in eager autocast."""
 
-    def __init__(self, linear: nn.Linear, post_op: tuple[str, str] = ("none", "")) -> None:
+    def __init__(self, linear: nn.Linear, post_op: tuple[str, str] = ("none", ""),
+                 dtype: torch.dtype | None = None) -> None:
         super().__init__()
         self.in_features, self.out_features = linear.in_features, linear.out_features
-        self.weight = torch.ops.mkldnn._reorder_linear_weight(linear.weight.detach())
-        self.bias = None if linear.bias is None else linear.bias.detach()
+        self.dtype = dtype or linear.weight.dtype
+        self.weight = torch.ops.mkldnn._reorder_linear_weight(linear.weight.detach().to(self.dtype))
+        self.bias = None if linear.bias is None else linear.bias.detach().to(self.dtype)
         self.post_op = post_op
 
     def forward(self, x: torch.Tensor, residual: torch.Tensor | None = None) -> torch.Tensor:
         self.check_no_grad(x)
-        if residual is not None:
+        x = x.to(self.dtype)
+        if residual is not None and residual.dtype == self.dtype:
             return torch.ops.mkldnn._linear_pointwise.binary(x, residual, self.weight, self.bias, "add")
         name, algorithm = self.post_op
-        return torch.ops.mkldnn._linear_pointwise(x, self.weight, self.bias, name, [], algorithm)
+        y = torch.ops.mkldnn._linear_pointwise(x, self.weight, self.bias, name, [], algorithm)
+        return y if residual is None else residual + y
 
     def extra_repr(self) -> str:
-        return f"in_features={self.in_features}, out_features={self.out_features}, post_op={self.post_op[0]}"
+        return (f"in_features={self.in_features}, out_features={self.out_features}, post_op={self.post_op[0]}, "
+                f"dtype={self.dtype}")
 
 
 class Int8Linear(_Frozen):

@@ -1,9 +1,9 @@
-"""Attention backends: how multi-head self-attention runs, each one a small module chosen once per forward.
+"""Attention backends: how multi-head self-attention runs, each one a small named object chosen once per forward.
 
 Design decision: attention is what BERT computes the same way everywhere, softmax(q k^T / sqrt(Dh)) v
 over each sequence's real tokens, but the fastest way to run it depends on the device, the dtype,
 whether attention dropout is on and on measurements of this machine. So each way is a backend with one
-method, `forward(qkv, layout, num_heads, dropout_p) -> context` (packed Q|K|V in, the heads' outputs
+call, `backend(qkv, layout, num_heads, dropout_p) -> context` (packed Q|K|V in, the heads' outputs
 before the output projection out), and `choose_attention` picks one per forward pass; `model.bert.attention
 = PaddedSDPA()` fixes one instead (torch.compile and ONNX export do). A backend with `unpadded = True`
 gets the (N, 3D) real tokens and their `Unpadded` layout; the others get the (B, T, 3D) padded batch and
@@ -38,24 +38,31 @@ import os
 
 import torch
 import torch.nn.functional as F
-from torch import nn
-
 from bertkit import hardware
 from bertkit.model.padding import Unpadded
 
 
-class Attention(nn.Module):
-    """The interface: `forward(qkv, layout, num_heads, dropout_p)`, self-attention of packed q|k|v up to
+class Attention:
+    """The interface: `backend(qkv, layout, num_heads, dropout_p)`, self-attention of packed q|k|v up to
     (not including) the output projection: (N, 3D) -> (N, D) with an `Unpadded` layout when `unpadded`,
-    else (B, T, 3D) -> (B, T, D) with a (B, 1, 1, T) bool key-padding mask or None."""
+    else (B, T, 3D) -> (B, T, D) with a (B, 1, 1, T) bool key-padding mask or None. Backends hold no
+    weights, so they are plain objects, not modules: they never show in a state_dict."""
 
     unpadded = False
+
+    def __call__(self, qkv: torch.Tensor, layout: Unpadded | torch.Tensor | None, num_heads: int,
+                 dropout_p: float) -> torch.Tensor:
+        raise NotImplementedError(type(self).__name__)
+
+    def __repr__(self) -> str:
+        inner = getattr(self, "inner", None)
+        return f"{type(self).__name__}({inner!r})" if inner is not None else f"{type(self).__name__}()"
 
 
 class PaddedSDPA(Attention):
     """PyTorch's SDPA on the padded batch; padded keys are masked out."""
 
-    def forward(self, qkv: torch.Tensor, mask: torch.Tensor | None, num_heads: int, dropout_p: float) -> torch.Tensor:
+    def __call__(self, qkv: torch.Tensor, mask: torch.Tensor | None, num_heads: int, dropout_p: float) -> torch.Tensor:
         batch, seq_len, three_d = qkv.shape
         head_size = three_d // (3 * num_heads)
         q, k, v = qkv.view(batch, seq_len, 3, num_heads, head_size).permute(2, 0, 3, 1, 4)  # 3 x (B, A, T, Dh)
@@ -72,7 +79,6 @@ class CpuBmm(PaddedSDPA):
     dtype and length (`choices`), SDPA elsewhere and whenever there is a mask or dropout."""
 
     def __init__(self, choices: hardware.Choices) -> None:
-        super().__init__()
         self.choices = choices
 
     def kernel(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None,
@@ -88,10 +94,9 @@ class PerSequence(Attention):
     unpadded = True
 
     def __init__(self, inner: PaddedSDPA | None = None) -> None:
-        super().__init__()
         self.inner = inner if inner is not None else PaddedSDPA()
 
-    def forward(self, qkv: torch.Tensor, layout: Unpadded, num_heads: int, dropout_p: float) -> torch.Tensor:
+    def __call__(self, qkv: torch.Tensor, layout: Unpadded, num_heads: int, dropout_p: float) -> torch.Tensor:
         # split, not one slice per sequence: in backward, split joins the gradients with one cat, where
         # each slice would scatter its gradient into a zero-filled (N, 3D) tensor and those would be summed
         contexts = [self.inner(piece.unsqueeze(0), None, num_heads, dropout_p).squeeze(0)  # (t, 3D) -> (t, D)
@@ -107,10 +112,9 @@ class RepaddedSDPA(Attention):
     unpadded = True
 
     def __init__(self) -> None:
-        super().__init__()
         self.inner = PaddedSDPA()
 
-    def forward(self, qkv: torch.Tensor, layout: Unpadded, num_heads: int, dropout_p: float) -> torch.Tensor:
+    def __call__(self, qkv: torch.Tensor, layout: Unpadded, num_heads: int, dropout_p: float) -> torch.Tensor:
         keys = torch.arange(layout.seq_len, device=qkv.device) < layout.lengths.clamp(min=1)[:, None]  # (B, T)
         context = self.inner(layout.pad(qkv), keys[:, None, None, :], num_heads, dropout_p)  # (B, T, D)
         return layout.unpad(context)  # (N, D)
@@ -122,7 +126,7 @@ class VarlenFlash(Attention):
 
     unpadded = True
 
-    def forward(self, qkv: torch.Tensor, layout: Unpadded, num_heads: int, dropout_p: float) -> torch.Tensor:
+    def __call__(self, qkv: torch.Tensor, layout: Unpadded, num_heads: int, dropout_p: float) -> torch.Tensor:
         from torch.nn.attention.varlen import varlen_attn  # noqa: PLC0415 - CUDA only
 
         if dropout_p:
