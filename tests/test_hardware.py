@@ -4,7 +4,6 @@ the real probe once."""
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import json
 import logging
