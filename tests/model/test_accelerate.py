@@ -116,12 +116,16 @@ def test_autocast_copy_under_bf16_autocast_is_as_close_as_eager_autocast(name):
         assert accelerated_error < 1.5 * (eager[key] - reference[key]).abs().mean() + 1e-3, key
 
 
-def test_the_copy_refuses_training_and_autograd():
-    fast, batch = accelerate_for_inference(_model()), _batch([9, 5])
+def test_the_copy_refuses_training_and_autograd_and_builds_no_graph():
+    model, batch = _model(), _batch([9, 5])
+    fast = accelerate_for_inference(model)
     with pytest.raises(RuntimeError, match="inference only"):
         fast.train()
-    with pytest.raises(RuntimeError, match="no backward"):  # the shared embeddings want gradients
-        fast(**batch)
+    with pytest.raises(RuntimeError, match="no backward"):
+        fast.layers[0].qkv(torch.randn(3, 32, requires_grad=True))
+    out = fast(**batch).last_hidden_state  # gradients on, but the copy's shared tensors are detached
+    assert not out.requires_grad and all(p.grad is None for p in model.parameters())
+    assert fast.embeddings.word.weight.data_ptr() == model.embeddings.word.weight.data_ptr()
 
 
 @pytest.mark.parametrize("fused", [True, False], ids=["fused-adamw", "for-loop-adamw"])

@@ -108,14 +108,15 @@ def accelerate_for_inference(model: nn.Module, precision: str = "fp32", *, autoc
 
 
 def _copy_sharing_tensors(model: nn.Module, dtype: torch.dtype) -> nn.Module:
-    """A deep copy of the modules holding the original's tensors; floating ones not in `dtype` are cast."""
+    """A deep copy of the modules holding the original's tensors (the same memory; floating ones not in
+    `dtype` cast), detached: the copy's parameters never require gradients, so it builds no autograd
+    graph even where gradients are on, and the original's gradients are its own."""
     memo: dict[int, torch.Tensor] = {}
     for tensor in itertools.chain(model.parameters(), model.buffers()):
+        shared = tensor.detach()
         if tensor.is_floating_point() and tensor.dtype != dtype:
-            cast = tensor.detach().to(dtype)
-            memo[id(tensor)] = nn.Parameter(cast, requires_grad=False) if isinstance(tensor, nn.Parameter) else cast
-        else:
-            memo[id(tensor)] = tensor
+            shared = shared.to(dtype)
+        memo[id(tensor)] = nn.Parameter(shared, requires_grad=False) if isinstance(tensor, nn.Parameter) else shared
     return copy.deepcopy(model, memo)
 
 
