@@ -47,8 +47,8 @@ def test_every_backend_equals_per_sequence_attention_with_gradients(backend):
     assert torch.isfinite(grad).all()
 
 
-@pytest.mark.parametrize("backend", [PaddedSDPA(), PerSequence(), RepaddedSDPA(), PerSequence(CpuBmm(bmm_everywhere()))],
-                         ids=repr)
+@pytest.mark.parametrize("backend", [PaddedSDPA(), PerSequence(), RepaddedSDPA(),
+                                     PerSequence(CpuBmm(bmm_everywhere()))], ids=repr)
 def test_a_model_with_a_fixed_backend_equals_the_chosen_one(backend, batch):
     torch.manual_seed(0)
     model = BertModel(preset("bert-debug", vocab_size=99)).eval()
@@ -75,7 +75,8 @@ def test_bmm_attention_equals_sdpa(dtype):
 def test_cpu_bmm_only_at_its_lengths_without_mask_or_dropout(monkeypatch):
     """With the AMD machine's measurements (tests/conftest.py): bf16 at about 49-192 tokens only."""
     calls = []
-    monkeypatch.setattr(hardware, "bmm_attention", lambda *qkv: calls.append(qkv[0].shape) or F.scaled_dot_product_attention(*qkv))
+    monkeypatch.setattr(hardware, "bmm_attention",
+                        lambda *qkv: calls.append(qkv[0].shape) or F.scaled_dot_product_attention(*qkv))
     backend = CpuBmm(hardware.choices(WIDTH))
     for length, dtype, mask, dropout in [(64, torch.bfloat16, None, 0.0), (64, torch.bfloat16, True, 0.0),
                                          (64, torch.bfloat16, None, 0.1), (64, torch.float32, None, 0.0),

@@ -70,8 +70,8 @@ def inference_precision(precision: str, model: nn.Module, device: torch.device) 
 
 
 def for_inference(model: nn.Module, precision: str, device: torch.device = torch.device("cpu")) -> nn.Module:
-    """`model` (already on `device`) made ready for inference in an inference precision ('auto'
-    resolved by measurement): `accelerate_for_inference`."""
+    """An inference copy of `model` (already on `device`) in an inference precision, 'auto' resolved by
+    measurement: `accelerate_for_inference`. What every inference command runs."""
     return accelerate_for_inference(model, inference_precision(precision, model, device))
 
 
