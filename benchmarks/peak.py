@@ -12,7 +12,7 @@ import time
 
 import torch
 
-from bertkit.model import cpu
+from bertkit.model.accelerate import PackedLinear, onednn_works
 
 
 def matmul_peak(dtype: torch.dtype, device: str = "cpu", size: int | None = None, repeats: int = 5) -> float:
@@ -23,8 +23,9 @@ def matmul_peak(dtype: torch.dtype, device: str = "cpu", size: int | None = None
     kernels = [lambda: a @ layer.weight]
     best = float("inf")
     with torch.inference_mode():
-        if cpu.linear_applies(a, layer):  # bertkit's CPU inference kernel, its packed weight made once
-            kernels.append(lambda: cpu.linear(a, layer))
+        if device == "cpu" and onednn_works(dtype):  # bertkit's CPU inference kernel, its weight packed once
+            packed = PackedLinear(layer)
+            kernels.append(lambda: packed(a))
         for kernel in kernels:
             kernel()
             best = min(best, *(timed(kernel, device) for _ in range(repeats)))

@@ -46,7 +46,7 @@ from bertkit import hardware
 from bertkit.assets import kjv_path
 from bertkit.config import preset
 from bertkit.data import PretrainingDataOptions, PretrainingDataset, build_pretraining_data, collate_pretraining
-from bertkit.model import BertForPreTraining
+from bertkit.model import BertForPreTraining, compile_model
 from bertkit.tasks.pretraining import pretraining_loss
 from bertkit.train.optim import build_optimizer
 from bertkit.tokenizer import WordPieceTokenizer
@@ -118,7 +118,7 @@ def build_models(model_name: str, vocab_size: int, which: tuple[str, ...]) -> di
             models["transformers"] = transformers.BertForPreTraining.from_pretrained(directory)
         if "bertkit --compile" in which:
             models["bertkit --compile"] = BertForPreTraining.from_pretrained(directory)
-            models["bertkit --compile"].bert.compile_layers()
+            compile_model(models["bertkit --compile"])
     return {name: models[name].train() for name in which}
 
 

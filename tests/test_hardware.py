@@ -4,7 +4,6 @@ the real probe once."""
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import json
 import logging
@@ -16,7 +15,8 @@ import torch
 from bertkit import hardware
 from bertkit.config import preset
 from bertkit.errors import BertkitError
-from bertkit.model import BertModel, cpu
+from bertkit.model import BertModel
+from bertkit.model.accelerate import PackedLinear, accelerate_for_inference, onednn_works
 
 PROFILES = Path(__file__).parent / "assets" / "probe"
 
@@ -147,24 +147,24 @@ def test_gpus_are_not_probed(monkeypatch):
 
 
 def test_intel_profile_keeps_the_model_on_the_eager_path(use_profile, monkeypatch):
-    """Where the packed fp32 weight and bf16 bmm attention lost, the model does not take them, and gives
-    the same outputs."""
-    counts = {"linear": 0, "bmm_attention": 0}
-    for name in counts:
-        original = getattr(cpu, name)
-        monkeypatch.setattr(cpu, name, lambda *a, _n=name, _o=original: counts.__setitem__(_n, counts[_n] + 1) or _o(*a))
+    """Where the packed fp32 weight and bf16 bmm attention lost, the accelerated model does not take them,
+    and gives the same outputs."""
+    calls = []
+    original = hardware.bmm_attention
+    monkeypatch.setattr(hardware, "bmm_attention", lambda *qkv: calls.append(1) or original(*qkv))
     torch.manual_seed(0)
     model = BertModel(preset("bert-debug")).eval()
-    half = copy.deepcopy(model).to(torch.bfloat16)
     ids = torch.randint(5, 99, (2, 64))
-    outputs = {}
+    outputs, packed = {}, {}
     for name in ("intel-xeon-no-amx", "amd-epyc"):
         use_profile(name)
+        fast, half = accelerate_for_inference(model), accelerate_for_inference(model, "bf16")
+        packed[name] = sum(isinstance(m, PackedLinear) for m in [*fast.modules(), *half.modules()])
         with torch.inference_mode():
-            outputs[name] = model(ids).last_hidden_state
+            outputs[name] = fast(ids).last_hidden_state
             half(ids)
-    # Intel: no dense layer packed, no bmm attention; AMD: both forwards' 8 dense layers, bf16 bmm attention
-    assert counts == {"linear": 16, "bmm_attention": 2}
+    # Intel: no dense layer packed, no bmm attention; AMD: both copies' 8 dense layers, bf16 bmm attention
+    assert packed == {"intel-xeon-no-amx": 0, "amd-epyc": 16} and len(calls) == 2
     torch.testing.assert_close(outputs["intel-xeon-no-amx"], outputs["amd-epyc"], atol=1e-5, rtol=1e-5)
 
 
@@ -295,7 +295,7 @@ def test_the_real_probe_measures_every_candidate_and_leaves_no_trace():
     assert torch.get_num_threads() == threads
     assert measured.width == 64 and measured.seconds < 30  # well under a second on idle cores
     assert min(measured.train.values()) > 0 and min(measured.linear.values()) > 0
-    if cpu._onednn_works(torch.float32):
+    if onednn_works(torch.float32):
         assert measured.packed["fp32"] > 0
     assert [n for n, _, _ in measured.attention["bf16"]] == list(hardware.ATTENTION_LENGTHS)
     assert all(s > 0 and b > 0 for p in ("fp32", "bf16") for _, s, b in measured.attention[p])

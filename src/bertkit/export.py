@@ -10,7 +10,7 @@ how often the top-1 prediction (argmax of the logits) stays the same.
 
 Design decision: the TorchScript-based exporter (`dynamo=False`): in torch 2.13 the default
 torch.export-based exporter needs the `onnxscript` package, which bertkit does not depend on. The
-graph is traced with the padded attention path (`use_unpadding = False`, same numbers), since the
+graph is traced with the padded attention backend (`attention = PaddedSDPA()`, same numbers), since the
 padding-free path's data-dependent gather sizes would be frozen by tracing; the trace batch is
 padded so the masked-attention branch is the one recorded.
 
@@ -36,6 +36,7 @@ from torch import nn
 from bertkit.config import BertConfig
 from bertkit.errors import BertkitError
 from bertkit.model import MODEL_CLASSES, BertModel
+from bertkit.model.attention import PaddedSDPA
 from bertkit.serve.batching import pad_features
 from bertkit.tokenizer import WordPieceTokenizer
 
@@ -112,7 +113,7 @@ def export_onnx(model_dir: str | Path, output: str | Path, quantize: str | None 
         raise BertkitError(f"{model_dir}/config.json: cannot export architecture {architecture!r}; "
                            f"supported: {', '.join(OUTPUT_NAMES)}")
     model = MODEL_CLASSES[architecture].from_pretrained(model_dir).eval()
-    (model if isinstance(model, BertModel) else model.bert).use_unpadding = False
+    (model if isinstance(model, BertModel) else model.bert).attention = PaddedSDPA()
     names = OUTPUT_NAMES[architecture]
     if architecture == "BertModel" and model.pooler is None:
         names = names[:1]

@@ -14,7 +14,7 @@ injected timings: bf16 only when it is at least 1.2x fp32; a kernel fast path on
 at least 1.1x faster. CUDA is not probed: bf16 where the GPU supports it.
 
 Every layer of bertkit imports this module, so it imports only torch: the probe times torch's kernels
-itself (the same calls bertkit.model.cpu makes; tests/test_hardware.py checks they agree).
+itself (the same calls bertkit.model.accelerate makes; tests/test_hardware.py checks they agree).
 
 Environment: BERTKIT_CACHE_DIR (default $XDG_CACHE_HOME/bertkit, else ~/.cache/bertkit);
 BERTKIT_PROBE_FILE=path takes the measurements from that file (`bertkit doctor --json` writes one)
@@ -365,7 +365,7 @@ def _attention_times(width: int, generator: torch.Generator) -> dict[str, list[t
 
 def bmm_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
     """softmax(q k^T / sqrt(Dh)) v for 3 x (B, A, T, Dh) -> (B, A, T, Dh) by two batched matmuls: the
-    candidate the probe times against SDPA, and the kernel bertkit.model.cpu runs where it won."""
+    candidate the probe times against SDPA, and the kernel bertkit.model.attention.CpuBmm runs where it won."""
     batch, heads, length, size = q.shape
     q = (q * size ** -0.5).reshape(batch * heads, length, size)
     scores = torch.bmm(q, k.reshape(batch * heads, length, size).transpose(1, 2))  # (BA, T, T)
@@ -473,7 +473,7 @@ def _probe_file(path: Path) -> Measurements:
 
 @functools.cache
 def choices(width: int = DEFAULT_WIDTH) -> Choices:
-    """The decisions for this width, made once per process (cpu.py asks on every layer call)."""
+    """The decisions for this width, made once per process (the attention backends ask on every forward)."""
     return decide(measurements(width)[0])
 
 

@@ -8,6 +8,7 @@ import transformers
 
 from bertkit import model as bm
 from bertkit.config import preset
+from bertkit.model.attention import PaddedSDPA
 
 from .conftest import tiny_hf_config
 
@@ -77,7 +78,7 @@ def test_padding_free_path_equals_padded_path(name, batch):
     real = inputs["attention_mask"].bool()
     with torch.no_grad():
         unpadded = model(**inputs, output_hidden_states=True)
-        getattr(model, "bert", model).use_unpadding = False
+        getattr(model, "bert", model).attention = PaddedSDPA()
         padded = model(**inputs, output_hidden_states=True)
     compared = 0
     for field in OUTPUTS:

@@ -4,7 +4,6 @@ fp32 for every head, and bad requests are clear errors."""
 
 from __future__ import annotations
 
-import copy
 from pathlib import Path
 
 import pytest
@@ -38,7 +37,7 @@ def _first_output(output) -> torch.Tensor:
 def test_int8_quantizes_the_encoder_layers_only_and_stays_close(name):
     torch.manual_seed(0)
     model = bm.MODEL_CLASSES[name](preset("bert-debug")).eval()
-    quantized = bm.for_inference(copy.deepcopy(model), "int8")
+    quantized = bm.for_inference(model, "int8")
     int8 = {n for n, m in quantized.named_modules() if isinstance(m, torch.ao.nn.quantized.dynamic.Linear)}
     assert all(".layers." in f".{n}" for n in int8)  # qkv, attn_out, ffn_in, ffn_out of each layer
     assert len(int8) == 4 * model.config.num_hidden_layers and not quantized.training
@@ -50,10 +49,13 @@ def test_int8_quantizes_the_encoder_layers_only_and_stays_close(name):
     torch.testing.assert_close(fast, exact, atol=0.05 * exact.abs().max().item(), rtol=0.0)
 
 
-def test_bf16_casts_and_fp32_leaves_the_model_as_it_is():
+def test_bf16_casts_a_copy_and_fp32_shares_the_weights():
     model = bm.BertModel(preset("bert-debug"))
-    assert bm.for_inference(model, "fp32") is model and not model.training
-    assert next(bm.for_inference(model, "bf16").parameters()).dtype == torch.bfloat16
+    fp32 = bm.for_inference(model, "fp32")
+    assert fp32 is not model and not fp32.training and model.training  # the original is untouched
+    assert fp32.embeddings.word.weight.data_ptr() == model.embeddings.word.weight.data_ptr()  # shared, not copied
+    bf16 = bm.for_inference(model, "bf16")
+    assert next(bf16.parameters()).dtype == torch.bfloat16 and next(model.parameters()).dtype == torch.float32
 
 
 def test_auto_is_the_measured_inference_choice(monkeypatch):

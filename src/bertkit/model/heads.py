@@ -30,7 +30,7 @@ class MaskedLMHead(nn.Module):
     def __init__(self, config: BertConfig) -> None:
         super().__init__()
         self.transform = nn.Linear(config.hidden_size, config.hidden_size)
-        self.act = ACTIVATIONS[config.hidden_act]
+        self.act = ACTIVATIONS[config.hidden_act]()
         self.norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
         self.bias = nn.Parameter(torch.zeros(config.vocab_size))
 

@@ -373,7 +373,7 @@ def measure_rates(cfg: QuickstartConfig, vocab_size: int, finetune_length: int) 
     import torch.nn.functional as F
 
     from bertkit.config import preset
-    from bertkit.model import BertForSequenceClassification
+    from bertkit.model import BertForSequenceClassification, accelerate_for_inference
     from bertkit.tasks.pretraining import measure_steps_per_second
     from bertkit.train.distributed import resolve_device
     from bertkit.train.throughput import inference_batches_per_second, training_steps_per_second
@@ -391,7 +391,8 @@ def measure_rates(cfg: QuickstartConfig, vocab_size: int, finetune_length: int) 
         return F.cross_entropy(model(**inputs).logits.float(), labels.to(inputs["input_ids"].device)), {}
 
     finetune = training_steps_per_second(lambda: BertForSequenceClassification(config), loss, batch, "auto", device)
-    evaluate = inference_batches_per_second(lambda: BertForSequenceClassification(config), batch, device)
+    evaluate = inference_batches_per_second(  # as fine-tuning evaluates: an accelerated copy
+        lambda: accelerate_for_inference(BertForSequenceClassification(config).to(device)), batch, device)
     return Rates(pretrain, finetune, evaluate * len(ids))
 
 

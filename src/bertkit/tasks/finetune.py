@@ -46,7 +46,7 @@ from torch import nn
 from bertkit.atomic import replace_directory, write_file_atomic, write_text_atomic
 from bertkit.config import PRESETS, BertConfig, preset
 from bertkit.errors import BertkitError, Interrupted
-from bertkit.model import BertModel, for_inference
+from bertkit.model import BertModel, accelerate_for_inference, compile_model, for_inference
 from bertkit.model.heads import ClassifierOutput, QuestionAnsweringOutput
 from bertkit.data.conll import read_conll
 from bertkit.data.glue import glue_task, read_table
@@ -285,7 +285,7 @@ def build_model(task: Any, cfg: FinetuneConfig, tokenizer: WordPieceTokenizer, m
         raise BertkitError(f"--max-seq-length {max_seq_length} exceeds the model's max_position_embeddings "
                            f"({config.max_position_embeddings}); lower it")
     if cfg.compile:
-        model.bert.compile_layers()
+        compile_model(model)
     if cfg.feature_layers:
         return FeatureBasedModel(model.bert, task.kind, _head_outputs(task, config), cfg.feature_layers,
                                  cfg.feature_combine, cfg.dropout)
@@ -367,6 +367,7 @@ class _SeedRun:
     def evaluate(self, model: nn.Module) -> dict[str, float]:
         self.latest = []
         first, *others = self.dev_sets
+        model = accelerate_for_inference(model)  # fp32: predict_features turns autocast off
         metrics = self._score(model, first)
         if others and self._improved(metrics[self.task.metric_names[0]]):
             for dev in others:

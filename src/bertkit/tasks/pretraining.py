@@ -30,7 +30,7 @@ from bertkit.atomic import write_text_atomic
 from bertkit.config import BertConfig, load_config
 from bertkit.data import PretrainingDataset, collate_pretraining
 from bertkit.errors import BertkitError
-from bertkit.model import BertForMaskedLM, BertForPreTraining, read_state_dict
+from bertkit.model import BertForMaskedLM, BertForPreTraining, accelerate_for_inference, compile_model, read_state_dict
 from bertkit.tokenizer import WordPieceTokenizer
 from bertkit.tasks.recipes import (PRETRAINING_FILE, RECIPES, PretrainRecipe, budget_steps, choose_recipe,
                                    short_recipe)
@@ -83,6 +83,8 @@ def evaluate_pretraining(model: nn.Module, dataset: Dataset, batch_size: int, ns
                          pad_token_id: int = 0) -> dict[str, float]:
     """Held-out MLM loss/accuracy over all masked tokens and NSP loss/accuracy over all pairs."""
     device = next(model.parameters()).device
+    bf16_autocast = torch.is_autocast_enabled("cpu") and torch.get_autocast_dtype("cpu") == torch.bfloat16
+    model = accelerate_for_inference(model, autocast=bf16_autocast and device.type == "cpu")
     totals = dict(mlm_loss=0.0, mlm_correct=0, mlm_tokens=0, nsp_loss=0.0, nsp_correct=0, pairs=0)
     for start in range(0, len(dataset), batch_size):  # type: ignore[arg-type]
         items = [dataset[i] for i in range(start, min(start + batch_size, len(dataset)))]  # type: ignore[arg-type]
@@ -170,8 +172,8 @@ class PretrainSettings:
     device: str = dataclasses.field(default="auto", metadata={"choices": DEVICES})
     """auto (CUDA when there is a GPU), cpu or cuda."""
     compile: bool = False
-    """torch.compile the encoder layers (one-off compilation ~1 min); measured faster on shared CPU cores, no
-    gain on idle ones (docs/performance.md)."""
+    """torch.compile the encoder layers (one-off compilation ~1 min; bertkit.model.compile_model); measured
+    faster on shared CPU cores, no gain on idle ones (docs/performance.md)."""
     max_seq_length: int | None = None
     """Cut longer instances to this many tokens at load (Google's pair rule); unset: as the data was built."""
     masked_lm_prob: float | None = None
@@ -217,7 +219,7 @@ def build_model(settings: PretrainSettings, tokenizer: WordPieceTokenizer, max_s
             config = config.replace(vocab_size=tokenizer.vocab_size)
         model = cls(config)
     if settings.compile:
-        model.bert.compile_layers()
+        compile_model(model)
     if config.vocab_size < tokenizer.vocab_size:
         raise BertkitError(f"--init-from {settings.init_from}: vocab_size {config.vocab_size} is smaller than "
                            f"the tokenizer's {tokenizer.vocab_size}")

@@ -1,0 +1,259 @@
+"""Transforms that make a BERT model faster without changing what it computes, applied from outside.
+
+- `accelerate_for_inference(model, precision)`: a copy for inference, its encoder dense layers swapped
+  for frozen packed oneDNN modules (CPU, fp32/bf16, where measured faster) or dynamically quantized
+  int8 ones; `for_inference(model, precision, device)` resolves `--precision auto` first and is what
+  every inference command runs.
+- `compile_model(model)`: torch.compile'd encoder layers, for training (`--compile`).
+
+Design decision: the accelerated model is a copy and the kernels' state belongs to it. The copy shares
+every tensor it does not replace with the original (no second copy of the weights, except those cast to
+bf16), the packed weights are made once when it is built, and its swapped modules refuse training and
+autograd. So there is nothing to invalidate: the original trains on as before, and whoever wants the
+new weights after an optimizer step makes a new copy (fine-tuning does, at each evaluation).
+
+Why packed oneDNN dense layers (`torch.ops.mkldnn._linear_pointwise`, the kernel torch.compile's CPU
+backend emits) instead of `F.linear` followed by separate passes for GELU or the residual add:
+
+- fp32: `F.linear` runs on MKL's sgemm, which on AMD CPUs does not use AVX-512; oneDNN does.
+  Measured on a 2-core AMD EPYC (avx512_bf16), bert-base shapes, 1,100 rows: 0.17-0.19 TFLOP/s for
+  `F.linear` + GELU against 0.40-0.41 for the fused oneDNN call.
+- bf16: both use oneDNN, but `F.linear` hands over a plain weight that oneDNN reorders into its
+  blocked layout on every call; a weight packed once saves that (0.65 -> 0.83 TFLOP/s with GELU fused).
+- GELU (exact erf, or tanh) and ReLU are applied in the GEMM's epilogue (the layer's `act` becomes
+  nn.Identity), and the residual add too (`ResidualDense`), so the (N, 4D) intermediate and the sum
+  are not written and read again.
+
+Which dtypes are packed is measured, not fixed: `bertkit.hardware` times oneDNN with a packed weight
+against `F.linear` at the model's width, once per machine (cached), and a layer is packed only where
+that measured at least 1.1x faster (on an Intel CPU, where MKL uses AVX-512 for fp32, the packed fp32
+path may not win, and then `F.linear` runs). Layers with hooks (pruning, parametrizations) are left as
+they are. `BERTKIT_CPU_KERNELS=0` in the environment turns packing (and bmm attention, attention.py) off.
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+import itertools
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from bertkit import hardware
+from bertkit.errors import BertkitError
+from bertkit.model.attention import PaddedSDPA, cpu_kernels_enabled
+from bertkit.model.bert import BertLayer, BertModel, ResidualDense
+
+# --precision of the inference commands (predict, evaluate, extract, serve)
+INFERENCE_PRECISIONS = ("auto", "fp32", "bf16", "int8")
+DENSE_LAYERS = ("qkv", "attn_out", "ffn_in", "ffn_out")  # the encoder layer's nn.Linear modules
+
+
+def check_inference_precision(precision: str) -> str:
+    if precision not in INFERENCE_PRECISIONS:
+        raise BertkitError(f"--precision {precision!r} is not supported for inference; "
+                           f"use one of {', '.join(INFERENCE_PRECISIONS)}")
+    return precision
+
+
+def inference_precision(precision: str, model: nn.Module, device: torch.device) -> str:
+    """The precision to run: 'auto' is the faster of fp32 and bf16 as measured on this machine at the
+    model's width (bertkit.hardware; bf16 on CUDA where supported). int8 is never chosen by 'auto': it
+    changes outputs by more than rounding, so it is asked for by name (accuracy: docs/performance.md)."""
+    if check_inference_precision(precision) == "auto":
+        return hardware.auto_precision(device, hardware.model_width(model), purpose="inference")
+    if precision == "int8" and device.type != "cpu":
+        raise BertkitError(f"--precision int8 runs on CPUs only; on {device.type} use bf16 or fp32")
+    return precision
+
+
+def for_inference(model: nn.Module, precision: str, device: torch.device = torch.device("cpu")) -> nn.Module:
+    """An inference copy of `model` (already on `device`) in an inference precision, 'auto' resolved by
+    measurement: `accelerate_for_inference`. What every inference command runs."""
+    return accelerate_for_inference(model, inference_precision(precision, model, device))
+
+
+def accelerate_for_inference(model: nn.Module, precision: str = "fp32", *, autocast: bool = False) -> nn.Module:
+    """A copy of `model` in eval mode for inference in `precision`, the original untouched:
+
+    - fp32 / bf16 (the model cast): on a CPU, each encoder layer's dense layers become `PackedLinear`
+      modules, GELU and residual adds fused, where the probe measured them faster in that dtype;
+      `autocast=True` (fp32 only): the copy will run under CPU bf16 autocast (evaluation inside a bf16
+      training loop), so its dense layers compute in bf16 from bf16-packed weights, as autocast's
+      F.linear would, and residual sums stay fp32;
+    - int8: each encoder layer's dense layers dynamically quantized (`Int8Linear`: int8 weights per
+      output channel, activations quantized per call); embeddings, LayerNorms, attention and the task
+      head stay fp32.
+
+    The copy runs under torch.no_grad() or torch.inference_mode(). A compiled model (`compile_model`)
+    runs eagerly in the copy, with the swapped modules and the attention backend chosen per forward."""
+    if precision not in ("fp32", "bf16", "int8"):
+        raise ValueError(f"precision {precision!r}: use fp32, bf16 or int8 ('auto': for_inference)")
+    if autocast and precision != "fp32":
+        raise ValueError(f"autocast=True is for an fp32 model under bf16 autocast, not {precision}")
+    if any(isinstance(m, _Frozen) for m in model.modules()):
+        raise ValueError("this model is already accelerated for inference; accelerate the original")
+    accelerated = _copy_sharing_tensors(model, torch.bfloat16 if precision == "bf16" else torch.float32)
+    for bert in [m for m in accelerated.modules() if isinstance(m, BertModel)]:
+        if any([vars(layer).pop("forward", None) for layer in bert.layers]):  # compile_model's, bound to the original
+            bert.attention = None  # eager again, so the padding-free attention is chosen per forward
+    for layer in [m for m in accelerated.modules() if isinstance(m, BertLayer)]:
+        if precision == "int8":
+            _quantize(layer)
+        else:
+            _pack(layer, torch.bfloat16 if autocast else layer.qkv.weight.dtype)
+    return accelerated.eval()
+
+
+def _copy_sharing_tensors(model: nn.Module, dtype: torch.dtype) -> nn.Module:
+    """A deep copy of the modules holding the original's tensors (the same memory; floating ones not in
+    `dtype` cast), detached: the copy's parameters never require gradients, so it builds no autograd
+    graph even where gradients are on, and the original's gradients are its own."""
+    memo: dict[int, torch.Tensor] = {}
+    for tensor in itertools.chain(model.parameters(), model.buffers()):
+        shared = tensor.detach()
+        if tensor.is_floating_point() and tensor.dtype != dtype:
+            shared = shared.to(dtype)
+        memo[id(tensor)] = nn.Parameter(shared, requires_grad=False) if isinstance(tensor, nn.Parameter) else shared
+    return copy.deepcopy(model, memo)
+
+
+def _plain(linear: nn.Module) -> bool:
+    """A dense layer as bert.py builds it, with no hooks (pruning, for one, recomputes the weight in one)."""
+    return type(linear) in (nn.Linear, ResidualDense) and not linear._forward_hooks and not linear._forward_pre_hooks
+
+
+def _pack(layer: BertLayer, dtype: torch.dtype) -> None:
+    """Swap the layer's dense layers for ones packed in `dtype` where that is faster here (module docstring)."""
+    if not (layer.qkv.weight.device.type == "cpu" and cpu_kernels_enabled() and onednn_works(dtype)
+            and hardware.choices(layer.qkv.in_features).packed(dtype)):
+        return
+    for name in DENSE_LAYERS:
+        linear = getattr(layer, name)
+        if not _plain(linear):
+            continue
+        post_op = _post_op(layer.act) if name == "ffn_in" else None
+        setattr(layer, name, PackedLinear(linear, post_op or ("none", ""), dtype))
+        if post_op:
+            layer.act = nn.Identity()  # applied inside ffn_in now
+
+
+def _post_op(activation: nn.Module) -> tuple[str, str] | None:
+    """oneDNN's (post-op, algorithm) for an activation module, None if it has none."""
+    if type(activation) is nn.GELU:
+        return "gelu", activation.approximate  # "none" (exact erf) or "tanh": oneDNN's names too
+    if type(activation) is nn.ReLU:
+        return "relu", ""
+    return None
+
+
+def _quantize(layer: BertLayer) -> None:
+    for name in DENSE_LAYERS:
+        if _plain(getattr(layer, name)):
+            setattr(layer, name, Int8Linear(getattr(layer, name)))
+
+
+class _Frozen(nn.Module):
+    """An inference-only module: its kernels have no backward, so it refuses training and autograd."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.training = False
+
+    def train(self, mode: bool = True) -> _Frozen:
+        if mode:
+            raise RuntimeError(f"{type(self).__name__} is for inference only (accelerate_for_inference); "
+                               "train the original model")
+        return super().train(False)
+
+    @staticmethod
+    def check_no_grad(x: torch.Tensor) -> None:
+        if x.requires_grad and torch.is_grad_enabled():
+            raise RuntimeError("a model accelerated for inference has no backward; run it under torch.no_grad() "
+                               "or torch.inference_mode(), and train the original model")
+
+
+class PackedLinear(_Frozen):
+    """A frozen dense layer in one oneDNN call: post_op(x W^T + b), or residual + x W^T + b; the weight
+    packed once into oneDNN's blocked layout in `dtype` (default: the weight's), and the input cast to it.
+    A residual of another dtype (fp32 under bf16 autocast) is added outside the call, so the sum has its
+    dtype, as in eager autocast."""
+
+    def __init__(self, linear: nn.Linear, post_op: tuple[str, str] = ("none", ""),
+                 dtype: torch.dtype | None = None) -> None:
+        super().__init__()
+        self.in_features, self.out_features = linear.in_features, linear.out_features
+        self.dtype = dtype or linear.weight.dtype
+        self.weight = torch.ops.mkldnn._reorder_linear_weight(linear.weight.detach().to(self.dtype))
+        self.bias = None if linear.bias is None else linear.bias.detach().to(self.dtype)
+        self.post_op = post_op
+
+    def forward(self, x: torch.Tensor, residual: torch.Tensor | None = None) -> torch.Tensor:
+        self.check_no_grad(x)
+        x = x.to(self.dtype)
+        if residual is not None and residual.dtype == self.dtype:
+            return torch.ops.mkldnn._linear_pointwise.binary(x, residual, self.weight, self.bias, "add")
+        name, algorithm = self.post_op
+        y = torch.ops.mkldnn._linear_pointwise(x, self.weight, self.bias, name, [], algorithm)
+        return y if residual is None else residual + y
+
+    def extra_repr(self) -> str:
+        return (f"in_features={self.in_features}, out_features={self.out_features}, post_op={self.post_op[0]}, "
+                f"dtype={self.dtype}")
+
+
+class Int8Linear(_Frozen):
+    """A dense layer dynamically quantized to int8 (torch.ao): quantized(x), or residual + quantized(x)."""
+
+    def __init__(self, linear: nn.Linear) -> None:
+        super().__init__()
+        plain = nn.Linear(linear.in_features, linear.out_features, device="meta")
+        plain.weight, plain.bias = linear.weight, linear.bias
+        self.quantized = hardware.quantize_dynamic(nn.Sequential(plain))[0]  # a module's children are swapped
+
+    def forward(self, x: torch.Tensor, residual: torch.Tensor | None = None) -> torch.Tensor:
+        self.check_no_grad(x)
+        y = self.quantized(x)
+        return y if residual is None else residual + y
+
+
+@functools.cache
+def onednn_works(dtype: torch.dtype) -> bool:
+    """Whether this PyTorch build runs the oneDNN kernels in `dtype` and gets F.linear's numbers: probed
+    once on a tiny layer, so a build or CPU without them quietly keeps the eager layers."""
+    try:
+        with torch.autocast("cpu", enabled=False), torch.no_grad():
+            return _probe(dtype)
+    except (AttributeError, RuntimeError, NotImplementedError):
+        return False
+
+
+def _probe(dtype: torch.dtype) -> bool:
+    generator = torch.Generator().manual_seed(0)
+    x, weight, bias, other = (torch.randn(shape, generator=generator).to(dtype) for shape in
+                              ((3, 16), (8, 16), (8,), (3, 8)))
+    packed = torch.ops.mkldnn._reorder_linear_weight(weight)
+    fused = torch.ops.mkldnn._linear_pointwise(x, packed, bias, "gelu", [], "none")
+    added = torch.ops.mkldnn._linear_pointwise.binary(x, other, packed, bias, "add")
+    expected = F.linear(x.float(), weight.float(), bias.float())
+    tolerance = 1e-4 if dtype == torch.float32 else 0.1
+    return (torch.allclose(fused.float(), F.gelu(expected), atol=tolerance, rtol=tolerance)
+            and torch.allclose(added.float(), expected + other.float(), atol=tolerance, rtol=tolerance))
+
+
+def compile_model(model: nn.Module) -> nn.Module:
+    """`model` with each encoder layer's forward compiled by torch.compile (dynamic shapes, one graph for
+    all layers), in place; weights and state_dict keys unchanged, so checkpoints are the same.
+
+    It fuses what eager mode runs as separate passes over memory (dtype casts, dropout, GELU, residual +
+    LayerNorm). Measured on a 2-core CPU (docs/performance.md): ~1.2-1.5x faster bf16 training steps when
+    the cores are shared with other jobs, no gain for bert-base on idle cores or for inference. The
+    first steps pay the compilation (~30-60 s). Attention is set to the padded backend (`PaddedSDPA`),
+    since the padding-free one loops over the batch's sequences in Python."""
+    for bert in [m for m in model.modules() if isinstance(m, BertModel)]:
+        bert.attention = PaddedSDPA()
+        for layer in bert.layers:
+            layer.forward = torch.compile(layer.forward, dynamic=True)
+    return model

@@ -1,0 +1,161 @@
+"""Attention backends: how multi-head self-attention runs, each one a small named object chosen once per forward.
+
+Design decision: attention is what BERT computes the same way everywhere, softmax(q k^T / sqrt(Dh)) v
+over each sequence's real tokens, but the fastest way to run it depends on the device, the dtype,
+whether attention dropout is on and on measurements of this machine. So each way is a backend with one
+call, `backend(qkv, layout, num_heads, dropout_p) -> context` (packed Q|K|V in, the heads' outputs
+before the output projection out), and `choose_attention` picks one per forward pass; `model.bert.attention
+= PaddedSDPA()` fixes one instead (torch.compile and ONNX export do). A backend with `unpadded = True`
+gets the (N, 3D) real tokens and their `Unpadded` layout; the others get the (B, T, 3D) padded batch and
+a (B, 1, 1, T) key-padding mask, or None when nothing is padded. All give the same numbers at real
+positions, within rounding (tests/model/test_attention.py).
+
+What runs where, and why (measured):
+
+- CPU, padded batch: `PerSequence`, one SDPA call per sequence on its own slice of the packed tokens, no
+  padding and no gathers. On an idle 2-core avx512_bf16 CPU this measured fastest (12 bert-base
+  layers, 32 verses of 12-70 tokens: per sequence 33 ms fp32 / 39 ms bf16; length-sorted groups of 4-8
+  40-47 ms; re-padding for one masked call 80 ms), and in training too (a bf16 bert-base pre-training
+  step, 32 x 128, mostly full-length rows, attention dropout on: 4.7 s per sequence, 5.9 s re-padded).
+- CPU inference (no autograd, no dropout): `CpuBmm` inside, two batched matrix multiplies instead of
+  SDPA at the dtypes and lengths where `bertkit.hardware` measured them at least 1.1x faster on this
+  machine. On a 2-core AMD EPYC that was bf16 at about 49-192 tokens (12 heads of 64, per call: 64
+  tokens 124 vs 89 us, 128 tokens 404 vs 219 us, 32 x 128 tokens 13.9 vs 7.2 ms); on an Intel Xeon,
+  nowhere. `BERTKIT_CPU_KERNELS=0` in the environment turns it off.
+- CUDA, padded batch, bf16/fp16 without attention dropout: `VarlenFlash`, flash attention over the
+  packed tokens with cumulative sequence lengths (`torch.nn.attention.varlen.varlen_attn`).
+- CUDA otherwise (attention dropout in training, fp32): `RepaddedSDPA`, SDPA on the batch padded back
+  for attention alone, one kernel launch rather than one per sequence.
+- Nothing padded: `PaddedSDPA` (or `CpuBmm`) on the whole batch in one call.
+
+Reference: torch.nn.functional.scaled_dot_product_attention; mosaicml/examples bert_padding.py.
+Shape legend: B batch, T sequence length, N real tokens, D hidden size, A heads, Dh head size.
+"""
+
+from __future__ import annotations
+
+import os
+
+import torch
+import torch.nn.functional as F
+from bertkit import hardware
+from bertkit.model.padding import Unpadded
+
+
+class Attention:
+    """The interface: `backend(qkv, layout, num_heads, dropout_p)`, self-attention of packed q|k|v up to
+    (not including) the output projection: (N, 3D) -> (N, D) with an `Unpadded` layout when `unpadded`,
+    else (B, T, 3D) -> (B, T, D) with a (B, 1, 1, T) bool key-padding mask or None. Backends hold no
+    weights, so they are plain objects, not modules: they never show in a state_dict."""
+
+    unpadded = False
+
+    def __call__(self, qkv: torch.Tensor, layout: Unpadded | torch.Tensor | None, num_heads: int,
+                 dropout_p: float) -> torch.Tensor:
+        raise NotImplementedError(type(self).__name__)
+
+    def __repr__(self) -> str:
+        inner = getattr(self, "inner", None)
+        return f"{type(self).__name__}({inner!r})" if inner is not None else f"{type(self).__name__}()"
+
+
+class PaddedSDPA(Attention):
+    """PyTorch's SDPA on the padded batch; padded keys are masked out."""
+
+    def __call__(self, qkv: torch.Tensor, mask: torch.Tensor | None, num_heads: int, dropout_p: float) -> torch.Tensor:
+        batch, seq_len, three_d = qkv.shape
+        head_size = three_d // (3 * num_heads)
+        q, k, v = qkv.view(batch, seq_len, 3, num_heads, head_size).permute(2, 0, 3, 1, 4)  # 3 x (B, A, T, Dh)
+        context = self.kernel(q, k, v, mask, dropout_p)  # (B, A, T, Dh)
+        return context.transpose(1, 2).reshape(batch, seq_len, three_d // 3)  # (B, T, A, Dh) -> (B, T, D)
+
+    def kernel(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None,
+               dropout_p: float) -> torch.Tensor:
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p)
+
+
+class CpuBmm(PaddedSDPA):
+    """`hardware.bmm_attention` (two batched matmuls) where the probe measured it faster than SDPA for the
+    dtype and length (`choices`), SDPA elsewhere and whenever there is a mask or dropout."""
+
+    def __init__(self, choices: hardware.Choices) -> None:
+        self.choices = choices
+
+    def kernel(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None,
+               dropout_p: float) -> torch.Tensor:
+        if mask is None and dropout_p == 0.0 and self.choices.bmm(q.dtype, q.shape[2]):
+            return hardware.bmm_attention(q, k, v)
+        return super().kernel(q, k, v, mask, dropout_p)
+
+
+class PerSequence(Attention):
+    """`inner` (PaddedSDPA or CpuBmm) on each sequence's own tokens, one call per sequence."""
+
+    unpadded = True
+
+    def __init__(self, inner: PaddedSDPA | None = None) -> None:
+        self.inner = inner if inner is not None else PaddedSDPA()
+
+    def __call__(self, qkv: torch.Tensor, layout: Unpadded, num_heads: int, dropout_p: float) -> torch.Tensor:
+        # split, not one slice per sequence: in backward, split joins the gradients with one cat, where
+        # each slice would scatter its gradient into a zero-filled (N, 3D) tensor and those would be summed
+        contexts = [self.inner(piece.unsqueeze(0), None, num_heads, dropout_p).squeeze(0)  # (t, 3D) -> (t, D)
+                    for piece in qkv.split(layout.split_sizes)]
+        return torch.cat(contexts)  # (N, D)
+
+
+class RepaddedSDPA(Attention):
+    """SDPA on the batch padded back to (B, T, 3D) for attention alone, with a key-padding mask. An empty
+    row attends to its zero padding rather than to nothing (some kernels give NaN for a row with every
+    key masked, in backward too); its outputs are dropped again by the unpad."""
+
+    unpadded = True
+
+    def __init__(self) -> None:
+        self.inner = PaddedSDPA()
+
+    def __call__(self, qkv: torch.Tensor, layout: Unpadded, num_heads: int, dropout_p: float) -> torch.Tensor:
+        keys = torch.arange(layout.seq_len, device=qkv.device) < layout.lengths.clamp(min=1)[:, None]  # (B, T)
+        context = self.inner(layout.pad(qkv), keys[:, None, None, :], num_heads, dropout_p)  # (B, T, D)
+        return layout.unpad(context)  # (N, D)
+
+
+class VarlenFlash(Attention):
+    """CUDA flash attention over the packed tokens, sequences delimited by cumulative lengths (bf16/fp16;
+    it has no dropout)."""
+
+    unpadded = True
+
+    def __call__(self, qkv: torch.Tensor, layout: Unpadded, num_heads: int, dropout_p: float) -> torch.Tensor:
+        from torch.nn.attention.varlen import varlen_attn  # noqa: PLC0415 - CUDA only
+
+        if dropout_p:
+            raise ValueError("VarlenFlash has no attention dropout; train with RepaddedSDPA or PerSequence")
+        tokens, three_d = qkv.shape
+        q, k, v = qkv.view(tokens, 3, num_heads, three_d // (3 * num_heads)).unbind(1)  # 3 x (N, A, Dh)
+        cu, longest = layout.cu_seqlens, layout.longest
+        return varlen_attn(q, k, v, cu, cu, longest, longest).reshape(tokens, three_d // 3)  # (N, A, Dh) -> (N, D)
+
+
+def choose_attention(x: torch.Tensor, padded: bool, dropout_p: float) -> Attention:
+    """The backend for one forward pass over embeddings `x` (B, T, D), from the device, the dtype the
+    layers compute in (autocast's, if on), whether anything is `padded`, attention dropout, autograd
+    and, for CPU inference, the measured choices at this width (see the module docstring)."""
+    device = x.device.type
+    dtype = torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else x.dtype
+    if device == "cuda":
+        if not padded:
+            return PaddedSDPA()
+        return VarlenFlash() if dropout_p == 0.0 and dtype in (torch.float16, torch.bfloat16) else RepaddedSDPA()
+    batched = PaddedSDPA()
+    if (device == "cpu" and dropout_p == 0.0 and not torch.is_grad_enabled() and dtype in hardware.DTYPES.values()
+            and cpu_kernels_enabled()):
+        choices = hardware.choices(x.shape[-1])
+        if any(choices.bmm(dtype, length) for length in hardware.ATTENTION_LENGTHS):
+            batched = CpuBmm(choices)
+    return PerSequence(batched) if padded else batched
+
+
+def cpu_kernels_enabled() -> bool:
+    """False when the environment has BERTKIT_CPU_KERNELS=0: no bmm attention, no packed dense layers."""
+    return os.environ.get("BERTKIT_CPU_KERNELS", "1") != "0"
