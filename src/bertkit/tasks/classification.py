@@ -27,7 +27,7 @@ from bertkit.data.glue import TextExample, check_labels, glue_task, read_glue, r
 from bertkit.errors import BertkitError
 from bertkit.model import BertForSequenceClassification
 from bertkit.tasks.metrics import GLUE_METRICS, classification_metrics
-from bertkit.tasks.task import Task, write_jsonl
+from bertkit.tasks.task import BaseTask, write_jsonl
 
 log = logging.getLogger(__name__)
 
@@ -46,8 +46,8 @@ class ClassificationSettings:
     label_column: str = "label"
 
 
-class ClassificationTask(Task):
-    """The classification task in the shape the fine-tuning driver expects (see tasks/finetune.py)."""
+class ClassificationTask(BaseTask):
+    """The classification task as a `bertkit.tasks.task.Task`."""
 
     kind = "classification"
     settings_class = ClassificationSettings

@@ -24,7 +24,7 @@ import torch.nn.functional as F
 from bertkit.data.swag import ChoiceExample, read_choices
 from bertkit.model import BertForMultipleChoice
 from bertkit.tasks.metrics import accuracy
-from bertkit.tasks.task import Task, write_jsonl
+from bertkit.tasks.task import BaseTask, write_jsonl
 
 log = logging.getLogger(__name__)
 
@@ -36,8 +36,8 @@ class MultipleChoiceSettings:
     max_seq_length: int = 128
 
 
-class MultipleChoiceTask(Task):
-    """Multiple choice in the shape the fine-tuning driver expects (see tasks/finetune.py)."""
+class MultipleChoiceTask(BaseTask):
+    """Multiple choice as a `bertkit.tasks.task.Task`."""
 
     kind = "multiple-choice"
     settings_class = MultipleChoiceSettings

@@ -29,8 +29,8 @@ from bertkit.data.conll import TaggedSentence, check_tags, read_conll, write_con
 from bertkit.errors import BertkitError
 from bertkit.model import BertForTokenClassification
 from bertkit.tasks.metrics import entity_scores
-from bertkit.tasks.squad import max_context_flags, sliding_windows
-from bertkit.tasks.task import Task
+from bertkit.tasks.task import BaseTask
+from bertkit.tasks.windows import max_context_flags, sliding_windows
 
 log = logging.getLogger(__name__)
 
@@ -49,8 +49,8 @@ class TaggingSettings:
     """BIO, IOB1 or BIOES; entity scores use conlleval's rules, which read all three."""
 
 
-class TaggingTask(Task):
-    """Tagging in the shape the fine-tuning driver expects (see tasks/finetune.py)."""
+class TaggingTask(BaseTask):
+    """Tagging as a `bertkit.tasks.task.Task`."""
 
     kind = "tagging"
     settings_class = TaggingSettings

@@ -1,0 +1,99 @@
+"""Length-sorted batching: group encoded inputs of similar length, pad each group to its own longest member,
+run it, and put the per-input results back in the caller's order. The one padding rule (`pad_batch`) is
+also the fine-tuning collate.
+
+A feature is a dict of Python lists as the tasks and predictors build them: `input_ids`,
+`token_type_ids`, `attention_mask` (T tokens, or C lists of tokens for multiple choice), optionally
+`labels`, `start_positions`, `end_positions`, and any keys of the caller's own, which are left alone.
+
+Design decision: sorting by length before cutting batches keeps padding to a minimum (a batch of one
+long and fifteen short inputs would otherwise pay for sixteen long ones), and the encoder's
+padding-free path removes what padding is left from the dense layers. Batches go longest first, so a
+batch size too large for the memory fails at once. Results are scattered back to their original
+positions, so callers never see the reordering. Reference: the "bucketing" of sequence models (e.g.
+the length-grouped sampler of Hugging Face's Trainer).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any, TypeVar
+
+import numpy as np
+import torch
+from torch import nn
+
+R = TypeVar("R")
+INPUT_KEYS = ("input_ids", "token_type_ids", "attention_mask")
+MODEL_KEYS = (*INPUT_KEYS, "labels", "start_positions", "end_positions")
+IGNORE_INDEX = -100  # padded labels: ignored by the losses
+
+
+def feature_length(feature: dict[str, Any]) -> int:
+    """Tokens of a feature (the longest choice for multiple choice): what padding depends on."""
+    ids = feature["input_ids"]
+    return max(len(choice) for choice in ids) if ids and isinstance(ids[0], list) else len(ids)
+
+
+def pad_batch(features: Sequence[dict[str, Any]], pad_token_id: int) -> dict[str, torch.Tensor]:
+    """The model keys the features have as tensors padded to the longest feature: (B, T), or (B, C, T)
+    for multiple choice; input_ids padded with `pad_token_id`, labels with -100, the others with 0."""
+    batch = {}
+    for key in MODEL_KEYS:
+        if key in features[0]:
+            pad = pad_token_id if key == "input_ids" else IGNORE_INDEX if key == "labels" else 0
+            batch[key] = torch.tensor(_padded([f[key] for f in features], pad))
+    return batch
+
+
+def _padded(values: list, pad: int) -> list:
+    if not isinstance(values[0], (list, tuple)):
+        return values  # one number per feature (a class label, a span position)
+    if values[0] and isinstance(values[0][0], (list, tuple)):  # choices: pad every choice of every example
+        longest = max(len(seq) for group in values for seq in group)
+        return [[[*seq, *[pad] * (longest - len(seq))] for seq in group] for group in values]
+    longest = max(len(seq) for seq in values)
+    return [[*seq, *[pad] * (longest - len(seq))] for seq in values]
+
+
+def length_sorted_batches(features: Sequence[dict[str, Any]], batch_size: int) -> list[list[int]]:
+    """Indices of the features cut into batches of at most `batch_size`, longest features first."""
+    lengths = [feature_length(f) for f in features]
+    order = sorted(range(len(lengths)), key=lambda i: -lengths[i])
+    return [order[i:i + batch_size] for i in range(0, len(order), batch_size)]
+
+
+def sorted_batches(features: Sequence[dict[str, Any]], batch_size: int, pad_token_id: int,
+                   device: torch.device | None = None) -> Iterator[tuple[list[int], dict[str, torch.Tensor]]]:
+    """(indices, padded batch on `device`) for each length-sorted batch of the features."""
+    for indices in length_sorted_batches(features, batch_size):
+        batch = pad_batch([features[i] for i in indices], pad_token_id)
+        yield indices, batch if device is None else {k: v.to(device) for k, v in batch.items()}
+
+
+def run_sorted(features: Sequence[dict[str, Any]], step: Callable[[dict[str, torch.Tensor]], list[R]],
+               batch_size: int, pad_token_id: int) -> list[R]:
+    """`step(batch)` (one result per row) over length-sorted batches, without autograd; one result per
+    feature, in input order."""
+    results: list[Any] = [None] * len(features)
+    with torch.inference_mode():
+        for indices, batch in sorted_batches(features, batch_size, pad_token_id):
+            for index, row in zip(indices, step(batch)):
+                results[index] = row
+    return results
+
+
+def model_outputs(model: nn.Module, features: Sequence[dict[str, Any]], names: Sequence[str],
+                  token_level: Sequence[str], batch_size: int, pad_token_id: int,
+                  device: torch.device | None = None) -> dict[str, list[np.ndarray]]:
+    """The outputs `names` of `model` (an eval-mode task model) for each feature, as float32 arrays in input
+    order; those in `token_level` are cut to the feature's own tokens."""
+    outputs: dict[str, list[Any]] = {name: [None] * len(features) for name in names}
+    with torch.inference_mode():
+        for indices, batch in sorted_batches(features, batch_size, pad_token_id, device):
+            out = model(batch["input_ids"], batch["token_type_ids"], batch["attention_mask"])
+            for name in names:
+                values = getattr(out, name).float().cpu().numpy()  # (B, ...)
+                for index, row in zip(indices, values):
+                    outputs[name][index] = row[:feature_length(features[index])] if name in token_level else row
+    return outputs
