@@ -25,7 +25,6 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import platform
 import statistics
 import tempfile
 import time
@@ -35,6 +34,7 @@ import numpy as np
 import torch
 import transformers
 
+from bertkit import hardware
 from bertkit.data.glue import read_table
 from bertkit.tasks.finetune import FinetuneConfig, run_finetuning
 
@@ -67,6 +67,10 @@ def run_transformers(args: argparse.Namespace, seed: int, workdir: Path, train: 
         return [{**{key: values[i] for key, values in encoded.items()}, "labels": index[label]}
                 for i, (_, label) in enumerate(rows)]
 
+    # The head's initialisation follows the seed, as bertkit's does: without this every transformers seed
+    # starts from the same head (torch's default generator state at start-up), which hides its share of
+    # the seed-to-seed spread.
+    transformers.set_seed(seed)
     model = transformers.BertForSequenceClassification.from_pretrained(args.model, num_labels=len(labels))
     training = transformers.TrainingArguments(
         output_dir=str(workdir / f"transformers-{seed}"), learning_rate=args.learning_rate,
@@ -108,8 +112,8 @@ def main() -> None:
     transformers.logging.set_verbosity_error()
     seeds = [int(s) for s in args.seeds.split(",")]
     train, dev = (read_task(p, args.text_column, args.label_column) for p in (args.train, args.dev))
-    print(f"# {platform.processor() or platform.machine()}, {torch.get_num_threads()} threads, torch "
-          f"{torch.__version__}, transformers {transformers.__version__}; {len(train)} train / {len(dev)} dev "
+    print(hardware.header())
+    print(f"# {torch.get_num_threads()} threads, torch {torch.__version__}, transformers {transformers.__version__}; {len(train)} train / {len(dev)} dev "
           f"examples, {len({label for _, label in train})} labels; epochs {args.epochs:g}, lr {args.learning_rate:g}, "
           f"batch {args.batch_size}, {args.max_seq_length} tokens, {args.precision}")
     results: dict[str, dict[str, list[float]]] = {name: {"accuracy": [], "seconds": []}

@@ -221,6 +221,36 @@ def test_a_stale_cache_is_ignored(probed):
     assert hardware.cache_key(768, other) != hardware.cache_key(768)
 
 
+def test_an_unsteady_probe_serves_this_run_and_is_not_cached(probed, monkeypatch, caplog):
+    """Timings that never settled (a busy machine) must not fix the choices of every later run."""
+    unsteady = dataclasses.replace(profile("intel-xeon-no-amx"), steady=False)
+    monkeypatch.setattr(hardware, "measure", lambda width: probed.append(width) or unsteady)
+    with caplog.at_level(logging.WARNING, logger="bertkit.hardware"):
+        measured, source = hardware.measurements()
+    assert measured == unsteady and source == "measured now, unsteady (not cached)"
+    assert "did not settle" in caplog.text and "bertkit doctor --refresh" in caplog.text
+    assert not list(hardware.cache_dir().glob("probe-*.json"))
+    hardware.reset()  # the next process measures again
+    hardware.measurements()
+    assert probed == [768, 768]
+
+
+def test_fastest_reports_whether_the_timings_settled(monkeypatch):
+    clock = iter(range(1000))
+    monkeypatch.setattr(hardware.time, "perf_counter", lambda: next(clock) * 1.0)
+    _, steady = hardware._fastest({"a": lambda: None})  # every run takes exactly 1 "second"
+    assert steady
+    durations = iter([1.0, 3.0, 9.0, 27.0, 81.0] * 10)
+    times = {"t": 0.0}
+
+    def jittery() -> float:
+        times["t"] += next(durations) / 2
+        return times["t"]
+    monkeypatch.setattr(hardware.time, "perf_counter", jittery)
+    _, steady = hardware._fastest({"a": lambda: None})
+    assert not steady
+
+
 def test_an_unwritable_cache_directory_costs_only_a_warning(probed, monkeypatch, tmp_path, caplog):
     blocker = tmp_path / "file"
     blocker.write_text("")

@@ -132,6 +132,9 @@ class Measurements:
     of sequences of that length, one call each."""
     seconds: float
     """How long the probe took."""
+    steady: bool = True
+    """Every candidate's two fastest runs agreed within 10%. An unsteady probe (a machine too busy to time:
+    one seen measured bf16 at a seventh of its idle rate) serves the run that made it and is not cached."""
 
     def to_json(self) -> dict:
         return dataclasses.asdict(self)
@@ -142,7 +145,7 @@ class Measurements:
         rates = {key: {p: _rate(data[key][p]) for p in FLOAT_PRECISIONS} for key in ("train", "linear", "packed")}
         attention = {p: [(int(n), _rate(s), _rate(b)) for n, s, b in data["attention"][p]] for p in FLOAT_PRECISIONS}
         return cls(width=int(data["width"]), int8=_rate(data["int8"]), attention=attention,
-                   seconds=_rate(data["seconds"]), **rates)
+                   seconds=_rate(data["seconds"]), steady=data.get("steady", True) is True, **rates)
 
 
 def _rate(value: object) -> float:
@@ -234,23 +237,26 @@ def measure(width: int = DEFAULT_WIDTH) -> Measurements:
     torch.set_num_threads(1)
     try:
         with torch.autocast("cpu", enabled=False), torch.inference_mode(False):
-            train = {p: flops * 3 / s / 1e9 for p, s in _fastest(_training_steps(x, weight, bias)).items()}
+            train_s, train_steady = _fastest(_training_steps(x, weight, bias))
             with torch.no_grad():
-                inference = {k: flops / s / 1e9 for k, s in _fastest(_inference_calls(x, weight, bias)).items()}
+                inference_s, inference_steady = _fastest(_inference_calls(x, weight, bias))
                 attention = _attention_times(width, generator)
+        train = {p: flops * 3 / s / 1e9 for p, s in train_s.items()}
+        inference = {k: flops / s / 1e9 for k, s in inference_s.items()}
     finally:
         torch.set_num_threads(threads)
     return Measurements(width=width, train={p: train.get(p, 0.0) for p in FLOAT_PRECISIONS},
                         linear={p: inference.get(f"linear {p}", 0.0) for p in FLOAT_PRECISIONS},
                         packed={p: inference.get(f"packed {p}", 0.0) for p in FLOAT_PRECISIONS},
-                        int8=inference.get("int8", 0.0), attention=attention, seconds=time.perf_counter() - start)
+                        int8=inference.get("int8", 0.0), attention=attention, seconds=time.perf_counter() - start,
+                        steady=train_steady and inference_steady)
 
 
-def _fastest(candidates: dict[str, Callable[[], object]]) -> dict[str, float]:
+def _fastest(candidates: dict[str, Callable[[], object]]) -> tuple[dict[str, float], bool]:
     """Best seconds of each candidate over interleaved rounds, so that load hits all alike: at least
     MIN_ROUNDS, then more (up to MAX_ROUNDS, for at most EXTRA_ROUNDS_S) until each one's two fastest
-    runs agree within 10%, as they do at once on an idle machine. A candidate that fails on its first
-    call (a kernel missing on this build or CPU) is left out."""
+    runs agree within 10%, as they do at once on an idle machine; and whether they did. A candidate that
+    fails on its first call (a kernel missing on this build or CPU) is left out."""
     working = {}
     for name, run in candidates.items():
         try:
@@ -269,7 +275,7 @@ def _fastest(candidates: dict[str, Callable[[], object]]) -> dict[str, float]:
             deadline = time.perf_counter() + EXTRA_ROUNDS_S
         if rounds >= MIN_ROUNDS and (time.perf_counter() > deadline or all(map(_steady, samples.values()))):
             break
-    return {name: min(times) for name, times in samples.items()}
+    return {name: min(times) for name, times in samples.items()}, all(map(_steady, samples.values()))
 
 
 def _steady(times: list[float]) -> bool:
@@ -351,8 +357,8 @@ def _attention_times(width: int, generator: torch.Generator) -> dict[str, list[t
             for _ in range(max(1, PROBE_TOKENS // length)):
                 qkv = torch.randn(1, length, 3 * heads * 64, generator=generator).to(dtype)
                 sequences.append(qkv.view(1, length, 3, heads, 64).permute(2, 0, 3, 1, 4))  # 3 x (1, A, T, 64)
-            best = _fastest({"sdpa": lambda s=sequences: [F.scaled_dot_product_attention(*qkv) for qkv in s],
-                             "bmm": lambda s=sequences: [bmm_attention(*qkv) for qkv in s]})
+            best, _ = _fastest({"sdpa": lambda s=sequences: [F.scaled_dot_product_attention(*qkv) for qkv in s],
+                                "bmm": lambda s=sequences: [bmm_attention(*qkv) for qkv in s]})
             times[p].append((length, best.get("sdpa", 0.0) * 1e6, best.get("bmm", 0.0) * 1e6))
     return times
 
@@ -448,6 +454,10 @@ def _load_or_measure(width: int, refresh: bool) -> tuple[Measurements, str]:
     if cached is not None:
         return cached, f"cached in {path}"
     measured = measure(width)
+    if not measured.steady:
+        log.warning("the probe's timings did not settle (a busy machine?): its choices serve this run and are "
+                    "not cached; `bertkit doctor --refresh` measures again")
+        return measured, "measured now, unsteady (not cached)"
     write_cache(path, key, measured)
     return measured, "measured now"
 

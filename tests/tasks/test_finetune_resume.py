@@ -92,6 +92,18 @@ def test_step_budget_and_evaluation_every_n_steps(tmp_path):
     assert results["seeds"]["1"]["step"] in (3, 6, 7)
 
 
+def test_adam_epsilon_is_transformers_by_default_and_reaches_the_optimizer(tmp_path, monkeypatch):
+    import bertkit.train.loop as loop
+
+    seen = []
+    real = loop.build_optimizer
+    monkeypatch.setattr(loop, "build_optimizer", lambda *a: seen.append(a[-1]) or real(*a))
+    _run(tmp_path, "default", ClassificationTask(SETTINGS), max_steps=1, seeds=(1,))
+    _run(tmp_path, "original", ClassificationTask(SETTINGS), max_steps=1, seeds=(1,), adam_epsilon=1e-6)
+    assert seen == [1e-8, 1e-6]
+    assert json.loads((tmp_path / "original" / "finetune_run.json").read_text())["adam_epsilon"] == 1e-6
+
+
 def test_a_non_empty_output_needs_resume_or_overwrite(tmp_path):
     _run(tmp_path, "run", ClassificationTask(SETTINGS), max_steps=2)
     with pytest.raises(BertkitError, match="--output .* is not empty; pass --resume auto .* --overwrite"):

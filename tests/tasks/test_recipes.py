@@ -121,16 +121,19 @@ def test_pretrain_chooses_prints_and_records_the_recipe_and_flags_override_it(da
     saved = json.loads((tmp_path / "auto" / "pretrain_settings.json").read_text())
     assert saved["recipe"]["name"] == "short" and saved["train"]["learning_rate"] == pytest.approx(5e-4 * math.sqrt(8))
     assert (saved["settings"]["max_seq_length"], saved["settings"]["dropout"], saved["train"]["warmup_ratio"]) == (64, 0.0, 0.05)
+    assert saved["train"]["eps"] == 1e-6  # the original BERT optimizer's (--adam-epsilon)
     final = json.loads((tmp_path / "auto" / "final" / "bertkit_pretraining.json").read_text())
     assert final["steps"] == 3 and final["recipe"] == "auto" and "mlm_accuracy" in final["last_eval"]
     caplog.clear()
     with caplog.at_level(logging.WARNING):
-        assert _pretrain(data, tmp_path / "mine", "--max-steps", "2", "--learning-rate", "1e-3", "--batch-size", "4") == 0
+        assert _pretrain(data, tmp_path / "mine", "--max-steps", "2", "--learning-rate", "1e-3", "--batch-size", "4",
+                     "--adam-epsilon", "1e-8") == 0
     line = next(r.getMessage() for r in caplog.records if r.getMessage().startswith("recipe "))
     assert "your flags kept: learning_rate, batch_size" in line
     saved = json.loads((tmp_path / "mine" / "pretrain_settings.json").read_text())
     assert (saved["train"]["learning_rate"], saved["train"]["micro_batch_size"]) == (1e-3, 4)
     assert saved["settings"]["max_seq_length"] == 64  # the rest from the recipe
+    assert saved["train"]["eps"] == 1e-8
     assert _pretrain(data, tmp_path / "paper", "--max-steps", "2", "--recipe", "paper") == 0
     saved = json.loads((tmp_path / "paper" / "pretrain_settings.json").read_text())
     assert (saved["train"]["learning_rate"], saved["settings"]["max_seq_length"]) == (1e-4, None)

@@ -80,6 +80,8 @@ def _common(max_seq_length: int) -> Callable[[Callable], Callable]:
                           "square root."),
         click.option("--weight-decay", default=0.01, show_default=True, type=float,
                      help="AdamW weight decay (not on biases and LayerNorm)."),
+        click.option("--adam-epsilon", default=1e-8, show_default=True, type=float,
+                     help="AdamW epsilon (transformers' default; the original BERT code used 1e-6)."),
         click.option("--dropout", default=0.1, show_default=True, type=float, help="Dropout in the encoder and before the head."),
         click.option("--precision", default="auto", show_default=True, type=click.Choice(["auto", "fp32", "bf16", "fp16"]),
                      help="auto: the faster of fp32 and bf16 as measured on this machine (`bertkit doctor`); "
@@ -125,7 +127,7 @@ def _run(kind: str, common: dict[str, Any], task_options: dict[str, Any]) -> Non
         feature_layers=_int_list(feature_layers, "--feature-layers") if feature_layers else None, **{
             k: common.pop(k) for k in ("epochs", "max_steps", "eval_every", "save_every", "batch_size",
                                        "gradient_accumulation_steps", "learning_rate", "warmup_ratio",
-                                       "lr_schedule", "weight_decay", "dropout", "precision",
+                                       "lr_schedule", "weight_decay", "adam_epsilon", "dropout", "precision",
                                        "early_stopping_patience", "freeze_encoder", "feature_combine",
                                        "eval_batch_size", "device", "group_by_length", "overwrite")},
         compile=common.pop("compile_layers"), resume=common.pop("resume") == "auto")

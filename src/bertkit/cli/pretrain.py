@@ -64,6 +64,8 @@ def parse_duration(text: str) -> float:
               help="Learning rate after the warmup: linear or cosine decay to 0 at the end of the budget, "
                    "constant, or inverse square root.")
 @click.option("--weight-decay", default=0.01, show_default=True, type=float, help="Weight decay (not on biases and LayerNorm).")
+@click.option("--adam-epsilon", default=1e-6, show_default=True, type=float,
+              help="AdamW/LAMB epsilon (1e-6 as the original BERT optimizer).")
 @click.option("--max-grad-norm", default=1.0, show_default=True, type=float, help="Gradient clipping norm (0: no clipping).")
 @click.option("--optimizer", default="adamw", show_default=True, type=click.Choice(["adamw", "lamb"]),
               help="AdamW, or LAMB for very large batches.")
@@ -119,6 +121,7 @@ def pretrain(**flags) -> None:
         micro_batch_size=given.get("micro_batch_size", 32), gradient_accumulation_steps=flags["gradient_accumulation_steps"],
         learning_rate=given.get("learning_rate", 1e-4), warmup_steps=flags["warmup_steps"],
         warmup_ratio=given.get("warmup_ratio", 0.01), lr_schedule=flags["lr_schedule"], weight_decay=flags["weight_decay"],
+        eps=flags["adam_epsilon"],
         max_grad_norm=flags["max_grad_norm"], optimizer=flags["optimizer"], precision=flags["precision"],
         seed=flags["seed"], num_workers=flags["num_workers"], log_every=flags["log_every"],
         eval_every=flags["eval_every"], save_every=flags["save_every"], keep_last=flags["keep_last"])

@@ -42,8 +42,10 @@ from bertkit.errors import BertkitError, Interrupted
 from bertkit.quickstart.plan import FinetuneWork, Rates, TimePlan, plan_time
 from bertkit.quickstart.report import (FINETUNE_FIGURE, PRETRAIN_FIGURE, REPORT_FILE, comparison_lines, plural,
                                        seed_table, write_report)
+from bertkit.tasks.recipes import REFERENCE_WIDTH, finetune_learning_rate, short_recipe
 
 MODEL = "bert-mini"
+_SHORT = short_recipe(REFERENCE_WIDTH)  # bertkit pretrain --recipe short at bert-mini's width: one source
 SUMMARY_FILE = "quickstart.json"
 TIMINGS_FILE = "timings.json"
 PLAN_FILE = "plan.json"
@@ -63,24 +65,24 @@ class Recipe:
 
     vocab_size: int = 8000
     """WordPiece vocabulary trained on the corpus (small: fewer embedding rows to learn)."""
-    max_seq_length: int = 64
+    max_seq_length: int = _SHORT.max_seq_length
     """Pre-training instance length in tokens (a verse is about 35; short instances, more steps)."""
-    masked_lm_prob: float = 0.15
+    masked_lm_prob: float = _SHORT.masked_lm_prob
     """Fraction of tokens masked (dynamic masking: new masks every epoch)."""
     max_predictions_per_seq: int = 10
     """Most masked tokens per instance."""
-    nsp: bool = True
+    nsp: bool = _SHORT.nsp
     """Train next sentence prediction too."""
-    dropout: float = 0.0
+    dropout: float = _SHORT.dropout
     """Dropout while pre-training (fine-tuning uses 0.1)."""
-    batch_size: int = 32
+    batch_size: int = _SHORT.batch_size
     """Pre-training sequences per optimizer step (small: a short budget needs many updates)."""
-    learning_rate: float = 5e-4
+    learning_rate: float = _SHORT.learning_rate
     """Peak pre-training learning rate."""
-    warmup_ratio: float = 0.05
+    warmup_ratio: float = _SHORT.warmup_ratio
     """Warmup as a fraction of the budget; then linear decay to 0 at the end of the budget."""
-    finetune_learning_rate: float = 3e-4
-    """Fine-tuning learning rate (both initialisations)."""
+    finetune_learning_rate: float = finetune_learning_rate(REFERENCE_WIDTH, None)[0]
+    """Fine-tuning learning rate (both initialisations): `--learning-rate auto`'s for bert-mini."""
     finetune_epochs: float = 5.0
     """Fine-tuning epochs; the best epoch on dev is kept."""
     finetune_batch_size: int = 32

@@ -99,6 +99,9 @@ class FinetuneConfig:
     lr_schedule: str = "linear"
     """linear, cosine, constant-with-warmup or inverse-sqrt (after the warmup)."""
     weight_decay: float = 0.01
+    adam_epsilon: float = 1e-8
+    """AdamW epsilon: 1e-8 as transformers' Trainer (the original BERT optimizer's 1e-6 measured the same on
+    docs/finetuning.md's parity task; pre-training keeps 1e-6)."""
     dropout: float = 0.1
     precision: str = "auto"
     """auto (the faster of fp32 and bf16 as measured on this machine), fp32, bf16 or fp16 (CUDA)."""
@@ -412,7 +415,8 @@ def _train_config(cfg: FinetuneConfig, seed: int, precision: str, num_train: int
     return TrainConfig(num_epochs=None if cfg.max_steps else cfg.epochs, max_steps=cfg.max_steps,
                        micro_batch_size=micro, gradient_accumulation_steps=cfg.gradient_accumulation_steps,
                        learning_rate=cfg.learning_rate, warmup_ratio=cfg.warmup_ratio,
-                       lr_schedule=cfg.lr_schedule, weight_decay=cfg.weight_decay, precision=precision,
+                       lr_schedule=cfg.lr_schedule, weight_decay=cfg.weight_decay, eps=cfg.adam_epsilon,
+                       precision=precision,
                        seed=seed, eval_every=eval_every, save_every=cfg.save_every or eval_every, keep_last=1,
                        log_every=max(1, min(eval_every, steps_per_epoch) // 10), best_metric=main_metric,
                        early_stopping_patience=cfg.early_stopping_patience)
@@ -520,7 +524,7 @@ def _remove_run(output: Path) -> None:
 
 # Settings a resumed run must share with the run it continues (others, e.g. --device, may change).
 _RUN_KEYS = ("model", "tokenizer", "epochs", "max_steps", "eval_every", "batch_size", "gradient_accumulation_steps",
-             "learning_rate", "warmup_ratio", "lr_schedule", "weight_decay", "dropout", "freeze_encoder",
+             "learning_rate", "warmup_ratio", "lr_schedule", "weight_decay", "adam_epsilon", "dropout", "freeze_encoder",
              "feature_layers", "feature_combine", "group_by_length", "early_stopping_patience")
 
 
