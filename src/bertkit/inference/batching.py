@@ -17,6 +17,7 @@ the length-grouped sampler of Hugging Face's Trainer).
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
+from contextlib import AbstractContextManager
 from typing import Any, TypeVar
 
 import numpy as np
@@ -36,13 +37,13 @@ def feature_length(feature: dict[str, Any]) -> int:
 
 
 def pad_batch(features: Sequence[dict[str, Any]], pad_token_id: int) -> dict[str, torch.Tensor]:
-    """The model keys the features have as tensors padded to the longest feature: (B, T), or (B, C, T)
-    for multiple choice; input_ids padded with `pad_token_id`, labels with -100, the others with 0."""
+    """The model keys the features have as int64 tensors padded to the longest feature: (B, T), or
+    (B, C, T) for multiple choice; input_ids padded with `pad_token_id`, labels with -100, the others with 0."""
     batch = {}
     for key in MODEL_KEYS:
         if key in features[0]:
             pad = pad_token_id if key == "input_ids" else IGNORE_INDEX if key == "labels" else 0
-            batch[key] = torch.tensor(_padded([f[key] for f in features], pad))
+            batch[key] = torch.tensor(_padded([f[key] for f in features], pad), dtype=torch.long)
     return batch
 
 
@@ -71,13 +72,15 @@ def sorted_batches(features: Sequence[dict[str, Any]], batch_size: int, pad_toke
         yield indices, batch if device is None else {k: v.to(device) for k, v in batch.items()}
 
 
-def run_sorted(features: Sequence[dict[str, Any]], step: Callable[[dict[str, torch.Tensor]], list[R]],
-               batch_size: int, pad_token_id: int) -> list[R]:
-    """`step(batch)` (one result per row) over length-sorted batches, without autograd; one result per
-    feature, in input order."""
+def run_sorted(features: Sequence[dict[str, Any]], step: Callable[[dict[str, torch.Tensor]], Sequence[R]],
+               batch_size: int, pad_token_id: int, device: torch.device | None = None,
+               grad_free: Callable[[], AbstractContextManager] = torch.inference_mode) -> list[R]:
+    """`step(batch)` (one result per row) over length-sorted batches under `grad_free`; one result per
+    feature, in input order. Code that trains the model afterwards passes `torch.no_grad`: tensors made
+    under inference mode must never reach autograd."""
     results: list[Any] = [None] * len(features)
-    with torch.inference_mode():
-        for indices, batch in sorted_batches(features, batch_size, pad_token_id):
+    with grad_free():
+        for indices, batch in sorted_batches(features, batch_size, pad_token_id, device):
             for index, row in zip(indices, step(batch)):
                 results[index] = row
     return results
@@ -85,15 +88,19 @@ def run_sorted(features: Sequence[dict[str, Any]], step: Callable[[dict[str, tor
 
 def model_outputs(model: nn.Module, features: Sequence[dict[str, Any]], names: Sequence[str],
                   token_level: Sequence[str], batch_size: int, pad_token_id: int,
-                  device: torch.device | None = None) -> dict[str, list[np.ndarray]]:
+                  device: torch.device | None = None,
+                  grad_free: Callable[[], AbstractContextManager] = torch.inference_mode,
+                  ) -> dict[str, list[np.ndarray]]:
     """The outputs `names` of `model` (an eval-mode task model) for each feature, as float32 arrays in input
     order; those in `token_level` are cut to the feature's own tokens."""
-    outputs: dict[str, list[Any]] = {name: [None] * len(features) for name in names}
-    with torch.inference_mode():
-        for indices, batch in sorted_batches(features, batch_size, pad_token_id, device):
-            out = model(batch["input_ids"], batch["token_type_ids"], batch["attention_mask"])
-            for name in names:
-                values = getattr(out, name).float().cpu().numpy()  # (B, ...)
-                for index, row in zip(indices, values):
-                    outputs[name][index] = row[:feature_length(features[index])] if name in token_level else row
-    return outputs
+    def step(batch: dict[str, torch.Tensor]) -> list[list[np.ndarray]]:
+        out = model(batch["input_ids"], batch["token_type_ids"], batch["attention_mask"])
+        lengths = batch["attention_mask"].sum(dim=-1).tolist()  # (B,), or (B, C) for multiple choice
+        per_name = []
+        for name in names:
+            values = getattr(out, name).float().cpu().numpy()  # (B, ...)
+            per_name.append([row[:n] for row, n in zip(values, lengths)] if name in token_level else list(values))
+        return [list(row) for row in zip(*per_name)]
+
+    rows = run_sorted(features, step, batch_size, pad_token_id, device, grad_free)
+    return {name: [row[k] for row in rows] for k, name in enumerate(names)}

@@ -1,11 +1,12 @@
 """The feature-based approach (paper section 5.3): a frozen encoder whose chosen layers' hidden states,
 combined (concatenated, summed or averaged), feed one trained linear layer.
 
-The linear layer reads where the matching fine-tuning head reads the last layer: the [CLS] position for
-sequence classification and multiple choice, every token for tagging and question answering
-(`per_token`); a question-answering head's two outputs are the start and end logits (`span`). The
-outputs carry the task models' names (`logits`, or `start_logits`/`end_logits`), so the tasks' losses,
-decoders and the predictors use either model alike.
+A `FeatureHead` (given by the task: `bertkit.tasks.task.Task.feature_head`) says where the linear layer
+reads, as the matching fine-tuning head reads the last layer: the [CLS] position for sequence
+classification and multiple choice, every token for tagging and question answering (`per_token`); a
+question-answering head's two outputs are the start and end logits (`span`). The outputs carry the task
+models' names (`logits`, or `start_logits`/`end_logits`), so the tasks' losses, decoders and the
+predictors use either model alike.
 
 Design decision: the encoder runs without gradients and in eval mode even while the head trains (frozen
 features, no dropout inside), and the model keeps it under `bert` as the task models do, so code that
@@ -17,6 +18,8 @@ Reference: Devlin et al. (2018), section 5.3 and table 7 (concatenating the last
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 from torch import nn
 
@@ -27,11 +30,23 @@ from bertkit.model.heads import ClassifierOutput, QuestionAnsweringOutput
 COMBINES = ("concat", "sum", "mean")
 
 
+@dataclass(frozen=True)
+class FeatureHead:
+    """What the linear layer of a feature-based model computes."""
+
+    num_outputs: int
+    """Scores per position read (labels; 1 per choice; 2 for a span's start and end)."""
+    per_token: bool = False
+    """Read every token (tagging, question answering) instead of the [CLS] position."""
+    span: bool = False
+    """Return the two outputs as `start_logits` and `end_logits` (question answering)."""
+
+
 class FeatureBasedModel(nn.Module):
     """A frozen encoder whose chosen layers' hidden states, combined, feed one linear layer."""
 
-    def __init__(self, bert: BertModel, num_outputs: int, layers: tuple[int, ...], combine: str, dropout: float,
-                 per_token: bool = False, span: bool = False) -> None:
+    def __init__(self, bert: BertModel, head: FeatureHead, layers: tuple[int, ...], combine: str,
+                 dropout: float) -> None:
         super().__init__()
         if combine not in COMBINES:
             raise BertkitError(f"--feature-combine {combine!r}: use one of {', '.join(COMBINES)}")
@@ -41,12 +56,12 @@ class FeatureBasedModel(nn.Module):
             raise BertkitError(f"--feature-layers {bad[0]} is outside the model's hidden states "
                                f"(-{depth}..{depth - 1}; 0 is the embedding output, -1 the last layer)")
         self.bert, self.config = bert, bert.config
-        self.layers, self.combine, self.per_token, self.span = tuple(layers), combine, per_token, span
+        self.layers, self.combine, self.layout = tuple(layers), combine, head
         for parameter in bert.parameters():
             parameter.requires_grad_(False)
         width = bert.config.hidden_size * (len(layers) if combine == "concat" else 1)
         self.dropout = nn.Dropout(dropout)
-        self.head = nn.Linear(width, num_outputs)
+        self.head = nn.Linear(width, head.num_outputs)
         nn.init.normal_(self.head.weight, std=bert.config.initializer_range)
         nn.init.zeros_(self.head.bias)
 
@@ -60,10 +75,10 @@ class FeatureBasedModel(nn.Module):
         chosen = [states[i] for i in self.layers]  # each (B', T, D)
         features = (torch.cat(chosen, dim=-1) if self.combine == "concat"
                     else torch.stack(chosen).sum(0) if self.combine == "sum" else torch.stack(chosen).mean(0))
-        if not self.per_token:
+        if not self.layout.per_token:
             features = features[:, 0]  # the [CLS] position
         scores = self.head(self.dropout(features))  # (B', T, outputs) or (B', outputs)
-        if self.span:
+        if self.layout.span:
             start, end = scores.unbind(-1)
             return QuestionAnsweringOutput(start, end)
         if len(shape) == 3:

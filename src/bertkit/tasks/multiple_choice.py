@@ -21,8 +21,10 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from bertkit.config import BertConfig
 from bertkit.data.swag import ChoiceExample, read_choices
 from bertkit.model import BertForMultipleChoice
+from bertkit.model.feature_based import FeatureHead
 from bertkit.tasks.metrics import accuracy
 from bertkit.tasks.task import BaseTask, write_jsonl
 
@@ -47,6 +49,9 @@ class MultipleChoiceTask(BaseTask):
     @property
     def metric_names(self) -> tuple[str, ...]:
         return ("accuracy",)
+
+    def feature_head(self, config: BertConfig) -> FeatureHead:
+        return FeatureHead(1)  # one score per choice, read at its [CLS]
 
     def read(self, path: str | Path, labelled: bool = True, training: bool = False,
              ) -> tuple[list[ChoiceExample], list[str]]:

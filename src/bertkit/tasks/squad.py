@@ -42,9 +42,11 @@ import torch
 import torch.nn.functional as F
 
 from bertkit.atomic import write_text_atomic
+from bertkit.config import BertConfig
 from bertkit.data.squad import SquadExample, read_squad
 from bertkit.errors import BertkitError
 from bertkit.model import BertForQuestionAnswering
+from bertkit.model.feature_based import FeatureHead
 from bertkit.tasks.metrics import squad_evaluate
 from bertkit.tasks.task import BaseTask
 from bertkit.tasks.windows import max_context_flags, sliding_windows
@@ -94,6 +96,9 @@ class SquadTask(BaseTask):
     @property
     def metric_names(self) -> tuple[str, ...]:
         return ("f1", "exact_match")
+
+    def feature_head(self, config: BertConfig) -> FeatureHead:
+        return FeatureHead(2, per_token=True, span=True)  # start and end scores at every token
 
     def read(self, path: str | Path, labelled: bool = True, training: bool = False,
              ) -> tuple[list[SquadExample], list[str]]:

@@ -26,7 +26,9 @@ import numpy as np
 import torch
 
 from bertkit.atomic import write_text_atomic
+from bertkit.config import BertConfig
 from bertkit.errors import BertkitError
+from bertkit.model.feature_based import FeatureHead
 from bertkit.tokenizer import WordPieceTokenizer
 
 log = logging.getLogger(__name__)
@@ -81,6 +83,13 @@ class Task(Protocol):
     def config_overrides(self) -> dict[str, Any]:
         """BertConfig fields the task's head needs (num_labels, id2label, ...)."""
 
+    def feature_head(self, config: BertConfig) -> FeatureHead:
+        """The linear layer of the feature-based approach (`bertkit.model.feature_based`) for this task."""
+
+    def with_columns(self, text_column: str | None = None, text_pair_column: str | None = None,
+                     label_column: str | None = None, id_column: str | None = None) -> Task:
+        """This task reading files by the given column names (`bertkit predict/evaluate` flags)."""
+
     def to_json(self) -> dict[str, Any]:
         """bertkit_task.json's content: {"task": kind, **settings}."""
 
@@ -104,6 +113,14 @@ class BaseTask:
 
     def config_overrides(self) -> dict[str, Any]:
         return {}
+
+    def feature_head(self, config: BertConfig) -> FeatureHead:
+        return FeatureHead(config.num_labels)
+
+    def with_columns(self, **columns: str | None) -> Task:
+        """Only classification reads files by column names; the other tasks refuse the flags."""
+        flag = "--" + next(iter(columns)).replace("_", "-")
+        raise BertkitError(f"{flag} applies to classification models; this is a {self.kind} model")
 
     def select_on_dev(self, examples: Sequence[Any], decoded: Any) -> Any:
         return decoded
