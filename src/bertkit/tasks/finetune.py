@@ -6,8 +6,9 @@ evaluation of the best seed kept as OUTPUT/best, and the run's eval_results.json
     build_model(task, cfg, tokenizer, max_seq_length) -> model             the task model (or feature-based)
 
 The task (`bertkit.tasks.task.Task`, made by `bertkit.tasks.kinds.build_task`) supplies everything
-task-specific; evaluation is `bertkit.tasks.evaluate.predict_features`, the directory format
-`bertkit.tasks.finetuned`, batches `bertkit.inference.batching`.
+task-specific; evaluation is `bertkit.tasks.evaluate.predict_features`, the fine-tuned directory format
+`bertkit.tasks.finetuned`, the run's OUTPUT bookkeeping `bertkit.tasks.run_output`, batches
+`bertkit.inference.batching`, the feature-based model `bertkit.model.feature_based`.
 
 Design decision: one fine-tuning run per seed, each evaluated on dev at the end of every epoch (or every
 `eval_every` steps); the loop tracks the best evaluation and stops early (`TrainConfig.best_metric`,
@@ -34,7 +35,6 @@ import logging
 import math
 import shutil
 import signal
-import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -43,7 +43,6 @@ from typing import Any
 import torch
 from torch import nn
 
-from bertkit.atomic import replace_directory, write_text_atomic
 from bertkit.config import PRESETS, BertConfig, preset
 from bertkit.errors import BertkitError, Interrupted
 from bertkit.inference.batching import feature_length, pad_batch
@@ -51,6 +50,7 @@ from bertkit.tasks.evaluate import RESULTS_FILE, predict_features, write_results
 from bertkit.tasks.finetuned import feature_based_model, save_finetuned
 from bertkit.tasks.kinds import build_task
 from bertkit.tasks.recipes import PRETRAINING_FILE, finetune_learning_rate
+from bertkit.tasks.run_output import finished_seed, keep_best_seed, mark_seed_done, prepare_output, seed_summary
 from bertkit.tasks.task import Task, warn_skipped
 from bertkit.tokenizer import WordPieceTokenizer
 from bertkit.train.batches import count_steps_per_epoch
@@ -59,10 +59,6 @@ from bertkit.train.distributed import DistributedContext, resolve_device
 from bertkit.train.loop import FitResult, TrainConfig, fit, resolve_precision
 
 log = logging.getLogger(__name__)
-
-SEED_DONE_FILE = "seed_results.json"
-RUN_FILE = "finetune_run.json"
-
 
 @dataclass
 class FinetuneConfig:
@@ -293,7 +289,7 @@ def finetune(task: Task, cfg: FinetuneConfig, tokenizer: WordPieceTokenizer, tra
     are read back and an interrupted seed continues from its checkpoint.
     """
     device = resolve_device(cfg.device)
-    prepare_output(cfg)
+    prepare_output(cfg.output, cfg.resume, cfg.overwrite, run_settings(cfg))
     cfg = dataclasses.replace(cfg, learning_rate=resolve_learning_rate(cfg))
     report["learning_rate"] = cfg.learning_rate
     train_features = task.features(train_examples, tokenizer, training=True)
@@ -304,51 +300,22 @@ def finetune(task: Task, cfg: FinetuneConfig, tokenizer: WordPieceTokenizer, tra
     per_seed: dict[int, dict[str, float]] = {}
     for seed in cfg.seeds:
         seed_dir = cfg.output / f"seed-{seed}"
-        finished = _finished_seed(seed_dir) if cfg.resume else None
+        finished = finished_seed(seed_dir) if cfg.resume else None
         if finished is None:
             finished = _train_seed(task, cfg, tokenizer, train_features, sets, seed, device,
                                    task.settings.max_seq_length)
-            write_results(seed_dir / SEED_DONE_FILE, finished)
+            mark_seed_done(seed_dir, finished)
             log.info("seed %d: best %s = %.4f", seed, main, finished[main])
         else:
             log.info("seed %d: finished earlier, best %s = %.4f (kept)", seed, main, finished[main])
         shutil.rmtree(seed_dir / "checkpoints", ignore_errors=True)
         per_seed[seed] = finished
-        _keep_best_seed(cfg.output, per_seed, seed, main)
+        keep_best_seed(cfg.output, per_seed, seed, main)
     best_seed = max(per_seed, key=lambda s: per_seed[s][main])  # the first of equals, in seed order
     results = {**per_seed[best_seed], "best_seed": best_seed, "seeds": {str(s): m for s, m in per_seed.items()},
-               "summary": _summary(per_seed, task.metric_names), **report}
+               "summary": seed_summary(per_seed, task.metric_names), **report}
     write_results(cfg.output / RESULTS_FILE, results)
     return results
-
-
-def prepare_output(cfg: FinetuneConfig) -> None:
-    """Create --output; a non-empty one needs --resume auto (continue) or --overwrite (start over)."""
-    output = cfg.output
-    if output.exists() and not output.is_dir():
-        raise BertkitError(f"--output {output} is a file; give a directory")
-    if cfg.resume and cfg.overwrite:
-        raise BertkitError("--resume and --overwrite contradict each other; pick one")
-    if output.is_dir() and any(output.iterdir()) and not cfg.resume:
-        if not cfg.overwrite:
-            raise BertkitError(f"--output {output} is not empty; pass --resume auto to continue the run in it, "
-                               "--overwrite to start over, or choose another directory")
-        _remove_run(output)
-    output.mkdir(parents=True, exist_ok=True)
-    _check_same_run(cfg)
-
-
-def _remove_run(output: Path) -> None:
-    """Delete an earlier fine-tuning run; refuse a directory holding anything a run does not write."""
-    def ours(path: Path) -> bool:
-        return (path.name in ("best", RESULTS_FILE, RUN_FILE, "tensorboard") or path.name.startswith("seed-")
-                or "predictions" in path.name or path.name.endswith("null_odds.json"))
-    foreign = sorted(p.name for p in output.iterdir() if not ours(p))
-    if foreign:
-        raise BertkitError(f"--overwrite: {output} holds files fine-tuning does not write ({', '.join(foreign[:5])}); "
-                           "remove them yourself or choose another --output")
-    for path in output.iterdir():
-        shutil.rmtree(path) if path.is_dir() else path.unlink()
 
 
 # Settings a resumed run must share with the run it continues (others, e.g. --device, may change).
@@ -357,61 +324,9 @@ _RUN_KEYS = ("model", "tokenizer", "epochs", "max_steps", "eval_every", "batch_s
              "feature_layers", "feature_combine", "group_by_length", "early_stopping_patience")
 
 
-def _check_same_run(cfg: FinetuneConfig) -> None:
-    """Record the run's settings; on resume, refuse settings that differ from the interrupted run's."""
-    path = cfg.output / RUN_FILE
-    settings = json.loads(json.dumps({key: getattr(cfg, key) for key in _RUN_KEYS}))  # tuples as lists
-    if cfg.resume and path.is_file():
-        try:
-            earlier = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, json.JSONDecodeError) as exc:
-            raise BertkitError(f"{path}: unreadable ({exc}); start over with --overwrite") from None
-        changed = [k for k in _RUN_KEYS if k in earlier and earlier[k] != settings[k]]
-        if changed:
-            details = ", ".join(f"{k}: {earlier[k]!r} then, {settings[k]!r} now" for k in changed)
-            raise BertkitError(f"--resume: the run in {cfg.output} used other settings ({details}); resume "
-                               "with the same flags, or start over with --overwrite")
-    write_text_atomic(path, json.dumps(settings, indent=2) + "\n")
-
-
-def _finished_seed(seed_dir: Path) -> dict[str, float] | None:
-    """The results of a seed that finished in an earlier run, or None."""
-    path = seed_dir / SEED_DONE_FILE
-    if not path.is_file():
-        return None
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError):
-        return None  # a damaged marker: train the seed again
-
-
-def _keep_best_seed(output: Path, per_seed: dict[int, dict[str, float]], seed: int, main: str) -> None:
-    """Make `seed` the run's best (OUTPUT/best, its predictions) if it is, else drop its best/ copy.
-    Idempotent, so a run killed half-way through this repairs itself when resumed."""
-    best_seed = max(per_seed, key=lambda s: per_seed[s][main])
-    seed_dir = output / f"seed-{seed}"
-    if seed != best_seed:
-        shutil.rmtree(seed_dir / "best", ignore_errors=True)
-    elif (seed_dir / "best").is_dir():  # not yet promoted
-        _promote(output, seed_dir)
-
-
-def _promote(output: Path, seed_dir: Path) -> None:
-    """Make this seed's best model and dev predictions the run's (OUTPUT/best, OUTPUT/predictions...)."""
-    for path in seed_dir.iterdir():
-        if "predictions" in path.name or path.name.endswith("null_odds.json"):
-            shutil.copyfile(path, output / path.name)
-    replace_directory(seed_dir / "best", output / "best")
-
-
-def _summary(per_seed: dict[int, dict[str, float]], names: tuple[str, ...]) -> dict[str, dict[str, float]]:
-    """Mean, sample standard deviation (0 for one seed), and max of each metric across seeds."""
-    summary = {}
-    for name in names:
-        values = [m[name] for m in per_seed.values()]
-        summary[name] = {"mean": statistics.fmean(values),
-                         "std": statistics.stdev(values) if len(values) > 1 else 0.0, "max": max(values)}
-    return summary
+def run_settings(cfg: FinetuneConfig) -> dict[str, Any]:
+    """The settings recorded in OUTPUT/finetune_run.json, as JSON values (tuples as lists)."""
+    return json.loads(json.dumps({key: getattr(cfg, key) for key in _RUN_KEYS}))
 
 
 def _read_reporting(task: Task, path: str | Path, training: bool, report: dict[str, Any], key: str) -> list[Any]:
