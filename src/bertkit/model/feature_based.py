@@ -55,7 +55,8 @@ class FeatureBasedModel(nn.Module):
         if bad:
             raise BertkitError(f"--feature-layers {bad[0]} is outside the model's hidden states "
                                f"(-{depth}..{depth - 1}; 0 is the embedding output, -1 the last layer)")
-        self.bert, self.config = bert, bert.config
+        self.bert: BertModel = bert
+        self.config = bert.config
         self.layers, self.combine, self.layout = tuple(layers), combine, head
         for parameter in bert.parameters():
             parameter.requires_grad_(False)

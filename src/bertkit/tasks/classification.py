@@ -144,7 +144,7 @@ class ClassificationTask(BaseTask):
         return loss, {}
 
     def decode(self, examples: Sequence[TextExample], features: Sequence[dict],
-               outputs: dict[str, np.ndarray]) -> list[dict[str, Any]]:
+               outputs: dict[str, list[np.ndarray]]) -> list[dict[str, Any]]:
         """One prediction per example: the label (or score) and, for classification, probabilities."""
         logits = np.stack(outputs["logits"])  # (N, num_labels)
         if self.is_regression:

@@ -45,7 +45,7 @@ FEATURE_KEYS = ("feature_layers", "feature_combine")  # bertkit_task.json entrie
 def feature_based_model(task: Task, bert: BertModel, layers: tuple[int, ...], combine: str,
                         dropout: float) -> FeatureBasedModel:
     """The feature-based model of `task` over the encoder `bert` (frozen by the model)."""
-    return FeatureBasedModel(bert, task.feature_head(bert.config), layers, combine, dropout)
+    return FeatureBasedModel(bert, task.feature_head(), layers, combine, dropout)
 
 
 def save_finetuned(model: nn.Module, task: Task, tokenizer: WordPieceTokenizer, directory: Path) -> None:
@@ -120,7 +120,7 @@ def _load_feature_based(directory: Path, task: Task, layers: tuple[int, ...], co
     return model
 
 
-def load_weights(directory: str | Path, model_class: type) -> nn.Module:
+def load_weights(directory: str | Path, model_class: type[Any]) -> nn.Module:
     """`model_class.from_pretrained(directory)`, refusing a checkpoint without the head's weights (a
     pre-trained model is not a fine-tuned one; a missing pooler is fine: heads that need it have it)."""
     model = model_class.from_pretrained(directory)

@@ -21,7 +21,6 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from bertkit.config import BertConfig
 from bertkit.data.swag import ChoiceExample, read_choices
 from bertkit.model import BertForMultipleChoice
 from bertkit.model.feature_based import FeatureHead
@@ -50,7 +49,7 @@ class MultipleChoiceTask(BaseTask):
     def metric_names(self) -> tuple[str, ...]:
         return ("accuracy",)
 
-    def feature_head(self, config: BertConfig) -> FeatureHead:
+    def feature_head(self) -> FeatureHead:
         return FeatureHead(1)  # one score per choice, read at its [CLS]
 
     def read(self, path: str | Path, labelled: bool = True, training: bool = False,

@@ -42,7 +42,6 @@ import torch
 import torch.nn.functional as F
 
 from bertkit.atomic import write_text_atomic
-from bertkit.config import BertConfig
 from bertkit.data.squad import SquadExample, read_squad
 from bertkit.errors import BertkitError
 from bertkit.model import BertForQuestionAnswering
@@ -97,7 +96,7 @@ class SquadTask(BaseTask):
     def metric_names(self) -> tuple[str, ...]:
         return ("f1", "exact_match")
 
-    def feature_head(self, config: BertConfig) -> FeatureHead:
+    def feature_head(self) -> FeatureHead:
         return FeatureHead(2, per_token=True, span=True)  # start and end scores at every token
 
     def read(self, path: str | Path, labelled: bool = True, training: bool = False,

@@ -25,7 +25,6 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from bertkit.config import BertConfig
 from bertkit.data.conll import TaggedSentence, check_tags, read_conll, write_conll
 from bertkit.errors import BertkitError
 from bertkit.model import BertForTokenClassification
@@ -67,8 +66,8 @@ class TaggingTask(BaseTask):
     def config_overrides(self) -> dict[str, Any]:
         return {"num_labels": len(self.settings.labels), "id2label": dict(enumerate(self.settings.labels))}
 
-    def feature_head(self, config: BertConfig) -> FeatureHead:
-        return FeatureHead(config.num_labels, per_token=True)
+    def feature_head(self) -> FeatureHead:
+        return FeatureHead(len(self.settings.labels), per_token=True)
 
     def read(self, path: str | Path, labelled: bool = True, training: bool = False,
              ) -> tuple[list[TaggedSentence], list[str]]:

@@ -26,7 +26,6 @@ import numpy as np
 import torch
 
 from bertkit.atomic import write_text_atomic
-from bertkit.config import BertConfig
 from bertkit.errors import BertkitError
 from bertkit.model.feature_based import FeatureHead
 from bertkit.tokenizer import WordPieceTokenizer
@@ -42,16 +41,20 @@ class Task(Protocol):
 
     kind: ClassVar[str]
     """The `task` value in bertkit_task.json and the `bertkit finetune` subcommand."""
-    model_class: ClassVar[type]
+    model_class: ClassVar[type[Any]]
     """The task model (`BertFor...`): `model_class(config)` or `model_class.from_pretrained(directory)`."""
-    output_names: ClassVar[tuple[str, ...]]
-    """Model outputs that `decode` reads."""
-    token_level_outputs: ClassVar[tuple[str, ...]]
-    """Outputs with one value per token (cut back to each input's real length)."""
     settings: Any
     """The settings dataclass saved in bertkit_task.json."""
     last_truncated: int
     """Examples that the last `features` call truncated to max_seq_length (0 for tasks that window)."""
+
+    @property
+    def output_names(self) -> tuple[str, ...]:
+        """Model outputs that `decode` reads (class attributes of the tasks)."""
+
+    @property
+    def token_level_outputs(self) -> tuple[str, ...]:
+        """Outputs with one value per token (cut back to each input's real length)."""
 
     @property
     def metric_names(self) -> tuple[str, ...]:
@@ -83,7 +86,7 @@ class Task(Protocol):
     def config_overrides(self) -> dict[str, Any]:
         """BertConfig fields the task's head needs (num_labels, id2label, ...)."""
 
-    def feature_head(self, config: BertConfig) -> FeatureHead:
+    def feature_head(self) -> FeatureHead:
         """The linear layer of the feature-based approach (`bertkit.model.feature_based`) for this task."""
 
     def with_columns(self, text_column: str | None = None, text_pair_column: str | None = None,
@@ -102,6 +105,7 @@ class BaseTask:
     """What ClassificationTask, TaggingTask, SquadTask and MultipleChoiceTask share (each is a `Task`)."""
 
     kind: ClassVar[str]
+    model_class: ClassVar[type[Any]]
     settings_class: ClassVar[type]
     """The settings dataclass, read back by `from_json`."""
     output_names: ClassVar[tuple[str, ...]] = ("logits",)
@@ -114,12 +118,15 @@ class BaseTask:
     def config_overrides(self) -> dict[str, Any]:
         return {}
 
-    def feature_head(self, config: BertConfig) -> FeatureHead:
-        return FeatureHead(config.num_labels)
+    def feature_head(self) -> FeatureHead:
+        return FeatureHead(self.config_overrides()["num_labels"])  # one score per label at [CLS]
 
-    def with_columns(self, **columns: str | None) -> Task:
+    def with_columns(self, text_column: str | None = None, text_pair_column: str | None = None,
+                     label_column: str | None = None, id_column: str | None = None) -> Task:
         """Only classification reads files by column names; the other tasks refuse the flags."""
-        flag = "--" + next(iter(columns)).replace("_", "-")
+        given = {"text_column": text_column, "text_pair_column": text_pair_column, "label_column": label_column,
+                 "id_column": id_column}
+        flag = "--" + next(name for name, value in given.items() if value).replace("_", "-")
         raise BertkitError(f"{flag} applies to classification models; this is a {self.kind} model")
 
     def select_on_dev(self, examples: Sequence[Any], decoded: Any) -> Any:
