@@ -30,7 +30,7 @@ from peak import matmul_peak, timed
 from bertkit import hardware
 from bertkit.assets import kjv_path
 from bertkit.config import preset
-from bertkit.interop.hf import to_hf
+from bertkit.model.hf_names import to_hf
 from bertkit.model import BertModel, for_inference
 from bertkit.tokenizer import WordPieceTokenizer
 

@@ -35,9 +35,9 @@ from torch import nn
 
 from bertkit.config import BertConfig
 from bertkit.errors import BertkitError
+from bertkit.inference.batching import pad_batch
 from bertkit.model import MODEL_CLASSES, BertModel
 from bertkit.model.attention import PaddedSDPA
-from bertkit.serve.batching import pad_features
 from bertkit.tokenizer import WordPieceTokenizer
 
 INPUT_NAMES = ("input_ids", "token_type_ids", "attention_mask")
@@ -150,7 +150,7 @@ def sample_batch(tokenizer: WordPieceTokenizer, texts: list[str], architecture: 
     if pad_to_length:
         features.append({key: [1] * (max(len(e) for e in encodings) + 2) for key in INPUT_NAMES})
         features[-1]["token_type_ids"] = [0] * len(features[-1]["input_ids"])
-    batch = pad_features(features, tokenizer.pad_token_id)
+    batch = pad_batch(features, tokenizer.pad_token_id)
     if architecture == "BertForMultipleChoice":
         batch = {k: v.unsqueeze(0) for k, v in batch.items()}
     return batch

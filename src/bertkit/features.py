@@ -11,9 +11,9 @@ pair written `text_a ||| text_b`. An `.npy` output holds one vector per line ins
 layers pooled (at [CLS], or mean / max / sum over sqrt(length) of the line's real tokens) and
 concatenated in the order given. A sentence-transformers directory's max_seq_length, lowercasing and
 prompt always apply, and "auto" pooling (the default) takes its pooling and normalisation
-(serve/pooling.py), so the vectors equal sentence-transformers' `encode`.
+(inference/pooling.py), so the vectors equal sentence-transformers' `encode`.
 
-Design decision: the encoder runs length-sorted, padding-free batches (serve/batching.py) and the
+Design decision: the encoder runs length-sorted, padding-free batches (inference/batching.py) and the
 output is written as it is produced, so memory holds one batch of hidden states, not the corpus
 (.npy is filled through a memory map of its final size).
 
@@ -35,8 +35,8 @@ from bertkit.config import BertConfig
 from bertkit.data.textfile import read_text
 from bertkit.errors import BertkitError, where
 from bertkit.model import BertModel, check_inference_precision, for_inference
-from bertkit.serve.batching import length_sorted_batches, pad_features
-from bertkit.serve.pooling import choose_pooling, read_sentence_transformers, sentence_vectors
+from bertkit.inference.batching import sorted_batches
+from bertkit.inference.pooling import choose_pooling, read_sentence_transformers, sentence_vectors
 from bertkit.tokenizer import WordPieceTokenizer
 
 log = logging.getLogger(__name__)
@@ -157,8 +157,7 @@ def _hidden_states(encoder: BertModel, encodings: Sequence, indices: list[int], 
     """Per length-sorted batch: its line numbers, the requested layers (B, T, H) each, and the mask."""
     features = [{"input_ids": e.input_ids, "token_type_ids": e.token_type_ids, "attention_mask": e.attention_mask}
                 for e in encodings]
-    for rows in length_sorted_batches([len(f["input_ids"]) for f in features], batch_size):
-        batch = pad_features([features[i] for i in rows], pad_token_id)
+    for rows, batch in sorted_batches(features, batch_size, pad_token_id):
         with torch.inference_mode():
             hidden = encoder(**batch, output_hidden_states=True).hidden_states[1:]  # L x (B, T, H), no embeddings
         yield rows, [hidden[i] for i in indices], batch["attention_mask"]

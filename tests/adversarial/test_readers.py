@@ -21,7 +21,10 @@ from bertkit.data.squad import read_squad
 from bertkit.errors import BertkitError
 from bertkit.model import BertForSequenceClassification
 from bertkit.tasks.classification import ClassificationSettings, ClassificationTask
-from bertkit.tasks.finetune import _read_reporting, build_task, predict_file, save_finetuned
+from bertkit.tasks.evaluate import predict_file
+from bertkit.tasks.finetune import _read_reporting
+from bertkit.tasks.finetuned import save_finetuned
+from bertkit.tasks.kinds import build_task
 from bertkit.tokenizer import MAX_TEXT_CHARS, WordPieceTokenizer
 
 WORDS = "the a film was good bad quoted start plain more inner quotes last def x y eu rejects german".split()

@@ -122,7 +122,7 @@ def test_every_generated_flag_has_help(name, command):
 
 
 def test_choices_are_the_library_constants():
-    from bertkit.tasks.finetune import COMBINES
+    from bertkit.model.feature_based import COMBINES
     from bertkit.tasks.metrics import TAG_SCHEMES
     from bertkit.tasks.recipes import RECIPES
     from bertkit.train.distributed import DEVICES

@@ -2,7 +2,7 @@
 
 Each directory is what fine-tuning writes: config.json + model.safetensors + vocab.txt +
 tokenizer_config.json, and bertkit_task.json from the task's own `to_json` (the format
-tasks/finetune.py writes). Weights are random but seeded, so predictions are deterministic.
+tasks/finetuned.py writes). Weights are random but seeded, so predictions are deterministic.
 """
 
 from __future__ import annotations

@@ -14,8 +14,12 @@ import torch
 from bertkit.config import preset
 from bertkit.errors import BertkitError
 from bertkit.model import BertForMaskedLM, BertModel
+from bertkit.model.feature_based import FeatureBasedModel
 from bertkit.serve.predictor import (ClassificationPredictor, FillMaskPredictor, Predictor,
                                      QuestionAnsweringPredictor, TaggingPredictor, load_predictor)
+from bertkit.tasks.classification import ClassificationSettings, ClassificationTask
+from bertkit.tasks.evaluate import predict_file
+from bertkit.tasks.finetuned import FEATURE_HEAD_FILE, feature_based_model, save_finetuned
 from bertkit.tasks.squad import SquadSettings, SquadTask
 from bertkit.tasks.tagging import TaggingSettings, TaggingTask
 
@@ -242,12 +246,54 @@ def test_load_predictor_errors(tmp_path, classifier_dir):
         load_predictor(mlm)
 
 
-def test_feature_based_directories_are_refused_clearly(tmp_path, tagger_dir):
-    copy = shutil.copytree(tagger_dir, tmp_path / "fb")
-    task = json.loads((copy / "bertkit_task.json").read_text())
-    (copy / "bertkit_task.json").write_text(json.dumps({**task, "feature_layers": [-1], "feature_combine": "sum"}))
-    with pytest.raises(BertkitError, match="feature-based"):
-        load_predictor(copy)
+def _feature_based_dir(directory, task, layers=(-1, -2), combine="concat"):
+    """A feature-based fine-tuned directory as fine-tuning writes it (random seeded weights)."""
+    torch.manual_seed(0)
+    config = preset("bert-debug", vocab_size=len(VOCAB), **task.config_overrides())
+    model = feature_based_model(task, BertModel(config), layers, combine, 0.0)
+    with torch.no_grad():
+        model.head.weight.normal_(std=1.0)  # scores far enough apart that the labels are not ties
+    save_finetuned(model, task, tokenizer(), directory)
+    return directory, model.eval()
+
+
+def test_feature_based_models_are_served_as_predict_reads_them(tmp_path):
+    """A feature-based directory (frozen encoder + feature_head.safetensors) is served with the predictions
+    `bertkit predict` makes from it and the model computes (issue 15: the predictor used to refuse it)."""
+    task = ClassificationTask(ClassificationSettings(labels=["negative", "positive", "neutral"], max_seq_length=16))
+    directory, model = _feature_based_dir(tmp_path / "fb", task)
+    predictor = load_predictor(directory)
+    assert isinstance(predictor, ClassificationPredictor) and isinstance(predictor.model, FeatureBasedModel)
+    texts = [t for t in TEXTS if t]
+    served = predictor.classify(texts)
+    for text, result in zip(texts, served):
+        with torch.no_grad():
+            logits = model(**_tensors(tokenizer().encode(text, max_length=16))).logits[0]
+        expected = dict(zip(task.settings.labels, logits.softmax(-1).tolist()))
+        assert result["label"] == max(expected, key=expected.get)
+        np.testing.assert_allclose([result["probabilities"][k] for k in expected], list(expected.values()), atol=1e-5)
+    inputs = tmp_path / "inputs.jsonl"
+    inputs.write_text("".join(json.dumps({"text": t}) + "\n" for t in texts), encoding="utf-8")
+    predict_file(directory, inputs, tmp_path / "predicted", device="cpu")
+    lines = (tmp_path / "predicted" / "predictions.jsonl").read_text(encoding="utf-8").splitlines()
+    assert [json.loads(line)["label"] for line in lines] == [r["label"] for r in served]
+
+
+def test_feature_based_question_answering_is_served(tmp_path):
+    """The span head of a feature-based QA model reaches the predictor as start/end logits."""
+    directory, _ = _feature_based_dir(tmp_path / "qa", SquadTask(SquadSettings(max_seq_length=16, doc_stride=4)),
+                                      layers=(-1,), combine="sum")
+    predictor = load_predictor(directory)
+    assert isinstance(predictor, QuestionAnsweringPredictor)
+    [result] = predictor.answer(["who lives in london?"], ["john smith lives in london and paris"])
+    assert result["start"] is not None and result["answer"]
+
+
+def test_feature_based_directory_without_its_head_is_refused_clearly(tmp_path):
+    directory, _ = _feature_based_dir(tmp_path / "fb", TaggingTask(TaggingSettings(labels=TAGS, max_seq_length=10)))
+    (directory / FEATURE_HEAD_FILE).unlink()
+    with pytest.raises(BertkitError, match="feature-based model .* feature_head.safetensors"):
+        load_predictor(directory)
 
 
 @pytest.mark.parametrize("fixture", ["mlm_dir", "classifier_dir", "tagger_dir", "squad_dir"])

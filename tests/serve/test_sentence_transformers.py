@@ -19,7 +19,7 @@ from sentence_transformers.sentence_transformer.modules import Normalize, Poolin
 
 from bertkit.errors import BertkitError
 from bertkit.features import extract_features
-from bertkit.serve.pooling import read_sentence_transformers
+from bertkit.inference.pooling import read_sentence_transformers
 from bertkit.serve.predictor import load_predictor
 
 from .conftest import VOCAB, tokenizer

@@ -9,8 +9,9 @@ import pytest
 
 from bertkit.cli import main
 from bertkit.errors import BertkitError
+from bertkit.model.feature_based import FeatureBasedModel
 from bertkit.tasks.classification import ClassificationSettings, ClassificationTask
-from bertkit.tasks.finetune import FeatureBasedModel, FinetuneConfig, build_model
+from bertkit.tasks.finetune import FinetuneConfig, build_model
 from bertkit.tokenizer import WordPieceTokenizer
 
 
@@ -51,7 +52,7 @@ def test_freeze_encoder_and_feature_layers_train_only_the_head(tmp_path: Path) -
 
 
 def test_task_settings_round_trip_and_unknown_field_is_a_user_error():
-    from bertkit.tasks.finetune import TASK_CLASSES
+    from bertkit.tasks.kinds import TASK_CLASSES
 
     for cls in TASK_CLASSES.values():
         fields = {"labels": ["O", "B-PER"]} if cls.kind in ("classification", "tagging") else {}

@@ -17,7 +17,8 @@ from bertkit.config import preset
 from bertkit.data.squad import SquadExample
 from bertkit.model import BertForQuestionAnswering
 from bertkit.serve.predictor import load_predictor
-from bertkit.tasks.finetune import DevSet, FinetuneConfig, _SeedRun, predict_file
+from bertkit.tasks.evaluate import predict_file
+from bertkit.tasks.finetune import DevSet, FinetuneConfig, _SeedRun
 from bertkit.tasks.squad import SquadSettings, SquadTask
 from bertkit.tokenizer import WordPieceTokenizer
 

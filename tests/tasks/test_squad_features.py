@@ -7,7 +7,8 @@ import pytest
 
 from bertkit.data.conll import TaggedSentence
 from bertkit.data.squad import SquadExample
-from bertkit.tasks.squad import SquadSettings, SquadTask, max_context_flags, sliding_windows
+from bertkit.tasks.squad import SquadSettings, SquadTask
+from bertkit.tasks.windows import max_context_flags, sliding_windows
 from bertkit.tasks.tagging import IGNORE_INDEX, TaggingSettings, TaggingTask
 from bertkit.tokenizer import WordPieceTokenizer
 

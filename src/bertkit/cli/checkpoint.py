@@ -1,6 +1,7 @@
 """`bertkit info` and `bertkit convert`: look inside a checkpoint, convert Google's TF releases.
 
-Flag parsing only; the work is in bertkit.model.pretrained, bertkit.interop.tf and bertkit.tokenizer.
+Flag parsing only; the work is in bertkit.model.pretrained, bertkit.tasks.finetuned (bertkit_task.json),
+bertkit.interop.tf and bertkit.tokenizer.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ def checkpoint_summary(directory: Path) -> dict:
     """Config, parameter count (from tensor shapes, without building the model) and vocabulary."""
     from bertkit.config import BertConfig  # noqa: PLC0415
     from bertkit.model.pretrained import SAFETENSORS_NAME, read_state_dict, safetensors_shapes  # noqa: PLC0415
+    from bertkit.tasks.finetuned import read_task_file  # noqa: PLC0415
 
     config = BertConfig.from_json_file(directory / "config.json")
     weights = directory / SAFETENSORS_NAME
@@ -48,12 +50,9 @@ def checkpoint_summary(directory: Path) -> dict:
         }
     else:
         summary["vocabulary"] = "no vocab.txt in this directory"
-    task_file = directory / "bertkit_task.json"
-    if task_file.exists():
-        try:
-            summary["task"] = json.loads(task_file.read_text(encoding="utf-8"))
-        except (OSError, ValueError) as exc:
-            raise BertkitError(f"{task_file}: not valid JSON ({exc}); fix or delete it") from None
+    task = read_task_file(directory)
+    if task is not None:
+        summary["task"] = task
     return summary
 
 

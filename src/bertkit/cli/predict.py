@@ -1,5 +1,5 @@
 """`bertkit predict` and `bertkit evaluate`: a fine-tuned directory on a file. Flag parsing only; the work is
-`bertkit.tasks.finetune.predict_file`.
+`bertkit.tasks.evaluate.predict_file`.
 
 Design decision: these commands live apart from `bertkit finetune`, whose flags are generated from the
 fine-tuning dataclasses (importing torch), so that their `--help` answers without importing torch.
@@ -45,7 +45,7 @@ def _inference_options(function: Callable) -> Callable:
 def predict(model: str, input_file: str, output: str, text_column: str | None, text_pair_column: str | None,
             id_column: str | None, batch_size: int, device: str, precision: str) -> None:
     """Predict a file with a fine-tuned directory (writes predictions into --output)."""
-    from bertkit.tasks.finetune import predict_file
+    from bertkit.tasks.evaluate import predict_file
 
     columns = {"text_column": text_column, "text_pair_column": text_pair_column, "id_column": id_column}
     counts = predict_file(model, input_file, output, evaluate=False, batch_size=batch_size, device=device,
@@ -64,7 +64,7 @@ def predict(model: str, input_file: str, output: str, text_column: str | None, t
 def evaluate(model: str, input_file: str, output: str, text_column: str | None, text_pair_column: str | None,
              id_column: str | None, label_column: str | None, batch_size: int, device: str, precision: str) -> None:
     """Score a fine-tuned directory on a labelled file (eval_results.json + predictions in --output)."""
-    from bertkit.tasks.finetune import predict_file
+    from bertkit.tasks.evaluate import predict_file
 
     columns = {"text_column": text_column, "text_pair_column": text_pair_column, "label_column": label_column,
                "id_column": id_column}

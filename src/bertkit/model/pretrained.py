@@ -28,7 +28,7 @@ from torch import nn
 from bertkit.atomic import failed_write_advice, write_file_atomic
 from bertkit.config import BertConfig
 from bertkit.errors import BertkitError
-from bertkit.interop.hf import REDUNDANT_HF_KEYS, from_hf, to_hf
+from bertkit.model.hf_names import REDUNDANT_HF_KEYS, from_hf, to_hf
 
 log = logging.getLogger(__name__)
 

@@ -27,7 +27,6 @@ import platform
 import random
 import shutil
 import signal
-import statistics
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field

@@ -1,7 +1,8 @@
 """Predictors: a loaded checkpoint directory as plain Python functions (no HTTP, no training code).
 
-`load_predictor(directory)` reads `bertkit_task.json` (written by fine-tuning) or, without it, the
-`architectures` entry of config.json, and returns the predictor for what the weights can do:
+`load_predictor(directory)` reads a fine-tuned directory (`bertkit.tasks.finetuned`, the format
+fine-tuning writes, feature-based models included) or, without bertkit_task.json, the `architectures`
+entry of config.json, and returns the predictor for what the weights can do:
 
     FillMaskPredictor           BertForMaskedLM / BertForPreTraining    fill_mask, embed
     ClassificationPredictor     classification (or regression)          classify, embed
@@ -11,9 +12,9 @@
 
 Design decision: each predictor builds its features and decodes its outputs with the task module
 that fine-tuned the model (`bertkit.tasks.*`), so serving uses exactly the windows, sub-token rules,
-n-best search and null threshold that produced the dev scores; only the forward pass is shared
-here, length-sorted and padding-free (`batching.py`). Every method takes a list of inputs and
-returns one result per input, equal to what one-by-one calls return.
+n-best search and null threshold that produced the dev scores, and runs the model as dev evaluation
+does (`bertkit.inference.batching.model_outputs`: length-sorted, padding-free batches). Every method
+takes a list of inputs and returns one result per input, equal to what one-by-one calls return.
 
 References: Devlin et al. (2018) sections 3-5 (tasks and the feature-based [CLS] / layer usage);
 google-research/bert `run_classifier.py`, `run_squad.py`, `extract_features.py`.
@@ -21,7 +22,6 @@ google-research/bert `run_classifier.py`, `run_squad.py`, `extract_features.py`.
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Sequence
 from pathlib import Path
@@ -35,18 +35,19 @@ from bertkit.data.conll import TaggedSentence
 from bertkit.data.glue import TextExample
 from bertkit.data.squad import SquadExample
 from bertkit.errors import BertkitError
+from bertkit.inference.batching import model_outputs, run_sorted
+from bertkit.inference.pooling import SentenceSettings, choose_pooling, read_sentence_transformers, sentence_vectors
 from bertkit.model import MODEL_CLASSES, BertModel, check_inference_precision, for_inference
-from bertkit.serve.batching import run_sorted, trim
-from bertkit.serve.pooling import SentenceSettings, choose_pooling, read_sentence_transformers, sentence_vectors
 from bertkit.tasks.classification import ClassificationTask
+from bertkit.tasks.finetuned import load_finetuned, load_weights, read_task_file
 from bertkit.tasks.metrics import entities_conlleval
 from bertkit.tasks.squad import SquadTask
 from bertkit.tasks.tagging import TaggingTask
+from bertkit.tasks.task import Task
 from bertkit.tokenizer import MASK, WordPieceTokenizer
 
 log = logging.getLogger(__name__)
 
-TASK_FILE = "bertkit_task.json"
 MAX_TOP_K = 100
 
 
@@ -54,7 +55,6 @@ class Predictor:
     """A model + tokenizer pair that embeds texts; task predictors add their own method."""
 
     endpoints: ClassVar[tuple[str, ...]] = ("embed",)
-    model_class: ClassVar[type[torch.nn.Module]] = BertModel
 
     def __init__(self, model: torch.nn.Module, tokenizer: WordPieceTokenizer, max_seq_length: int,
                  batch_size: int = 32, sentence: SentenceSettings | None = None) -> None:
@@ -83,6 +83,11 @@ class Predictor:
 
     def run(self, features: Sequence[dict[str, Any]], step: Any) -> list[Any]:
         return run_sorted(features, step, self.batch_size, self.tokenizer.pad_token_id)
+
+    def task_outputs(self, task: Task, features: Sequence[dict[str, Any]]) -> dict[str, list[np.ndarray]]:
+        """The model's outputs that `task.decode` reads, per feature (as dev evaluation computes them)."""
+        return model_outputs(self.model, features, task.output_names, task.token_level_outputs, self.batch_size,
+                             self.tokenizer.pad_token_id)
 
     def embed(self, texts: Sequence[str], pooling: str = "auto", normalize: bool | None = None) -> np.ndarray:
         """(N, H) float32 sentence vectors of the last layer: at [CLS], or its mean, max or
@@ -174,16 +179,11 @@ class ClassificationPredictor(Predictor):
     def classify(self, texts: Sequence[str], text_pairs: Sequence[str] | None = None) -> list[dict[str, Any]]:
         """Per input {label, probabilities, truncated}, or {score, truncated} for regression."""
         features, truncated = self.encode(texts, text_pairs)
-
-        def step(batch: dict[str, torch.Tensor]) -> list[np.ndarray]:
-            return list(self.model(**batch).logits.float().numpy())  # B x (num_labels,)
-
-        logits = self.run(features, step)
         examples = [TextExample(f"inputs[{i}]", t, None if text_pairs is None else text_pairs[i], None)
                     for i, t in enumerate(texts)]
         if not examples:
             return []
-        decoded = self.task.decode(examples, features, {"logits": logits})
+        decoded = self.task.decode(examples, features, self.task_outputs(self.task, features))
         return [{**{k: v for k, v in d.items() if k != "id"}, "truncated": cut} for d, cut in zip(decoded, truncated)]
 
     def warmup(self) -> None:
@@ -208,13 +208,9 @@ class TaggingPredictor(Predictor):
         if not sentences:
             return []
         features = self.task.features(sentences, self.tokenizer)
-
-        def step(batch: dict[str, torch.Tensor]) -> list[np.ndarray]:
-            return trim(self.model(**batch).logits, batch["attention_mask"])  # B x (T_i, num_labels)
-
-        logits = self.run(features, step)
-        tags = self.task.decode(sentences, features, {"logits": logits})
-        confidence = _word_confidence(sentences, features, logits)
+        outputs = self.task_outputs(self.task, features)  # logits: per feature (T_i, num_labels)
+        tags = self.task.decode(sentences, features, outputs)
+        confidence = _word_confidence(sentences, features, outputs["logits"])
         return [self._entities(t, s, w, c) for t, s, w, c in zip(texts, spans, tags, confidence)]
 
     def sentences(self, texts: Sequence[str]) -> tuple[list[TaggedSentence], list[list[tuple[int, int]]]]:
@@ -282,15 +278,7 @@ class QuestionAnsweringPredictor(Predictor):
         if not examples:
             return []
         features = self.task.features(examples, self.tokenizer)
-
-        def step(batch: dict[str, torch.Tensor]) -> list[tuple[np.ndarray, np.ndarray]]:
-            out = self.model(**batch)
-            return list(zip(trim(out.start_logits, batch["attention_mask"]),
-                            trim(out.end_logits, batch["attention_mask"])))
-
-        logits = self.run(features, step)
-        outputs = {"start_logits": [s for s, _ in logits], "end_logits": [e for _, e in logits]}
-        decoded = self.task.decode(examples, features, outputs)
+        decoded = self.task.decode(examples, features, self.task_outputs(self.task, features))
         return [self._result(e, decoded) for e in examples]
 
     def _result(self, example: SquadExample, decoded: dict[str, dict]) -> dict[str, Any]:
@@ -321,28 +309,17 @@ def load_predictor(directory: str | Path, batch_size: int = 32, precision: str =
     directory = Path(directory)
     check_inference_precision(precision)
     config = BertConfig.from_json_file(directory / "config.json")
-    task = read_task_file(directory)
+    settings = read_task_file(directory)
+    kind = settings["task"] if settings else _kind_from_architecture(config)
+    if kind in TASK_PREDICTORS:
+        predictor_class, task_class = TASK_PREDICTORS[kind]
+        stand_in = None if settings else task_class.from_json(_settings_from_config(kind, config),
+                                                              source=str(directory / "config.json"))
+        task, model, tokenizer = load_finetuned(directory, task=stand_in, tokenizer_dir=tokenizer_dir)
+        return predictor_class(for_inference(model, precision), tokenizer, task, batch_size)
     tokenizer = WordPieceTokenizer.from_pretrained(directory if tokenizer_dir is None else tokenizer_dir)
-    kind = task["task"] if task else _kind_from_architecture(config)
-    source = str(directory / TASK_FILE)
-    if task and "feature_layers" in task:
-        raise BertkitError(f"{directory}: a feature-based fine-tuned model (frozen encoder + separate head) "
-                           "is not served (its head lives outside the model class); use `bertkit predict` "
-                           "with it, or serve a model from the default full fine-tuning")
-    if kind == "classification":
-        settings = task or _classification_defaults(config)
-        return ClassificationPredictor(_load(directory, "BertForSequenceClassification", precision), tokenizer,
-                                       ClassificationTask.from_json(settings, source=source), batch_size)
-    if kind == "tagging":
-        settings = task or {"labels": config.label_names or []}
-        return TaggingPredictor(_load(directory, "BertForTokenClassification", precision), tokenizer,
-                                TaggingTask.from_json(settings, source=source), batch_size)
-    if kind == "squad":
-        settings = task or {}
-        return QuestionAnsweringPredictor(_load(directory, "BertForQuestionAnswering", precision), tokenizer,
-                                          SquadTask.from_json(settings, source=source), batch_size)
     sentence = read_sentence_transformers(directory)  # None unless a sentence-transformers directory
-    max_seq_length = int((task or {}).get("max_seq_length", (sentence and sentence.max_seq_length) or 512))
+    max_seq_length = int((settings or {}).get("max_seq_length", (sentence and sentence.max_seq_length) or 512))
     if kind == "fill-mask":
         architecture = (config.architectures or ["BertForMaskedLM"])[0]
         return FillMaskPredictor(_load(directory, architecture, precision), tokenizer, max_seq_length, batch_size,
@@ -350,19 +327,12 @@ def load_predictor(directory: str | Path, batch_size: int = 32, precision: str =
     return Predictor(_load(directory, "BertModel", precision), tokenizer, max_seq_length, batch_size, sentence)
 
 
-def read_task_file(directory: Path) -> dict[str, Any] | None:
-    """bertkit_task.json as a dict, or None when the directory has none (a pre-trained model)."""
-    path = directory / TASK_FILE
-    if not path.exists():
-        return None
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise BertkitError(f"{path}: not valid JSON ({exc}); re-run fine-tuning or fix the file") from None
-    if not isinstance(data, dict) or "task" not in data:
-        raise BertkitError(f"{path}: expected a JSON object with a 'task' key "
-                           "(classification, tagging, squad or multiple-choice)")
-    return data
+# task kind -> (predictor, task class); other kinds (multiple-choice) are served for `embed` only
+TASK_PREDICTORS: dict[str, tuple[type[Any], type[Task]]] = {
+    "classification": (ClassificationPredictor, ClassificationTask),
+    "tagging": (TaggingPredictor, TaggingTask),
+    "squad": (QuestionAnsweringPredictor, SquadTask),
+}
 
 
 def _kind_from_architecture(config: BertConfig) -> str:
@@ -372,18 +342,18 @@ def _kind_from_architecture(config: BertConfig) -> str:
             "BertForQuestionAnswering": "squad"}.get(architecture, "embed")
 
 
-def _classification_defaults(config: BertConfig) -> dict[str, Any]:
-    regression = config.problem_type == "regression" or config.num_labels == 1
-    return {"labels": None if regression else config.label_names, "max_seq_length": 512}
+def _settings_from_config(kind: str, config: BertConfig) -> dict[str, Any]:
+    """Task settings of a model fine-tuned elsewhere (no bertkit_task.json), from its config.json."""
+    if kind == "classification":
+        regression = config.problem_type == "regression" or config.num_labels == 1
+        return {"labels": None if regression else config.label_names, "max_seq_length": 512}
+    if kind == "tagging":
+        return {"labels": config.label_names or []}
+    return {}
 
 
 def _load(directory: Path, architecture: str, precision: str) -> torch.nn.Module:
     if architecture not in MODEL_CLASSES:
         raise BertkitError(f"{directory}/config.json: unknown architecture {architecture!r}; "
                            f"expected one of {', '.join(MODEL_CLASSES)}")
-    model = MODEL_CLASSES[architecture].from_pretrained(directory)
-    fresh = [k for k in getattr(model, "newly_initialized", []) if ".pooler." not in f".{k}"]
-    if fresh:
-        raise BertkitError(f"{directory}: the checkpoint has no weights for {', '.join(fresh[:4])}; "
-                           f"it is not a fine-tuned {architecture} (fine-tune it first)")
-    return for_inference(model, precision)
+    return for_inference(load_weights(directory, MODEL_CLASSES[architecture]), precision)

@@ -27,7 +27,7 @@ from bertkit.data.glue import TextExample, check_labels, glue_task, read_glue, r
 from bertkit.errors import BertkitError
 from bertkit.model import BertForSequenceClassification
 from bertkit.tasks.metrics import GLUE_METRICS, classification_metrics
-from bertkit.tasks.task import Task, write_jsonl
+from bertkit.tasks.task import BaseTask, write_jsonl
 
 log = logging.getLogger(__name__)
 
@@ -51,8 +51,8 @@ class ClassificationSettings:
     """Column/key of the label (generic files)."""
 
 
-class ClassificationTask(Task):
-    """The classification task in the shape the fine-tuning driver expects (see tasks/finetune.py)."""
+class ClassificationTask(BaseTask):
+    """The classification task as a `bertkit.tasks.task.Task`."""
 
     kind = "classification"
     settings_class = ClassificationSettings
@@ -149,7 +149,7 @@ class ClassificationTask(Task):
         return loss, {}
 
     def decode(self, examples: Sequence[TextExample], features: Sequence[dict],
-               outputs: dict[str, np.ndarray]) -> list[dict[str, Any]]:
+               outputs: dict[str, list[np.ndarray]]) -> list[dict[str, Any]]:
         """One prediction per example: the label (or score) and, for classification, probabilities."""
         logits = np.stack(outputs["logits"])  # (N, num_labels)
         if self.is_regression:

@@ -1,24 +1,27 @@
-"""The fine-tuning driver shared by every task: seeds, evaluation every epoch, the best checkpoint,
-early stopping, the self-contained fine-tuned directory, and `predict` / `evaluate` from it.
+"""Fine-tuning: one run per seed through `bertkit.train.loop.fit`, evaluated on dev every epoch, the best
+evaluation of the best seed kept as OUTPUT/best, and the run's eval_results.json.
 
-A task object (`ClassificationTask`, `TaggingTask`, `SquadTask`, `MultipleChoiceTask`, each a
-`bertkit.tasks.task.Task`) supplies `read`, `features`, `loss`, `decode`, `score`, `write_predictions`,
-`config_overrides`, `to_json`/`from_json`, `model_class`, `output_names`, `token_level_outputs` and
-`metric_names` (the first selects the best checkpoint); this module does everything else through
-`bertkit.train.loop.fit`.
+    run_finetuning(kind, train_path, dev_paths, cfg, options) -> results    files in, fine-tuned directory out
+    finetune(task, cfg, tokenizer, train_examples, dev_sets, report) -> results
+    build_model(task, cfg, tokenizer, max_seq_length) -> model             the task model (or feature-based)
+
+The task (`bertkit.tasks.task.Task`, made by `bertkit.tasks.kinds.build_task`) supplies everything
+task-specific; evaluation is `bertkit.tasks.evaluate.predict_features`, the fine-tuned directory format
+`bertkit.tasks.finetuned`, the run's OUTPUT bookkeeping `bertkit.tasks.run_output`, batches
+`bertkit.inference.batching`, the feature-based model `bertkit.model.feature_based`.
 
 Design decision: one fine-tuning run per seed, each evaluated on dev at the end of every epoch (or every
-`eval_every` steps); only the best evaluation of the best seed is kept as `OUTPUT/best` (a directory that
-`predict`, `evaluate` and the server load with nothing else: config.json with id2label,
-model.safetensors, vocab.txt, tokenizer_config.json and bertkit_task.json with every task setting).
-A seed keeps the loop's resumable checkpoints in `OUTPUT/seed-N/checkpoints` until it finishes, so an
-interrupted run continues with `resume="auto"` exactly where it stopped (bit-identical losses on CPU); a
-finished seed is marked by `seed-N/seed_results.json` and is never trained again, and its checkpoints
-are then deleted, since a fine-tuning run's result is its best evaluation.
+`eval_every` steps); the loop tracks the best evaluation and stops early (`TrainConfig.best_metric`,
+`early_stopping_patience`), and only the best evaluation of the best seed is kept as `OUTPUT/best` (a
+directory that `predict`, `evaluate` and the server load with nothing else). A seed keeps the loop's
+resumable checkpoints in `OUTPUT/seed-N/checkpoints` until it finishes, so an interrupted run continues
+with `resume="auto"` exactly where it stopped (bit-identical losses on CPU); a finished seed is marked by
+`seed-N/seed_results.json` and is never trained again, and its checkpoints are then deleted, since a
+fine-tuning run's result is its best evaluation.
 
 The feature-based approach (paper section 5.3): `freeze_encoder` trains only the head; with
 `feature_layers` the head reads a combination (concat, sum or mean) of the chosen layers' hidden states
-of the frozen encoder instead of the last layer.
+of the frozen encoder instead of the last layer (`bertkit.model.feature_based`).
 
 References: Devlin et al. (2018), sections 4 and 5.3 and appendix A.3 (lr 5e-5/3e-5/2e-5, batch 32,
 3 epochs, warmup 10%, dropout 0.1, best of several restarts on dev).
@@ -30,49 +33,47 @@ import dataclasses
 import json
 import logging
 import math
-import os
 import shutil
 import signal
-import statistics
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
-from safetensors.torch import load_file, save_file
 from torch import nn
 
-from bertkit.atomic import replace_directory, write_file_atomic, write_text_atomic
 from bertkit.config import PRESETS, BertConfig, preset
 from bertkit.errors import BertkitError, Interrupted
-from bertkit.model import BertModel, accelerate_for_inference, compile_model, for_inference
-from bertkit.model.heads import ClassifierOutput, QuestionAnsweringOutput
-from bertkit.data.conll import read_conll
-from bertkit.data.glue import glue_task, read_table
-from bertkit.tasks.classification import ClassificationSettings, ClassificationTask, labels_for
-from bertkit.tasks.multiple_choice import MultipleChoiceSettings, MultipleChoiceTask
+from bertkit.inference.batching import feature_length, pad_batch
+from bertkit.model import accelerate_for_inference, compile_model
+from bertkit.model.feature_based import COMBINES
+from bertkit.tasks.evaluate import RESULTS_FILE, predict_features, write_results
+from bertkit.tasks.finetuned import feature_based_model, save_finetuned
+from bertkit.tasks.kinds import build_task
 from bertkit.tasks.recipes import PRETRAINING_FILE, finetune_learning_rate
-from bertkit.tasks.squad import SquadSettings, SquadTask
-from bertkit.tasks.tagging import TaggingSettings, TaggingTask, labels_from
+from bertkit.tasks.run_output import (
+    finished_seed,
+    keep_best_seed,
+    mark_seed_done,
+    prepare_output,
+    seed_summary,
+)
+from bertkit.tasks.task import Task, warn_skipped
 from bertkit.tokenizer import WordPieceTokenizer
 from bertkit.train.batches import count_steps_per_epoch
 from bertkit.train.checkpoint import seed_everything
 from bertkit.train.distributed import DEVICES, DistributedContext, resolve_device
-from bertkit.train.loop import PRECISIONS, FitResult, TrainConfig, fit, resolve_precision
+from bertkit.train.loop import (
+    PRECISIONS,
+    FitResult,
+    TrainConfig,
+    fit,
+    resolve_precision,
+)
 from bertkit.train.optim import SCHEDULES
 
 log = logging.getLogger(__name__)
-
-TASK_CLASSES = {cls.kind: cls for cls in (ClassificationTask, TaggingTask, SquadTask, MultipleChoiceTask)}
-TASK_FILE = "bertkit_task.json"
-FEATURE_HEAD_FILE = "feature_head.safetensors"
-RESULTS_FILE = "eval_results.json"
-SEED_DONE_FILE = "seed_results.json"
-RUN_FILE = "finetune_run.json"
-MODEL_KEYS = ("input_ids", "token_type_ids", "attention_mask", "labels", "start_positions", "end_positions")
-COMBINES = ("concat", "sum", "mean")
-
 
 @dataclass
 class FinetuneConfig:
@@ -144,119 +145,7 @@ class FinetuneConfig:
     refused)."""
 
 
-# --- batches and inference ------------------------------------------------------------------------
-
-def feature_length(feature: dict) -> int:
-    """Tokens of a feature (the longest choice for multiple choice): what padding depends on."""
-    ids = feature["input_ids"]
-    return max(len(choice) for choice in ids) if ids and isinstance(ids[0], list) else len(ids)
-
-
-def collate(features: list[dict], pad_token_id: int) -> dict[str, torch.Tensor]:
-    """Pad the model keys of features to the longest in the batch: (B, T) or (B, C, T) for choices."""
-    batch = {}
-    for key in MODEL_KEYS:
-        if key not in features[0]:
-            continue
-        pad = pad_token_id if key == "input_ids" else -100 if key == "labels" else 0
-        batch[key] = torch.tensor(_padded([f[key] for f in features], pad))
-    return batch
-
-
-def _padded(values: list, pad: int) -> list:
-    if not isinstance(values[0], list):
-        return values
-    if isinstance(values[0][0], list):  # multiple choice: pad every choice of every example alike
-        longest = max(len(seq) for group in values for seq in group)
-        return [[seq + [pad] * (longest - len(seq)) for seq in group] for group in values]
-    longest = max(len(seq) for seq in values)
-    return [seq + [pad] * (longest - len(seq)) for seq in values]
-
-
-@torch.no_grad()
-def run_model(model: nn.Module, task: Any, features: list[dict], pad_token_id: int, batch_size: int,
-              device: torch.device) -> dict[str, list[np.ndarray]]:
-    """The model's outputs for each feature, token-level outputs cut to the feature's own length."""
-    was_training = model.training
-    model.eval()
-    outputs: dict[str, list] = {name: [None] * len(features) for name in task.output_names}
-    order = sorted(range(len(features)), key=lambda i: feature_length(features[i]))  # batches of similar length
-    for start in range(0, len(order), batch_size):
-        chunk = order[start:start + batch_size]
-        batch = {k: v.to(device) for k, v in collate([features[i] for i in chunk], pad_token_id).items()}
-        out = model(batch["input_ids"], batch["token_type_ids"], batch["attention_mask"])
-        for name in task.output_names:
-            values = getattr(out, name).float().cpu().numpy()
-            for i, row in zip(chunk, values):
-                cut = name in task.token_level_outputs
-                outputs[name][i] = row[: len(features[i]["input_ids"])] if cut else row
-    model.train(was_training)
-    return outputs
-
-
-def predict_features(model: nn.Module, task: Any, examples: list, features: list[dict], pad_token_id: int,
-                     batch_size: int, device: torch.device) -> Any:
-    """The task's decoded predictions for `features`: the one path behind dev evaluation during fine-tuning
-    and `predict` / `evaluate`, so both give the same predictions for the same model and file.
-
-    The forward pass runs in the model's own precision (fp32) with autocast off, also inside the training
-    loop's bf16/fp16 autocast: reduced-precision logits would move near-tied answers, and a dev score
-    that `bertkit evaluate` cannot reproduce from the saved model is not worth the faster evaluation."""
-    with torch.autocast(device.type, enabled=False):
-        outputs = run_model(model, task, features, pad_token_id, batch_size, device)
-    return task.decode(examples, features, outputs)
-
-
-# --- the feature-based approach --------------------------------------------------------------------
-
-class FeatureBasedModel(nn.Module):
-    """A frozen encoder whose chosen layers' hidden states, combined, feed one linear layer."""
-
-    def __init__(self, encoder: BertModel, kind: str, num_outputs: int, layers: tuple[int, ...],
-                 combine: str, dropout: float) -> None:
-        super().__init__()
-        if combine not in COMBINES:
-            raise BertkitError(f"--feature-combine {combine!r}: use one of {', '.join(COMBINES)}")
-        depth = encoder.config.num_hidden_layers + 1  # embeddings + every layer
-        bad = [i for i in layers if not -depth <= i < depth]
-        if bad:
-            raise BertkitError(f"--feature-layers {bad[0]} is outside the model's hidden states "
-                               f"(-{depth}..{depth - 1}; 0 is the embedding output, -1 the last layer)")
-        self.encoder, self.kind, self.layers, self.combine = encoder, kind, tuple(layers), combine
-        self.config = encoder.config
-        for parameter in encoder.parameters():
-            parameter.requires_grad_(False)
-        width = encoder.config.hidden_size * (len(layers) if combine == "concat" else 1)
-        self.dropout = nn.Dropout(dropout)
-        self.head = nn.Linear(width, num_outputs)
-        nn.init.normal_(self.head.weight, std=encoder.config.initializer_range)
-        nn.init.zeros_(self.head.bias)
-
-    def forward(self, input_ids, token_type_ids=None, attention_mask=None):
-        shape = input_ids.shape  # (B, T), or (B, C, T) for multiple choice
-        flat = [t.reshape(-1, shape[-1]) if t is not None else None for t in (input_ids, token_type_ids, attention_mask)]
-        self.encoder.eval()  # frozen features: no dropout inside the encoder
-        with torch.no_grad():
-            states = self.encoder(*flat, output_hidden_states=True).hidden_states
-        chosen = [states[i] for i in self.layers]  # each (B', T, D)
-        features = (torch.cat(chosen, dim=-1) if self.combine == "concat"
-                    else torch.stack(chosen).sum(0) if self.combine == "sum" else torch.stack(chosen).mean(0))
-        if self.kind in ("classification", "multiple-choice"):
-            features = features[:, 0]  # the [CLS] position
-        scores = self.head(self.dropout(features))
-        if self.kind == "squad":
-            start, end = scores.unbind(-1)
-            return QuestionAnsweringOutput(start, end)
-        if self.kind == "multiple-choice":
-            return ClassifierOutput(scores.view(shape[0], shape[1]))
-        return ClassifierOutput(scores)
-
-
-def _head_outputs(task: Any, config: Any) -> int:
-    return {"squad": 2, "multiple-choice": 1}.get(task.kind) or config.num_labels
-
-
-# --- models and the fine-tuned directory ------------------------------------------------------------
+# --- the model -------------------------------------------------------------------------------------
 
 def load_tokenizer(cfg: FinetuneConfig) -> WordPieceTokenizer:
     source = cfg.tokenizer or cfg.model
@@ -266,7 +155,7 @@ def load_tokenizer(cfg: FinetuneConfig) -> WordPieceTokenizer:
     return WordPieceTokenizer.from_pretrained(source)
 
 
-def build_model(task: Any, cfg: FinetuneConfig, tokenizer: WordPieceTokenizer, max_seq_length: int) -> nn.Module:
+def build_model(task: Task, cfg: FinetuneConfig, tokenizer: WordPieceTokenizer, max_seq_length: int) -> nn.Module:
     """A fresh task model (preset) or one loaded from a checkpoint, with the task's head and dropout."""
     overrides = {**task.config_overrides(), "hidden_dropout_prob": cfg.dropout,
                  "attention_probs_dropout_prob": cfg.dropout}
@@ -287,57 +176,11 @@ def build_model(task: Any, cfg: FinetuneConfig, tokenizer: WordPieceTokenizer, m
     if cfg.compile:
         compile_model(model)
     if cfg.feature_layers:
-        return FeatureBasedModel(model.bert, task.kind, _head_outputs(task, config), cfg.feature_layers,
-                                 cfg.feature_combine, cfg.dropout)
+        return feature_based_model(task, model.bert, cfg.feature_layers, cfg.feature_combine, cfg.dropout)
     if cfg.freeze_encoder:
         for parameter in model.bert.parameters():
             parameter.requires_grad_(False)
     return model
-
-
-def save_finetuned(model: nn.Module, task: Any, tokenizer: WordPieceTokenizer, directory: Path) -> None:
-    """Write the self-contained fine-tuned directory (replacing an older one only once complete)."""
-    staging = directory.with_name(f".{directory.name}.{os.getpid()}.tmp")
-    shutil.rmtree(staging, ignore_errors=True)
-    settings = task.to_json()
-    if isinstance(model, FeatureBasedModel):
-        encoder_config = model.encoder.config
-        model.encoder.config = encoder_config.replace(**task.config_overrides())
-        model.encoder.save_pretrained(staging, tokenizer=tokenizer)
-        model.encoder.config = encoder_config
-        head = {k: v.contiguous() for k, v in model.head.state_dict().items()}
-        write_file_atomic(staging / FEATURE_HEAD_FILE, lambda path: save_file(head, str(path)))
-        settings.update(feature_layers=list(model.layers), feature_combine=model.combine)
-    else:
-        model.save_pretrained(staging, tokenizer=tokenizer)
-    write_text_atomic(staging / TASK_FILE, json.dumps(settings, indent=2) + "\n")
-    replace_directory(staging, directory)
-
-
-def load_finetuned(directory: str | Path, device: torch.device) -> tuple[Any, nn.Module, WordPieceTokenizer]:
-    """(task, model in eval mode, tokenizer) of a fine-tuned directory."""
-    directory = Path(directory)
-    task_file = directory / TASK_FILE
-    if not task_file.is_file():
-        raise BertkitError(f"{directory}: no {TASK_FILE}; --model must be a directory written by "
-                           "`bertkit finetune` (OUTPUT/best)")
-    try:
-        settings = json.loads(task_file.read_text(encoding="utf-8"))
-        kind = settings["task"]
-    except (json.JSONDecodeError, KeyError, TypeError) as exc:
-        raise BertkitError(f"{task_file}: unreadable task settings ({exc})") from None
-    if kind not in TASK_CLASSES:
-        raise BertkitError(f"{task_file}: unknown task {kind!r}; expected one of {', '.join(TASK_CLASSES)}")
-    layers, combine = settings.pop("feature_layers", None), settings.pop("feature_combine", "concat")
-    task = TASK_CLASSES[kind].from_json(settings, source=str(task_file))
-    if layers:
-        encoder = BertModel.from_pretrained(directory)
-        model: nn.Module = FeatureBasedModel(encoder, kind, _head_outputs(task, encoder.config), tuple(layers),
-                                             combine, 0.0)
-        model.head.load_state_dict(load_file(str(directory / FEATURE_HEAD_FILE)))
-    else:
-        model = task.model_class.from_pretrained(directory)
-    return task, model.to(device).eval(), WordPieceTokenizer.from_pretrained(directory)
 
 
 # --- training ----------------------------------------------------------------------------------------
@@ -346,8 +189,8 @@ def load_finetuned(directory: str | Path, device: torch.device) -> tuple[Any, nn
 class DevSet:
     name: str
     """'' for the first --dev file, else the file's stem (prefix of its metrics and predictions)."""
-    examples: list
-    features: list[dict]
+    examples: Sequence[Any]
+    features: list[dict[str, Any]]
 
 
 class _SeedRun:
@@ -357,7 +200,7 @@ class _SeedRun:
     what is reported for them is their score at the selected evaluation (and scoring them every time
     doubled the quickstart's evaluation cost)."""
 
-    def __init__(self, task: Any, tokenizer: WordPieceTokenizer, dev_sets: list[DevSet], cfg: FinetuneConfig,
+    def __init__(self, task: Task, tokenizer: WordPieceTokenizer, dev_sets: list[DevSet], cfg: FinetuneConfig,
                  directory: Path, device: torch.device) -> None:
         self.task, self.tokenizer, self.dev_sets, self.cfg = task, tokenizer, dev_sets, cfg
         self.directory, self.device = directory, device
@@ -377,8 +220,8 @@ class _SeedRun:
     def _score(self, model: nn.Module, dev: DevSet) -> dict[str, float]:
         decoded = predict_features(model, self.task, dev.examples, dev.features, self.tokenizer.pad_token_id,
                                    self.cfg.eval_batch_size, self.device)
-        if isinstance(self.task, SquadTask) and not dev.name:
-            decoded = self.task.choose_threshold(dev.examples, decoded)  # v2.0: threshold from dev
+        if not dev.name:  # settings chosen on the (first) dev set, e.g. SQuAD v2.0's null threshold
+            decoded = self.task.select_on_dev(dev.examples, decoded)
         self.latest.append((dev, decoded))
         scores = self.task.score(dev.examples, decoded)
         return {(f"{dev.name}_{k}" if dev.name else k): float(v) for k, v in scores.items()}
@@ -395,10 +238,6 @@ class _SeedRun:
         for dev, decoded in self.latest:
             self.task.write_predictions(dev.examples, decoded, self.directory, f"{dev.name}_" if dev.name else "")
         write_results(self.directory / RESULTS_FILE, {**metrics, "step": step})
-
-
-def write_results(path: Path, results: dict[str, Any]) -> None:
-    write_text_atomic(path, json.dumps(results, indent=2, sort_keys=True) + "\n")
 
 
 def resolve_learning_rate(cfg: FinetuneConfig) -> float:
@@ -443,7 +282,7 @@ def _train_config(cfg: FinetuneConfig, seed: int, precision: str, num_train: int
                        early_stopping_patience=cfg.early_stopping_patience)
 
 
-def _train_seed(task: Any, cfg: FinetuneConfig, tokenizer: WordPieceTokenizer, train_features: list[dict],
+def _train_seed(task: Task, cfg: FinetuneConfig, tokenizer: WordPieceTokenizer, train_features: list[dict],
                 dev_sets: list[DevSet], seed: int, device: torch.device, max_seq_length: int) -> dict[str, float]:
     """Train one seed (continuing its checkpoint when resuming); its best dev metrics with their step."""
     directory = cfg.output / f"seed-{seed}"
@@ -459,7 +298,7 @@ def _train_seed(task: Any, cfg: FinetuneConfig, tokenizer: WordPieceTokenizer, t
     log.info("seed %d: evaluation every %d steps, precision %s%s", seed, config.eval_every, precision,
              ", resuming" if resuming else "")
     result = fit(model, task.loss, train_features, config, directory,
-                 collate_fn=lambda items: collate(items, tokenizer.pad_token_id), eval_fn=run.evaluate,
+                 collate_fn=lambda items: pad_batch(items, tokenizer.pad_token_id), eval_fn=run.evaluate,
                  on_best=run.on_best, ctx=DistributedContext(device=device), resume="auto" if resuming else None,
                  lengths=[feature_length(f) for f in train_features] if cfg.group_by_length else None)
     if result.stop_reason == "signal":
@@ -476,8 +315,8 @@ def _interrupted(result: FitResult, what: str, directory: Path) -> Interrupted:
                        result.signal, "--resume auto")
 
 
-def finetune(task: Any, cfg: FinetuneConfig, tokenizer: WordPieceTokenizer, train_examples: list,
-             dev_sets: list[tuple[str, list]], report: dict[str, Any]) -> dict[str, Any]:
+def finetune(task: Task, cfg: FinetuneConfig, tokenizer: WordPieceTokenizer, train_examples: Sequence[Any],
+             dev_sets: list[tuple[str, Sequence[Any]]], report: dict[str, Any]) -> dict[str, Any]:
     """Fine-tune once per seed; keep the best seed's best evaluation in OUTPUT/best; write eval_results.json.
 
     `dev_sets` are (name, examples) with '' naming the first (selection) set; `report` holds counts of
@@ -485,62 +324,33 @@ def finetune(task: Any, cfg: FinetuneConfig, tokenizer: WordPieceTokenizer, trai
     are read back and an interrupted seed continues from its checkpoint.
     """
     device = resolve_device(cfg.device)
-    prepare_output(cfg)
+    prepare_output(cfg.output, cfg.resume, cfg.overwrite, run_settings(cfg))
     cfg = dataclasses.replace(cfg, learning_rate=resolve_learning_rate(cfg))
     report["learning_rate"] = cfg.learning_rate
     train_features = task.features(train_examples, tokenizer, training=True)
-    report["truncated_train_examples"] = getattr(task, "last_truncated", 0)
+    report["truncated_train_examples"] = task.last_truncated
     sets = [DevSet(name, examples, task.features(examples, tokenizer)) for name, examples in dev_sets]
-    report["truncated_dev_examples"] = getattr(task, "last_truncated", 0)
+    report["truncated_dev_examples"] = task.last_truncated
     main = task.metric_names[0]
     per_seed: dict[int, dict[str, float]] = {}
     for seed in cfg.seeds:
         seed_dir = cfg.output / f"seed-{seed}"
-        finished = _finished_seed(seed_dir) if cfg.resume else None
+        finished = finished_seed(seed_dir) if cfg.resume else None
         if finished is None:
             finished = _train_seed(task, cfg, tokenizer, train_features, sets, seed, device,
                                    task.settings.max_seq_length)
-            write_results(seed_dir / SEED_DONE_FILE, finished)
+            mark_seed_done(seed_dir, finished)
             log.info("seed %d: best %s = %.4f", seed, main, finished[main])
         else:
             log.info("seed %d: finished earlier, best %s = %.4f (kept)", seed, main, finished[main])
         shutil.rmtree(seed_dir / "checkpoints", ignore_errors=True)
         per_seed[seed] = finished
-        _keep_best_seed(cfg.output, per_seed, seed, main)
+        keep_best_seed(cfg.output, per_seed, seed, main)
     best_seed = max(per_seed, key=lambda s: per_seed[s][main])  # the first of equals, in seed order
     results = {**per_seed[best_seed], "best_seed": best_seed, "seeds": {str(s): m for s, m in per_seed.items()},
-               "summary": _summary(per_seed, task.metric_names), **report}
+               "summary": seed_summary(per_seed, task.metric_names), **report}
     write_results(cfg.output / RESULTS_FILE, results)
     return results
-
-
-def prepare_output(cfg: FinetuneConfig) -> None:
-    """Create --output; a non-empty one needs --resume auto (continue) or --overwrite (start over)."""
-    output = cfg.output
-    if output.exists() and not output.is_dir():
-        raise BertkitError(f"--output {output} is a file; give a directory")
-    if cfg.resume and cfg.overwrite:
-        raise BertkitError("--resume and --overwrite contradict each other; pick one")
-    if output.is_dir() and any(output.iterdir()) and not cfg.resume:
-        if not cfg.overwrite:
-            raise BertkitError(f"--output {output} is not empty; pass --resume auto to continue the run in it, "
-                               "--overwrite to start over, or choose another directory")
-        _remove_run(output)
-    output.mkdir(parents=True, exist_ok=True)
-    _check_same_run(cfg)
-
-
-def _remove_run(output: Path) -> None:
-    """Delete an earlier fine-tuning run; refuse a directory holding anything a run does not write."""
-    def ours(path: Path) -> bool:
-        return (path.name in ("best", RESULTS_FILE, RUN_FILE, "tensorboard") or path.name.startswith("seed-")
-                or "predictions" in path.name or path.name.endswith("null_odds.json"))
-    foreign = sorted(p.name for p in output.iterdir() if not ours(p))
-    if foreign:
-        raise BertkitError(f"--overwrite: {output} holds files fine-tuning does not write ({', '.join(foreign[:5])}); "
-                           "remove them yourself or choose another --output")
-    for path in output.iterdir():
-        shutil.rmtree(path) if path.is_dir() else path.unlink()
 
 
 # Settings a resumed run must share with the run it continues (others, e.g. --device, may change).
@@ -549,133 +359,16 @@ _RUN_KEYS = ("model", "tokenizer", "epochs", "max_steps", "eval_every", "batch_s
              "feature_layers", "feature_combine", "group_by_length", "early_stopping_patience")
 
 
-def _check_same_run(cfg: FinetuneConfig) -> None:
-    """Record the run's settings; on resume, refuse settings that differ from the interrupted run's."""
-    path = cfg.output / RUN_FILE
-    settings = json.loads(json.dumps({key: getattr(cfg, key) for key in _RUN_KEYS}))  # tuples as lists
-    if cfg.resume and path.is_file():
-        try:
-            earlier = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, json.JSONDecodeError) as exc:
-            raise BertkitError(f"{path}: unreadable ({exc}); start over with --overwrite") from None
-        changed = [k for k in _RUN_KEYS if k in earlier and earlier[k] != settings[k]]
-        if changed:
-            details = ", ".join(f"{k}: {earlier[k]!r} then, {settings[k]!r} now" for k in changed)
-            raise BertkitError(f"--resume: the run in {cfg.output} used other settings ({details}); resume "
-                               "with the same flags, or start over with --overwrite")
-    write_text_atomic(path, json.dumps(settings, indent=2) + "\n")
+def run_settings(cfg: FinetuneConfig) -> dict[str, Any]:
+    """The settings recorded in OUTPUT/finetune_run.json, as JSON values (tuples as lists)."""
+    return json.loads(json.dumps({key: getattr(cfg, key) for key in _RUN_KEYS}))
 
 
-def _finished_seed(seed_dir: Path) -> dict[str, float] | None:
-    """The results of a seed that finished in an earlier run, or None."""
-    path = seed_dir / SEED_DONE_FILE
-    if not path.is_file():
-        return None
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError):
-        return None  # a damaged marker: train the seed again
-
-
-def _keep_best_seed(output: Path, per_seed: dict[int, dict[str, float]], seed: int, main: str) -> None:
-    """Make `seed` the run's best (OUTPUT/best, its predictions) if it is, else drop its best/ copy.
-    Idempotent, so a run killed half-way through this repairs itself when resumed."""
-    best_seed = max(per_seed, key=lambda s: per_seed[s][main])
-    seed_dir = output / f"seed-{seed}"
-    if seed != best_seed:
-        shutil.rmtree(seed_dir / "best", ignore_errors=True)
-    elif (seed_dir / "best").is_dir():  # not yet promoted
-        _promote(output, seed_dir)
-
-
-def _promote(output: Path, seed_dir: Path) -> None:
-    """Make this seed's best model and dev predictions the run's (OUTPUT/best, OUTPUT/predictions...)."""
-    for path in seed_dir.iterdir():
-        if "predictions" in path.name or path.name.endswith("null_odds.json"):
-            shutil.copyfile(path, output / path.name)
-    replace_directory(seed_dir / "best", output / "best")
-
-
-def _summary(per_seed: dict[int, dict[str, float]], names: tuple[str, ...]) -> dict[str, dict[str, float]]:
-    """Mean, sample standard deviation (0 for one seed), and max of each metric across seeds."""
-    summary = {}
-    for name in names:
-        values = [m[name] for m in per_seed.values()]
-        summary[name] = {"mean": statistics.fmean(values),
-                         "std": statistics.stdev(values) if len(values) > 1 else 0.0, "max": max(values)}
-    return summary
-
-
-# --- predict and evaluate ------------------------------------------------------------------------
-
-def predict_file(model_dir: str | Path, input_path: str | Path, output_dir: str | Path, evaluate: bool = False,
-                 batch_size: int = 64, device: str = "auto", columns: dict[str, str | None] | None = None,
-                 precision: str = "fp32") -> dict[str, Any]:
-    """Predict (and with `evaluate`, score) a file with a fine-tuned directory; writes predictions (and
-    eval_results.json) into output_dir and returns the counts of examples and skipped records, plus the
-    metrics when evaluating. `columns` (text_column, text_pair_column, label_column, id_column) override
-    the saved reading settings of a classification model for this file. `precision` is an inference
-    precision (`bertkit.model.for_inference`); fp32 reproduces the dev scores of fine-tuning exactly."""
-    torch_device = resolve_device(device)
-    task, model, tokenizer = load_finetuned(model_dir, torch_device)
-    model = for_inference(model, precision, torch_device)
-    given = {name: value for name, value in (columns or {}).items() if value is not None}
-    if given:
-        if not isinstance(task, ClassificationTask):
-            flag = "--" + next(iter(given)).replace("_", "-")
-            raise BertkitError(f"{flag} applies to classification models; {model_dir} is a {task.kind} model")
-        task = task.with_columns(**given)
-    examples, skipped = task.read(input_path, labelled=evaluate)
-    _warn_skipped(input_path, examples, skipped)
-    features = task.features(examples, tokenizer)
-    decoded = predict_features(model, task, examples, features, tokenizer.pad_token_id, batch_size, torch_device)
-    output_dir = Path(output_dir)
-    output_dir.mkdir(parents=True, exist_ok=True)
-    task.write_predictions(examples, decoded, output_dir, "")
-    counts = {"examples": len(examples), "skipped": len(skipped), "truncated": getattr(task, "last_truncated", 0)}
-    if not evaluate:
-        return counts
-    metrics = {**task.score(examples, decoded), **counts}
-    write_results(output_dir / RESULTS_FILE, metrics)
-    return metrics
-
-
-# --- from files to a fine-tuned directory ----------------------------------------------------------
-
-def build_task(kind: str, train_path: str | Path, options: dict[str, Any]) -> Any:
-    """The task object for `kind` with its settings; label sets not fixed by the task come from the
-    training file (classification without --task, tagging)."""
-    options = dict(options)
-    if kind == "classification":
-        regression = options.pop("regression", False)
-        glue = glue_task(options["glue_task"]) if options.get("glue_task") else None
-        if glue is not None and glue.pair_column is not None and not options.get("text_pair_column"):
-            options["text_pair_column"] = "text_pair"  # JSONL inputs of a GLUE pair task (predict/evaluate)
-        train = [] if options.get("glue_task") else read_table(
-            train_path, options["text_column"], options.get("text_pair_column"), options["label_column"])[0]
-        labels = labels_for(options.get("glue_task"), train, regression)
-        return ClassificationTask(ClassificationSettings(labels=labels, **options))
-    if kind == "tagging":
-        sentences = read_conll(train_path, scheme=options.get("tag_scheme", TaggingSettings.tag_scheme))
-        return TaggingTask(TaggingSettings(labels=labels_from(sentences), **options))
-    if kind == "squad":
-        return SquadTask(SquadSettings(**options))
-    if kind == "multiple-choice":
-        return MultipleChoiceTask(MultipleChoiceSettings(**options))
-    raise BertkitError(f"unknown task {kind!r}; choose one of {', '.join(TASK_CLASSES)}")
-
-
-def _read_reporting(task: Any, path: str | Path, training: bool, report: dict[str, Any], key: str) -> list:
+def _read_reporting(task: Task, path: str | Path, training: bool, report: dict[str, Any], key: str) -> list[Any]:
     examples, skipped = task.read(path, labelled=True, training=training)
     report[f"skipped_{key}"] = len(skipped)
-    _warn_skipped(path, examples, skipped)
+    warn_skipped(path, examples, skipped)
     return examples
-
-
-def _warn_skipped(path: str | Path, examples: list, skipped: list[str]) -> None:
-    if skipped:
-        log.warning("%s: skipped %d of %d records; first ones:\n  %s", path, len(skipped),
-                    len(skipped) + len(examples), "\n  ".join(skipped[:5]))
 
 
 def run_finetuning(kind: str, train_path: str | Path, dev_paths: list[str | Path], cfg: FinetuneConfig,

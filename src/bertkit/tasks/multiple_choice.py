@@ -23,8 +23,9 @@ import torch.nn.functional as F
 
 from bertkit.data.swag import ChoiceExample, read_choices
 from bertkit.model import BertForMultipleChoice
+from bertkit.model.feature_based import FeatureHead
 from bertkit.tasks.metrics import accuracy
-from bertkit.tasks.task import Task, write_jsonl
+from bertkit.tasks.task import BaseTask, write_jsonl
 
 log = logging.getLogger(__name__)
 
@@ -37,8 +38,8 @@ class MultipleChoiceSettings:
     """Longest input in tokens, [CLS]/[SEP] included."""
 
 
-class MultipleChoiceTask(Task):
-    """Multiple choice in the shape the fine-tuning driver expects (see tasks/finetune.py)."""
+class MultipleChoiceTask(BaseTask):
+    """Multiple choice as a `bertkit.tasks.task.Task`."""
 
     kind = "multiple-choice"
     settings_class = MultipleChoiceSettings
@@ -48,6 +49,9 @@ class MultipleChoiceTask(Task):
     @property
     def metric_names(self) -> tuple[str, ...]:
         return ("accuracy",)
+
+    def feature_head(self) -> FeatureHead:
+        return FeatureHead(1)  # one score per choice, read at its [CLS]
 
     def read(self, path: str | Path, labelled: bool = True, training: bool = False,
              ) -> tuple[list[ChoiceExample], list[str]]:

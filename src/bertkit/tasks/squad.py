@@ -45,8 +45,10 @@ from bertkit.atomic import write_text_atomic
 from bertkit.data.squad import SquadExample, read_squad
 from bertkit.errors import BertkitError
 from bertkit.model import BertForQuestionAnswering
+from bertkit.model.feature_based import FeatureHead
 from bertkit.tasks.metrics import squad_evaluate
-from bertkit.tasks.task import Task
+from bertkit.tasks.task import BaseTask
+from bertkit.tasks.windows import max_context_flags, sliding_windows
 
 log = logging.getLogger(__name__)
 
@@ -71,30 +73,6 @@ class SquadSettings:
     """SQuAD 2.0: answer "no answer" when its score beats the best span's by more than this (chosen on dev)."""
 
 
-def sliding_windows(length: int, window: int, stride: int) -> list[tuple[int, int]]:
-    """(start, length) of windows over `length` tokens: each starts `stride` after the previous one,
-    and the last one reaches the end (the original doc-span rule)."""
-    spans, start = [], 0
-    while True:
-        size = min(length - start, window)
-        spans.append((start, size))
-        if start + size >= length:
-            return spans
-        start += min(size, stride)
-
-
-def max_context_flags(spans: Sequence[tuple[int, int]]) -> list[list[bool]]:
-    """For each window, whether each of its tokens has its maximum context there: the window where
-    min(tokens left, tokens right) + 0.01 * window length is largest (first one on ties)."""
-    best: dict[int, tuple[float, int]] = {}
-    for index, (start, size) in enumerate(spans):
-        for position in range(start, start + size):
-            score = min(position - start, start + size - 1 - position) + 0.01 * size
-            if position not in best or score > best[position][0]:
-                best[position] = (score, index)
-    return [[best[p][1] == index for p in range(start, start + size)] for index, (start, size) in enumerate(spans)]
-
-
 def whole_word_spans(offsets: Sequence[tuple[int, int]], word_ids: Sequence[int]) -> list[tuple[int, int]]:
     """For each token, the character span of the whole word it belongs to (words as the tokenizer splits
     them: at whitespace and punctuation), e.g. (0, 10) for each of "comp", "##lem", "##ent" of "complement"."""
@@ -111,8 +89,8 @@ def _token_span(offsets: Sequence[tuple[int, int]], char_start: int, char_end: i
     return (inside[0], inside[-1]) if inside else None
 
 
-class SquadTask(Task):
-    """SQuAD in the shape the fine-tuning driver expects (see tasks/finetune.py)."""
+class SquadTask(BaseTask):
+    """SQuAD as a `bertkit.tasks.task.Task`."""
 
     kind = "squad"
     settings_class = SquadSettings
@@ -124,6 +102,9 @@ class SquadTask(Task):
     @property
     def metric_names(self) -> tuple[str, ...]:
         return ("f1", "exact_match")
+
+    def feature_head(self) -> FeatureHead:
+        return FeatureHead(2, per_token=True, span=True)  # start and end scores at every token
 
     def read(self, path: str | Path, labelled: bool = True, training: bool = False,
              ) -> tuple[list[SquadExample], list[str]]:
@@ -281,8 +262,8 @@ class SquadTask(Task):
                            null_score_diff_threshold=self.settings.null_score_diff_threshold)
         return results
 
-    def choose_threshold(self, examples: Sequence[SquadExample], decoded: dict[str, dict]) -> dict[str, dict]:
-        """v2.0: adopt the threshold that maximises dev F1 and re-decide the predictions with it."""
+    def select_on_dev(self, examples: Sequence[SquadExample], decoded: dict[str, dict]) -> dict[str, dict]:
+        """v2.0: adopt the null-score threshold that maximises dev F1 and re-decide the predictions with it."""
         if not self.settings.version_2_with_negative:
             return decoded
         self.settings.null_score_diff_threshold = float(self._threshold_search(examples, decoded)["best_f1_thresh"])

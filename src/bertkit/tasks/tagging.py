@@ -28,9 +28,10 @@ import torch.nn.functional as F
 from bertkit.data.conll import TaggedSentence, check_tags, read_conll, write_conll
 from bertkit.errors import BertkitError
 from bertkit.model import BertForTokenClassification
+from bertkit.model.feature_based import FeatureHead
 from bertkit.tasks.metrics import TAG_SCHEMES, entity_scores
-from bertkit.tasks.squad import max_context_flags, sliding_windows
-from bertkit.tasks.task import Task
+from bertkit.tasks.task import BaseTask
+from bertkit.tasks.windows import max_context_flags, sliding_windows
 
 log = logging.getLogger(__name__)
 
@@ -50,8 +51,8 @@ class TaggingSettings:
     """Tagging scheme of the labels (entity scores follow conlleval's rules, which read all three)."""
 
 
-class TaggingTask(Task):
-    """Tagging in the shape the fine-tuning driver expects (see tasks/finetune.py)."""
+class TaggingTask(BaseTask):
+    """Tagging as a `bertkit.tasks.task.Task`."""
 
     kind = "tagging"
     settings_class = TaggingSettings
@@ -65,6 +66,9 @@ class TaggingTask(Task):
 
     def config_overrides(self) -> dict[str, Any]:
         return {"num_labels": len(self.settings.labels), "id2label": dict(enumerate(self.settings.labels))}
+
+    def feature_head(self) -> FeatureHead:
+        return FeatureHead(len(self.settings.labels), per_token=True)
 
     def read(self, path: str | Path, labelled: bool = True, training: bool = False,
              ) -> tuple[list[TaggedSentence], list[str]]:

@@ -1,43 +1,136 @@
-"""What every fine-tuning task shares: its settings dataclass, saved to and read from bertkit_task.json.
+"""The `Task` protocol, every method and attribute that the fine-tuning driver, the evaluator, the predictors
+and the CLI use on a fine-tuning task, and `BaseTask`, what the four tasks share.
 
-Design decision: a task is a plain class holding one settings dataclass (`settings_class`); the
-fine-tuning driver (`tasks/finetune.py`) calls the methods each task defines (`read`, `features`,
-`loss`, `decode`, `score`, `write_predictions`) and this base supplies only what is identical for all of
-them, so a task module reads as its own data, loss and metric code. Settings round-trip through JSON
-by field name; an unknown or missing field in a saved file is the user's error, reported with the file.
+A task turns files into examples (`read`), examples into model inputs (`features`), a batch into a loss
+(`loss`), model outputs back into predictions per example (`decode`), and predictions into metrics and
+files (`score`, `write_predictions`). Its settings dataclass round-trips through bertkit_task.json
+(`to_json`/`from_json`) by field name; an unknown or missing field in a saved file is the user's error,
+reported with the file.
+
+Design decision: generic code (tasks/finetune.py, tasks/evaluate.py, serve/predictor.py) is typed
+against this protocol and never asks which task it holds; what differs is a method here. Settings that
+one task chooses on the dev set (SQuAD v2.0's null-score threshold) go through `select_on_dev`, which
+the other tasks leave as it is. A task module then reads as its own data, loss and metric code.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Iterable
+import logging
+from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Any, ClassVar, TypeVar
+from typing import Any, ClassVar, Protocol, TypeVar, runtime_checkable
+
+import numpy as np
+import torch
 
 from bertkit.atomic import write_text_atomic
 from bertkit.errors import BertkitError
+from bertkit.model.feature_based import FeatureHead
+from bertkit.tokenizer import WordPieceTokenizer
 
-T = TypeVar("T", bound="Task")
+log = logging.getLogger(__name__)
+
+T = TypeVar("T", bound="BaseTask")
 
 
-class Task:
-    """Base of ClassificationTask, TaggingTask, SquadTask and MultipleChoiceTask."""
+@runtime_checkable
+class Task(Protocol):
+    """A fine-tuning task (classification, tagging, squad, multiple-choice)."""
 
     kind: ClassVar[str]
     """The `task` value in bertkit_task.json and the `bertkit finetune` subcommand."""
+    model_class: ClassVar[type[Any]]
+    """The task model (`BertFor...`): `model_class(config)` or `model_class.from_pretrained(directory)`."""
+    settings: Any
+    """The settings dataclass saved in bertkit_task.json."""
+    last_truncated: int
+    """Examples that the last `features` call truncated to max_seq_length (0 for tasks that window)."""
+
+    @property
+    def output_names(self) -> tuple[str, ...]:
+        """Model outputs that `decode` reads (class attributes of the tasks)."""
+
+    @property
+    def token_level_outputs(self) -> tuple[str, ...]:
+        """Outputs with one value per token (cut back to each input's real length)."""
+
+    @property
+    def metric_names(self) -> tuple[str, ...]:
+        """Metrics `score` returns; the first selects the best evaluation."""
+
+    def read(self, path: str | Path, labelled: bool = True, training: bool = False) -> tuple[list[Any], list[str]]:
+        """(examples, descriptions of the records skipped) of a file."""
+
+    def features(self, examples: Sequence[Any], tokenizer: WordPieceTokenizer,
+                 training: bool = False) -> list[dict[str, Any]]:
+        """Model inputs (see `bertkit.inference.batching`); with `training`, the loss's targets too."""
+
+    def loss(self, model: torch.nn.Module, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict[str, float]]:
+        """(loss, extra metrics) of a padded batch."""
+
+    def decode(self, examples: Sequence[Any], features: Sequence[dict[str, Any]],
+               outputs: dict[str, list[np.ndarray]]) -> Any:
+        """Predictions per example from the model's `output_names` per feature."""
+
+    def select_on_dev(self, examples: Sequence[Any], decoded: Any) -> Any:
+        """Adopt the settings chosen on the (first) dev set and return the predictions decided with them."""
+
+    def score(self, examples: Sequence[Any], decoded: Any) -> dict[str, float]:
+        """Metrics of the predictions against the examples' gold labels."""
+
+    def write_predictions(self, examples: Sequence[Any], decoded: Any, directory: Path, prefix: str) -> list[Path]:
+        """Write the predictions into `directory` (file names start with `prefix`); the paths written."""
+
+    def config_overrides(self) -> dict[str, Any]:
+        """BertConfig fields the task's head needs (num_labels, id2label, ...)."""
+
+    def feature_head(self) -> FeatureHead:
+        """The linear layer of the feature-based approach (`bertkit.model.feature_based`) for this task."""
+
+    def with_columns(self, text_column: str | None = None, text_pair_column: str | None = None,
+                     label_column: str | None = None, id_column: str | None = None) -> Task:
+        """This task reading files by the given column names (`bertkit predict/evaluate` flags)."""
+
+    def to_json(self) -> dict[str, Any]:
+        """bertkit_task.json's content: {"task": kind, **settings}."""
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any], source: str = "bertkit_task.json") -> Task:
+        """The task of a bertkit_task.json's content."""
+
+
+class BaseTask:
+    """What ClassificationTask, TaggingTask, SquadTask and MultipleChoiceTask share (each is a `Task`)."""
+
+    kind: ClassVar[str]
+    model_class: ClassVar[type[Any]]
     settings_class: ClassVar[type]
+    """The settings dataclass, read back by `from_json`."""
     output_names: ClassVar[tuple[str, ...]] = ("logits",)
-    """Model outputs the driver collects for decoding."""
     token_level_outputs: ClassVar[tuple[str, ...]] = ()
-    """Outputs with one value per token (cut back to each input's real length)."""
+    last_truncated: int = 0
 
     def __init__(self, settings: Any) -> None:
         self.settings = settings
 
     def config_overrides(self) -> dict[str, Any]:
-        """BertConfig fields the task's head needs (num_labels, id2label, ...)."""
         return {}
+
+    def feature_head(self) -> FeatureHead:
+        return FeatureHead(self.config_overrides()["num_labels"])  # one score per label at [CLS]
+
+    def with_columns(self, text_column: str | None = None, text_pair_column: str | None = None,
+                     label_column: str | None = None, id_column: str | None = None) -> Task:
+        """Only classification reads files by column names; the other tasks refuse the flags."""
+        given = {"text_column": text_column, "text_pair_column": text_pair_column, "label_column": label_column,
+                 "id_column": id_column}
+        flag = "--" + next(name for name, value in given.items() if value).replace("_", "-")
+        raise BertkitError(f"{flag} applies to classification models; this is a {self.kind} model")
+
+    def select_on_dev(self, examples: Sequence[Any], decoded: Any) -> Any:
+        return decoded
 
     def to_json(self) -> dict[str, Any]:
         return {"task": self.kind, **dataclasses.asdict(self.settings)}
@@ -57,3 +150,10 @@ def write_jsonl(path: Path, records: Iterable[dict[str, Any]]) -> Path:
     """One JSON object per line (the predictions file of classification and multiple choice)."""
     write_text_atomic(path, "".join(json.dumps(r) + "\n" for r in records))
     return path
+
+
+def warn_skipped(path: str | Path, examples: Sequence[Any], skipped: Sequence[str]) -> None:
+    """Log how many records of a file `read` skipped, and the first ones."""
+    if skipped:
+        log.warning("%s: skipped %d of %d records; first ones:\n  %s", path, len(skipped),
+                    len(skipped) + len(examples), "\n  ".join(skipped[:5]))

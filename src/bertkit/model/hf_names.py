@@ -1,4 +1,6 @@
-"""Hugging Face BERT state dicts <-> bertkit state dicts, as a key map kept as data.
+"""Hugging Face BERT state dicts <-> bertkit state dicts, as a key map kept as data: the names of the
+checkpoint layout that `pretrained.py` reads and writes (bertkit's own checkpoints are Hugging Face
+directories), so it lives beside the model; `bertkit.interop` converts other layouts into it.
 
 Design decision: bertkit names its modules for readability (`layers.3.ffn_in`) and fuses Q, K and V
 into one projection; Hugging Face names them after the TensorFlow original

@@ -1,0 +1,131 @@
+"""The fine-tuned directory: what `bertkit finetune` writes as OUTPUT/best, and what `bertkit predict` /
+`evaluate`, the predictors and the server, and `bertkit info` read.
+
+Layout: a Hugging Face checkpoint (config.json with id2label and architectures, model.safetensors,
+vocab.txt, tokenizer_config.json) plus bertkit_task.json, `{"task": kind, **settings}` (the task's
+`to_json`). A feature-based model (`bertkit.model.feature_based`) stores its frozen encoder as the
+checkpoint, adds `feature_layers` and `feature_combine` to bertkit_task.json and keeps its linear layer
+in feature_head.safetensors.
+
+    save_finetuned(model, task, tokenizer, directory)        write (atomically: staged, then renamed)
+    load_finetuned(directory, device, task=None, tokenizer_dir=None) -> (task, model, tokenizer)
+    read_task_file(directory) -> dict | None                 bertkit_task.json, checked, or None
+    load_weights(directory, model_class) -> model            a checkpoint whose head weights must exist
+
+Design decision: the one reader and writer of the format, so fine-tuning, predict, evaluate, serve and
+info cannot disagree about it (a feature-based model is served like any other). A directory without
+bertkit_task.json (a Hugging Face model) is read with the task its caller builds from config.json.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors.torch import load_file, save_file
+from torch import nn
+
+from bertkit.atomic import replace_directory, write_file_atomic, write_text_atomic
+from bertkit.errors import BertkitError
+from bertkit.model import BertModel
+from bertkit.model.feature_based import FeatureBasedModel
+from bertkit.tasks.kinds import task_class
+from bertkit.tasks.task import Task
+from bertkit.tokenizer import WordPieceTokenizer
+
+TASK_FILE = "bertkit_task.json"
+FEATURE_HEAD_FILE = "feature_head.safetensors"
+FEATURE_KEYS = ("feature_layers", "feature_combine")  # bertkit_task.json entries of a feature-based model
+
+
+def feature_based_model(task: Task, bert: BertModel, layers: tuple[int, ...], combine: str,
+                        dropout: float) -> FeatureBasedModel:
+    """The feature-based model of `task` over the encoder `bert` (frozen by the model)."""
+    return FeatureBasedModel(bert, task.feature_head(), layers, combine, dropout)
+
+
+def save_finetuned(model: nn.Module, task: Task, tokenizer: WordPieceTokenizer, directory: Path) -> None:
+    """Write the self-contained fine-tuned directory (replacing an older one only once complete)."""
+    staging = directory.with_name(f".{directory.name}.{os.getpid()}.tmp")
+    shutil.rmtree(staging, ignore_errors=True)
+    settings = task.to_json()
+    if isinstance(model, FeatureBasedModel):
+        encoder_config = model.bert.config
+        model.bert.config = encoder_config.replace(**task.config_overrides())  # id2label etc. in config.json
+        model.bert.save_pretrained(staging, tokenizer=tokenizer)
+        model.bert.config = encoder_config
+        head = {k: v.contiguous() for k, v in model.head.state_dict().items()}
+        write_file_atomic(staging / FEATURE_HEAD_FILE, lambda path: save_file(head, str(path)))
+        settings.update(feature_layers=list(model.layers), feature_combine=model.combine)
+    else:
+        model.save_pretrained(staging, tokenizer=tokenizer)
+    write_text_atomic(staging / TASK_FILE, json.dumps(settings, indent=2) + "\n")
+    replace_directory(staging, directory)
+
+
+def read_task_file(directory: str | Path) -> dict[str, Any] | None:
+    """bertkit_task.json as a dict, or None when the directory has none (a model not fine-tuned here)."""
+    path = Path(directory) / TASK_FILE
+    if not path.exists():
+        return None
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise BertkitError(f"{path}: not valid JSON ({exc}); re-run fine-tuning or fix the file") from None
+    if not isinstance(data, dict) or "task" not in data:
+        raise BertkitError(f"{path}: expected a JSON object with a 'task' key "
+                           "(classification, tagging, squad or multiple-choice)")
+    return data
+
+
+def load_finetuned(directory: str | Path, device: torch.device = torch.device("cpu"), task: Task | None = None,
+                   tokenizer_dir: str | Path | None = None) -> tuple[Task, nn.Module, WordPieceTokenizer]:
+    """(task, model in eval mode on `device`, tokenizer) of a fine-tuned directory. `task` stands in for
+    a missing bertkit_task.json (a Hugging Face model); `tokenizer_dir` replaces the directory's vocabulary."""
+    directory = Path(directory)
+    settings = read_task_file(directory)
+    if settings is None and task is None:
+        raise BertkitError(f"{directory}: no {TASK_FILE}; --model must be a directory written by "
+                           "`bertkit finetune` (OUTPUT/best)")
+    features: dict[str, Any] = {}
+    if settings is not None:
+        features = {key: settings.pop(key) for key in FEATURE_KEYS if key in settings}
+        source = str(directory / TASK_FILE)
+        task = task_class(settings["task"], source).from_json(settings, source=source)
+    assert task is not None
+    if features.get("feature_layers"):
+        model: nn.Module = _load_feature_based(directory, task, tuple(features["feature_layers"]),
+                                               features.get("feature_combine", "concat"))
+    else:
+        model = load_weights(directory, task.model_class)
+    tokenizer = WordPieceTokenizer.from_pretrained(directory if tokenizer_dir is None else tokenizer_dir)
+    return task, model.to(device).eval(), tokenizer
+
+
+def _load_feature_based(directory: Path, task: Task, layers: tuple[int, ...], combine: str) -> FeatureBasedModel:
+    head_file = directory / FEATURE_HEAD_FILE
+    if not head_file.is_file():
+        raise BertkitError(f"{directory}: a feature-based model (feature_layers in {TASK_FILE}) needs its "
+                           f"linear layer in {FEATURE_HEAD_FILE}, which is missing; copy the whole directory "
+                           "that fine-tuning wrote")
+    model = feature_based_model(task, BertModel.from_pretrained(directory), layers, combine, 0.0)
+    try:
+        model.head.load_state_dict(load_file(str(head_file)))
+    except (RuntimeError, OSError) as exc:
+        raise BertkitError(f"{head_file}: not the linear layer of this model ({exc})") from None
+    return model
+
+
+def load_weights(directory: str | Path, model_class: type[Any]) -> nn.Module:
+    """`model_class.from_pretrained(directory)`, refusing a checkpoint without the head's weights (a
+    pre-trained model is not a fine-tuned one; a missing pooler is fine: heads that need it have it)."""
+    model = model_class.from_pretrained(directory)
+    fresh = [k for k in getattr(model, "newly_initialized", []) if ".pooler." not in f".{k}"]
+    if fresh:
+        raise BertkitError(f"{directory}: the checkpoint has no weights for {', '.join(fresh[:4])}; "
+                           f"it is not a fine-tuned {model_class.__name__} (fine-tune it first)")
+    return model

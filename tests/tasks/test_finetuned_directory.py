@@ -1,0 +1,76 @@
+"""The fine-tuned directory module and the Task protocol: every task is a `Task`, each feature-based head
+round-trips through save_finetuned / load_finetuned, and generic code never asks which task it holds."""
+
+from __future__ import annotations
+
+import ast
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from bertkit.config import preset
+from bertkit.errors import BertkitError
+from bertkit.model import BertModel
+from bertkit.model.feature_based import FeatureBasedModel
+from bertkit.tasks.finetuned import TASK_FILE, feature_based_model, load_finetuned, read_task_file, save_finetuned
+from bertkit.tasks.kinds import TASK_CLASSES
+from bertkit.tasks.task import Task
+from bertkit.tokenizer import WordPieceTokenizer
+
+SRC = Path(__file__).resolve().parents[2] / "src" / "bertkit"
+VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "good", "bad", "film", "who", "is"]
+
+
+def _task(kind: str) -> Task:
+    cls = TASK_CLASSES[kind]
+    fields = {"labels": ["O", "B-PER", "I-PER"]} if kind in ("classification", "tagging") else {}
+    return cls(cls.settings_class(**fields))
+
+
+@pytest.mark.parametrize("kind", sorted(TASK_CLASSES))
+def test_every_task_is_a_task_and_its_feature_based_model_round_trips(kind, tmp_path):
+    task = _task(kind)
+    assert isinstance(task, Task)
+    torch.manual_seed(0)
+    bert = BertModel(preset("bert-debug", vocab_size=len(VOCAB), **task.config_overrides()))
+    model = feature_based_model(task, bert, (-1, 0), "concat", 0.0).eval()
+    save_finetuned(model, task, WordPieceTokenizer(VOCAB), tmp_path / "best")
+    loaded_task, loaded, tokenizer = load_finetuned(tmp_path / "best")
+    assert isinstance(loaded, FeatureBasedModel) and loaded.layers == (-1, 0) and loaded.combine == "concat"
+    assert loaded_task.to_json() == task.to_json() and tokenizer.vocab_size == len(VOCAB)
+    ids = torch.tensor([[2, 5, 6, 7, 3], [2, 8, 9, 3, 0]])
+    mask = (ids != 0).long()
+    if kind == "multiple-choice":
+        ids, mask = ids.unsqueeze(0), mask.unsqueeze(0)  # (1, C=2, T)
+    with torch.no_grad():
+        before, after = model(ids, torch.zeros_like(ids), mask), loaded(ids, torch.zeros_like(ids), mask)
+    for name in task.output_names:
+        torch.testing.assert_close(getattr(after, name), getattr(before, name), rtol=0, atol=0)
+    shapes = {"classification": (2, 3), "tagging": (2, 5, 3), "squad": (2, 5), "multiple-choice": (1, 2)}
+    assert tuple(getattr(before, task.output_names[0]).shape) == shapes[kind]  # where the head reads
+
+
+def test_task_file_errors_name_the_file(tmp_path):
+    assert read_task_file(tmp_path) is None
+    with pytest.raises(BertkitError, match="no bertkit_task.json"):
+        load_finetuned(tmp_path)
+    (tmp_path / TASK_FILE).write_text("{broken", encoding="utf-8")
+    with pytest.raises(BertkitError, match="bertkit_task.json: not valid JSON"):
+        read_task_file(tmp_path)
+    (tmp_path / TASK_FILE).write_text(json.dumps({"task": "summarization"}), encoding="utf-8")
+    with pytest.raises(BertkitError, match="unknown task 'summarization'"):
+        load_finetuned(tmp_path)
+
+
+@pytest.mark.parametrize("module", ["tasks/finetune.py", "tasks/evaluate.py", "tasks/finetuned.py",
+                                    "inference/batching.py"])
+def test_generic_code_never_asks_which_task_it_holds(module):
+    """Fine-tuning, evaluation and the directory format reach tasks through the `Task` protocol only."""
+    tree = ast.parse((SRC / module).read_text(encoding="utf-8"))
+    imported = {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
+    task_modules = {f"bertkit.tasks.{name}" for name in ("classification", "tagging", "squad", "multiple_choice")}
+    assert not imported & task_modules
+    source = ast.unparse(tree)
+    assert "getattr(task" not in source and "SquadTask" not in source and "task: Any" not in source
