@@ -113,9 +113,10 @@ def main() -> None:
     seeds = [int(s) for s in args.seeds.split(",")]
     train, dev = (read_task(p, args.text_column, args.label_column) for p in (args.train, args.dev))
     print(hardware.header())
-    print(f"# {torch.get_num_threads()} threads, torch {torch.__version__}, transformers {transformers.__version__}; {len(train)} train / {len(dev)} dev "
-          f"examples, {len({label for _, label in train})} labels; epochs {args.epochs:g}, lr {args.learning_rate:g}, "
-          f"batch {args.batch_size}, {args.max_seq_length} tokens, {args.precision}")
+    print(f"# {torch.get_num_threads()} threads, torch {torch.__version__}, transformers {transformers.__version__}; "
+          f"{len(train)} train / {len(dev)} dev examples, {len({label for _, label in train})} labels; "
+          f"epochs {args.epochs:g}, lr {args.learning_rate:g}, batch {args.batch_size}, "
+          f"{args.max_seq_length} tokens, {args.precision}")
     results: dict[str, dict[str, list[float]]] = {name: {"accuracy": [], "seconds": []}
                                                   for name in ("bertkit", "transformers")}
     with tempfile.TemporaryDirectory() as temporary:
@@ -134,7 +135,8 @@ def main() -> None:
     for name, values in results.items():
         print(summary_row(name, values["accuracy"], values["seconds"]))
     ratio = statistics.median(results["transformers"]["seconds"]) / statistics.median(results["bertkit"]["seconds"])
-    gap = 100 * (statistics.fmean(results["bertkit"]["accuracy"]) - statistics.fmean(results["transformers"]["accuracy"]))
+    gap = 100 * (statistics.fmean(results["bertkit"]["accuracy"])
+                 - statistics.fmean(results["transformers"]["accuracy"]))
     print(f"\nbertkit - transformers: {gap:+.1f} points; bertkit is {ratio:.2f}x as fast")
 
 

@@ -30,8 +30,8 @@ from peak import matmul_peak, timed
 from bertkit import hardware
 from bertkit.assets import kjv_path
 from bertkit.config import preset
-from bertkit.model.hf_names import to_hf
 from bertkit.model import BertModel, for_inference
+from bertkit.model.hf_names import to_hf
 from bertkit.tokenizer import WordPieceTokenizer
 
 VOCAB = Path(__file__).resolve().parents[1] / "tests" / "assets" / "vocab" / "bert-base-uncased"
@@ -62,8 +62,8 @@ def full_batches(tokenizer, texts, count, batch_size=32, seq_len=128):
     body = seq_len - 2
     batches = []
     for b in range(count):
-        rows = [[tokenizer.cls_token_id] + stream[(b * batch_size + r) * body:(b * batch_size + r + 1) * body]
-                + [tokenizer.sep_token_id] for r in range(batch_size)]
+        rows = [[tokenizer.cls_token_id, *stream[(b * batch_size + r) * body:(b * batch_size + r + 1) * body],
+                 tokenizer.sep_token_id] for r in range(batch_size)]
         ids = torch.tensor(rows)
         batches.append((ids, torch.ones_like(ids)))
     return batches
@@ -95,8 +95,9 @@ def run(shape: str, precision: str, kind: str, count: int, rounds: int, tokenize
         theirs(input_ids=batches[0][0], attention_mask=batches[0][1])
         for r in range(rounds):
             for i, (ids, mask) in enumerate(batches):
-                runs = [("bertkit", lambda: ours(ids, attention_mask=mask)),
-                        ("transformers", lambda: theirs(input_ids=ids, attention_mask=mask))]
+                # Both lambdas are called within this iteration, so the loop variables are the current ones.
+                runs = [("bertkit", lambda: ours(ids, attention_mask=mask)),  # noqa: B023
+                        ("transformers", lambda: theirs(input_ids=ids, attention_mask=mask))]  # noqa: B023
                 if (i + r) % 2:
                     runs.reverse()
                 elapsed = {name: timed(fn) for name, fn in runs}

@@ -16,8 +16,9 @@ Issue 14's bar: auto never runs more than 5% slower than the faster of fp32 and 
 Every variant starts from the same weights and gets the same batches. The variants take turns step by
 step (batch by batch), going through every order, so a shared machine's load hits all alike; each variant's
 time is the median over rounds, and 'auto' is compared with the faster of fp32 and bf16 in the same run
-(where auto runs the same code as one of them, their difference is the measurement's noise). The header is `bertkit doctor`'s: the machine,
-the probe's numbers and the choices. The probe runs (or is read from the cache) before any timing.
+(where auto runs the same code as one of them, their difference is the measurement's noise). The header is
+`bertkit doctor`'s: the machine, the probe's numbers and the choices. The probe runs (or is read from the cache)
+before any timing.
 """
 
 from __future__ import annotations
@@ -32,7 +33,6 @@ from collections.abc import Callable
 from pathlib import Path
 
 import torch
-from inference import VOCAB, sentences, varied_batches
 from peak import timed
 from pretraining import autocast_for, bertkit_step, optimizer_for, real_batches, timed_round
 
@@ -41,6 +41,7 @@ from bertkit.config import preset
 from bertkit.model import BertForPreTraining, BertModel, for_inference, inference_precision
 from bertkit.tokenizer import WordPieceTokenizer
 from bertkit.train.loop import resolve_precision
+from inference import VOCAB, sentences, varied_batches
 
 TOLERANCE = 0.95  # auto must reach 95% of the faster of fp32 and bf16
 

@@ -48,15 +48,16 @@ from bertkit.config import preset
 from bertkit.data import PretrainingDataOptions, PretrainingDataset, build_pretraining_data, collate_pretraining
 from bertkit.model import BertForPreTraining, compile_model
 from bertkit.tasks.pretraining import pretraining_loss
-from bertkit.train.optim import build_optimizer
 from bertkit.tokenizer import WordPieceTokenizer
+from bertkit.train.optim import build_optimizer
 
 VOCAB = Path(__file__).resolve().parents[1] / "tests" / "assets" / "vocab" / "bert-base-uncased"
 
 
 def real_batches(count: int, batch_size: int, seq_length: int, workdir: Path) -> list[dict]:
     """`count` batches of instances built by bertkit data pretraining from the bundled corpus."""
-    text = gzip.open(kjv_path("corpus.txt.gz"), "rt", encoding="utf-8").read()
+    with gzip.open(kjv_path("corpus.txt.gz"), "rt", encoding="utf-8") as handle:
+        text = handle.read()
     corpus = workdir / "corpus.txt"
     corpus.write_text(text[: 400_000 * max(1, count * batch_size // 256)], encoding="utf-8")
     tokenizer = WordPieceTokenizer.from_pretrained(VOCAB)

@@ -61,7 +61,8 @@ def peak_rss_mb() -> tuple[float, float]:
 
 def cpu_seconds() -> float:
     """User + system CPU time of this process and its waited-for children."""
-    return sum(u.ru_utime + u.ru_stime for u in map(resource.getrusage, (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)))
+    usages = map(resource.getrusage, (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN))
+    return sum(u.ru_utime + u.ru_stime for u in usages)
 
 
 def run_ours(corpus: Path, vocab_dir: Path, workers: int, queue) -> None:
@@ -86,7 +87,8 @@ def run_reference(corpus: Path, vocab_dir: Path, queue) -> None:
     spec = importlib.util.spec_from_file_location("pretraining_reference", ROOT / "tests/data/pretraining_reference.py")
     reference = sys.modules.setdefault("pretraining_reference", importlib.util.module_from_spec(spec))
     spec.loader.exec_module(reference)
-    vocab = {line.rstrip("\n"): i for i, line in enumerate(open(vocab_dir / "vocab.txt", encoding="utf-8"))}
+    with open(vocab_dir / "vocab.txt", encoding="utf-8") as handle:
+        vocab = {line.rstrip("\n"): i for i, line in enumerate(handle)}
     tokenizer = reference.FullTokenizer(vocab)
     start, cpu = time.perf_counter(), cpu_seconds()
     instances = reference.create_training_instances([corpus], tokenizer, 128, 10, 0.1, 0.15, 20, random.Random(12345))

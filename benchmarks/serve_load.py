@@ -126,7 +126,8 @@ def main() -> None:
             port = sock.getsockname()[1]
         url = f"http://127.0.0.1:{port}"
         command = [sys.executable, "-m", "bertkit", "serve", "--model", str(model), "--port", str(port),
-                   "--threads", str(args.threads), "--max-batch-size", str(args.max_batch_size), "--log-level", "warning"]
+                   "--threads", str(args.threads), "--max-batch-size", str(args.max_batch_size),
+                   "--log-level", "warning"]
         process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                    env={**os.environ, "OMP_NUM_THREADS": str(args.threads)})
         try:

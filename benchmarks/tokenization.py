@@ -25,6 +25,7 @@ Bible that bertkit bundles (public domain), written out to a file:
 from __future__ import annotations
 
 import argparse
+import itertools
 import math
 import os
 import platform
@@ -141,7 +142,7 @@ def main() -> None:
     compare(f"model inputs (max {args.max_length})",
             {"bertkit": inputs(ours), "no chunk path": inputs(no_chunks), "transformers": theirs_inputs},
             chunks, args.repeats, len(lines), n_bytes)
-    pair_bytes = sum(len(a.encode("utf-8")) + len(b.encode("utf-8")) for c in chunks for a, b in zip(c, c[1:]))
+    pair_bytes = sum(len(a.encode("utf-8")) + len(b.encode("utf-8")) for c in chunks for a, b in itertools.pairwise(c))
     compare(f"pairs (max {args.max_length})",
             {"bertkit": pairs(ours), "no chunk path": pairs(no_chunks), "transformers": theirs_pairs},
             chunks, args.repeats, sum(len(c) - 1 for c in chunks), pair_bytes)

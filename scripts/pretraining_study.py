@@ -30,7 +30,6 @@ a job whose output exists is skipped, so an interrupted study continues where it
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import subprocess
 import sys

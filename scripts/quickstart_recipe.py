@@ -8,7 +8,8 @@ at equal wall-clock time, because the 2-core machine they ran on is shared and i
 the final recipe is then confirmed with the real time budget (`bertkit quickstart`). Every stage is the
 quickstart's own function, so a finished stage is reused when the script is run again.
 
-    OMP_NUM_THREADS=2 python scripts/quickstart_recipe.py run --root /tmp/study --recipe quickstart --steps 1500 --baseline
+    OMP_NUM_THREADS=2 python scripts/quickstart_recipe.py run --root /tmp/study --recipe quickstart \
+        --steps 1500 --baseline
     python scripts/quickstart_recipe.py table --root /tmp/study
 """
 
@@ -21,8 +22,17 @@ from pathlib import Path
 
 import click
 
-from bertkit.quickstart import (MODEL, QuickstartConfig, Recipe, build_data, fill_mask_examples, finetune_model,
-                                pretrain_model, seed_table, train_vocabulary)
+from bertkit.quickstart import (
+    MODEL,
+    QuickstartConfig,
+    Recipe,
+    build_data,
+    fill_mask_examples,
+    finetune_model,
+    pretrain_model,
+    seed_table,
+    train_vocabulary,
+)
 from bertkit.train.reporting import read_metrics
 
 # transformers' usual recipe scaled to a short run, the quickstart's recipe, and its levers one at a time.
@@ -101,7 +111,8 @@ def table(root: Path) -> None:
         pre = r["pretraining"]
         nsp = f"{100 * pre['nsp_accuracy']:.1f}" if pre["nsp_accuracy"] is not None else "-"
         cells = [_cell(r["finetuning"].get(k)) for k in runs]
-        click.echo(f"| {r['recipe']} | {r['steps']} | {100 * pre['mlm_accuracy']:.1f} | {nsp} | " + " | ".join(cells) + " |")
+        click.echo(f"| {r['recipe']} | {r['steps']} | {100 * pre['mlm_accuracy']:.1f} | {nsp} | "
+                   + " | ".join(cells) + " |")
 
 
 def _cell(stats: dict | None) -> str:

@@ -382,7 +382,7 @@ def dictd_entries(path: Path) -> Iterator[str]:
     for line in index.read_text(encoding="utf-8").splitlines():
         word, offset, length = line.split("\t")[:3]
         start = number(offset)
-        if word.startswith("00") and "database" in word or start in seen:
+        if (word.startswith("00") and "database" in word) or start in seen:
             continue
         seen.add(start)  # several headwords can point at one entry
         yield data[start:start + number(length)].decode("utf-8")

@@ -7,8 +7,15 @@ import stat
 
 import pytest
 
-from bertkit.atomic import (AtomicFile, fsync_path, replace_directory, temp_glob, write_bytes_atomic,
-                            write_file_atomic, write_text_atomic)
+from bertkit.atomic import (
+    AtomicFile,
+    fsync_path,
+    replace_directory,
+    temp_glob,
+    write_bytes_atomic,
+    write_file_atomic,
+    write_text_atomic,
+)
 
 
 def test_write_bytes_and_text_replace_content_and_leave_no_temp(tmp_path):

@@ -50,7 +50,8 @@ def test_doctor_refresh_measures_again(capsys, monkeypatch, tmp_path):
     monkeypatch.setenv("BERTKIT_CACHE_DIR", str(tmp_path))
     widths = []
     amd = hardware.Measurements.from_json(json.loads((PROFILES / "amd-epyc.json").read_text())["measurements"])
-    monkeypatch.setattr(hardware, "measure", lambda width: widths.append(width) or dataclasses.replace(amd, width=width))
+    monkeypatch.setattr(hardware, "measure",
+                        lambda width: widths.append(width) or dataclasses.replace(amd, width=width))
     assert main(["doctor", "--width", "256"]) == 0 and "measured now" in capsys.readouterr().out
     hardware.reset()  # as in a new process
     assert main(["doctor", "--width", "256"]) == 0

@@ -62,7 +62,8 @@ def test_config_json_round_trips_through_transformers(tmp_path):
 
 
 def test_unknown_config_keys_are_kept(tmp_path):
-    config = BertConfig.from_dict({"hidden_size": 64, "num_attention_heads": 4, "use_cache": True, "torch_dtype": "float32"})
+    config = BertConfig.from_dict({"hidden_size": 64, "num_attention_heads": 4, "use_cache": True,
+                                   "torch_dtype": "float32"})
     assert config.to_dict()["use_cache"] is True
 
 

@@ -109,7 +109,8 @@ def test_a_fast_path_needs_1_1x(speedup, taken):
 
 def test_a_kernel_that_does_not_run_here_is_never_chosen():
     m = dataclasses.replace(profile("amd-epyc"), packed={"fp32": 0.0, "bf16": 0.0},
-                            attention={p: [(n, 100.0, 0.0) for n in hardware.ATTENTION_LENGTHS] for p in ("fp32", "bf16")})
+                            attention={p: [(n, 100.0, 0.0) for n in hardware.ATTENTION_LENGTHS]
+                                       for p in ("fp32", "bf16")})
     chosen = hardware.decide(m)
     assert chosen.packed_linear == () and chosen.bmm_attention == {"fp32": (), "bf16": ()}
 
@@ -316,9 +317,11 @@ def test_kernels_missing_here_are_measured_as_zero(monkeypatch):
 
 def test_the_probed_int8_layer_is_quantized():
     generator = torch.Generator().manual_seed(0)
-    x, weight, bias = torch.randn(16, 64, generator=generator), torch.randn(256, 64, generator=generator), torch.zeros(256)
+    x, weight = torch.randn(16, 64, generator=generator), torch.randn(256, 64, generator=generator)
+    bias = torch.zeros(256)
     with torch.no_grad():
-        fast, exact = hardware._int8_call(x, weight, bias)(), torch.nn.functional.gelu(torch.nn.functional.linear(x, weight, bias))
+        fast = hardware._int8_call(x, weight, bias)()
+        exact = torch.nn.functional.gelu(torch.nn.functional.linear(x, weight, bias))
     assert not torch.equal(fast, exact)  # it ran the int8 kernel, not the fp32 layer
     torch.testing.assert_close(fast, exact, atol=0.1 * exact.abs().max().item(), rtol=0.0)
 

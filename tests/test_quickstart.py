@@ -50,7 +50,7 @@ def test_report_figures_and_summary(run):
         assert all(0.0 <= seed["test"] <= 1.0 for seed in table["seeds"].values())
     assert summary["pretraining"]["steps"] >= 1
     assert "mlm_accuracy" in summary["pretraining"]["final_eval"]
-    assert [item["text"] for item in summary["fill_mask"]][0].startswith("In the beginning")
+    assert next(item["text"] for item in summary["fill_mask"]).startswith("In the beginning")
 
 
 def test_every_stage_loads_with_the_normal_tools(run):
@@ -138,7 +138,8 @@ def test_the_time_plan_gives_pretraining_the_rest_and_shortens_finetuning_for_sh
     assert three.shortened == "fine-tuning epochs 5 -> 2, seeds 1,2,3 -> 1,2 to leave pre-training most of the time"
     assert three.pretrain_s + three.finetune_s + REPORT_S + 5 == pytest.approx(180)
     kept = plan_time(240, 5, RATES, WORK, epochs=5, seeds=(1, 2, 3), epochs_fixed=True, seeds_fixed=True)
-    assert (kept.finetune_epochs, kept.seeds) == (5, (1, 2, 3)) and kept.pretrain_s == pytest.approx(240 - 13 - 158.7, abs=0.1)
+    assert (kept.finetune_epochs, kept.seeds) == (5, (1, 2, 3))
+    assert kept.pretrain_s == pytest.approx(240 - 13 - 158.7, abs=0.1)
     slow = Rates(1.0, 2.0, 150.0)  # a busy machine: shorter fine-tuning, and the plan says so
     assert plan_time(600, 5, slow, WORK, epochs=5, seeds=(1, 2, 3)).seeds == (1, 2)
     with pytest.raises(BertkitError, match=r"--minutes 0.5 is too short here: .* give --minutes \d+ or more"):

@@ -7,7 +7,6 @@ result rows into the study table."""
 
 from __future__ import annotations
 
-import base64
 import gzip
 import importlib.util
 import json

@@ -16,9 +16,7 @@ from bertkit.errors import BertkitError
 from bertkit.tokenizer import SPECIAL_TOKENS, WordPieceTokenizer
 
 # The inline vocabulary of Google's tokenization_test.py, with the five specials first.
-GOOGLE_TEST_VOCAB = list(SPECIAL_TOKENS) + [
-    "want", "##want", "##ed", "wa", "un", "runn", "##ing", ",", "low", "lowest",
-]
+GOOGLE_TEST_VOCAB = [*SPECIAL_TOKENS, "want", "##want", "##ed", "wa", "un", "runn", "##ing", ",", "low", "lowest"]
 
 
 @pytest.fixture(scope="module")
@@ -38,7 +36,8 @@ def test_google_wordpiece_cases(uncased):
 
 
 def test_google_basic_cases():
-    tokens = list(SPECIAL_TOKENS) + ["hello", "how", "are", "you", "?", "!", "HeLLo", "ah", "##\u535a", "\u535a", "\u63a8", "ahbo"]
+    tokens = [*SPECIAL_TOKENS, "hello", "how", "are", "you", "?", "!", "HeLLo", "ah",
+              "##\u535a", "\u535a", "\u63a8", "ahbo"]
     lower = WordPieceTokenizer(tokens, do_lower_case=True)
     cased = WordPieceTokenizer(tokens, do_lower_case=False)
     assert lower.tokenize(" \tHeLLo!how  \n Are yoU?  ") == ["hello", "!", "how", "are", "you", "?"]
@@ -55,7 +54,7 @@ def test_control_and_whitespace_cleaning(uncased):
 
 
 def test_words_over_100_characters_are_unknown():
-    tok = WordPieceTokenizer(list(SPECIAL_TOKENS) + ["a", "##a"])
+    tok = WordPieceTokenizer([*SPECIAL_TOKENS, "a", "##a"])
     assert tok.tokenize("a" * 100) == ["a"] + ["##a"] * 99
     assert tok.tokenize("a" * 101) == ["[UNK]"]
 
@@ -99,7 +98,8 @@ def test_decode_merges_continuations(uncased):
 def test_batch_matches_single(uncased):
     texts = ["unwanted", "running, low", "", "lowest want"]
     batch = uncased.encode_batch(texts, texts[::-1], max_length=7)
-    assert [e.input_ids for e in batch] == [uncased.encode(a, b, max_length=7).input_ids for a, b in zip(texts, texts[::-1])]
+    singles = [uncased.encode(a, b, max_length=7).input_ids for a, b in zip(texts, texts[::-1])]
+    assert [e.input_ids for e in batch] == singles
     assert uncased.encode_ids(texts) == [uncased.convert_tokens_to_ids(uncased.tokenize(t)) for t in texts]
 
 

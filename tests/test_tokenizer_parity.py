@@ -8,8 +8,8 @@ NFC before splitting and drops every C* character (unassigned, private use, surr
 Google drops only Cc/Cf - so Google's rules are checked against our rewrite and transformers'
 port only on text where those departures cannot show. Pairs are checked against transformers'
 BertTokenizerFast in every field until truncation; truncated, they follow Google's
-`_truncate_seq_pair` (the Rust library breaks ties the other way). The vocabulary is Google's bert-base-uncased vocab.txt
-(tests/assets/vocab/bert-base-uncased, 30522 tokens).
+`_truncate_seq_pair` (the Rust library breaks ties the other way). The vocabulary is Google's bert-base-uncased
+vocab.txt (tests/assets/vocab/bert-base-uncased, 30522 tokens).
 """
 
 from __future__ import annotations
@@ -122,7 +122,8 @@ VARIED_TEXTS = [
 def test_google_vocab_ids_are_kept():
     tok = WordPieceTokenizer.from_pretrained(GOOGLE_UNCASED)
     assert tok.vocab_size == 30522 and tok.do_lower_case
-    assert (tok.pad_token_id, tok.unk_token_id, tok.cls_token_id, tok.sep_token_id, tok.mask_token_id) == (0, 100, 101, 102, 103)
+    specials = (tok.pad_token_id, tok.unk_token_id, tok.cls_token_id, tok.sep_token_id, tok.mask_token_id)
+    assert specials == (0, 100, 101, 102, 103)
     lines = (GOOGLE_UNCASED / "vocab.txt").read_text(encoding="utf-8").split("\n")[:-1]
     assert tok.convert_ids_to_tokens(list(range(30522))) == lines
     assert tok.vocab_hash == "07eced375cec144d27c900241f3e339478dec958f92fddbc551f295c992038a3"
@@ -223,13 +224,13 @@ def _rust_agrees_outside_hazards(tok: WordPieceTokenizer, ref: GoogleReference, 
 
 def test_rust_pipeline_agrees_with_google_outside_hazards_bmp(pair):
     tok, ref = pair
-    assert _rust_agrees_outside_hazards(tok, ref, range(0, 1)) == []
+    assert _rust_agrees_outside_hazards(tok, ref, range(1)) == []
 
 
 @pytest.mark.slow
 def test_rust_pipeline_agrees_with_google_outside_hazards_all_planes(pair):
     tok, ref = pair
-    assert _rust_agrees_outside_hazards(tok, ref, range(0, 17)) == []
+    assert _rust_agrees_outside_hazards(tok, ref, range(17)) == []
 
 
 def _transformers_slow(do_lower_case: bool, vocab: dict[str, int] | None = None):
@@ -242,8 +243,8 @@ def _transformers_slow(do_lower_case: bool, vocab: dict[str, int] | None = None)
 
 def _outside_transformers_departures(text: str) -> bool:
     """Text on which transformers' NFC step and C* dropping cannot change the result."""
-    no_other = all(not unicodedata.category(c).startswith("C") or c in "\t\n\r" or unicodedata.category(c) in ("Cc", "Cf")
-                   for c in text)
+    no_other = all(not unicodedata.category(c).startswith("C") or c in "\t\n\r"
+                   or unicodedata.category(c) in ("Cc", "Cf") for c in text)
     return no_other and unicodedata.normalize("NFC", text) == text
 
 

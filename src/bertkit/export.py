@@ -159,7 +159,7 @@ def sample_batch(tokenizer: WordPieceTokenizer, texts: list[str], architecture: 
 def _trace(wrapper: nn.Module, batch: dict[str, torch.Tensor], path: Path, architecture: str, opset: int) -> None:
     axes = {0: "batch", 1: "choices", 2: "sequence"} if architecture == "BertForMultipleChoice" else \
         {0: "batch", 1: "sequence"}
-    dynamic = {name: axes for name in INPUT_NAMES}
+    dynamic = dict.fromkeys(INPUT_NAMES, axes)
     for name in wrapper.names:
         dynamic[name] = {0: "batch"} if name in ("pooler_output", "seq_relationship_logits") or \
             architecture in ("BertForSequenceClassification", "BertForMultipleChoice") else {0: "batch", 1: "sequence"}

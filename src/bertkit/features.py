@@ -34,9 +34,9 @@ import torch
 from bertkit.config import BertConfig
 from bertkit.data.textfile import read_text
 from bertkit.errors import BertkitError, where
-from bertkit.model import BertModel, check_inference_precision, for_inference
 from bertkit.inference.batching import sorted_batches
 from bertkit.inference.pooling import choose_pooling, read_sentence_transformers, sentence_vectors
+from bertkit.model import BertModel, check_inference_precision, for_inference
 from bertkit.tokenizer import WordPieceTokenizer
 
 log = logging.getLogger(__name__)
@@ -178,7 +178,8 @@ def _write_jsonl(path: Path, encodings: Sequence, indices: list[int], batches: I
 
 def _feature_line(row: int, encoding, layers: list[torch.Tensor], indices: list[int]) -> str:
     values = [np.round(layer[:len(encoding)].float().numpy().astype(np.float64), 6) for layer in layers]  # (T, H)
-    tokens = [{"token": token, "layers": [{"index": index, "values": v[t].tolist()} for index, v in zip(indices, values)]}
+    tokens = [{"token": token,
+               "layers": [{"index": index, "values": v[t].tolist()} for index, v in zip(indices, values)]}
               for t, token in enumerate(encoding.tokens)]
     return json.dumps({"linex_index": row, "features": tokens})
 

@@ -499,7 +499,7 @@ def auto_precision(device: torch.device, width: int = DEFAULT_WIDTH, purpose: st
 
 @functools.cache
 def _log_choice(purpose: str, width: int, reason: str) -> None:
-    measured, source = measurements(width)
+    _measured, source = measurements(width)
     log.info("precision auto for %s: %s [%s; probe %s]", purpose, reason.split(": ", 1)[1], machine().cpu, source)
 
 

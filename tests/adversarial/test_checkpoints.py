@@ -20,8 +20,7 @@ from bertkit.cli import main
 from bertkit.config import BertConfig, preset
 from bertkit.data import PretrainingDataOptions, build_pretraining_data
 from bertkit.errors import BertkitError
-from bertkit.model import BertForPreTraining, BertModel
-from bertkit.model import pretrained
+from bertkit.model import BertForPreTraining, BertModel, pretrained
 from bertkit.model.pretrained import read_state_dict
 from bertkit.tokenizer import WordPieceTokenizer
 from bertkit.train import TrainConfig, fit

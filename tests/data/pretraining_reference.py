@@ -20,7 +20,6 @@ from __future__ import annotations
 import unicodedata
 from dataclasses import dataclass
 
-
 # --- the original's tokenizer (tokenization.py), uncased -------------------------------------------
 
 def _is_whitespace(ch: str) -> bool:
@@ -190,7 +189,7 @@ def create_instances_from_document(all_documents, document_index, max_seq_length
                         tokens_b.extend(current_chunk[j])
                 truncate_seq_pair(tokens_a, tokens_b, max_num_tokens, rng)
                 assert len(tokens_a) >= 1 and len(tokens_b) >= 1
-                tokens = ["[CLS]"] + tokens_a + ["[SEP]"] + tokens_b + ["[SEP]"]
+                tokens = ["[CLS]", *tokens_a, "[SEP]", *tokens_b, "[SEP]"]
                 segment_ids = [0] * (len(tokens_a) + 2) + [1] * (len(tokens_b) + 1)
                 tokens, positions, labels = create_masked_lm_predictions(
                     tokens, masked_lm_prob, max_predictions_per_seq, vocab_words, rng, do_whole_word_mask)
@@ -213,7 +212,7 @@ def create_masked_lm_predictions(tokens, masked_lm_prob, max_predictions_per_seq
             cand_indexes.append([i])
     rng.shuffle(cand_indexes)
     output_tokens = list(tokens)
-    num_to_predict = min(max_predictions_per_seq, max(1, int(round(len(tokens) * masked_lm_prob))))
+    num_to_predict = min(max_predictions_per_seq, max(1, round(len(tokens) * masked_lm_prob)))
     masked_lms = []
     covered_indexes = set()
     for index_set in cand_indexes:

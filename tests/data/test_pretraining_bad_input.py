@@ -119,10 +119,10 @@ def test_binary_and_corrupt_gzip_files_skipped_or_strict(tokenizer, tmp_path):
     (tmp_path / "truncated.txt.gz").write_bytes(good[: len(good) // 2])
     inputs = [tmp_path / n for n in ("good.txt", "image.png", "fake.gz", "truncated.txt.gz")]
     summary = build(inputs, tokenizer, tmp_path / "out")["summary"]
-    skipped = {reason: files for reason, files in summary["skipped_files"].items()}
+    skipped = summary["skipped_files"]
     assert skipped["binary file (NUL bytes)"] == [str(tmp_path / "image.png")]
     assert str(tmp_path / "fake.gz") in skipped["unreadable gzip file"]
-    assert str(tmp_path / "truncated.txt.gz") in sum(skipped.values(), [])
+    assert str(tmp_path / "truncated.txt.gz") in [name for names in skipped.values() for name in names]
     with pytest.raises(BertkitError, match="image.png: binary file"):
         build(inputs, tokenizer, tmp_path / "strict", strict=True)
 

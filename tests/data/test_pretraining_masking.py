@@ -7,6 +7,7 @@ the original ids.
 
 from __future__ import annotations
 
+import itertools
 import random
 
 import numpy as np
@@ -41,7 +42,7 @@ def run_google(ids, offsets, whole_word):
     mask = google_mask_fn(0.15, 20, vocab)
     rng = random.Random(0)
     masked, labels = ids.copy(), np.full(len(ids), IGNORE_INDEX)
-    for start, stop in zip(offsets[:-1], offsets[1:]):
+    for start, stop in itertools.pairwise(offsets):
         out, positions, originals = mask(ids[start:stop].tolist(), rng)
         masked[start:stop] = out
         labels[start + np.array(positions, dtype=np.int64)] = originals
@@ -99,11 +100,11 @@ def word_spans(instance: np.ndarray) -> list[list[int]]:
 @pytest.mark.parametrize("runner", RUNNERS)
 def test_whole_words_masked_whole(runner):
     ids, offsets = make_instances(1500, seed=3)
-    masked, labels = RUNNERS[runner](ids, offsets, whole_word=True)
+    _masked, labels = RUNNERS[runner](ids, offsets, whole_word=True)
     chosen = labels != IGNORE_INDEX
     quota = prediction_quota(np.diff(offsets), 0.15, 20)
     partial = 0
-    for k, (start, stop) in enumerate(zip(offsets[:-1], offsets[1:])):
+    for k, (start, stop) in enumerate(itertools.pairwise(offsets)):
         flags = chosen[start:stop]
         assert flags.sum() <= quota[k]
         for word in word_spans(ids[start:stop]):

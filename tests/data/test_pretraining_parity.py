@@ -16,11 +16,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from bertkit.data.instances import (PairSpans, PairStats, create_instances_from_document, truncate_pair,
-                                    truncate_spans)
+from bertkit.data.instances import PairSpans, PairStats, create_instances_from_document, truncate_pair, truncate_spans
 from bertkit.data.masking import MaskingVocab, google_mask_fn
 
-_spec = importlib.util.spec_from_file_location("pretraining_reference", Path(__file__).with_name("pretraining_reference.py"))
+_spec = importlib.util.spec_from_file_location("pretraining_reference",
+                                               Path(__file__).with_name("pretraining_reference.py"))
 reference = sys.modules.setdefault("pretraining_reference", importlib.util.module_from_spec(_spec))
 _spec.loader.exec_module(reference)
 

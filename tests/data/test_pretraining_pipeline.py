@@ -108,7 +108,8 @@ def test_python_rng_mode_reproducible_across_workers(corpus, tokenizer, tmp_path
 def test_numpy_mode_whole_word_masking_in_shards(corpus, tokenizer, tmp_path):
     build([corpus], tokenizer, tmp_path / "ww", dupe_factor=2, whole_word_masking=True)
     ds = PretrainingDataset(tmp_path / "ww")
-    continuation = np.array([t.startswith("##") for t in tokenizer.convert_ids_to_tokens(list(range(tokenizer.vocab_size)))])
+    tokens = tokenizer.convert_ids_to_tokens(list(range(tokenizer.vocab_size)))
+    continuation = np.array([t.startswith("##") for t in tokens])
     joined = 0
     for i in range(len(ds)):
         item = ds[i]

@@ -7,8 +7,7 @@ import numpy as np
 import torch
 
 from bertkit.config import preset
-from bertkit.inference.batching import (length_sorted_batches, model_outputs, pad_batch, run_sorted,
-                                        sorted_batches)
+from bertkit.inference.batching import length_sorted_batches, model_outputs, pad_batch, run_sorted, sorted_batches
 from bertkit.model import BertForSequenceClassification, BertForTokenClassification
 
 

@@ -12,8 +12,8 @@ from safetensors.torch import load_file, save_file
 
 from bertkit import model as bm
 from bertkit.config import preset
-from bertkit.model import pretrained
 from bertkit.errors import BertkitError
+from bertkit.model import pretrained
 
 from .conftest import tiny_hf_config
 

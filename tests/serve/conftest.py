@@ -14,8 +14,12 @@ import pytest
 import torch
 
 from bertkit.config import preset
-from bertkit.model import (BertForMaskedLM, BertForQuestionAnswering, BertForSequenceClassification,
-                           BertForTokenClassification)
+from bertkit.model import (
+    BertForMaskedLM,
+    BertForQuestionAnswering,
+    BertForSequenceClassification,
+    BertForTokenClassification,
+)
 from bertkit.tasks.classification import ClassificationSettings, ClassificationTask
 from bertkit.tasks.squad import SquadSettings, SquadTask
 from bertkit.tasks.tagging import TaggingSettings, TaggingTask

@@ -15,8 +15,14 @@ from bertkit.config import preset
 from bertkit.errors import BertkitError
 from bertkit.model import BertForMaskedLM, BertModel
 from bertkit.model.feature_based import FeatureBasedModel
-from bertkit.serve.predictor import (ClassificationPredictor, FillMaskPredictor, Predictor,
-                                     QuestionAnsweringPredictor, TaggingPredictor, load_predictor)
+from bertkit.serve.predictor import (
+    ClassificationPredictor,
+    FillMaskPredictor,
+    Predictor,
+    QuestionAnsweringPredictor,
+    TaggingPredictor,
+    load_predictor,
+)
 from bertkit.tasks.classification import ClassificationSettings, ClassificationTask
 from bertkit.tasks.evaluate import predict_file
 from bertkit.tasks.finetuned import FEATURE_HEAD_FILE, feature_based_model, save_finetuned
@@ -157,7 +163,8 @@ def test_answer_finds_the_span_in_a_long_context():
 
 def test_answer_v2_uses_the_null_threshold_from_the_task_file():
     # null score 0.5 + 0.5 = 1.0, best span 3.0 + 3.0 = 6.0: diff -5.0.
-    assert _reader(version_2=True, threshold=0.0).answer(["where?"], [CONTEXT])[0]["answer"] == "London, a big red house"
+    answer = _reader(version_2=True, threshold=0.0).answer(["where?"], [CONTEXT])[0]["answer"]
+    assert answer == "London, a big red house"
     result = _reader(version_2=True, threshold=-6.0).answer(["where?"], [CONTEXT])[0]
     assert result["answer"] == "" and result["no_answer"] and result["start"] is None
     assert result["null_score_diff"] == pytest.approx(-5.0)

@@ -19,7 +19,8 @@ WORDS = ("the a film was is good great bad awful fine paris france berlin german
 @pytest.fixture(scope="module")
 def vocab(tmp_path_factory: pytest.TempPathFactory) -> Path:
     directory = tmp_path_factory.mktemp("vocab")
-    WordPieceTokenizer(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *WORDS, "?", ".", ",", "##s"]).save_pretrained(directory)
+    tokens = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *WORDS, "?", ".", ",", "##s"]
+    WordPieceTokenizer(tokens).save_pretrained(directory)
     return directory
 
 
@@ -41,7 +42,8 @@ def _jsonl(path: Path, rows: list[dict]) -> Path:
 
 def test_classification_glue_layout_two_seeds_then_predict_and_evaluate(vocab: Path, tmp_path: Path) -> None:
     rng = random.Random(0)
-    lines = ["sentence\tlabel"] + [f"the film was {rng.choice(['good', 'bad'])}\t{rng.randint(0, 1)}" for _ in range(12)]
+    lines = ["sentence\tlabel"]
+    lines += [f"the film was {rng.choice(['good', 'bad'])}\t{rng.randint(0, 1)}" for _ in range(12)]
     train = tmp_path / "train.tsv"
     train.write_text("\n".join(lines) + "\nbroken\n", encoding="utf-8")  # the last row has no label column
     results = _finetune("classification", vocab, tmp_path / "out", train, train, "--task", "sst2", "--seeds", "1,2")

@@ -71,7 +71,7 @@ def test_generic_tables(tmp_path: Path, suffix: str) -> None:
         sep = "\t" if suffix == ".tsv" else ","
         lines = [sep.join(rows[0])] + [sep.join(f'"{v}"' if sep in v else v for v in r.values()) for r in rows]
         path.write_text("\n".join(lines) + "\n", encoding="utf-8")
-    examples, skipped = read_table(path, "review", "other", "stars")
+    examples, _skipped = read_table(path, "review", "other", "stars")
     assert [(e.text, e.text_pair, e.label) for e in examples] == [("good, really", "x", "pos"), ("bad", "y", "neg")]
     with pytest.raises(BertkitError, match="no column 'text'"):
         read_table(path, "text")
@@ -134,7 +134,8 @@ def test_squad_reader_skips_and_reports_mismatched_answers(tmp_path: Path) -> No
 
 def test_squad_structure_errors(tmp_path: Path) -> None:
     path = _squad(tmp_path, [{"id": "q", "answers": []}])
-    with pytest.raises(BertkitError, match=r"data\[0\].paragraphs\[0\].qas\[0\] \(id 'q'\) needs a str field 'question'"):
+    message = r"data\[0\].paragraphs\[0\].qas\[0\] \(id 'q'\) needs a str field 'question'"
+    with pytest.raises(BertkitError, match=message):
         read_squad(path, training=False, version_2_with_negative=True)
     path = _squad(tmp_path, [{"id": "q", "question": "a"}, {"id": "q", "question": "b"}])
     with pytest.raises(BertkitError, match="appears twice"):

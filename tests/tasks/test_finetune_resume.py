@@ -78,7 +78,8 @@ def test_interrupted_seed_resumes_bit_exact_and_finished_seeds_are_kept(tmp_path
     assert not (tmp_path / "stopped" / "eval_results.json").exists()  # the run is not finished
     resumed = _run(tmp_path, "stopped", ClassificationTask(SETTINGS), resume=True)
     assert _losses(tmp_path / "stopped", 1) == _losses(tmp_path / "straight", 1)  # seed 1 was not trained again
-    assert [loss for _, loss in _losses(tmp_path / "stopped", 2)] == [loss for _, loss in _losses(tmp_path / "straight", 2)]
+    stopped, straight = (_losses(tmp_path / name, 2) for name in ("stopped", "straight"))
+    assert [loss for _, loss in stopped] == [loss for _, loss in straight]
     assert resumed["seeds"] == straight["seeds"] and resumed["summary"] == straight["summary"]
     assert (tmp_path / "stopped" / "best" / "model.safetensors").is_file()
     assert not list((tmp_path / "stopped").glob("seed-*/checkpoints"))
@@ -128,7 +129,7 @@ def _cli_data(tmp_path: Path) -> list[str]:
 @pytest.mark.timeout(300)
 def test_sigint_stops_finetune_with_130_and_says_how_to_continue(tmp_path):
     """A real process, a real Ctrl-C (SIGINT) while it trains: exit 130, the continue command, no traceback."""
-    args = _cli_data(tmp_path) + ["--output", str(tmp_path / "out"), "--epochs", "200", "--seeds", "1,2"]
+    args = [*_cli_data(tmp_path), "--output", str(tmp_path / "out"), "--epochs", "200", "--seeds", "1,2"]
     process = subprocess.Popen([sys.executable, "-m", "bertkit", *args], stdout=subprocess.PIPE,
                                stderr=subprocess.PIPE, text=True)
     metrics = tmp_path / "out" / "seed-1" / "metrics.jsonl"
@@ -140,7 +141,7 @@ def test_sigint_stops_finetune_with_130_and_says_how_to_continue(tmp_path):
                 break
             time.sleep(0.1)
         process.send_signal(signal.SIGINT)
-        out, err = process.communicate(timeout=120)
+        _out, err = process.communicate(timeout=120)
     finally:
         if process.poll() is None:
             process.kill()
@@ -169,7 +170,8 @@ def test_other_dev_sets_are_scored_when_the_first_improves(tmp_path):
     examples = _examples(22)
     cfg = FinetuneConfig(model="bert-debug", tokenizer=str(tmp_path / "vocab"), output=tmp_path / "run", epochs=3,
                          batch_size=4, learning_rate=1e-12, precision="fp32", device="cpu")  # dev never improves
-    results = finetune(ClassificationTask(SETTINGS), cfg, tokenizer, examples, [("", examples[:8]), ("test", examples[8:])], {})
+    splits = [("", examples[:8]), ("test", examples[8:])]
+    results = finetune(ClassificationTask(SETTINGS), cfg, tokenizer, examples, splits, {})
     evals = [json.loads(line) for line in (tmp_path / "run" / "seed-1" / "metrics.jsonl").read_text().splitlines()
              if json.loads(line)["kind"] == "eval"]
     assert ["test_accuracy" in e for e in evals] == [True, False, False]  # scored at the first (the best) only

@@ -31,7 +31,8 @@ def finetuned(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
         for _ in range(count):
             label = rng.choice(["pos", "neg"])
             word = rng.choice(POSITIVE if label == "pos" else NEGATIVE)
-            text = f"{rng.choice(['the', 'a'])} {rng.choice(['film', 'movie', 'plot'])} {rng.choice(['was', 'is'])} {word}"
+            text = (f"{rng.choice(['the', 'a'])} {rng.choice(['film', 'movie', 'plot'])} "
+                    f"{rng.choice(['was', 'is'])} {word}")
             out.append({"text": text, "label": label})
         return out
     for name, count in (("train", 96), ("dev", 64)):
@@ -67,7 +68,7 @@ def test_int8_agrees_with_fp32_on_a_finetuned_model(finetuned, tmp_path):
 
 
 def test_extract_in_int8_is_close_to_fp32(finetuned, tmp_path):
-    model, dev = finetuned
+    model, _dev = finetuned
     source = tmp_path / "in.txt"
     source.write_text("the film was good\na plot is awful\n", encoding="utf-8")
     for precision in ("fp32", "int8"):

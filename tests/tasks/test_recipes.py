@@ -120,7 +120,8 @@ def test_pretrain_chooses_prints_and_records_the_recipe_and_flags_override_it(da
     assert measured and measured[0][1:3] == (64, 32)  # measured at the short recipe's shape
     saved = json.loads((tmp_path / "auto" / "pretrain_settings.json").read_text())
     assert saved["recipe"]["name"] == "short" and saved["train"]["learning_rate"] == pytest.approx(5e-4 * math.sqrt(8))
-    assert (saved["settings"]["max_seq_length"], saved["settings"]["dropout"], saved["train"]["warmup_ratio"]) == (64, 0.0, 0.05)
+    settings, train = saved["settings"], saved["train"]
+    assert (settings["max_seq_length"], settings["dropout"], train["warmup_ratio"]) == (64, 0.0, 0.05)
     assert saved["train"]["eps"] == 1e-6  # the original BERT optimizer's (--adam-epsilon)
     final = json.loads((tmp_path / "auto" / "final" / "bertkit_pretraining.json").read_text())
     assert final["steps"] == 3 and final["recipe"] == "auto" and "mlm_accuracy" in final["last_eval"]

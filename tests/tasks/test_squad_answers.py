@@ -80,8 +80,9 @@ def test_every_path_answers_whole_words(tmp_path: Path, start_piece: str, end_pi
     model.save_pretrained(directory, tokenizer=tokenizer)
     (directory / "bertkit_task.json").write_text(json.dumps(task.to_json()), encoding="utf-8")
     squad = tmp_path / "dev.json"
+    answers = [{"text": expected, "answer_start": CONTEXT.index(expected)}]
     squad.write_text(json.dumps({"data": [{"paragraphs": [{"context": CONTEXT, "qas": [
-        {"id": "q", "question": QUESTION, "answers": [{"text": expected, "answer_start": CONTEXT.index(expected)}]}]}]}]}))
+        {"id": "q", "question": QUESTION, "answers": answers}]}]}]}))
     assert predict_file(directory, squad, tmp_path / "eval", evaluate=True, device="cpu")["exact_match"] == 100.0
     assert json.loads((tmp_path / "eval" / "predictions.json").read_text()) == {"q": expected}
 

@@ -8,15 +8,16 @@ import pytest
 from bertkit.data.conll import TaggedSentence
 from bertkit.data.squad import SquadExample
 from bertkit.tasks.squad import SquadSettings, SquadTask
-from bertkit.tasks.windows import max_context_flags, sliding_windows
 from bertkit.tasks.tagging import IGNORE_INDEX, TaggingSettings, TaggingTask
+from bertkit.tasks.windows import max_context_flags, sliding_windows
 from bertkit.tokenizer import WordPieceTokenizer
 
 
 @pytest.fixture(scope="module")
 def tokenizer() -> WordPieceTokenizer:
     words = "the capital of france is paris where who what a b c d e f g h".split()
-    return WordPieceTokenizer(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *words, "?", ".", "un", "##believ", "##able"])
+    return WordPieceTokenizer(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *words,
+                               "?", ".", "un", "##believ", "##able"])
 
 
 def test_sliding_windows_follow_the_doc_stride_rule() -> None:

@@ -16,7 +16,8 @@ import click
 @click.command(context_settings={"show_default": True})
 @click.option("--width", type=click.IntRange(min=64), default=768,
               help="Model width (hidden size) to probe at: 768 bert-base, 512 bert-small/medium, 256 bert-mini.")
-@click.option("--refresh", is_flag=True, help="Measure again (replacing the cached result) instead of reading the cache.")
+@click.option("--refresh", is_flag=True,
+              help="Measure again (replacing the cached result) instead of reading the cache.")
 @click.option("--json", "as_json", is_flag=True, help="Print the whole report as JSON.")
 def doctor(width: int, refresh: bool, as_json: bool) -> None:
     """Show this machine, its measured fp32/bf16/int8 rates, and the choices of --precision auto."""

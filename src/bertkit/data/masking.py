@@ -165,7 +165,7 @@ def google_mask_fn(masked_lm_prob: float, max_predictions: int, vocab: MaskingVo
             else:
                 words.append([i])
         rng.shuffle(words)
-        quota = min(max_predictions, max(1, int(round(len(tokens) * masked_lm_prob))))
+        quota = min(max_predictions, max(1, round(len(tokens) * masked_lm_prob)))
         output = list(tokens)
         positions: list[int] = []
         for word in words:

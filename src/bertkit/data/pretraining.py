@@ -35,18 +35,23 @@ from collections import Counter, deque
 from collections.abc import Iterator
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
-from itertools import chain
+from itertools import chain, pairwise
 from pathlib import Path
 
 import numpy as np
 from tqdm import tqdm
 
 from bertkit.data.corpus import CorpusStats, expand_inputs, read_documents, split_sentences
-from bertkit.data.instances import (Instance, PairSpans, PairStats, create_instances_from_document,
-                                    create_pair_spans, truncate_spans)
+from bertkit.data.instances import (
+    Instance,
+    PairSpans,
+    PairStats,
+    create_instances_from_document,
+    create_pair_spans,
+    truncate_spans,
+)
 from bertkit.data.masking import MaskingVocab, google_mask_fn, mask_positions
-from bertkit.data.shards import (FORMAT_NAME, FORMAT_VERSION, ShardWriter, ids_dtype, prepare_output,
-                                 write_manifest)
+from bertkit.data.shards import FORMAT_NAME, FORMAT_VERSION, ShardWriter, ids_dtype, prepare_output, write_manifest
 from bertkit.errors import BertkitError
 
 
@@ -162,9 +167,9 @@ class TokenizedBlock:
     def documents(self) -> list[list[list[int]]]:
         """Documents as lists of sentences of ids (the per-document functions' input)."""
         flat, cuts = self.tokens.tolist(), self.sentence_offsets.tolist()
-        sentences = [flat[a:b] for a, b in zip(cuts[:-1], cuts[1:])]
+        sentences = [flat[a:b] for a, b in pairwise(cuts)]
         bounds = self.document_offsets.tolist()
-        return [sentences[a:b] for a, b in zip(bounds[:-1], bounds[1:])]
+        return [sentences[a:b] for a, b in pairwise(bounds)]
 
 
 def _tokenize_block(block: Block, counts: Counter) -> TokenizedBlock:
@@ -434,7 +439,8 @@ def summarize(counts: Counter, stats: CorpusStats) -> dict:
             "instances": counts["instances"], "instance_tokens": counts["instance_tokens"],
             "masked_tokens": counts["masked_tokens"],
             "masked_fraction": ratio(counts["masked_tokens"], counts["instance_tokens"]),
-            "random_next": counts["random_next"], "random_next_fraction": ratio(counts["random_next"], counts["instances"]),
+            "random_next": counts["random_next"],
+            "random_next_fraction": ratio(counts["random_next"], counts["instances"]),
             "truncated_instances": counts["truncated_instances"], "truncated_tokens": counts["truncated_tokens"],
             "random_next_same_document": counts["random_next_same_document"]}
 
@@ -446,16 +452,19 @@ def format_summary(manifest: dict) -> str:
               else "dynamic (at load time)")
     rows = [
         ("files", f"{s['files']} ({s['input_bytes'] / 2**20:.1f} MiB; {len(s['empty_files'])} empty)"),
-        ("documents", f"{s['documents']:,} ({s['documents_without_tokens']} without tokens, {s['documents_split']} split)"),
+        ("documents",
+         f"{s['documents']:,} ({s['documents_without_tokens']} without tokens, {s['documents_split']} split)"),
         ("sentences", f"{s['sentences']:,} ({s['sentence_tokens']:,} tokens)"),
         ("instances", f"{s['instances']:,} ({s['instance_tokens']:,} tokens, {len(manifest['shards'])} shards)"),
         ("masked", masked),
-        ("NSP random next", f"{s['random_next_fraction']:.2%} ({s['random_next_same_document']} from the same document)"),
+        ("NSP random next",
+         f"{s['random_next_fraction']:.2%} ({s['random_next_same_document']} from the same document)"),
         ("[UNK] rate", f"{s['unk_rate']:.4%}"),
         ("truncations", f"{s['truncated_instances']:,} instances, {s['truncated_tokens']:,} tokens cut"),
         ("invalid UTF-8", f"{s['invalid_utf8_lines']} lines (replaced)"),
         ("cut lines", f"{s['lines_cut']} lines over 1,000,000 bytes"),
     ]
     rows += [("skipped lines", f"{n:,} {reason}") for reason, n in s["skipped_lines"].items()]
-    rows += [("skipped files", f"{len(files)} {reason}: {', '.join(files)}") for reason, files in s["skipped_files"].items()]
+    rows += [("skipped files", f"{len(files)} {reason}: {', '.join(files)}")
+             for reason, files in s["skipped_files"].items()]
     return "\n".join(f"  {name:<16} {value}" for name, value in rows)

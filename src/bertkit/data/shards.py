@@ -170,7 +170,8 @@ def open_shard(directory: Path, entry: dict) -> dict[str, np.ndarray]:
         if spec["length"] == 0:
             arrays[name] = np.zeros(0, dtype=spec["dtype"])
         else:
-            arrays[name] = np.memmap(path, dtype=spec["dtype"], mode="r", offset=spec["offset"], shape=(spec["length"],))
+            arrays[name] = np.memmap(path, dtype=spec["dtype"], mode="r", offset=spec["offset"],
+                                     shape=(spec["length"],))
     return arrays
 
 

@@ -38,6 +38,7 @@ import os
 
 import torch
 import torch.nn.functional as F
+
 from bertkit import hardware
 from bertkit.model.padding import Unpadded
 

@@ -69,7 +69,8 @@ class FeatureBasedModel(nn.Module):
     def forward(self, input_ids, token_type_ids=None, attention_mask=None,
                 ) -> ClassifierOutput | QuestionAnsweringOutput:
         shape = input_ids.shape  # (B, T), or (B, C, T) for multiple choice
-        flat = [t.reshape(-1, shape[-1]) if t is not None else None for t in (input_ids, token_type_ids, attention_mask)]
+        flat = [t.reshape(-1, shape[-1]) if t is not None else None
+                for t in (input_ids, token_type_ids, attention_mask)]
         self.bert.eval()  # frozen features: no dropout inside the encoder
         with torch.no_grad():
             states = self.bert(*flat, output_hidden_states=True).hidden_states

@@ -8,10 +8,19 @@ figures from the run's summary.
 """
 
 from bertkit.quickstart.plan import Rates, TimePlan, plan_time
-from bertkit.quickstart.stages import (MODEL, QuickstartConfig, Recipe, build_data, fill_mask_examples,
-                                       finetune_model, prepare_output, pretrain_model, run_quickstart,
-                                       train_vocabulary)
 from bertkit.quickstart.report import seed_table
+from bertkit.quickstart.stages import (
+    MODEL,
+    QuickstartConfig,
+    Recipe,
+    build_data,
+    fill_mask_examples,
+    finetune_model,
+    prepare_output,
+    pretrain_model,
+    run_quickstart,
+    train_vocabulary,
+)
 
 __all__ = ["MODEL", "QuickstartConfig", "Rates", "Recipe", "TimePlan", "build_data", "fill_mask_examples",
            "finetune_model", "plan_time", "prepare_output", "pretrain_model", "run_quickstart", "seed_table",

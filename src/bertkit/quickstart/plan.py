@@ -97,9 +97,11 @@ def plan_time(total_s: float, spent_s: float, rates: Rates, work: FinetuneWork, 
     available = total_s - spent_s - REPORT_S
     share = FINETUNE_SHARE * available
     planned_epochs, planned_seeds = epochs, seeds
-    while not epochs_fixed and planned_epochs > MIN_EPOCHS and work.seconds(planned_epochs, len(planned_seeds), rates) > share:
+    while (not epochs_fixed and planned_epochs > MIN_EPOCHS
+           and work.seconds(planned_epochs, len(planned_seeds), rates) > share):
         planned_epochs = max(MIN_EPOCHS, planned_epochs - 1)
-    while not seeds_fixed and len(planned_seeds) > MIN_SEEDS and work.seconds(planned_epochs, len(planned_seeds), rates) > share:
+    while (not seeds_fixed and len(planned_seeds) > MIN_SEEDS
+           and work.seconds(planned_epochs, len(planned_seeds), rates) > share):
         planned_seeds = planned_seeds[:-1]
     finetune_s = work.seconds(planned_epochs, len(planned_seeds), rates)
     pretrain_s = available - finetune_s

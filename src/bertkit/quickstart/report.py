@@ -156,7 +156,8 @@ def _report_header(summary: dict[str, Any]) -> str:
 def _report_time(summary: dict[str, Any]) -> str:
     """How the time was planned (with --minutes) and how it was spent, stage by stage."""
     timings, plan = summary["timings"], summary.get("plan")
-    spent = (f"vocabulary + data {timings['vocabulary_and_data_s']:.0f} s, pre-training {timings['pretraining_s']:.0f} s, "
+    spent = (f"vocabulary + data {timings['vocabulary_and_data_s']:.0f} s, "
+             f"pre-training {timings['pretraining_s']:.0f} s, "
              f"fine-tuning {timings['finetuning_s']:.0f} s, fill-mask + summary {timings.get('report_s', 0):.0f} s: "
              f"{sum(timings.values()) / 60:.1f} min in all")
     if not plan:

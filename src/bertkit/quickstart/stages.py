@@ -39,8 +39,15 @@ from bertkit.assets import kjv_path
 from bertkit.atomic import write_text_atomic
 from bertkit.errors import BertkitError, Interrupted
 from bertkit.quickstart.plan import FinetuneWork, Rates, TimePlan, plan_time
-from bertkit.quickstart.report import (FINETUNE_FIGURE, PRETRAIN_FIGURE, REPORT_FILE, comparison_lines, plural,
-                                       seed_table, write_report)
+from bertkit.quickstart.report import (
+    FINETUNE_FIGURE,
+    PRETRAIN_FIGURE,
+    REPORT_FILE,
+    comparison_lines,
+    plural,
+    seed_table,
+    write_report,
+)
 from bertkit.tasks.recipes import REFERENCE_WIDTH, finetune_learning_rate, short_recipe
 
 MODEL = "bert-mini"

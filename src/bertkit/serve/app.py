@@ -37,10 +37,15 @@ from pydantic import BaseModel, ConfigDict, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from bertkit.errors import BertkitError
-from bertkit.serve.connections import (ConnectionGuard, CountRequestWarnings, EventLog, GuardedH11Protocol,
-                                       fit_file_limit, handle_accept_errors)
-from bertkit.serve.limits import (BodySizeLimit, Limits, RequestError, check_count, check_text, check_texts,
-                                  error_body)
+from bertkit.serve.connections import (
+    ConnectionGuard,
+    CountRequestWarnings,
+    EventLog,
+    GuardedH11Protocol,
+    fit_file_limit,
+    handle_accept_errors,
+)
+from bertkit.serve.limits import BodySizeLimit, Limits, RequestError, check_count, check_text, check_texts, error_body
 from bertkit.serve.microbatch import MicroBatcher, NotRunningError, QueueFullError
 from bertkit.serve.predictor import MAX_TOP_K, Predictor
 
@@ -249,7 +254,8 @@ def _add_task_routes(app: FastAPI, predictor: Predictor, settings: ServerSetting
                 check_text(pair.context, f"inputs[{i}].context", limits)
             return {"results": await submit(("answer",), [(p.question, p.context) for p in body.inputs])}
 
-    @app.post("/embed", dependencies=secured, summary="Sentence vectors (the directory's pooling, or [CLS], mean, max pooling).")
+    @app.post("/embed", dependencies=secured,
+              summary="Sentence vectors (the directory's pooling, or [CLS], mean, max pooling).")
     async def embed(body: EmbedRequest) -> dict[str, Any]:
         texts = _as_list(body.inputs)
         check_texts(texts, "inputs", limits)

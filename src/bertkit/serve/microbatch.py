@@ -125,7 +125,7 @@ class MicroBatcher:
                 return
             _settle(jobs[0], exception=exc)
             return
-        except Exception as exc:  # noqa: BLE001 - a bug: the request gets a 500, the worker lives on
+        except Exception as exc:  # a bug: the request gets a 500, the worker lives on
             log.exception("inference failed for %s", key)
             for job in jobs:
                 _settle(job, exception=exc)

@@ -133,4 +133,5 @@ def finetune_learning_rate(hidden_size: int, pretraining: dict[str, Any] | None)
     origin = ("random initialisation" if pretraining is None
               else f"pre-trained only {pretraining['steps']:,} steps (< {PAPER_MIN_STEPS:,})")
     rate = width_scaled(3e-4, hidden_size)
-    return rate, f"{origin}, width {hidden_size}: 3e-4 at width {REFERENCE_WIDTH}, scaled by sqrt({REFERENCE_WIDTH} / width)"
+    return rate, (f"{origin}, width {hidden_size}: 3e-4 at width {REFERENCE_WIDTH}, "
+                  f"scaled by sqrt({REFERENCE_WIDTH} / width)")

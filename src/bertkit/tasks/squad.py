@@ -220,7 +220,8 @@ class SquadTask(BaseTask):
                         continue
                     start_char, end_char = words[i][0], words[j][1]  # whole words, never a piece
                     candidates.append((float(start_logits[i] + end_logits[j]), float(start_logits[i]),
-                                       float(end_logits[j]), example.context[start_char:end_char], start_char, end_char))
+                                       float(end_logits[j]), example.context[start_char:end_char],
+                                       start_char, end_char))
         if s.version_2_with_negative:
             candidates.append((null[0], null[1], null[2], "", None, None))
         candidates.sort(key=lambda c: c[0], reverse=True)

@@ -19,6 +19,7 @@ the Rust pipeline on generated text.
 from __future__ import annotations
 
 import functools
+import itertools
 import re
 
 import numpy as np
@@ -26,7 +27,7 @@ from tokenizers import Encoding, Tokenizer
 
 CHUNK_PATH_MIN_CHARS = 1 << 16
 """Smallest batch (characters) for the chunk path; below it the Rust pipeline's lower overhead wins."""
-_ASCII_CONTROL = bytes([*range(0x00, 0x09), 0x0B, 0x0C, *range(0x0E, 0x20), 0x7F])
+_ASCII_CONTROL = bytes([*range(0x09), 0x0B, 0x0C, *range(0x0E, 0x20), 0x7F])
 """Dropped by BERT's text cleaning: control characters other than tab, LF and CR."""
 _LF_TO_NUL = bytes.maketrans(b"\n", b"\x00")
 """After the cleaning, NUL and SOH can only be separators: NUL between texts, SOH between chunks."""
@@ -52,7 +53,7 @@ def encode_ascii(wordpiece: Tokenizer, texts: list[str], do_lower_case: bool) ->
     ends = chunk_start[chunk == chunks[b"\x00"]].tolist() if b"\x00" in chunks else []
     flat = ids.tolist()
     edges = [0, *ends, len(flat)]
-    return [flat[a:b] for a, b in zip(edges[:-1], edges[1:])]
+    return [flat[a:b] for a, b in itertools.pairwise(edges)]
 
 
 def _codes(items: list[bytes]) -> tuple[dict[bytes, int], np.ndarray]:
@@ -90,7 +91,7 @@ class _DeferredBatch:
 class ChunkPiece:
     """One text's encoding by the chunk path: its ids now, offsets and word ids from its batch when read."""
 
-    __slots__ = ("ids", "_batch", "_index")
+    __slots__ = ("_batch", "_index", "ids")
 
     def __init__(self, ids: list[int], batch: _DeferredBatch, index: int) -> None:
         self.ids, self._batch, self._index = ids, batch, index
