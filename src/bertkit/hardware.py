@@ -300,7 +300,8 @@ def _inference_calls(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor) 
     calls: dict[str, Callable[[], object]] = {}
     for p, dtype in DTYPES.items():
         xd, wd, bd = x.to(dtype), weight.to(dtype), bias.to(dtype)
-        calls[f"linear {p}"] = lambda xd=xd, wd=wd, bd=bd: F.gelu(F.linear(xd, wd, bd))
+        # mypy cannot infer a lambda whose defaults bind the loop's tensors
+        calls[f"linear {p}"] = lambda xd=xd, wd=wd, bd=bd: F.gelu(F.linear(xd, wd, bd))  # type: ignore[misc]
         calls[f"packed {p}"] = _packed_call(xd, wd, bd)
     calls["int8"] = _int8_call(x, weight, bias)
     return calls
@@ -357,8 +358,10 @@ def _attention_times(width: int, generator: torch.Generator) -> dict[str, list[t
             for _ in range(max(1, PROBE_TOKENS // length)):
                 qkv = torch.randn(1, length, 3 * heads * 64, generator=generator).to(dtype)
                 sequences.append(qkv.view(1, length, 3, heads, 64).permute(2, 0, 3, 1, 4))  # 3 x (1, A, T, 64)
-            best, _ = _fastest({"sdpa": lambda s=sequences: [F.scaled_dot_product_attention(*qkv) for qkv in s],
-                                "bmm": lambda s=sequences: [bmm_attention(*qkv) for qkv in s]})
+            runs: dict[str, Callable[[], object]] = {
+                "sdpa": lambda s=sequences: [F.scaled_dot_product_attention(*qkv) for qkv in s],  # type: ignore[misc]
+                "bmm": lambda s=sequences: [bmm_attention(*qkv) for qkv in s]}  # type: ignore[misc]
+            best, _ = _fastest(runs)
             times[p].append((length, best.get("sdpa", 0.0) * 1e6, best.get("bmm", 0.0) * 1e6))
     return times
 

@@ -18,8 +18,8 @@ import zlib
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from io import BufferedIOBase
 from pathlib import Path
-from typing import BinaryIO
 
 from bertkit.errors import BertkitError, where
 
@@ -75,7 +75,7 @@ def file_lines(path: Path, limit: int, counts: FileCounts, strict: bool) -> Iter
         counts.skipped_files.setdefault("corrupt gzip data (rest of file)", []).append(str(path))
 
 
-def _open_binary(path: Path) -> BinaryIO:
+def _open_binary(path: Path) -> BufferedIOBase:
     """The file's bytes, decompressed when its name ends in .gz."""
     return gzip.open(path, "rb") if path.suffix == ".gz" else open(path, "rb")
 
@@ -92,7 +92,7 @@ def _unreadable_reason(path: Path) -> str | None:
     return "binary file (NUL bytes)" if b"\x00" in head else None
 
 
-def _bounded_lines(stream: BinaryIO, limit: int) -> Iterator[tuple[bytes, bool]]:
+def _bounded_lines(stream: BufferedIOBase, limit: int) -> Iterator[tuple[bytes, bool]]:
     """(line, was_cut) with at most `limit` bytes per line; the rest of a longer line is dropped."""
     while True:
         line = stream.readline(limit)

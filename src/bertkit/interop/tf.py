@@ -109,6 +109,7 @@ def convert_tf_checkpoint(source: str | Path, output: str | Path, do_lower_case:
     if variables is None:
         variables = read_tf_checkpoint(find_checkpoint_prefix(source))
     # The heads present say what the checkpoint is: pre-trained, a run_classifier or a run_squad model.
+    model: models.BertForSequenceClassification | models.BertForQuestionAnswering | models.BertForPreTraining
     if "output_weights" in variables:
         model = models.BertForSequenceClassification(config.replace(num_labels=variables["output_weights"].shape[0]))
     elif "cls/squad/output_weights" in variables:

@@ -35,6 +35,7 @@ Shape legend: B batch, T sequence length, N real tokens, D hidden size, A heads,
 from __future__ import annotations
 
 import os
+from typing import Generic, TypeVar, cast
 
 import torch
 import torch.nn.functional as F
@@ -42,8 +43,11 @@ import torch.nn.functional as F
 from bertkit import hardware
 from bertkit.model.padding import Unpadded
 
+Layout = TypeVar("Layout", contravariant=True)
+"""What a backend takes beside qkv: an `Unpadded` layout, or a key-padding mask (or None)."""
 
-class Attention:
+
+class Attention(Generic[Layout]):
     """The interface: `backend(qkv, layout, num_heads, dropout_p)`, self-attention of packed q|k|v up to
     (not including) the output projection: (N, 3D) -> (N, D) with an `Unpadded` layout when `unpadded`,
     else (B, T, 3D) -> (B, T, D) with a (B, 1, 1, T) bool key-padding mask or None. Backends hold no
@@ -51,8 +55,7 @@ class Attention:
 
     unpadded = False
 
-    def __call__(self, qkv: torch.Tensor, layout: Unpadded | torch.Tensor | None, num_heads: int,
-                 dropout_p: float) -> torch.Tensor:
+    def __call__(self, qkv: torch.Tensor, layout: Layout, num_heads: int, dropout_p: float) -> torch.Tensor:
         raise NotImplementedError(type(self).__name__)
 
     def __repr__(self) -> str:
@@ -60,7 +63,7 @@ class Attention:
         return f"{type(self).__name__}({inner!r})" if inner is not None else f"{type(self).__name__}()"
 
 
-class PaddedSDPA(Attention):
+class PaddedSDPA(Attention[torch.Tensor | None]):
     """PyTorch's SDPA on the padded batch; padded keys are masked out."""
 
     def __call__(self, qkv: torch.Tensor, mask: torch.Tensor | None, num_heads: int, dropout_p: float) -> torch.Tensor:
@@ -89,7 +92,7 @@ class CpuBmm(PaddedSDPA):
         return super().kernel(q, k, v, mask, dropout_p)
 
 
-class PerSequence(Attention):
+class PerSequence(Attention[Unpadded]):
     """`inner` (PaddedSDPA or CpuBmm) on each sequence's own tokens, one call per sequence."""
 
     unpadded = True
@@ -105,7 +108,7 @@ class PerSequence(Attention):
         return torch.cat(contexts)  # (N, D)
 
 
-class RepaddedSDPA(Attention):
+class RepaddedSDPA(Attention[Unpadded]):
     """SDPA on the batch padded back to (B, T, 3D) for attention alone, with a key-padding mask. An empty
     row attends to its zero padding rather than to nothing (some kernels give NaN for a row with every
     key masked, in backward too); its outputs are dropped again by the unpad."""
@@ -121,7 +124,7 @@ class RepaddedSDPA(Attention):
         return layout.unpad(context)  # (N, D)
 
 
-class VarlenFlash(Attention):
+class VarlenFlash(Attention[Unpadded]):
     """CUDA flash attention over the packed tokens, sequences delimited by cumulative lengths (bf16/fp16;
     it has no dropout)."""
 
@@ -135,7 +138,8 @@ class VarlenFlash(Attention):
         tokens, three_d = qkv.shape
         q, k, v = qkv.view(tokens, 3, num_heads, three_d // (3 * num_heads)).unbind(1)  # 3 x (N, A, Dh)
         cu, longest = layout.cu_seqlens, layout.longest
-        return varlen_attn(q, k, v, cu, cu, longest, longest).reshape(tokens, three_d // 3)  # (N, A, Dh) -> (N, D)
+        context = cast(torch.Tensor, varlen_attn(q, k, v, cu, cu, longest, longest))  # a tuple only with return_aux
+        return context.reshape(tokens, three_d // 3)  # (N, A, Dh) -> (N, D)
 
 
 def choose_attention(x: torch.Tensor, padded: bool, dropout_p: float) -> Attention:

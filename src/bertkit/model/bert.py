@@ -77,7 +77,7 @@ class ResidualDense(nn.Linear):
         super().__init__(in_features, out_features)
         self.dropout = nn.Dropout(dropout)
 
-    def forward(self, x: torch.Tensor, residual: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, residual: torch.Tensor) -> torch.Tensor:  # type: ignore[override]  # + residual
         return residual + self.dropout(super().forward(x))
 
 
@@ -133,6 +133,7 @@ class BertModel(PreTrainedMixin, nn.Module):
         real = None if attention_mask is None or bool(attention_mask.all()) else attention_mask.bool()  # (B, T)
         dropout_p = self.config.attention_probs_dropout_prob if self.training else 0.0
         attention = self.attention or choose_attention(x, real is not None, dropout_p)
+        layout: Unpadded | torch.Tensor | None
         if attention.unpadded:
             layout = Unpadded.from_mask(real if real is not None else torch.ones_like(input_ids, dtype=torch.bool))
             x = layout.unpad(x)  # (N, D)

@@ -62,7 +62,7 @@ class FeatureBasedModel(nn.Module):
             parameter.requires_grad_(False)
         width = bert.config.hidden_size * (len(layers) if combine == "concat" else 1)
         self.dropout = nn.Dropout(dropout)
-        self.head = nn.Linear(width, head.num_outputs)
+        self.head: nn.Linear = nn.Linear(width, head.num_outputs)
         nn.init.normal_(self.head.weight, std=bert.config.initializer_range)
         nn.init.zeros_(self.head.bias)
 

@@ -58,6 +58,11 @@ class _TaskModel(PreTrainedMixin, nn.Module):
         dropout = config.classifier_dropout if config.classifier_dropout is not None else config.hidden_dropout_prob
         self.dropout = nn.Dropout(dropout)
 
+    def _num_labels(self) -> int:
+        """The head's size: the config's, or the class default `__init__` filled in."""
+        assert self.config.num_labels is not None
+        return self.config.num_labels
+
     def _init_heads(self) -> None:
         for name, module in self.named_children():
             if name != "bert":
@@ -123,7 +128,7 @@ class BertForSequenceClassification(_TaskModel):
 
     def __init__(self, config: BertConfig) -> None:
         super().__init__(config)
-        self.classifier = nn.Linear(config.hidden_size, self.config.num_labels)
+        self.classifier = nn.Linear(config.hidden_size, self._num_labels())
         self._init_heads()
 
     def forward(self, input_ids, token_type_ids=None, attention_mask=None,
@@ -140,7 +145,7 @@ class BertForTokenClassification(_TaskModel):
 
     def __init__(self, config: BertConfig) -> None:
         super().__init__(config)
-        self.classifier = nn.Linear(config.hidden_size, self.config.num_labels)
+        self.classifier = nn.Linear(config.hidden_size, self._num_labels())
         self._init_heads()
 
     def forward(self, input_ids, token_type_ids=None, attention_mask=None,

@@ -18,7 +18,7 @@ import json
 import logging
 import os
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import torch
 from safetensors import SafetensorError, safe_open
@@ -131,6 +131,9 @@ class PreTrainedMixin:
 
     config: BertConfig
     default_num_labels: int | None = None  # task classes that need num_labels set this
+
+    if TYPE_CHECKING:  # from_pretrained calls cls(config): the models' constructors take it
+        def __init__(self, *args: Any, **kwargs: Any) -> None: ...
 
     @classmethod
     def from_pretrained(cls: type[M], path: str | Path, **config_overrides: Any) -> M:

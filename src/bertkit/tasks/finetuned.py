@@ -23,7 +23,7 @@ import json
 import os
 import shutil
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import torch
 from safetensors.torch import load_file, save_file
@@ -33,6 +33,7 @@ from bertkit.atomic import replace_directory, write_file_atomic, write_text_atom
 from bertkit.errors import BertkitError
 from bertkit.model import BertModel
 from bertkit.model.feature_based import FeatureBasedModel
+from bertkit.model.pretrained import PreTrainedMixin
 from bertkit.tasks.kinds import task_class
 from bertkit.tasks.task import Task
 from bertkit.tokenizer import WordPieceTokenizer
@@ -61,8 +62,8 @@ def save_finetuned(model: nn.Module, task: Task, tokenizer: WordPieceTokenizer, 
         head = {k: v.contiguous() for k, v in model.head.state_dict().items()}
         write_file_atomic(staging / FEATURE_HEAD_FILE, lambda path: save_file(head, str(path)))
         settings.update(feature_layers=list(model.layers), feature_combine=model.combine)
-    else:
-        model.save_pretrained(staging, tokenizer=tokenizer)
+    else:  # a task model (possibly wrapped, e.g. compiled, which forwards attributes): PreTrainedMixin's API
+        cast(PreTrainedMixin, model).save_pretrained(staging, tokenizer=tokenizer)
     write_text_atomic(staging / TASK_FILE, json.dumps(settings, indent=2) + "\n")
     replace_directory(staging, directory)
 

@@ -60,7 +60,7 @@ def matthews_correlation(labels: Sequence[int], predictions: Sequence[int]) -> f
     return float(covariance / denominator) if denominator else 0.0
 
 
-def pearson(labels: Sequence[float], predictions: Sequence[float]) -> float:
+def pearson(labels: Sequence[float] | np.ndarray, predictions: Sequence[float] | np.ndarray) -> float:
     labels_arr, preds_arr = _paired(labels, predictions, dtype=np.float64)
     x, y = labels_arr - labels_arr.mean(), preds_arr - preds_arr.mean()
     denominator = math.sqrt(float(np.dot(x, x)) * float(np.dot(y, y)))
@@ -86,7 +86,8 @@ def _average_ranks(values: np.ndarray) -> np.ndarray:
     return ranks
 
 
-def _paired(a: Sequence, b: Sequence, dtype: type = np.int64) -> tuple[np.ndarray, np.ndarray]:
+def _paired(a: Sequence | np.ndarray, b: Sequence | np.ndarray,
+            dtype: type = np.int64) -> tuple[np.ndarray, np.ndarray]:
     if len(a) != len(b):
         raise ValueError(f"{len(a)} labels but {len(b)} predictions")
     if len(a) == 0:
@@ -272,6 +273,8 @@ def best_null_threshold(scores: Mapping[str, float], predictions: Mapping[str, s
     Start from predicting "no answer" everywhere; walk the questions by increasing null odds and switch
     each to its span prediction, keeping the running score's first maximum.
     """
+    current: float
+    best: float
     current = best = sum(1 for qid in scores if not has_answer[qid])
     threshold = 0.0
     for qid in sorted(null_odds, key=lambda q: null_odds[q]):
@@ -300,7 +303,8 @@ def squad_evaluate(gold_answers: Mapping[str, Sequence[str]], predictions: Mappi
     exact_raw, f1_raw = squad_raw_scores(gold_answers, predictions)
     # As the v2.0 script: a question is answerable when its list of gold answers is not empty.
     has_answer = {qid: bool(answers) for qid, answers in gold_answers.items()}
-    exact, f1 = dict(exact_raw), dict(f1_raw)
+    exact: dict[str, float] = dict(exact_raw)
+    f1: dict[str, float] = dict(f1_raw)
     if null_odds is not None:
         for qid in gold_answers:
             if null_odds.get(qid, 0.0) > null_odds_threshold:

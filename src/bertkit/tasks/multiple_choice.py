@@ -66,8 +66,9 @@ class MultipleChoiceTask(BaseTask):
         for example in examples:
             group = encodings[cursor:cursor + len(example.endings)]  # C encodings
             cursor += len(example.endings)
-            feature = {"input_ids": [e.input_ids for e in group], "token_type_ids": [e.token_type_ids for e in group],
-                       "attention_mask": [e.attention_mask for e in group]}
+            feature: dict[str, Any] = {"input_ids": [e.input_ids for e in group],
+                                       "token_type_ids": [e.token_type_ids for e in group],
+                                       "attention_mask": [e.attention_mask for e in group]}
             if example.label is not None:
                 feature["labels"] = example.label
             features.append(feature)

@@ -186,7 +186,8 @@ class SquadTask(BaseTask):
             windows = [(features[i], outputs["start_logits"][i], outputs["end_logits"][i]) for i in by_example[index]]
             nbest, null_score = self._nbest(example, windows)
             # As the original: the best entry with text; if there is none, the scores count as 0.
-            best_span = next((e for e in nbest if e["text"]), {"start_logit": 0.0, "end_logit": 0.0, "text": ""})
+            best_span: dict[str, Any] = next((e for e in nbest if e["text"]),
+                                             {"start_logit": 0.0, "end_logit": 0.0, "text": ""})
             qid = example.qid
             result["nbest"][qid] = nbest
             result["span_predictions"][qid] = best_span["text"]

@@ -63,7 +63,7 @@ class Encoding:
         elif len(pieces) == 1:
             kept = (min(lengths[0], room),)
         else:
-            kept = truncated_pair_lengths(*lengths, room)
+            kept = truncated_pair_lengths(lengths[0], lengths[1], room)
         self._pieces, self._kept, self._vocabulary = pieces, kept, vocabulary
         cls, sep = specials
         self.input_ids: list[int] = [cls, *pieces[0].ids[: kept[0]], sep]

@@ -143,7 +143,8 @@ class Engine:
         """Each text's result by its way: the ASCII texts of a batch of at least `chunk_path_min_chars`
         characters by `chunk_path`, texts the Rust pipeline gets wrong by `google_path`, the rest by
         `rust_path` (the two batch paths in one call each)."""
-        chunk, rest = [], range(len(texts))
+        chunk: list[int] = []
+        rest: Sequence[int] = range(len(texts))
         if sum(map(len, texts)) >= self.chunk_path_min_chars:
             chunk = [i for i in rest if texts[i].isascii()]
             rest = [i for i in rest if not texts[i].isascii()]

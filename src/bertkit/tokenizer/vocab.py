@@ -146,7 +146,7 @@ def _read_tokenizer_json(path: Path) -> tuple[list[str], bool | None]:
                            "continuations; bertkit loads only WordPiece vocabularies")
     vocab = model.get("vocab")
     ids = sorted(vocab.values()) if isinstance(vocab, dict) and all(type(i) is int for i in vocab.values()) else None
-    if not ids or ids != list(range(len(ids))):
+    if not isinstance(vocab, dict) or not ids or ids != list(range(len(ids))):
         raise BertkitError(f"{path}: model.vocab must map each token to a distinct id 0..N-1; the file is not "
                            "a complete WordPiece tokenizer")
     extra = [t["content"] for t in spec.get("added_tokens") or [] if vocab.get(t.get("content")) != t.get("id")]
