@@ -20,12 +20,15 @@ class SlowPredictor:
 
     def __init__(self, inner, delay_s: float) -> None:
         self.inner, self.delay_s = inner, delay_s
+        self.calls = 0
+        """embed() calls started (the warm-up is not counted)."""
         self.endpoints = inner.endpoints
 
     def warmup(self) -> None:
         self.inner.warmup()
 
     def embed(self, *args, **kwargs):
+        self.calls += 1
         time.sleep(self.delay_s)
         return self.inner.embed(*args, **kwargs)
 
@@ -34,7 +37,9 @@ def slow_app(model_dir: str, delay_s: float, max_queue: int, timeout_s: float, l
     predictor = SlowPredictor(load_predictor(model_dir), delay_s)
     settings = ServerSettings(limits=limits or Limits(), max_batch_size=1, max_wait_ms=1, max_queue=max_queue,
                               timeout_s=timeout_s)
-    return create_app(predictor, settings)
+    app = create_app(predictor, settings)
+    app.state.slow_predictor = predictor  # tests count the requests that reached the model
+    return app
 
 
 if __name__ == "__main__":

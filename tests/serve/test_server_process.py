@@ -94,11 +94,14 @@ def test_request_past_its_time_limit_answers_504(mlm_dir):
 
 def test_shutdown_drains_in_flight_requests(mlm_dir):
     """Fast variant in-process: what uvicorn's SIGTERM handler does (should_exit) while requests run."""
-    server = _ThreadServer(slow_app(str(mlm_dir), delay_s=0.4, max_queue=16, timeout_s=30))
+    app = slow_app(str(mlm_dir), delay_s=0.4, max_queue=16, timeout_s=30)
+    server = _ThreadServer(app)
     with server as url, ThreadPoolExecutor(1) as pool:
         pending = pool.submit(_post_many, url, 4, 0.0)
-        time.sleep(0.6)  # all four have arrived (margin for a busy machine); >= 1 s of work is left
-        server.server.should_exit = True
+        deadline = time.monotonic() + 30  # a busy machine may take long to connect all four
+        while app.state.slow_predictor.calls + app.state.batcher.queued < 4 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        server.server.should_exit = True  # all four have arrived; at least one is still in flight
         assert [r.status_code for r in pending.result(timeout=60)] == [200] * 4
     assert not server.thread.is_alive()
 

@@ -56,6 +56,11 @@ class MicroBatcher:
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="bertkit-inference")
         self._worker: asyncio.Task | None = None
 
+    @property
+    def queued(self) -> int:
+        """Requests waiting for the inference thread (not counting the batch it runs)."""
+        return self._queue.qsize()
+
     async def call(self, function: Callable[[], Any]) -> Any:
         """Run `function()` on the inference thread (the warm-up uses it, so it never races a batch)."""
         return await asyncio.get_running_loop().run_in_executor(self._executor, function)
