@@ -42,36 +42,17 @@ import torch.nn.functional as F
 from torch import nn
 
 from bertkit import hardware
-from bertkit.errors import BertkitError
 from bertkit.model.attention import PaddedSDPA, cpu_kernels_enabled
 from bertkit.model.bert import BertLayer, BertModel, ResidualDense
+from bertkit.runtime import inference_precision
 
-# --precision of the inference commands (predict, evaluate, extract, serve)
-INFERENCE_PRECISIONS = ("auto", "fp32", "bf16", "int8")
 DENSE_LAYERS = ("qkv", "attn_out", "ffn_in", "ffn_out")  # the encoder layer's nn.Linear modules
-
-
-def check_inference_precision(precision: str) -> str:
-    if precision not in INFERENCE_PRECISIONS:
-        raise BertkitError(f"--precision {precision!r} is not supported for inference; "
-                           f"use one of {', '.join(INFERENCE_PRECISIONS)}")
-    return precision
-
-
-def inference_precision(precision: str, model: nn.Module, device: torch.device) -> str:
-    """The precision to run: 'auto' is the faster of fp32 and bf16 as measured on this machine at the
-    model's width (bertkit.hardware; bf16 on CUDA where supported). int8 is never chosen by 'auto': it
-    changes outputs by more than rounding, so it is asked for by name (accuracy: docs/performance.md)."""
-    if check_inference_precision(precision) == "auto":
-        return hardware.auto_precision(device, hardware.model_width(model), purpose="inference")
-    if precision == "int8" and device.type != "cpu":
-        raise BertkitError(f"--precision int8 runs on CPUs only; on {device.type} use bf16 or fp32")
-    return precision
 
 
 def for_inference(model: nn.Module, precision: str, device: torch.device = torch.device("cpu")) -> nn.Module:
     """An inference copy of `model` (already on `device`) in an inference precision, 'auto' resolved by
-    measurement: `accelerate_for_inference`. What every inference command runs."""
+    measurement (`bertkit.runtime.inference_precision`): `accelerate_for_inference`. What every inference
+    command runs."""
     return accelerate_for_inference(model, inference_precision(precision, model, device))
 
 
