@@ -14,7 +14,7 @@ from bertkit.train.loop import _Cadence, _State
 from bertkit.train.reporting import METRICS_FILE, read_metrics
 
 # 22 examples, batches of 5: 4 full batches and a tail of 2 = 5 optimizer steps per epoch
-TOY = dict(num_epochs=2, micro_batch_size=5, learning_rate=1e-2, precision="fp32", keep_last=10)
+TOY = {"num_epochs": 2, "micro_batch_size": 5, "learning_rate": 1e-2, "precision": "fp32", "keep_last": 10}
 
 
 def _run(directory: Path, **settings) -> tuple[list[int], list[int]]:

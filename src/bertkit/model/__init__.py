@@ -20,5 +20,5 @@ MODEL_CLASSES = {cls.__name__: cls for cls in (
     BertForTokenClassification, BertForQuestionAnswering, BertForMultipleChoice)}
 
 __all__ = ["for_inference", "accelerate_for_inference", "compile_model", "MODEL_CLASSES", "BertModel",
-           "BertModelOutput", "BertForPreTraining", "BertForMaskedLM", "BertForSequenceClassification", "BertForTokenClassification",
-           "BertForQuestionAnswering", "BertForMultipleChoice", "read_state_dict"]
+           "BertModelOutput", "BertForPreTraining", "BertForMaskedLM", "BertForSequenceClassification",
+           "BertForTokenClassification", "BertForQuestionAnswering", "BertForMultipleChoice", "read_state_dict"]

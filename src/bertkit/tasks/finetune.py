@@ -11,8 +11,9 @@ task-specific; evaluation is `bertkit.tasks.evaluate.predict_features`, the fine
 `bertkit.inference.batching`, the feature-based model `bertkit.model.feature_based`.
 
 Design decision: one fine-tuning run per seed, each evaluated on dev at the end of every epoch (or every
-`eval_every` steps; `TrainConfig.eval_every_epoch`) and checkpointed at each evaluation; the loop tracks the best evaluation and stops early (`TrainConfig.best_metric`,
-`early_stopping_patience`), and only the best evaluation of the best seed is kept as `OUTPUT/best` (a
+`eval_every` steps) and checkpointed at each evaluation (`TrainConfig.eval_every_epoch`, `save_on_eval`);
+the loop tracks the best evaluation and stops early (`TrainConfig.best_metric`, `early_stopping_patience`),
+and only the best evaluation of the best seed is kept as `OUTPUT/best` (a
 directory that `predict`, `evaluate` and the server load with nothing else). A seed keeps the loop's
 resumable checkpoints in `OUTPUT/seed-N/checkpoints` until it finishes, so an interrupted run continues
 with `resume="auto"` exactly where it stopped (bit-identical losses on CPU); a finished seed is marked by

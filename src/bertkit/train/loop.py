@@ -3,10 +3,10 @@
 Design decision: the loop knows nothing about BERT. It takes a model, a `loss_fn(model, batch) ->
 (loss, metrics)`, a map-style dataset with its collate function, and a `TrainConfig`, and owns
 everything else in plain sight: gradient accumulation, clipping, precision, the non-finite guard,
-evaluation, checkpoints and exact resume. Exact resume means the restored state is *all* the state:
-weights, optimizer moments, scheduler position, grad-scaler scale, every RNG (python, numpy, torch CPU
-and CUDA, per rank) and the data position (epoch + samples consumed; see `batches.py`); a resumed run
-then produces bit-identical losses on CPU.
+evaluation (every N steps and/or every epoch), early stopping, checkpoints and exact resume. Exact resume
+means the restored state is *all* the state: weights, optimizer moments, scheduler position, grad-scaler
+scale, every RNG (python, numpy, torch CPU and CUDA, per rank) and the data position (epoch + samples
+consumed; see `batches.py`); a resumed run then produces bit-identical losses on CPU.
 
 Per step: for each of the `gradient_accumulation_steps` micro-batches, forward under autocast, scale the
 loss by the micro-batch's share of the global batch, backward (DDP all-reduces on the last one only);
@@ -34,8 +34,8 @@ from safetensors.torch import load_model, save_model
 from torch import nn
 from torch.utils.data import Dataset
 
+from bertkit import runtime
 from bertkit.errors import BertkitError, Interrupted
-from bertkit.runtime import PRECISIONS, autocast, resolve_precision, seed_everything
 from bertkit.train import checkpoint as ckpt
 from bertkit.train.batches import EpochBatches, StepBatch
 from bertkit.train.distributed import (DistributedContext, all_gather_objects, all_reduce_sum, barrier,
@@ -83,7 +83,7 @@ class TrainConfig:
     """Clip the global gradient norm to this; 0 disables clipping (the norm is still checked)."""
     optimizer: str = dataclasses.field(default="adamw", metadata={"choices": OPTIMIZERS})
     """AdamW, or LAMB for very large batches."""
-    precision: str = dataclasses.field(default="auto", metadata={"choices": PRECISIONS})
+    precision: str = dataclasses.field(default="auto", metadata={"choices": runtime.PRECISIONS})
     """auto: the faster of fp32 and bf16 as measured on this machine (`bertkit doctor`; bf16 on GPUs that
     support it); bf16 autocast (CPU or CUDA); fp16 autocast with a grad scaler (CUDA only)."""
     seed: int = 42
@@ -136,8 +136,8 @@ class TrainConfig:
                 raise BertkitError(f"--{name.replace('_', '-')} must be positive, got {value!r}")
         if self.optimizer not in OPTIMIZERS:
             raise BertkitError(f"--optimizer {self.optimizer!r}: use one of {', '.join(OPTIMIZERS)}")
-        if self.precision not in PRECISIONS:
-            raise BertkitError(f"--precision {self.precision!r}: use one of {', '.join(PRECISIONS)}")
+        if self.precision not in runtime.PRECISIONS:
+            raise BertkitError(f"--precision {self.precision!r}: use one of {', '.join(runtime.PRECISIONS)}")
         if self.lr_schedule not in SCHEDULES:
             raise BertkitError(f"--lr-schedule {self.lr_schedule!r}: use one of {', '.join(SCHEDULES)}")
         if self.early_stopping_patience is not None and self.best_metric is None:
@@ -239,13 +239,14 @@ def _precision(config: TrainConfig, ctx: DistributedContext, model: nn.Module) -
     every rank runs what rank 0 resolved ('auto' measures, and ranks must agree)."""
     device, precision = ctx.device, config.precision
     if precision == "auto":
-        precision = broadcast_object(resolve_precision("auto", device, model) if ctx.rank == 0 else None, ctx)
+        resolved = runtime.resolve_precision("auto", device, model) if ctx.rank == 0 else None
+        precision = broadcast_object(resolved, ctx)
     if precision != "fp16":
-        return autocast(precision, device), None
+        return runtime.autocast(precision, device), None
     if device.type != "cuda":
         raise BertkitError("--precision fp16 needs a CUDA device (it relies on a grad scaler); "
                            "on CPU use --precision bf16 or fp32")
-    return autocast(precision, device), torch.amp.GradScaler("cuda")
+    return runtime.autocast(precision, device), torch.amp.GradScaler("cuda")
 
 
 def _to_device(batch: Any, device: torch.device) -> Any:
@@ -318,7 +319,7 @@ def fit(model: nn.Module, loss_fn: LossFn, dataset: Dataset, config: TrainConfig
     load_weights = load_weights or (lambda m, d: load_model(m, str(d / "model.safetensors"), device=str(ctx.device)))
     autocast, scaler = _precision(config, ctx, model)
     model.to(ctx.device).train()
-    seed_everything(config.seed + ctx.rank)
+    runtime.seed_everything(config.seed + ctx.rank)
     state = _State()
     batches = EpochBatches(dataset, collate_fn, micro_batch_size=config.micro_batch_size,
                            accumulation=config.gradient_accumulation_steps, rank=ctx.rank,
@@ -579,4 +580,4 @@ def _restore_rng(rank_states: list[dict], config: TrainConfig, step: int, ctx: D
     if ctx.rank < len(rank_states):
         ckpt.restore_rng_state(rank_states[ctx.rank])
     else:
-        seed_everything(config.seed + ctx.rank + 1_000_003 * step)
+        runtime.seed_everything(config.seed + ctx.rank + 1_000_003 * step)
