@@ -7,7 +7,7 @@ Issue 14's bar: auto never runs more than 5% slower than the faster of fp32 and 
 
 - pre-training steps: bert-mini (`--pretrain-model`), real 32 x 64 instances from `bertkit data
   pretraining` on the bundled corpus, forward + MLM/NSP loss + backward + AdamW, under the autocast
-  the training loop uses for each precision ('auto' resolved by `bertkit.train.loop.resolve_precision`
+  the training loop uses for each precision ('auto' resolved by `bertkit.runtime.resolve_precision`
   at the model's width, as `bertkit pretrain` does);
 - inference tokens/s: BertModel (`--inference-model`, random weights) over batches of 32 verses of the
   bundled corpus padded to the longest, each precision prepared by `bertkit.model.for_inference`, as
@@ -38,9 +38,9 @@ from pretraining import autocast_for, bertkit_step, optimizer_for, real_batches,
 
 from bertkit import hardware
 from bertkit.config import preset
-from bertkit.model import BertForPreTraining, BertModel, for_inference, inference_precision
+from bertkit.model import BertForPreTraining, BertModel, for_inference
+from bertkit.runtime import inference_precision, resolve_precision
 from bertkit.tokenizer import WordPieceTokenizer
-from bertkit.train.loop import resolve_precision
 from inference import VOCAB, sentences, varied_batches
 
 TOLERANCE = 0.95  # auto must reach 95% of the faster of fp32 and bf16

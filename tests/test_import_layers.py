@@ -21,6 +21,7 @@ FORBIDDEN = {
     "errors": {"*"},
     "atomic": {"*"},
     "hardware": {"*"},
+    "runtime": {"*"},
     "config": {"*"},
     "textlines": {"*"},
     "tokenizer": {"data", "model", "tasks", "train", "serve", "interop", "cli"},
@@ -30,7 +31,8 @@ FORBIDDEN = {
     "data": {"model", "train", "tasks", "serve", "cli"},
     "serve": {"train", "cli"},
 }
-ALLOWED_ANYWHERE = {"errors", "atomic", "hardware"}  # hardware: the measured precision/kernel choices
+# hardware: the measured precision/kernel choices; runtime: device, precision and seeding helpers
+ALLOWED_ANYWHERE = {"errors", "atomic", "hardware", "runtime"}
 
 
 def _module_name(path: Path) -> str:
@@ -83,6 +85,7 @@ def test_the_graph_sees_every_module_and_known_edges():
     assert "bertkit.model.pretrained" in graph and "bertkit.train.loop" in graph
     assert "bertkit.model.hf_names" in _reachable("bertkit.model.pretrained")
     assert "bertkit.train.loop" in _reachable("bertkit.tasks.finetune")
+    assert "bertkit.runtime" in _reachable("bertkit.model.accelerate")
 
 
 @pytest.mark.parametrize("layer", sorted(FORBIDDEN))

@@ -36,7 +36,8 @@ from bertkit.data.textfile import read_text
 from bertkit.errors import BertkitError, where
 from bertkit.inference.batching import sorted_batches
 from bertkit.inference.pooling import choose_pooling, read_sentence_transformers, sentence_vectors
-from bertkit.model import BertModel, check_inference_precision, for_inference
+from bertkit.model import BertModel, for_inference
+from bertkit.runtime import check_inference_precision
 from bertkit.tokenizer import WordPieceTokenizer
 
 log = logging.getLogger(__name__)

@@ -123,10 +123,9 @@ def test_every_generated_flag_has_help(name, command):
 
 def test_choices_are_the_library_constants():
     from bertkit.model.feature_based import COMBINES
+    from bertkit.runtime import DEVICES, PRECISIONS
     from bertkit.tasks.metrics import TAG_SCHEMES
     from bertkit.tasks.recipes import RECIPES
-    from bertkit.train.distributed import DEVICES
-    from bertkit.train.loop import PRECISIONS
     from bertkit.train.optim import OPTIMIZERS, SCHEDULES
 
     expected = {"--precision": PRECISIONS, "--lr-schedule": tuple(SCHEDULES), "--device": DEVICES,

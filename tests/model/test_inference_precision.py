@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from bertkit import hardware
+from bertkit import hardware, runtime
 from bertkit import model as bm
 from bertkit.cli.inference import INFERENCE_PRECISIONS
 from bertkit.config import preset
@@ -71,8 +71,8 @@ def test_bad_precisions_are_clear_errors():
     with pytest.raises(BertkitError, match="--precision 'fp16' is not supported for inference; use one of auto"):
         bm.for_inference(model, "fp16")
     with pytest.raises(BertkitError, match="--precision int8 runs on CPUs only"):
-        bm.inference_precision("int8", model, torch.device("cuda"))
+        runtime.inference_precision("int8", model, torch.device("cuda"))
 
 
 def test_the_command_line_offers_the_same_precisions():
-    assert INFERENCE_PRECISIONS == bm.INFERENCE_PRECISIONS
+    assert INFERENCE_PRECISIONS == runtime.INFERENCE_PRECISIONS

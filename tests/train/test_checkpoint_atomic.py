@@ -13,6 +13,7 @@ import pytest
 import torch
 
 from bertkit.errors import BertkitError
+from bertkit.runtime import seed_everything
 from bertkit.train import checkpoint as ckpt
 
 
@@ -124,7 +125,7 @@ def test_resume_keeps_this_runs_fused_optimizer_and_grad_scaler_works(tmp_path):
 
 
 def test_rng_state_round_trips():
-    ckpt.seed_everything(3)
+    seed_everything(3)
     state = ckpt.capture_rng_state()
     expected = (random.random(), np.random.rand(), torch.rand(1).item())
     ckpt.restore_rng_state(json.loads(json.dumps(state)))

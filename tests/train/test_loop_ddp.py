@@ -40,7 +40,8 @@ def torchrun(nproc: int, out: Path, micro: int, accumulation: int, resume: str =
 
 def single_process(out: Path) -> None:
     # Global batch 8 in one process: micro 4 x accumulation 2.
-    config = TrainConfig(max_steps=STEPS, micro_batch_size=4, gradient_accumulation_steps=2, learning_rate=1e-2, precision="fp32",
+    config = TrainConfig(max_steps=STEPS, micro_batch_size=4, gradient_accumulation_steps=2, learning_rate=1e-2,
+                         precision="fp32",
                          save_every=100)
     fit(toy_model(dropout=0.0), toy_loss, toy_data(24), config, out)
 
@@ -60,7 +61,8 @@ def test_two_processes_match_one_and_resume_at_another_world_size(tmp_path):
     # Rank 0 alone gets SIGTERM in step 3 (its 5th micro-batch); both ranks stop there and save.
     stdout = torchrun(2, tmp_path / "switch", micro=2, accumulation=2, sigterm_at=5)
     assert "rank 0: signal at step 3" in stdout and "rank 1: signal at step 3" in stdout
-    config = TrainConfig(max_steps=STEPS, micro_batch_size=4, gradient_accumulation_steps=2, learning_rate=1e-2, precision="fp32",
+    config = TrainConfig(max_steps=STEPS, micro_batch_size=4, gradient_accumulation_steps=2, learning_rate=1e-2,
+                         precision="fp32",
                          save_every=100)
     fit(toy_model(dropout=0.0, seed=9), toy_loss, toy_data(24), config, tmp_path / "switch", resume="auto")
     assert train_losses(tmp_path / "switch") == pytest.approx(train_losses(tmp_path / "one"), rel=1e-5)

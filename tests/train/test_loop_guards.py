@@ -30,7 +30,8 @@ def nan_from_step(first_bad_step: int, micro_per_step: int = 1):
 
 
 def test_nonfinite_steps_are_skipped_and_stop_the_run(tmp_path):
-    config = TrainConfig(max_steps=20, micro_batch_size=4, learning_rate=1e-2, precision="fp32", save_every=1, keep_last=10,
+    config = TrainConfig(max_steps=20, micro_batch_size=4, learning_rate=1e-2, precision="fp32", save_every=1,
+                         keep_last=10,
                          max_nonfinite_steps=3)
     with pytest.raises(BertkitError, match="3 optimizer steps in a row"):
         fit(toy_model(), nan_from_step(3), toy_data(), config, tmp_path)
@@ -51,7 +52,8 @@ def test_skipped_step_moves_neither_optimizer_nor_scheduler(tmp_path):
         loss, metrics = toy_loss(model, batch)
         return (loss * math.inf if calls["n"] == 2 else loss), metrics
 
-    config = TrainConfig(max_steps=3, micro_batch_size=4, learning_rate=1e-2, precision="fp32", save_every=1, keep_last=5)
+    config = TrainConfig(max_steps=3, micro_batch_size=4, learning_rate=1e-2, precision="fp32", save_every=1,
+                         keep_last=5)
     result = fit(toy_model(), loss_fn, toy_data(), config, tmp_path)
     assert result.skipped_steps == 1
     last = ckpt.list_checkpoints(tmp_path / "checkpoints")[-1]
@@ -87,7 +89,8 @@ def test_epoch_budget_and_eval_records_and_best_callback(tmp_path):
 
 
 def test_time_budget_stops_and_decays_lr(tmp_path):
-    result = fit(toy_model(), toy_loss, toy_data(), TrainConfig(max_time_s=0.5, micro_batch_size=4, precision="fp32"), tmp_path)
+    config = TrainConfig(max_time_s=0.5, micro_batch_size=4, precision="fp32")
+    result = fit(toy_model(), toy_loss, toy_data(), config, tmp_path)
     assert result.stop_reason == "budget" and result.step > 1
     lrs = [r["lr"] for r in read_metrics(tmp_path / METRICS_FILE)]
     assert lrs[-1] < max(lrs)

@@ -14,6 +14,7 @@ import torch
 from safetensors.torch import load_file, save_file
 from toy_training import toy_data, toy_loss, toy_model, train_losses
 
+from bertkit.runtime import seed_everything
 from bertkit.train import TrainConfig, fit
 from bertkit.train import checkpoint as ckpt
 
@@ -113,7 +114,7 @@ def _drop_data_position(checkpoint: Path) -> None:
 
 
 def _drop_rng(checkpoint: Path) -> None:
-    ckpt.seed_everything(1234)
+    seed_everything(1234)
     ckpt.write_json(checkpoint / "rng.json", {"ranks": [ckpt.capture_rng_state()]})
 
 

@@ -7,12 +7,15 @@ from __future__ import annotations
 import pytest
 import torch
 from torch import nn
-from transformers import (get_constant_schedule_with_warmup, get_cosine_schedule_with_warmup,
-                          get_inverse_sqrt_schedule, get_linear_schedule_with_warmup)
+from transformers import (
+    get_constant_schedule_with_warmup,
+    get_cosine_schedule_with_warmup,
+    get_inverse_sqrt_schedule,
+    get_linear_schedule_with_warmup,
+)
 
 from bertkit.errors import BertkitError
-from bertkit.train.optim import (SCHEDULES, Lamb, build_optimizer, build_schedule, parameter_groups,
-                                 warmup_linear_decay)
+from bertkit.train.optim import SCHEDULES, Lamb, build_optimizer, build_schedule, parameter_groups, warmup_linear_decay
 
 REFERENCES = {
     "linear": lambda opt, warmup, total: get_linear_schedule_with_warmup(opt, warmup, total),

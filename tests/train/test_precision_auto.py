@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from bertkit import hardware
+from bertkit import hardware, runtime
 from bertkit.train import loop
 from bertkit.train.distributed import DistributedContext
 
@@ -29,19 +29,20 @@ def use_profile(monkeypatch):
 def test_auto_follows_the_measurements_not_the_flags(use_profile):
     cpu = torch.device("cpu")
     use_profile("intel-xeon-no-amx")  # avx512_bf16, but bf16 0.6x fp32
-    assert loop.resolve_precision("auto", cpu) == "fp32"
+    assert runtime.resolve_precision("auto", cpu) == "fp32"
     config = loop.TrainConfig(max_steps=1, precision="auto")
     autocast, scaler = loop._precision(config, DistributedContext(device=cpu), torch.nn.Linear(4, 4))
     assert autocast is contextlib.nullcontext and scaler is None
     use_profile("amd-epyc")
-    assert loop.resolve_precision("auto", cpu) == "bf16"
-    assert loop.resolve_precision("fp32", cpu) == "fp32" and loop.resolve_precision("bf16", cpu) == "bf16"
+    assert runtime.resolve_precision("auto", cpu) == "bf16"
+    assert runtime.resolve_precision("fp32", cpu) == "fp32" and runtime.resolve_precision("bf16", cpu) == "bf16"
 
 
 def test_auto_is_measured_at_the_models_width(monkeypatch):
     asked = []
-    monkeypatch.setattr(hardware, "auto_precision", lambda device, width, purpose: asked.append((width, purpose)) or "fp32")
+    monkeypatch.setattr(hardware, "auto_precision",
+                        lambda device, width, purpose: asked.append((width, purpose)) or "fp32")
     model = torch.nn.Sequential(torch.nn.Linear(256, 1024), torch.nn.Linear(1024, 256), torch.nn.Linear(256, 256))
-    loop.resolve_precision("auto", torch.device("cpu"), model)
-    loop.resolve_precision("auto", torch.device("cpu"))
+    runtime.resolve_precision("auto", torch.device("cpu"), model)
+    runtime.resolve_precision("auto", torch.device("cpu"))
     assert asked == [(256, "training"), (hardware.DEFAULT_WIDTH, "training")]

@@ -14,7 +14,7 @@ from pathlib import Path
 import click
 
 CONTEXT = {"show_default": True}
-# bertkit.model.INFERENCE_PRECISIONS, repeated so that --help does not import torch (a test checks they agree)
+# bertkit.runtime.INFERENCE_PRECISIONS, repeated so that --help does not import torch (a test checks they agree)
 INFERENCE_PRECISIONS = ("auto", "fp32", "bf16", "int8")
 
 

@@ -36,42 +36,24 @@ from __future__ import annotations
 import copy
 import functools
 import itertools
+from typing import cast
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from bertkit import hardware
-from bertkit.errors import BertkitError
 from bertkit.model.attention import PaddedSDPA, cpu_kernels_enabled
 from bertkit.model.bert import BertLayer, BertModel, ResidualDense
+from bertkit.runtime import inference_precision
 
-# --precision of the inference commands (predict, evaluate, extract, serve)
-INFERENCE_PRECISIONS = ("auto", "fp32", "bf16", "int8")
 DENSE_LAYERS = ("qkv", "attn_out", "ffn_in", "ffn_out")  # the encoder layer's nn.Linear modules
-
-
-def check_inference_precision(precision: str) -> str:
-    if precision not in INFERENCE_PRECISIONS:
-        raise BertkitError(f"--precision {precision!r} is not supported for inference; "
-                           f"use one of {', '.join(INFERENCE_PRECISIONS)}")
-    return precision
-
-
-def inference_precision(precision: str, model: nn.Module, device: torch.device) -> str:
-    """The precision to run: 'auto' is the faster of fp32 and bf16 as measured on this machine at the
-    model's width (bertkit.hardware; bf16 on CUDA where supported). int8 is never chosen by 'auto': it
-    changes outputs by more than rounding, so it is asked for by name (accuracy: docs/performance.md)."""
-    if check_inference_precision(precision) == "auto":
-        return hardware.auto_precision(device, hardware.model_width(model), purpose="inference")
-    if precision == "int8" and device.type != "cpu":
-        raise BertkitError(f"--precision int8 runs on CPUs only; on {device.type} use bf16 or fp32")
-    return precision
 
 
 def for_inference(model: nn.Module, precision: str, device: torch.device = torch.device("cpu")) -> nn.Module:
     """An inference copy of `model` (already on `device`) in an inference precision, 'auto' resolved by
-    measurement: `accelerate_for_inference`. What every inference command runs."""
+    measurement (`bertkit.runtime.inference_precision`): `accelerate_for_inference`. What every inference
+    command runs."""
     return accelerate_for_inference(model, inference_precision(precision, model, device))
 
 
@@ -97,7 +79,8 @@ def accelerate_for_inference(model: nn.Module, precision: str = "fp32", *, autoc
         raise ValueError("this model is already accelerated for inference; accelerate the original")
     accelerated = _copy_sharing_tensors(model, torch.bfloat16 if precision == "bf16" else torch.float32)
     for bert in [m for m in accelerated.modules() if isinstance(m, BertModel)]:
-        if any([vars(layer).pop("forward", None) for layer in bert.layers]):  # compile_model's, bound to the original
+        # a list, not a generator: every layer's compiled forward (bound to the original) must be popped
+        if any([vars(layer).pop("forward", None) for layer in bert.layers]):  # noqa: C419
             bert.attention = None  # eager again, so the padding-free attention is chosen per forward
     for layer in [m for m in accelerated.modules() if isinstance(m, BertLayer)]:
         if precision == "int8":
@@ -211,7 +194,8 @@ class Int8Linear(_Frozen):
         super().__init__()
         plain = nn.Linear(linear.in_features, linear.out_features, device="meta")
         plain.weight, plain.bias = linear.weight, linear.bias
-        self.quantized = hardware.quantize_dynamic(nn.Sequential(plain))[0]  # a module's children are swapped
+        quantized = hardware.quantize_dynamic(nn.Sequential(plain))  # a module's children are swapped
+        self.quantized = cast(nn.Sequential, quantized)[0]
 
     def forward(self, x: torch.Tensor, residual: torch.Tensor | None = None) -> torch.Tensor:
         self.check_no_grad(x)

@@ -380,8 +380,8 @@ def measure_rates(cfg: QuickstartConfig, vocab_size: int, finetune_length: int) 
 
     from bertkit.config import preset
     from bertkit.model import BertForSequenceClassification, accelerate_for_inference
+    from bertkit.runtime import resolve_device
     from bertkit.tasks.pretraining import measure_steps_per_second
-    from bertkit.train.distributed import resolve_device
     from bertkit.train.throughput import inference_batches_per_second, training_steps_per_second
 
     recipe, device = cfg.recipe, resolve_device(cfg.device)
@@ -433,7 +433,7 @@ def machine_info(device: str = "auto") -> dict[str, Any]:
     import bertkit
     from bertkit import hardware
     from bertkit.config import preset
-    from bertkit.train.distributed import resolve_device
+    from bertkit.runtime import resolve_device
 
     precision = hardware.auto_precision(resolve_device(device), preset(MODEL).hidden_size, purpose="training")
     return {"cpus": os.cpu_count(), "precision": precision, "torch_threads": torch.get_num_threads(),

@@ -37,7 +37,8 @@ from bertkit.data.squad import SquadExample
 from bertkit.errors import BertkitError
 from bertkit.inference.batching import model_outputs, run_sorted
 from bertkit.inference.pooling import SentenceSettings, choose_pooling, read_sentence_transformers, sentence_vectors
-from bertkit.model import MODEL_CLASSES, BertModel, check_inference_precision, for_inference
+from bertkit.model import MODEL_CLASSES, BertModel, for_inference
+from bertkit.runtime import check_inference_precision
 from bertkit.tasks.classification import ClassificationTask
 from bertkit.tasks.finetuned import load_finetuned, load_weights, read_task_file
 from bertkit.tasks.metrics import entities_conlleval

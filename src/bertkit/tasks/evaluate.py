@@ -24,9 +24,9 @@ from torch import nn
 from bertkit.atomic import write_text_atomic
 from bertkit.inference.batching import model_outputs
 from bertkit.model import for_inference
+from bertkit.runtime import resolve_device
 from bertkit.tasks.finetuned import load_finetuned
 from bertkit.tasks.task import Task, warn_skipped
-from bertkit.train.distributed import resolve_device
 
 RESULTS_FILE = "eval_results.json"
 

@@ -11,8 +11,9 @@ task-specific; evaluation is `bertkit.tasks.evaluate.predict_features`, the fine
 `bertkit.inference.batching`, the feature-based model `bertkit.model.feature_based`.
 
 Design decision: one fine-tuning run per seed, each evaluated on dev at the end of every epoch (or every
-`eval_every` steps); the loop tracks the best evaluation and stops early (`TrainConfig.best_metric`,
-`early_stopping_patience`), and only the best evaluation of the best seed is kept as `OUTPUT/best` (a
+`eval_every` steps) and checkpointed at each evaluation (`TrainConfig.eval_every_epoch`, `save_on_eval`);
+the loop tracks the best evaluation and stops early (`TrainConfig.best_metric`, `early_stopping_patience`),
+and only the best evaluation of the best seed is kept as `OUTPUT/best` (a
 directory that `predict`, `evaluate` and the server load with nothing else). A seed keeps the loop's
 resumable checkpoints in `OUTPUT/seed-N/checkpoints` until it finishes, so an interrupted run continues
 with `resume="auto"` exactly where it stopped (bit-identical losses on CPU); a finished seed is marked by
@@ -48,6 +49,7 @@ from bertkit.errors import BertkitError, Interrupted
 from bertkit.inference.batching import feature_length, pad_batch
 from bertkit.model import accelerate_for_inference, compile_model
 from bertkit.model.feature_based import COMBINES
+from bertkit.runtime import DEVICES, PRECISIONS, resolve_device, resolve_precision, seed_everything
 from bertkit.tasks.evaluate import RESULTS_FILE, predict_features, write_results
 from bertkit.tasks.finetuned import feature_based_model, save_finetuned
 from bertkit.tasks.kinds import build_task
@@ -61,16 +63,8 @@ from bertkit.tasks.run_output import (
 )
 from bertkit.tasks.task import Task, warn_skipped
 from bertkit.tokenizer import WordPieceTokenizer
-from bertkit.train.batches import count_steps_per_epoch
-from bertkit.train.checkpoint import seed_everything
-from bertkit.train.distributed import DEVICES, DistributedContext, resolve_device
-from bertkit.train.loop import (
-    PRECISIONS,
-    FitResult,
-    TrainConfig,
-    fit,
-    resolve_precision,
-)
+from bertkit.train.distributed import DistributedContext
+from bertkit.train.loop import FitResult, TrainConfig, fit
 from bertkit.train.optim import SCHEDULES
 
 log = logging.getLogger(__name__)
@@ -264,21 +258,20 @@ def _pretraining_record(directory: Path) -> dict[str, Any]:
     return {"steps": steps} if isinstance(steps, int) and steps >= 0 else {}
 
 
-def _train_config(cfg: FinetuneConfig, seed: int, precision: str, num_train: int, main_metric: str) -> TrainConfig:
+def _train_config(cfg: FinetuneConfig, seed: int, precision: str, main_metric: str) -> TrainConfig:
     """The loop's settings: the epoch (or step) budget, evaluation every epoch unless told otherwise."""
     if cfg.batch_size % cfg.gradient_accumulation_steps:
         raise BertkitError(f"--batch-size {cfg.batch_size} must be a multiple of --gradient-accumulation-steps "
                            f"{cfg.gradient_accumulation_steps}")
     micro = cfg.batch_size // cfg.gradient_accumulation_steps
-    steps_per_epoch = max(1, count_steps_per_epoch(num_train, cfg.batch_size, cfg.gradient_accumulation_steps))
-    eval_every = cfg.eval_every or steps_per_epoch
     return TrainConfig(num_epochs=None if cfg.max_steps else cfg.epochs, max_steps=cfg.max_steps,
                        micro_batch_size=micro, gradient_accumulation_steps=cfg.gradient_accumulation_steps,
                        learning_rate=cfg.learning_rate, warmup_ratio=cfg.warmup_ratio,
                        lr_schedule=cfg.lr_schedule, weight_decay=cfg.weight_decay, eps=cfg.adam_epsilon,
                        precision=precision,
-                       seed=seed, eval_every=eval_every, save_every=cfg.save_every or eval_every, keep_last=1,
-                       log_every=max(1, min(eval_every, steps_per_epoch) // 10), best_metric=main_metric,
+                       seed=seed, eval_every=cfg.eval_every, eval_every_epoch=cfg.eval_every is None,
+                       save_every=cfg.save_every, save_on_eval=cfg.save_every is None, keep_last=1,
+                       log_every=None, best_metric=main_metric,
                        early_stopping_patience=cfg.early_stopping_patience)
 
 
@@ -294,8 +287,9 @@ def _train_seed(task: Task, cfg: FinetuneConfig, tokenizer: WordPieceTokenizer, 
     model = build_model(task, cfg, tokenizer, max_seq_length)
     precision = resolve_precision(cfg.precision, device, model)
     run = _SeedRun(task, tokenizer, dev_sets, cfg, directory, device)
-    config = _train_config(cfg, seed, precision, len(train_features), task.metric_names[0])
-    log.info("seed %d: evaluation every %d steps, precision %s%s", seed, config.eval_every, precision,
+    config = _train_config(cfg, seed, precision, task.metric_names[0])
+    every = f"{cfg.eval_every} steps" if cfg.eval_every else "epoch"
+    log.info("seed %d: evaluation every %s, precision %s%s", seed, every, precision,
              ", resuming" if resuming else "")
     result = fit(model, task.loss, train_features, config, directory,
                  collate_fn=lambda items: pad_batch(items, tokenizer.pad_token_id), eval_fn=run.evaluate,
@@ -355,8 +349,8 @@ def finetune(task: Task, cfg: FinetuneConfig, tokenizer: WordPieceTokenizer, tra
 
 # Settings a resumed run must share with the run it continues (others, e.g. --device, may change).
 _RUN_KEYS = ("model", "tokenizer", "epochs", "max_steps", "eval_every", "batch_size", "gradient_accumulation_steps",
-             "learning_rate", "warmup_ratio", "lr_schedule", "weight_decay", "adam_epsilon", "dropout", "freeze_encoder",
-             "feature_layers", "feature_combine", "group_by_length", "early_stopping_patience")
+             "learning_rate", "warmup_ratio", "lr_schedule", "weight_decay", "adam_epsilon", "dropout",
+             "freeze_encoder", "feature_layers", "feature_combine", "group_by_length", "early_stopping_patience")
 
 
 def run_settings(cfg: FinetuneConfig) -> dict[str, Any]:

@@ -31,10 +31,11 @@ from bertkit.config import BertConfig, load_config
 from bertkit.data import PretrainingDataset, collate_pretraining
 from bertkit.errors import BertkitError
 from bertkit.model import BertForMaskedLM, BertForPreTraining, accelerate_for_inference, compile_model, read_state_dict
+from bertkit.runtime import DEVICES, resolve_device
 from bertkit.tasks.recipes import PRETRAINING_FILE, RECIPES, PretrainRecipe, budget_steps, choose_recipe, short_recipe
 from bertkit.tokenizer import WordPieceTokenizer
 from bertkit.train import FitResult, TrainConfig, fit, setup_distributed, teardown_distributed
-from bertkit.train.distributed import DEVICES, broadcast_object, resolve_device, unwrap_model
+from bertkit.train.distributed import broadcast_object, unwrap_model
 from bertkit.train.throughput import training_steps_per_second
 
 logger = logging.getLogger(__name__)

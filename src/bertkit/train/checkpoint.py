@@ -390,9 +390,3 @@ def restore_rng_state(state: dict[str, Any]) -> None:
     if "cuda" in state and torch.cuda.is_available():
         torch.cuda.set_rng_state_all([torch.tensor(s, dtype=torch.uint8) for s in state["cuda"]])
 
-
-def seed_everything(seed: int) -> None:
-    """Seed python, numpy and torch (CPU and CUDA) generators."""
-    random.seed(seed)
-    np.random.seed(seed % 2**32)
-    torch.manual_seed(seed)

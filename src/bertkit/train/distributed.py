@@ -19,7 +19,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from bertkit.errors import BertkitError
+from bertkit.runtime import resolve_device
 
 
 @dataclass(frozen=True)
@@ -42,23 +42,6 @@ class DistributedContext:
     @property
     def distributed(self) -> bool:
         return self.world_size > 1
-
-
-DEVICES = ("auto", "cpu", "cuda")
-"""The values of --device: auto is the local CUDA device when there is one, else the CPU."""
-
-
-def resolve_device(device: str, local_rank: int = 0) -> torch.device:
-    """'auto' -> the local CUDA device when there is one, else CPU; 'cpu'/'cuda' as asked."""
-    if device == "auto":
-        device = "cuda" if torch.cuda.is_available() else "cpu"
-    if device == "cuda":
-        if not torch.cuda.is_available():
-            raise BertkitError("--device cuda was asked for but no CUDA device is available; use --device cpu")
-        return torch.device("cuda", local_rank)
-    if device != "cpu":
-        raise BertkitError(f"--device {device!r} is not supported; use {', '.join(DEVICES)}")
-    return torch.device("cpu")
 
 
 def setup_distributed(device: str = "auto") -> DistributedContext:

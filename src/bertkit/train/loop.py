@@ -3,10 +3,10 @@
 Design decision: the loop knows nothing about BERT. It takes a model, a `loss_fn(model, batch) ->
 (loss, metrics)`, a map-style dataset with its collate function, and a `TrainConfig`, and owns
 everything else in plain sight: gradient accumulation, clipping, precision, the non-finite guard,
-evaluation, checkpoints and exact resume. Exact resume means the restored state is *all* the state:
-weights, optimizer moments, scheduler position, grad-scaler scale, every RNG (python, numpy, torch CPU
-and CUDA, per rank) and the data position (epoch + samples consumed; see `batches.py`); a resumed run
-then produces bit-identical losses on CPU.
+evaluation (every N steps and/or every epoch), early stopping, checkpoints and exact resume. Exact resume
+means the restored state is *all* the state: weights, optimizer moments, scheduler position, grad-scaler
+scale, every RNG (python, numpy, torch CPU and CUDA, per rank) and the data position (epoch + samples
+consumed; see `batches.py`); a resumed run then produces bit-identical losses on CPU.
 
 Per step: for each of the `gradient_accumulation_steps` micro-batches, forward under autocast, scale the
 loss by the micro-batch's share of the global batch, backward (DDP all-reduces on the last one only);
@@ -34,18 +34,23 @@ from safetensors.torch import load_model, save_model
 from torch import nn
 from torch.utils.data import Dataset
 
-from bertkit import hardware
+from bertkit import runtime
 from bertkit.errors import BertkitError, Interrupted
 from bertkit.train import checkpoint as ckpt
 from bertkit.train.batches import EpochBatches, StepBatch
-from bertkit.train.distributed import (DistributedContext, all_gather_objects, all_reduce_sum, barrier,
-                                       broadcast_object, wrap_model)
+from bertkit.train.distributed import (
+    DistributedContext,
+    all_gather_objects,
+    all_reduce_sum,
+    barrier,
+    broadcast_object,
+    wrap_model,
+)
 from bertkit.train.optim import OPTIMIZERS, SCHEDULES, build_optimizer, build_schedule
 from bertkit.train.reporting import Reporter
 
 logger = logging.getLogger(__name__)
 
-PRECISIONS = ("auto", "fp32", "bf16", "fp16")
 LossFn = Callable[[nn.Module, Any], "tuple[torch.Tensor, dict[str, float]]"]
 EvalFn = Callable[[nn.Module], "dict[str, float]"]
 
@@ -84,7 +89,7 @@ class TrainConfig:
     """Clip the global gradient norm to this; 0 disables clipping (the norm is still checked)."""
     optimizer: str = dataclasses.field(default="adamw", metadata={"choices": OPTIMIZERS})
     """AdamW, or LAMB for very large batches."""
-    precision: str = dataclasses.field(default="auto", metadata={"choices": PRECISIONS})
+    precision: str = dataclasses.field(default="auto", metadata={"choices": runtime.PRECISIONS})
     """auto: the faster of fp32 and bf16 as measured on this machine (`bertkit doctor`; bf16 on GPUs that
     support it); bf16 autocast (CPU or CUDA); fp16 autocast with a grad scaler (CUDA only)."""
     seed: int = 42
@@ -93,12 +98,19 @@ class TrainConfig:
     """Shuffle the data every epoch (from seed and epoch)."""
     num_workers: int = 0
     """DataLoader worker processes per training process."""
-    log_every: int = 10
-    """Refresh the progress bar every this many steps (metrics.jsonl gets every step)."""
+    log_every: int | None = 10
+    """Refresh the progress bar every this many steps (metrics.jsonl gets every step); unset: ten times per
+    epoch or per --eval-every interval, whichever is shorter."""
     eval_every: int | None = None
-    """Held-out evaluation every this many steps and at the end; unset: only at the end."""
+    """Held-out evaluation every this many steps and at the end; unset: only at the end (and each epoch
+    with --eval-every-epoch)."""
+    eval_every_epoch: bool = False
+    """Held-out evaluation at the end of every epoch too (every epoch's worth of optimizer steps)."""
     save_every: int | None = 1000
-    """Checkpoint every this many steps (also on SIGTERM/SIGINT and at the end); unset: only then."""
+    """Checkpoint every this many steps (also on SIGTERM/SIGINT and at the end); unset: only then (and at
+    evaluations with --save-on-eval)."""
+    save_on_eval: bool = False
+    """Checkpoint after every evaluation too, so a resumed run continues from its last evaluation."""
     keep_last: int = 3
     """Checkpoints kept on disk (older ones are deleted)."""
     max_nonfinite_steps: int = 10
@@ -130,8 +142,8 @@ class TrainConfig:
                 raise BertkitError(f"--{name.replace('_', '-')} must be positive, got {value!r}")
         if self.optimizer not in OPTIMIZERS:
             raise BertkitError(f"--optimizer {self.optimizer!r}: use one of {', '.join(OPTIMIZERS)}")
-        if self.precision not in PRECISIONS:
-            raise BertkitError(f"--precision {self.precision!r}: use one of {', '.join(PRECISIONS)}")
+        if self.precision not in runtime.PRECISIONS:
+            raise BertkitError(f"--precision {self.precision!r}: use one of {', '.join(runtime.PRECISIONS)}")
         if self.lr_schedule not in SCHEDULES:
             raise BertkitError(f"--lr-schedule {self.lr_schedule!r}: use one of {', '.join(SCHEDULES)}")
         if self.early_stopping_patience is not None and self.best_metric is None:
@@ -208,17 +220,24 @@ class _Budget:
         return self.progress(step) >= 1.0
 
 
-def default_precision(device: torch.device, model: nn.Module | None = None) -> str:
-    """bf16 on CUDA GPUs that support it; on a CPU the faster of fp32 and bf16 for training as measured
-    on this machine at the model's width (bf16 only when >= 1.2x; `bertkit.hardware`), never read from
-    CPU flags: avx512_bf16 has meant 4.7x on one CPU and 0.6x on another."""
-    width = hardware.model_width(model) if model is not None else hardware.DEFAULT_WIDTH
-    return hardware.auto_precision(device, width, purpose="training")
+class _Cadence:
+    """When the loop refreshes the progress bar, evaluates and saves: steps, epochs resolved to steps.
 
+    An epoch is `steps_per_epoch` optimizer steps (every epoch has that many, the short tail rule being
+    the same each epoch), so "the end of every epoch" is every multiple of it, resumed runs included."""
 
-def resolve_precision(precision: str, device: torch.device, model: nn.Module | None = None) -> str:
-    """The precision to run: 'auto' becomes default_precision(device, model)."""
-    return default_precision(device, model) if precision == "auto" else precision
+    def __init__(self, config: TrainConfig, steps_per_epoch: int, state: _State) -> None:
+        self.config, self.steps_per_epoch, self.state = config, steps_per_epoch, state
+        shortest = min(config.eval_every or steps_per_epoch, steps_per_epoch)
+        self.log_every = config.log_every or max(1, shortest // 10)
+
+    def evaluates(self, step: int) -> bool:
+        every, epochs = self.config.eval_every, self.config.eval_every_epoch
+        return bool(every and step % every == 0) or (epochs and step % self.steps_per_epoch == 0)
+
+    def saves(self, step: int) -> bool:
+        every, on_eval = self.config.save_every, self.config.save_on_eval
+        return bool(every and step % every == 0) or (on_eval and self.state.last_eval_step == step)
 
 
 def _precision(config: TrainConfig, ctx: DistributedContext, model: nn.Module) -> tuple[Callable[[], Any], Any]:
@@ -226,15 +245,14 @@ def _precision(config: TrainConfig, ctx: DistributedContext, model: nn.Module) -
     every rank runs what rank 0 resolved ('auto' measures, and ranks must agree)."""
     device, precision = ctx.device, config.precision
     if precision == "auto":
-        precision = broadcast_object(resolve_precision("auto", device, model) if ctx.rank == 0 else None, ctx)
-    if precision == "fp32":
-        return contextlib.nullcontext, None
-    if precision == "bf16":
-        return lambda: torch.autocast(device.type, dtype=torch.bfloat16), None
+        resolved = runtime.resolve_precision("auto", device, model) if ctx.rank == 0 else None
+        precision = broadcast_object(resolved, ctx)
+    if precision != "fp16":
+        return runtime.autocast(precision, device), None
     if device.type != "cuda":
         raise BertkitError("--precision fp16 needs a CUDA device (it relies on a grad scaler); "
                            "on CPU use --precision bf16 or fp32")
-    return lambda: torch.autocast("cuda", dtype=torch.float16), torch.amp.GradScaler("cuda")
+    return runtime.autocast(precision, device), torch.amp.GradScaler("cuda")
 
 
 def _to_device(batch: Any, device: torch.device) -> Any:
@@ -307,7 +325,7 @@ def fit(model: nn.Module, loss_fn: LossFn, dataset: Dataset, config: TrainConfig
     load_weights = load_weights or (lambda m, d: load_model(m, str(d / "model.safetensors"), device=str(ctx.device)))
     autocast, scaler = _precision(config, ctx, model)
     model.to(ctx.device).train()
-    ckpt.seed_everything(config.seed + ctx.rank)
+    runtime.seed_everything(config.seed + ctx.rank)
     state = _State()
     batches = EpochBatches(dataset, collate_fn, micro_batch_size=config.micro_batch_size,
                            accumulation=config.gradient_accumulation_steps, rank=ctx.rank,
@@ -362,6 +380,7 @@ def _train(model: nn.Module, loss_fn: LossFn, parts: _Parts, config: TrainConfig
     if budget.done(state.step):
         return "budget"
     started, elapsed_before = time.perf_counter(), state.elapsed_s
+    cadence = _Cadence(config, parts.batches.steps_per_epoch, state)
     data: Iterator[StepBatch] = iter(parts.batches)
     while True:
         lr = parts.scheduler.get_last_lr()[0]
@@ -377,14 +396,14 @@ def _train(model: nn.Module, loss_fn: LossFn, parts: _Parts, config: TrainConfig
             _count_nonfinite(state, record, reporter)
         else:
             state.consecutive_nonfinite = 0
-        reporter.train_step(record, tokens, show=state.step % config.log_every == 0)
+        reporter.train_step(record, tokens, show=state.step % cadence.log_every == 0)
         if state.consecutive_nonfinite >= config.max_nonfinite_steps:
             raise BertkitError(
                 f"{state.consecutive_nonfinite} optimizer steps in a row (up to step {state.step}) had a "
                 "non-finite loss or gradient norm, so training stopped without saving the poisoned state; "
                 "lower --learning-rate, use --precision fp32 or bf16, check the data, and resume from the "
                 "last checkpoint with --resume auto")
-        if eval_fn is not None and config.eval_every and state.step % config.eval_every == 0:
+        if eval_fn is not None and cadence.evaluates(state.step):
             _evaluate(parts, eval_fn, on_best, config, autocast, reporter, ctx)
         if stop_requested:
             return "signal"
@@ -394,7 +413,7 @@ def _train(model: nn.Module, loss_fn: LossFn, parts: _Parts, config: TrainConfig
             return "early_stop"
         if budget.done(state.step):
             return "budget"
-        if config.save_every and state.step % config.save_every == 0:
+        if cadence.saves(state.step):
             _save(parts, checkpoints, config, ctx)
 
 
@@ -567,4 +586,4 @@ def _restore_rng(rank_states: list[dict], config: TrainConfig, step: int, ctx: D
     if ctx.rank < len(rank_states):
         ckpt.restore_rng_state(rank_states[ctx.rank])
     else:
-        ckpt.seed_everything(config.seed + ctx.rank + 1_000_003 * step)
+        runtime.seed_everything(config.seed + ctx.rank + 1_000_003 * step)

@@ -54,7 +54,7 @@ class Reporter:
 
         run_dir.mkdir(parents=True, exist_ok=True)
         truncate_metrics(run_dir / METRICS_FILE, start_step)
-        self.jsonl = open(run_dir / METRICS_FILE, "a", encoding="utf-8")
+        self.jsonl = open(run_dir / METRICS_FILE, "a", encoding="utf-8")  # noqa: SIM115 - open for the whole run
         self.writer = SummaryWriter(log_dir=str(run_dir / "tensorboard"), purge_step=start_step + 1)
         self.bar = tqdm(total=total_steps, initial=start_step, desc="train", unit="step", dynamic_ncols=True)
         self.window_tokens, self.window_start = 0, time.perf_counter()
@@ -113,7 +113,7 @@ def plot_metrics(metrics_path: Path, png_path: Path) -> Path | None:
     import matplotlib.pyplot as plt
 
     figure, (loss_axis, accuracy_axis) = plt.subplots(1, 2, figsize=(11, 4))
-    keys = sorted({k for r in records for k in r if k.endswith("loss") or k.endswith("accuracy")})
+    keys = sorted({k for r in records for k in r if k.endswith(("loss", "accuracy"))})
     colors = {key: f"C{i}" for i, key in enumerate(keys)}  # a metric keeps its colour in train and eval
     for kind, style in (("train", "-"), ("eval", "o--")):
         rows = [r for r in records if r.get("kind") == kind]

@@ -10,7 +10,6 @@ nothing about BERT): `bertkit.tasks.pretraining` and the quickstart use it to tu
 
 from __future__ import annotations
 
-import contextlib
 import time
 from collections.abc import Callable
 from typing import Any
@@ -18,19 +17,10 @@ from typing import Any
 import torch
 from torch import nn
 
-from bertkit.train.loop import resolve_precision
+from bertkit import runtime
 from bertkit.train.optim import build_optimizer
 
 LossFn = Callable[[nn.Module, Any], "tuple[torch.Tensor, dict[str, float]]"]
-
-
-def _autocast(precision: str, device: torch.device, model: nn.Module) -> Any:
-    resolved = resolve_precision(precision, device, model)  # 'auto' as the run will resolve it
-    if resolved == "bf16":
-        return torch.autocast(device.type, dtype=torch.bfloat16)
-    if resolved == "fp16":
-        return torch.autocast(device.type, dtype=torch.float16)
-    return contextlib.nullcontext()
 
 
 def _rate(step: Callable[[], None], device: torch.device, seconds: float, max_count: int = 50) -> float:
@@ -53,7 +43,8 @@ def training_steps_per_second(build_model: Callable[[], nn.Module], loss_fn: Los
         model = build_model().to(device).train()
         optimizer = build_optimizer(model, "adamw", 1e-4, 0.01, (0.9, 0.999), 1e-6)
         batch = {key: value.to(device) for key, value in batch.items()}
-        autocast = _autocast(precision, device, model)
+        # 'auto' as the run will resolve it
+        autocast = runtime.autocast(runtime.resolve_precision(precision, device, model), device)()
 
         def step() -> None:
             with autocast:

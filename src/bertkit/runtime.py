@@ -1,0 +1,96 @@
+"""Where and how a run computes: the device, the precision (training and inference) and the seeds.
+
+- Devices: `DEVICES` (the values of --device) and `resolve_device`.
+- Training precision: `PRECISIONS`, `default_precision`, `resolve_precision`, and `autocast`, the
+  context the loop and the throughput probe run forward passes under.
+- Inference precision: `INFERENCE_PRECISIONS`, `check_inference_precision`, `inference_precision`
+  (what `bertkit.model.for_inference` and every inference command resolve --precision with).
+- Seeding: `seed_everything`.
+
+Design decision: every layer may import this module (pre-training, fine-tuning, inference, serving and
+the quickstart all pick a device and a precision), so it imports only torch, `bertkit.errors` and
+`bertkit.hardware`; 'auto' precisions are the faster choice as measured on this machine at the model's
+width (`bertkit.hardware`), never read from CPU flags: avx512_bf16 has meant 4.7x on one CPU and 0.6x
+on another.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import random
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from bertkit import hardware
+from bertkit.errors import BertkitError
+
+DEVICES = ("auto", "cpu", "cuda")
+"""The values of --device: auto is the local CUDA device when there is one, else the CPU."""
+PRECISIONS = ("auto", "fp32", "bf16", "fp16")
+"""The values of --precision for training (pre-training, fine-tuning)."""
+INFERENCE_PRECISIONS = ("auto", "fp32", "bf16", "int8")
+"""The values of --precision for inference (predict, evaluate, extract, serve)."""
+
+
+def resolve_device(device: str, local_rank: int = 0) -> torch.device:
+    """'auto' -> the local CUDA device when there is one, else CPU; 'cpu'/'cuda' as asked."""
+    if device == "auto":
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    if device == "cuda":
+        if not torch.cuda.is_available():
+            raise BertkitError("--device cuda was asked for but no CUDA device is available; use --device cpu")
+        return torch.device("cuda", local_rank)
+    if device != "cpu":
+        raise BertkitError(f"--device {device!r} is not supported; use {', '.join(DEVICES)}")
+    return torch.device("cpu")
+
+
+def default_precision(device: torch.device, model: nn.Module | None = None) -> str:
+    """bf16 on CUDA GPUs that support it; on a CPU the faster of fp32 and bf16 for training as measured
+    on this machine at the model's width (bf16 only when >= 1.2x; `bertkit.hardware`)."""
+    width = hardware.model_width(model) if model is not None else hardware.DEFAULT_WIDTH
+    return hardware.auto_precision(device, width, purpose="training")
+
+
+def resolve_precision(precision: str, device: torch.device, model: nn.Module | None = None) -> str:
+    """The training precision to run: 'auto' becomes default_precision(device, model)."""
+    return default_precision(device, model) if precision == "auto" else precision
+
+
+def autocast(precision: str, device: torch.device) -> Callable[[], Any]:
+    """A factory of the context a forward pass runs under in a resolved training precision: nothing for
+    fp32, torch.autocast to bf16 or fp16 otherwise (fp16 also needs a grad scaler: the loop's business)."""
+    if precision == "fp32":
+        return contextlib.nullcontext
+    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}[precision]
+    return lambda: torch.autocast(device.type, dtype=dtype)
+
+
+def check_inference_precision(precision: str) -> str:
+    """`precision` itself when it is one of INFERENCE_PRECISIONS, else a BertkitError naming them."""
+    if precision not in INFERENCE_PRECISIONS:
+        raise BertkitError(f"--precision {precision!r} is not supported for inference; "
+                           f"use one of {', '.join(INFERENCE_PRECISIONS)}")
+    return precision
+
+
+def inference_precision(precision: str, model: nn.Module, device: torch.device) -> str:
+    """The inference precision to run: 'auto' is the faster of fp32 and bf16 as measured on this machine
+    at the model's width (bertkit.hardware; bf16 on CUDA where supported). int8 is never chosen by 'auto':
+    it changes outputs by more than rounding, so it is asked for by name (accuracy: docs/performance.md)."""
+    if check_inference_precision(precision) == "auto":
+        return hardware.auto_precision(device, hardware.model_width(model), purpose="inference")
+    if precision == "int8" and device.type != "cpu":
+        raise BertkitError(f"--precision int8 runs on CPUs only; on {device.type} use bf16 or fp32")
+    return precision
+
+
+def seed_everything(seed: int) -> None:
+    """Seed python, numpy and torch (CPU and CUDA) generators."""
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)

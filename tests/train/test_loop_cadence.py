@@ -1,0 +1,45 @@
+"""When the loop evaluates, saves and refreshes the progress bar: every N steps, at the end of every epoch
+(`eval_every_epoch`, fine-tuning's default), after every evaluation (`save_on_eval`), and a progress bar
+refreshed ten times per epoch or evaluation interval when `log_every` is unset."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from toy_training import toy_data, toy_loss, toy_model
+
+from bertkit.train import TrainConfig, fit
+from bertkit.train.loop import _Cadence, _State
+from bertkit.train.reporting import METRICS_FILE, read_metrics
+
+# 22 examples, batches of 5: 4 full batches and a tail of 2 = 5 optimizer steps per epoch
+TOY = {"num_epochs": 2, "micro_batch_size": 5, "learning_rate": 1e-2, "precision": "fp32", "keep_last": 10}
+
+
+def _run(directory: Path, **settings) -> tuple[list[int], list[int]]:
+    """(steps evaluated, steps with a checkpoint on disk)."""
+    fit(toy_model(), toy_loss, toy_data(22), TrainConfig(**{**TOY, **settings}), directory,
+        eval_fn=lambda model: {"score": 0.0})
+    evals = [r["step"] for r in read_metrics(directory / METRICS_FILE) if r["kind"] == "eval"]
+    saved = sorted(int(p.name.split("-")[1]) for p in (directory / "checkpoints").glob("step-*"))
+    return evals, saved
+
+
+def test_evaluation_at_the_end_of_every_epoch_and_a_checkpoint_at_each(tmp_path):
+    assert _run(tmp_path / "epochs", eval_every_epoch=True, save_every=None, save_on_eval=True) == ([5, 10], [5, 10])
+    assert _run(tmp_path / "steps", eval_every=3, save_every=None) == ([3, 6, 9, 10], [10])
+
+
+def test_every_epoch_and_every_n_steps_together(tmp_path):
+    evals, saved = _run(tmp_path, eval_every=3, eval_every_epoch=True, save_every=4, save_on_eval=True)
+    assert evals == [3, 5, 6, 9, 10]
+    assert saved == [3, 4, 5, 6, 8, 9, 10]
+
+
+@pytest.mark.parametrize("eval_every, steps_per_epoch, expected", [
+    (None, 40, 4), (25, 40, 2), (None, 5, 1), (100, 300, 10)])
+def test_unset_log_every_refreshes_ten_times_per_epoch_or_evaluation(eval_every, steps_per_epoch, expected):
+    config = TrainConfig(max_steps=10, eval_every=eval_every, log_every=None)
+    assert _Cadence(config, steps_per_epoch, _State()).log_every == expected
+    assert _Cadence(TrainConfig(max_steps=10, log_every=7), steps_per_epoch, _State()).log_every == 7
