@@ -78,8 +78,8 @@ def test_interrupted_seed_resumes_bit_exact_and_finished_seeds_are_kept(tmp_path
     assert not (tmp_path / "stopped" / "eval_results.json").exists()  # the run is not finished
     resumed = _run(tmp_path, "stopped", ClassificationTask(SETTINGS), resume=True)
     assert _losses(tmp_path / "stopped", 1) == _losses(tmp_path / "straight", 1)  # seed 1 was not trained again
-    stopped, straight = (_losses(tmp_path / name, 2) for name in ("stopped", "straight"))
-    assert [loss for _, loss in stopped] == [loss for _, loss in straight]
+    seed_2 = {name: [loss for _, loss in _losses(tmp_path / name, 2)] for name in ("stopped", "straight")}
+    assert seed_2["stopped"] == seed_2["straight"]
     assert resumed["seeds"] == straight["seeds"] and resumed["summary"] == straight["summary"]
     assert (tmp_path / "stopped" / "best" / "model.safetensors").is_file()
     assert not list((tmp_path / "stopped").glob("seed-*/checkpoints"))

@@ -94,7 +94,7 @@ def safetensors_shapes(path: Path) -> dict[str, list[int]]:
     """Tensor name -> shape from a safetensors header, without reading the tensors."""
     try:
         with safe_open(str(path), framework="pt") as handle:
-            return {name: handle.get_slice(name).get_shape() for name in handle}
+            return {name: handle.get_slice(name).get_shape() for name in handle.keys()}  # noqa: SIM118 - safe_open is not iterable
     except (SafetensorError, OSError) as exc:
         raise BertkitError(f"{path}: unreadable safetensors file ({exc})") from None
 
