@@ -19,7 +19,7 @@ projections, feed-forward, LayerNorm and dropout run on it alone. Outputs are pa
 padded positions, whichever backend runs.
 
 Q, K and V are one fused (D, 3D) projection (one matrix multiply instead of three);
-interop/hf.py splits and joins it when reading and writing Hugging Face checkpoints.
+model/hf_names.py splits and joins it when reading and writing Hugging Face checkpoints.
 
 Shape legend: B batch, T sequence length, N real tokens, D hidden size, A heads, Dh head size.
 """
