@@ -23,6 +23,7 @@ FORBIDDEN = {
     "hardware": {"*"},
     "runtime": {"*"},
     "config": {"*"},
+    "settings": {"*"},
     "textlines": {"*"},
     "tokenizer": {"data", "model", "tasks", "train", "serve", "interop", "cli"},
     "model": {"data", "train", "tasks", "serve", "cli", "interop", "inference"},
@@ -31,8 +32,9 @@ FORBIDDEN = {
     "data": {"model", "train", "tasks", "serve", "cli"},
     "serve": {"train", "cli"},
 }
-# hardware: the measured precision/kernel choices; runtime: device, precision and seeding helpers
-ALLOWED_ANYWHERE = {"errors", "atomic", "hardware", "runtime"}
+# hardware: the measured precision/kernel choices; runtime: device, precision and seeding helpers;
+# settings: the run settings and their choices (torch-free)
+ALLOWED_ANYWHERE = {"errors", "atomic", "hardware", "runtime", "settings"}
 
 
 def _module_name(path: Path) -> str:

@@ -27,13 +27,7 @@ from torch import nn
 
 from bertkit import hardware
 from bertkit.errors import BertkitError
-
-DEVICES = ("auto", "cpu", "cuda")
-"""The values of --device: auto is the local CUDA device when there is one, else the CPU."""
-PRECISIONS = ("auto", "fp32", "bf16", "fp16")
-"""The values of --precision for training (pre-training, fine-tuning)."""
-INFERENCE_PRECISIONS = ("auto", "fp32", "bf16", "int8")
-"""The values of --precision for inference (predict, evaluate, extract, serve)."""
+from bertkit.settings import DEVICES, INFERENCE_PRECISIONS
 
 
 def resolve_device(device: str, local_rank: int = 0) -> torch.device:

@@ -11,7 +11,6 @@ import torch
 
 from bertkit import hardware, runtime
 from bertkit import model as bm
-from bertkit.cli.inference import INFERENCE_PRECISIONS
 from bertkit.config import preset
 from bertkit.errors import BertkitError
 
@@ -73,6 +72,3 @@ def test_bad_precisions_are_clear_errors():
     with pytest.raises(BertkitError, match="--precision int8 runs on CPUs only"):
         runtime.inference_precision("int8", model, torch.device("cuda"))
 
-
-def test_the_command_line_offers_the_same_precisions():
-    assert INFERENCE_PRECISIONS == runtime.INFERENCE_PRECISIONS

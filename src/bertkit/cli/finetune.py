@@ -1,8 +1,9 @@
 """`bertkit finetune classification|tagging|squad|multiple-choice`.
 
 Flag parsing only: the flags of a `finetune` subcommand are generated from the fields of `FinetuneConfig`
-and of the task's settings dataclass (bertkit.cli.options: a new field is a new flag, its docstring the
-help), and go back into them for `bertkit.tasks.finetune.run_finetuning`. Defaults are the dataclasses':
+and of the task's settings dataclass (bertkit.settings, torch-free, so `--help` answers at once;
+bertkit.cli.options: a new field is a new flag, its docstring the help), and go back into them for
+`bertkit.tasks.finetune.run_finetuning`, imported only when the command runs. Defaults are the dataclasses':
 the paper's fine-tuning recipe (appendix A.3) and the original scripts' settings (max_seq_length 384,
 doc_stride 128, max_query_length 64 for SQuAD).
 """
@@ -17,12 +18,13 @@ from typing import Any
 import click
 
 from bertkit.cli.options import options, take
-from bertkit.tasks import finetune as finetuning
-from bertkit.tasks.classification import ClassificationSettings
-from bertkit.tasks.finetune import FinetuneConfig
-from bertkit.tasks.multiple_choice import MultipleChoiceSettings
-from bertkit.tasks.squad import SquadSettings
-from bertkit.tasks.tagging import TaggingSettings
+from bertkit.settings import (
+    ClassificationSettings,
+    FinetuneConfig,
+    MultipleChoiceSettings,
+    SquadSettings,
+    TaggingSettings,
+)
 
 
 class _LearningRate(click.ParamType):
@@ -65,6 +67,8 @@ def _task_options(settings_class: type, exclude: tuple[str, ...] = (), **overrid
 
 
 def _run(kind: str, settings_class: type, flags: dict[str, Any], **task_options: Any) -> None:
+    from bertkit.tasks import finetune as finetuning  # torch: only when the command runs, not for --help
+
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     cfg = FinetuneConfig(**take(FinetuneConfig, flags))
     task_options = {**take(settings_class, flags), **task_options}

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import click
 
+from bertkit.settings import INFERENCE_PRECISIONS
+
 CONTEXT = {"show_default": True}
-# bertkit.runtime.INFERENCE_PRECISIONS, repeated so that --help does not import torch (a test checks they agree)
-INFERENCE_PRECISIONS = ("auto", "fp32", "bf16", "int8")
 
 
 @click.command(context_settings=CONTEXT)

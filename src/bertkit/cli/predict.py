@@ -12,7 +12,7 @@ from collections.abc import Callable
 
 import click
 
-from bertkit.cli.inference import INFERENCE_PRECISIONS
+from bertkit.settings import INFERENCE_PRECISIONS
 
 
 def _inference_options(function: Callable) -> Callable:

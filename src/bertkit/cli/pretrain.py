@@ -1,8 +1,9 @@
 """`bertkit pretrain`: pre-train BERT with masked LM + next sentence prediction.
 
 Flag parsing only: the flags are generated from the fields of `PretrainSettings` and `TrainConfig`
-(bertkit.cli.options: a new field is a new flag, its docstring the help) and go back into them for
-`bertkit.tasks.pretraining.pretrain`. `--recipe auto` (the default) fills the settings a budget decides
+(bertkit.settings, torch-free, so `--help` answers at once; bertkit.cli.options: a new field is a new
+flag, its docstring the help) and go back into them for `bertkit.tasks.pretraining.pretrain`, imported
+only when the command runs. `--recipe auto` (the default) fills the settings a budget decides
 (sequence length, peak learning rate, warmup, dropout, masking rate, NSP, batch size) from the budget and
 this machine's measured throughput (bertkit.tasks.recipes); each of them keeps the value of its own flag
 when one is given, so those flags default to None here (RECIPE_DEFAULTS). The other defaults are the
@@ -23,9 +24,7 @@ import click
 
 from bertkit.cli.options import DIRECTORY, options, take
 from bertkit.errors import BertkitError, Interrupted
-from bertkit.tasks import pretraining
-from bertkit.tasks.pretraining import PretrainSettings
-from bertkit.train import TrainConfig
+from bertkit.settings import PretrainSettings, TrainConfig
 
 _DURATION = re.compile(r"^(?:(\d+(?:\.\d+)?)h)?(?:(\d+(?:\.\d+)?)m)?(?:(\d+(?:\.\d+)?)s)?$")
 
@@ -84,6 +83,8 @@ NOT_FLAGS = ("num_epochs", "betas", "shuffle", "max_nonfinite_steps", "best_metr
 @options(TrainConfig, exclude=NOT_FLAGS, overrides=_with_recipe(TrainConfig, TRAINING))
 def pretrain(**flags) -> None:
     """Pre-train BERT with masked LM + next sentence prediction on a `bertkit data pretraining` directory."""
+    from bertkit.tasks import pretraining  # torch: only when the command runs, not for --help
+
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     given = tuple(name for name in RECIPE_DEFAULTS if flags[name] is not None)
     settings = PretrainSettings(**take(PretrainSettings, flags, drop_none=RECIPE_DEFAULTS), given=given)

@@ -26,8 +26,7 @@ from torch import nn
 from bertkit.errors import BertkitError
 from bertkit.model.bert import BertModel
 from bertkit.model.heads import ClassifierOutput, QuestionAnsweringOutput
-
-COMBINES = ("concat", "sum", "mean")
+from bertkit.settings import FEATURE_COMBINES
 
 
 @dataclass(frozen=True)
@@ -48,8 +47,8 @@ class FeatureBasedModel(nn.Module):
     def __init__(self, bert: BertModel, head: FeatureHead, layers: tuple[int, ...], combine: str,
                  dropout: float) -> None:
         super().__init__()
-        if combine not in COMBINES:
-            raise BertkitError(f"--feature-combine {combine!r}: use one of {', '.join(COMBINES)}")
+        if combine not in FEATURE_COMBINES:
+            raise BertkitError(f"--feature-combine {combine!r}: use one of {', '.join(FEATURE_COMBINES)}")
         depth = bert.config.num_hidden_layers + 1  # embeddings + every layer
         bad = [i for i in layers if not -depth <= i < depth]
         if bad:

@@ -15,7 +15,6 @@ from __future__ import annotations
 import dataclasses
 import logging
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -26,29 +25,11 @@ import torch.nn.functional as F
 from bertkit.data.glue import TextExample, check_labels, glue_task, read_glue, read_table
 from bertkit.errors import BertkitError
 from bertkit.model import BertForSequenceClassification
+from bertkit.settings import ClassificationSettings
 from bertkit.tasks.metrics import GLUE_METRICS, classification_metrics
 from bertkit.tasks.task import BaseTask, write_jsonl
 
 log = logging.getLogger(__name__)
-
-
-@dataclass
-class ClassificationSettings:
-    """Everything needed to read, encode and label inputs again (saved in bertkit_task.json)."""
-
-    labels: list[str] | None
-    """Label names by output index; None for regression."""
-    max_seq_length: int = 128
-    """Longest input in tokens, [CLS]/[SEP] included."""
-    glue_task: str | None = None
-    """GLUE task whose TSV layout and metrics to use: cola, sst2, mrpc, stsb, qqp, mnli, qnli, rte, wnli;
-    unset: a generic table (CSV/TSV/JSONL by column)."""
-    text_column: str = "text"
-    """Column/key of the text (generic files)."""
-    text_pair_column: str | None = None
-    """Column/key of the second text of a pair (generic files)."""
-    label_column: str = "label"
-    """Column/key of the label (generic files)."""
 
 
 class ClassificationTask(BaseTask):

@@ -48,8 +48,8 @@ from bertkit.config import PRESETS, BertConfig, preset
 from bertkit.errors import BertkitError, Interrupted
 from bertkit.inference.batching import feature_length, pad_batch
 from bertkit.model import accelerate_for_inference, compile_model
-from bertkit.model.feature_based import COMBINES
-from bertkit.runtime import DEVICES, PRECISIONS, resolve_device, resolve_precision, seed_everything
+from bertkit.runtime import resolve_device, resolve_precision, seed_everything
+from bertkit.settings import FinetuneConfig
 from bertkit.tasks.evaluate import RESULTS_FILE, predict_features, write_results
 from bertkit.tasks.finetuned import feature_based_model, save_finetuned
 from bertkit.tasks.kinds import build_task
@@ -65,79 +65,8 @@ from bertkit.tasks.task import Task, warn_skipped
 from bertkit.tokenizer import WordPieceTokenizer
 from bertkit.train.distributed import DistributedContext
 from bertkit.train.loop import FitResult, TrainConfig, fit
-from bertkit.train.optim import SCHEDULES
 
 log = logging.getLogger(__name__)
-
-@dataclass
-class FinetuneConfig:
-    """How to fine-tune (the paper's recipe as defaults)."""
-
-    model: str
-    """Checkpoint directory, or a preset name (random initialisation; needs --tokenizer)."""
-    output: Path
-    """Output directory: best/ (the fine-tuned model), eval_results.json, seed-N/ while a seed trains."""
-    tokenizer: str | None = None
-    """Directory with vocab.txt; unset: the --model directory."""
-    epochs: float = 3.0
-    """Passes over the training data."""
-    max_steps: int | None = None
-    """Optimizer steps per seed instead of --epochs (it overrides them, as in transformers' Trainer); unset:
-    off."""
-    eval_every: int | None = None
-    """Evaluate on dev every this many optimizer steps; unset: at the end of every epoch."""
-    save_every: int | None = None
-    """Write a resumable checkpoint every this many steps; unset: at every evaluation."""
-    batch_size: int = 32
-    """Examples per optimizer step (split into --gradient-accumulation-steps micro-batches)."""
-    gradient_accumulation_steps: int = 1
-    """Micro-batches per optimizer step (the batch size must be a multiple)."""
-    learning_rate: float | None = None
-    """Peak AdamW learning rate, or auto (None): from the model's width and pre-training (5e-5 for
-    BERT-Base pre-trained elsewhere, as the paper; more for smaller and briefly pre-trained models;
-    `bertkit.tasks.recipes.finetune_learning_rate`); the choice is printed and kept in eval_results.json."""
-    warmup_ratio: float = 0.1
-    """Fraction of steps of linear warmup before the decay."""
-    lr_schedule: str = dataclasses.field(default="linear", metadata={"choices": tuple(SCHEDULES)})
-    """Learning rate after the warmup: linear or cosine decay to 0, constant, or inverse square root."""
-    weight_decay: float = 0.01
-    """AdamW weight decay (not on biases and LayerNorm)."""
-    adam_epsilon: float = 1e-8
-    """AdamW epsilon: 1e-8 as transformers' Trainer (the original BERT optimizer's 1e-6 measured the same on
-    docs/finetuning.md's parity task; pre-training keeps 1e-6)."""
-    dropout: float = 0.1
-    """Dropout in the encoder and before the head."""
-    precision: str = dataclasses.field(default="auto", metadata={"choices": PRECISIONS})
-    """auto: the faster of fp32 and bf16 as measured on this machine (`bertkit doctor`; bf16 on GPUs that
-    support it); bf16 autocast; fp16 autocast with a grad scaler (CUDA only)."""
-    seeds: tuple[int, ...] = (1,)
-    """Seeds, comma-separated: one fine-tuning each, reported each, mean ± std and best."""
-    early_stopping_patience: int | None = None
-    """Stop a seed after this many evaluations without dev improvement; unset: train all epochs."""
-    freeze_encoder: bool = False
-    """Train only the head (feature-based approach)."""
-    feature_layers: tuple[int, ...] | None = None
-    """Feature-based head on these hidden states of a frozen encoder, e.g. -1,-2,-3,-4 (0 = embeddings,
-    -1 = last layer)."""
-    feature_combine: str = dataclasses.field(default="concat", metadata={"choices": COMBINES})
-    """How --feature-layers are combined."""
-    eval_batch_size: int = 64
-    """Batch size of evaluation."""
-    device: str = dataclasses.field(default="auto", metadata={"choices": DEVICES})
-    """auto (CUDA when there is a GPU), cpu or cuda."""
-    group_by_length: bool = True
-    """Batch training examples of similar length together (batch order still shuffled; less padding, same
-    recipe)."""
-    compile: bool = False
-    """torch.compile the encoder layers (~30-60 s of compilation per seed); measured faster on shared CPU
-    cores, no gain on idle ones (docs/performance.md)."""
-    resume: bool = False
-    """Continue the run in the output directory: finished seeds are kept, an interrupted seed resumes from
-    its checkpoint (bit-exact on CPU)."""
-    overwrite: bool = False
-    """Delete an earlier fine-tuning run in the output directory first (otherwise a non-empty output is
-    refused)."""
-
 
 # --- the model -------------------------------------------------------------------------------------
 

@@ -124,7 +124,6 @@ def classification_metrics(names: Sequence[str], labels: Sequence, predictions: 
 
 # --- Entity-level tagging metrics ---------------------------------------------------------------
 
-TAG_SCHEMES = ("BIO", "IOB1", "BIOES")
 
 
 def _split_tag(tag: str) -> tuple[str, str]:

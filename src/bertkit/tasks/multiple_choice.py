@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -24,18 +23,11 @@ import torch.nn.functional as F
 from bertkit.data.swag import ChoiceExample, read_choices
 from bertkit.model import BertForMultipleChoice
 from bertkit.model.feature_based import FeatureHead
+from bertkit.settings import MultipleChoiceSettings
 from bertkit.tasks.metrics import accuracy
 from bertkit.tasks.task import BaseTask, write_jsonl
 
 log = logging.getLogger(__name__)
-
-
-@dataclass
-class MultipleChoiceSettings:
-    """Saved in bertkit_task.json."""
-
-    max_seq_length: int = 128
-    """Longest input in tokens, [CLS]/[SEP] included."""
 
 
 class MultipleChoiceTask(BaseTask):

@@ -16,7 +16,7 @@ import dataclasses
 import functools
 import json
 import logging
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -31,8 +31,9 @@ from bertkit.config import BertConfig, load_config
 from bertkit.data import PretrainingDataset, collate_pretraining
 from bertkit.errors import BertkitError
 from bertkit.model import BertForMaskedLM, BertForPreTraining, accelerate_for_inference, compile_model, read_state_dict
-from bertkit.runtime import DEVICES, resolve_device
-from bertkit.tasks.recipes import PRETRAINING_FILE, RECIPES, PretrainRecipe, budget_steps, choose_recipe, short_recipe
+from bertkit.runtime import resolve_device
+from bertkit.settings import PretrainSettings
+from bertkit.tasks.recipes import PRETRAINING_FILE, PretrainRecipe, budget_steps, choose_recipe, short_recipe
 from bertkit.tokenizer import WordPieceTokenizer
 from bertkit.train import FitResult, TrainConfig, fit, setup_distributed, teardown_distributed
 from bertkit.train.distributed import broadcast_object, unwrap_model
@@ -137,57 +138,6 @@ def split_held_out(data_dir: Path, eval_examples: int, seed: int, **options: Any
 
 
 # --- the run --------------------------------------------------------------------------------------
-
-@dataclass
-class PretrainSettings:
-    """What `bertkit pretrain` trains, beyond the optimisation settings in TrainConfig."""
-
-    data: str
-    """Directory written by `bertkit data pretraining`."""
-    model: str
-    """Preset name (bert-tiny, bert-mini, bert-small, bert-medium, bert-base, bert-large) or a config.json;
-    ignored with --init-from."""
-    output: str
-    """Run directory: checkpoints, metrics.jsonl, tensorboard/, curves.png, final/."""
-    tokenizer: str | None = None
-    """Directory with the vocab.txt the data was made with; unset: --init-from's."""
-    init_from: str | None = None
-    """Start from the weights, config and vocabulary of this directory (continued pre-training, or phase 2
-    at a longer --max-seq-length)."""
-    nsp: bool = True
-    """Next sentence prediction on/off (off: masked LM only, a BertForMaskedLM - the paper's ablation)."""
-    dropout: float | None = None
-    """Hidden and attention dropout during pre-training; unset keeps the config's (0.1 in the presets).
-    0 is the short-budget recipe (Geiping & Goldstein 2022): a model that sees the data about once
-    gains nothing from regularisation. Fine-tuning sets its own dropout."""
-    eval_data: str | None = None
-    """Held-out data directory; unset: hold out --eval-examples of the training data."""
-    eval_examples: int = 1000
-    """Instances held out of the training data for evaluation when --eval-data is not given (at most a
-    tenth)."""
-    resume: str | None = None
-    """'auto' (newest valid checkpoint in the run directory) or a checkpoint directory."""
-    overwrite: bool = False
-    """Delete the checkpoints of an earlier run in the run directory and start at step 0."""
-    device: str = dataclasses.field(default="auto", metadata={"choices": DEVICES})
-    """auto (CUDA when there is a GPU), cpu or cuda."""
-    compile: bool = False
-    """torch.compile the encoder layers (one-off compilation ~1 min; bertkit.model.compile_model); measured
-    faster on shared CPU cores, no gain on idle ones (docs/performance.md)."""
-    max_seq_length: int | None = None
-    """Cut longer instances to this many tokens at load (Google's pair rule); unset: as the data was built."""
-    masked_lm_prob: float | None = None
-    """Masking rate of dynamically masked data; unset: the data's."""
-    recipe: str | None = dataclasses.field(default=None, metadata={"choices": RECIPES})
-    """Fills the settings a budget decides (sequence length, learning rate, warmup, dropout, masking rate,
-    NSP, batch size) that were not given. auto: the paper's settings when the budget allows
-    ~100,000 steps, else the short-budget recipe (64 tokens, lr 5e-4 at bert-mini's width, 5% warmup, no
-    dropout, 15% dynamic masking, NSP, batch 32); the choice and its reason are printed (recipes.py);
-    each setting's own flag overrides it. None (library use): exactly the settings given."""
-    given: tuple[str, ...] = ()
-    """Settings the user chose explicitly (by flag), which a recipe leaves alone: names of fields here or
-    in TrainConfig (learning_rate, warmup_ratio, micro_batch_size)."""
-
 
 def _tokenizer(settings: PretrainSettings, dataset_hash: str) -> WordPieceTokenizer:
     source = settings.tokenizer or settings.init_from

@@ -23,8 +23,8 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from bertkit.errors import BertkitError
+from bertkit.settings import RECIPES
 
-RECIPES = ("auto", "paper", "short")
 PRETRAINING_FILE = "bertkit_pretraining.json"
 """Written into a pre-training run's final/ (steps, recipe, last held-out metrics); read by fine-tuning's
 learning-rate rule."""

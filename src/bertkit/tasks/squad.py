@@ -33,7 +33,6 @@ import json
 import logging
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -46,31 +45,12 @@ from bertkit.data.squad import SquadExample, read_squad
 from bertkit.errors import BertkitError
 from bertkit.model import BertForQuestionAnswering
 from bertkit.model.feature_based import FeatureHead
+from bertkit.settings import SquadSettings
 from bertkit.tasks.metrics import squad_evaluate
 from bertkit.tasks.task import BaseTask
 from bertkit.tasks.windows import max_context_flags, sliding_windows
 
 log = logging.getLogger(__name__)
-
-
-@dataclass
-class SquadSettings:
-    """Window and decoding settings (saved in bertkit_task.json)."""
-
-    max_seq_length: int = 384
-    """Longest input in tokens, [CLS]/[SEP] included."""
-    doc_stride: int = 128
-    """Tokens between the starts of context windows."""
-    max_query_length: int = 64
-    """Question tokens kept."""
-    version_2_with_negative: bool = False
-    """SQuAD 2.0: questions may have no answer."""
-    n_best_size: int = 20
-    """Candidate starts/ends per window."""
-    max_answer_length: int = 30
-    """Longest answer in tokens."""
-    null_score_diff_threshold: float = 0.0
-    """SQuAD 2.0: answer "no answer" when its score beats the best span's by more than this (chosen on dev)."""
 
 
 def whole_word_spans(offsets: Sequence[tuple[int, int]], word_ids: Sequence[int]) -> list[tuple[int, int]]:

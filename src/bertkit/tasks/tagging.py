@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -29,26 +28,14 @@ from bertkit.data.conll import TaggedSentence, check_tags, read_conll, write_con
 from bertkit.errors import BertkitError
 from bertkit.model import BertForTokenClassification
 from bertkit.model.feature_based import FeatureHead
-from bertkit.tasks.metrics import TAG_SCHEMES, entity_scores
+from bertkit.settings import TaggingSettings
+from bertkit.tasks.metrics import entity_scores
 from bertkit.tasks.task import BaseTask
 from bertkit.tasks.windows import max_context_flags, sliding_windows
 
 log = logging.getLogger(__name__)
 
 IGNORE_INDEX = -100
-
-
-@dataclass
-class TaggingSettings:
-    """Label names and window settings (saved in bertkit_task.json)."""
-
-    labels: list[str]
-    max_seq_length: int = 128
-    """Longest input in tokens, [CLS]/[SEP] included."""
-    doc_stride: int = 64
-    """Sub-tokens between the starts of consecutive windows of a long sentence."""
-    tag_scheme: str = field(default="BIO", metadata={"choices": TAG_SCHEMES})
-    """Tagging scheme of the labels (entity scores follow conlleval's rules, which read all three)."""
 
 
 class TaggingTask(BaseTask):

@@ -36,6 +36,7 @@ from torch.utils.data import Dataset
 
 from bertkit import runtime
 from bertkit.errors import BertkitError, Interrupted
+from bertkit.settings import TrainConfig
 from bertkit.train import checkpoint as ckpt
 from bertkit.train.batches import EpochBatches, StepBatch
 from bertkit.train.distributed import (
@@ -46,112 +47,13 @@ from bertkit.train.distributed import (
     broadcast_object,
     wrap_model,
 )
-from bertkit.train.optim import OPTIMIZERS, SCHEDULES, build_optimizer, build_schedule
+from bertkit.train.optim import build_optimizer, build_schedule
 from bertkit.train.reporting import Reporter
 
 logger = logging.getLogger(__name__)
 
 LossFn = Callable[[nn.Module, Any], "tuple[torch.Tensor, dict[str, float]]"]
 EvalFn = Callable[[nn.Module], "dict[str, float]"]
-
-
-@dataclass
-class TrainConfig:
-    """Everything that shapes an optimisation run (the model and data are given separately)."""
-
-    max_steps: int | None = None
-    """Optimizer steps to train for (with a time or epoch budget too: whichever ends first)."""
-    max_time_s: float | None = None
-    """Training time budget in seconds, counted across resumes (on the command line e.g. 2h, 90m or 1h30m);
-    the schedule follows it."""
-    num_epochs: float | None = None
-    """Budget in passes over the training data (fine-tuning); converted to steps."""
-    micro_batch_size: int = 32
-    """Micro-batch size: examples per forward/backward pass on each process."""
-    gradient_accumulation_steps: int = 1
-    """Micro-batches per optimizer step (global batch = micro-batch size x this x processes)."""
-    learning_rate: float = 1e-4
-    """Peak learning rate, reached at the end of warmup."""
-    warmup_steps: int | None = None
-    """Linear warmup length in optimizer steps; unset: --warmup-ratio of the budget."""
-    warmup_ratio: float = 0.01
-    """Warmup as a fraction of the budget (of the steps, or of the time under a time budget alone)."""
-    lr_schedule: str = dataclasses.field(default="linear", metadata={"choices": tuple(SCHEDULES)})
-    """Learning rate after the warmup: linear or cosine decay to 0 at the end of the budget, constant, or
-    inverse square root."""
-    weight_decay: float = 0.01
-    """Decoupled weight decay (not on biases and LayerNorm parameters)."""
-    betas: tuple[float, float] = (0.9, 0.999)
-    """Adam beta1, beta2."""
-    eps: float = 1e-6
-    """AdamW/LAMB epsilon (1e-6 as the original BERT optimizer)."""
-    max_grad_norm: float = 1.0
-    """Clip the global gradient norm to this; 0 disables clipping (the norm is still checked)."""
-    optimizer: str = dataclasses.field(default="adamw", metadata={"choices": OPTIMIZERS})
-    """AdamW, or LAMB for very large batches."""
-    precision: str = dataclasses.field(default="auto", metadata={"choices": runtime.PRECISIONS})
-    """auto: the faster of fp32 and bf16 as measured on this machine (`bertkit doctor`; bf16 on GPUs that
-    support it); bf16 autocast (CPU or CUDA); fp16 autocast with a grad scaler (CUDA only)."""
-    seed: int = 42
-    """Seed of initialisation, data order, masking and dropout (each rank adds its rank)."""
-    shuffle: bool = True
-    """Shuffle the data every epoch (from seed and epoch)."""
-    num_workers: int = 0
-    """DataLoader worker processes per training process."""
-    log_every: int | None = 10
-    """Refresh the progress bar every this many steps (metrics.jsonl gets every step); unset: ten times per
-    epoch or per --eval-every interval, whichever is shorter."""
-    eval_every: int | None = None
-    """Held-out evaluation every this many steps and at the end; unset: only at the end (and each epoch
-    with --eval-every-epoch)."""
-    eval_every_epoch: bool = False
-    """Held-out evaluation at the end of every epoch too (every epoch's worth of optimizer steps)."""
-    save_every: int | None = 1000
-    """Checkpoint every this many steps (also on SIGTERM/SIGINT and at the end); unset: only then (and at
-    evaluations with --save-on-eval)."""
-    save_on_eval: bool = False
-    """Checkpoint after every evaluation too, so a resumed run continues from its last evaluation."""
-    keep_last: int = 3
-    """Checkpoints kept on disk (older ones are deleted)."""
-    max_nonfinite_steps: int = 10
-    """Stop with an error after this many consecutive steps with a non-finite loss or gradient norm."""
-    best_metric: str | None = None
-    """Eval metric whose improvement calls on_best (e.g. 'accuracy'); None: no best tracking."""
-    greater_is_better: bool = True
-    """Direction of best_metric."""
-    early_stopping_patience: int | None = None
-    """Stop after this many evaluations in a row without a new best of best_metric; None: never."""
-
-    def __post_init__(self) -> None:
-        self.betas = tuple(self.betas)  # type: ignore[assignment]
-        self.validate()
-
-    def validate(self) -> None:
-        """Raise BertkitError naming the first setting that makes no sense."""
-        if self.max_steps is None and self.max_time_s is None and self.num_epochs is None:
-            raise BertkitError("no training budget: give --max-steps, --max-time or --num-epochs")
-        positive = {"max_steps": self.max_steps, "max_time_s": self.max_time_s, "num_epochs": self.num_epochs,
-                    "micro_batch_size": self.micro_batch_size, "keep_last": self.keep_last,
-                    "gradient_accumulation_steps": self.gradient_accumulation_steps,
-                    "learning_rate": self.learning_rate, "log_every": self.log_every,
-                    "eval_every": self.eval_every, "save_every": self.save_every,
-                    "max_nonfinite_steps": self.max_nonfinite_steps,
-                    "early_stopping_patience": self.early_stopping_patience}
-        for name, value in positive.items():
-            if value is not None and not value > 0:
-                raise BertkitError(f"--{name.replace('_', '-')} must be positive, got {value!r}")
-        if self.optimizer not in OPTIMIZERS:
-            raise BertkitError(f"--optimizer {self.optimizer!r}: use one of {', '.join(OPTIMIZERS)}")
-        if self.precision not in runtime.PRECISIONS:
-            raise BertkitError(f"--precision {self.precision!r}: use one of {', '.join(runtime.PRECISIONS)}")
-        if self.lr_schedule not in SCHEDULES:
-            raise BertkitError(f"--lr-schedule {self.lr_schedule!r}: use one of {', '.join(SCHEDULES)}")
-        if self.early_stopping_patience is not None and self.best_metric is None:
-            raise BertkitError("--early-stopping-patience needs an evaluation metric to watch")
-        if not 0.0 <= self.warmup_ratio < 1.0:
-            raise BertkitError(f"--warmup-ratio must be in [0, 1), got {self.warmup_ratio!r}")
-        if self.warmup_steps is not None and self.warmup_steps < 0:
-            raise BertkitError(f"--warmup-steps must be >= 0, got {self.warmup_steps!r}")
 
 
 @dataclass

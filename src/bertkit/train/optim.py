@@ -23,8 +23,7 @@ from torch import nn
 from torch.optim.lr_scheduler import LambdaLR
 
 from bertkit.errors import BertkitError
-
-OPTIMIZERS = ("adamw", "lamb")
+from bertkit.settings import OPTIMIZERS
 
 
 def parameter_groups(model: nn.Module, weight_decay: float) -> list[dict]:

@@ -1,0 +1,325 @@
+"""The settings of every run: one dataclass per thing a command configures, and the values they accept.
+
+- `TrainConfig`: an optimisation run of the training loop (`bertkit.train.fit`).
+- `PretrainSettings`: what `bertkit pretrain` trains, beside its TrainConfig.
+- `FinetuneConfig`: how `bertkit finetune` trains, for every task.
+- `ClassificationSettings`, `TaggingSettings`, `SquadSettings`, `MultipleChoiceSettings`: a task's own
+  settings, saved in a fine-tuned directory's bertkit_task.json so predict/evaluate/serve read inputs the
+  same way.
+
+Design decision: these dataclasses are the one source of each setting. The command line is generated from
+them (`bertkit.cli.options`: a field is a flag, its docstring the help, its `choices` metadata the accepted
+values), the library functions take them, and the choices below are what the implementing modules check
+against (a test asserts that each implements exactly these: bertkit.runtime, bertkit.train.optim,
+bertkit.model.feature_based, bertkit.tasks.metrics). The module imports neither torch nor numpy, so
+`bertkit pretrain --help` and `bertkit finetune ... --help` answer at once.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from pathlib import Path
+
+from bertkit.errors import BertkitError
+
+DEVICES = ("auto", "cpu", "cuda")
+"""The values of --device: auto is the local CUDA device when there is one, else the CPU."""
+PRECISIONS = ("auto", "fp32", "bf16", "fp16")
+"""The values of --precision for training (pre-training, fine-tuning)."""
+INFERENCE_PRECISIONS = ("auto", "fp32", "bf16", "int8")
+"""The values of --precision for inference (predict, evaluate, extract, serve)."""
+OPTIMIZERS = ("adamw", "lamb")
+"""The values of --optimizer (bertkit.train.optim.build_optimizer)."""
+LR_SCHEDULES = ("linear", "cosine", "constant-with-warmup", "inverse-sqrt")
+"""The values of --lr-schedule (bertkit.train.optim.SCHEDULES)."""
+FEATURE_COMBINES = ("concat", "sum", "mean")
+"""How a feature-based head combines the hidden states of --feature-layers (bertkit.model.feature_based)."""
+RECIPES = ("auto", "paper", "short")
+"""The values of --recipe (bertkit.tasks.recipes: auto picks paper or short from the budget)."""
+TAG_SCHEMES = ("BIO", "IOB1", "BIOES")
+"""Tagging schemes whose entities the tagging metrics read (bertkit.tasks.metrics.entity_scores)."""
+
+
+# --- training ------------------------------------------------------------------------------------------
+
+@dataclass
+class TrainConfig:
+    """Everything that shapes an optimisation run (the model and data are given separately)."""
+
+    max_steps: int | None = None
+    """Optimizer steps to train for (with a time or epoch budget too: whichever ends first)."""
+    max_time_s: float | None = None
+    """Training time budget in seconds, counted across resumes (on the command line e.g. 2h, 90m or 1h30m);
+    the schedule follows it."""
+    num_epochs: float | None = None
+    """Budget in passes over the training data (fine-tuning); converted to steps."""
+    micro_batch_size: int = 32
+    """Micro-batch size: examples per forward/backward pass on each process."""
+    gradient_accumulation_steps: int = 1
+    """Micro-batches per optimizer step (global batch = micro-batch size x this x processes)."""
+    learning_rate: float = 1e-4
+    """Peak learning rate, reached at the end of warmup."""
+    warmup_steps: int | None = None
+    """Linear warmup length in optimizer steps; unset: --warmup-ratio of the budget."""
+    warmup_ratio: float = 0.01
+    """Warmup as a fraction of the budget (of the steps, or of the time under a time budget alone)."""
+    lr_schedule: str = dataclasses.field(default="linear", metadata={"choices": LR_SCHEDULES})
+    """Learning rate after the warmup: linear or cosine decay to 0 at the end of the budget, constant, or
+    inverse square root."""
+    weight_decay: float = 0.01
+    """Decoupled weight decay (not on biases and LayerNorm parameters)."""
+    betas: tuple[float, float] = (0.9, 0.999)
+    """Adam beta1, beta2."""
+    eps: float = 1e-6
+    """AdamW/LAMB epsilon (1e-6 as the original BERT optimizer)."""
+    max_grad_norm: float = 1.0
+    """Clip the global gradient norm to this; 0 disables clipping (the norm is still checked)."""
+    optimizer: str = dataclasses.field(default="adamw", metadata={"choices": OPTIMIZERS})
+    """AdamW, or LAMB for very large batches."""
+    precision: str = dataclasses.field(default="auto", metadata={"choices": PRECISIONS})
+    """auto: the faster of fp32 and bf16 as measured on this machine (`bertkit doctor`; bf16 on GPUs that
+    support it); bf16 autocast (CPU or CUDA); fp16 autocast with a grad scaler (CUDA only)."""
+    seed: int = 42
+    """Seed of initialisation, data order, masking and dropout (each rank adds its rank)."""
+    shuffle: bool = True
+    """Shuffle the data every epoch (from seed and epoch)."""
+    num_workers: int = 0
+    """DataLoader worker processes per training process."""
+    log_every: int | None = 10
+    """Refresh the progress bar every this many steps (metrics.jsonl gets every step); unset: ten times per
+    epoch or per --eval-every interval, whichever is shorter."""
+    eval_every: int | None = None
+    """Held-out evaluation every this many steps and at the end; unset: only at the end (and each epoch
+    with --eval-every-epoch)."""
+    eval_every_epoch: bool = False
+    """Held-out evaluation at the end of every epoch too (every epoch's worth of optimizer steps)."""
+    save_every: int | None = 1000
+    """Checkpoint every this many steps (also on SIGTERM/SIGINT and at the end); unset: only then (and at
+    evaluations with --save-on-eval)."""
+    save_on_eval: bool = False
+    """Checkpoint after every evaluation too, so a resumed run continues from its last evaluation."""
+    keep_last: int = 3
+    """Checkpoints kept on disk (older ones are deleted)."""
+    max_nonfinite_steps: int = 10
+    """Stop with an error after this many consecutive steps with a non-finite loss or gradient norm."""
+    best_metric: str | None = None
+    """Eval metric whose improvement calls on_best (e.g. 'accuracy'); None: no best tracking."""
+    greater_is_better: bool = True
+    """Direction of best_metric."""
+    early_stopping_patience: int | None = None
+    """Stop after this many evaluations in a row without a new best of best_metric; None: never."""
+
+    def __post_init__(self) -> None:
+        self.betas = tuple(self.betas)  # type: ignore[assignment]
+        self.validate()
+
+    def validate(self) -> None:
+        """Raise BertkitError naming the first setting that makes no sense."""
+        if self.max_steps is None and self.max_time_s is None and self.num_epochs is None:
+            raise BertkitError("no training budget: give --max-steps, --max-time or --num-epochs")
+        positive = {"max_steps": self.max_steps, "max_time_s": self.max_time_s, "num_epochs": self.num_epochs,
+                    "micro_batch_size": self.micro_batch_size, "keep_last": self.keep_last,
+                    "gradient_accumulation_steps": self.gradient_accumulation_steps,
+                    "learning_rate": self.learning_rate, "log_every": self.log_every,
+                    "eval_every": self.eval_every, "save_every": self.save_every,
+                    "max_nonfinite_steps": self.max_nonfinite_steps,
+                    "early_stopping_patience": self.early_stopping_patience}
+        for name, value in positive.items():
+            if value is not None and not value > 0:
+                raise BertkitError(f"--{name.replace('_', '-')} must be positive, got {value!r}")
+        if self.optimizer not in OPTIMIZERS:
+            raise BertkitError(f"--optimizer {self.optimizer!r}: use one of {', '.join(OPTIMIZERS)}")
+        if self.precision not in PRECISIONS:
+            raise BertkitError(f"--precision {self.precision!r}: use one of {', '.join(PRECISIONS)}")
+        if self.lr_schedule not in LR_SCHEDULES:
+            raise BertkitError(f"--lr-schedule {self.lr_schedule!r}: use one of {', '.join(LR_SCHEDULES)}")
+        if self.early_stopping_patience is not None and self.best_metric is None:
+            raise BertkitError("--early-stopping-patience needs an evaluation metric to watch")
+        if not 0.0 <= self.warmup_ratio < 1.0:
+            raise BertkitError(f"--warmup-ratio must be in [0, 1), got {self.warmup_ratio!r}")
+        if self.warmup_steps is not None and self.warmup_steps < 0:
+            raise BertkitError(f"--warmup-steps must be >= 0, got {self.warmup_steps!r}")
+
+
+@dataclass
+class PretrainSettings:
+    """What `bertkit pretrain` trains, beyond the optimisation settings in TrainConfig."""
+
+    data: str
+    """Directory written by `bertkit data pretraining`."""
+    model: str
+    """Preset name (bert-tiny, bert-mini, bert-small, bert-medium, bert-base, bert-large) or a config.json;
+    ignored with --init-from."""
+    output: str
+    """Run directory: checkpoints, metrics.jsonl, tensorboard/, curves.png, final/."""
+    tokenizer: str | None = None
+    """Directory with the vocab.txt the data was made with; unset: --init-from's."""
+    init_from: str | None = None
+    """Start from the weights, config and vocabulary of this directory (continued pre-training, or phase 2
+    at a longer --max-seq-length)."""
+    nsp: bool = True
+    """Next sentence prediction on/off (off: masked LM only, a BertForMaskedLM - the paper's ablation)."""
+    dropout: float | None = None
+    """Hidden and attention dropout during pre-training; unset keeps the config's (0.1 in the presets).
+    0 is the short-budget recipe (Geiping & Goldstein 2022): a model that sees the data about once
+    gains nothing from regularisation. Fine-tuning sets its own dropout."""
+    eval_data: str | None = None
+    """Held-out data directory; unset: hold out --eval-examples of the training data."""
+    eval_examples: int = 1000
+    """Instances held out of the training data for evaluation when --eval-data is not given (at most a
+    tenth)."""
+    resume: str | None = None
+    """'auto' (newest valid checkpoint in the run directory) or a checkpoint directory."""
+    overwrite: bool = False
+    """Delete the checkpoints of an earlier run in the run directory and start at step 0."""
+    device: str = dataclasses.field(default="auto", metadata={"choices": DEVICES})
+    """auto (CUDA when there is a GPU), cpu or cuda."""
+    compile: bool = False
+    """torch.compile the encoder layers (one-off compilation ~1 min; bertkit.model.compile_model); measured
+    faster on shared CPU cores, no gain on idle ones (docs/performance.md)."""
+    max_seq_length: int | None = None
+    """Cut longer instances to this many tokens at load (Google's pair rule); unset: as the data was built."""
+    masked_lm_prob: float | None = None
+    """Masking rate of dynamically masked data; unset: the data's."""
+    recipe: str | None = dataclasses.field(default=None, metadata={"choices": RECIPES})
+    """Fills the settings a budget decides (sequence length, learning rate, warmup, dropout, masking rate,
+    NSP, batch size) that were not given. auto: the paper's settings when the budget allows
+    ~100,000 steps, else the short-budget recipe (64 tokens, lr 5e-4 at bert-mini's width, 5% warmup, no
+    dropout, 15% dynamic masking, NSP, batch 32); the choice and its reason are printed (recipes.py);
+    each setting's own flag overrides it. None (library use): exactly the settings given."""
+    given: tuple[str, ...] = ()
+    """Settings the user chose explicitly (by flag), which a recipe leaves alone: names of fields here or
+    in TrainConfig (learning_rate, warmup_ratio, micro_batch_size)."""
+
+
+@dataclass
+class FinetuneConfig:
+    """How to fine-tune (the paper's recipe as defaults)."""
+
+    model: str
+    """Checkpoint directory, or a preset name (random initialisation; needs --tokenizer)."""
+    output: Path
+    """Output directory: best/ (the fine-tuned model), eval_results.json, seed-N/ while a seed trains."""
+    tokenizer: str | None = None
+    """Directory with vocab.txt; unset: the --model directory."""
+    epochs: float = 3.0
+    """Passes over the training data."""
+    max_steps: int | None = None
+    """Optimizer steps per seed instead of --epochs (it overrides them, as in transformers' Trainer); unset:
+    off."""
+    eval_every: int | None = None
+    """Evaluate on dev every this many optimizer steps; unset: at the end of every epoch."""
+    save_every: int | None = None
+    """Write a resumable checkpoint every this many steps; unset: at every evaluation."""
+    batch_size: int = 32
+    """Examples per optimizer step (split into --gradient-accumulation-steps micro-batches)."""
+    gradient_accumulation_steps: int = 1
+    """Micro-batches per optimizer step (the batch size must be a multiple)."""
+    learning_rate: float | None = None
+    """Peak AdamW learning rate, or auto (None): from the model's width and pre-training (5e-5 for
+    BERT-Base pre-trained elsewhere, as the paper; more for smaller and briefly pre-trained models;
+    `bertkit.tasks.recipes.finetune_learning_rate`); the choice is printed and kept in eval_results.json."""
+    warmup_ratio: float = 0.1
+    """Fraction of steps of linear warmup before the decay."""
+    lr_schedule: str = dataclasses.field(default="linear", metadata={"choices": LR_SCHEDULES})
+    """Learning rate after the warmup: linear or cosine decay to 0, constant, or inverse square root."""
+    weight_decay: float = 0.01
+    """AdamW weight decay (not on biases and LayerNorm)."""
+    adam_epsilon: float = 1e-8
+    """AdamW epsilon: 1e-8 as transformers' Trainer (the original BERT optimizer's 1e-6 measured the same on
+    docs/finetuning.md's parity task; pre-training keeps 1e-6)."""
+    dropout: float = 0.1
+    """Dropout in the encoder and before the head."""
+    precision: str = dataclasses.field(default="auto", metadata={"choices": PRECISIONS})
+    """auto: the faster of fp32 and bf16 as measured on this machine (`bertkit doctor`; bf16 on GPUs that
+    support it); bf16 autocast; fp16 autocast with a grad scaler (CUDA only)."""
+    seeds: tuple[int, ...] = (1,)
+    """Seeds, comma-separated: one fine-tuning each, reported each, mean ± std and best."""
+    early_stopping_patience: int | None = None
+    """Stop a seed after this many evaluations without dev improvement; unset: train all epochs."""
+    freeze_encoder: bool = False
+    """Train only the head (feature-based approach)."""
+    feature_layers: tuple[int, ...] | None = None
+    """Feature-based head on these hidden states of a frozen encoder, e.g. -1,-2,-3,-4 (0 = embeddings,
+    -1 = last layer)."""
+    feature_combine: str = dataclasses.field(default="concat", metadata={"choices": FEATURE_COMBINES})
+    """How --feature-layers are combined."""
+    eval_batch_size: int = 64
+    """Batch size of evaluation."""
+    device: str = dataclasses.field(default="auto", metadata={"choices": DEVICES})
+    """auto (CUDA when there is a GPU), cpu or cuda."""
+    group_by_length: bool = True
+    """Batch training examples of similar length together (batch order still shuffled; less padding, same
+    recipe)."""
+    compile: bool = False
+    """torch.compile the encoder layers (~30-60 s of compilation per seed); measured faster on shared CPU
+    cores, no gain on idle ones (docs/performance.md)."""
+    resume: bool = False
+    """Continue the run in the output directory: finished seeds are kept, an interrupted seed resumes from
+    its checkpoint (bit-exact on CPU)."""
+    overwrite: bool = False
+    """Delete an earlier fine-tuning run in the output directory first (otherwise a non-empty output is
+    refused)."""
+
+
+# --- tasks (saved in bertkit_task.json) ----------------------------------------------------------------
+
+@dataclass
+class ClassificationSettings:
+    """Everything needed to read, encode and label inputs again (saved in bertkit_task.json)."""
+
+    labels: list[str] | None
+    """Label names by output index; None for regression."""
+    max_seq_length: int = 128
+    """Longest input in tokens, [CLS]/[SEP] included."""
+    glue_task: str | None = None
+    """GLUE task whose TSV layout and metrics to use: cola, sst2, mrpc, stsb, qqp, mnli, qnli, rte, wnli;
+    unset: a generic table (CSV/TSV/JSONL by column)."""
+    text_column: str = "text"
+    """Column/key of the text (generic files)."""
+    text_pair_column: str | None = None
+    """Column/key of the second text of a pair (generic files)."""
+    label_column: str = "label"
+    """Column/key of the label (generic files)."""
+
+
+@dataclass
+class TaggingSettings:
+    """Label names and window settings (saved in bertkit_task.json)."""
+
+    labels: list[str]
+    max_seq_length: int = 128
+    """Longest input in tokens, [CLS]/[SEP] included."""
+    doc_stride: int = 64
+    """Sub-tokens between the starts of consecutive windows of a long sentence."""
+    tag_scheme: str = dataclasses.field(default="BIO", metadata={"choices": TAG_SCHEMES})
+    """Tagging scheme of the labels (entity scores follow conlleval's rules, which read all three)."""
+
+
+@dataclass
+class SquadSettings:
+    """Window and decoding settings (saved in bertkit_task.json)."""
+
+    max_seq_length: int = 384
+    """Longest input in tokens, [CLS]/[SEP] included."""
+    doc_stride: int = 128
+    """Tokens between the starts of context windows."""
+    max_query_length: int = 64
+    """Question tokens kept."""
+    version_2_with_negative: bool = False
+    """SQuAD 2.0: questions may have no answer."""
+    n_best_size: int = 20
+    """Candidate starts/ends per window."""
+    max_answer_length: int = 30
+    """Longest answer in tokens."""
+    null_score_diff_threshold: float = 0.0
+    """SQuAD 2.0: answer "no answer" when its score beats the best span's by more than this (chosen on dev)."""
+
+
+@dataclass
+class MultipleChoiceSettings:
+    """Saved in bertkit_task.json."""
+
+    max_seq_length: int = 128
+    """Longest input in tokens, [CLS]/[SEP] included."""
