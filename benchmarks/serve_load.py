@@ -30,6 +30,9 @@ from pathlib import Path
 import httpx
 import numpy as np
 
+from bertkit.errors import BertkitError
+from bertkit.serve.client import wait_until_ready
+
 WORDS = ("the a of and to in is was he she it they we you that for on with as his her at by from this "
          "cat dog sat ran mat park house city river king people day time world water light").split()
 TEXTS = [" ".join(WORDS[(i * 7 + k) % len(WORDS)] for k in range(4 + i % 12)) for i in range(64)]
@@ -90,20 +93,6 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime, stime (fields 14, 15)
 
 
-def wait_ready(url: str, process: subprocess.Popen, timeout: float = 120) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise SystemExit(f"server exited with {process.returncode}:\n{process.stdout.read().decode()}")
-        try:
-            if httpx.get(f"{url}/ready", timeout=1).status_code == 200:
-                return
-        except httpx.TransportError:
-            pass
-        time.sleep(0.1)
-    raise SystemExit("server did not become ready")
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--model", type=Path, default=None, help="checkpoint directory (default: a temporary one)")
@@ -131,7 +120,10 @@ def main() -> None:
         process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                    env={**os.environ, "OMP_NUM_THREADS": str(args.threads)})
         try:
-            wait_ready(url, process)
+            try:
+                wait_until_ready(url, process, timeout_s=120)
+            except BertkitError as exc:
+                raise SystemExit(f"{exc}:\n{process.stdout.read().decode()}") from None
             cpu_before = cpu_seconds(process.pid)
             result = asyncio.run(load(url, args.endpoint, args.requests, args.concurrency,
                                       time.monotonic() + args.time_limit))

@@ -6,16 +6,26 @@ runs and inherited by the commands tests start in subprocesses, so every test is
 choices on any machine: those of the 2-core AMD EPYC the kernels were tuned on
 (tests/assets/probe/amd-epyc.json). The probe cache goes to a temporary directory, never the user's.
 tests/test_hardware.py runs the real probe once.
+
+Also the fixtures several directories share: `use_profile` (another machine's measurements for one
+test) and `write_toy_corpus` (a small seeded corpus of documents for pre-training runs).
 """
 
 from __future__ import annotations
 
 import os
+import random
 import shutil
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
-PROBE_FILE = Path(__file__).parent / "assets" / "probe" / "amd-epyc.json"
+import pytest
+
+from bertkit import hardware
+
+PROFILES = Path(__file__).parent / "assets" / "probe"
+PROBE_FILE = PROFILES / "amd-epyc.json"
 _cache_dir: str | None = None
 
 
@@ -29,3 +39,36 @@ def pytest_configure(config) -> None:
 def pytest_unconfigure(config) -> None:
     if _cache_dir is not None:
         shutil.rmtree(_cache_dir, ignore_errors=True)
+
+
+@pytest.fixture
+def use_profile(monkeypatch):
+    """`use_profile("intel-xeon-no-amx")` points BERTKIT_PROBE_FILE at that profile for this test (the
+    suite's default is amd-epyc)."""
+    def use(name: str) -> None:
+        monkeypatch.setenv("BERTKIT_PROBE_FILE", str(PROFILES / f"{name}.json"))
+        hardware.reset()
+    yield use
+    monkeypatch.undo()
+    hardware.reset()
+
+
+TOY_WORDS = ("the river ran past old stone mills where the miller kept his grain and his accounts in a small "
+             "book that nobody else could read because he wrote in a hand of his own making").split()
+
+
+def _write_toy_corpus(path: Path, documents: int, sentences: tuple[int, int], words: tuple[int, int]) -> Path:
+    """`documents` documents of `sentences` (min, max) sentences of `words` (min, max) words, one sentence
+    per line and a blank line after each document; the same file for the same arguments."""
+    rng = random.Random(0)
+    with open(path, "w", encoding="utf-8") as f:
+        for _ in range(documents):
+            for _ in range(rng.randint(*sentences)):
+                f.write(" ".join(rng.choice(TOY_WORDS) for _ in range(rng.randint(*words))).capitalize() + ".\n")
+            f.write("\n")
+    return path
+
+
+@pytest.fixture(scope="session")
+def write_toy_corpus() -> Callable[..., Path]:
+    return _write_toy_corpus

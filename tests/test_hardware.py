@@ -26,17 +26,6 @@ def profile(name: str) -> hardware.Measurements:
 
 
 @pytest.fixture
-def use_profile(monkeypatch):
-    """Point BERTKIT_PROBE_FILE at a profile for this test (the suite's default is amd-epyc)."""
-    def use(name: str) -> None:
-        monkeypatch.setenv("BERTKIT_PROBE_FILE", str(PROFILES / f"{name}.json"))
-        hardware.reset()
-    yield use
-    monkeypatch.undo()
-    hardware.reset()
-
-
-@pytest.fixture
 def probed(monkeypatch, tmp_path):
     """No probe file, a fresh cache directory, and `measure` replaced by a counted fake."""
     monkeypatch.delenv("BERTKIT_PROBE_FILE")

@@ -24,6 +24,7 @@ import torch
 
 from bertkit.config import preset
 from bertkit.model import BertForSequenceClassification
+from bertkit.serve.client import wait_until_ready
 from bertkit.tasks.classification import ClassificationSettings, ClassificationTask
 from bertkit.tokenizer import WordPieceTokenizer
 
@@ -73,7 +74,7 @@ def server(tmp_path_factory):
         process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, preexec_fn=_low_file_limit)
     url = f"http://127.0.0.1:{port}"
     try:
-        _wait_ready(url, process)
+        wait_until_ready(url, process)
         yield url, process, log_path
         process.send_signal(signal.SIGTERM)
         process.wait(timeout=15)
@@ -81,18 +82,6 @@ def server(tmp_path_factory):
         if process.poll() is None:
             process.kill()
             process.wait()
-
-
-def _wait_ready(url: str, process: subprocess.Popen) -> None:
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline and process.poll() is None:
-        try:
-            if httpx.get(f"{url}/ready", timeout=1).status_code == 200:
-                return
-        except httpx.TransportError:
-            pass
-        time.sleep(0.1)
-    raise AssertionError(f"the server did not become ready (exit code {process.poll()})")
 
 
 class _SlowClients:

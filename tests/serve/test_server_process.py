@@ -20,6 +20,7 @@ import httpx
 import pytest
 
 from bertkit.serve.app import build_server
+from bertkit.serve.client import wait_until_ready
 
 from .slow_server import slow_app
 
@@ -30,18 +31,6 @@ def _free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
-
-
-def _wait_ready(url: str, deadline_s: float = 60) -> None:
-    deadline = time.monotonic() + deadline_s
-    while time.monotonic() < deadline:
-        try:
-            if httpx.get(f"{url}/ready", timeout=1).status_code == 200:
-                return
-        except httpx.TransportError:
-            pass
-        time.sleep(0.05)
-    raise AssertionError("server did not become ready")
 
 
 class _ThreadServer:
@@ -56,7 +45,7 @@ class _ThreadServer:
     def __enter__(self) -> str:
         self.thread.start()
         url = f"http://127.0.0.1:{self.port}"
-        _wait_ready(url)
+        wait_until_ready(url)
         return url
 
     def __exit__(self, *exc) -> None:
@@ -114,7 +103,7 @@ def test_sigterm_drains_in_flight_requests_and_exits_0(mlm_dir):
                                 "30"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
     try:
-        _wait_ready(url)
+        wait_until_ready(url)
         with ThreadPoolExecutor(1) as pool:
             pending = pool.submit(_post_many, url, 4, 0.0)
             time.sleep(0.3)  # all four are in flight: one running, three queued (~1.2 s of work)

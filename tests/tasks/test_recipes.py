@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import logging
 import math
-import random
 from pathlib import Path
 
 import numpy as np
@@ -59,20 +58,10 @@ def test_learning_rates_scale_with_width():
     assert finetune_learning_rate(256, {"steps": 10**6})[0] == pytest.approx(5e-5 * math.sqrt(3))
 
 
-WORDS = ("the river ran past old stone mills where the miller kept his grain and his accounts in a small "
-         "book that nobody else could read because he wrote in a hand of his own making").split()
-
-
 @pytest.fixture(scope="module")
-def data(tmp_path_factory) -> dict[str, Path]:
+def data(tmp_path_factory, write_toy_corpus) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("recipe")
-    rng = random.Random(0)
-    corpus = root / "corpus.txt"
-    with open(corpus, "w", encoding="utf-8") as f:
-        for _ in range(30):
-            for _ in range(rng.randint(3, 8)):
-                f.write(" ".join(rng.choice(WORDS) for _ in range(rng.randint(6, 20))).capitalize() + ".\n")
-            f.write("\n")
+    corpus = write_toy_corpus(root / "corpus.txt", documents=30, sentences=(3, 8), words=(6, 20))
     tokenizer = WordPieceTokenizer.train([corpus], vocab_size=120, min_frequency=1)
     tokenizer.save_pretrained(root / "tok")
     for masking in ("static", "dynamic"):

@@ -4,26 +4,12 @@ this machine's flags name avx512_bf16 either way, and the answer follows the mea
 from __future__ import annotations
 
 import contextlib
-from pathlib import Path
 
-import pytest
 import torch
 
 from bertkit import hardware, runtime
 from bertkit.train import loop
 from bertkit.train.distributed import DistributedContext
-
-PROFILES = Path(__file__).parents[1] / "assets" / "probe"
-
-
-@pytest.fixture
-def use_profile(monkeypatch):
-    def use(name: str) -> None:
-        monkeypatch.setenv("BERTKIT_PROBE_FILE", str(PROFILES / f"{name}.json"))
-        hardware.reset()
-    yield use
-    monkeypatch.undo()
-    hardware.reset()
 
 
 def test_auto_follows_the_measurements_not_the_flags(use_profile):

@@ -6,7 +6,6 @@ reported as errors."""
 from __future__ import annotations
 
 import json
-import random
 import shutil
 from pathlib import Path
 
@@ -23,20 +22,11 @@ from bertkit.tasks.pretraining import pretraining_loss
 from bertkit.tokenizer import WordPieceTokenizer
 from bertkit.train import checkpoint as ckpt
 
-WORDS = ("the river ran past old stone mills where the miller kept his grain and his accounts in a small "
-         "book that nobody else could read because he wrote in a hand of his own making").split()
-
 
 @pytest.fixture(scope="module")
-def prepared(tmp_path_factory) -> dict[str, Path]:
+def prepared(tmp_path_factory, write_toy_corpus) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("pretrain")
-    rng = random.Random(0)
-    corpus = root / "corpus.txt"
-    with open(corpus, "w", encoding="utf-8") as f:
-        for _ in range(40):
-            for _ in range(rng.randint(2, 8)):
-                f.write(" ".join(rng.choice(WORDS) for _ in range(rng.randint(4, 14))).capitalize() + ".\n")
-            f.write("\n")
+    corpus = write_toy_corpus(root / "corpus.txt", documents=40, sentences=(2, 8), words=(4, 14))
     tokenizer = WordPieceTokenizer.train([corpus], vocab_size=120, min_frequency=1)
     tokenizer.save_pretrained(root / "tok")
     build_pretraining_data([str(corpus)], tokenizer, root / "data",
