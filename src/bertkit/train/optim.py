@@ -28,7 +28,8 @@ from bertkit.settings import OPTIMIZERS
 
 def parameter_groups(model: nn.Module, weight_decay: float) -> list[dict]:
     """Two groups: decayed and not decayed."""
-    decay, no_decay = [], []
+    decay: list[nn.Parameter] = []
+    no_decay: list[nn.Parameter] = []
     for parameter in model.parameters():
         if not parameter.requires_grad:
             continue
