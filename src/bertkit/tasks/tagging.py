@@ -18,7 +18,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -124,7 +124,7 @@ class TaggingTask(BaseTask):
         return predictions  # type: ignore[return-value]
 
     def score(self, sentences: Sequence[TaggedSentence], predictions: Sequence[Sequence[str]]) -> dict[str, float]:
-        gold = [s.labels for s in sentences]
+        gold = cast(list[list[str]], [s.labels for s in sentences])  # read(labelled=True) gives every sentence its tags
         scores = entity_scores(gold, predictions, mode="conlleval")
         words = sum(len(g) for g in gold)
         scores["accuracy"] = sum(a == b for g, p in zip(gold, predictions) for a, b in zip(g, p)) / words
