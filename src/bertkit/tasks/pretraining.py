@@ -87,6 +87,7 @@ def evaluate_pretraining(model: nn.Module, dataset: Dataset, batch_size: int, ns
     bf16_autocast = torch.is_autocast_enabled("cpu") and torch.get_autocast_dtype("cpu") == torch.bfloat16
     model = accelerate_for_inference(model, autocast=bf16_autocast and device.type == "cpu")
     totals = dict(mlm_loss=0.0, mlm_correct=0, mlm_tokens=0, nsp_loss=0.0, nsp_correct=0, pairs=0)
+    # torch's Dataset declares no __len__ (map-style ones have it): the two ignores below.
     for start in range(0, len(dataset), batch_size):  # type: ignore[arg-type]
         items = [dataset[i] for i in range(start, min(start + batch_size, len(dataset)))]  # type: ignore[arg-type]
         batch = {k: v.to(device) for k, v in collate_pretraining(items, pad_token_id).items()}

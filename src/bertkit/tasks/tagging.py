@@ -121,7 +121,8 @@ class TaggingTask(BaseTask):
             for position, word in enumerate(feature["word_positions"]):
                 if word is not None:
                     predictions[feature["sentence_index"]][word] = self.settings.labels[int(best[position])]
-        return predictions  # type: ignore[return-value]
+        # Every word has a first sub-token ([UNK] at least) in exactly one max-context window: no None is left.
+        return cast(list[list[str]], predictions)
 
     def score(self, sentences: Sequence[TaggedSentence], predictions: Sequence[Sequence[str]]) -> dict[str, float]:
         gold = cast(list[list[str]], [s.labels for s in sentences])  # read(labelled=True) gives every sentence its tags

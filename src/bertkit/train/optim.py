@@ -47,7 +47,7 @@ class Lamb(torch.optim.Optimizer):
         super().__init__(params, dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay))
 
     @torch.no_grad()
-    def step(self, closure: Callable | None = None) -> None:  # type: ignore[override]
+    def step(self, closure: Callable | None = None) -> None:  # type: ignore[override]  # no closure, no loss
         if closure is not None:
             raise ValueError("Lamb does not take a closure")
         for group in self.param_groups:
