@@ -156,7 +156,7 @@ def sample_batch(tokenizer: WordPieceTokenizer, texts: list[str], architecture: 
     return batch
 
 
-def _trace(wrapper: nn.Module, batch: dict[str, torch.Tensor], path: Path, architecture: str, opset: int) -> None:
+def _trace(wrapper: _TupleOutputs, batch: dict[str, torch.Tensor], path: Path, architecture: str, opset: int) -> None:
     axes = {0: "batch", 1: "choices", 2: "sequence"} if architecture == "BertForMultipleChoice" else \
         {0: "batch", 1: "sequence"}
     dynamic = dict.fromkeys(INPUT_NAMES, axes)

@@ -137,6 +137,9 @@ def test_squad_structure_errors(tmp_path: Path) -> None:
     message = r"data\[0\].paragraphs\[0\].qas\[0\] \(id 'q'\) needs a str field 'question'"
     with pytest.raises(BertkitError, match=message):
         read_squad(path, training=False, version_2_with_negative=True)
+    path = _squad(tmp_path, [{"question": "a"}])
+    with pytest.raises(BertkitError, match=r"qas\[0\] needs a str or int field 'id'"):
+        read_squad(path, training=False, version_2_with_negative=True)
     path = _squad(tmp_path, [{"id": "q", "question": "a"}, {"id": "q", "question": "b"}])
     with pytest.raises(BertkitError, match="appears twice"):
         read_squad(path, training=False, version_2_with_negative=True)

@@ -64,7 +64,7 @@ def read_conll(path: str | Path, labelled: bool = True, scheme: str | None = Non
             pending_docstarts = []
         current.words.append(check_length(columns[0], where(path, number), "word"))
         current.lines.append(line)
-        if labelled:
+        if current.labels is not None:  # a list exactly when labelled
             current.labels.append(columns[-1])
     if current is not None:
         sentences.append(current)
@@ -92,12 +92,13 @@ def check_tags(sentences: Sequence[TaggedSentence], labels: Sequence[str]) -> tu
     known = set(labels)
     kept, skipped = [], []
     for sentence in sentences:
-        unknown = next((k for k, label in enumerate(sentence.labels or ()) if label not in known), None)
+        labels = sentence.labels or []
+        unknown = next((k for k, label in enumerate(labels) if label not in known), None)
         if unknown is None:
             kept.append(sentence)
             continue
         path, first = sentence.location.rsplit(":", 1)  # read_conll's "file:line"; one token per line
-        skipped.append(f"{where(path, int(first) + unknown)}: label {sentence.labels[unknown]!r} is not one of the "
+        skipped.append(f"{where(path, int(first) + unknown)}: label {labels[unknown]!r} is not one of the "
                        f"model's labels ({', '.join(sorted(known))}), which come from the training file")
     return kept, skipped
 

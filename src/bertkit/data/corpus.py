@@ -135,7 +135,7 @@ def _jsonl_documents(path: Path, lines, stats: CorpusStats, strict: bool) -> Ite
     for lineno, (raw, cut) in enumerate(lines, start=1):
         stats.text_bytes += len(raw)
         problem = "JSONL line over 64 MiB" if cut else None
-        text = None
+        text = ""
         if problem is None:
             line = decode_line(raw, path, lineno, stats, strict).strip()
             if not line:
@@ -145,8 +145,11 @@ def _jsonl_documents(path: Path, lines, stats: CorpusStats, strict: bool) -> Ite
             except json.JSONDecodeError:
                 record, problem = None, "JSONL line is not valid JSON"
             if problem is None:
-                text = record.get("text") if isinstance(record, dict) else None
-                problem = None if isinstance(text, str) else "JSONL record without a string 'text' field"
+                value = record.get("text") if isinstance(record, dict) else None
+                if isinstance(value, str):
+                    text = value
+                else:
+                    problem = "JSONL record without a string 'text' field"
         if problem is not None:
             if strict:
                 raise BertkitError(f"{where(path, lineno)}: {problem}; each line must be "

@@ -88,7 +88,7 @@ class PretrainingDataset(torch.utils.data.Dataset):
         if len(ids) > self.options["max_seq_length"]:
             kept, a_length = truncated_positions(len(ids), a_length, self.options["max_seq_length"])
             ids, labels = ids[kept], None if labels is None else labels[kept]
-        if self.dynamic:
+        if self.vocab is not None:  # dynamic masking
             gen = np.random.default_rng([self.options["seed"], self.epoch, index])
             ids, labels = mask_batch(ids, np.array([0, len(ids)]), self.options["masked_lm_prob"],
                                      self.options["max_predictions_per_seq"], self.vocab, gen)

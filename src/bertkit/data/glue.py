@@ -110,7 +110,7 @@ def read_table(path: str | Path, text_column: str, text_pair_column: str | None 
     path = Path(path)
     suffix = path.suffix.lower()
     if suffix in (".jsonl", ".json"):
-        rows, skipped = _jsonl_rows(path), []
+        rows, skipped = _jsonl_rows(path), list[str]()
         header = (rows[0][0], list(rows[0][1])) if rows else (1, [])  # the first object's keys
     elif suffix in (".csv", ".tsv"):
         header, rows, skipped = _table_rows(path)
@@ -200,8 +200,8 @@ def check_labels(examples: list[TextExample], labels: tuple[str, ...] | None,
     if labels is None:
         for example in examples:
             try:
-                value = float(example.label)
-            except (TypeError, ValueError):
+                value = math.nan if example.label is None else float(example.label)
+            except ValueError:
                 value = math.nan
             if not math.isfinite(value):
                 raise BertkitError(f"{example.guid}: regression label {example.label!r} is not a finite number")

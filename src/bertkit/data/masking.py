@@ -110,7 +110,7 @@ def _random_keys(shape: tuple[int, int], gen: np.random.Generator) -> np.ndarray
     dtype = np.uint32 if column_bits <= 8 else np.uint64  # keep >= 24 random bits (ties ~2^-24)
     size = shape[0] * shape[1]
     raw = gen.bit_generator.random_raw(-(-size * np.dtype(dtype).itemsize // 8))  # 64 random bits each
-    keys = raw.view(dtype)[:size].reshape(shape)
+    keys: np.ndarray = raw.view(dtype)[:size].reshape(shape)  # dtype chosen at run time: the stubs cannot know it
     keys &= ~dtype(2**column_bits - 1)  # clear the low bits, then put the column there
     keys |= np.arange(width, dtype=dtype)
     return keys

@@ -243,7 +243,7 @@ def _assemble(tokens: np.ndarray, spans: PairSpans, vocab: MaskingVocab) -> Bloc
     """`[CLS] A [SEP] B [SEP]` of every instance, concatenated: one gather per chunk of instances."""
     source = np.concatenate([tokens, np.array([vocab.cls_id, vocab.sep_id], dtype=tokens.dtype)])
     cls_at, sep_at = len(tokens), len(tokens) + 1  # the specials' places in `source`
-    index_dtype = np.int32 if len(source) < 2**31 else np.int64  # half the memory traffic of int64
+    index_dtype: type[np.signedinteger] = np.int32 if len(source) < 2**31 else np.int64  # half the traffic of int64
     a_lengths, b_lengths = spans.a_stop - spans.a_start, spans.b_stop - spans.b_start
     ids = [source[:0]]  # (no instances: an empty array of the right dtype)
     for lo in range(0, len(spans), CHUNK_INSTANCES):
@@ -298,6 +298,7 @@ def _shuffle(result: BlockResult, gen: np.random.Generator) -> BlockResult:
     shuffled = BlockResult(_gather(result.ids, result.lengths, order), result.lengths[order],
                            result.a_lengths[order], result.nsp[order], None, None, None)
     if result.mlm_counts is not None:
+        assert result.mlm_positions is not None and result.mlm_labels is not None  # all three are set together
         shuffled.mlm_counts = result.mlm_counts[order]
         shuffled.mlm_positions = _gather(result.mlm_positions, result.mlm_counts, order)
         shuffled.mlm_labels = _gather(result.mlm_labels, result.mlm_counts, order)

@@ -53,7 +53,7 @@ class ShardWriter:
         self.directory, self.dtype, self.static = directory, dtype, static_masking
         self.max_shard_tokens = max_shard_tokens
         self.shards: list[dict] = []
-        self._file = None
+        self._file: AtomicFile | None = None
 
     def add(self, ids: np.ndarray, lengths: np.ndarray, a_lengths: np.ndarray, nsp: np.ndarray,
             mlm_counts: np.ndarray | None = None, mlm_positions: np.ndarray | None = None,
@@ -91,7 +91,8 @@ class ShardWriter:
         self._arrays["input_ids"] = {"offset": 0, "dtype": self.dtype.name, "length": 0}
 
     def _write(self, array: np.ndarray) -> None:
-        data = memoryview(np.ascontiguousarray(array)).cast("B")  # the array's bytes, not a copy
+        assert self._file is not None  # add() opens a shard before writing
+        data = np.ascontiguousarray(array).data.cast("B")  # the array's bytes, not a copy
         self._file.write(data)
         self._sha.update(data)
         self._position += data.nbytes
@@ -103,6 +104,7 @@ class ShardWriter:
         self._write(array)
 
     def _close_shard(self) -> None:
+        assert self._file is not None  # called only while a shard is open
         self._arrays["input_ids"]["length"] = self._tokens
         parts = {k: np.concatenate(v) if v else np.zeros(0) for k, v in self._parts.items()}
         n = len(parts["lengths"])

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from bertkit.data.textfile import check_length, parse_json, read_text
 from bertkit.errors import BertkitError
@@ -68,15 +69,17 @@ def _load(path: Path) -> list:
     return _field(path, document, "data", "top level", list)
 
 
-def _field(path: Path, obj: object, key: str, at: str, kind: type):
+def _field(path: Path, obj: object, key: str, at: str, kind: type | tuple[type, ...]) -> Any:
     if not isinstance(obj, dict) or not isinstance(obj.get(key), kind):
-        raise BertkitError(f"{path}: {at} needs a {kind.__name__} field {key!r}")
+        name = " or ".join(k.__name__ for k in kind) if isinstance(kind, tuple) else kind.__name__
+        raise BertkitError(f"{path}: {at} needs a {name} field {key!r}")
     return obj[key]
 
 
 def _example(path: Path, qa: object, context: str, at: str) -> SquadExample:
     qid = str(_field(path, qa, "id", at, (str, int)))
     question = check_length(_field(path, qa, "question", f"{at} (id {qid!r})", str), f"{path}: id {qid!r}", "question")
+    assert isinstance(qa, dict)  # _field checked it
     answers = []
     for i, answer in enumerate(qa.get("answers") or []):
         text = _field(path, answer, "text", f"{at}.answers[{i}] (id {qid!r})", str)

@@ -25,7 +25,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, cast
 
 import numpy as np
 import torch
@@ -59,18 +59,22 @@ class Predictor:
 
     def __init__(self, model: torch.nn.Module, tokenizer: WordPieceTokenizer, max_seq_length: int,
                  batch_size: int = 32, sentence: SentenceSettings | None = None) -> None:
-        if tokenizer.vocab_size != model.config.vocab_size:
+        # Every bertkit model (FeatureBasedModel too) carries its BertConfig; nn.Module's stubs type attributes
+        # as Tensor | Module.
+        self.config = cast(BertConfig, model.config)
+        if tokenizer.vocab_size != self.config.vocab_size:
             raise BertkitError(f"vocab.txt has {tokenizer.vocab_size} tokens but config.json says vocab_size "
-                               f"{model.config.vocab_size}; use the vocabulary the model was trained with")
+                               f"{self.config.vocab_size}; use the vocabulary the model was trained with")
         self.model = model.eval()
         self.tokenizer = tokenizer
-        self.max_seq_length = min(max_seq_length, model.config.max_position_embeddings)
+        self.max_seq_length = min(max_seq_length, self.config.max_position_embeddings)
         self.batch_size = batch_size
         self.sentence = sentence
 
     @property
     def encoder(self) -> BertModel:
-        return self.model if isinstance(self.model, BertModel) else self.model.bert
+        # The head models and FeatureBasedModel keep their encoder as `.bert`.
+        return self.model if isinstance(self.model, BertModel) else cast(BertModel, self.model.bert)
 
     def encode(self, texts: Sequence[str], text_pairs: Sequence[str] | None = None,
                ) -> tuple[list[dict[str, Any]], list[bool]]:
@@ -104,7 +108,7 @@ class Predictor:
             hidden = self.encoder(**batch).last_hidden_state  # (B, T, H), zeros at padding
             return list(sentence_vectors([hidden], batch["attention_mask"], modes, normalize).numpy())
 
-        width = len(modes) * self.model.config.hidden_size
+        width = len(modes) * self.config.hidden_size
         return np.stack(self.run(features, step)) if features else np.zeros((0, width), np.float32)
 
     def warmup(self) -> None:

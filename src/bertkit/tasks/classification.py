@@ -16,7 +16,7 @@ import dataclasses
 import logging
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -51,9 +51,10 @@ class ClassificationTask(BaseTask):
         return ("pearson", "spearman") if self.is_regression else ("accuracy",)
 
     def config_overrides(self) -> dict[str, Any]:
-        if self.is_regression:
+        labels = self.settings.labels
+        if labels is None:  # regression
             return {"num_labels": 1, "id2label": {0: "score"}, "problem_type": "regression"}
-        return {"num_labels": len(self.settings.labels), "id2label": dict(enumerate(self.settings.labels)),
+        return {"num_labels": len(labels), "id2label": dict(enumerate(labels)),
                 "problem_type": "single_label_classification"}
 
     # --- data ---------------------------------------------------------------------------------
@@ -70,8 +71,10 @@ class ClassificationTask(BaseTask):
         if text_pair_column and not self.settings.text_pair_column:
             raise BertkitError(f"--text-pair-column {text_pair_column!r}: this model was fine-tuned on single "
                                "texts, not pairs; leave the flag out")
-        changes = {"text_column": text_column, "text_pair_column": text_pair_column, "label_column": label_column}
-        task = ClassificationTask(dataclasses.replace(self.settings, **{k: v for k, v in changes.items() if v}))
+        s = self.settings
+        task = ClassificationTask(dataclasses.replace(
+            s, text_column=text_column or s.text_column, text_pair_column=text_pair_column or s.text_pair_column,
+            label_column=label_column or s.label_column))
         task.by_column, task.id_column = True, id_column
         return task
 
@@ -87,7 +90,7 @@ class ClassificationTask(BaseTask):
                                            s.label_column if labelled else None, self.id_column)
         if not labelled:
             return examples, skipped
-        examples, unknown = check_labels(examples, None if self.is_regression else tuple(s.labels))
+        examples, unknown = check_labels(examples, None if s.labels is None else tuple(s.labels))
         if unknown and training:
             raise BertkitError(f"{unknown[0]}; is --task right for this training file?")
         if not examples:
@@ -100,13 +103,13 @@ class ClassificationTask(BaseTask):
         pairs = [e.text_pair or "" for e in examples] if examples[0].text_pair is not None else None
         encodings = tokenizer.encode_batch(texts, pairs, max_length=self.settings.max_seq_length, truncation=True)
         self._report_truncation(examples, encodings)
+        labels = self.settings.labels  # None: regression
         features = []
         for example, encoding in zip(examples, encodings):
             feature = {"input_ids": encoding.input_ids, "token_type_ids": encoding.token_type_ids,
                        "attention_mask": encoding.attention_mask}
             if example.label is not None:
-                feature["labels"] = (float(example.label) if self.is_regression
-                                     else self.settings.labels.index(example.label))
+                feature["labels"] = float(example.label) if labels is None else labels.index(example.label)
             features.append(feature)
         return features
 
@@ -133,21 +136,26 @@ class ClassificationTask(BaseTask):
                outputs: dict[str, list[np.ndarray]]) -> list[dict[str, Any]]:
         """One prediction per example: the label (or score) and, for classification, probabilities."""
         logits = np.stack(outputs["logits"])  # (N, num_labels)
-        if self.is_regression:
+        labels = self.settings.labels
+        if labels is None:  # regression
             return [{"id": e.id or e.guid, "score": float(row[0])} for e, row in zip(examples, logits)]
         shifted = np.exp(logits - logits.max(axis=1, keepdims=True))
         probabilities = shifted / shifted.sum(axis=1, keepdims=True)
-        return [{"id": e.id or e.guid, "label": self.settings.labels[int(row.argmax())],
-                 "probabilities": dict(zip(self.settings.labels, map(float, row)))}
+        return [{"id": e.id or e.guid, "label": labels[int(row.argmax())],
+                 "probabilities": dict(zip(labels, map(float, row)))}
                 for e, row in zip(examples, probabilities)]
 
     def score(self, examples: Sequence[TextExample], predictions: Sequence[dict]) -> dict[str, float]:
-        if self.is_regression:
-            gold = [float(e.label) for e in examples]
+        # read(labelled=True) refused or skipped every row without a label.
+        gold_labels = cast(list[str], [e.label for e in examples])
+        labels = self.settings.labels
+        gold: list[float] | list[int]
+        if labels is None:  # regression
+            gold = [float(label) for label in gold_labels]
             predicted = [p["score"] for p in predictions]
         else:
-            gold = [self.settings.labels.index(e.label) for e in examples]
-            predicted = [self.settings.labels.index(p["label"]) for p in predictions]
+            gold = [labels.index(label) for label in gold_labels]
+            predicted = [labels.index(p["label"]) for p in predictions]
         return classification_metrics(self.metric_names, gold, predicted)
 
     def write_predictions(self, examples: Sequence[TextExample], predictions: Sequence[dict], directory: Path,
@@ -158,11 +166,12 @@ class ClassificationTask(BaseTask):
 def labels_for(glue_name: str | None, train_examples: Sequence[TextExample], regression: bool) -> list[str] | None:
     """The task's label list: GLUE's fixed list, None for regression, else the training file's labels sorted."""
     if glue_name:
-        labels = glue_task(glue_name).labels
-        return list(labels) if labels is not None else None
+        glue_labels = glue_task(glue_name).labels
+        return list(glue_labels) if glue_labels is not None else None
     if regression:
         return None
-    labels = sorted({e.label for e in train_examples})
+    # The training file is read with a label column, so every example has a label; the test narrows the type.
+    labels = sorted({e.label for e in train_examples if e.label is not None})
     if len(labels) < 2:
         raise BertkitError(f"the training file has only the label {labels[0]!r}; classification needs at "
                            "least two (use --regression for numeric targets)")

@@ -39,10 +39,11 @@ import signal
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch import nn
+from torch.utils.data import Dataset
 
 from bertkit.config import PRESETS, BertConfig, preset
 from bertkit.errors import BertkitError, Interrupted
@@ -193,6 +194,7 @@ def _train_config(cfg: FinetuneConfig, seed: int, precision: str, main_metric: s
         raise BertkitError(f"--batch-size {cfg.batch_size} must be a multiple of --gradient-accumulation-steps "
                            f"{cfg.gradient_accumulation_steps}")
     micro = cfg.batch_size // cfg.gradient_accumulation_steps
+    assert cfg.learning_rate is not None  # finetune() resolved "auto" (None) first
     return TrainConfig(num_epochs=None if cfg.max_steps else cfg.epochs, max_steps=cfg.max_steps,
                        micro_batch_size=micro, gradient_accumulation_steps=cfg.gradient_accumulation_steps,
                        learning_rate=cfg.learning_rate, warmup_ratio=cfg.warmup_ratio,
@@ -220,7 +222,8 @@ def _train_seed(task: Task, cfg: FinetuneConfig, tokenizer: WordPieceTokenizer, 
     every = f"{cfg.eval_every} steps" if cfg.eval_every else "epoch"
     log.info("seed %d: evaluation every %s, precision %s%s", seed, every, precision,
              ", resuming" if resuming else "")
-    result = fit(model, task.loss, train_features, config, directory,
+    # A list of feature dicts is a map-style dataset (sized, indexable), which is all fit needs.
+    result = fit(model, task.loss, cast(Dataset, train_features), config, directory,
                  collate_fn=lambda items: pad_batch(items, tokenizer.pad_token_id), eval_fn=run.evaluate,
                  on_best=run.on_best, ctx=DistributedContext(device=device), resume="auto" if resuming else None,
                  lengths=[feature_length(f) for f in train_features] if cfg.group_by_length else None)
@@ -233,6 +236,7 @@ def _train_seed(task: Task, cfg: FinetuneConfig, tokenizer: WordPieceTokenizer, 
 
 
 def _interrupted(result: FitResult, what: str, directory: Path) -> Interrupted:
+    assert result.signal is not None  # fit sets it whenever it stops for a signal
     saved = f"saved {result.checkpoint}" if result.checkpoint else f"the newest checkpoint in {directory} is kept"
     return Interrupted(f"{what} stopped by {signal.Signals(result.signal).name} at step {result.step}; {saved}",
                        result.signal, "--resume auto")
@@ -303,7 +307,7 @@ def run_finetuning(kind: str, train_path: str | Path, dev_paths: list[str | Path
     task = build_task(kind, train_path, options)
     report: dict[str, Any] = {}
     train = _read_reporting(task, train_path, True, report, "train")
-    dev_sets = []
+    dev_sets: list[tuple[str, Sequence[Any]]] = []
     for index, path in enumerate(dev_paths):
         name = "" if index == 0 else Path(path).stem
         if name and any(name == other for other, _ in dev_sets):

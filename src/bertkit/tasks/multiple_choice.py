@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -91,7 +91,8 @@ class MultipleChoiceTask(BaseTask):
         return predictions
 
     def score(self, examples: Sequence[ChoiceExample], predictions: Sequence[dict]) -> dict[str, float]:
-        return {"accuracy": accuracy([e.label for e in examples], [p["label"] for p in predictions])}
+        gold = cast(list[int], [e.label for e in examples])  # read(labelled=True) gives every example its label
+        return {"accuracy": accuracy(gold, [p["label"] for p in predictions])}
 
     def write_predictions(self, examples: Sequence[ChoiceExample], predictions: Sequence[dict], directory: Path,
                           prefix: str) -> list[Path]:

@@ -36,7 +36,7 @@ from bertkit.settings import PretrainSettings
 from bertkit.tasks.recipes import PRETRAINING_FILE, PretrainRecipe, budget_steps, choose_recipe, short_recipe
 from bertkit.tokenizer import WordPieceTokenizer
 from bertkit.train import FitResult, TrainConfig, fit, setup_distributed, teardown_distributed
-from bertkit.train.distributed import broadcast_object, unwrap_model
+from bertkit.train.distributed import broadcast_object
 from bertkit.train.throughput import training_steps_per_second
 
 logger = logging.getLogger(__name__)
@@ -87,6 +87,7 @@ def evaluate_pretraining(model: nn.Module, dataset: Dataset, batch_size: int, ns
     bf16_autocast = torch.is_autocast_enabled("cpu") and torch.get_autocast_dtype("cpu") == torch.bfloat16
     model = accelerate_for_inference(model, autocast=bf16_autocast and device.type == "cpu")
     totals = dict(mlm_loss=0.0, mlm_correct=0, mlm_tokens=0, nsp_loss=0.0, nsp_correct=0, pairs=0)
+    # torch's Dataset declares no __len__ (map-style ones have it): the two ignores below.
     for start in range(0, len(dataset), batch_size):  # type: ignore[arg-type]
         items = [dataset[i] for i in range(start, min(start + batch_size, len(dataset)))]  # type: ignore[arg-type]
         batch = {k: v.to(device) for k, v in collate_pretraining(items, pad_token_id).items()}
@@ -124,7 +125,7 @@ class _Split(Dataset):
         return self.dataset[int(self.indices[index])]
 
 
-def split_held_out(data_dir: Path, eval_examples: int, seed: int, **options: Any) -> tuple[Dataset, Dataset]:
+def split_held_out(data_dir: Path, eval_examples: int, seed: int, **options: Any) -> tuple[_Split, _Split]:
     """(train, held-out) from one data directory: `eval_examples` random instances (at most a tenth)
     are held out and never trained on; the held-out copy keeps epoch 0's masks so evaluations compare.
     `options` go to PretrainingDataset (max_seq_length, masked_lm_prob)."""
@@ -152,7 +153,8 @@ def _tokenizer(settings: PretrainSettings, dataset_hash: str) -> WordPieceTokeni
     return tokenizer
 
 
-def build_model(settings: PretrainSettings, tokenizer: WordPieceTokenizer, max_seq_length: int) -> nn.Module:
+def build_model(settings: PretrainSettings, tokenizer: WordPieceTokenizer, max_seq_length: int,
+                ) -> BertForPreTraining | BertForMaskedLM:
     """A fresh model from a preset/config, or the weights of --init-from."""
     cls = BertForPreTraining if settings.nsp else BertForMaskedLM
     overrides = {}
@@ -204,11 +206,12 @@ def pretrain(settings: PretrainSettings, train_config: TrainConfig) -> FitResult
             model, functools.partial(pretraining_loss, nsp=settings.nsp), train_set, train_config, output,
             collate_fn=functools.partial(collate_pretraining, pad_token_id=pad),
             eval_fn=evaluate if len(eval_set) else None,
-            save_weights=lambda m, d: m.save_pretrained(d, tokenizer=tokenizer),
-            load_weights=lambda m, d: m.load_hf_state_dict(read_state_dict(d), source=str(d)),
+            # fit hands these the model it was given, typed as a plain nn.Module: use `model` itself.
+            save_weights=lambda _, d: model.save_pretrained(d, tokenizer=tokenizer),
+            load_weights=lambda _, d: model.load_hf_state_dict(read_state_dict(d), source=str(d)),
             resume=settings.resume, overwrite=settings.overwrite, ctx=ctx)
         if ctx.is_main and result.stop_reason == "budget":
-            unwrap_model(model).save_pretrained(output / "final", tokenizer=tokenizer)
+            model.save_pretrained(output / "final", tokenizer=tokenizer)  # never the DDP wrapper: fit makes that
             write_text_atomic(output / "final" / PRETRAINING_FILE, json.dumps(
                 {"steps": result.step, "recipe": settings.recipe, "max_seq_length": settings.max_seq_length,
                  "learning_rate": train_config.learning_rate, "last_eval": _last_eval(output)}, indent=2) + "\n")
@@ -217,8 +220,8 @@ def pretrain(settings: PretrainSettings, train_config: TrainConfig) -> FitResult
         teardown_distributed()
 
 
-def _datasets(settings: PretrainSettings, seed: int) -> tuple[Any, Dataset]:
-    options = {"max_seq_length": settings.max_seq_length, "masked_lm_prob": settings.masked_lm_prob}
+def _datasets(settings: PretrainSettings, seed: int) -> tuple[_Split, _Split | PretrainingDataset]:
+    options: dict[str, Any] = {"max_seq_length": settings.max_seq_length, "masked_lm_prob": settings.masked_lm_prob}
     if settings.eval_data is None:
         return split_held_out(Path(settings.data), settings.eval_examples, seed, **options)
     train = PretrainingDataset(settings.data, **options)
@@ -281,10 +284,12 @@ def _choose(settings: PretrainSettings, config: TrainConfig) -> PretrainRecipe:
     if settings.recipe == "auto" and config.max_time_s:
         data = PretrainingDataset(settings.data)
         short = short_recipe(model_config.hidden_size)
+        assert short.max_seq_length is not None  # the short recipe fixes it
         length = min(short.max_seq_length, data.built_seq_length)
         rate = measure_steps_per_second(model_config.replace(vocab_size=int(data.manifest["tokenizer"]["vocab_size"])),
                                         length, short.batch_size, config.precision, settings.device)
     steps = budget_steps(config.max_steps, config.max_time_s, rate)
+    assert settings.recipe is not None  # plan_recipe chooses only when one is asked for
     recipe = choose_recipe(settings.recipe, model_config.hidden_size, steps)
     if rate is not None:
         recipe = dataclasses.replace(recipe, reason=f"{recipe.reason}; {rate:.2f} steps/s measured at "

@@ -18,7 +18,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -121,10 +121,11 @@ class TaggingTask(BaseTask):
             for position, word in enumerate(feature["word_positions"]):
                 if word is not None:
                     predictions[feature["sentence_index"]][word] = self.settings.labels[int(best[position])]
-        return predictions  # type: ignore[return-value]
+        # Every word has a first sub-token ([UNK] at least) in exactly one max-context window: no None is left.
+        return cast(list[list[str]], predictions)
 
     def score(self, sentences: Sequence[TaggedSentence], predictions: Sequence[Sequence[str]]) -> dict[str, float]:
-        gold = [s.labels for s in sentences]
+        gold = cast(list[list[str]], [s.labels for s in sentences])  # read(labelled=True) gives every sentence its tags
         scores = entity_scores(gold, predictions, mode="conlleval")
         words = sum(len(g) for g in gold)
         scores["accuracy"] = sum(a == b for g, p in zip(gold, predictions) for a, b in zip(g, p)) / words

@@ -75,7 +75,7 @@ class EpochBatches:
         self.micro_batch_size, self.accumulation = micro_batch_size, accumulation
         self.rank, self.world_size, self.seed = rank, world_size, seed
         self.shuffle, self.num_workers = shuffle, num_workers
-        self.num_examples = len(dataset)  # type: ignore[arg-type]
+        self.num_examples = len(dataset)  # type: ignore[arg-type]  # torch's Dataset declares no __len__
         self.global_batch_size = micro_batch_size * accumulation * world_size
         self.epoch, self.samples_in_epoch = 0, 0
         self.skipped_samples = 0

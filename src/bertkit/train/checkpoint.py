@@ -133,7 +133,7 @@ def find_latest_valid(root: Path) -> Path | None:
 
 def _scan(root: Path) -> tuple[Path | None, list[str]]:
     """(newest valid checkpoint or None, 'name (problem)' of each newer broken one)."""
-    broken = []
+    broken: list[str] = []
     for candidate in reversed(list_checkpoints(root)):
         problem = verify_checkpoint(candidate)
         if problem is None:
@@ -369,7 +369,9 @@ def _check_param_groups(meta: Any, current: list[dict[str, Any]], path: Path) ->
 def capture_rng_state() -> dict[str, Any]:
     """Python, numpy, torch CPU and CUDA generator states as JSON-able values (tensors as byte lists)."""
     version, mt_state, gauss = random.getstate()
-    kind, keys, position, has_gauss, cached = np.random.get_state()
+    numpy_state = np.random.get_state()
+    assert isinstance(numpy_state, tuple)  # a dict only for a non-MT19937 global generator, which bertkit never sets
+    kind, keys, position, has_gauss, cached = numpy_state
     state = {
         "python": [version, list(mt_state), gauss],
         "numpy": [kind, keys.tolist(), int(position), int(has_gauss), float(cached)],

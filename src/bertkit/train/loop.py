@@ -223,8 +223,8 @@ def fit(model: nn.Module, loss_fn: LossFn, dataset: Dataset, config: TrainConfig
     """
     ctx = ctx or DistributedContext()
     output_dir = Path(output_dir)
-    save_weights = save_weights or (lambda m, d: save_model(m, str(d / "model.safetensors")))
-    load_weights = load_weights or (lambda m, d: load_model(m, str(d / "model.safetensors"), device=str(ctx.device)))
+    save = save_weights or (lambda m, d: save_model(m, str(d / "model.safetensors")))
+    load = load_weights or (lambda m, d: load_model(m, str(d / "model.safetensors"), device=str(ctx.device)))
     autocast, scaler = _precision(config, ctx, model)
     model.to(ctx.device).train()
     runtime.seed_everything(config.seed + ctx.rank)
@@ -238,7 +238,7 @@ def fit(model: nn.Module, loss_fn: LossFn, dataset: Dataset, config: TrainConfig
                                 config.betas, config.eps)
     scheduler = build_schedule(optimizer, budget.progress, budget.warmup, config.lr_schedule)
     checkpoints = output_dir / "checkpoints"
-    parts = _Parts(model, optimizer, scheduler, scaler, batches, state, save_weights, load_weights)
+    parts = _Parts(model, optimizer, scheduler, scaler, batches, state, save, load)
     start = _resume(parts, resume, overwrite, checkpoints, config, ctx)
     ddp_model = wrap_model(model, ctx)
     reporter = Reporter(output_dir, ctx.is_main, budget.max_steps, state.step, config.max_time_s)
@@ -270,8 +270,8 @@ class _Parts:
     scaler: torch.amp.GradScaler | None
     batches: EpochBatches
     state: _State
-    save_weights: Callable[[nn.Module, Path], None]
-    load_weights: Callable[[nn.Module, Path], None]
+    save_weights: Callable[[nn.Module, Path], object]  # return values are ignored (load_model returns
+    load_weights: Callable[[nn.Module, Path], object]  # the missing and unexpected keys)
 
 
 def _train(model: nn.Module, loss_fn: LossFn, parts: _Parts, config: TrainConfig, budget: _Budget,
@@ -329,7 +329,9 @@ def _forward_backward(model: nn.Module, loss_fn: LossFn, step: StepBatch, autoca
         # Share of the global batch; times world_size because DDP averages gradients over processes.
         weight = size / step.global_size
         last = index == len(step.micro_batches) - 1
-        sync = contextlib.nullcontext() if last or not ctx.distributed else model.no_sync()
+        sync: contextlib.AbstractContextManager[Any] = contextlib.nullcontext()
+        if not last and isinstance(model, nn.parallel.DistributedDataParallel):  # wrapped iff ctx.distributed
+            sync = model.no_sync()
         with sync:
             with autocast():
                 loss, metrics = loss_fn(model, _to_device(batch, next(model.parameters()).device))
@@ -348,9 +350,9 @@ def _reduce(loss_sum: float, sums: dict[str, float], tokens: int, stop_requested
     keys = sorted(sums)
     vector = torch.tensor([loss_sum, *(sums[k] for k in keys), float(tokens), float(stop_requested),
                            clock if ctx.is_main else 0.0], dtype=torch.float64)
-    vector = all_reduce_sum(vector, ctx).tolist()
-    reduced = dict(zip(keys, vector[1:1 + len(keys)]))
-    return vector[0], reduced, int(vector[-3]), vector[-2] > 0, vector[-1]
+    values = all_reduce_sum(vector, ctx).tolist()
+    reduced = dict(zip(keys, values[1:1 + len(keys)]))
+    return values[0], reduced, int(values[-3]), values[-2] > 0, values[-1]
 
 
 def _optimizer_step(parts: _Parts, config: TrainConfig, loss: float) -> float:

@@ -28,7 +28,8 @@ from bertkit.settings import OPTIMIZERS
 
 def parameter_groups(model: nn.Module, weight_decay: float) -> list[dict]:
     """Two groups: decayed and not decayed."""
-    decay, no_decay = [], []
+    decay: list[nn.Parameter] = []
+    no_decay: list[nn.Parameter] = []
     for parameter in model.parameters():
         if not parameter.requires_grad:
             continue
@@ -46,7 +47,7 @@ class Lamb(torch.optim.Optimizer):
         super().__init__(params, dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay))
 
     @torch.no_grad()
-    def step(self, closure: Callable | None = None) -> None:  # type: ignore[override]
+    def step(self, closure: Callable | None = None) -> None:  # type: ignore[override]  # no closure, no loss
         if closure is not None:
             raise ValueError("Lamb does not take a closure")
         for group in self.param_groups:
