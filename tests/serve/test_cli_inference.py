@@ -12,11 +12,12 @@ import numpy as np
 import pytest
 
 from bertkit.cli import main
+from bertkit.serve.client import wait_until_ready
 from bertkit.serve.predictor import load_predictor
 from bertkit.tokenizer import WordPieceTokenizer
 
 from .conftest import VOCAB
-from .test_server_process import _free_port, _wait_ready
+from .test_server_process import _free_port
 
 
 def test_extract_jsonl_and_npy(mlm_dir, tmp_path, capsys):
@@ -86,7 +87,7 @@ def test_bertkit_serve_answers_and_stops_on_sigterm(mlm_dir, cased_tokenizer_dir
                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
     try:
-        _wait_ready(url)
+        wait_until_ready(url, process, timeout_s=120)
         response = httpx.post(f"{url}/fill-mask", json={"inputs": ["the [MASK] sat"], "top_k": 2})
         assert response.status_code == 200 and len(response.json()["results"][0][0]) == 2
         cased = httpx.post(f"{url}/embed", json={"inputs": ["The cat", "qqq cat", "the cat"]}).json()["embeddings"]
