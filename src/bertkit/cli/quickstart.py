@@ -37,11 +37,12 @@ def quickstart(**flags: Any) -> None:
     from bertkit.quickstart import run_quickstart
 
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    given = click.get_current_context().get_parameter_source
-    fixed = {name: given(flag) is not click.core.ParameterSource.DEFAULT
-             for name, flag in (("seeds_fixed", "seeds"), ("epochs_fixed", "finetune_epochs"))}
+    context = click.get_current_context()
+    seeds_fixed, epochs_fixed = (context.get_parameter_source(flag) is not click.core.ParameterSource.DEFAULT
+                                 for flag in ("seeds", "finetune_epochs"))
     recipe = dataclasses.replace(Recipe(), **take(Recipe, flags))
     if flags["max_steps"]:
         flags["minutes"] = None  # a step budget replaces the time budget
-    config = QuickstartConfig(**take(QuickstartConfig, flags), recipe=recipe, **fixed)
+    config = QuickstartConfig(**take(QuickstartConfig, flags), recipe=recipe, seeds_fixed=seeds_fixed,
+                              epochs_fixed=epochs_fixed)
     run_quickstart(config, echo=click.echo)

@@ -61,7 +61,7 @@ def encode(text: str, **flags: Any) -> None:
     settings = TokenizerEncodeSettings(**take(TokenizerEncodeSettings, flags))
     tok = WordPieceTokenizer.from_pretrained(settings.tokenizer, do_lower_case=settings.do_lower_case)
     enc = tok.encode(text, settings.pair, max_length=settings.max_length)
-    sources = (text, settings.pair)
+    sources = (text, settings.pair or "")  # segment B exists only with a pair
     click.echo(f"{'id':>7}  {'type':>4}  {'span':>11}  {'token':<20} original")
     for i, token in enumerate(enc.tokens):
         seq = enc.sequence_ids[i]

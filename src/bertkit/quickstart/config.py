@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TypeVar
 
 from bertkit.errors import BertkitError
 from bertkit.settings import DEVICES
@@ -17,6 +18,13 @@ from bertkit.tasks.recipes import REFERENCE_WIDTH, finetune_learning_rate, short
 
 MODEL = "bert-mini"
 _SHORT = short_recipe(REFERENCE_WIDTH)  # bertkit pretrain --recipe short at bert-mini's width: one source
+T = TypeVar("T")
+
+
+def _set(value: T | None) -> T:
+    """A setting the short recipe decides (None would leave it to the data or the model config)."""
+    assert value is not None, "the short recipe sets the length, masking rate and dropout"
+    return value
 
 
 @dataclass(frozen=True)
@@ -25,15 +33,15 @@ class Recipe:
 
     vocab_size: int = 8000
     """WordPiece vocabulary trained on the corpus (small: fewer embedding rows to learn)."""
-    max_seq_length: int = _SHORT.max_seq_length
+    max_seq_length: int = _set(_SHORT.max_seq_length)
     """Pre-training instance length in tokens (a verse is about 35; short instances, more steps)."""
-    masked_lm_prob: float = _SHORT.masked_lm_prob
+    masked_lm_prob: float = _set(_SHORT.masked_lm_prob)
     """Fraction of tokens masked (dynamic masking: new masks every epoch)."""
     max_predictions_per_seq: int = 10
     """Most masked tokens per instance."""
     nsp: bool = _SHORT.nsp
     """Train next sentence prediction too."""
-    dropout: float = _SHORT.dropout
+    dropout: float = _set(_SHORT.dropout)
     """Dropout while pre-training (fine-tuning uses 0.1)."""
     batch_size: int = _SHORT.batch_size
     """Pre-training sequences per optimizer step (small: a short budget needs many updates)."""
