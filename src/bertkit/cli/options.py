@@ -29,6 +29,7 @@ import dataclasses
 import functools
 import inspect
 import itertools
+import sys
 import textwrap
 import types
 import typing
@@ -105,16 +106,30 @@ def field_docs(cls: type) -> dict[str, str]:
         if not dataclasses.is_dataclass(klass):
             continue
         try:
-            tree = ast.parse(textwrap.dedent(inspect.getsource(klass)))
+            body = _class_body(klass)
         except (OSError, TypeError):  # no source (e.g. a frozen application): options without help
             continue
-        body = tree.body[0].body  # type: ignore[attr-defined]
         for node, following in itertools.pairwise(body):
             if (isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name)
                     and isinstance(following, ast.Expr) and isinstance(following.value, ast.Constant)
                     and isinstance(following.value.value, str)):
                 docs[node.target.id] = " ".join(following.value.value.split())
     return docs
+
+
+def _class_body(klass: type) -> list[ast.stmt]:
+    """The statements of a class's body, from its module's source parsed once (inspect.getsource of a class
+    parses the whole module each time: 20 ms per class for bertkit.settings)."""
+    body = _module_classes(klass.__module__).get(klass.__qualname__)
+    if body is None:  # not at module level (e.g. defined in a function)
+        body = ast.parse(textwrap.dedent(inspect.getsource(klass))).body[0].body  # type: ignore[attr-defined]
+    return body
+
+
+@functools.cache
+def _module_classes(module: str) -> dict[str, list[ast.stmt]]:
+    tree = ast.parse(inspect.getsource(sys.modules[module]))
+    return {node.name: node.body for node in tree.body if isinstance(node, ast.ClassDef)}
 
 
 def _option(field: dataclasses.Field, hint: Any, doc: str, override: Mapping[str, Any]) -> Callable[[F], F]:
