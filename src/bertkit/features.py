@@ -27,6 +27,7 @@ import json
 import logging
 from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import cast
 
 import numpy as np
 import torch
@@ -63,7 +64,7 @@ def read_lines(path: str | Path) -> list[tuple[str, str | None]]:
     """(text_a, text_b or None) per line; text_b after ' ||| ' as in the original."""
     path = Path(path)
     lines = read_text(path, flag="--input").splitlines()
-    inputs = []
+    inputs: list[tuple[str, str | None]] = []
     for number, line in enumerate(lines, start=1):
         a, sep, b = line.partition("|||")
         if sep and "|||" in b:
@@ -95,7 +96,7 @@ def extract_features(settings: ExtractSettings) -> int:
     inputs = read_lines(settings.input)
     if sentence is not None:
         inputs = [(sentence.prepare(a), None if b is None else sentence.prepare(b, prompt=False)) for a, b in inputs]
-    encoder = for_inference(BertModel.from_pretrained(model_dir), precision)
+    encoder = cast(BertModel, for_inference(BertModel.from_pretrained(model_dir), precision))  # the same class
     vocabulary = _tokenizer(settings.tokenizer or model_dir, encoder.config)
     indices = parse_layers(settings.layers or ("-1" if pooled else "-1,-2,-3,-4"), encoder.config.num_hidden_layers)
     limit = settings.max_seq_length or (sentence and sentence.max_seq_length) or DEFAULT_MAX_SEQ_LENGTH
@@ -141,7 +142,7 @@ def _encode(tokenizer: WordPieceTokenizer, inputs: list[tuple[str, str | None]],
     for has_pair in (False, True):  # the tokenizer encodes singles and pairs in separate calls
         rows = [i for i, (_, b) in enumerate(inputs) if (b is not None) == has_pair]
         if rows:
-            pairs = [inputs[i][1] for i in rows] if has_pair else None
+            pairs = [inputs[i][1] or "" for i in rows] if has_pair else None  # rows with a pair: never None
             cut = tokenizer.encode_batch([inputs[i][0] for i in rows], pairs, max_length=max_seq_length)
             truncated = sum(e.truncated for e in cut)
             if truncated:

@@ -31,7 +31,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import torch
 
@@ -148,7 +148,7 @@ def pretrain_model(cfg: QuickstartConfig, echo: Echo, seconds: float | None = No
         micro_batch_size=recipe.batch_size, learning_rate=recipe.learning_rate, warmup_ratio=recipe.warmup_ratio,
         seed=cfg.seed, eval_every=cfg.eval_every, save_every=max(cfg.eval_every, 200), keep_last=1)
     result = pretrain(settings, train_config)
-    if result.stop_reason == "signal":
+    if result.stop_reason == "signal" and result.signal is not None:
         raise Interrupted(f"quickstart stopped by {signal.Signals(result.signal).name} while pre-training, at "
                           f"step {result.step}; saved {result.checkpoint}", result.signal, "--resume")
     return final
@@ -196,9 +196,9 @@ def finetune_model(cfg: QuickstartConfig, model: str, name: str, echo: Echo, epo
 def fill_mask_examples(final: Path, sentences: Sequence[str] = FILL_MASK_SENTENCES, top_k: int = 5
                        ) -> list[dict[str, Any]]:
     """The pre-trained model's top-k guesses for the [MASK] of each sentence."""
-    from bertkit.serve.predictor import load_predictor
+    from bertkit.serve.predictor import FillMaskPredictor, load_predictor
 
-    predictor = load_predictor(final)
+    predictor = cast(FillMaskPredictor, load_predictor(final))  # a pre-trained directory: the masked-LM head
     guesses = predictor.fill_mask(list(sentences), top_k=top_k)
     return [{"text": text, "top": [(c["token"], round(c["score"], 4)) for c in per_text[0]]}
             for text, per_text in zip(sentences, guesses)]
@@ -274,6 +274,7 @@ def time_plan(cfg: QuickstartConfig, tokenizer: Any, spent_s: float, echo: Echo)
     rates = measure_rates(cfg, tokenizer.vocab_size, int(min(128, sorted(lengths)[3 * len(lengths) // 4])))
     work = FinetuneWork(runs_per_seed=2 if cfg.random_baseline else 1, train_examples=len(lengths),
                         batch_size=cfg.recipe.finetune_batch_size, eval_examples=len(_texts(dev)) + len(_texts(test)))
+    assert cfg.minutes is not None, "a time plan is made only without --max-steps (validate: then minutes)"
     plan = plan_time(cfg.minutes * 60, spent_s, rates, work, cfg.recipe.finetune_epochs, cfg.seeds,
                      cfg.epochs_fixed, cfg.seeds_fixed)
     write_text_atomic(path, json.dumps(plan.to_json(), indent=2) + "\n")
