@@ -13,6 +13,7 @@ import torch
 from bertkit import runtime, settings
 from bertkit.config import preset
 from bertkit.errors import BertkitError
+from bertkit.inference import pooling
 from bertkit.model import BertModel
 from bertkit.model.feature_based import FeatureBasedModel, FeatureHead
 from bertkit.tasks.metrics import entity_scores
@@ -54,7 +55,12 @@ def test_the_precisions_and_devices_are_the_runtime_ones():
         settings.TrainConfig(max_steps=1, precision=precision)
 
 
+def test_the_poolings_are_auto_and_the_implemented_ones():
+    assert ("auto", *pooling.POOLINGS) == settings.POOLINGS
+
+
 def test_the_settings_module_imports_neither_torch_nor_numpy():
-    code = "import sys, bertkit.settings; print(sorted({'torch', 'numpy'} & set(sys.modules)))"
+    code = ("import sys, bertkit.settings, bertkit.quickstart.config; "
+            "print(sorted({'torch', 'numpy', 'starlette'} & set(sys.modules)))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"

@@ -1,6 +1,6 @@
 """ONNX export of any bertkit head, checked against onnxruntime, with optional dynamic int8 quantization.
 
-`export_onnx(model_dir, output)` writes an ONNX graph with inputs `input_ids`, `token_type_ids`,
+`export_onnx(ExportSettings(model_dir, output))` writes an ONNX graph with inputs `input_ids`, `token_type_ids`,
 `attention_mask` (int64, dynamic batch and sequence axes; multiple choice adds a dynamic choices axis)
 and the head's outputs under their Hugging Face names. It then runs the graph in onnxruntime on a
 sample batch of a *different* shape than the one traced and reports the largest difference from
@@ -35,9 +35,11 @@ from torch import nn
 
 from bertkit.config import BertConfig
 from bertkit.errors import BertkitError
+from bertkit.features import read_lines
 from bertkit.inference.batching import pad_batch
 from bertkit.model import MODEL_CLASSES, BertModel
 from bertkit.model.attention import PaddedSDPA
+from bertkit.settings import QUANTIZATIONS, ExportSettings
 from bertkit.tokenizer import WordPieceTokenizer
 
 INPUT_NAMES = ("input_ids", "token_type_ids", "attention_mask")
@@ -58,7 +60,6 @@ SAMPLE_TEXTS = (
     "A short one.",
     "Fine-tuning adds one output layer and trains all parameters end to end on the task.",
 )
-QUANTIZATIONS = ("int8",)
 
 
 @dataclass
@@ -101,12 +102,13 @@ class _TupleOutputs(nn.Module):
         return tuple(getattr(out, name) for name in self.names)
 
 
-def export_onnx(model_dir: str | Path, output: str | Path, quantize: str | None = None,
-                sample: list[str] | None = None, opset: int = 17) -> ExportReport:
-    """Export the directory's head to `output`; see the module docstring."""
+def export_onnx(settings: ExportSettings) -> ExportReport:
+    """Export the directory's head to `settings.output`, checked on the lines of `settings.sample` (else
+    SAMPLE_TEXTS); see the module docstring."""
+    quantize, opset = settings.quantize, settings.opset
     if quantize is not None and quantize not in QUANTIZATIONS:
         raise BertkitError(f"--quantize {quantize!r}: supported: {', '.join(QUANTIZATIONS)}")
-    model_dir, output = Path(model_dir), Path(output)
+    model_dir, output = Path(settings.model), Path(settings.output)
     config = BertConfig.from_json_file(model_dir / "config.json")
     architecture = (config.architectures or ["BertModel"])[0]
     if architecture not in OUTPUT_NAMES:
@@ -118,7 +120,7 @@ def export_onnx(model_dir: str | Path, output: str | Path, quantize: str | None 
     if architecture == "BertModel" and model.pooler is None:
         names = names[:1]
     tokenizer = WordPieceTokenizer.from_pretrained(model_dir)
-    texts = sample or list(SAMPLE_TEXTS)
+    texts = [a for a, _ in read_lines(settings.sample)] if settings.sample is not None else list(SAMPLE_TEXTS)
     wrapper = _TupleOutputs(model, names).eval()  # the exporter restores the mode it finds, so set it here
     output.parent.mkdir(parents=True, exist_ok=True)
     fp32_path = output if quantize is None else Path(tempfile.mkdtemp(dir=output.parent)) / "fp32.onnx"

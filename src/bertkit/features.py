@@ -27,6 +27,7 @@ import json
 import logging
 from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import cast
 
 import numpy as np
 import torch
@@ -38,6 +39,7 @@ from bertkit.inference.batching import sorted_batches
 from bertkit.inference.pooling import choose_pooling, read_sentence_transformers, sentence_vectors
 from bertkit.model import BertModel, for_inference
 from bertkit.runtime import check_inference_precision
+from bertkit.settings import ExtractSettings
 from bertkit.tokenizer import WordPieceTokenizer
 
 log = logging.getLogger(__name__)
@@ -62,7 +64,7 @@ def read_lines(path: str | Path) -> list[tuple[str, str | None]]:
     """(text_a, text_b or None) per line; text_b after ' ||| ' as in the original."""
     path = Path(path)
     lines = read_text(path, flag="--input").splitlines()
-    inputs = []
+    inputs: list[tuple[str, str | None]] = []
     for number, line in enumerate(lines, start=1):
         a, sep, b = line.partition("|||")
         if sep and "|||" in b:
@@ -73,11 +75,8 @@ def read_lines(path: str | Path) -> list[tuple[str, str | None]]:
     return inputs
 
 
-def extract_features(model_dir: str | Path, input_path: str | Path, output_path: str | Path,
-                     layers: str | None = None, pooling: str | None = None, max_seq_length: int | None = None,
-                     batch_size: int = 32, precision: str = "fp32", tokenizer: str | Path | None = None,
-                     normalize: bool | None = None) -> int:
-    """Write the features of every line of `input_path` to `output_path`; returns the number of lines.
+def extract_features(settings: ExtractSettings) -> int:
+    """Write the features of every line of `settings.input` to `settings.output`; returns the number of lines.
 
     The output's extension picks the format: .jsonl per-token values, .npy one pooled vector per line
     (`pooling` None means "auto": a sentence-transformers directory's own pooling, else [CLS]).
@@ -85,21 +84,22 @@ def extract_features(model_dir: str | Path, input_path: str | Path, output_path:
     sentence-transformers length, else 128; `tokenizer` None the model directory's vocabulary.
     `precision` is an inference precision (`bertkit.model.for_inference`): fp32, bf16 (values within bf16
     rounding), int8 (encoder layers quantized) or auto (the faster of fp32 and bf16 as measured here)."""
-    model_dir, output_path = Path(model_dir), Path(output_path)
+    model_dir, output_path, precision = Path(settings.model), Path(settings.output), settings.precision
     if not model_dir.is_dir():
         raise BertkitError(f"--model {model_dir}: the directory does not exist; pass a checkpoint directory "
                            "(config.json, model.safetensors, vocab.txt)")
-    pooled = _pooled_output(output_path, pooling, normalize)
+    pooled = _pooled_output(output_path, settings.pooling, settings.normalize)
     sentence = read_sentence_transformers(model_dir)
-    modes, normalize = choose_pooling(pooling or "auto", normalize, sentence, "--pooling") if pooled else ((), False)
+    modes, normalize = (choose_pooling(settings.pooling or "auto", settings.normalize, sentence, "--pooling")
+                        if pooled else ((), False))
     check_inference_precision(precision)
-    inputs = read_lines(input_path)
+    inputs = read_lines(settings.input)
     if sentence is not None:
         inputs = [(sentence.prepare(a), None if b is None else sentence.prepare(b, prompt=False)) for a, b in inputs]
-    encoder = for_inference(BertModel.from_pretrained(model_dir), precision)
-    vocabulary = _tokenizer(tokenizer or model_dir, encoder.config)
-    indices = parse_layers(layers or ("-1" if pooled else "-1,-2,-3,-4"), encoder.config.num_hidden_layers)
-    limit = max_seq_length or (sentence and sentence.max_seq_length) or DEFAULT_MAX_SEQ_LENGTH
+    encoder = cast(BertModel, for_inference(BertModel.from_pretrained(model_dir), precision))  # the same class
+    vocabulary = _tokenizer(settings.tokenizer or model_dir, encoder.config)
+    indices = parse_layers(settings.layers or ("-1" if pooled else "-1,-2,-3,-4"), encoder.config.num_hidden_layers)
+    limit = settings.max_seq_length or (sentence and sentence.max_seq_length) or DEFAULT_MAX_SEQ_LENGTH
     max_seq_length = min(limit, encoder.config.max_position_embeddings)
     if pooled:
         log.info("vectors: %s pooling of layer(s) %s%s, max_seq_length %d%s", "+".join(modes),
@@ -107,7 +107,7 @@ def extract_features(model_dir: str | Path, input_path: str | Path, output_path:
                  " (sentence-transformers directory)" * bool(sentence))
     encodings = _encode(vocabulary, inputs, max_seq_length)
     output_path.parent.mkdir(parents=True, exist_ok=True)
-    batches = _hidden_states(encoder, encodings, indices, batch_size, vocabulary.pad_token_id)
+    batches = _hidden_states(encoder, encodings, indices, settings.batch_size, vocabulary.pad_token_id)
     if pooled:
         width = len(indices) * len(modes) * encoder.config.hidden_size
         _write_npy(output_path, len(encodings), width, modes, normalize, batches)
@@ -142,7 +142,7 @@ def _encode(tokenizer: WordPieceTokenizer, inputs: list[tuple[str, str | None]],
     for has_pair in (False, True):  # the tokenizer encodes singles and pairs in separate calls
         rows = [i for i, (_, b) in enumerate(inputs) if (b is not None) == has_pair]
         if rows:
-            pairs = [inputs[i][1] for i in rows] if has_pair else None
+            pairs = [inputs[i][1] or "" for i in rows] if has_pair else None  # rows with a pair: never None
             cut = tokenizer.encode_batch([inputs[i][0] for i in rows], pairs, max_length=max_seq_length)
             truncated = sum(e.truncated for e in cut)
             if truncated:

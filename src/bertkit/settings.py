@@ -6,13 +6,25 @@
 - `ClassificationSettings`, `TaggingSettings`, `SquadSettings`, `MultipleChoiceSettings`: a task's own
   settings, saved in a fine-tuned directory's bertkit_task.json so predict/evaluate/serve read inputs the
   same way.
+- `PretrainingDataOptions` (what changes the data) and `PretrainingDataJob` (its files and workers):
+  `bertkit data pretraining`.
+- `TokenizerTrainSettings`, `TokenizerEncodeSettings`: `bertkit tokenizer train` / `encode`.
+- `ExtractSettings`, `ExportSettings`, `PredictSettings`: `bertkit extract`, `export onnx`, `predict` and
+  `evaluate` (bertkit.features.extract_features, bertkit.export.export_onnx,
+  bertkit.tasks.evaluate.predict_file take them).
+- `Limits`, `ServerSettings` (the app: bertkit.serve.app.create_app) and `ServeSettings` (model, address,
+  threads): `bertkit serve`.
+
+(`bertkit quickstart`'s QuickstartConfig and Recipe live in bertkit.quickstart.config: their defaults come
+from bertkit.tasks.recipes.)
 
 Design decision: these dataclasses are the one source of each setting. The command line is generated from
 them (`bertkit.cli.options`: a field is a flag, its docstring the help, its `choices` metadata the accepted
-values), the library functions take them, and the choices below are what the implementing modules check
-against (a test asserts that each implements exactly these: bertkit.runtime, bertkit.train.optim,
-bertkit.model.feature_based, bertkit.tasks.metrics). The module imports neither torch nor numpy, so
-`bertkit pretrain --help` and `bertkit finetune ... --help` answer at once.
+values, `min`/`max` its bounds, checked by `check_bounds` for Python callers too), the library functions
+take them, and the choices below are what the implementing modules check against (a test asserts that
+each implements exactly these: bertkit.runtime, bertkit.train.optim, bertkit.model.feature_based,
+bertkit.tasks.metrics, bertkit.inference.pooling). The module imports neither torch nor numpy (nor
+starlette), so every command's `--help` answers at once.
 """
 
 from __future__ import annotations
@@ -323,3 +335,317 @@ class MultipleChoiceSettings:
 
     max_seq_length: int = 128
     """Longest input in tokens, [CLS]/[SEP] included."""
+
+
+def check_bounds(settings: object) -> None:
+    """Raise BertkitError naming the flag of the first field of the dataclass `settings` outside its
+    `min`/`max` metadata (the bounds the command line enforces too, as a click range)."""
+    for field in dataclasses.fields(settings):  # type: ignore[arg-type]
+        value, low, high = getattr(settings, field.name), field.metadata.get("min"), field.metadata.get("max")
+        if value is None or ((low is None or value >= low) and (high is None or value <= high)):
+            continue
+        flag = field.metadata.get("flag", "--" + field.name.replace("_", "-"))
+        bounds = f"in [{low}, {high}]" if low is not None and high is not None else (
+            f">= {low}" if low is not None else f"<= {high}")
+        raise BertkitError(f"{flag} must be {bounds}, got {value!r}")
+
+
+# --- pre-training data (bertkit data pretraining) ------------------------------------------------------
+
+MASKINGS = ("static", "dynamic")
+"""The values of --masking: masks stored in the shards, or drawn by the training loader."""
+DATA_RNGS = ("numpy", "python")
+"""The values of `bertkit data pretraining --rng`."""
+
+
+@dataclass(frozen=True)
+class PretrainingDataOptions:
+    """Every setting that changes the produced data (all recorded in the manifest;
+    bertkit.data.pretraining.build_pretraining_data)."""
+
+    max_seq_length: int = 128
+    """Longest instance in tokens, [CLS] and [SEP]s included."""
+    masked_lm_prob: float = 0.15
+    """Fraction of each instance's tokens to predict."""
+    max_predictions_per_seq: int = 20
+    """Most predicted tokens per instance."""
+    dupe_factor: int = 10
+    """Passes over the corpus with different pairs and masks."""
+    short_seq_prob: float = 0.1
+    """Probability of a shorter target length for a document."""
+    whole_word_masking: bool = False
+    """Mask all WordPiece pieces of a word together."""
+    masking: str = dataclasses.field(default="static", metadata={"choices": MASKINGS})
+    """static: masks stored in the shards; dynamic: unmasked instances stored once, masked by the training
+    loader from (seed, epoch, index)."""
+    seed: int = 12345
+    """Random seed; same seed and inputs give byte-identical shards."""
+    split_sentences: bool = False
+    """Split each line into sentences (pysbd) first."""
+    rng: str = dataclasses.field(default="numpy", metadata={"choices": DATA_RNGS})
+    """numpy: pair rules and masking vectorised per block (fast); python: the original script's
+    per-document draws and order (about 10x slower)."""
+    shuffle_buffer_mb: float = 4.0
+    """MiB of text per block: the pool random-next sentences come from, and the shuffle window."""
+
+    def validate(self) -> None:
+        if not 5 <= self.max_seq_length <= 65535:
+            raise BertkitError(f"--max-seq-length must be in [5, 65535], got {self.max_seq_length}")
+        if not 0.0 < self.masked_lm_prob < 1.0:
+            raise BertkitError(f"--masked-lm-prob must be in (0, 1), got {self.masked_lm_prob}")
+        if self.max_predictions_per_seq < 1:
+            raise BertkitError(f"--max-predictions-per-seq must be at least 1, got {self.max_predictions_per_seq}")
+        if self.dupe_factor < 1:
+            raise BertkitError(f"--dupe-factor must be at least 1, got {self.dupe_factor}")
+        if not 0.0 <= self.short_seq_prob <= 1.0:
+            raise BertkitError(f"--short-seq-prob must be in [0, 1], got {self.short_seq_prob}")
+        if self.masking not in MASKINGS:
+            raise BertkitError(f"--masking must be 'static' or 'dynamic', got {self.masking!r}")
+        if self.rng not in DATA_RNGS:
+            raise BertkitError(f"--rng must be 'numpy' or 'python', got {self.rng!r}")
+        if not self.shuffle_buffer_mb > 0:
+            raise BertkitError(f"--shuffle-buffer-mb must be positive, got {self.shuffle_buffer_mb}")
+
+
+@dataclass(frozen=True)
+class PretrainingDataJob:
+    """How `bertkit data pretraining` runs: its files and the settings that do not change the data."""
+
+    inputs: tuple[str, ...] = dataclasses.field(metadata={"flag": "--input"})
+    """Text file(s) (one sentence per line, blank line between documents), .gz, or .jsonl with a 'text'
+    field; repeat the flag or use glob patterns (quote them)."""
+    tokenizer: str
+    """Tokenizer directory (vocab.txt) from `bertkit tokenizer train`."""
+    output: str
+    """Output directory for shards and manifest.json."""
+    workers: int | None = None
+    """Worker processes; unset: all cores."""
+    strict: bool = False
+    """Fail on invalid UTF-8, binary files or bad JSONL lines instead of replacing/skipping and counting
+    them."""
+    shard_size_mb: float = 64.0
+    """Approximate size of each shard's token ids (MiB)."""
+    overwrite: bool = False
+    """Replace existing data in --output."""
+    quiet: bool = False
+    """No progress bar."""
+
+
+# --- tokenizer (bertkit tokenizer train / encode) ------------------------------------------------------
+
+@dataclass(frozen=True)
+class TokenizerTrainSettings:
+    """What `bertkit tokenizer train` learns a WordPiece vocabulary from, and how
+    (bertkit.tokenizer.WordPieceTokenizer.train)."""
+
+    output: Path = dataclasses.field(metadata={"path": "dir"})
+    """Directory to write vocab.txt and tokenizer_config.json to."""
+    inputs: tuple[Path, ...] = dataclasses.field(default=(), metadata={"flag": "--input", "path": "file"})
+    """Text file(s) to learn from, plain or .gz; several may follow one --input."""
+    vocab_size: int = 30522
+    """Target vocabulary size, specials included."""
+    cased: bool = False
+    """Keep case and accents (default: lower-case and strip accents, like BERT uncased)."""
+    min_frequency: int = 2
+    """Least count for a merged piece to enter the vocabulary."""
+    limit_alphabet: int = 1000
+    """Most distinct characters kept as base pieces (at most (--vocab-size - 5) / 2)."""
+    progress: bool = True
+    """Show the trainer's progress bar."""
+    strict: bool = False
+    """Fail on invalid UTF-8, binary or corrupt gzip files instead of replacing/skipping and counting them."""
+
+
+@dataclass(frozen=True)
+class TokenizerEncodeSettings:
+    """How `bertkit tokenizer encode` encodes its TEXT (WordPieceTokenizer.from_pretrained, .encode)."""
+
+    tokenizer: Path = dataclasses.field(metadata={"path": "any", "exists": True})
+    """Directory holding vocab.txt (or the vocab.txt file)."""
+    pair: str | None = None
+    """Second text of a pair (segment B)."""
+    max_length: int | None = None
+    """Truncate to this many tokens, specials included."""
+    do_lower_case: bool | None = dataclasses.field(default=None, metadata={"flag": "--lower-case/--cased"})
+    """Override do_lower_case (default: from tokenizer_config.json, else lower-case)."""
+
+
+# --- inference (bertkit extract, export onnx, predict, evaluate) ---------------------------------------
+
+POOLINGS = ("auto", "cls", "mean", "max", "mean_sqrt_len_tokens")
+"""How `bertkit extract` pools .npy vectors: auto, or a mode of bertkit.inference.pooling.POOLINGS."""
+QUANTIZATIONS = ("int8",)
+"""The values of `bertkit export onnx --quantize` (onnxruntime dynamic quantization)."""
+
+
+@dataclass
+class ExtractSettings:
+    """What `bertkit extract` reads and writes, and how (bertkit.features.extract_features)."""
+
+    model: Path = dataclasses.field(metadata={"path": "dir", "exists": True})
+    """Checkpoint directory (config.json, model.safetensors, vocab.txt); any head; a sentence-transformers
+    directory brings its own pooling."""
+    input: Path = dataclasses.field(metadata={"path": "file"})
+    """UTF-8 text, one input per line; 'text_a ||| text_b' for a pair."""
+    output: Path = dataclasses.field(metadata={"path": "file"})
+    """*.jsonl: per-token layer values; *.npy: one pooled vector per line (the extension picks the format)."""
+    tokenizer: Path | None = dataclasses.field(default=None, metadata={"path": "any", "exists": True})
+    """Directory with vocab.txt (or the file); unset: the --model directory."""
+    layers: str | None = None
+    """Encoder layers to output, comma-separated, -1 = last (as extract_features.py); unset: -1,-2,-3,-4 for
+    .jsonl, -1 for .npy."""
+    pooling: str | None = dataclasses.field(default=None, metadata={"choices": POOLINGS})
+    """How .npy vectors pool the tokens (layers concatenated); auto (unset): a sentence-transformers
+    directory's pooling, else [CLS]."""
+    normalize: bool | None = None
+    """Unit-length .npy vectors; unset: as the sentence-transformers directory says, else no."""
+    max_seq_length: int | None = dataclasses.field(default=None, metadata={"min": 3})
+    """Longest input in tokens, specials included; longer lines are truncated (counted); unset: the
+    sentence-transformers directory's, else 128."""
+    batch_size: int = dataclasses.field(default=32, metadata={"min": 1})
+    """Lines per forward pass."""
+    precision: str = dataclasses.field(default="fp32", metadata={"choices": INFERENCE_PRECISIONS})
+    """auto: the faster of fp32 and bf16 as measured on this machine (`bertkit doctor`); bf16 values are
+    within bf16 rounding; int8: encoder layers quantized, CPU only."""
+
+    def __post_init__(self) -> None:
+        check_bounds(self)
+
+
+@dataclass
+class ExportSettings:
+    """What `bertkit export onnx` exports and checks (bertkit.export.export_onnx)."""
+
+    model: Path = dataclasses.field(metadata={"path": "dir", "exists": True})
+    """Checkpoint directory; its config.json architectures entry picks the head and outputs."""
+    output: Path = dataclasses.field(metadata={"path": "file"})
+    """ONNX file to write."""
+    quantize: str | None = dataclasses.field(default=None, metadata={"choices": QUANTIZATIONS})
+    """Dynamic int8 quantization (onnxruntime); prints the measured output change."""
+    sample: Path | None = dataclasses.field(default=None, metadata={"path": "file", "exists": True})
+    """Text file (one input per line) to check outputs on; unset: built-in sentences."""
+    opset: int = dataclasses.field(default=17, metadata={"min": 14})
+    """ONNX opset version."""
+
+    def __post_init__(self) -> None:
+        check_bounds(self)
+
+
+@dataclass
+class PredictSettings:
+    """A fine-tuned directory on a file: `bertkit predict` / `bertkit evaluate`
+    (bertkit.tasks.evaluate.predict_file)."""
+
+    model: str = dataclasses.field(metadata={"path": "dir"})
+    """Fine-tuned directory (OUTPUT/best of `bertkit finetune`)."""
+    input: str = dataclasses.field(metadata={"path": "file"})
+    """Classification: CSV/TSV with a header row or JSONL (or the GLUE layout it was trained on); CoNLL
+    (tagging); SQuAD JSON; SWAG CSV or JSONL (multiple choice)."""
+    output: str = dataclasses.field(metadata={"path": "dir"})
+    """Directory for the results."""
+    text_column: str | None = None
+    """Classification: column/key of the text; unset: the one the model was fine-tuned with."""
+    text_pair_column: str | None = None
+    """Classification of pairs: column/key of the second text; unset: as fine-tuned."""
+    id_column: str | None = None
+    """Classification: column/key whose value identifies each row in the predictions; unset: a column named
+    id if there is one, else file:line."""
+    label_column: str | None = None
+    """Classification: column/key of the gold label; unset: the one the model was fine-tuned with."""
+    batch_size: int = 64
+    """Inference batch size."""
+    device: str = dataclasses.field(default="auto", metadata={"choices": DEVICES})
+    """auto (CUDA when there is a GPU), cpu or cuda."""
+    precision: str = dataclasses.field(default="fp32", metadata={"choices": INFERENCE_PRECISIONS})
+    """fp32 reproduces the dev scores of fine-tuning exactly; auto: the faster of fp32 and bf16 as measured
+    on this machine (`bertkit doctor`); bf16, or int8 (encoder layers quantized, CPU only), score the faster
+    model."""
+    evaluate: bool = False
+    """Score the predictions against the file's labels too (eval_results.json)."""
+
+    def columns(self) -> dict[str, str]:
+        """The reading settings given for this file (they override the fine-tuned model's saved ones)."""
+        names = ("text_column", "text_pair_column", "label_column", "id_column")
+        return {name: getattr(self, name) for name in names if getattr(self, name) is not None}
+
+
+# --- serving (bertkit serve) ---------------------------------------------------------------------------
+
+LOG_LEVELS = ("debug", "info", "warning", "error")
+"""The values of `bertkit serve --log-level`."""
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Per-connection and per-request limits of the server (each one is a `bertkit serve` flag;
+    enforced by bertkit.serve.limits and bertkit.serve.connections)."""
+
+    max_body_bytes: int = dataclasses.field(default=1_048_576, metadata={"min": 64})
+    """Largest request body accepted (413 above it)."""
+    max_inputs: int = dataclasses.field(default=64, metadata={"min": 1})
+    """Most texts (or question/context pairs) in one request (422 above it)."""
+    max_input_chars: int = dataclasses.field(default=20_000, metadata={"min": 1})
+    """Most characters in one text, question or context (422 above it)."""
+    max_connections: int = dataclasses.field(default=1000, metadata={"min": 1})
+    """Most open connections; past it a new one replaces the slowest unfinished request, else gets 503."""
+    header_timeout_s: float = dataclasses.field(default=10.0, metadata={"min": 0.01, "flag": "--header-timeout"})
+    """Seconds a client has to send a request's headers, from connecting or from its previous response (408
+    past it)."""
+    body_timeout_s: float = dataclasses.field(default=30.0, metadata={"min": 0.01, "flag": "--body-timeout"})
+    """Seconds a client has to send a request's body once its headers are in (408 past it)."""
+    keep_alive_timeout_s: float = dataclasses.field(default=5.0, metadata={"min": 0.01,
+                                                                           "flag": "--keep-alive-timeout"})
+    """Seconds an idle keep-alive connection stays open between requests."""
+    max_header_bytes: int = dataclasses.field(default=16_384, metadata={"min": 1024})
+    """Largest request line + headers (431 above it)."""
+
+    def __post_init__(self) -> None:
+        check_bounds(self)
+
+
+@dataclass(frozen=True)
+class ServerSettings:
+    """How the server batches, queues and limits requests (each field is a `bertkit serve` flag;
+    bertkit.serve.app.create_app)."""
+
+    limits: Limits = dataclasses.field(default_factory=Limits)
+    max_batch_size: int = dataclasses.field(default=32, metadata={"min": 1})
+    """Most inputs the worker gathers into one predictor call."""
+    max_wait_ms: float = dataclasses.field(default=5.0, metadata={"min": 0})
+    """How long the worker waits for more requests to gather into one batch."""
+    max_queue: int = dataclasses.field(default=256, metadata={"min": 1})
+    """Most requests waiting for the model; more are answered 429."""
+    timeout_s: float = dataclasses.field(default=30.0, metadata={"min": 0.01, "flag": "--timeout"})
+    """Per-request time limit in seconds, from arrival to result (504 past it)."""
+    api_key: str | None = None
+    """Require this key (X-API-Key or Authorization: Bearer) on task endpoints (else 401)."""
+
+    def __post_init__(self) -> None:
+        check_bounds(self)
+
+
+@dataclass(frozen=True)
+class ServeSettings:
+    """What `bertkit serve` serves and where, beside the ServerSettings of the app
+    (bertkit.serve.predictor.load_predictor, bertkit.serve.app.run_server)."""
+
+    model: Path = dataclasses.field(metadata={"path": "dir", "exists": True})
+    """Checkpoint directory; endpoints follow from bertkit_task.json / config.json."""
+    tokenizer: Path | None = dataclasses.field(default=None, metadata={"path": "dir", "exists": True})
+    """Tokenizer directory to use instead of the model's (same vocabulary size)."""
+    host: str = "127.0.0.1"
+    """Interface to bind; 0.0.0.0 exposes the server to the network."""
+    port: int = dataclasses.field(default=8000, metadata={"min": 0, "max": 65535})
+    """TCP port."""
+    drain_timeout_s: float = dataclasses.field(default=30.0, metadata={"min": 0, "flag": "--drain-timeout"})
+    """Seconds to finish in-flight requests after SIGTERM/SIGINT."""
+    threads: int | None = dataclasses.field(default=None, metadata={"min": 1})
+    """torch CPU threads; unset: torch's."""
+    precision: str = dataclasses.field(default="auto", metadata={"choices": INFERENCE_PRECISIONS})
+    """auto: the faster of fp32 and bf16 as measured on this machine (`bertkit doctor`); bf16 scores are
+    within bf16 rounding; int8: encoder layers quantized, CPU only."""
+    log_level: str = dataclasses.field(default="info", metadata={"choices": LOG_LEVELS})
+    """Server log level."""
+
+    def __post_init__(self) -> None:
+        check_bounds(self)

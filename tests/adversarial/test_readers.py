@@ -20,6 +20,7 @@ from bertkit.data.glue import read_table
 from bertkit.data.squad import read_squad
 from bertkit.errors import BertkitError
 from bertkit.model import BertForSequenceClassification
+from bertkit.settings import PredictSettings
 from bertkit.tasks.classification import ClassificationSettings, ClassificationTask
 from bertkit.tasks.evaluate import predict_file
 from bertkit.tasks.finetune import _read_reporting
@@ -93,7 +94,7 @@ def test_evaluate_and_predict_file_read_every_quoted_row(pair_model: Path, tmp_p
                  "--device", "cpu"]) == 0
     metrics = json.loads(capsys.readouterr().out)
     assert metrics["examples"] == 4 and metrics["skipped"] == 0
-    counts = predict_file(pair_model, path, tmp_path / "pred", device="cpu")
+    counts = predict_file(PredictSettings(pair_model, path, tmp_path / "pred", device="cpu"))
     assert counts["examples"] == 4 and counts["skipped"] == 0
     assert [p["id"] for p in _jsonl(tmp_path / "pred" / "predictions.jsonl")] == ["1", "2", "3", "4"]
 
@@ -184,7 +185,7 @@ def test_text_longer_than_the_tokenizer_takes_names_file_and_line(pair_model: Pa
     path = _write(tmp_path / f"long{suffix}", text)
     line = 2 if suffix == ".jsonl" else 3
     with pytest.raises(BertkitError, match=rf"{path}:{line}: ") as error:
-        predict_file(pair_model, path, tmp_path / "out", device="cpu")
+        predict_file(PredictSettings(pair_model, path, tmp_path / "out", device="cpu"))
     assert "texts[" not in str(error.value) and "1,000,000" in str(error.value)
 
 
@@ -243,6 +244,6 @@ def test_column_flags_are_refused_where_they_do_not_apply(tmp_path: Path, capsys
     single = _classifier(tmp_path / "single")
     path = _write(tmp_path / "in.tsv", "text\tother\nthe film\tgood\n")
     with pytest.raises(BertkitError, match="--text-pair-column 'other': this model was fine-tuned on single texts"):
-        predict_file(single, path, tmp_path / "out", device="cpu", columns={"text_pair_column": "other"})
+        predict_file(PredictSettings(single, path, tmp_path / "out", device="cpu", text_pair_column="other"))
     with pytest.raises(BertkitError, match=r"no column 'nope'.*--id-column"):
-        predict_file(single, path, tmp_path / "out", device="cpu", columns={"id_column": "nope"})
+        predict_file(PredictSettings(single, path, tmp_path / "out", device="cpu", id_column="nope"))

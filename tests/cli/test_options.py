@@ -1,5 +1,6 @@
 """bertkit.cli.options: a config dataclass's fields become click options (name, help, default, type,
-choices), and `bertkit pretrain` / `bertkit finetune` are generated from their dataclasses."""
+choices, bounds, paths), and every command that configures a run is generated from the dataclasses its
+library function takes: each flag reaches them."""
 
 from __future__ import annotations
 
@@ -13,9 +14,11 @@ import click
 import pytest
 from click.testing import CliRunner
 
+from bertkit import settings as run_settings
 from bertkit.cli import cli, main
 from bertkit.cli.options import field_docs, options, take
 from bertkit.errors import BertkitError
+from bertkit.settings import Limits, ServerSettings, check_bounds
 
 COLOURS = ("red", "green")
 
@@ -106,11 +109,84 @@ def test_field_docs_read_attribute_docstrings_as_one_line():
     assert docs["warmup_steps"] == "Warmup steps; unset: none." and "internal" not in docs
 
 
+@dataclass
+class Files:
+    """A config with files, bounds and other flag names."""
+
+    inputs: tuple[str, ...] = field(metadata={"flag": "--input"})
+    """Input files; repeat the flag."""
+    model: Path = field(metadata={"path": "dir", "exists": True})
+    """An existing directory."""
+    port: int = field(default=80, metadata={"min": 0, "max": 65535})
+    """TCP port."""
+    timeout_s: float = field(default=1.0, metadata={"min": 0.01, "flag": "--timeout"})
+    """Seconds."""
+    lower: bool | None = field(default=None, metadata={"flag": "--lower-case/--cased"})
+    """Lower-case; unset: the file's."""
+    colour: str = field(default="red", metadata={"choices": COLOURS})
+    """Colour of the run."""
+
+    def __post_init__(self) -> None:
+        check_bounds(self)
+
+
+def _files_command(**kwargs) -> click.Command:
+    @click.command()
+    @options(Files, **kwargs)
+    def run(**flags) -> None:
+        click.echo(repr(Files(**take(Files, flags))))
+    return run
+
+
+def test_repeatable_fields_bounds_path_checks_and_flag_names_come_from_metadata(tmp_path):
+    args = ["--input", "a", "--input", "b", "--model", str(tmp_path), "--port", "8", "--timeout", "2", "--cased"]
+    result = CliRunner().invoke(_files_command(), args)
+    assert result.exit_code == 0, result.output
+    assert result.output.strip() == repr(Files(("a", "b"), tmp_path, 8, 2.0, False))
+    help_text = " ".join(CliRunner().invoke(_files_command(), ["--help"]).output.split())
+    for text in ("--input TEXT Input files; repeat the flag. [required]", "--model DIRECTORY",
+                 "--port INTEGER RANGE TCP port. [default: 80; 0<=x<=65535]", "--timeout FLOAT RANGE",
+                 "--lower-case / --cased"):
+        assert text in help_text
+    for wrong, flag in ((["--port", "70000"], "--port"), (["--timeout", "0"], "--timeout")):
+        result = CliRunner().invoke(_files_command(), ["--input", "a", "--model", str(tmp_path), *wrong])
+        assert result.exit_code == 2 and f"Invalid value for '{flag}'" in result.output
+    result = CliRunner().invoke(_files_command(), ["--input", "a", "--model", str(tmp_path / "missing")])
+    assert result.exit_code == 2 and "does not exist" in result.output
+
+
+def test_only_keeps_the_named_fields():
+    help_text = CliRunner().invoke(_files_command(only=("port", "colour"), overrides={"port": {"default": 1}}),
+                                   ["--help"]).output
+    assert "--port" in help_text and "--colour" in help_text and "--timeout" not in help_text
+    with pytest.raises(TypeError, match="no field"):
+        options(Files, only=("ports",))
+
+
+def test_python_callers_are_held_to_the_same_bounds_with_the_flag_named():
+    with pytest.raises(BertkitError, match=r"--port must be in \[0, 65535\], got 70000"):
+        Files(("a",), Path("m"), port=70000)
+    with pytest.raises(BertkitError, match=r"--timeout must be >= 0.01, got 0"):
+        ServerSettings(timeout_s=0)
+    with pytest.raises(BertkitError, match=r"--max-inputs must be >= 1, got 0"):
+        Limits(max_inputs=0)
+
+
+COMMANDS = ("pretrain", "finetune", "data pretraining", "tokenizer train", "tokenizer encode", "extract",
+            "export onnx", "serve", "predict", "evaluate", "quickstart")
+"""Every command whose flags are generated from settings dataclasses (groups expand to their subcommands)."""
+
+
 def _leaf_commands() -> list[tuple[str, click.Command]]:
-    context = click.Context(cli)
-    commands = [("pretrain", cli.get_command(context, "pretrain"))]
-    group = cli.get_command(context, "finetune")
-    commands += [(f"finetune {name}", group.get_command(context, name)) for name in group.list_commands(context)]
+    context, commands = click.Context(cli), []
+    for name in COMMANDS:
+        command: click.Command = cli
+        for part in name.split():
+            command = command.get_command(context, part)  # type: ignore[attr-defined]
+        if isinstance(command, click.Group):
+            commands += [(f"{name} {sub}", command.get_command(context, sub)) for sub in command.list_commands(context)]
+        else:
+            commands.append((name, command))
     return commands
 
 
@@ -121,19 +197,26 @@ def test_every_generated_flag_has_help(name, command):
     assert not missing, f"bertkit {name}: flags without help (give their dataclass fields a docstring): {missing}"
 
 
-def test_choices_are_the_settings_constants():
-    from bertkit import settings
+TRAINING_COMMANDS = ("pretrain", "finetune")
 
-    expected = {"--precision": settings.PRECISIONS, "--lr-schedule": settings.LR_SCHEDULES,
-                "--device": settings.DEVICES, "--optimizer": settings.OPTIMIZERS, "--recipe": settings.RECIPES,
-                "--feature-combine": settings.FEATURE_COMBINES, "--tag-scheme": settings.TAG_SCHEMES}
+
+def test_choices_are_the_settings_constants():
+    expected = {"--lr-schedule": run_settings.LR_SCHEDULES, "--device": run_settings.DEVICES,
+                "--optimizer": run_settings.OPTIMIZERS, "--recipe": run_settings.RECIPES,
+                "--feature-combine": run_settings.FEATURE_COMBINES, "--tag-scheme": run_settings.TAG_SCHEMES,
+                "--masking": run_settings.MASKINGS, "--rng": run_settings.DATA_RNGS,
+                "--pooling": run_settings.POOLINGS, "--quantize": run_settings.QUANTIZATIONS,
+                "--log-level": run_settings.LOG_LEVELS}
     seen = set()
-    for _, command in _leaf_commands():
+    for name, command in _leaf_commands():
+        training = name.startswith(TRAINING_COMMANDS)
+        precisions = run_settings.PRECISIONS if training else run_settings.INFERENCE_PRECISIONS
         for param in command.params:
-            if param.opts[0] in expected:
-                assert tuple(param.type.choices) == tuple(expected[param.opts[0]])
+            choices = {**expected, "--precision": precisions}.get(param.opts[0])
+            if choices is not None:
+                assert tuple(param.type.choices) == tuple(choices), f"bertkit {name} {param.opts[0]}"
                 seen.add(param.opts[0])
-    assert seen == set(expected)
+    assert seen == {*expected, "--precision"}
 
 
 def test_pretrain_flags_reach_the_settings_and_the_train_config(monkeypatch, tmp_path):

@@ -10,9 +10,9 @@ from __future__ import annotations
 import sys
 import time
 
-from bertkit.serve.app import ServerSettings, create_app, run_server
-from bertkit.serve.limits import Limits
+from bertkit.serve.app import create_app, run_server
 from bertkit.serve.predictor import load_predictor
+from bertkit.settings import Limits, ServerSettings
 
 
 class SlowPredictor:

@@ -21,7 +21,7 @@ import pytest
 
 from bertkit.serve import connections
 from bertkit.serve.connections import EventLog, fit_file_limit, handle_accept_errors
-from bertkit.serve.limits import Limits
+from bertkit.settings import Limits
 
 from .slow_server import slow_app
 from .test_server_process import _ThreadServer

@@ -12,6 +12,7 @@ import transformers
 
 from bertkit.errors import BertkitError
 from bertkit.features import extract_features, parse_layers, read_lines
+from bertkit.settings import ExtractSettings
 
 from .conftest import tokenizer
 
@@ -37,7 +38,7 @@ def _reference(mlm_dir, text, pair=None):
 
 def test_jsonl_matches_transformers_layer_by_layer(mlm_dir, input_file, tmp_path):
     output = tmp_path / "features.jsonl"
-    assert extract_features(mlm_dir, input_file, output, layers="-1,-2", batch_size=3) == 4
+    assert extract_features(ExtractSettings(mlm_dir, input_file, output, layers="-1,-2", batch_size=3)) == 4
     records = [json.loads(line) for line in output.read_text().splitlines()]
     assert [r["linex_index"] for r in records] == [0, 1, 2, 3]  # input order despite length sorting
     for record, (text, pair) in zip(records, read_lines(input_file)):
@@ -52,19 +53,19 @@ def test_jsonl_matches_transformers_layer_by_layer(mlm_dir, input_file, tmp_path
 
 def test_pooled_npy_concatenates_the_requested_layers(mlm_dir, input_file, tmp_path):
     output = tmp_path / "vectors.npy"
-    extract_features(mlm_dir, input_file, output, layers="-1,0", pooling="mean", batch_size=2)
+    extract_features(ExtractSettings(mlm_dir, input_file, output, layers="-1,0", pooling="mean", batch_size=2))
     vectors = np.load(output)
     assert vectors.shape == (4, 64) and vectors.dtype == np.float32
     layers, _ = _reference(mlm_dir, "paris")
     np.testing.assert_allclose(vectors[3], torch.cat([layers[-1].mean(0), layers[0].mean(0)]).numpy(), atol=1e-5)
-    extract_features(mlm_dir, input_file, output, layers="-1", pooling="cls")
+    extract_features(ExtractSettings(mlm_dir, input_file, output, layers="-1", pooling="cls"))
     np.testing.assert_allclose(np.load(output)[3], layers[-1][0].numpy(), atol=1e-5)
 
 
 def test_truncation_to_max_seq_length(mlm_dir, tmp_path):
     path = tmp_path / "long.txt"
     path.write_text("the cat " * 50 + "\n", encoding="utf-8")
-    extract_features(mlm_dir, path, tmp_path / "out.jsonl", layers="-1", max_seq_length=12)
+    extract_features(ExtractSettings(mlm_dir, path, tmp_path / "out.jsonl", layers="-1", max_seq_length=12))
     [record] = [json.loads(line) for line in (tmp_path / "out.jsonl").read_text().splitlines()]
     assert len(record["features"]) == 12 and record["features"][-1]["token"] == "[SEP]"
 
@@ -75,30 +76,31 @@ def test_errors_name_the_flag(mlm_dir, input_file, tmp_path):
     with pytest.raises(BertkitError, match="--layers 'a'"):
         parse_layers("a", 2)
     with pytest.raises(BertkitError, match="--input .* not found"):
-        extract_features(mlm_dir, tmp_path / "missing.txt", tmp_path / "o.jsonl", layers="-1")
+        extract_features(ExtractSettings(mlm_dir, tmp_path / "missing.txt", tmp_path / "o.jsonl", layers="-1"))
     bad = tmp_path / "bad.txt"
     bad.write_bytes(b"ok\n\xff\xfe\n")
     with pytest.raises(BertkitError, match="not valid UTF-8"):
         read_lines(bad)
     with pytest.raises(BertkitError, match="--pooling 'weightedmean' is not supported"):
-        extract_features(mlm_dir, input_file, tmp_path / "o.npy", pooling="weightedmean")
+        extract_features(ExtractSettings(mlm_dir, input_file, tmp_path / "o.npy", pooling="weightedmean"))
     with pytest.raises(BertkitError, match="--model .*missing: the directory does not exist"):
-        extract_features(tmp_path / "missing", input_file, tmp_path / "o.npy")
+        extract_features(ExtractSettings(tmp_path / "missing", input_file, tmp_path / "o.npy"))
 
 
 def test_the_output_extension_picks_the_format(mlm_dir, input_file, tmp_path):
     with pytest.raises(BertkitError, match=r"--pooling makes one vector per line.*name the output \*\.npy"):
-        extract_features(mlm_dir, input_file, tmp_path / "v.jsonl", layers="-1", pooling="mean")
+        extract_features(ExtractSettings(mlm_dir, input_file, tmp_path / "v.jsonl", layers="-1", pooling="mean"))
     with pytest.raises(BertkitError, match="--normalize/--no-normalize makes one vector per line"):
-        extract_features(mlm_dir, input_file, tmp_path / "v.jsonl", layers="-1", normalize=False)
+        extract_features(ExtractSettings(mlm_dir, input_file, tmp_path / "v.jsonl", layers="-1", normalize=False))
     with pytest.raises(BertkitError, match=r"--output .*v\.txt: name it \*\.jsonl .* or \*\.npy"):
-        extract_features(mlm_dir, input_file, tmp_path / "v.txt", layers="-1")
+        extract_features(ExtractSettings(mlm_dir, input_file, tmp_path / "v.txt", layers="-1"))
     assert not list(tmp_path.glob("v.*"))
     # .npy without --pooling is "auto": a plain BERT directory's last layer at [CLS], not JSONL text.
-    extract_features(mlm_dir, input_file, tmp_path / "v.npy")
+    extract_features(ExtractSettings(mlm_dir, input_file, tmp_path / "v.npy"))
     layers, _ = _reference(mlm_dir, "paris")
     np.testing.assert_allclose(np.load(tmp_path / "v.npy")[3], layers[-1][0].numpy(), atol=1e-5)
-    extract_features(mlm_dir, input_file, tmp_path / "n.npy", layers="-1,-2", pooling="max", normalize=True)
+    extract_features(ExtractSettings(mlm_dir, input_file, tmp_path / "n.npy", layers="-1,-2", pooling="max",
+                                     normalize=True))
     expected = torch.cat([layers[-1].amax(0), layers[-2].amax(0)])
     np.testing.assert_allclose(np.load(tmp_path / "n.npy")[3], (expected / expected.norm()).numpy(), atol=1e-5)
 
@@ -109,11 +111,11 @@ def test_tokenizer_from_another_directory(mlm_dir, input_file, tmp_path):
     for name in ("config.json", "model.safetensors"):
         (model / name).write_bytes((mlm_dir / name).read_bytes())
     with pytest.raises(BertkitError, match="no vocabulary"):
-        extract_features(model, input_file, tmp_path / "v.npy")
-    extract_features(model, input_file, tmp_path / "v.npy", tokenizer=mlm_dir / "vocab.txt")
-    extract_features(mlm_dir, input_file, tmp_path / "w.npy")
+        extract_features(ExtractSettings(model, input_file, tmp_path / "v.npy"))
+    extract_features(ExtractSettings(model, input_file, tmp_path / "v.npy", tokenizer=mlm_dir / "vocab.txt"))
+    extract_features(ExtractSettings(mlm_dir, input_file, tmp_path / "w.npy"))
     np.testing.assert_array_equal(np.load(tmp_path / "v.npy"), np.load(tmp_path / "w.npy"))
     big = tmp_path / "big.txt"
     big.write_text("\n".join([*tokenizer().vocab, *(f"extra{i}" for i in range(40))]) + "\n", encoding="utf-8")
     with pytest.raises(BertkitError, match=r"big.txt: vocab.txt has 82 tokens but config.json says vocab_size 42"):
-        extract_features(mlm_dir, input_file, tmp_path / "v.npy", tokenizer=big)
+        extract_features(ExtractSettings(mlm_dir, input_file, tmp_path / "v.npy", tokenizer=big))

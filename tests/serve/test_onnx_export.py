@@ -11,6 +11,7 @@ import torch
 from bertkit.errors import BertkitError
 from bertkit.export import export_onnx, run_onnx, sample_batch
 from bertkit.model import MODEL_CLASSES
+from bertkit.settings import ExportSettings
 
 from .conftest import build, tokenizer
 
@@ -21,7 +22,7 @@ TEXTS = ["the cat sat on the mat .", "john lives in london", "paris", "where did
                                   "BertForTokenClassification", "BertForQuestionAnswering", "BertForMultipleChoice"])
 def test_every_head_matches_onnxruntime(head, tmp_path, mlm_dir):
     directory = mlm_dir if head == "BertForMaskedLM" else build(tmp_path / head, MODEL_CLASSES[head])
-    report = export_onnx(directory, tmp_path / "model.onnx")
+    report = export_onnx(ExportSettings(directory, tmp_path / "model.onnx"))
     assert report.max_abs_diff < 1e-4
     session = onnxruntime.InferenceSession(str(tmp_path / "model.onnx"), providers=["CPUExecutionProvider"])
     assert [o.name for o in session.get_outputs()] == list(report.outputs)
@@ -38,9 +39,11 @@ def test_every_head_matches_onnxruntime(head, tmp_path, mlm_dir):
         np.testing.assert_allclose(actual, reference, atol=1e-4, rtol=0)
 
 
-def test_int8_quantization_measures_the_change(tmp_path, classifier_dir, caplog):
+def test_int8_quantization_measures_the_change(tmp_path, tmp_path_factory, classifier_dir, caplog):
+    sample = tmp_path_factory.mktemp("sample") / "sample.txt"
+    sample.write_text("\n".join(TEXTS) + "\n", encoding="utf-8")
     with caplog.at_level("WARNING"):
-        report = export_onnx(classifier_dir, tmp_path / "int8.onnx", quantize="int8", sample=TEXTS)
+        report = export_onnx(ExportSettings(classifier_dir, tmp_path / "int8.onnx", quantize="int8", sample=sample))
     assert not [r for r in caplog.records if "pre-processing" in r.getMessage()]  # onnxruntime's advice, silenced
     q = report.quantized
     assert report.size_bytes < q["fp32_size_bytes"]
@@ -49,4 +52,4 @@ def test_int8_quantization_measures_the_change(tmp_path, classifier_dir, caplog)
     assert "int8 dynamic quantization" in text and "top-1 agreement" in text
     assert [p.name for p in tmp_path.iterdir()] == ["int8.onnx"]  # the fp32 intermediate is removed
     with pytest.raises(BertkitError, match="--quantize"):
-        export_onnx(classifier_dir, tmp_path / "x.onnx", quantize="int4")
+        export_onnx(ExportSettings(classifier_dir, tmp_path / "x.onnx", quantize="int4"))

@@ -23,6 +23,7 @@ from bertkit.serve.predictor import (
     TaggingPredictor,
     load_predictor,
 )
+from bertkit.settings import PredictSettings
 from bertkit.tasks.classification import ClassificationSettings, ClassificationTask
 from bertkit.tasks.evaluate import predict_file
 from bertkit.tasks.finetuned import FEATURE_HEAD_FILE, feature_based_model, save_finetuned
@@ -281,7 +282,7 @@ def test_feature_based_models_are_served_as_predict_reads_them(tmp_path):
         np.testing.assert_allclose([result["probabilities"][k] for k in expected], list(expected.values()), atol=1e-5)
     inputs = tmp_path / "inputs.jsonl"
     inputs.write_text("".join(json.dumps({"text": t}) + "\n" for t in texts), encoding="utf-8")
-    predict_file(directory, inputs, tmp_path / "predicted", device="cpu")
+    predict_file(PredictSettings(directory, inputs, tmp_path / "predicted", device="cpu"))
     lines = (tmp_path / "predicted" / "predictions.jsonl").read_text(encoding="utf-8").splitlines()
     assert [json.loads(line)["label"] for line in lines] == [r["label"] for r in served]
 

@@ -21,6 +21,7 @@ from bertkit.errors import BertkitError
 from bertkit.features import extract_features
 from bertkit.inference.pooling import read_sentence_transformers
 from bertkit.serve.predictor import load_predictor
+from bertkit.settings import ExtractSettings
 
 from .conftest import VOCAB, tokenizer
 
@@ -52,7 +53,7 @@ def _save(model: SentenceTransformer, directory: Path, bert_dir: Path) -> Path:
 def _compare(directory: Path, expected: np.ndarray, tmp_path: Path) -> None:
     source = tmp_path / "lines.txt"
     source.write_text("\n".join(TEXTS) + "\n", encoding="utf-8")
-    extract_features(directory, source, tmp_path / "vectors.npy", batch_size=2)
+    extract_features(ExtractSettings(directory, source, tmp_path / "vectors.npy", batch_size=2))
     np.testing.assert_allclose(np.load(tmp_path / "vectors.npy"), expected, atol=1e-5)
     predictor = load_predictor(directory, batch_size=2)
     np.testing.assert_allclose(predictor.embed(TEXTS), expected, atol=1e-5)
@@ -156,4 +157,4 @@ def test_unsupported_modules_and_modes_are_refused(mlm_dir, tmp_path):
     source = tmp_path / "in.txt"
     source.write_text("the cat\n", encoding="utf-8")
     with pytest.raises(BertkitError, match="weightedmean"):
-        extract_features(weighted, source, tmp_path / "v.npy")
+        extract_features(ExtractSettings(weighted, source, tmp_path / "v.npy"))

@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 from fastapi.testclient import TestClient
 
-from bertkit.serve.app import ServerSettings, create_app
-from bertkit.serve.limits import Limits
+from bertkit.serve.app import create_app
 from bertkit.serve.predictor import load_predictor
+from bertkit.settings import Limits, ServerSettings
 
 LIMITS = Limits(max_body_bytes=4096, max_inputs=4, max_input_chars=200)
 

@@ -17,6 +17,7 @@ from bertkit.config import preset
 from bertkit.data.squad import SquadExample
 from bertkit.model import BertForQuestionAnswering
 from bertkit.serve.predictor import load_predictor
+from bertkit.settings import PredictSettings
 from bertkit.tasks.evaluate import predict_file
 from bertkit.tasks.finetune import DevSet, FinetuneConfig, _SeedRun
 from bertkit.tasks.squad import SquadSettings, SquadTask
@@ -83,7 +84,8 @@ def test_every_path_answers_whole_words(tmp_path: Path, start_piece: str, end_pi
     answers = [{"text": expected, "answer_start": CONTEXT.index(expected)}]
     squad.write_text(json.dumps({"data": [{"paragraphs": [{"context": CONTEXT, "qas": [
         {"id": "q", "question": QUESTION, "answers": answers}]}]}]}))
-    assert predict_file(directory, squad, tmp_path / "eval", evaluate=True, device="cpu")["exact_match"] == 100.0
+    metrics = predict_file(PredictSettings(directory, squad, tmp_path / "eval", evaluate=True, device="cpu"))
+    assert metrics["exact_match"] == 100.0
     assert json.loads((tmp_path / "eval" / "predictions.json").read_text()) == {"q": expected}
 
     [result] = load_predictor(directory).answer([QUESTION], [CONTEXT])
@@ -154,7 +156,7 @@ def test_finetuning_evaluation_and_bertkit_evaluate_agree_exactly(vocab: Path, t
                  "--learning-rate", "1e-3", "--precision", "bf16", "--device", "cpu", "--max-seq-length", "32",
                  "--doc-stride", "8", "--max-query-length", "8", "--version-2-with-negative"]) == 0
     trained = json.loads((out / "eval_results.json").read_text())
-    metrics = predict_file(out / "best", dev, tmp_path / "eval", evaluate=True, device="cpu")
+    metrics = predict_file(PredictSettings(out / "best", dev, tmp_path / "eval", evaluate=True, device="cpu"))
     for name in ("predictions.json", "nbest_predictions.json", "null_odds.json"):
         assert json.loads((tmp_path / "eval" / name).read_text()) == json.loads((out / name).read_text()), name
     shared = set(metrics) & set(trained)

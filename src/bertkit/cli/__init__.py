@@ -2,9 +2,10 @@
 
 Design decision: subcommands are imported lazily, only when invoked, so `bertkit --help` answers
 without importing torch, and each command group lives in its own module (`bertkit/cli/<name>.py`)
-that only parses flags and calls library functions. The flags of `pretrain` and `finetune` are
-generated from the run settings (`bertkit.settings`, `bertkit.cli.options`), which import no torch, so
-their `--help` is fast too (a test checks every command's). A `BertkitError` raised anywhere below is
+that only parses flags and calls library functions. The flags of every command that configures a run
+are generated from the settings dataclasses its library function takes (`bertkit.settings`,
+`bertkit.quickstart.config`; `bertkit.cli.options`), which import no torch, so their `--help` is fast
+too (a test checks every command's). A `BertkitError` raised anywhere below is
 printed as one line on stderr with exit status 2, never as a traceback. SIGINT and SIGTERM stop a
 command as a whole: long runs save and raise `Interrupted`, which is printed with the command line
 that continues the run; elsewhere the command just stops. Either way the exit status is 130 (SIGINT)

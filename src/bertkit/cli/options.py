@@ -5,12 +5,15 @@ the field's name in kebab case (`max_seq_length` -> `--max-seq-length`), whose h
 attribute docstring (the string under the field, read from the class source with `ast`), whose default
 is the field's default (no default: a required option), whose type follows the annotation (`int`,
 `float`, `str`, `Path`, `bool` -> a flag, or `--x/--no-x` when it defaults to on, `tuple[int, ...]` ->
-comma-separated integers, `X | None` -> X) and whose choices are `field(metadata={"choices": ...})`:
-the constant the library itself validates against, so a choice is added in one place. A command
-changes an option only where the command really differs from the library (a CLI-only default, another
-flag name, a directory check) through `overrides`: click.option keyword arguments per field, plus
-`flag` (the flag's name) and `default_text` (what `[default: ...]` says when the default is decided
-later, e.g. by a recipe).
+comma-separated integers, `tuple[str, ...]` / `tuple[Path, ...]` -> a repeatable option, `X | None` -> X).
+A field's metadata says the rest, so the library and the command line read it from one place:
+`choices` (the constant the library itself validates against, so a choice is added in one place),
+`min`/`max` (a click.IntRange/FloatRange; `check_bounds` in bertkit.settings holds Python callers to the
+same bounds), `flag` (another flag name, e.g. `--timeout` for `timeout_s`; `--a/--b` names both sides of
+an on/off flag) and `path` ("file" or "dir", with `exists`: a click.Path that checks it). A command
+changes an option only where the command really differs from the library (a CLI-only default, a
+callback) through `overrides`: click.option keyword arguments per field, plus `flag` and `default_text`
+(what `[default: ...]` says when the default is decided later, e.g. by a recipe).
 
 Help lives in docstrings rather than in `field(metadata={"help": ...})` because every bertkit dataclass
 already documents each field that way (DESIGN.md), a reader of the source sees the text beside the
@@ -26,6 +29,7 @@ import dataclasses
 import functools
 import inspect
 import itertools
+import sys
 import textwrap
 import types
 import typing
@@ -63,19 +67,21 @@ class IntList(click.ParamType):
         return items or None
 
 
-def options(cls: type, *, exclude: Iterable[str] = (), overrides: Mapping[str, Mapping[str, Any]] | None = None
-            ) -> Callable[[F], F]:
+def options(cls: type, *, exclude: Iterable[str] = (), only: Iterable[str] | None = None,
+            overrides: Mapping[str, Mapping[str, Any]] | None = None) -> Callable[[F], F]:
     """A decorator adding one click option per field of the dataclass `cls` (in field order), except the
-    fields in `exclude`; `overrides` maps a field name to click.option keyword arguments (and `flag`,
-    `default_text`). The option's parameter name is the field name, so `take(cls, values)` finds it."""
+    fields in `exclude` (or only those in `only`); `overrides` maps a field name to click.option keyword
+    arguments (and `flag`, `default_text`). The option's parameter name is the field name, so
+    `take(cls, values)` finds it."""
     overrides = dict(overrides or {})
-    names = {f.name for f in dataclasses.fields(cls)}
-    unknown = (set(exclude) | set(overrides)) - names
+    names = [f.name for f in dataclasses.fields(cls)]
+    unknown = (set(exclude) | set(only or ()) | set(overrides)) - set(names)
     if unknown:
         raise TypeError(f"{cls.__name__} has no field(s) {sorted(unknown)}")
+    skipped = set(exclude) | (set(names) - set(only) if only is not None else set())
     hints, docs = typing.get_type_hints(cls), field_docs(cls)
     made = [_option(field, hints[field.name], docs.get(field.name, ""), overrides.get(field.name, {}))
-            for field in dataclasses.fields(cls) if field.name not in exclude]
+            for field in dataclasses.fields(cls) if field.name not in skipped]
 
     def decorate(function: F) -> F:
         for option in reversed(made):
@@ -100,10 +106,9 @@ def field_docs(cls: type) -> dict[str, str]:
         if not dataclasses.is_dataclass(klass):
             continue
         try:
-            tree = ast.parse(textwrap.dedent(inspect.getsource(klass)))
+            body = _class_body(klass)
         except (OSError, TypeError):  # no source (e.g. a frozen application): options without help
             continue
-        body = tree.body[0].body  # type: ignore[attr-defined]
         for node, following in itertools.pairwise(body):
             if (isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name)
                     and isinstance(following, ast.Expr) and isinstance(following.value, ast.Constant)
@@ -112,10 +117,25 @@ def field_docs(cls: type) -> dict[str, str]:
     return docs
 
 
+def _class_body(klass: type) -> list[ast.stmt]:
+    """The statements of a class's body, from its module's source parsed once (inspect.getsource of a class
+    parses the whole module each time: 20 ms per class for bertkit.settings)."""
+    body = _module_classes(klass.__module__).get(klass.__qualname__)
+    if body is None:  # not at module level (e.g. defined in a function)
+        body = ast.parse(textwrap.dedent(inspect.getsource(klass))).body[0].body  # type: ignore[attr-defined]
+    return body
+
+
+@functools.cache
+def _module_classes(module: str) -> dict[str, list[ast.stmt]]:
+    tree = ast.parse(inspect.getsource(sys.modules[module]))
+    return {node.name: node.body for node in tree.body if isinstance(node, ast.ClassDef)}
+
+
 def _option(field: dataclasses.Field, hint: Any, doc: str, override: Mapping[str, Any]) -> Callable[[F], F]:
     """The click.option of one field."""
     override = dict(override)
-    flag = override.pop("flag", "--" + field.name.replace("_", "-"))
+    flag = override.pop("flag", field.metadata.get("flag", "--" + field.name.replace("_", "-")))
     kwargs: dict[str, Any] = {"help": doc, "show_default": True}
     if field.default is not dataclasses.MISSING:
         kwargs["default"] = field.default
@@ -124,6 +144,10 @@ def _option(field: dataclasses.Field, hint: Any, doc: str, override: Mapping[str
     else:
         kwargs["required"] = True
     base = _without_none(hint)
+    if typing.get_origin(base) is tuple and typing.get_args(base) in ((str, Ellipsis), (Path, Ellipsis)):
+        kwargs["multiple"], base = True, typing.get_args(base)[0]  # a repeatable option
+    elif isinstance(kwargs.get("default"), tuple) and kwargs["default"]:
+        kwargs["default"] = ",".join(map(str, kwargs["default"]))  # shown as it is typed (1,2,3); IntList parses it
     default_text = override.pop("default_text", None)
     if "default" in override:
         kwargs.pop("required", None)
@@ -132,12 +156,13 @@ def _option(field: dataclasses.Field, hint: Any, doc: str, override: Mapping[str
         kwargs.update(help=f"{kwargs['help']} [default: {default_text}]".strip(), show_default=False)
     if "type" in kwargs:  # the command's own type
         return click.option(flag, field.name, **kwargs)
+    if base is bool and "/" in flag:
+        return click.option(flag, field.name, **kwargs)
     if base is bool and kwargs.get("default") is False:
         return click.option(flag, field.name, is_flag=True, **kwargs)
     if base is bool:
         return click.option(f"{flag}/--no-{flag[2:]}", field.name, **kwargs)
-    choices = field.metadata.get("choices")
-    kwargs["type"] = click.Choice(list(choices)) if choices else _click_type(field.name, base, hint)
+    kwargs["type"] = _click_type(field, base, hint)
     return click.option(flag, field.name, **kwargs)
 
 
@@ -150,11 +175,20 @@ def _without_none(hint: Any) -> Any:
     return hint
 
 
-def _click_type(name: str, base: Any, hint: Any) -> Any:
-    if base in (int, float, str):
+def _click_type(field: dataclasses.Field, base: Any, hint: Any) -> Any:
+    """The click type of a field from its metadata (choices, bounds, path checks) and annotation."""
+    meta = field.metadata
+    if meta.get("choices"):
+        return click.Choice(list(meta["choices"]))
+    if base in (int, float) and ("min" in meta or "max" in meta):
+        return (click.IntRange if base is int else click.FloatRange)(meta.get("min"), meta.get("max"))
+    if base in (int, float, str) and "path" not in meta:
         return base
-    if base is Path:
-        return click.Path(path_type=Path)
+    if base in (str, Path):
+        kind = meta.get("path")
+        return click.Path(exists=meta.get("exists", False), file_okay=kind != "dir", dir_okay=kind != "file",
+                          path_type=Path if base is Path else None)
     if typing.get_origin(base) is tuple and typing.get_args(base) == (int, Ellipsis):
         return IntList(optional=base is not hint)
-    raise TypeError(f"field {name}: no command-line type for {hint}; exclude the field or give a type in overrides")
+    raise TypeError(f"field {field.name}: no command-line type for {hint}; exclude the field or give a type in "
+                    "overrides")

@@ -58,11 +58,12 @@ RECIPE_DEFAULTS = {
 """The settings `--recipe` decides unless their flag is given (PretrainSettings.given), with what
 `--help` says of their default."""
 
-SETTINGS = {"data": {"type": DIRECTORY}, "output": {"type": DIRECTORY}, "init_from": {"type": DIRECTORY},
-            "eval_data": {"type": DIRECTORY}, "model": {"default": "bert-base"}, "recipe": {"default": "auto"}}
-TRAINING = {"max_time_s": {"flag": "--max-time", "type": str, "callback": _duration},
-            "micro_batch_size": {"flag": "--batch-size"}, "eps": {"flag": "--adam-epsilon"},
-            "eval_every": {"default": 500}}
+SETTINGS: dict[str, dict[str, Any]] = {
+    "data": {"type": DIRECTORY}, "output": {"type": DIRECTORY}, "init_from": {"type": DIRECTORY},
+    "eval_data": {"type": DIRECTORY}, "model": {"default": "bert-base"}, "recipe": {"default": "auto"}}
+TRAINING: dict[str, dict[str, Any]] = {
+    "max_time_s": {"flag": "--max-time", "type": str, "callback": _duration},
+    "micro_batch_size": {"flag": "--batch-size"}, "eps": {"flag": "--adam-epsilon"}, "eval_every": {"default": 500}}
 
 
 def _with_recipe(cls: type, overrides: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
@@ -89,7 +90,7 @@ def pretrain(**flags) -> None:
     given = tuple(name for name in RECIPE_DEFAULTS if flags[name] is not None)
     settings = PretrainSettings(**take(PretrainSettings, flags, drop_none=RECIPE_DEFAULTS), given=given)
     result = pretraining.pretrain(settings, TrainConfig(**take(TrainConfig, flags, drop_none=RECIPE_DEFAULTS)))
-    if result.stop_reason == "signal":
+    if result.stop_reason == "signal" and result.signal is not None:
         raise Interrupted(f"pre-training stopped by {signal.Signals(result.signal).name} at step {result.step}; "
                           f"saved {result.checkpoint}", result.signal, "--resume auto")
     if result.checkpoint is not None:

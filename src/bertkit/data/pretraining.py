@@ -53,52 +53,7 @@ from bertkit.data.instances import (
 from bertkit.data.masking import MaskingVocab, google_mask_fn, mask_positions
 from bertkit.data.shards import FORMAT_NAME, FORMAT_VERSION, ShardWriter, ids_dtype, prepare_output, write_manifest
 from bertkit.errors import BertkitError
-
-
-@dataclass(frozen=True)
-class PretrainingDataOptions:
-    """Every setting that changes the produced data (all recorded in the manifest)."""
-
-    max_seq_length: int = 128
-    """Longest instance in tokens, [CLS] and two [SEP] included."""
-    masked_lm_prob: float = 0.15
-    """Fraction of an instance's tokens to predict."""
-    max_predictions_per_seq: int = 20
-    """Most predicted positions per instance."""
-    dupe_factor: int = 10
-    """Passes over the corpus (each with different pairs and masks)."""
-    short_seq_prob: float = 0.1
-    """Probability of a shorter target length for a document's instances."""
-    whole_word_masking: bool = False
-    """Mask all WordPiece pieces of a word together."""
-    masking: str = "static"
-    """'static': masks written into the shards; 'dynamic': the dataset masks at load time."""
-    seed: int = 12345
-    """Seed of every random choice."""
-    split_sentences: bool = False
-    """Split input lines into sentences (pysbd) instead of taking one sentence per line."""
-    rng: str = "numpy"
-    """'numpy': pair rules and masking vectorised per block; 'python': the original's per-document draws (slower)."""
-    shuffle_buffer_mb: float = 4.0
-    """Text per block (MiB): the pool random-next sentences come from and the shuffle window."""
-
-    def validate(self) -> None:
-        if not 5 <= self.max_seq_length <= 65535:
-            raise BertkitError(f"--max-seq-length must be in [5, 65535], got {self.max_seq_length}")
-        if not 0.0 < self.masked_lm_prob < 1.0:
-            raise BertkitError(f"--masked-lm-prob must be in (0, 1), got {self.masked_lm_prob}")
-        if self.max_predictions_per_seq < 1:
-            raise BertkitError(f"--max-predictions-per-seq must be at least 1, got {self.max_predictions_per_seq}")
-        if self.dupe_factor < 1:
-            raise BertkitError(f"--dupe-factor must be at least 1, got {self.dupe_factor}")
-        if not 0.0 <= self.short_seq_prob <= 1.0:
-            raise BertkitError(f"--short-seq-prob must be in [0, 1], got {self.short_seq_prob}")
-        if self.masking not in ("static", "dynamic"):
-            raise BertkitError(f"--masking must be 'static' or 'dynamic', got {self.masking!r}")
-        if self.rng not in ("numpy", "python"):
-            raise BertkitError(f"--rng must be 'numpy' or 'python', got {self.rng!r}")
-        if not self.shuffle_buffer_mb > 0:
-            raise BertkitError(f"--shuffle-buffer-mb must be positive, got {self.shuffle_buffer_mb}")
+from bertkit.settings import PretrainingDataOptions
 
 
 @dataclass
@@ -372,10 +327,11 @@ def _results(blocks: Iterator[Block], workers: int, initargs: tuple) -> Iterator
 
 
 def build_pretraining_data(inputs: list[str], tokenizer, output: str | Path,
-                           options: PretrainingDataOptions = PretrainingDataOptions(), workers: int | None = None,
+                           options: PretrainingDataOptions | None = None, workers: int | None = None,
                            strict: bool = False, overwrite: bool = False, progress: bool = True,
                            max_shard_tokens: int = 1 << 25) -> dict:
     """Build a pre-training data directory; returns its manifest (with the summary)."""
+    options = options or PretrainingDataOptions()
     options.validate()
     workers = workers or os.cpu_count() or 1
     if workers < 1:

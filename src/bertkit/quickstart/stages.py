@@ -29,15 +29,16 @@ import shutil
 import signal
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import torch
 
 from bertkit.assets import kjv_path
 from bertkit.atomic import write_text_atomic
 from bertkit.errors import BertkitError, Interrupted
+from bertkit.quickstart.config import MODEL, QuickstartConfig
 from bertkit.quickstart.plan import FinetuneWork, Rates, TimePlan, plan_time
 from bertkit.quickstart.report import (
     FINETUNE_FIGURE,
@@ -48,10 +49,7 @@ from bertkit.quickstart.report import (
     seed_table,
     write_report,
 )
-from bertkit.tasks.recipes import REFERENCE_WIDTH, finetune_learning_rate, short_recipe
 
-MODEL = "bert-mini"
-_SHORT = short_recipe(REFERENCE_WIDTH)  # bertkit pretrain --recipe short at bert-mini's width: one source
 SUMMARY_FILE = "quickstart.json"
 TIMINGS_FILE = "timings.json"
 PLAN_FILE = "plan.json"
@@ -63,91 +61,6 @@ FILL_MASK_SENTENCES = (
     "And the children of [MASK] went up out of the land of Egypt.",
 )
 STAGE_OUTPUTS = ("vocab", "data", "pretrain", "labels", "finetune-pretrained", "finetune-random")
-
-
-@dataclass(frozen=True)
-class Recipe:
-    """Pre-training and fine-tuning settings; the defaults are the recipe measured in docs/quickstart.md."""
-
-    vocab_size: int = 8000
-    """WordPiece vocabulary trained on the corpus (small: fewer embedding rows to learn)."""
-    max_seq_length: int = _SHORT.max_seq_length
-    """Pre-training instance length in tokens (a verse is about 35; short instances, more steps)."""
-    masked_lm_prob: float = _SHORT.masked_lm_prob
-    """Fraction of tokens masked (dynamic masking: new masks every epoch)."""
-    max_predictions_per_seq: int = 10
-    """Most masked tokens per instance."""
-    nsp: bool = _SHORT.nsp
-    """Train next sentence prediction too."""
-    dropout: float = _SHORT.dropout
-    """Dropout while pre-training (fine-tuning uses 0.1)."""
-    batch_size: int = _SHORT.batch_size
-    """Pre-training sequences per optimizer step (small: a short budget needs many updates)."""
-    learning_rate: float = _SHORT.learning_rate
-    """Peak pre-training learning rate."""
-    warmup_ratio: float = _SHORT.warmup_ratio
-    """Warmup as a fraction of the budget; then linear decay to 0 at the end of the budget."""
-    finetune_learning_rate: float = finetune_learning_rate(REFERENCE_WIDTH, None)[0]
-    """Fine-tuning learning rate (both initialisations): `--learning-rate auto`'s for bert-mini."""
-    finetune_epochs: float = 5.0
-    """Fine-tuning epochs; the best epoch on dev is kept."""
-    finetune_batch_size: int = 32
-    """Fine-tuning batch size."""
-    train_examples: int | None = 1000
-    """Labelled training examples used (a seeded subset of the bundled 4,000; few labels are where
-    pre-training pays most, and it keeps fine-tuning short); None: all."""
-
-
-@dataclass
-class QuickstartConfig:
-    """Where and how long; `recipe` says how."""
-
-    output: Path
-    """Directory for every stage's output and the report."""
-    minutes: float | None = 10.0
-    """Time budget of the whole command in minutes (vocabulary, data, pre-training, both fine-tunings,
-    report), split by a plan from throughput measured here (plan.py); ignored with max_steps."""
-    max_steps: int | None = None
-    """Pre-training step budget instead of the time budget: deterministic, for comparisons; fine-tuning
-    then runs the recipe's epochs and all seeds."""
-    seeds: tuple[int, ...] = (1, 2, 3)
-    """Fine-tuning seeds, each run for both initialisations."""
-    seeds_fixed: bool = False
-    """The user chose the seeds (a time plan keeps them all); else a short budget may use fewer."""
-    epochs_fixed: bool = False
-    """The user chose the fine-tuning epochs (a time plan keeps them); else a short budget may use fewer."""
-    recipe: Recipe = field(default_factory=Recipe)
-    eval_every: int = 50
-    """Held-out pre-training evaluation every N steps (and at the end)."""
-    eval_examples: int = 500
-    """Pre-training instances held out for the MLM/NSP curves."""
-    random_baseline: bool = True
-    """Also fine-tune the same architecture from random initialisation."""
-    overwrite: bool = False
-    """Delete an existing non-empty output directory first."""
-    resume: bool = False
-    """Keep the stages already complete in the output directory and run the rest."""
-    seed: int = 42
-    """Seed of pre-training (initialisation, data order, masks)."""
-    workers: int = 1
-    """Processes for data creation."""
-    device: str = "auto"
-    """auto, cpu or cuda."""
-
-    def validate(self) -> None:
-        if self.minutes is None and self.max_steps is None:
-            raise BertkitError("no budget: give --minutes (or --max-steps for pre-training)")
-        if self.minutes is not None and not self.minutes > 0:
-            raise BertkitError(f"--minutes must be positive, got {self.minutes}")
-        if self.max_steps is not None and not self.max_steps > 0:
-            raise BertkitError(f"--max-steps must be positive, got {self.max_steps}")
-        if not self.seeds:
-            raise BertkitError("--seeds: give at least one seed")
-        if self.overwrite and self.resume:
-            raise BertkitError("--overwrite and --resume contradict each other; pick one")
-        train = self.recipe.train_examples
-        if train is not None and train < 6:
-            raise BertkitError(f"--train-examples must be at least 6 (one per label), got {train}")
 
 
 Echo = Callable[[str], None]
@@ -235,7 +148,7 @@ def pretrain_model(cfg: QuickstartConfig, echo: Echo, seconds: float | None = No
         micro_batch_size=recipe.batch_size, learning_rate=recipe.learning_rate, warmup_ratio=recipe.warmup_ratio,
         seed=cfg.seed, eval_every=cfg.eval_every, save_every=max(cfg.eval_every, 200), keep_last=1)
     result = pretrain(settings, train_config)
-    if result.stop_reason == "signal":
+    if result.stop_reason == "signal" and result.signal is not None:
         raise Interrupted(f"quickstart stopped by {signal.Signals(result.signal).name} while pre-training, at "
                           f"step {result.step}; saved {result.checkpoint}", result.signal, "--resume")
     return final
@@ -283,9 +196,9 @@ def finetune_model(cfg: QuickstartConfig, model: str, name: str, echo: Echo, epo
 def fill_mask_examples(final: Path, sentences: Sequence[str] = FILL_MASK_SENTENCES, top_k: int = 5
                        ) -> list[dict[str, Any]]:
     """The pre-trained model's top-k guesses for the [MASK] of each sentence."""
-    from bertkit.serve.predictor import load_predictor
+    from bertkit.serve.predictor import FillMaskPredictor, load_predictor
 
-    predictor = load_predictor(final)
+    predictor = cast(FillMaskPredictor, load_predictor(final))  # a pre-trained directory: the masked-LM head
     guesses = predictor.fill_mask(list(sentences), top_k=top_k)
     return [{"text": text, "top": [(c["token"], round(c["score"], 4)) for c in per_text[0]]}
             for text, per_text in zip(sentences, guesses)]
@@ -361,6 +274,7 @@ def time_plan(cfg: QuickstartConfig, tokenizer: Any, spent_s: float, echo: Echo)
     rates = measure_rates(cfg, tokenizer.vocab_size, int(min(128, sorted(lengths)[3 * len(lengths) // 4])))
     work = FinetuneWork(runs_per_seed=2 if cfg.random_baseline else 1, train_examples=len(lengths),
                         batch_size=cfg.recipe.finetune_batch_size, eval_examples=len(_texts(dev)) + len(_texts(test)))
+    assert cfg.minutes is not None, "a time plan is made only without --max-steps (validate: then minutes)"
     plan = plan_time(cfg.minutes * 60, spent_s, rates, work, cfg.recipe.finetune_epochs, cfg.seeds,
                      cfg.epochs_fixed, cfg.seeds_fixed)
     write_text_atomic(path, json.dumps(plan.to_json(), indent=2) + "\n")

@@ -25,7 +25,6 @@ import hmac
 import logging
 import signal
 from collections.abc import AsyncIterator, Hashable
-from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import uvicorn
@@ -45,28 +44,12 @@ from bertkit.serve.connections import (
     fit_file_limit,
     handle_accept_errors,
 )
-from bertkit.serve.limits import BodySizeLimit, Limits, RequestError, check_count, check_text, check_texts, error_body
+from bertkit.serve.limits import BodySizeLimit, RequestError, check_count, check_text, check_texts, error_body
 from bertkit.serve.microbatch import MicroBatcher, NotRunningError, QueueFullError
 from bertkit.serve.predictor import MAX_TOP_K, Predictor
+from bertkit.settings import ServerSettings
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class ServerSettings:
-    """How the server batches, queues and limits requests (each field is a `bertkit serve` flag)."""
-
-    limits: Limits = field(default_factory=Limits)
-    max_batch_size: int = 32
-    """Most inputs the worker gathers into one predictor call."""
-    max_wait_ms: float = 5.0
-    """How long the worker waits for more requests before running a batch."""
-    max_queue: int = 256
-    """Most requests waiting for the model; more are answered 429."""
-    timeout_s: float = 30.0
-    """Per-request time limit from arrival to result; past it, 504."""
-    api_key: str | None = None
-    """When set, task endpoints need `X-API-Key: <key>` or `Authorization: Bearer <key>` (else 401)."""
 
 
 # --- request bodies -------------------------------------------------------------------------------

@@ -5,39 +5,19 @@ Design decision: the body limit is an ASGI middleware that reads at most `max_bo
 (trusting neither Content-Length nor chunked encoding) before the framework parses anything, so a
 huge body costs no JSON parsing and no memory beyond the limit. Input checks (how many, how long,
 valid Unicode) run on the parsed request before the predictor sees it; a text with a lone surrogate
-is refused here because it could not be written back as UTF-8 JSON.
+is refused here because it could not be written back as UTF-8 JSON. The `Limits` themselves are settings
+(bertkit.settings, each a `bertkit serve` flag), so the command line reads them without starlette.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-
-@dataclass(frozen=True)
-class Limits:
-    """Per-connection and per-request limits (each one is a `bertkit serve` flag)."""
-
-    max_body_bytes: int = 1_048_576
-    """Largest request body accepted (413 above it)."""
-    max_inputs: int = 64
-    """Most texts (or question/context pairs) in one request (422 above it)."""
-    max_input_chars: int = 20_000
-    """Most characters in one text, question or context (422 above it)."""
-    max_connections: int = 1000
-    """Most open connections; past it a new one replaces the slowest unfinished request, else gets 503."""
-    header_timeout_s: float = 10.0
-    """Seconds a client has to send a request's headers, from connecting or from its previous response."""
-    body_timeout_s: float = 30.0
-    """Seconds a client has to send a request's body once its headers are in."""
-    keep_alive_timeout_s: float = 5.0
-    """Seconds an idle keep-alive connection stays open between requests."""
-    max_header_bytes: int = 16_384
-    """Largest request line + headers (431 above it)."""
+from bertkit.settings import Limits
 
 
 class RequestError(Exception):

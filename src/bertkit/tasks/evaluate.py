@@ -2,7 +2,7 @@
 `bertkit evaluate` on a file with a fine-tuned directory.
 
     predict_features(model, task, examples, features, pad_token_id, batch_size, device) -> decoded
-    predict_file(model_dir, input_path, output_dir, evaluate=False, ...) -> counts (+ metrics)
+    predict_file(PredictSettings(model_dir, input_path, output_dir, ...)) -> counts (+ metrics)
     write_results(path, results)                         eval_results.json
 
 Design decision: one path from features to predictions (`predict_features`: length-sorted batches of
@@ -25,6 +25,7 @@ from bertkit.atomic import write_text_atomic
 from bertkit.inference.batching import model_outputs
 from bertkit.model import for_inference
 from bertkit.runtime import resolve_device
+from bertkit.settings import PredictSettings
 from bertkit.tasks.finetuned import load_finetuned
 from bertkit.tasks.task import Task, warn_skipped
 
@@ -53,25 +54,24 @@ def write_results(path: Path, results: dict[str, Any]) -> None:
     write_text_atomic(path, json.dumps(results, indent=2, sort_keys=True) + "\n")
 
 
-def predict_file(model_dir: str | Path, input_path: str | Path, output_dir: str | Path, evaluate: bool = False,
-                 batch_size: int = 64, device: str = "auto", columns: dict[str, str | None] | None = None,
-                 precision: str = "fp32") -> dict[str, Any]:
-    """Predict (and with `evaluate`, score) a file with a fine-tuned directory; writes predictions (and
-    eval_results.json) into output_dir and returns the counts of examples and skipped records, plus the
-    metrics when evaluating. `columns` (text_column, text_pair_column, label_column, id_column) override
-    the saved reading settings of a classification model for this file. `precision` is an inference
-    precision (`bertkit.model.for_inference`); fp32 reproduces the dev scores of fine-tuning exactly."""
-    torch_device = resolve_device(device)
-    task, model, tokenizer = load_finetuned(model_dir, torch_device)
-    model = for_inference(model, precision, torch_device)
-    given = {name: value for name, value in (columns or {}).items() if value is not None}
-    if given:
-        task = task.with_columns(**given)
+def predict_file(settings: PredictSettings) -> dict[str, Any]:
+    """Predict (and with `settings.evaluate`, score) a file with a fine-tuned directory; writes predictions
+    (and eval_results.json) into `settings.output` and returns the counts of examples and skipped records,
+    plus the metrics when evaluating. The column settings given override the saved reading settings of a
+    classification model for this file. `precision` is an inference precision (`bertkit.model.for_inference`);
+    fp32 reproduces the dev scores of fine-tuning exactly."""
+    torch_device = resolve_device(settings.device)
+    task, model, tokenizer = load_finetuned(settings.model, torch_device)
+    model = for_inference(model, settings.precision, torch_device)
+    if settings.columns():
+        task = task.with_columns(**settings.columns())
+    input_path, evaluate = settings.input, settings.evaluate
     examples, skipped = task.read(input_path, labelled=evaluate)
     warn_skipped(input_path, examples, skipped)
     features = task.features(examples, tokenizer)
-    decoded = predict_features(model, task, examples, features, tokenizer.pad_token_id, batch_size, torch_device)
-    output_dir = Path(output_dir)
+    decoded = predict_features(model, task, examples, features, tokenizer.pad_token_id, settings.batch_size,
+                               torch_device)
+    output_dir = Path(settings.output)
     output_dir.mkdir(parents=True, exist_ok=True)
     task.write_predictions(examples, decoded, output_dir, "")
     counts = {"examples": len(examples), "skipped": len(skipped), "truncated": task.last_truncated}

@@ -1,0 +1,202 @@
+"""Every flag of `bertkit data pretraining`, `tokenizer train|encode`, `extract`, `export onnx`, `serve`,
+`predict`, `evaluate` and `quickstart` reaches the settings dataclass the library takes (the library entry
+point is replaced by a recorder), with the command's own defaults and special cases kept."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from types import SimpleNamespace
+
+import click
+import pytest
+
+from bertkit.cli import cli, main
+from bertkit.errors import BertkitError
+from bertkit.quickstart.config import QuickstartConfig, Recipe
+from bertkit.settings import (
+    ExportSettings,
+    ExtractSettings,
+    Limits,
+    PredictSettings,
+    PretrainingDataJob,
+    PretrainingDataOptions,
+    ServerSettings,
+    ServeSettings,
+    TokenizerEncodeSettings,
+    TokenizerTrainSettings,
+)
+
+NAMES = {"data pretraining": ({PretrainingDataJob, PretrainingDataOptions}, set()),
+         "tokenizer train": ({TokenizerTrainSettings}, set()),
+         "tokenizer encode": ({TokenizerEncodeSettings}, set()),
+         "extract": ({ExtractSettings}, set()),
+         "export onnx": ({ExportSettings}, set()),
+         "serve": ({ServeSettings, ServerSettings, Limits}, {"limits"}),
+         "predict": ({PredictSettings}, {"evaluate", "label_column"}),
+         "evaluate": ({PredictSettings}, {"evaluate"}),
+         "quickstart": ({QuickstartConfig}, {"seeds_fixed", "epochs_fixed", "recipe", "eval_every", "eval_examples",
+                                             "seed", "workers"})}
+"""command -> (the dataclasses its flags come from, the fields that are not flags)."""
+
+
+def _command(name: str) -> click.Command:
+    command: click.Command = cli
+    for part in name.split():
+        command = command.get_command(click.Context(cli), part)  # type: ignore[attr-defined]
+    return command
+
+
+@pytest.mark.parametrize("name", sorted(NAMES))
+def test_every_flag_is_a_field_and_every_field_a_flag(name):
+    classes, not_flags = NAMES[name]
+    fields = {f.name for cls in classes for f in dataclasses.fields(cls)} - not_flags
+    if name == "quickstart":
+        fields |= {"finetune_epochs", "train_examples"}  # the two Recipe fields it sets
+    params = {p.name for p in _command(name).params if isinstance(p, click.Option)} - {"help"}
+    assert params == fields
+
+
+def _record(monkeypatch, module, name, result=None) -> dict:
+    seen: dict = {}
+
+    def record(*args, **kwargs):
+        seen.update(args=args, kwargs=kwargs)
+        return result
+    monkeypatch.setattr(module, name, record)
+    return seen
+
+
+def test_data_pretraining_flags_reach_the_options_and_the_build(monkeypatch, tmp_path):
+    from bertkit.data import pretraining
+    from bertkit.tokenizer import WordPieceTokenizer
+
+    seen = _record(monkeypatch, pretraining, "build_pretraining_data", {"num_instances": 3})
+    monkeypatch.setattr(pretraining, "format_summary", lambda manifest: "")
+    monkeypatch.setattr(WordPieceTokenizer, "from_pretrained", lambda path: SimpleNamespace(vocab_size=100, path=path))
+    base = ["data", "pretraining", "--input", "a.txt", "--input", "b*.txt", "--tokenizer", "tok", "--output", "out"]
+    assert main([*base, "--masking", "dynamic", "--max-seq-length", "64", "--rng", "python", "--whole-word-masking",
+                 "--workers", "3", "--strict", "--overwrite", "--quiet", "--shard-size-mb", "1"]) == 0
+    inputs, tok, output, options = seen["args"]
+    assert (inputs, tok.path, output) == (["a.txt", "b*.txt"], "tok", "out")
+    assert options == PretrainingDataOptions(max_seq_length=64, masking="dynamic", rng="python", dupe_factor=1,
+                                             whole_word_masking=True)
+    assert seen["kwargs"] == {"workers": 3, "strict": True, "overwrite": True, "progress": False,
+                              "max_shard_tokens": 2**20 // 2}  # uint16 ids for a 100-token vocabulary
+    assert main(base) == 0 and seen["args"][3] == PretrainingDataOptions()  # static: dupe factor 10
+    assert seen["kwargs"]["workers"] is None and seen["kwargs"]["progress"] is True
+    assert main([*base, "--masking", "dynamic", "--dupe-factor", "4"]) == 0 and seen["args"][3].dupe_factor == 4
+
+
+def test_tokenizer_train_flags_and_positional_inputs_reach_the_trainer(monkeypatch, tmp_path):
+    from bertkit.tokenizer import WordPieceTokenizer
+
+    trained = SimpleNamespace(vocab_size=9, vocab_hash="0" * 64, save_pretrained=lambda path: None)
+    seen = _record(monkeypatch, WordPieceTokenizer, "train", trained)
+    assert main(["tokenizer", "train", "--input", "a.txt", "b.txt", "--input", "c.txt", "--output", str(tmp_path),
+                 "--vocab-size", "100", "--cased", "--min-frequency", "3", "--limit-alphabet", "40", "--no-progress",
+                 "--strict"]) == 0
+    assert seen["args"] == ([Path("a.txt"), Path("c.txt"), Path("b.txt")],)
+    assert seen["kwargs"] == {"vocab_size": 100, "do_lower_case": False, "min_frequency": 3, "limit_alphabet": 40,
+                              "show_progress": False, "strict": True}
+    assert main(["tokenizer", "train", "--input", "a.txt", "--output", str(tmp_path)]) == 0
+    assert seen["kwargs"] == {"vocab_size": 30522, "do_lower_case": True, "min_frequency": 2, "limit_alphabet": 1000,
+                              "show_progress": True, "strict": False}
+    assert main(["tokenizer", "train", "--output", str(tmp_path)]) == 2  # no input files
+
+
+def test_tokenizer_encode_flags_reach_the_tokenizer(tmp_path, capsys):
+    (tmp_path / "vocab.txt").write_text("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "the", "cat"]) + "\n")
+    assert main(["tokenizer", "encode", "The cat", "--tokenizer", str(tmp_path), "--cased", "--pair", "cat",
+                 "--max-length", "5"]) == 0
+    rows = [line.split() for line in capsys.readouterr().out.splitlines()[1:]]
+    assert [row[3] for row in rows] == ["[CLS]", "[UNK]", "[SEP]", "cat", "[SEP]"]  # cut to --max-length: "cat"
+    assert main(["tokenizer", "encode", "The cat", "--tokenizer", str(tmp_path), "--lower-case"]) == 0
+    assert "[UNK]" not in capsys.readouterr().out
+
+
+def test_extract_flags_reach_the_settings(monkeypatch, tmp_path):
+    from bertkit import features
+
+    seen = _record(monkeypatch, features, "extract_features", 2)
+    assert main(["extract", "--model", str(tmp_path), "--input", "in.txt", "--output", "v.npy", "--layers", "-1,-2",
+                 "--pooling", "mean", "--no-normalize", "--max-seq-length", "16", "--batch-size", "4"]) == 0
+    assert seen["args"] == (ExtractSettings(tmp_path, Path("in.txt"), Path("v.npy"), layers="-1,-2", pooling="mean",
+                                            normalize=False, max_seq_length=16, batch_size=4, precision="auto"),)
+    assert main(["extract", "--model", str(tmp_path), "--input", "in.txt", "--output", "v.jsonl"]) == 0
+    assert seen["args"] == (ExtractSettings(tmp_path, Path("in.txt"), Path("v.jsonl"), precision="auto"),)
+    assert main(["extract", "--model", str(tmp_path), "--input", "i", "--output", "o", "--max-seq-length", "2"]) == 2
+
+
+def test_export_onnx_flags_reach_the_settings(monkeypatch, tmp_path):
+    from bertkit import export
+
+    seen = _record(monkeypatch, export, "export_onnx", SimpleNamespace(lines=lambda: ["ok"]))
+    sample = tmp_path / "sample.txt"
+    sample.write_text("a\n")
+    assert main(["export", "onnx", "--model", str(tmp_path), "--output", "m.onnx", "--quantize", "int8",
+                 "--sample", str(sample), "--opset", "18"]) == 0
+    assert seen["args"] == (ExportSettings(tmp_path, Path("m.onnx"), "int8", sample, 18),)
+    assert main(["export", "onnx", "--model", str(tmp_path), "--output", "m.onnx", "--opset", "13"]) == 2
+
+
+def test_serve_flags_reach_the_predictor_the_app_and_the_server(monkeypatch, tmp_path):
+    import torch
+
+    from bertkit.serve import app, predictor
+
+    loaded = _record(monkeypatch, predictor, "load_predictor", SimpleNamespace(endpoints=["embed"]))
+    created = _record(monkeypatch, app, "create_app", "the app")
+    served = _record(monkeypatch, app, "run_server")
+    monkeypatch.setattr(torch, "set_num_threads", lambda n: loaded.update(threads=n))
+    monkeypatch.setenv("BERTKIT_API_KEY", "secret")
+    assert main(["serve", "--model", str(tmp_path), "--tokenizer", str(tmp_path), "--host", "0.0.0.0", "--port", "9",
+                 "--max-batch-size", "8", "--max-wait-ms", "2", "--max-queue", "5", "--timeout", "3",
+                 "--max-body-bytes", "100", "--max-inputs", "2", "--max-input-chars", "10", "--max-connections", "7",
+                 "--header-timeout", "1", "--body-timeout", "2", "--keep-alive-timeout", "4",
+                 "--max-header-bytes", "2048", "--drain-timeout", "6", "--threads", "2", "--precision", "int8",
+                 "--log-level", "warning"]) == 0
+    assert loaded["args"] == (tmp_path,) and loaded["threads"] == 2
+    assert loaded["kwargs"] == {"batch_size": 8, "precision": "int8", "tokenizer_dir": tmp_path}
+    limits = Limits(100, 2, 10, 7, 1.0, 2.0, 4.0, 2048)
+    assert created["args"][1] == ServerSettings(limits, 8, 2.0, 5, 3.0, "secret")
+    assert served["args"] == ("the app",)
+    assert served["kwargs"] == {"host": "0.0.0.0", "port": 9, "drain_timeout_s": 6.0, "log_level": "warning"}
+    monkeypatch.delenv("BERTKIT_API_KEY")
+    assert main(["serve", "--model", str(tmp_path)]) == 0
+    assert created["args"][1] == ServerSettings() and served["kwargs"]["host"] == "127.0.0.1"
+    assert loaded["kwargs"] == {"batch_size": 32, "precision": "auto", "tokenizer_dir": None}
+    assert main(["serve", "--model", str(tmp_path), "--port", "70000"]) == 2
+
+
+@pytest.mark.parametrize("command, precision", [("predict", "auto"), ("evaluate", "fp32")])
+def test_predict_and_evaluate_flags_reach_the_settings(monkeypatch, command, precision):
+    from bertkit.tasks import evaluate
+
+    seen = _record(monkeypatch, evaluate, "predict_file", {"examples": 1, "skipped": 0})
+    labels = ["--label-column", "gold"] if command == "evaluate" else []
+    assert main([command, "--model", "m", "--input", "in.csv", "--output", "out", "--text-column", "t",
+                 "--text-pair-column", "u", "--id-column", "i", "--batch-size", "8", "--device", "cpu", *labels]) == 0
+    expected = PredictSettings("m", "in.csv", "out", "t", "u", "i", labels[-1] if labels else None, 8, "cpu",
+                               precision, evaluate=command == "evaluate")
+    assert seen["args"] == (expected,)
+    assert expected.columns() == {"text_column": "t", "text_pair_column": "u", "id_column": "i",
+                                  **({"label_column": "gold"} if labels else {})}
+    assert main([command, "--model", "m", "--input", "in.csv", "--output", "out", "--precision", "int8"]) == 0
+    assert seen["args"] == (PredictSettings("m", "in.csv", "out", precision="int8", evaluate=command == "evaluate"),)
+
+
+def test_quickstart_flags_reach_the_config_and_the_recipe(monkeypatch, tmp_path):
+    from bertkit.quickstart import stages
+
+    seen = _record(monkeypatch, stages, "run_quickstart")
+    assert main(["quickstart", "--output", str(tmp_path), "--max-steps", "20", "--seeds", "4,5", "--finetune-epochs",
+                 "2", "--train-examples", "0", "--no-baseline", "--resume", "--device", "cpu"]) == 0
+    expected = QuickstartConfig(tmp_path, minutes=None, max_steps=20, seeds=(4, 5), seeds_fixed=True, epochs_fixed=True,
+                                recipe=dataclasses.replace(Recipe(), finetune_epochs=2.0, train_examples=None),
+                                random_baseline=False, resume=True, device="cpu")
+    assert seen["args"] == (expected,)
+    assert main(["quickstart", "--minutes", "3"]) == 0
+    assert seen["args"] == (QuickstartConfig(Path("quickstart"), minutes=3.0),)  # the defaults: not fixed
+    with pytest.raises(BertkitError, match="--seeds 1,1: a seed is repeated"):
+        QuickstartConfig(Path("q"), seeds=(1, 1)).validate()  # the first thing run_quickstart does
