@@ -25,7 +25,7 @@ import hmac
 import logging
 import signal
 from collections.abc import AsyncIterator, Hashable
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 import uvicorn
 from fastapi import Depends, FastAPI, Request
@@ -133,7 +133,7 @@ async def _warm_up(app: FastAPI, batcher: MicroBatcher, predictor: Predictor) ->
 
 def _run(predictor: Any, key: Hashable, items: list[Any]) -> list[Any]:
     """One predictor call for a group of requests with equal key (endpoint + options)."""
-    endpoint, *options = key
+    endpoint, *options = cast(tuple[Any, ...], key)  # the routes below submit (endpoint, *options) tuples
     if endpoint == "fill-mask":
         return predictor.fill_mask(items, top_k=options[0])
     if endpoint == "classify":
@@ -212,7 +212,8 @@ def _add_task_routes(app: FastAPI, predictor: Predictor, settings: ServerSetting
                 if len(pairs) != len(texts):
                     raise RequestError(422, "invalid_input", f"{len(texts)} inputs but {len(pairs)} text_pairs; "
                                        "send one pair per input")
-            items = list(zip(texts, pairs or [None] * len(texts)))
+            second: list[str | None] = list(pairs) if pairs is not None else [None] * len(texts)
+            items = list(zip(texts, second))
             return {"results": await submit(("classify", pairs is not None), items)}
 
     if "tag" in predictor.endpoints:
@@ -293,8 +294,12 @@ def build_server(app: FastAPI, host: str = "127.0.0.1", port: int = 8000, drain_
     limits = app.state.settings.limits
     events = EventLog()
     guard = ConnectionGuard(limits, fit_file_limit(limits.max_connections), events)
-    config = uvicorn.Config(app, host=host, port=port, log_level=log_level, timeout_graceful_shutdown=drain_timeout_s,
-                            server_header=False, http=functools.partial(GuardedH11Protocol, guard),
+    # uvicorn's hints say int for the drain timeout (it is used as a float by asyncio.wait_for) and a class for
+    # http (it calls it with the protocol's arguments, which the partial adds the guard to).
+    config = uvicorn.Config(app, host=host, port=port, log_level=log_level,
+                            timeout_graceful_shutdown=drain_timeout_s,  # type: ignore[arg-type]
+                            server_header=False,
+                            http=functools.partial(GuardedH11Protocol, guard),  # type: ignore[arg-type]
                             timeout_keep_alive=limits.keep_alive_timeout_s,
                             h11_max_incomplete_event_size=limits.max_header_bytes)
     return _Server(config, events)
