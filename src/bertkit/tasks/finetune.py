@@ -49,6 +49,7 @@ from bertkit.config import PRESETS, BertConfig, preset
 from bertkit.errors import BertkitError, Interrupted
 from bertkit.inference.batching import feature_length, pad_batch
 from bertkit.model import accelerate_for_inference, compile_model
+from bertkit.model.feature_based import FeatureBasedModel
 from bertkit.runtime import resolve_device, resolve_precision, seed_everything
 from bertkit.settings import FinetuneConfig
 from bertkit.tasks.evaluate import RESULTS_FILE, predict_features, write_results
@@ -217,6 +218,8 @@ def _train_seed(task: Task, cfg: FinetuneConfig, tokenizer: WordPieceTokenizer, 
     seed_everything(seed)  # the head's initialisation depends on the seed too
     model = build_model(task, cfg, tokenizer, max_seq_length)
     precision = resolve_precision(cfg.precision, device, model)
+    if isinstance(model, FeatureBasedModel) and device.type == "cpu":  # frozen features: prediction's kernels
+        model.use_encoder_copy(accelerate_for_inference(model.bert, autocast=precision == "bf16"))
     run = _SeedRun(task, tokenizer, dev_sets, cfg, directory, device)
     config = _train_config(cfg, seed, precision, task.metric_names[0])
     every = f"{cfg.eval_every} steps" if cfg.eval_every else "epoch"
