@@ -12,7 +12,9 @@ Design decision: the TorchScript-based exporter (`dynamo=False`): in torch 2.13 
 torch.export-based exporter needs the `onnxscript` package, which bertkit does not depend on. The
 graph is traced with the padded attention backend (`attention = PaddedSDPA()`, same numbers), since the
 padding-free path's data-dependent gather sizes would be frozen by tracing; the trace batch is
-padded so the masked-attention branch is the one recorded.
+padded so the masked-attention branch is the one recorded. A feature-based fine-tuned directory
+(frozen encoder + feature_head.safetensors) is exported whole, encoder and head: it answers as its task's
+model does (e.g. `logits` of BertForSequenceClassification), so its graph has that model's outputs.
 
 References: PyTorch `torch.onnx.export`; onnxruntime `quantization.quantize_dynamic`
 (Zafrir et al. 2019, "Q8BERT", for int8 BERT inference).
@@ -28,6 +30,7 @@ import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import cast
 
 import numpy as np
 import torch
@@ -39,7 +42,9 @@ from bertkit.features import read_lines
 from bertkit.inference.batching import pad_batch
 from bertkit.model import MODEL_CLASSES, BertModel
 from bertkit.model.attention import PaddedSDPA
+from bertkit.model.feature_based import FeatureBasedModel
 from bertkit.settings import QUANTIZATIONS, ExportSettings
+from bertkit.tasks.finetuned import load_finetuned, read_task_file
 from bertkit.tokenizer import WordPieceTokenizer
 
 INPUT_NAMES = ("input_ids", "token_type_ids", "attention_mask")
@@ -109,17 +114,12 @@ def export_onnx(settings: ExportSettings) -> ExportReport:
     if quantize is not None and quantize not in QUANTIZATIONS:
         raise BertkitError(f"--quantize {quantize!r}: supported: {', '.join(QUANTIZATIONS)}")
     model_dir, output = Path(settings.model), Path(settings.output)
-    config = BertConfig.from_json_file(model_dir / "config.json")
-    architecture = (config.architectures or ["BertModel"])[0]
-    if architecture not in OUTPUT_NAMES:
-        raise BertkitError(f"{model_dir}/config.json: cannot export architecture {architecture!r}; "
-                           f"supported: {', '.join(OUTPUT_NAMES)}")
-    model = MODEL_CLASSES[architecture].from_pretrained(model_dir).eval()
-    (model if isinstance(model, BertModel) else model.bert).attention = PaddedSDPA()
+    model, architecture, tokenizer = _load(model_dir)
+    encoder = model if isinstance(model, BertModel) else cast(BertModel, model.get_submodule("bert"))
+    encoder.attention = PaddedSDPA()
     names = OUTPUT_NAMES[architecture]
-    if architecture == "BertModel" and model.pooler is None:
+    if isinstance(model, BertModel) and model.pooler is None:
         names = names[:1]
-    tokenizer = WordPieceTokenizer.from_pretrained(model_dir)
     texts = [a for a, _ in read_lines(settings.sample)] if settings.sample is not None else list(SAMPLE_TEXTS)
     wrapper = _TupleOutputs(model, names).eval()  # the exporter restores the mode it finds, so set it here
     output.parent.mkdir(parents=True, exist_ok=True)
@@ -131,7 +131,8 @@ def export_onnx(settings: ExportSettings) -> ExportReport:
         expected = [t.float().numpy() for t in wrapper(*batch.values())]
     fp32 = run_onnx(fp32_path, batch)
     mask = batch["attention_mask"].bool().numpy()
-    report = ExportReport(output, architecture, names, _max_diff(expected, fp32, mask), fp32_path.stat().st_size,
+    shown = f"feature-based {architecture}" if isinstance(model, FeatureBasedModel) else architecture
+    report = ExportReport(output, shown, names, _max_diff(expected, fp32, mask), fp32_path.stat().st_size,
                           len(texts))
     if quantize == "int8":
         report.quantized = _quantize(fp32_path, output, batch, fp32, mask, names)
@@ -139,6 +140,21 @@ def export_onnx(settings: ExportSettings) -> ExportReport:
         fp32_path.unlink()
         os.rmdir(fp32_path.parent)
     return report
+
+
+def _load(model_dir: Path) -> tuple[nn.Module, str, WordPieceTokenizer]:
+    """(model in eval mode, the architecture whose outputs it has, tokenizer) of a checkpoint directory."""
+    task_file = read_task_file(model_dir)
+    if task_file is not None and task_file.get("feature_layers"):
+        task, model, tokenizer = load_finetuned(model_dir)
+        return model, task.model_class.__name__, tokenizer
+    config = BertConfig.from_json_file(model_dir / "config.json")
+    architecture = (config.architectures or ["BertModel"])[0]
+    if architecture not in OUTPUT_NAMES:
+        raise BertkitError(f"{model_dir}/config.json: cannot export architecture {architecture!r}; "
+                           f"supported: {', '.join(OUTPUT_NAMES)}")
+    model = MODEL_CLASSES[architecture].from_pretrained(model_dir).eval()
+    return model, architecture, WordPieceTokenizer.from_pretrained(model_dir)
 
 
 def sample_batch(tokenizer: WordPieceTokenizer, texts: list[str], architecture: str,

@@ -19,8 +19,10 @@ from bertkit.model import (
     BertForQuestionAnswering,
     BertForSequenceClassification,
     BertForTokenClassification,
+    BertModel,
 )
 from bertkit.tasks.classification import ClassificationSettings, ClassificationTask
+from bertkit.tasks.finetuned import feature_based_model, save_finetuned
 from bertkit.tasks.squad import SquadSettings, SquadTask
 from bertkit.tasks.tagging import TaggingSettings, TaggingTask
 from bertkit.tokenizer import WordPieceTokenizer
@@ -46,6 +48,17 @@ def build(directory: Path, model_class: type, task: dict | None = None, seed: in
     if task is not None:
         (directory / "bertkit_task.json").write_text(json.dumps(task, indent=2), encoding="utf-8")
     return directory
+
+
+def build_feature_based(directory, task, layers=(-1, -2), combine="concat"):
+    """A feature-based fine-tuned directory as fine-tuning writes it (random seeded weights)."""
+    torch.manual_seed(0)
+    config = preset("bert-debug", vocab_size=len(VOCAB), **task.config_overrides())
+    model = feature_based_model(task, BertModel(config), layers, combine, 0.0)
+    with torch.no_grad():
+        model.head.weight.normal_(std=1.0)  # scores far enough apart that the labels are not ties
+    save_finetuned(model, task, tokenizer(), directory)
+    return directory, model.eval()
 
 
 @pytest.fixture(scope="session")

@@ -9,11 +9,13 @@ import pytest
 import torch
 
 from bertkit.errors import BertkitError
-from bertkit.export import export_onnx, run_onnx, sample_batch
+from bertkit.export import OUTPUT_NAMES, export_onnx, run_onnx, sample_batch
 from bertkit.model import MODEL_CLASSES
-from bertkit.settings import ExportSettings
+from bertkit.settings import ClassificationSettings, ExportSettings, SquadSettings
+from bertkit.tasks.classification import ClassificationTask
+from bertkit.tasks.squad import SquadTask
 
-from .conftest import build, tokenizer
+from .conftest import build, build_feature_based, tokenizer
 
 TEXTS = ["the cat sat on the mat .", "john lives in london", "paris", "where did the big red dog go in the park ?"]
 
@@ -53,3 +55,26 @@ def test_int8_quantization_measures_the_change(tmp_path, tmp_path_factory, class
     assert [p.name for p in tmp_path.iterdir()] == ["int8.onnx"]  # the fp32 intermediate is removed
     with pytest.raises(BertkitError, match="--quantize"):
         export_onnx(ExportSettings(classifier_dir, tmp_path / "x.onnx", quantize="int4"))
+
+
+@pytest.mark.parametrize("kind", ["classification", "squad"])
+def test_a_feature_based_directory_exports_encoder_and_head(kind, tmp_path):
+    """Not the bare encoder (config.json says BertModel): the graph computes what the fine-tuned model does."""
+    if kind == "classification":
+        task = ClassificationTask(ClassificationSettings(labels=["a", "b", "c"], max_seq_length=16))
+    else:
+        task = SquadTask(SquadSettings(max_seq_length=16, doc_stride=4))
+    directory, model = build_feature_based(tmp_path / kind, task)
+    report = export_onnx(ExportSettings(directory, tmp_path / "model.onnx"))
+    head = task.model_class.__name__
+    assert report.architecture == f"feature-based {head}" and report.outputs == OUTPUT_NAMES[head]
+    assert report.max_abs_diff < 1e-4
+    batch = sample_batch(tokenizer(), TEXTS[:3], head)
+    with torch.no_grad():
+        expected = model(*batch.values())
+    mask = batch["attention_mask"].bool().numpy()
+    for name, actual in zip(report.outputs, run_onnx(tmp_path / "model.onnx", batch)):
+        reference = getattr(expected, name).numpy()
+        if reference.shape[:mask.ndim] == mask.shape:
+            reference, actual = reference[mask], actual[mask]
+        np.testing.assert_allclose(actual, reference, atol=1e-4, rtol=0)

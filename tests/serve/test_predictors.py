@@ -26,11 +26,11 @@ from bertkit.serve.predictor import (
 from bertkit.settings import PredictSettings
 from bertkit.tasks.classification import ClassificationSettings, ClassificationTask
 from bertkit.tasks.evaluate import predict_file
-from bertkit.tasks.finetuned import FEATURE_HEAD_FILE, feature_based_model, save_finetuned
+from bertkit.tasks.finetuned import FEATURE_HEAD_FILE
 from bertkit.tasks.squad import SquadSettings, SquadTask
 from bertkit.tasks.tagging import TaggingSettings, TaggingTask
 
-from .conftest import TAGS, VOCAB, build, tokenizer
+from .conftest import TAGS, VOCAB, build, build_feature_based, tokenizer
 
 TEXTS = ["the cat sat on the mat.", "john", "where did the big red dog go in the park?", "",
          "paris is the capital of france and london is big"]
@@ -254,22 +254,11 @@ def test_load_predictor_errors(tmp_path, classifier_dir):
         load_predictor(mlm)
 
 
-def _feature_based_dir(directory, task, layers=(-1, -2), combine="concat"):
-    """A feature-based fine-tuned directory as fine-tuning writes it (random seeded weights)."""
-    torch.manual_seed(0)
-    config = preset("bert-debug", vocab_size=len(VOCAB), **task.config_overrides())
-    model = feature_based_model(task, BertModel(config), layers, combine, 0.0)
-    with torch.no_grad():
-        model.head.weight.normal_(std=1.0)  # scores far enough apart that the labels are not ties
-    save_finetuned(model, task, tokenizer(), directory)
-    return directory, model.eval()
-
-
 def test_feature_based_models_are_served_as_predict_reads_them(tmp_path):
     """A feature-based directory (frozen encoder + feature_head.safetensors) is served with the predictions
     `bertkit predict` makes from it and the model computes (issue 15: the predictor used to refuse it)."""
     task = ClassificationTask(ClassificationSettings(labels=["negative", "positive", "neutral"], max_seq_length=16))
-    directory, model = _feature_based_dir(tmp_path / "fb", task)
+    directory, model = build_feature_based(tmp_path / "fb", task)
     predictor = load_predictor(directory)
     assert isinstance(predictor, ClassificationPredictor) and isinstance(predictor.model, FeatureBasedModel)
     texts = [t for t in TEXTS if t]
@@ -289,7 +278,7 @@ def test_feature_based_models_are_served_as_predict_reads_them(tmp_path):
 
 def test_feature_based_question_answering_is_served(tmp_path):
     """The span head of a feature-based QA model reaches the predictor as start/end logits."""
-    directory, _ = _feature_based_dir(tmp_path / "qa", SquadTask(SquadSettings(max_seq_length=16, doc_stride=4)),
+    directory, _ = build_feature_based(tmp_path / "qa", SquadTask(SquadSettings(max_seq_length=16, doc_stride=4)),
                                       layers=(-1,), combine="sum")
     predictor = load_predictor(directory)
     assert isinstance(predictor, QuestionAnsweringPredictor)
@@ -298,7 +287,7 @@ def test_feature_based_question_answering_is_served(tmp_path):
 
 
 def test_feature_based_directory_without_its_head_is_refused_clearly(tmp_path):
-    directory, _ = _feature_based_dir(tmp_path / "fb", TaggingTask(TaggingSettings(labels=TAGS, max_seq_length=10)))
+    directory, _ = build_feature_based(tmp_path / "fb", TaggingTask(TaggingSettings(labels=TAGS, max_seq_length=10)))
     (directory / FEATURE_HEAD_FILE).unlink()
     with pytest.raises(BertkitError, match="feature-based model .* feature_head.safetensors"):
         load_predictor(directory)
