@@ -33,12 +33,7 @@ def test_every_head_matches_onnxruntime(head, tmp_path, mlm_dir):
     model = MODEL_CLASSES[head].from_pretrained(directory).eval()
     with torch.no_grad():
         expected = model(*batch.values())
-    mask = batch["attention_mask"].bool().numpy()
-    for name, actual in zip(report.outputs, run_onnx(tmp_path / "model.onnx", batch)):
-        reference = getattr(expected, name).numpy()
-        if reference.shape[:mask.ndim] == mask.shape:
-            reference, actual = reference[mask], actual[mask]  # padded positions are unspecified
-        np.testing.assert_allclose(actual, reference, atol=1e-4, rtol=0)
+    _assert_matches(tmp_path / "model.onnx", report.outputs, expected, batch)
 
 
 def test_int8_quantization_measures_the_change(tmp_path, tmp_path_factory, classifier_dir, caplog):
@@ -72,9 +67,14 @@ def test_a_feature_based_directory_exports_encoder_and_head(kind, tmp_path):
     batch = sample_batch(tokenizer(), TEXTS[:3], head)
     with torch.no_grad():
         expected = model(*batch.values())
+    _assert_matches(tmp_path / "model.onnx", report.outputs, expected, batch)
+
+
+def _assert_matches(path, names, expected, batch) -> None:
+    """onnxruntime's outputs on `batch` equal PyTorch's `expected` within 1e-4 at the real positions."""
     mask = batch["attention_mask"].bool().numpy()
-    for name, actual in zip(report.outputs, run_onnx(tmp_path / "model.onnx", batch)):
+    for name, actual in zip(names, run_onnx(path, batch)):
         reference = getattr(expected, name).numpy()
         if reference.shape[:mask.ndim] == mask.shape:
-            reference, actual = reference[mask], actual[mask]
+            reference, actual = reference[mask], actual[mask]  # padded positions are unspecified
         np.testing.assert_allclose(actual, reference, atol=1e-4, rtol=0)
