@@ -123,7 +123,8 @@ def main() -> None:
             try:
                 wait_until_ready(url, process, timeout_s=120)
             except BertkitError as exc:
-                raise SystemExit(f"{exc}:\n{process.stdout.read().decode()}") from None
+                process.kill()  # a server that is still starting would never close its output
+                raise SystemExit(f"{exc}:\n{process.communicate()[0].decode()}") from None
             cpu_before = cpu_seconds(process.pid)
             result = asyncio.run(load(url, args.endpoint, args.requests, args.concurrency,
                                       time.monotonic() + args.time_limit))

@@ -120,7 +120,9 @@ def export_onnx(settings: ExportSettings) -> ExportReport:
     names = OUTPUT_NAMES[architecture]
     if isinstance(model, BertModel) and model.pooler is None:
         names = names[:1]
-    texts = [a for a, _ in read_lines(settings.sample)] if settings.sample is not None else list(SAMPLE_TEXTS)
+    texts = list(SAMPLE_TEXTS)
+    if settings.sample is not None:
+        texts = [a for a, _ in read_lines(settings.sample, flag="--sample")]
     wrapper = _TupleOutputs(model, names).eval()  # the exporter restores the mode it finds, so set it here
     output.parent.mkdir(parents=True, exist_ok=True)
     fp32_path = output if quantize is None else Path(tempfile.mkdtemp(dir=output.parent)) / "fp32.onnx"

@@ -60,10 +60,10 @@ def parse_layers(spec: str, num_layers: int) -> list[int]:
     return layers
 
 
-def read_lines(path: str | Path) -> list[tuple[str, str | None]]:
-    """(text_a, text_b or None) per line; text_b after ' ||| ' as in the original."""
+def read_lines(path: str | Path, flag: str = "--input") -> list[tuple[str, str | None]]:
+    """(text_a, text_b or None) per line; text_b after ' ||| ' as in the original. Errors name `flag`."""
     path = Path(path)
-    lines = read_text(path, flag="--input").splitlines()
+    lines = read_text(path, flag=flag).splitlines()
     inputs: list[tuple[str, str | None]] = []
     for number, line in enumerate(lines, start=1):
         a, sep, b = line.partition("|||")
@@ -71,7 +71,7 @@ def read_lines(path: str | Path) -> list[tuple[str, str | None]]:
             raise BertkitError(f"{where(path, number)}: more than one '|||'; write 'text_a ||| text_b'")
         inputs.append((a.strip(), b.strip()) if sep else (line.strip(), None))
     if not inputs:
-        raise BertkitError(f"--input {path}: the file is empty; write one text per line")
+        raise BertkitError(f"{flag} {path}: the file is empty; write one text per line")
     return inputs
 
 

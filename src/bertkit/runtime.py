@@ -1,17 +1,18 @@
 """Where and how a run computes: the device, the precision (training and inference) and the seeds.
 
-- Devices: `DEVICES` (the values of --device) and `resolve_device`.
-- Training precision: `PRECISIONS`, `default_precision`, `resolve_precision`, and `autocast`, the
-  context the loop and the throughput probe run forward passes under.
-- Inference precision: `INFERENCE_PRECISIONS`, `check_inference_precision`, `inference_precision`
-  (what `bertkit.model.for_inference` and every inference command resolve --precision with).
+- Devices: `resolve_device` (the values of --device, `DEVICES`, are bertkit.settings').
+- Training precision: `default_precision`, `resolve_precision`, and `autocast`, the context the loop and
+  the throughput probe run forward passes under (values: `bertkit.settings.PRECISIONS`).
+- Inference precision: `check_inference_precision`, `inference_precision` (what
+  `bertkit.model.for_inference` and every inference command resolve --precision with; values:
+  `bertkit.settings.INFERENCE_PRECISIONS`).
 - Seeding: `seed_everything`.
 
 Design decision: every layer may import this module (pre-training, fine-tuning, inference, serving and
-the quickstart all pick a device and a precision), so it imports only torch, `bertkit.errors` and
-`bertkit.hardware`; 'auto' precisions are the faster choice as measured on this machine at the model's
-width (`bertkit.hardware`), never read from CPU flags: avx512_bf16 has meant 4.7x on one CPU and 0.6x
-on another.
+the quickstart all pick a device and a precision), so it imports only torch, `bertkit.errors`,
+`bertkit.settings` and `bertkit.hardware`; 'auto' precisions are the faster choice as measured on this
+machine at the model's width (`bertkit.hardware`), never read from CPU flags: avx512_bf16 has meant 4.7x
+on one CPU and 0.6x on another.
 """
 
 from __future__ import annotations

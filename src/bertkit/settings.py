@@ -61,12 +61,12 @@ class TrainConfig:
 
     max_steps: int | None = None
     """Optimizer steps to train for (with a time or epoch budget too: whichever ends first)."""
-    max_time_s: float | None = None
+    max_time_s: float | None = dataclasses.field(default=None, metadata={"flag": "--max-time"})
     """Training time budget in seconds, counted across resumes (on the command line e.g. 2h, 90m or 1h30m);
     the schedule follows it."""
-    num_epochs: float | None = None
+    num_epochs: float | None = dataclasses.field(default=None, metadata={"flag": "--epochs"})
     """Budget in passes over the training data (fine-tuning); converted to steps."""
-    micro_batch_size: int = 32
+    micro_batch_size: int = dataclasses.field(default=32, metadata={"flag": "--batch-size"})
     """Micro-batch size: examples per forward/backward pass on each process."""
     gradient_accumulation_steps: int = 1
     """Micro-batches per optimizer step (global batch = micro-batch size x this x processes)."""
@@ -83,7 +83,7 @@ class TrainConfig:
     """Decoupled weight decay (not on biases and LayerNorm parameters)."""
     betas: tuple[float, float] = (0.9, 0.999)
     """Adam beta1, beta2."""
-    eps: float = 1e-6
+    eps: float = dataclasses.field(default=1e-6, metadata={"flag": "--adam-epsilon"})
     """AdamW/LAMB epsilon (1e-6 as the original BERT optimizer)."""
     max_grad_norm: float = 1.0
     """Clip the global gradient norm to this; 0 disables clipping (the norm is still checked)."""
@@ -129,7 +129,7 @@ class TrainConfig:
     def validate(self) -> None:
         """Raise BertkitError naming the first setting that makes no sense."""
         if self.max_steps is None and self.max_time_s is None and self.num_epochs is None:
-            raise BertkitError("no training budget: give --max-steps, --max-time or --num-epochs")
+            raise BertkitError("no training budget: give --max-steps, --max-time or --epochs")
         positive = {"max_steps": self.max_steps, "max_time_s": self.max_time_s, "num_epochs": self.num_epochs,
                     "micro_batch_size": self.micro_batch_size, "keep_last": self.keep_last,
                     "gradient_accumulation_steps": self.gradient_accumulation_steps,
@@ -139,7 +139,7 @@ class TrainConfig:
                     "early_stopping_patience": self.early_stopping_patience}
         for name, value in positive.items():
             if value is not None and not value > 0:
-                raise BertkitError(f"--{name.replace('_', '-')} must be positive, got {value!r}")
+                raise BertkitError(f"{flag_of(self, name)} must be positive, got {value!r}")
         if self.optimizer not in OPTIMIZERS:
             raise BertkitError(f"--optimizer {self.optimizer!r}: use one of {', '.join(OPTIMIZERS)}")
         if self.precision not in PRECISIONS:
@@ -224,9 +224,9 @@ class FinetuneConfig:
     """Evaluate on dev every this many optimizer steps; unset: at the end of every epoch."""
     save_every: int | None = None
     """Write a resumable checkpoint every this many steps; unset: at every evaluation."""
-    batch_size: int = 32
+    batch_size: int = dataclasses.field(default=32, metadata={"min": 1})
     """Examples per optimizer step (split into --gradient-accumulation-steps micro-batches)."""
-    gradient_accumulation_steps: int = 1
+    gradient_accumulation_steps: int = dataclasses.field(default=1, metadata={"min": 1})
     """Micro-batches per optimizer step (the batch size must be a multiple)."""
     learning_rate: float | None = None
     """Peak AdamW learning rate, or auto (None): from the model's width and pre-training (5e-5 for
@@ -257,7 +257,7 @@ class FinetuneConfig:
     -1 = last layer)."""
     feature_combine: str = dataclasses.field(default="concat", metadata={"choices": FEATURE_COMBINES})
     """How --feature-layers are combined."""
-    eval_batch_size: int = 64
+    eval_batch_size: int = dataclasses.field(default=64, metadata={"min": 1})
     """Batch size of evaluation."""
     device: str = dataclasses.field(default="auto", metadata={"choices": DEVICES})
     """auto (CUDA when there is a GPU), cpu or cuda."""
@@ -273,6 +273,9 @@ class FinetuneConfig:
     overwrite: bool = False
     """Delete an earlier fine-tuning run in the output directory first (otherwise a non-empty output is
     refused)."""
+
+    def __post_init__(self) -> None:
+        check_bounds(self)
 
 
 # --- tasks (saved in bertkit_task.json) ----------------------------------------------------------------
@@ -337,6 +340,18 @@ class MultipleChoiceSettings:
     """Longest input in tokens, [CLS]/[SEP] included."""
 
 
+def flag_of(settings: object, name: str) -> str:
+    """The command-line flag of the field `name` of the dataclass (or class) `settings`, for messages: its
+    `flag` metadata (the first name of an on/off pair), else --name-in-kebab-case."""
+    field = next(f for f in dataclasses.fields(settings) if f.name == name)  # type: ignore[arg-type]
+    return field_flag(field).split("/")[0]
+
+
+def field_flag(field: dataclasses.Field) -> str:
+    """The flag of a dataclass field: its `flag` metadata, else the field's name in kebab case."""
+    return field.metadata.get("flag", "--" + field.name.replace("_", "-"))
+
+
 def check_bounds(settings: object) -> None:
     """Raise BertkitError naming the flag of the first field of the dataclass `settings` outside its
     `min`/`max` metadata (the bounds the command line enforces too, as a click range)."""
@@ -344,7 +359,7 @@ def check_bounds(settings: object) -> None:
         value, low, high = getattr(settings, field.name), field.metadata.get("min"), field.metadata.get("max")
         if value is None or ((low is None or value >= low) and (high is None or value <= high)):
             continue
-        flag = field.metadata.get("flag", "--" + field.name.replace("_", "-"))
+        flag = field_flag(field).split("/")[0]
         bounds = f"in [{low}, {high}]" if low is not None and high is not None else (
             f">= {low}" if low is not None else f"<= {high}")
         raise BertkitError(f"{flag} must be {bounds}, got {value!r}")
@@ -378,7 +393,7 @@ class PretrainingDataOptions:
     masking: str = dataclasses.field(default="static", metadata={"choices": MASKINGS})
     """static: masks stored in the shards; dynamic: unmasked instances stored once, masked by the training
     loader from (seed, epoch, index)."""
-    seed: int = 12345
+    seed: int = dataclasses.field(default=12345, metadata={"min": 0})
     """Random seed; same seed and inputs give byte-identical shards."""
     split_sentences: bool = False
     """Split each line into sentences (pysbd) first."""
@@ -389,6 +404,7 @@ class PretrainingDataOptions:
     """MiB of text per block: the pool random-next sentences come from, and the shuffle window."""
 
     def validate(self) -> None:
+        check_bounds(self)
         if not 5 <= self.max_seq_length <= 65535:
             raise BertkitError(f"--max-seq-length must be in [5, 65535], got {self.max_seq_length}")
         if not 0.0 < self.masked_lm_prob < 1.0:
@@ -418,17 +434,20 @@ class PretrainingDataJob:
     """Tokenizer directory (vocab.txt) from `bertkit tokenizer train`."""
     output: str
     """Output directory for shards and manifest.json."""
-    workers: int | None = None
+    workers: int | None = dataclasses.field(default=None, metadata={"min": 1})
     """Worker processes; unset: all cores."""
     strict: bool = False
     """Fail on invalid UTF-8, binary files or bad JSONL lines instead of replacing/skipping and counting
     them."""
-    shard_size_mb: float = 64.0
+    shard_size_mb: float = dataclasses.field(default=64.0, metadata={"min": 0.01})
     """Approximate size of each shard's token ids (MiB)."""
     overwrite: bool = False
     """Replace existing data in --output."""
     quiet: bool = False
     """No progress bar."""
+
+    def __post_init__(self) -> None:
+        check_bounds(self)
 
 
 # --- tokenizer (bertkit tokenizer train / encode) ------------------------------------------------------
@@ -442,18 +461,21 @@ class TokenizerTrainSettings:
     """Directory to write vocab.txt and tokenizer_config.json to."""
     inputs: tuple[Path, ...] = dataclasses.field(default=(), metadata={"flag": "--input", "path": "file"})
     """Text file(s) to learn from, plain or .gz; several may follow one --input."""
-    vocab_size: int = 30522
+    vocab_size: int = dataclasses.field(default=30522, metadata={"min": 6})
     """Target vocabulary size, specials included."""
     cased: bool = False
     """Keep case and accents (default: lower-case and strip accents, like BERT uncased)."""
-    min_frequency: int = 2
+    min_frequency: int = dataclasses.field(default=2, metadata={"min": 1})
     """Least count for a merged piece to enter the vocabulary."""
-    limit_alphabet: int = 1000
+    limit_alphabet: int = dataclasses.field(default=1000, metadata={"min": 1})
     """Most distinct characters kept as base pieces (at most (--vocab-size - 5) / 2)."""
     progress: bool = True
     """Show the trainer's progress bar."""
     strict: bool = False
     """Fail on invalid UTF-8, binary or corrupt gzip files instead of replacing/skipping and counting them."""
+
+    def __post_init__(self) -> None:
+        check_bounds(self)
 
 
 @dataclass(frozen=True)
@@ -552,7 +574,7 @@ class PredictSettings:
     id if there is one, else file:line."""
     label_column: str | None = None
     """Classification: column/key of the gold label; unset: the one the model was fine-tuned with."""
-    batch_size: int = 64
+    batch_size: int = dataclasses.field(default=64, metadata={"min": 1})
     """Inference batch size."""
     device: str = dataclasses.field(default="auto", metadata={"choices": DEVICES})
     """auto (CUDA when there is a GPU), cpu or cuda."""
@@ -562,6 +584,9 @@ class PredictSettings:
     model."""
     evaluate: bool = False
     """Score the predictions against the file's labels too (eval_results.json)."""
+
+    def __post_init__(self) -> None:
+        check_bounds(self)
 
     def columns(self) -> dict[str, str]:
         """The reading settings given for this file (they override the fine-tuned model's saved ones)."""
@@ -622,6 +647,10 @@ class ServerSettings:
 
     def __post_init__(self) -> None:
         check_bounds(self)
+        if self.api_key is not None and not self.api_key.strip():
+            # An empty key would match requests that send none: authentication silently off.
+            raise BertkitError("--api-key (or BERTKIT_API_KEY) is empty; give a non-empty key, or leave it "
+                               "unset to serve without one")
 
 
 @dataclass(frozen=True)

@@ -40,6 +40,7 @@ from typing import Any, TypeVar
 import click
 
 from bertkit.errors import BertkitError
+from bertkit.settings import field_flag
 
 F = TypeVar("F", bound=Callable[..., Any])
 DIRECTORY = click.Path(file_okay=False)
@@ -135,7 +136,7 @@ def _module_classes(module: str) -> dict[str, list[ast.stmt]]:
 def _option(field: dataclasses.Field, hint: Any, doc: str, override: Mapping[str, Any]) -> Callable[[F], F]:
     """The click.option of one field."""
     override = dict(override)
-    flag = override.pop("flag", field.metadata.get("flag", "--" + field.name.replace("_", "-")))
+    flag = override.pop("flag", field_flag(field))
     kwargs: dict[str, Any] = {"help": doc, "show_default": True}
     if field.default is not dataclasses.MISSING:
         kwargs["default"] = field.default

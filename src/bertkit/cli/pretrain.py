@@ -62,8 +62,7 @@ SETTINGS: dict[str, dict[str, Any]] = {
     "data": {"type": DIRECTORY}, "output": {"type": DIRECTORY}, "init_from": {"type": DIRECTORY},
     "eval_data": {"type": DIRECTORY}, "model": {"default": "bert-base"}, "recipe": {"default": "auto"}}
 TRAINING: dict[str, dict[str, Any]] = {
-    "max_time_s": {"flag": "--max-time", "type": str, "callback": _duration},
-    "micro_batch_size": {"flag": "--batch-size"}, "eps": {"flag": "--adam-epsilon"}, "eval_every": {"default": 500}}
+    "max_time_s": {"type": str, "callback": _duration}, "eval_every": {"default": 500}}
 
 
 def _with_recipe(cls: type, overrides: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:

@@ -12,16 +12,20 @@ Design decision: the encoder runs without gradients and in eval mode even while 
 features, no dropout inside), and the model keeps it under `bert` as the task models do, so code that
 reaches for the encoder (`model.bert`) works for both. The fine-tuned directory stores the encoder as a
 plain checkpoint and the head beside it (`bertkit.tasks.finetuned`). Since the features are an inference
-computation, a trainer may hand the model an inference copy of its encoder to compute them with
-(`use_encoder_copy`, e.g. `accelerate_for_inference(model.bert)`: the CPU kernels of prediction, ~1.2x
-faster here); the encoder never changes, so the copy stays exact.
+computation, a trainer may have the model compute them with an inference copy of its encoder
+(`use_encoder_copy(make_copy)`, e.g. `accelerate_for_inference`: the CPU kernels of prediction, ~1.2x
+faster here). The model makes the copy itself at the next forward and again after whatever can change the
+encoder's tensors (`load_state_dict`, as a resumed run does; `.to()` and the other casts), so the copy is
+never stale while the encoder stays frozen.
 
 Reference: Devlin et al. (2018), section 5.3 and table 7 (concatenating the last four layers).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch import nn
@@ -67,16 +71,28 @@ class FeatureBasedModel(nn.Module):
         self.head: nn.Linear = nn.Linear(width, head.num_outputs)
         nn.init.normal_(self.head.weight, std=bert.config.initializer_range)
         nn.init.zeros_(self.head.bias)
+        self._make_encoder_copy: Callable[[BertModel], nn.Module] | None = None
         self._encoder_copy: nn.Module | None = None
+        self.register_load_state_dict_post_hook(FeatureBasedModel._forget_encoder_copy)
 
-    def use_encoder_copy(self, encoder: nn.Module | None) -> None:
-        """Compute the features with `encoder`, an inference copy of `bert` (None: `bert` again). The copy
-        is not a submodule: state_dict, saving, `.to()` and copies of this model see `bert` alone (a copy
-        computes with its own `bert`), so make it after the model is on its device."""
-        self.__dict__["_encoder_copy"] = encoder  # bypasses nn.Module's registration of submodules
+    def use_encoder_copy(self, make_copy: Callable[[BertModel], nn.Module] | None) -> None:
+        """Compute the features with `make_copy(bert)`, an inference copy of the encoder made at the next
+        forward and again after `load_state_dict`, `.to()` or another cast (None: `bert` itself). The copy
+        is not a submodule: state_dict, saving and copies of this model see `bert` alone, and a copy
+        (deepcopy, pickle) computes with its own `bert`."""
+        self._make_encoder_copy = make_copy
+        self._forget_encoder_copy()
+
+    def _forget_encoder_copy(self, *_: Any) -> None:
+        self.__dict__["_encoder_copy"] = None  # bypasses nn.Module's registration of submodules
+
+    def _apply(self, fn: Callable[..., Any], recurse: bool = True) -> FeatureBasedModel:
+        self._forget_encoder_copy()  # .to(), .float(), ...: the encoder's tensors are replaced
+        return super()._apply(fn, recurse)
 
     def __getstate__(self) -> dict:
-        return {**super().__getstate__(), "_encoder_copy": None}  # deepcopy and pickle leave the copy behind
+        # deepcopy and pickle leave the copy and its maker behind (an evaluation copy is accelerated whole)
+        return {**super().__getstate__(), "_encoder_copy": None, "_make_encoder_copy": None}
 
     def forward(self, input_ids, token_type_ids=None, attention_mask=None,
                 ) -> ClassifierOutput | QuestionAnsweringOutput:
@@ -84,6 +100,8 @@ class FeatureBasedModel(nn.Module):
         flat = [t.reshape(-1, shape[-1]) if t is not None else None
                 for t in (input_ids, token_type_ids, attention_mask)]
         self.bert.eval()  # frozen features: no dropout inside the encoder
+        if self._make_encoder_copy is not None and self._encoder_copy is None:
+            self.__dict__["_encoder_copy"] = self._make_encoder_copy(self.bert)
         encoder = self.bert if self._encoder_copy is None else self._encoder_copy
         with torch.no_grad():
             states = encoder(*flat, output_hidden_states=True).hidden_states

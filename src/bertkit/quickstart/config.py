@@ -57,7 +57,7 @@ class Recipe:
     """Fine-tuning batch size."""
     train_examples: int | None = 1000
     """Labelled training verses used: a seeded subset of the bundled 4,000 (few labels are where
-    pre-training pays most, and it keeps fine-tuning short); None (0 on the command line): all of them."""
+    pre-training pays most, and it keeps fine-tuning short); 0 (None from Python): all of them."""
 
 
 @dataclass
@@ -111,6 +111,8 @@ class QuickstartConfig:
             raise BertkitError(f"--seeds {','.join(map(str, self.seeds))}: a seed is repeated")
         if self.overwrite and self.resume:
             raise BertkitError("--overwrite and --resume contradict each other; pick one")
+        if not self.recipe.finetune_epochs > 0:
+            raise BertkitError(f"--finetune-epochs must be positive, got {self.recipe.finetune_epochs}")
         train = self.recipe.train_examples
         if train is not None and train < 6:
             raise BertkitError(f"--train-examples must be at least 6 (one per label), got {train}")

@@ -31,6 +31,7 @@ References: Devlin et al. (2018), sections 4 and 5.3 and appendix A.3 (lr 5e-5/3
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import logging
 import math
@@ -218,8 +219,9 @@ def _train_seed(task: Task, cfg: FinetuneConfig, tokenizer: WordPieceTokenizer, 
     seed_everything(seed)  # the head's initialisation depends on the seed too
     model = build_model(task, cfg, tokenizer, max_seq_length)
     precision = resolve_precision(cfg.precision, device, model)
-    if isinstance(model, FeatureBasedModel) and device.type == "cpu":  # frozen features: prediction's kernels
-        model.use_encoder_copy(accelerate_for_inference(model.bert, autocast=precision == "bf16"))
+    if isinstance(model, FeatureBasedModel) and device.type == "cpu" and not cfg.compile:
+        # Frozen features with prediction's kernels (with --compile, the compiled encoder computes them).
+        model.use_encoder_copy(functools.partial(accelerate_for_inference, autocast=precision == "bf16"))
     run = _SeedRun(task, tokenizer, dev_sets, cfg, directory, device)
     config = _train_config(cfg, seed, precision, task.metric_names[0])
     every = f"{cfg.eval_every} steps" if cfg.eval_every else "epoch"
