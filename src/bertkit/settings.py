@@ -276,6 +276,10 @@ class FinetuneConfig:
 
     def __post_init__(self) -> None:
         check_bounds(self)
+        if not self.epochs > 0:  # (also NaN)
+            raise BertkitError(f"--epochs must be positive, got {self.epochs}")
+        if self.max_steps is not None and self.max_steps < 1:
+            raise BertkitError(f"--max-steps must be positive, got {self.max_steps}")
 
 
 # --- tasks (saved in bertkit_task.json) ----------------------------------------------------------------

@@ -200,3 +200,33 @@ def test_quickstart_flags_reach_the_config_and_the_recipe(monkeypatch, tmp_path)
     assert seen["args"] == (QuickstartConfig(Path("quickstart"), minutes=3.0),)  # the defaults: not fixed
     with pytest.raises(BertkitError, match="--seeds 1,1: a seed is repeated"):
         QuickstartConfig(Path("q"), seeds=(1, 1)).validate()  # the first thing run_quickstart does
+
+
+@pytest.mark.parametrize("argv, flag", [
+    (["predict", "--model", "{d}", "--input", "{f}", "--output", "{o}", "--batch-size", "0"], "--batch-size"),
+    (["evaluate", "--model", "{d}", "--input", "{f}", "--output", "{o}", "--batch-size", "-3"], "--batch-size"),
+    (["data", "pretraining", "--input", "{f}", "--tokenizer", "{d}", "--output", "{o}", "--seed", "-1"], "--seed"),
+    (["data", "pretraining", "--input", "{f}", "--tokenizer", "{d}", "--output", "{o}", "--shard-size-mb", "nan"],
+     "--shard-size-mb"),
+    (["data", "pretraining", "--input", "{f}", "--tokenizer", "{d}", "--output", "{o}", "--shard-size-mb", "-5"],
+     "--shard-size-mb"),
+    (["tokenizer", "train", "--input", "{f}", "--output", "{o}", "--limit-alphabet", "-1"], "--limit-alphabet"),
+    (["finetune", "classification", "--model", "m", "--train", "{f}", "--dev", "{f}", "--output", "{o}",
+      "--eval-batch-size", "0"], "--eval-batch-size"),
+    (["finetune", "classification", "--model", "m", "--train", "{f}", "--dev", "{f}", "--output", "{o}",
+      "--epochs", "0"], "--epochs must be positive"),
+    (["pretrain", "--data", "{d}", "--output", "{o}", "--max-time", "0"], "--max-time must be positive"),
+    (["pretrain", "--data", "{d}", "--output", "{o}", "--max-steps", "5", "--batch-size", "0"],
+     "--batch-size must be positive"),
+    (["serve", "--model", "{d}", "--api-key", ""], "--api-key (or BERTKIT_API_KEY) is empty"),
+    (["quickstart", "--output", "{o}", "--finetune-epochs", "0"], "--finetune-epochs must be positive"),
+])
+def test_hostile_values_are_one_line_errors_naming_the_flag_typed(argv, flag, tmp_path, capsys):
+    """Each of these was a traceback, a silent acceptance or an error naming an internal field before."""
+    (tmp_path / "dir").mkdir()
+    (tmp_path / "file.txt").write_text("some text\n", encoding="utf-8")
+    values = {"{d}": str(tmp_path / "dir"), "{f}": str(tmp_path / "file.txt"), "{o}": str(tmp_path / "out")}
+    assert main([values.get(arg, arg) for arg in argv]) == 2
+    err = capsys.readouterr().err
+    assert flag in err and "Traceback" not in err
+    assert not (tmp_path / "out").exists()  # refused before any work
