@@ -165,6 +165,16 @@ def test_train_rejects_missing_and_empty_files(tmp_path):
         WordPieceTokenizer.train([empty], show_progress=False)
 
 
+
+@pytest.mark.parametrize("vocab_size, limit_alphabet", [(6, 1000), (30, 0)])
+def test_train_says_when_the_sizes_leave_no_room_not_that_the_text_is_missing(tmp_path, vocab_size, limit_alphabet):
+    text = tmp_path / "text.txt"
+    text.write_text("the cat sat on the mat\n" * 5, encoding="utf-8")
+    with pytest.raises(BertkitError, match=f"--vocab-size {vocab_size} with --limit-alphabet {limit_alphabet} leaves "
+                                           "no room"):
+        WordPieceTokenizer.train([text], vocab_size=vocab_size, limit_alphabet=limit_alphabet, show_progress=False)
+
+
 def test_cli_train_and_encode(tmp_path, capsys):
     corpus = [tmp_path / f"{i}.txt" for i in range(2)]
     for path in corpus:

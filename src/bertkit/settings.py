@@ -158,16 +158,16 @@ class TrainConfig:
 class PretrainSettings:
     """What `bertkit pretrain` trains, beyond the optimisation settings in TrainConfig."""
 
-    data: str
+    data: str = dataclasses.field(metadata={"path": "dir"})
     """Directory written by `bertkit data pretraining`."""
     model: str
     """Preset name (bert-tiny, bert-mini, bert-small, bert-medium, bert-base, bert-large) or a config.json;
     ignored with --init-from."""
-    output: str
+    output: str = dataclasses.field(metadata={"path": "dir"})
     """Run directory: checkpoints, metrics.jsonl, tensorboard/, curves.png, final/."""
     tokenizer: str | None = None
     """Directory with the vocab.txt the data was made with; unset: --init-from's."""
-    init_from: str | None = None
+    init_from: str | None = dataclasses.field(default=None, metadata={"path": "dir"})
     """Start from the weights, config and vocabulary of this directory (continued pre-training, or phase 2
     at a longer --max-seq-length)."""
     nsp: bool = True
@@ -176,7 +176,7 @@ class PretrainSettings:
     """Hidden and attention dropout during pre-training; unset keeps the config's (0.1 in the presets).
     0 is the short-budget recipe (Geiping & Goldstein 2022): a model that sees the data about once
     gains nothing from regularisation. Fine-tuning sets its own dropout."""
-    eval_data: str | None = None
+    eval_data: str | None = dataclasses.field(default=None, metadata={"path": "dir"})
     """Held-out data directory; unset: hold out --eval-examples of the training data."""
     eval_examples: int = 1000
     """Instances held out of the training data for evaluation when --eval-data is not given (at most a
@@ -211,7 +211,7 @@ class FinetuneConfig:
 
     model: str
     """Checkpoint directory, or a preset name (random initialisation; needs --tokenizer)."""
-    output: Path
+    output: Path = dataclasses.field(metadata={"path": "dir"})
     """Output directory: best/ (the fine-tuned model), eval_results.json, seed-N/ while a seed trains."""
     tokenizer: str | None = None
     """Directory with vocab.txt; unset: the --model directory."""
@@ -465,7 +465,7 @@ class TokenizerTrainSettings:
     """Directory to write vocab.txt and tokenizer_config.json to."""
     inputs: tuple[Path, ...] = dataclasses.field(default=(), metadata={"flag": "--input", "path": "file"})
     """Text file(s) to learn from, plain or .gz; several may follow one --input."""
-    vocab_size: int = dataclasses.field(default=30522, metadata={"min": 6})
+    vocab_size: int = dataclasses.field(default=30522, metadata={"min": 7})
     """Target vocabulary size, specials included."""
     cased: bool = False
     """Keep case and accents (default: lower-case and strip accents, like BERT uncased)."""
@@ -490,7 +490,7 @@ class TokenizerEncodeSettings:
     """Directory holding vocab.txt (or the vocab.txt file)."""
     pair: str | None = None
     """Second text of a pair (segment B)."""
-    max_length: int | None = None
+    max_length: int | None = dataclasses.field(default=None, metadata={"min": 3})
     """Truncate to this many tokens, specials included."""
     do_lower_case: bool | None = dataclasses.field(default=None, metadata={"flag": "--lower-case/--cased"})
     """Override do_lower_case (default: from tokenizer_config.json, else lower-case)."""

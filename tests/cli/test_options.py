@@ -48,11 +48,12 @@ class Example:
     internal: float = 0.5
 
 
-def _command(**kwargs) -> click.Command:
+def _command(cls: type = Example, **kwargs) -> click.Command:
+    """A command with `cls`'s generated options that prints the dataclass it rebuilds from them."""
     @click.command()
-    @options(Example, **kwargs)
+    @options(cls, **kwargs)
     def run(**flags) -> None:
-        click.echo(repr(Example(**take(Example, flags))))
+        click.echo(repr(cls(**take(cls, flags))))
     return run
 
 
@@ -130,33 +131,25 @@ class Files:
         check_bounds(self)
 
 
-def _files_command(**kwargs) -> click.Command:
-    @click.command()
-    @options(Files, **kwargs)
-    def run(**flags) -> None:
-        click.echo(repr(Files(**take(Files, flags))))
-    return run
-
-
 def test_repeatable_fields_bounds_path_checks_and_flag_names_come_from_metadata(tmp_path):
     args = ["--input", "a", "--input", "b", "--model", str(tmp_path), "--port", "8", "--timeout", "2", "--cased"]
-    result = CliRunner().invoke(_files_command(), args)
+    result = CliRunner().invoke(_command(Files), args)
     assert result.exit_code == 0, result.output
     assert result.output.strip() == repr(Files(("a", "b"), tmp_path, 8, 2.0, False))
-    help_text = " ".join(CliRunner().invoke(_files_command(), ["--help"]).output.split())
+    help_text = " ".join(CliRunner().invoke(_command(Files), ["--help"]).output.split())
     for text in ("--input TEXT Input files; repeat the flag. [required]", "--model DIRECTORY",
                  "--port INTEGER RANGE TCP port. [default: 80; 0<=x<=65535]", "--timeout FLOAT RANGE",
                  "--lower-case / --cased"):
         assert text in help_text
     for wrong, flag in ((["--port", "70000"], "--port"), (["--timeout", "0"], "--timeout")):
-        result = CliRunner().invoke(_files_command(), ["--input", "a", "--model", str(tmp_path), *wrong])
+        result = CliRunner().invoke(_command(Files), ["--input", "a", "--model", str(tmp_path), *wrong])
         assert result.exit_code == 2 and f"Invalid value for '{flag}'" in result.output
-    result = CliRunner().invoke(_files_command(), ["--input", "a", "--model", str(tmp_path / "missing")])
+    result = CliRunner().invoke(_command(Files), ["--input", "a", "--model", str(tmp_path / "missing")])
     assert result.exit_code == 2 and "does not exist" in result.output
 
 
 def test_only_keeps_the_named_fields():
-    help_text = CliRunner().invoke(_files_command(only=("port", "colour"), overrides={"port": {"default": 1}}),
+    help_text = CliRunner().invoke(_command(Files, only=("port", "colour"), overrides={"port": {"default": 1}}),
                                    ["--help"]).output
     assert "--port" in help_text and "--colour" in help_text and "--timeout" not in help_text
     with pytest.raises(TypeError, match="no field"):

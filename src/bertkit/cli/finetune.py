@@ -46,8 +46,7 @@ def _auto(ctx: click.Context, param: click.Parameter, value: str | None) -> bool
 
 
 # Where the command line differs from FinetuneConfig: `--learning-rate auto` and `--resume auto` spell None/True.
-FINETUNE: dict[str, dict[str, Any]] = {"output": {"type": click.Path(file_okay=False, path_type=Path)},
-            "learning_rate": {"type": _LearningRate(), "default": "auto"},
+FINETUNE: dict[str, dict[str, Any]] = {"learning_rate": {"type": _LearningRate(), "default": "auto"},
             "resume": {"type": click.Choice(["auto"]), "default": None, "callback": _auto}}
 
 

@@ -43,8 +43,6 @@ from bertkit.errors import BertkitError
 from bertkit.settings import field_flag
 
 F = TypeVar("F", bound=Callable[..., Any])
-DIRECTORY = click.Path(file_okay=False)
-"""The type of options naming a directory (refuses an existing file as click.Path does)."""
 
 
 class IntList(click.ParamType):

@@ -22,7 +22,7 @@ from typing import Any
 
 import click
 
-from bertkit.cli.options import DIRECTORY, options, take
+from bertkit.cli.options import options, take
 from bertkit.errors import BertkitError, Interrupted
 from bertkit.settings import PretrainSettings, TrainConfig
 
@@ -59,8 +59,7 @@ RECIPE_DEFAULTS = {
 `--help` says of their default."""
 
 SETTINGS: dict[str, dict[str, Any]] = {
-    "data": {"type": DIRECTORY}, "output": {"type": DIRECTORY}, "init_from": {"type": DIRECTORY},
-    "eval_data": {"type": DIRECTORY}, "model": {"default": "bert-base"}, "recipe": {"default": "auto"}}
+    "model": {"default": "bert-base"}, "recipe": {"default": "auto"}}
 TRAINING: dict[str, dict[str, Any]] = {
     "max_time_s": {"type": str, "callback": _duration}, "eval_every": {"default": 500}}
 

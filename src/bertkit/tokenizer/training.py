@@ -61,9 +61,10 @@ def train_vocabulary(files: Sequence[str | Path], vocab_size: int, do_lower_case
     if vocab_size < len(SPECIAL_TOKENS) or min_frequency < 1:
         raise BertkitError(f"--vocab-size must be >= {len(SPECIAL_TOKENS)} and --min-frequency >= 1 "
                            f"(got {vocab_size} and {min_frequency})")
+    alphabet = min(limit_alphabet, (vocab_size - len(SPECIAL_TOKENS)) // 2)
     trainer = trainers.WordPieceTrainer(
         vocab_size=vocab_size, min_frequency=min_frequency, special_tokens=list(SPECIAL_TOKENS),
-        limit_alphabet=min(limit_alphabet, (vocab_size - len(SPECIAL_TOKENS)) // 2),
+        limit_alphabet=alphabet,
         continuing_subword_prefix="##", show_progress=show_progress,
     )
     pipeline = Tokenizer(models.WordPiece(unk_token=UNK, max_input_chars_per_word=MAX_INPUT_CHARS_PER_WORD))
@@ -74,6 +75,10 @@ def train_vocabulary(files: Sequence[str | Path], vocab_size: int, do_lower_case
     _report_training(stats)
     learned = pipeline.get_vocab()
     tokens = sorted(learned, key=learned.__getitem__)
+    if len(tokens) <= len(SPECIAL_TOKENS) and stats.bytes and alphabet < 1:
+        raise BertkitError(f"--vocab-size {vocab_size} with --limit-alphabet {limit_alphabet} leaves no room for "
+                           "a single base character beside the 5 special tokens; use --vocab-size 7 or more and "
+                           "--limit-alphabet 1 or more")
     if len(tokens) <= len(SPECIAL_TOKENS):
         skipped = [f for files in stats.skipped_files.values() for f in files]
         raise BertkitError(f"no text found in {', '.join(map(str, paths))}; the files are empty, "
