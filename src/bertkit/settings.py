@@ -55,8 +55,76 @@ TAG_SCHEMES = ("BIO", "IOB1", "BIOES")
 
 # --- training ------------------------------------------------------------------------------------------
 
+DEFAULT_GLOBAL_BATCH_SIZE = 32
+"""Examples per optimizer step when no batch size is given (the paper's fine-tuning batch)."""
+
+
+@dataclass(kw_only=True)
+class BatchSizes:
+    """One batch vocabulary for every training command (`pretrain`, `finetune`), as litgpt's and the
+    Trainer's users know it: the global batch (examples per optimizer step, all processes together) and the
+    micro-batch (examples per forward/backward pass on one process); the accumulation follows from them and
+    the number of processes: global = micro x accumulation x processes (`batch_plan`)."""
+
+    global_batch_size: int | None = dataclasses.field(default=None, metadata={"min": 1})
+    """Examples per optimizer step, all processes and accumulation steps together; unset: 32, or
+    micro-batch size x accumulation steps x processes when --micro-batch-size is given."""
+    micro_batch_size: int | None = dataclasses.field(default=None, metadata={"min": 1})
+    """Examples per forward/backward pass on each process; unset: the global batch / (accumulation steps
+    x processes)."""
+    gradient_accumulation_steps: int | None = dataclasses.field(default=None, metadata={"min": 1})
+    """Micro-batches per optimizer step on each process; unset: the global batch / (micro-batch size x
+    processes), or 1 when only one of the two sizes is given."""
+    batch_size: int | None = dataclasses.field(default=None, metadata={"min": 1})
+    """The older spelling, accepted where the global batch and the micro-batch are the same (one process,
+    no accumulation); elsewhere use --global-batch-size or --micro-batch-size."""
+
+    def batch_plan(self, world_size: int) -> tuple[int, int, int]:
+        """(global batch, micro-batch, accumulation steps) for `world_size` processes; raises BertkitError
+        naming the flags when the sizes given cannot hold together."""
+        total, micro, steps = self.global_batch_size, self.micro_batch_size, self.gradient_accumulation_steps
+        if self.batch_size is not None:
+            total, micro = _legacy_batch_size(self.batch_size, total, micro, steps, world_size)
+        if total is None and micro is None:
+            total = DEFAULT_GLOBAL_BATCH_SIZE
+        if total is None:
+            assert micro is not None  # one of the two is set by now
+            steps = steps or 1
+            return micro * steps * world_size, micro, steps
+        if micro is None:
+            steps = steps or 1
+            if total % (steps * world_size):
+                raise BertkitError(
+                    f"--global-batch-size {total} does not split evenly into {world_size} process(es) x {steps} "
+                    f"accumulation step(s); give a multiple of {steps * world_size}, or --micro-batch-size")
+            return total, total // (steps * world_size), steps
+        derived, remainder = divmod(total, micro * world_size)
+        if remainder or derived == 0:
+            raise BertkitError(f"--global-batch-size {total} is not a multiple of --micro-batch-size {micro} x "
+                               f"{world_size} process(es); change one of them")
+        if steps is not None and steps != derived:
+            raise BertkitError(f"--gradient-accumulation-steps {steps} contradicts --global-batch-size {total} = "
+                               f"--micro-batch-size {micro} x {world_size} process(es) x {derived}; give two of "
+                               "the three")
+        return total, micro, derived
+
+
+def _legacy_batch_size(size: int, total: int | None, micro: int | None, steps: int | None,
+                       world_size: int) -> tuple[int, int]:
+    """--batch-size as (global, micro), where the two meanings it had (examples per optimizer step in
+    `finetune`, per forward pass on each process in `pretrain`) are the same number."""
+    if total is not None or micro is not None:
+        raise BertkitError("--batch-size is the older spelling of --global-batch-size/--micro-batch-size; "
+                           "give those alone")
+    if (steps or 1) * world_size != 1:
+        raise BertkitError(f"--batch-size {size} is ambiguous with {world_size} process(es) x {steps or 1} "
+                           "accumulation step(s): give --global-batch-size (examples per optimizer step, all "
+                           "processes) or --micro-batch-size (examples per forward pass on each process)")
+    return size, size
+
+
 @dataclass
-class TrainConfig:
+class TrainConfig(BatchSizes):
     """Everything that shapes an optimisation run (the model and data are given separately)."""
 
     max_steps: int | None = None
@@ -66,10 +134,6 @@ class TrainConfig:
     the schedule follows it."""
     num_epochs: float | None = dataclasses.field(default=None, metadata={"flag": "--epochs"})
     """Budget in passes over the training data (fine-tuning); converted to steps."""
-    micro_batch_size: int = dataclasses.field(default=32, metadata={"flag": "--batch-size"})
-    """Micro-batch size: examples per forward/backward pass on each process."""
-    gradient_accumulation_steps: int = 1
-    """Micro-batches per optimizer step (global batch = micro-batch size x this x processes)."""
     learning_rate: float = 1e-4
     """Peak learning rate, reached at the end of warmup."""
     warmup_steps: int | None = None
@@ -133,6 +197,7 @@ class TrainConfig:
         positive = {"max_steps": self.max_steps, "max_time_s": self.max_time_s, "num_epochs": self.num_epochs,
                     "micro_batch_size": self.micro_batch_size, "keep_last": self.keep_last,
                     "gradient_accumulation_steps": self.gradient_accumulation_steps,
+                    "global_batch_size": self.global_batch_size, "batch_size": self.batch_size,
                     "learning_rate": self.learning_rate, "log_every": self.log_every,
                     "eval_every": self.eval_every, "save_every": self.save_every,
                     "max_nonfinite_steps": self.max_nonfinite_steps,
@@ -202,11 +267,11 @@ class PretrainSettings:
     each setting's own flag overrides it. None (library use): exactly the settings given."""
     given: tuple[str, ...] = ()
     """Settings the user chose explicitly (by flag), which a recipe leaves alone: names of fields here or
-    in TrainConfig (learning_rate, warmup_ratio, micro_batch_size)."""
+    in TrainConfig (learning_rate, warmup_ratio, global_batch_size)."""
 
 
 @dataclass
-class FinetuneConfig:
+class FinetuneConfig(BatchSizes):
     """How to fine-tune (the paper's recipe as defaults)."""
 
     model: str
@@ -224,10 +289,6 @@ class FinetuneConfig:
     """Evaluate on dev every this many optimizer steps; unset: at the end of every epoch."""
     save_every: int | None = None
     """Write a resumable checkpoint every this many steps; unset: at every evaluation."""
-    batch_size: int = dataclasses.field(default=32, metadata={"min": 1})
-    """Examples per optimizer step (split into --gradient-accumulation-steps micro-batches)."""
-    gradient_accumulation_steps: int = dataclasses.field(default=1, metadata={"min": 1})
-    """Micro-batches per optimizer step (the batch size must be a multiple)."""
     learning_rate: float | None = None
     """Peak AdamW learning rate, or auto (None): from the model's width and pre-training (5e-5 for
     BERT-Base pre-trained elsewhere, as the paper; more for smaller and briefly pre-trained models;

@@ -121,7 +121,8 @@ def test_pretrain_chooses_prints_and_records_the_recipe_and_flags_override_it(da
     line = next(r.getMessage() for r in caplog.records if r.getMessage().startswith("recipe "))
     assert "your flags kept: learning_rate, batch_size" in line
     saved = json.loads((tmp_path / "mine" / "pretrain_settings.json").read_text())
-    assert (saved["train"]["learning_rate"], saved["train"]["micro_batch_size"]) == (1e-3, 4)
+    assert saved["train"]["learning_rate"] == 1e-3
+    assert saved["batch"] == {"global": 4, "micro": 4, "accumulation": 1}  # --batch-size: one process, no accumulation
     assert saved["settings"]["max_seq_length"] == 64  # the rest from the recipe
     assert saved["train"]["eps"] == 1e-8
     assert _pretrain(data, tmp_path / "paper", "--max-steps", "2", "--recipe", "paper") == 0
@@ -163,7 +164,7 @@ def test_finetune_learning_rate_auto_reads_the_pretraining_record(tmp_path, capl
     task = ClassificationTask(ClassificationSettings(labels=["bad", "good"], max_seq_length=8))
     cfg = FinetuneConfig(model=str(tmp_path / "model"), output=tmp_path / "out", max_steps=1, precision="fp32",
                          device="cpu")
-    with caplog.at_level(logging.WARNING):
+    with caplog.at_level(logging.INFO):  # information, not a warning
         results = finetune(task, cfg, tokenizer, examples, [("", examples)], {})
     assert results["learning_rate"] == pytest.approx(3e-4 * math.sqrt(256 / 32))
     assert any("learning rate auto: 0.00085 (pre-trained only 40 steps" in r.getMessage() for r in caplog.records)

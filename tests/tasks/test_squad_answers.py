@@ -22,6 +22,7 @@ from bertkit.tasks.evaluate import predict_file
 from bertkit.tasks.finetune import DevSet, FinetuneConfig, _SeedRun
 from bertkit.tasks.squad import SquadSettings, SquadTask
 from bertkit.tokenizer import WordPieceTokenizer
+from bertkit.train.distributed import DistributedContext
 
 # --- whole words ---------------------------------------------------------------------------------
 
@@ -73,7 +74,7 @@ def test_every_path_answers_whole_words(tmp_path: Path, start_piece: str, end_pi
     dev = DevSet("", [example], task.features([example], tokenizer))
     assert len(dev.features) > 1  # the answer is decoded across windows
     run = _SeedRun(task, tokenizer, [dev], FinetuneConfig(model="unused", output=tmp_path), tmp_path,
-                   torch.device("cpu"))
+                   DistributedContext(device=torch.device("cpu")))
     assert run.evaluate(model)["exact_match"] == 100.0
     assert run.latest[0][1]["predictions"] == {"q": expected}
 

@@ -47,7 +47,7 @@ def _duration(ctx: click.Context, param: click.Parameter, value: str | None) -> 
 
 
 RECIPE_DEFAULTS = {
-    "micro_batch_size": "the recipe's, 32",
+    "global_batch_size": "the recipe's: paper 256 (micro-batches of 32), short 32",
     "learning_rate": "the recipe's: paper 1e-4, short 5e-4 x sqrt(256 / hidden size)",
     "warmup_ratio": "the recipe's: paper 0.01, short 0.05",
     "dropout": "the recipe's: paper the model config's (0.1 in the presets), short 0",
@@ -86,6 +86,8 @@ def pretrain(**flags) -> None:
 
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     given = tuple(name for name in RECIPE_DEFAULTS if flags[name] is not None)
+    if flags["batch_size"] is not None:  # the older spelling gives the global batch too
+        given += ("global_batch_size",)
     settings = PretrainSettings(**take(PretrainSettings, flags, drop_none=RECIPE_DEFAULTS), given=given)
     result = pretraining.pretrain(settings, TrainConfig(**take(TrainConfig, flags, drop_none=RECIPE_DEFAULTS)))
     if result.stop_reason == "signal" and result.signal is not None:

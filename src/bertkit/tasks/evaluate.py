@@ -28,25 +28,35 @@ from bertkit.runtime import resolve_device
 from bertkit.settings import PredictSettings
 from bertkit.tasks.finetuned import load_finetuned
 from bertkit.tasks.task import Task, warn_skipped
+from bertkit.train.distributed import DistributedContext, all_gather_objects
 
 RESULTS_FILE = "eval_results.json"
 
 
 def predict_features(model: nn.Module, task: Task, examples: Sequence[Any], features: Sequence[dict[str, Any]],
-                     pad_token_id: int, batch_size: int, device: torch.device) -> Any:
+                     pad_token_id: int, batch_size: int, device: torch.device,
+                     ctx: DistributedContext | None = None) -> Any:
     """The task's decoded predictions for `features`: the one path behind dev evaluation during fine-tuning
     and `predict` / `evaluate`, so both give the same predictions for the same model and file.
 
     The forward pass runs in the model's own precision (fp32) with autocast off, also inside the training
     loop's bf16/fp16 autocast: reduced-precision logits would move near-tied answers, and a dev score
     that `bertkit evaluate` cannot reproduce from the saved model is not worth the faster evaluation.
-    Gradients are off with `torch.no_grad` (not inference mode): the model trains again afterwards."""
+    Gradients are off with `torch.no_grad` (not inference mode): the model trains again afterwards.
+
+    Under torchrun (`ctx`), each process runs its contiguous share of the features and the outputs are
+    gathered in order, so every process decodes the whole set exactly as one process would."""
+    ctx = ctx or DistributedContext()
+    first, last = len(features) * ctx.rank // ctx.world_size, len(features) * (ctx.rank + 1) // ctx.world_size
     was_training = model.training
     model.eval()
     with torch.autocast(device.type, enabled=False):
-        outputs = model_outputs(model, features, task.output_names, task.token_level_outputs, batch_size,
-                                pad_token_id, device, grad_free=torch.no_grad)
+        outputs = model_outputs(model, features[first:last], task.output_names, task.token_level_outputs,
+                                batch_size, pad_token_id, device, grad_free=torch.no_grad)
     model.train(was_training)
+    if ctx.distributed:
+        shares = all_gather_objects(outputs, ctx)
+        outputs = {name: [row for share in shares for row in share[name]] for name in task.output_names}
     return task.decode(examples, features, outputs)
 
 

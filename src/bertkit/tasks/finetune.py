@@ -42,7 +42,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
 
-import torch
 from torch import nn
 from torch.utils.data import Dataset
 
@@ -51,7 +50,7 @@ from bertkit.errors import BertkitError, Interrupted
 from bertkit.inference.batching import feature_length, pad_batch
 from bertkit.model import accelerate_for_inference, compile_model
 from bertkit.model.feature_based import FeatureBasedModel
-from bertkit.runtime import resolve_device, resolve_precision, seed_everything
+from bertkit.runtime import resolve_precision, seed_everything
 from bertkit.settings import FinetuneConfig
 from bertkit.tasks.evaluate import RESULTS_FILE, predict_features, write_results
 from bertkit.tasks.finetuned import feature_based_model, save_finetuned
@@ -66,7 +65,13 @@ from bertkit.tasks.run_output import (
 )
 from bertkit.tasks.task import Task, warn_skipped
 from bertkit.tokenizer import WordPieceTokenizer
-from bertkit.train.distributed import DistributedContext
+from bertkit.train.distributed import (
+    DistributedContext,
+    barrier,
+    broadcast_object,
+    setup_distributed,
+    teardown_distributed,
+)
 from bertkit.train.loop import FitResult, TrainConfig, fit
 
 log = logging.getLogger(__name__)
@@ -121,15 +126,16 @@ class DevSet:
 
 class _SeedRun:
     """One seed's evaluation hook and best-evaluation saving (the loop tracks the best and early stopping).
+    Under torchrun every process scores its share of the dev set (gathered); rank 0 alone writes.
 
     The first dev set selects the best evaluation; the others are scored only when it improves, since
     what is reported for them is their score at the selected evaluation (and scoring them every time
     doubled the quickstart's evaluation cost)."""
 
     def __init__(self, task: Task, tokenizer: WordPieceTokenizer, dev_sets: list[DevSet], cfg: FinetuneConfig,
-                 directory: Path, device: torch.device) -> None:
+                 directory: Path, ctx: DistributedContext) -> None:
         self.task, self.tokenizer, self.dev_sets, self.cfg = task, tokenizer, dev_sets, cfg
-        self.directory, self.device = directory, device
+        self.directory, self.ctx = directory, ctx
         self.latest: list[tuple[DevSet, Any]] = []
         self.best_main: float | None = None  # of the evaluations of this process (a resumed run starts again)
 
@@ -145,7 +151,7 @@ class _SeedRun:
 
     def _score(self, model: nn.Module, dev: DevSet) -> dict[str, float]:
         decoded = predict_features(model, self.task, dev.examples, dev.features, self.tokenizer.pad_token_id,
-                                   self.cfg.eval_batch_size, self.device)
+                                   self.cfg.eval_batch_size, self.ctx.device, self.ctx)
         if not dev.name:  # settings chosen on the (first) dev set, e.g. SQuAD v2.0's null threshold
             decoded = self.task.select_on_dev(dev.examples, decoded)
         self.latest.append((dev, decoded))
@@ -166,7 +172,7 @@ class _SeedRun:
         write_results(self.directory / RESULTS_FILE, {**metrics, "step": step})
 
 
-def resolve_learning_rate(cfg: FinetuneConfig) -> float:
+def resolve_learning_rate(cfg: FinetuneConfig, log_choice: bool = True) -> float:
     """The run's peak learning rate: the given one, or the rule's for this model (logged with why)."""
     if cfg.learning_rate is not None:
         return cfg.learning_rate
@@ -176,7 +182,8 @@ def resolve_learning_rate(cfg: FinetuneConfig) -> float:
         hidden_size = BertConfig.from_json_file(Path(cfg.model) / "config.json").hidden_size
         pretraining = _pretraining_record(Path(cfg.model))
     rate, reason = finetune_learning_rate(hidden_size, pretraining)
-    log.warning("learning rate auto: %.2g (%s); --learning-rate overrides it", rate, reason)
+    if log_choice:
+        log.info("learning rate auto: %.2g (%s); --learning-rate overrides it", rate, reason)
     return rate
 
 
@@ -190,15 +197,14 @@ def _pretraining_record(directory: Path) -> dict[str, Any]:
     return {"steps": steps} if isinstance(steps, int) and steps >= 0 else {}
 
 
+_BATCH_FIELDS = ("global_batch_size", "micro_batch_size", "gradient_accumulation_steps", "batch_size")
+
+
 def _train_config(cfg: FinetuneConfig, seed: int, precision: str, main_metric: str) -> TrainConfig:
     """The loop's settings: the epoch (or step) budget, evaluation every epoch unless told otherwise."""
-    if cfg.batch_size % cfg.gradient_accumulation_steps:
-        raise BertkitError(f"--batch-size {cfg.batch_size} must be a multiple of --gradient-accumulation-steps "
-                           f"{cfg.gradient_accumulation_steps}")
-    micro = cfg.batch_size // cfg.gradient_accumulation_steps
     assert cfg.learning_rate is not None  # finetune() resolved "auto" (None) first
     return TrainConfig(num_epochs=None if cfg.max_steps else cfg.epochs, max_steps=cfg.max_steps,
-                       micro_batch_size=micro, gradient_accumulation_steps=cfg.gradient_accumulation_steps,
+                       **{name: getattr(cfg, name) for name in _BATCH_FIELDS},
                        learning_rate=cfg.learning_rate, warmup_ratio=cfg.warmup_ratio,
                        lr_schedule=cfg.lr_schedule, weight_decay=cfg.weight_decay, eps=cfg.adam_epsilon,
                        precision=precision,
@@ -209,28 +215,33 @@ def _train_config(cfg: FinetuneConfig, seed: int, precision: str, main_metric: s
 
 
 def _train_seed(task: Task, cfg: FinetuneConfig, tokenizer: WordPieceTokenizer, train_features: list[dict],
-                dev_sets: list[DevSet], seed: int, device: torch.device, max_seq_length: int) -> dict[str, float]:
+                dev_sets: list[DevSet], seed: int, ctx: DistributedContext, max_seq_length: int) -> dict[str, float]:
     """Train one seed (continuing its checkpoint when resuming); its best dev metrics with their step."""
+    device = ctx.device
     directory = cfg.output / f"seed-{seed}"
     resuming = cfg.resume and any((directory / "checkpoints").glob("step-*"))
-    if not resuming:
+    barrier(ctx)  # every rank has looked before rank 0 clears the directory
+    if ctx.is_main and not resuming:
         shutil.rmtree(directory, ignore_errors=True)  # a partial seed without a checkpoint starts fresh
-    directory.mkdir(parents=True, exist_ok=True)
-    seed_everything(seed)  # the head's initialisation depends on the seed too
+    if ctx.is_main:
+        directory.mkdir(parents=True, exist_ok=True)
+    barrier(ctx)
+    seed_everything(seed)  # the head's initialisation depends on the seed too (the same on every rank)
     model = build_model(task, cfg, tokenizer, max_seq_length)
-    precision = resolve_precision(cfg.precision, device, model)
+    # 'auto' measures this machine: rank 0's choice holds for every rank
+    precision = broadcast_object(resolve_precision(cfg.precision, device, model) if ctx.is_main else None, ctx)
     if isinstance(model, FeatureBasedModel) and device.type == "cpu" and not cfg.compile:
         # Frozen features with prediction's kernels (with --compile, the compiled encoder computes them).
         model.use_encoder_copy(functools.partial(accelerate_for_inference, autocast=precision == "bf16"))
-    run = _SeedRun(task, tokenizer, dev_sets, cfg, directory, device)
+    run = _SeedRun(task, tokenizer, dev_sets, cfg, directory, ctx)
     config = _train_config(cfg, seed, precision, task.metric_names[0])
     every = f"{cfg.eval_every} steps" if cfg.eval_every else "epoch"
     log.info("seed %d: evaluation every %s, precision %s%s", seed, every, precision,
              ", resuming" if resuming else "")
     # A list of feature dicts is a map-style dataset (sized, indexable), which is all fit needs.
-    result = fit(model, task.loss, cast(Dataset, train_features), config, directory,
+    result = fit(model, task.training_loss(), cast(Dataset, train_features), config, directory,
                  collate_fn=lambda items: pad_batch(items, tokenizer.pad_token_id), eval_fn=run.evaluate,
-                 on_best=run.on_best, ctx=DistributedContext(device=device), resume="auto" if resuming else None,
+                 on_best=run.on_best, ctx=ctx, resume="auto" if resuming else None,
                  lengths=[feature_length(f) for f in train_features] if cfg.group_by_length else None)
     if result.stop_reason == "signal":
         raise _interrupted(result, f"fine-tuning seed {seed}", directory)
@@ -255,9 +266,22 @@ def finetune(task: Task, cfg: FinetuneConfig, tokenizer: WordPieceTokenizer, tra
     skipped/truncated inputs, written into eval_results.json. With `cfg.resume`, seeds finished earlier
     are read back and an interrupted seed continues from its checkpoint.
     """
-    device = resolve_device(cfg.device)
-    prepare_output(cfg.output, cfg.resume, cfg.overwrite, run_settings(cfg))
-    cfg = dataclasses.replace(cfg, learning_rate=resolve_learning_rate(cfg))
+    ctx = setup_distributed(cfg.device)
+    try:
+        return _finetune_seeds(task, cfg, tokenizer, train_examples, dev_sets, report, ctx)
+    finally:
+        teardown_distributed()
+
+
+def _finetune_seeds(task: Task, cfg: FinetuneConfig, tokenizer: WordPieceTokenizer, train_examples: Sequence[Any],
+                    dev_sets: list[tuple[str, Sequence[Any]]], report: dict[str, Any],
+                    ctx: DistributedContext) -> dict[str, Any]:
+    """`finetune` inside its process group: every rank trains each seed, rank 0 writes the run's files."""
+    cfg.batch_plan(ctx.world_size)  # a batch that cannot be split says so before any work
+    if ctx.is_main:
+        prepare_output(cfg.output, cfg.resume, cfg.overwrite, run_settings(cfg))
+    barrier(ctx)
+    cfg = dataclasses.replace(cfg, learning_rate=resolve_learning_rate(cfg, ctx.is_main))
     report["learning_rate"] = cfg.learning_rate
     train_features = task.features(train_examples, tokenizer, training=True)
     report["truncated_train_examples"] = task.last_truncated
@@ -269,24 +293,29 @@ def finetune(task: Task, cfg: FinetuneConfig, tokenizer: WordPieceTokenizer, tra
         seed_dir = cfg.output / f"seed-{seed}"
         finished = finished_seed(seed_dir) if cfg.resume else None
         if finished is None:
-            finished = _train_seed(task, cfg, tokenizer, train_features, sets, seed, device,
+            finished = _train_seed(task, cfg, tokenizer, train_features, sets, seed, ctx,
                                    task.settings.max_seq_length)
-            mark_seed_done(seed_dir, finished)
+            if ctx.is_main:
+                mark_seed_done(seed_dir, finished)
             log.info("seed %d: best %s = %.4f", seed, main, finished[main])
         else:
             log.info("seed %d: finished earlier, best %s = %.4f (kept)", seed, main, finished[main])
-        shutil.rmtree(seed_dir / "checkpoints", ignore_errors=True)
         per_seed[seed] = finished
-        keep_best_seed(cfg.output, per_seed, seed, main)
+        if ctx.is_main:
+            shutil.rmtree(seed_dir / "checkpoints", ignore_errors=True)
+            keep_best_seed(cfg.output, per_seed, seed, main)
+        barrier(ctx)
     best_seed = max(per_seed, key=lambda s: per_seed[s][main])  # the first of equals, in seed order
     results = {**per_seed[best_seed], "best_seed": best_seed, "seeds": {str(s): m for s, m in per_seed.items()},
-               "summary": seed_summary(per_seed, task.metric_names), **report}
-    write_results(cfg.output / RESULTS_FILE, results)
+               "summary": seed_summary(per_seed, task.metric_names), "world_size": ctx.world_size, **report}
+    if ctx.is_main:
+        write_results(cfg.output / RESULTS_FILE, results)
+    barrier(ctx)
     return results
 
 
 # Settings a resumed run must share with the run it continues (others, e.g. --device, may change).
-_RUN_KEYS = ("model", "tokenizer", "epochs", "max_steps", "eval_every", "batch_size", "gradient_accumulation_steps",
+_RUN_KEYS = ("model", "tokenizer", "epochs", "max_steps", "eval_every", *_BATCH_FIELDS,
              "learning_rate", "warmup_ratio", "lr_schedule", "weight_decay", "adam_epsilon", "dropout",
              "freeze_encoder", "feature_layers", "feature_combine", "group_by_length", "early_stopping_patience")
 

@@ -36,7 +36,7 @@ from bertkit.settings import PretrainSettings
 from bertkit.tasks.recipes import PRETRAINING_FILE, PretrainRecipe, budget_steps, choose_recipe, short_recipe
 from bertkit.tokenizer import WordPieceTokenizer
 from bertkit.train import FitResult, TrainConfig, fit, setup_distributed, teardown_distributed
-from bertkit.train.distributed import broadcast_object
+from bertkit.train.distributed import DistributedContext, all_reduce_sum, broadcast_object
 from bertkit.train.throughput import training_steps_per_second
 
 logger = logging.getLogger(__name__)
@@ -59,37 +59,65 @@ def _mlm_logits_and_targets(model: nn.Module, batch: dict[str, torch.Tensor], ns
     return logits.reshape(-1, logits.shape[-1]), labels.reshape(-1), out.seq_relationship_logits if nsp else None
 
 
+class PretrainingObjective:
+    """The pre-training loss as the training loop normalises it (`bertkit.train.loop.Objective`): the MLM
+    cross-entropy averaged over the masked tokens of the whole global batch (every micro-batch, every
+    process), plus the NSP cross-entropy averaged over its pairs. Google's TF code averages the MLM loss per
+    core and then over cores, which weights a masked token by how few its batch had; here every masked
+    token of a step counts the same, however the batch is split (docs/pretraining.md)."""
+
+    def __init__(self, nsp: bool = True, sparse: bool = True) -> None:
+        self.nsp, self.sparse = nsp, sparse
+
+    def counts(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        counts = {"mlm": (batch["mlm_labels"] != IGNORE_INDEX).sum()}
+        if self.nsp:
+            counts["nsp"] = torch.tensor(len(batch["nsp_labels"]))
+        return counts
+
+    def __call__(self, model: nn.Module, batch: dict[str, torch.Tensor], totals: dict[str, torch.Tensor]
+                 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        mlm_logits, targets, nsp_logits = _mlm_logits_and_targets(model, batch, self.nsp, self.sparse)
+        predicted = targets != IGNORE_INDEX
+        tokens = totals["mlm"]
+        # A sum over no masked token is a zero that still reaches every MLM parameter (DDP needs them all).
+        mlm_sum = F.cross_entropy(mlm_logits.float(), targets, ignore_index=IGNORE_INDEX, reduction="sum")
+        correct = ((mlm_logits.argmax(-1) == targets) & predicted).sum()
+        loss = mlm_sum / tokens
+        metrics = {"mlm_loss": loss.detach(), "mlm_accuracy": correct / tokens}
+        if nsp_logits is None:
+            return loss, metrics
+        pairs = totals["nsp"]
+        nsp_loss = F.cross_entropy(nsp_logits.float(), batch["nsp_labels"], reduction="sum") / pairs
+        metrics["nsp_loss"] = nsp_loss.detach()
+        metrics["nsp_accuracy"] = (nsp_logits.argmax(-1) == batch["nsp_labels"]).sum() / pairs
+        return loss + nsp_loss, metrics
+
+
 def pretraining_loss(model: nn.Module, batch: dict[str, torch.Tensor], nsp: bool = True, sparse: bool = True
                      ) -> tuple[torch.Tensor, dict[str, float]]:
-    """Mean MLM cross-entropy over masked tokens (+ mean NSP cross-entropy); metrics for the log."""
-    mlm_logits, targets, nsp_logits = _mlm_logits_and_targets(model, batch, nsp, sparse)
-    predicted = targets != IGNORE_INDEX
-    if predicted.any():
-        mlm_loss = F.cross_entropy(mlm_logits.float(), targets, ignore_index=IGNORE_INDEX)
-    else:  # no masked token in this micro-batch: a zero that still reaches every MLM parameter
-        mlm_loss = mlm_logits.float().sum() * 0.0
-    correct = (mlm_logits.argmax(-1) == targets) & predicted
-    metrics = {"mlm_loss": float(mlm_loss.detach()),
-               "mlm_accuracy": float(correct.sum()) / max(1, int(predicted.sum()))}
-    if nsp_logits is None:
-        return mlm_loss, metrics
-    nsp_loss = F.cross_entropy(nsp_logits.float(), batch["nsp_labels"])
-    metrics["nsp_loss"] = float(nsp_loss.detach())
-    metrics["nsp_accuracy"] = float((nsp_logits.argmax(-1) == batch["nsp_labels"]).float().mean())
-    return mlm_loss + nsp_loss, metrics
+    """Mean MLM cross-entropy over the masked tokens of this batch (+ mean NSP cross-entropy); metrics for
+    the log. (Training normalises over the global batch instead: `PretrainingObjective`.)"""
+    objective = PretrainingObjective(nsp, sparse)
+    counts = {key: value.clamp(min=1) for key, value in objective.counts(batch).items()}
+    loss, metrics = objective(model, batch, counts)
+    return loss, {key: float(value) for key, value in metrics.items()}
 
 
 @torch.no_grad()
 def evaluate_pretraining(model: nn.Module, dataset: Dataset, batch_size: int, nsp: bool = True,
-                         pad_token_id: int = 0) -> dict[str, float]:
-    """Held-out MLM loss/accuracy over all masked tokens and NSP loss/accuracy over all pairs."""
+                         pad_token_id: int = 0, ctx: DistributedContext | None = None) -> dict[str, float]:
+    """Held-out MLM loss/accuracy over all masked tokens and NSP loss/accuracy over all pairs; under torchrun
+    each process scores its share of the held-out set and the sums are added up (on the device)."""
+    ctx = ctx or DistributedContext()
     device = next(model.parameters()).device
     bf16_autocast = torch.is_autocast_enabled("cpu") and torch.get_autocast_dtype("cpu") == torch.bfloat16
     model = accelerate_for_inference(model, autocast=bf16_autocast and device.type == "cpu")
     totals = dict(mlm_loss=0.0, mlm_correct=0, mlm_tokens=0, nsp_loss=0.0, nsp_correct=0, pairs=0)
-    # torch's Dataset declares no __len__ (map-style ones have it): the two ignores below.
-    for start in range(0, len(dataset), batch_size):  # type: ignore[arg-type]
-        items = [dataset[i] for i in range(start, min(start + batch_size, len(dataset)))]  # type: ignore[arg-type]
+    size = len(dataset)  # type: ignore[arg-type]  # torch's Dataset declares no __len__ (map-style ones have it)
+    first, last = size * ctx.rank // ctx.world_size, size * (ctx.rank + 1) // ctx.world_size
+    for start in range(first, last, batch_size):
+        items = [dataset[i] for i in range(start, min(start + batch_size, last))]
         batch = {k: v.to(device) for k, v in collate_pretraining(items, pad_token_id).items()}
         mlm_logits, targets, nsp_logits = _mlm_logits_and_targets(model, batch, nsp, sparse=True)
         totals["mlm_loss"] += float(F.cross_entropy(mlm_logits.float(), targets, reduction="sum"))
@@ -100,7 +128,10 @@ def evaluate_pretraining(model: nn.Module, dataset: Dataset, batch_size: int, ns
             totals["nsp_loss"] += float(F.cross_entropy(nsp_logits.float(), labels, reduction="sum"))
             totals["nsp_correct"] += int((nsp_logits.argmax(-1) == labels).sum())
             totals["pairs"] += len(labels)
-    tokens, pairs = max(1, totals["mlm_tokens"]), max(1, totals["pairs"])
+    keys = sorted(totals)
+    summed = all_reduce_sum(torch.tensor([float(totals[k]) for k in keys], dtype=torch.float64, device=device), ctx)
+    totals = dict(zip(keys, summed.tolist()))
+    tokens, pairs = max(1.0, totals["mlm_tokens"]), max(1.0, totals["pairs"])
     metrics = {"mlm_loss": totals["mlm_loss"] / tokens, "mlm_accuracy": totals["mlm_correct"] / tokens}
     if nsp:
         metrics.update(nsp_loss=totals["nsp_loss"] / pairs, nsp_accuracy=totals["nsp_correct"] / pairs)
@@ -197,13 +228,14 @@ def pretrain(settings: PretrainSettings, train_config: TrainConfig) -> FitResult
             output.mkdir(parents=True, exist_ok=True)
             write_text_atomic(output / "pretrain_settings.json", json.dumps(
                 {"settings": asdict(settings), "train": asdict(train_config), "world_size": ctx.world_size,
+                 "batch": dict(zip(("global", "micro", "accumulation"), train_config.batch_plan(ctx.world_size))),
                  "recipe": asdict(recipe) if recipe else None},
                 indent=2) + "\n")
         pad = tokenizer.pad_token_id
         evaluate = functools.partial(evaluate_pretraining, dataset=eval_set, nsp=settings.nsp, pad_token_id=pad,
-                                     batch_size=train_config.micro_batch_size)
+                                     batch_size=train_config.batch_plan(ctx.world_size)[1], ctx=ctx)
         result = fit(
-            model, functools.partial(pretraining_loss, nsp=settings.nsp), train_set, train_config, output,
+            model, PretrainingObjective(nsp=settings.nsp), train_set, train_config, output,
             collate_fn=functools.partial(collate_pretraining, pad_token_id=pad),
             eval_fn=evaluate if len(eval_set) else None,
             # fit hands these the model it was given, typed as a plain nn.Module: use `model` itself.
@@ -241,7 +273,7 @@ def _last_eval(output: Path) -> dict[str, float]:
 _RECIPE_TARGETS = {"max_seq_length": ("settings", "max_seq_length"), "dropout": ("settings", "dropout"),
                    "masked_lm_prob": ("settings", "masked_lm_prob"), "nsp": ("settings", "nsp"),
                    "learning_rate": ("train", "learning_rate"), "warmup_ratio": ("train", "warmup_ratio"),
-                   "batch_size": ("train", "micro_batch_size")}
+                   "batch_size": ("train", "global_batch_size")}
 
 
 def plan_recipe(settings: PretrainSettings, config: TrainConfig, ctx: Any
@@ -267,14 +299,29 @@ def plan_recipe(settings: PretrainSettings, config: TrainConfig, ctx: Any
                      "--masking dynamic`")
     settings = dataclasses.replace(settings, **{_RECIPE_TARGETS[k][1]: v for k, v in values.items()
                                                 if _RECIPE_TARGETS[k][0] == "settings"})
+    if config.batch_size is not None:  # the older --batch-size gives the global batch itself
+        values.pop("batch_size", None)
     config = dataclasses.replace(config, **{_RECIPE_TARGETS[k][1]: v for k, v in values.items()
                                             if _RECIPE_TARGETS[k][0] == "train"})
+    config = _recipe_micro_batch(config, recipe, ctx.world_size)
     if ctx.is_main:
         kept = [name for name in _RECIPE_TARGETS if _RECIPE_TARGETS[name][1] in settings.given]
         logger.warning("recipe %s (%s): %s%s%s", recipe.name, recipe.reason, recipe.describe(),
                        f"; your flags kept: {', '.join(kept)}" if kept else "",
                        "".join(f"; {note}" for note in notes))
     return settings, config, recipe
+
+
+def _recipe_micro_batch(config: TrainConfig, recipe: PretrainRecipe, world_size: int) -> TrainConfig:
+    """The recipe's micro-batch when the user gave no batch setting at all and it divides the global batch
+    among the processes (the paper's 256 = 32 x 8 on one process, 32 x 1 on eight GPUs)."""
+    user_batch = (config.micro_batch_size, config.gradient_accumulation_steps, config.batch_size)
+    if recipe.micro_batch_size is None or any(value is not None for value in user_batch):
+        return config
+    total = config.global_batch_size or recipe.batch_size
+    if total % (recipe.micro_batch_size * world_size):
+        return config  # split evenly over the processes instead (TrainConfig.batch_plan)
+    return dataclasses.replace(config, micro_batch_size=recipe.micro_batch_size)
 
 
 def _choose(settings: PretrainSettings, config: TrainConfig) -> PretrainRecipe:

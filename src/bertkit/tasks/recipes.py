@@ -55,13 +55,18 @@ class PretrainRecipe:
     nsp: bool
     """Next sentence prediction on."""
     batch_size: int
-    """Sequences per process and micro-batch."""
+    """The global batch: sequences per optimizer step, all processes together."""
+    micro_batch_size: int | None = None
+    """Sequences per forward pass on each process when no batch size is given (the accumulation follows);
+    None: the global batch split over the processes."""
     reason: str = ""
     """One line: why this recipe was chosen."""
 
     def describe(self) -> str:
         parts = [f"{self.max_seq_length}-token sequences" if self.max_seq_length else "the data's sequence length",
-                 f"batch {self.batch_size}", f"peak lr {self.learning_rate:.2g}",
+                 f"global batch {self.batch_size}"
+                 + (f" (micro-batches of {self.micro_batch_size})" if self.micro_batch_size else ""),
+                 f"peak lr {self.learning_rate:.2g}",
                  f"warmup {self.warmup_ratio:.0%}",
                  f"dropout {self.dropout:g}" if self.dropout is not None else "the config's dropout",
                  f"masking {self.masked_lm_prob:.0%}" if self.masked_lm_prob else "the data's masking",
@@ -70,8 +75,9 @@ class PretrainRecipe:
 
 
 def paper_recipe() -> PretrainRecipe:
-    """Devlin et al.'s settings (per process; the paper's batch of 256 is batch x accumulation x GPUs)."""
-    return PretrainRecipe("paper", None, 1e-4, 0.01, None, None, True, 32)
+    """Devlin et al.'s settings: a global batch of 256 sequences, in micro-batches of 32 on each process
+    (accumulation 8 on one process, 1 on eight GPUs)."""
+    return PretrainRecipe("paper", None, 1e-4, 0.01, None, None, True, 256, 32)
 
 
 def short_recipe(hidden_size: int) -> PretrainRecipe:

@@ -112,6 +112,10 @@ class TaggingTask(BaseTask):
         loss = F.cross_entropy(logits.float().flatten(0, 1), batch["labels"].flatten(), ignore_index=IGNORE_INDEX)
         return loss, {}
 
+    def training_loss(self) -> TaggedTokensObjective:
+        return TaggedTokensObjective()
+
+
     def decode(self, sentences: Sequence[TaggedSentence], features: Sequence[dict],
                outputs: dict[str, list[np.ndarray]]) -> list[list[str]]:
         """One predicted tag per word of every sentence."""
@@ -142,3 +146,18 @@ def labels_from(sentences: Sequence[TaggedSentence]) -> list[str]:
     """The training file's tag set, 'O' first and the rest sorted (stable ids across runs)."""
     tags = {label for s in sentences for label in s.labels or ()}
     return sorted(tags, key=lambda t: (t != "O", t))
+
+
+class TaggedTokensObjective:
+    """Tagging's cross-entropy averaged over the tagged tokens (first sub-tokens) of the whole global batch,
+    however it is split into micro-batches and processes (`bertkit.train.loop.Objective`)."""
+
+    def counts(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        return {"tokens": (batch["labels"] != IGNORE_INDEX).sum()}
+
+    def __call__(self, model: torch.nn.Module, batch: dict[str, torch.Tensor], totals: dict[str, torch.Tensor]
+                 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        logits = model(batch["input_ids"], batch["token_type_ids"], batch["attention_mask"]).logits  # (B, T, L)
+        summed = F.cross_entropy(logits.float().flatten(0, 1), batch["labels"].flatten(), ignore_index=IGNORE_INDEX,
+                                 reduction="sum")
+        return summed / totals["tokens"], {}

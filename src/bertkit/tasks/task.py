@@ -70,6 +70,10 @@ class Task(Protocol):
     def loss(self, model: torch.nn.Module, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict[str, float]]:
         """(loss, extra metrics) of a padded batch."""
 
+    def training_loss(self) -> Any:
+        """What the training loop trains with: `loss` (a mean per example, weighted by examples), or a
+        `bertkit.train.loop.Objective` for a loss over tokens (normalised by the global batch's tokens)."""
+
     def decode(self, examples: Sequence[Any], features: Sequence[dict[str, Any]],
                outputs: dict[str, list[np.ndarray]]) -> Any:
         """Predictions per example from the model's `output_names` per feature."""
@@ -128,6 +132,9 @@ class BaseTask:
                  "id_column": id_column}
         flag = "--" + next(name for name, value in given.items() if value).replace("_", "-")
         raise BertkitError(f"{flag} applies to classification models; this is a {self.kind} model")
+
+    def training_loss(self) -> Any:
+        return self.loss  # type: ignore[attr-defined]  # each task defines loss
 
     def select_on_dev(self, examples: Sequence[Any], decoded: Any) -> Any:
         return decoded

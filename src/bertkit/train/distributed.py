@@ -1,10 +1,15 @@
 """torchrun / DistributedDataParallel set-up: who am I, which device, and the few collectives the loop needs.
 
 Design decision: a run is distributed exactly when torchrun's environment variables (`RANK`,
-`WORLD_SIZE`, `LOCAL_RANK`, `MASTER_ADDR`, `MASTER_PORT`) are present; the same code path then serves
+`WORLD_SIZE`, `LOCAL_RANK`, `MASTER_ADDR`, `MASTER_PORT`) are present, one process included (torchrun
+--nproc-per-node 1 joins a group of one, so its collectives run for real); the same code path then serves
 one CPU process, several CPU processes (gloo) and many GPUs over many nodes (NCCL), with multi-node
-rendezvous left entirely to torchrun. Every collective here is a no-op in a single process, so the loop
-never branches on "am I distributed" except to wrap the model.
+rendezvous left entirely to torchrun. Every collective here is a no-op outside a process group, so the
+loop never branches on "am I distributed" except to wrap the model.
+
+Tensor collectives take tensors on the training device (`DistributedContext.device`): NCCL serves CUDA
+tensors only, so a CPU tensor sent through it fails ("No backend type associated with device type cpu");
+`all_reduce_sum` refuses a tensor on another device before it gets there.
 
 References: PyTorch DDP tutorial and torchrun docs (https://pytorch.org/docs/stable/elastic/run.html).
 """
@@ -33,7 +38,9 @@ class DistributedContext:
     world_size: int = 1
     """Number of processes taking part."""
     device: torch.device = torch.device("cpu")
-    """Device this process trains on."""
+    """Device this process trains on (and the device of every tensor collective)."""
+    in_group: bool = False
+    """Whether this process joined a process group (torchrun), even a group of one."""
 
     @property
     def is_main(self) -> bool:
@@ -41,15 +48,15 @@ class DistributedContext:
 
     @property
     def distributed(self) -> bool:
-        return self.world_size > 1
+        return self.world_size > 1 or self.in_group
 
 
 def setup_distributed(device: str = "auto") -> DistributedContext:
     """Join the torchrun job described by the environment (gloo on CPU, NCCL on CUDA), or run alone."""
     world_size = int(os.environ.get("WORLD_SIZE", "1"))
-    if world_size <= 1:
+    if world_size <= 1 and "RANK" not in os.environ:
         return DistributedContext(device=resolve_device(device))
-    rank, local_rank = int(os.environ["RANK"]), int(os.environ.get("LOCAL_RANK", "0"))
+    rank, local_rank = int(os.environ.get("RANK", "0")), int(os.environ.get("LOCAL_RANK", "0"))
     torch_device = resolve_device(device, local_rank)
     if torch_device.type == "cuda":
         torch.cuda.set_device(torch_device)
@@ -57,7 +64,8 @@ def setup_distributed(device: str = "auto") -> DistributedContext:
         backend = "nccl" if torch_device.type == "cuda" else "gloo"
         dist.init_process_group(backend=backend, rank=rank, world_size=world_size,
                                 device_id=torch_device if torch_device.type == "cuda" else None)
-    return DistributedContext(rank=rank, local_rank=local_rank, world_size=world_size, device=torch_device)
+    return DistributedContext(rank=rank, local_rank=local_rank, world_size=world_size, device=torch_device,
+                              in_group=True)
 
 
 def teardown_distributed() -> None:
@@ -80,10 +88,21 @@ def unwrap_model(model: nn.Module) -> nn.Module:
 
 
 def all_reduce_sum(tensor: torch.Tensor, ctx: DistributedContext) -> torch.Tensor:
-    """Sum `tensor` over all processes, in place; returns it."""
+    """Sum `tensor` (on the training device) over all processes, in place; returns it."""
+    if tensor.device != ctx.device and not _same_device(tensor.device, ctx.device):
+        raise ValueError(f"a collective got a tensor on {tensor.device}, but this process trains on {ctx.device}; "
+                         "build it on the training device (NCCL serves no CPU tensors)")
     if ctx.distributed:
         dist.all_reduce(tensor, op=dist.ReduceOp.SUM)
     return tensor
+
+
+def _same_device(a: torch.device, b: torch.device) -> bool:
+    """'cuda' and 'cuda:0' name the same device when the current device is 0."""
+    if a.type != b.type:
+        return False
+    current = torch.cuda.current_device() if a.type == "cuda" else 0
+    return (a.index if a.index is not None else current) == (b.index if b.index is not None else current)
 
 
 def barrier(ctx: DistributedContext) -> None:

@@ -12,6 +12,16 @@ Per step: for each of the `gradient_accumulation_steps` micro-batches, forward u
 loss by the micro-batch's share of the global batch, backward (DDP all-reduces on the last one only);
 then unscale, clip, and step the optimizer and scheduler only if the loss and gradient norm are finite.
 
+A micro-batch's share is what its loss averages over. A plain `loss_fn(model, batch) -> (mean, metrics)`
+averages over samples, so its share is its sample count over the global batch's. An `Objective` (a token
+loss such as masked LM) says what each of its terms averages over (`counts(batch)`); the loop sums those
+counts over every micro-batch of every process first (one small all-reduce), and the objective divides
+by the global counts, so any split of a global batch into micro-batches and processes gives the same
+gradient as one process computing it whole (torchtitan normalises by the global valid tokens the same way).
+
+Every collective runs on the training device (NCCL serves no CPU tensors): the per-step statistics are
+built there, summed in one all-reduce, and read back to the host once per step.
+
 References: nanoGPT `train.py` and litgpt `pretrain.py` (shape of the loop); Devlin et al. 2018
 (optimisation defaults).
 """
@@ -27,7 +37,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 import torch
 from safetensors.torch import load_model, save_model
@@ -52,8 +62,27 @@ from bertkit.train.reporting import Reporter
 
 logger = logging.getLogger(__name__)
 
-LossFn = Callable[[nn.Module, Any], "tuple[torch.Tensor, dict[str, float]]"]
 EvalFn = Callable[[nn.Module], "dict[str, float]"]
+
+
+@runtime_checkable
+class Objective(Protocol):
+    """A loss normalised over the whole global batch: each term (e.g. 'mlm', 'nsp') averages over a count
+    of its own (masked tokens, pairs) summed across micro-batches and processes before any backward."""
+
+    def counts(self, batch: Any) -> dict[str, torch.Tensor]:
+        """What each term of this micro-batch's loss averages over (the same keys for every batch)."""
+        ...
+
+    def __call__(self, model: nn.Module, batch: Any, totals: dict[str, torch.Tensor]
+                 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """(this micro-batch's part of the global loss: each term's sum over its units / totals[term],
+        metrics as parts of the global metric in the same way)."""
+        ...
+
+
+LossFn = Callable[[nn.Module, Any], "tuple[torch.Tensor, dict[str, float]]"] | Objective
+"""A per-sample mean loss function (`loss_fn(model, batch) -> (mean loss, float metrics)`) or an Objective."""
 
 
 @dataclass
@@ -214,14 +243,20 @@ def fit(model: nn.Module, loss_fn: LossFn, dataset: Dataset, config: TrainConfig
     `lengths` (one int per example), when given, groups each epoch's batches by length (less padding).
 
     `loss_fn(model, batch)` returns the mean loss of the micro-batch and a dict of float metrics
-    (averaged over the global batch, weighted by samples, for the log). `eval_fn(model)` returns eval
-    metrics (run on rank 0, in eval mode, without gradients). `save_weights(model, dir)` /
-    `load_weights(model, dir)` write/read the weights of a checkpoint (default: model.safetensors of the
-    state dict). `resume` is None, 'auto' (newest valid checkpoint in output_dir/checkpoints, if any) or
-    a checkpoint directory; `overwrite` deletes earlier checkpoints and starts at step 0 (see
-    `checkpoint.resolve_resume`). Checkpoints go to output_dir/checkpoints/step-NNNNNNNN.
+    (averaged over the global batch, weighted by samples, for the log), or is an `Objective` (a loss
+    normalised by global counts, such as masked tokens). The batch sizes come from
+    `config.batch_plan(world size)`. `eval_fn(model)` returns eval metrics; it runs on every process (in
+    eval mode, without gradients; it may share the work out and gather it) and rank 0's metrics count.
+    `save_weights(model, dir)` / `load_weights(model, dir)` write/read the weights of a checkpoint
+    (default: model.safetensors of the state dict). `resume` is None, 'auto' (newest valid checkpoint in
+    output_dir/checkpoints, if any) or a checkpoint directory; `overwrite` deletes earlier checkpoints and
+    starts at step 0 (see `checkpoint.resolve_resume`). Checkpoints go to output_dir/checkpoints/step-NNNNNNNN.
     """
     ctx = ctx or DistributedContext()
+    global_batch, micro_batch, accumulation = config.batch_plan(ctx.world_size)
+    if ctx.is_main:
+        logger.info("global batch %d = micro-batch %d x %d accumulation step(s) x %d process(es)",
+                    global_batch, micro_batch, accumulation, ctx.world_size)
     output_dir = Path(output_dir)
     save = save_weights or (lambda m, d: save_model(m, str(d / "model.safetensors")))
     load = load_weights or (lambda m, d: load_model(m, str(d / "model.safetensors"), device=str(ctx.device)))
@@ -229,8 +264,7 @@ def fit(model: nn.Module, loss_fn: LossFn, dataset: Dataset, config: TrainConfig
     model.to(ctx.device).train()
     runtime.seed_everything(config.seed + ctx.rank)
     state = _State()
-    batches = EpochBatches(dataset, collate_fn, micro_batch_size=config.micro_batch_size,
-                           accumulation=config.gradient_accumulation_steps, rank=ctx.rank,
+    batches = EpochBatches(dataset, collate_fn, micro_batch_size=micro_batch, accumulation=accumulation, rank=ctx.rank,
                            world_size=ctx.world_size, seed=config.seed, shuffle=config.shuffle,
                            num_workers=config.num_workers, lengths=lengths)
     budget = _Budget(config, batches.steps_per_epoch, state)
@@ -320,36 +354,68 @@ def _train(model: nn.Module, loss_fn: LossFn, parts: _Parts, config: TrainConfig
 
 
 def _forward_backward(model: nn.Module, loss_fn: LossFn, step: StepBatch, autocast: Callable[[], Any],
-                      scaler: Any, ctx: DistributedContext) -> tuple[float, dict[str, float], int]:
-    """Accumulate gradients over this process's micro-batches; returns this process's share of the
-    global-batch loss and metrics (weighted by samples) and its token count."""
-    sums: dict[str, float] = {}
-    loss_sum, tokens = 0.0, 0
+                      scaler: Any, ctx: DistributedContext) -> tuple[torch.Tensor, dict[str, Any], int]:
+    """Accumulate gradients over this process's micro-batches; returns this process's part of the
+    global-batch loss and metrics (on the device) and its real-token count."""
+    device = next(model.parameters()).device
+    totals = _global_counts(loss_fn, step, device, ctx) if isinstance(loss_fn, Objective) else None
+    sums: dict[str, Any] = {}
+    loss_sum = torch.zeros((), dtype=torch.float64, device=device)
+    tokens = 0
     for index, (batch, size) in enumerate(zip(step.micro_batches, step.micro_sizes)):
-        # Share of the global batch; times world_size because DDP averages gradients over processes.
-        weight = size / step.global_size
+        tokens += _count_tokens(batch, size)  # on the host batch: no device sync
         last = index == len(step.micro_batches) - 1
         sync: contextlib.AbstractContextManager[Any] = contextlib.nullcontext()
         if not last and isinstance(model, nn.parallel.DistributedDataParallel):  # wrapped iff ctx.distributed
             sync = model.no_sync()
         with sync:
             with autocast():
-                loss, metrics = loss_fn(model, _to_device(batch, next(model.parameters()).device))
+                batch = _to_device(batch, device)
+                if totals is not None:  # already this micro-batch's part of the global loss
+                    loss, metrics = loss_fn(model, batch, totals)  # type: ignore[call-arg]
+                    weight = 1.0
+                else:  # a per-sample mean: its share is its share of the samples
+                    loss, metrics = loss_fn(model, batch)  # type: ignore[call-arg]
+                    weight = size / step.global_size
+            # Times world_size because DDP averages gradients over processes.
             scaled = loss * (weight * ctx.world_size)
             (scaler.scale(scaled) if scaler is not None else scaled).backward()
-        loss_sum += float(loss.detach()) * weight
+        loss_sum += loss.detach().double() * weight
         for key, value in metrics.items():
-            sums[key] = sums.get(key, 0.0) + float(value) * weight
-        tokens += _count_tokens(batch, size)
+            part = value.detach() * weight if isinstance(value, torch.Tensor) else float(value) * weight
+            sums[key] = sums.get(key, 0.0) + part
     return loss_sum, sums, tokens
 
 
-def _reduce(loss_sum: float, sums: dict[str, float], tokens: int, stop_requested: bool, clock: float,
-            ctx: DistributedContext) -> tuple[float, dict[str, float], int, bool, float]:
-    """One all-reduce per step: loss, metrics, tokens, stop flags (any rank) and rank 0's clock."""
+def _global_counts(objective: Objective, step: StepBatch, device: torch.device,
+                   ctx: DistributedContext) -> dict[str, torch.Tensor]:
+    """What each term averages over in the whole global batch: every micro-batch, every process."""
+    local: dict[str, torch.Tensor] = {}
+    for batch in step.micro_batches:
+        for key, count in objective.counts(batch).items():
+            local[key] = local.get(key, 0) + torch.as_tensor(count, dtype=torch.float64)
+    keys = sorted(local)
+    vector = torch.stack([local[key] for key in keys]).to(device)
+    vector = all_reduce_sum(vector, ctx)
+    return {key: vector[i].clamp(min=1.0) for i, key in enumerate(keys)}  # an empty term divides by 1
+
+
+def _step_statistics(loss_sum: torch.Tensor, sums: dict[str, Any], tokens: int, stop_requested: bool,
+                     clock: float, ctx: DistributedContext) -> tuple[list[str], torch.Tensor]:
+    """(metric names, one float64 vector on the training device): loss, metrics, tokens, stop flag, clock."""
     keys = sorted(sums)
-    vector = torch.tensor([loss_sum, *(sums[k] for k in keys), float(tokens), float(stop_requested),
-                           clock if ctx.is_main else 0.0], dtype=torch.float64)
+    device = loss_sum.device
+    host = torch.tensor([float(tokens), float(stop_requested), clock if ctx.is_main else 0.0], dtype=torch.float64)
+    parts = [loss_sum.reshape(1).to(torch.float64)]
+    parts += [torch.as_tensor(sums[key], dtype=torch.float64, device=device).reshape(1) for key in keys]
+    return keys, torch.cat([*parts, host.to(device)])
+
+
+def _reduce(loss_sum: torch.Tensor, sums: dict[str, Any], tokens: int, stop_requested: bool, clock: float,
+            ctx: DistributedContext) -> tuple[float, dict[str, float], int, bool, float]:
+    """One all-reduce per step, on the training device: loss, metrics, tokens, stop flags (any rank) and
+    rank 0's clock; read back to the host once."""
+    keys, vector = _step_statistics(loss_sum, sums, tokens, stop_requested, clock, ctx)
     values = all_reduce_sum(vector, ctx).tolist()
     reduced = dict(zip(keys, values[1:1 + len(keys)]))
     return values[0], reduced, int(values[-3]), values[-2] > 0, values[-1]
@@ -385,14 +451,15 @@ def _count_nonfinite(state: _State, record: dict[str, Any], reporter: Reporter) 
 
 def _evaluate(parts: _Parts, eval_fn: EvalFn, on_best: Any, config: TrainConfig,
               autocast: Callable[[], Any], reporter: Reporter, ctx: DistributedContext) -> None:
-    """Rank 0 evaluates the plain model; the others wait. Tracks the best `config.best_metric`."""
+    """Every process evaluates the plain model (an eval_fn may share the work out and gather it); rank 0's
+    metrics are logged and decide the best `config.best_metric`, which every rank then shares."""
     state = parts.state
     state.last_eval_step = state.step
+    parts.model.eval()
+    with torch.no_grad(), autocast():
+        metrics = {key: float(value) for key, value in eval_fn(parts.model).items()}
+    parts.model.train()
     if ctx.is_main:
-        parts.model.eval()
-        with torch.no_grad(), autocast():
-            metrics = {key: float(value) for key, value in eval_fn(parts.model).items()}
-        parts.model.train()
         reporter.eval_step(state.step, metrics)
         if config.best_metric is not None:
             _track_best(parts, metrics, config, on_best)
