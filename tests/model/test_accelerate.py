@@ -15,6 +15,7 @@ from bertkit import hardware
 from bertkit import model as bm
 from bertkit.config import preset
 from bertkit.model.accelerate import PackedLinear, accelerate_for_inference, compile_model, onednn_works
+from bertkit.model.attention import PaddedSDPA
 
 pytestmark = pytest.mark.skipif(not onednn_works(torch.float32), reason="this PyTorch build has no oneDNN")
 needs_bf16 = pytest.mark.skipif(not onednn_works(torch.bfloat16), reason="oneDNN has no bf16 on this CPU")
@@ -198,12 +199,30 @@ def test_accelerating_twice_or_an_unknown_precision_is_refused():
 
 def test_a_compiled_model_is_accelerated_eagerly(batch, monkeypatch):
     """compile_model fixes the padded backend and compiles each layer; the accelerated copy is eager
-    again, with the padding-free attention, and the compiled original is untouched."""
+    again, with the padding-free measured attention, and the compiled original is untouched."""
     monkeypatch.setattr(torch, "compile", lambda forward, **options: functools.partial(forward))  # no dynamo here
     model = compile_model(_model())
     assert repr(model.attention) == "PaddedSDPA()" and all("forward" in vars(layer) for layer in model.layers)
     fast = accelerate_for_inference(model)
-    assert fast.attention is None and not any("forward" in vars(layer) for layer in fast.layers)
+    assert repr(fast.attention) == "Dispatch(measured)" and not any("forward" in vars(layer) for layer in fast.layers)
     assert all("forward" in vars(layer) for layer in model.layers)
     expected = _outputs(_model(), batch)
     torch.testing.assert_close(_outputs(fast, batch), expected, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("kernels", ["on", "off"])
+def test_the_copy_holds_the_measured_attention_and_the_original_does_not(kernels, monkeypatch):
+    """The probe is read when the copy is built (not in a forward): its Dispatch holds the choices and runs
+    CpuBmm where they won (bf16 at 49-192 tokens here); BERTKIT_CPU_KERNELS=0 leaves them out. The
+    original keeps the plain Dispatch, and a backend fixed by the caller is kept."""
+    if kernels == "off":
+        monkeypatch.setenv("BERTKIT_CPU_KERNELS", "0")
+    model = _model()
+    fast = accelerate_for_inference(model, "bf16")
+    assert repr(model.attention) == "Dispatch()"
+    assert fast.attention.cpu == (hardware.choices(32) if kernels == "on" else None)
+    x = torch.zeros(2, 64, 32, dtype=torch.bfloat16)
+    expected = "PerSequence(CpuBmm())" if kernels == "on" else "PerSequence(PaddedSDPA())"
+    assert repr(fast.attention.select(x, padded=True, dropout_p=0.0)) == expected
+    model.attention = PaddedSDPA()
+    assert repr(accelerate_for_inference(model).attention) == "PaddedSDPA()"

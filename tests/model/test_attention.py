@@ -1,7 +1,10 @@
-"""The attention backends (model/attention.py) give the same numbers and gradients, and `choose_attention`
-picks the one documented for each device, dtype, mode and measurement."""
+"""The attention backends (model/attention.py) give the same numbers and gradients for any padding mask,
+`Dispatch` picks the one documented for each device, dtype, mode and measurement, and a model's forward
+decides from its inputs alone (no probe, no environment, no cache file)."""
 
 from __future__ import annotations
+
+import os
 
 import pytest
 import torch
@@ -9,11 +12,10 @@ import torch.nn.functional as F
 
 from bertkit import hardware
 from bertkit.config import preset
-from bertkit.model import BertModel
-from bertkit.model.attention import CpuBmm, PaddedSDPA, PerSequence, RepaddedSDPA, VarlenFlash, choose_attention
+from bertkit.model import BertModel, accelerate
+from bertkit.model.attention import CpuBmm, Dispatch, PaddedSDPA, PerSequence, RepaddedSDPA, VarlenFlash
 from bertkit.model.padding import Unpadded
 
-MASK = torch.tensor([[1] * 9, [1] * 4 + [0] * 5, [0] * 9, [1] * 7 + [0] * 2])  # row 2 is empty
 HEADS, WIDTH = 4, 32
 
 
@@ -23,28 +25,65 @@ def bmm_everywhere() -> hardware.Choices:
     return hardware.Choices("fp32", "fp32", ("fp32", "bf16"), {"fp32": lengths, "bf16": lengths}, ())
 
 
-def _context(backend, qkv: torch.Tensor, layout: Unpadded) -> torch.Tensor:
-    """(N, 3D) -> (N, D) through any backend; a padded one gets the batch padded back and its key mask."""
+PATTERNS = {  # (B, T) attention masks, 1 = real token
+    "left": [[0, 0, 1, 1, 1, 1, 1], [0, 0, 0, 0, 1, 1, 1], [1, 1, 1, 1, 1, 1, 1]],
+    "right": [[1, 1, 1, 1, 1, 0, 0], [1, 1, 1, 0, 0, 0, 0], [1, 1, 1, 1, 1, 1, 1]],
+    "interior": [[1, 1, 0, 0, 1, 1, 1], [1, 0, 1, 0, 1, 0, 1], [0, 1, 1, 1, 1, 1, 0]],
+    "empty-row": [[1, 1, 1, 1, 1, 0, 0], [0, 0, 0, 0, 0, 0, 0], [0, 0, 1, 1, 1, 1, 1]],
+    "none": [[1, 1, 1, 1, 1, 1, 1]] * 3,
+}
+needs_cuda = [pytest.mark.cuda, pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA only")]
+BACKENDS = [  # (backend, device, dtype): every backend, as the model calls it
+    pytest.param(PaddedSDPA(), "cpu", torch.float32, id="PaddedSDPA"),
+    pytest.param(CpuBmm(bmm_everywhere()), "cpu", torch.float32, id="CpuBmm"),
+    pytest.param(PerSequence(), "cpu", torch.float32, id="PerSequence"),
+    pytest.param(PerSequence(CpuBmm(bmm_everywhere())), "cpu", torch.float32, id="PerSequence(CpuBmm)"),
+    pytest.param(RepaddedSDPA(), "cpu", torch.float32, id="RepaddedSDPA"),
+    pytest.param(PaddedSDPA(), "cuda", torch.float32, id="cuda-PaddedSDPA", marks=needs_cuda),
+    pytest.param(PerSequence(), "cuda", torch.float32, id="cuda-PerSequence", marks=needs_cuda),
+    pytest.param(RepaddedSDPA(), "cuda", torch.float32, id="cuda-RepaddedSDPA", marks=needs_cuda),
+    pytest.param(VarlenFlash(), "cuda", torch.bfloat16, id="cuda-VarlenFlash-bf16", marks=needs_cuda),
+]
+
+
+def reference_attention(qkv: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """softmax(q k^T / sqrt(Dh) + mask) v written out, (B, T, 3D) -> (B, T, D). Masked keys get the
+    lowest finite score, not -inf, so a row with no real key has no NaN (its queries are padding)."""
+    batch, seq_len, three_d = qkv.shape
+    head_size = three_d // (3 * HEADS)
+    q, k, v = qkv.view(batch, seq_len, 3, HEADS, head_size).permute(2, 0, 3, 1, 4)  # 3 x (B, A, T, Dh)
+    scores = (q @ k.transpose(-1, -2)) / head_size ** 0.5  # (B, A, T, T)
+    scores = scores.masked_fill(~mask[:, None, None, :], torch.finfo(scores.dtype).min)
+    context = scores.softmax(-1) @ v  # (B, A, T, Dh)
+    return context.transpose(1, 2).reshape(batch, seq_len, three_d // 3)
+
+
+def run_backend(backend, qkv: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """(B, T, 3D) -> (B, T, D) through `backend` with the layout BertModel.forward gives it."""
     if backend.unpadded:
-        return backend(qkv, layout, HEADS, 0.0)
-    keys = MASK.bool().clone()
-    keys[2, 0] = True  # the empty row attends to its padding, as RepaddedSDPA does, rather than to nothing
-    return layout.unpad(backend(layout.pad(qkv), keys[:, None, None, :], HEADS, 0.0))
+        layout = Unpadded.from_mask(mask)
+        return layout.pad(backend(layout.unpad(qkv), layout, HEADS, 0.0))
+    return backend(qkv, None if mask.all() else mask[:, None, None, :], HEADS, 0.0)
 
 
-@pytest.mark.parametrize("backend", [RepaddedSDPA(), PaddedSDPA(), PerSequence(CpuBmm(bmm_everywhere()))], ids=repr)
-def test_every_backend_equals_per_sequence_attention_with_gradients(backend):
-    torch.manual_seed(0)
-    layout = Unpadded.from_mask(MASK.bool())
-    qkv = torch.randn(int(MASK.sum()), 3 * WIDTH, requires_grad=True)
-    weights = torch.randn(int(MASK.sum()), WIDTH)
-    expected = PerSequence()(qkv, layout, HEADS, 0.0)  # the CPU default
-    (expected_grad,) = torch.autograd.grad((expected * weights).sum(), qkv)
-    actual = _context(backend, qkv, layout)
-    (grad,) = torch.autograd.grad((actual * weights).sum(), qkv)
-    torch.testing.assert_close(actual, expected, atol=1e-6, rtol=1e-6)
-    torch.testing.assert_close(grad, expected_grad, atol=1e-6, rtol=1e-6)
-    assert torch.isfinite(grad).all()
+@pytest.mark.parametrize("pattern", PATTERNS)
+@pytest.mark.parametrize(("backend", "device", "dtype"), BACKENDS)
+def test_every_backend_equals_masked_softmax_for_any_padding(backend, device, dtype, pattern):
+    """Outputs at real positions and input gradients equal the written-out attention, for left, right
+    and interior padding, an all-padding row and a full batch (no NaN anywhere)."""
+    mask = torch.tensor(PATTERNS[pattern], dtype=torch.bool, device=device)
+    generator = torch.Generator().manual_seed(0)
+    qkv = torch.randn(*mask.shape, 3 * WIDTH, generator=generator).to(device, dtype).requires_grad_()
+    weights = torch.randn(*mask.shape, WIDTH, generator=generator).to(device) * mask[..., None]  # real only
+    reference_qkv = qkv.detach().double().requires_grad_()
+    expected = reference_attention(reference_qkv, mask)
+    (expected_grad,) = torch.autograd.grad((expected * weights).sum(), reference_qkv)
+    actual = run_backend(backend, qkv, mask)
+    (grad,) = torch.autograd.grad((actual.float() * weights).sum(), qkv)
+    tolerance = 1e-5 if dtype == torch.float32 else 3e-2
+    torch.testing.assert_close(actual[mask].double(), expected[mask], atol=tolerance, rtol=tolerance)
+    torch.testing.assert_close(grad.double(), expected_grad, atol=tolerance, rtol=tolerance)
+    assert torch.isfinite(actual).all() and torch.isfinite(grad).all()
 
 
 @pytest.mark.parametrize("backend", [PaddedSDPA(), PerSequence(), RepaddedSDPA(),
@@ -87,35 +126,82 @@ def test_cpu_bmm_only_at_its_lengths_without_mask_or_dropout(monkeypatch):
     assert calls == [(1, HEADS, 64, WIDTH // HEADS)]
 
 
-def test_choose_attention_on_a_cpu(monkeypatch):
+def test_dispatch_on_a_cpu():
+    """Measured choices (tests/conftest.py's AMD machine: bmm in bf16 only) give CpuBmm in inference;
+    without them, or with dropout or autograd, SDPA."""
+    measured, plain = Dispatch(hardware.choices(WIDTH)), Dispatch()
     x = torch.zeros(2, 8, WIDTH)
-    with torch.no_grad():
-        assert repr(choose_attention(x, padded=True, dropout_p=0.0)) == "PerSequence(PaddedSDPA())"  # fp32: no bmm here
-        assert repr(choose_attention(x.bfloat16(), padded=True, dropout_p=0.0)) == "PerSequence(CpuBmm())"
-        assert repr(choose_attention(x.bfloat16(), padded=False, dropout_p=0.0)) == "CpuBmm()"
-        with torch.autocast("cpu", dtype=torch.bfloat16):  # evaluation inside a bf16 training loop
-            assert repr(choose_attention(x, padded=True, dropout_p=0.0)) == "PerSequence(CpuBmm())"
-        with torch.autocast("cpu", dtype=torch.float16):
-            assert repr(choose_attention(x, padded=True, dropout_p=0.0)) == "PerSequence(PaddedSDPA())"
-        monkeypatch.setenv("BERTKIT_CPU_KERNELS", "0")
-        assert repr(choose_attention(x.bfloat16(), padded=True, dropout_p=0.0)) == "PerSequence(PaddedSDPA())"
-    monkeypatch.delenv("BERTKIT_CPU_KERNELS")
-    assert repr(choose_attention(x.bfloat16(), padded=True, dropout_p=0.0)) == "PerSequence(PaddedSDPA())"  # autograd
-    assert repr(choose_attention(x, padded=False, dropout_p=0.1)) == "PaddedSDPA()"  # training
+    assert repr(measured.select(x, padded=True, dropout_p=0.0)) == "PerSequence(PaddedSDPA())"  # fp32: no bmm
+    assert repr(measured.select(x.bfloat16(), padded=True, dropout_p=0.0)) == "PerSequence(CpuBmm())"
+    assert repr(measured.select(x.bfloat16(), padded=False, dropout_p=0.0)) == "CpuBmm()"
+    with torch.autocast("cpu", dtype=torch.bfloat16):  # evaluation inside a bf16 training loop
+        assert repr(measured.select(x, padded=True, dropout_p=0.0)) == "PerSequence(CpuBmm())"
+    with torch.autocast("cpu", dtype=torch.float16):
+        assert repr(measured.select(x, padded=True, dropout_p=0.0)) == "PerSequence(PaddedSDPA())"
+    trained = x.bfloat16().requires_grad_()  # a backward will run through it
+    assert repr(measured.select(trained, padded=True, dropout_p=0.0)) == "PerSequence(PaddedSDPA())"
+    assert repr(measured.select(x.bfloat16(), padded=False, dropout_p=0.1)) == "PaddedSDPA()"  # training
+    assert repr(plain.select(x.bfloat16(), padded=True, dropout_p=0.0)) == "PerSequence(PaddedSDPA())"
+    assert repr(plain.select(x, padded=False, dropout_p=0.0)) == "PaddedSDPA()"
+    fixed = PerSequence()
+    assert fixed.select(x, padded=False, dropout_p=0.1) is fixed  # a fixed backend runs itself
 
 
+@pytest.mark.cuda
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA only")
-@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
-def test_cuda_backends_equal_per_sequence_attention(dtype):
+def test_dispatch_on_cuda():
+    x = torch.zeros(4, 9, WIDTH, device="cuda")
+    for dispatch in (Dispatch(), Dispatch(bmm_everywhere())):  # CPU choices never apply on CUDA
+        assert type(dispatch.select(x.bfloat16(), padded=True, dropout_p=0.0)) is VarlenFlash
+        assert type(dispatch.select(x.bfloat16(), padded=True, dropout_p=0.1)) is RepaddedSDPA
+        assert type(dispatch.select(x, padded=True, dropout_p=0.0)) is RepaddedSDPA  # fp32
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            assert type(dispatch.select(x, padded=True, dropout_p=0.0)) is VarlenFlash
+        assert type(dispatch.select(x, padded=False, dropout_p=0.0)) is PaddedSDPA
+
+
+class _NoBertkitVariables(dict):
+    """os.environ for one test: reading any BERTKIT_ variable fails."""
+
+    def _check(self, key: object) -> None:
+        if isinstance(key, str) and key.startswith("BERTKIT_"):
+            raise AssertionError(f"{key} read inside a forward pass")
+
+    def __getitem__(self, key):
+        self._check(key)
+        return super().__getitem__(key)
+
+    def __contains__(self, key) -> bool:
+        self._check(key)
+        return super().__contains__(key)
+
+    def get(self, key, default=None):
+        self._check(key)
+        return super().get(key, default)
+
+
+def _forbidden(*args, **kwargs):
+    raise AssertionError("the hardware probe, its cache or the environment was consulted inside a forward pass")
+
+
+@pytest.mark.parametrize("mode", ["eval-fp32", "eval-bf16-autocast", "train", "accelerated-copy"])
+def test_a_forward_runs_no_probe_and_reads_no_environment(mode, batch, monkeypatch):
+    """The backend and kernels are chosen by whoever builds the run; a forward pass (plain model in eval
+    or training mode, or an inference copy once built) decides from its inputs alone."""
     torch.manual_seed(0)
-    mask = MASK.clone()
-    mask[2, :3] = 1  # flash attention wants every sequence non-empty
-    layout = Unpadded.from_mask(mask.bool().cuda())
-    qkv = torch.randn(int(mask.sum()), 3 * WIDTH, device="cuda", dtype=dtype)
-    x = torch.zeros(4, 9, WIDTH, device="cuda", dtype=dtype)
-    chosen = choose_attention(x, padded=True, dropout_p=0.0)
-    assert type(chosen) is (VarlenFlash if dtype == torch.bfloat16 else RepaddedSDPA)
-    assert type(choose_attention(x, padded=True, dropout_p=0.1)) is RepaddedSDPA
-    expected = PerSequence()(qkv.float(), layout, HEADS, 0.0)
-    tolerance = 2e-2 if dtype == torch.bfloat16 else 1e-5
-    torch.testing.assert_close(chosen(qkv, layout, HEADS, 0.0).float(), expected, atol=tolerance, rtol=tolerance)
+    model = BertModel(preset("bert-debug", vocab_size=99))
+    if mode == "accelerated-copy":
+        model = accelerate.accelerate_for_inference(model)  # the probe (its cached result) is read here
+    with monkeypatch.context() as patch:
+        for name in ("choices", "measurements", "measure", "auto_precision"):
+            patch.setattr(hardware, name, _forbidden)
+        patch.setattr(accelerate, "cpu_kernels_enabled", _forbidden)
+        patch.setattr(os, "environ", _NoBertkitVariables(os.environ))
+        for inputs in (batch, {**batch, "attention_mask": torch.ones_like(batch["attention_mask"])}):
+            if mode == "train":
+                model.train()(**inputs).last_hidden_state.sum().backward()
+                continue
+            with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16, enabled=mode == "eval-bf16-autocast"):
+                model.eval()(**inputs)
+
+

@@ -2,8 +2,9 @@
 
 - `accelerate_for_inference(model, precision)`: a copy for inference, its encoder dense layers swapped
   for frozen packed oneDNN modules (CPU, fp32/bf16, where measured faster) or dynamically quantized
-  int8 ones; `for_inference(model, precision, device)` resolves `--precision auto` first and is what
-  every inference command runs.
+  int8 ones, and its attention `Dispatch` given the measured CPU choices (bmm attention where it won);
+  `for_inference(model, precision, device)` resolves `--precision auto` first and is what every
+  inference command runs.
 - `compile_model(model)`: torch.compile'd encoder layers, for training (`--compile`).
 
 Design decision: the accelerated model is a copy and the kernels' state belongs to it. The copy shares
@@ -29,6 +30,8 @@ against `F.linear` at the model's width, once per machine (cached), and a layer 
 that measured at least 1.1x faster (on an Intel CPU, where MKL uses AVX-512 for fp32, the packed fp32
 path may not win, and then `F.linear` runs). Layers with hooks (pruning, parametrizations) are left as
 they are. `BERTKIT_CPU_KERNELS=0` in the environment turns packing (and bmm attention, attention.py) off.
+The environment and the probe are read here, when the copy is built, never inside a forward: the model's
+own forward decides from its inputs alone (model/attention.py, `Dispatch`).
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ from __future__ import annotations
 import copy
 import functools
 import itertools
+import os
 from typing import cast
 
 import torch
@@ -43,7 +47,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from bertkit import hardware
-from bertkit.model.attention import PaddedSDPA, cpu_kernels_enabled
+from bertkit.model.attention import Dispatch, PaddedSDPA
 from bertkit.model.bert import BertLayer, BertModel, ResidualDense
 from bertkit.runtime import inference_precision
 
@@ -69,8 +73,10 @@ def accelerate_for_inference(model: nn.Module, precision: str = "fp32", *, autoc
       output channel, activations quantized per call); embeddings, LayerNorms, attention and the task
       head stay fp32.
 
-    The copy runs under torch.no_grad() or torch.inference_mode(). A compiled model (`compile_model`)
-    runs eagerly in the copy, with the swapped modules and the attention backend chosen per forward."""
+    The copy's attention is a `Dispatch` holding the CPU choices measured at the model's width (bmm
+    attention where it won), unless the model had a fixed backend. The copy runs under torch.no_grad()
+    or torch.inference_mode(). A compiled model (`compile_model`) runs eagerly in the copy, with the
+    swapped modules and the measured `Dispatch`."""
     if precision not in ("fp32", "bf16", "int8"):
         raise ValueError(f"precision {precision!r}: use fp32, bf16 or int8 ('auto': for_inference)")
     if autocast and precision != "fp32":
@@ -80,14 +86,28 @@ def accelerate_for_inference(model: nn.Module, precision: str = "fp32", *, autoc
     accelerated = _copy_sharing_tensors(model, torch.bfloat16 if precision == "bf16" else torch.float32)
     for bert in [m for m in accelerated.modules() if isinstance(m, BertModel)]:
         # a list, not a generator: every layer's compiled forward (bound to the original) must be popped
-        if any([vars(layer).pop("forward", None) for layer in bert.layers]):  # noqa: C419
-            bert.attention = None  # eager again, so the padding-free attention is chosen per forward
+        compiled = any([vars(layer).pop("forward", None) for layer in bert.layers])  # noqa: C419
+        if compiled or isinstance(bert.attention, Dispatch):  # eager again: the padding-free dispatch
+            bert.attention = measured_attention(bert)
     for layer in [m for m in accelerated.modules() if isinstance(m, BertLayer)]:
         if precision == "int8":
             _quantize(layer)
         else:
             _pack(layer, torch.bfloat16 if autocast else layer.qkv.weight.dtype)
     return accelerated.eval()
+
+
+def measured_attention(bert: BertModel) -> Dispatch:
+    """The default dispatch with this machine's CPU attention choices at the model's width, for a model
+    on a CPU with the kernels on: the probe runs (or its cache is read) here, once, not in a forward."""
+    if bert.embeddings.word.weight.device.type != "cpu" or not cpu_kernels_enabled():
+        return Dispatch()
+    return Dispatch(hardware.choices(bert.config.hidden_size))
+
+
+def cpu_kernels_enabled() -> bool:
+    """False when the environment has BERTKIT_CPU_KERNELS=0: no bmm attention, no packed dense layers."""
+    return os.environ.get("BERTKIT_CPU_KERNELS", "1") != "0"
 
 
 def _copy_sharing_tensors(model: nn.Module, dtype: torch.dtype) -> nn.Module:

@@ -1,14 +1,19 @@
-"""Attention backends: how multi-head self-attention runs, each one a small named object chosen once per forward.
+"""Attention backends: how multi-head self-attention runs, each one a small named object.
 
 Design decision: attention is what BERT computes the same way everywhere, softmax(q k^T / sqrt(Dh)) v
 over each sequence's real tokens, but the fastest way to run it depends on the device, the dtype,
 whether attention dropout is on and on measurements of this machine. So each way is a backend with one
 call, `backend(qkv, layout, num_heads, dropout_p) -> context` (packed Q|K|V in, the heads' outputs
-before the output projection out), and `choose_attention` picks one per forward pass; `model.bert.attention
-= PaddedSDPA()` fixes one instead (torch.compile and ONNX export do). A backend with `unpadded = True`
-gets the (N, 3D) real tokens and their `Unpadded` layout; the others get the (B, T, 3D) padded batch and
-a (B, 1, 1, T) key-padding mask, or None when nothing is padded. All give the same numbers at real
-positions, within rounding (tests/model/test_attention.py).
+before the output projection out). A model's default backend is `Dispatch`, which picks one of the others
+per forward pass from what that pass is given alone (device, compute dtype, padding, dropout, autograd):
+no probe, no environment variable, no cache file is read inside a forward. The measured CPU kernel
+(`CpuBmm`) is installed from outside by whoever builds the run: `accelerate_for_inference`
+(model/accelerate.py) probes once and sets `Dispatch(choices)`; `model.bert.attention = PaddedSDPA()`
+fixes one backend instead (torch.compile and ONNX export do). A backend with `unpadded = True` gets the
+(N, 3D) real tokens and their `Unpadded` layout; the others get the (B, T, 3D) padded batch and a
+(B, 1, 1, T) key-padding mask, or None when nothing is padded. Any mask works (left, right or interior
+padding, an all-padding row), and all give the same numbers and gradients at real positions, within
+rounding (tests/model/test_attention.py).
 
 What runs where, and why (measured):
 
@@ -17,11 +22,12 @@ What runs where, and why (measured):
   layers, 32 verses of 12-70 tokens: per sequence 33 ms fp32 / 39 ms bf16; length-sorted groups of 4-8
   40-47 ms; re-padding for one masked call 80 ms), and in training too (a bf16 bert-base pre-training
   step, 32 x 128, mostly full-length rows, attention dropout on: 4.7 s per sequence, 5.9 s re-padded).
-- CPU inference (no autograd, no dropout): `CpuBmm` inside, two batched matrix multiplies instead of
-  SDPA at the dtypes and lengths where `bertkit.hardware` measured them at least 1.1x faster on this
+- CPU inference copies (no autograd, no dropout): `CpuBmm` inside, two batched matrix multiplies instead
+  of SDPA at the dtypes and lengths where `bertkit.hardware` measured them at least 1.1x faster on this
   machine. On a 2-core AMD EPYC that was bf16 at about 49-192 tokens (12 heads of 64, per call: 64
   tokens 124 vs 89 us, 128 tokens 404 vs 219 us, 32 x 128 tokens 13.9 vs 7.2 ms); on an Intel Xeon,
-  nowhere. `BERTKIT_CPU_KERNELS=0` in the environment turns it off.
+  nowhere. Only a `Dispatch` given those choices runs it (`accelerate_for_inference`, which leaves
+  them out under `BERTKIT_CPU_KERNELS=0`).
 - CUDA, padded batch, bf16/fp16 without attention dropout: `VarlenFlash`, flash attention over the
   packed tokens with cumulative sequence lengths (`torch.nn.attention.varlen.varlen_attn`).
 - CUDA otherwise (attention dropout in training, fp32): `RepaddedSDPA`, SDPA on the batch padded back
@@ -34,7 +40,6 @@ Shape legend: B batch, T sequence length, N real tokens, D hidden size, A heads,
 
 from __future__ import annotations
 
-import os
 from typing import Generic, TypeVar, cast
 
 import torch
@@ -57,6 +62,11 @@ class Attention(Generic[Layout]):
 
     def __call__(self, qkv: torch.Tensor, layout: Layout, num_heads: int, dropout_p: float) -> torch.Tensor:
         raise NotImplementedError(type(self).__name__)
+
+    def select(self, x: torch.Tensor, padded: bool, dropout_p: float) -> Attention:
+        """The backend that runs a forward pass over embeddings `x` (B, T, D): a backend runs itself
+        (`Dispatch` picks one)."""
+        return self
 
     def __repr__(self) -> str:
         inner = getattr(self, "inner", None)
@@ -109,9 +119,10 @@ class PerSequence(Attention[Unpadded]):
 
 
 class RepaddedSDPA(Attention[Unpadded]):
-    """SDPA on the batch padded back to (B, T, 3D) for attention alone, with a key-padding mask. An empty
-    row attends to its zero padding rather than to nothing (some kernels give NaN for a row with every
-    key masked, in backward too); its outputs are dropped again by the unpad."""
+    """SDPA on the batch padded back to (B, T, 3D) for attention alone, the tokens where they were, with
+    the layout's own key mask (so left or interior padding is masked too). An empty row attends to its
+    zero padding rather than to nothing (some kernels give NaN for a row with every key masked, in
+    backward too); its outputs are dropped again by the unpad."""
 
     unpadded = True
 
@@ -119,7 +130,7 @@ class RepaddedSDPA(Attention[Unpadded]):
         self.inner = PaddedSDPA()
 
     def __call__(self, qkv: torch.Tensor, layout: Unpadded, num_heads: int, dropout_p: float) -> torch.Tensor:
-        keys = torch.arange(layout.seq_len, device=qkv.device) < layout.lengths.clamp(min=1)[:, None]  # (B, T)
+        keys = layout.mask | (layout.lengths == 0)[:, None]  # (B, T)
         context = self.inner(layout.pad(qkv), keys[:, None, None, :], num_heads, dropout_p)  # (B, T, D)
         return layout.unpad(context)  # (N, D)
 
@@ -142,25 +153,35 @@ class VarlenFlash(Attention[Unpadded]):
         return context.reshape(tokens, three_d // 3)  # (N, A, Dh) -> (N, D)
 
 
-def choose_attention(x: torch.Tensor, padded: bool, dropout_p: float) -> Attention:
-    """The backend for one forward pass over embeddings `x` (B, T, D), from the device, the dtype the
-    layers compute in (autocast's, if on), whether anything is `padded`, attention dropout, autograd
-    and, for CPU inference, the measured choices at this width (see the module docstring)."""
-    device = x.device.type
-    dtype = torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else x.dtype
-    if device == "cuda":
-        if not padded:
-            return PaddedSDPA()
-        return VarlenFlash() if dropout_p == 0.0 and dtype in (torch.float16, torch.bfloat16) else RepaddedSDPA()
-    batched = PaddedSDPA()
-    if (device == "cpu" and dropout_p == 0.0 and not torch.is_grad_enabled() and dtype in hardware.DTYPES.values()
-            and cpu_kernels_enabled()):
-        choices = hardware.choices(x.shape[-1])
-        if any(choices.bmm(dtype, length) for length in hardware.ATTENTION_LENGTHS):
-            batched = CpuBmm(choices)
-    return PerSequence(batched) if padded else batched
+class Dispatch(Attention[None]):
+    """Every model's default backend: picks one of the others for each forward pass from what the pass is
+    given (the device, the dtype the layers compute in, whether anything is padded, attention dropout,
+    whether a backward will run through it) and nothing else, so a forward reads no environment, runs no
+    probe and writes no file. `cpu` holds CPU choices measured once by whoever built the run
+    (`accelerate_for_inference`): `CpuBmm` runs where they won; without them, SDPA."""
 
+    def __init__(self, cpu: hardware.Choices | None = None) -> None:
+        self.cpu = cpu
 
-def cpu_kernels_enabled() -> bool:
-    """False when the environment has BERTKIT_CPU_KERNELS=0: no bmm attention, no packed dense layers."""
-    return os.environ.get("BERTKIT_CPU_KERNELS", "1") != "0"
+    def __call__(self, qkv: torch.Tensor, layout: None, num_heads: int, dropout_p: float) -> torch.Tensor:
+        raise TypeError("Dispatch runs nothing itself: BertModel asks it to select() a backend per forward")
+
+    def select(self, x: torch.Tensor, padded: bool, dropout_p: float) -> Attention:
+        device = x.device.type
+        dtype = torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else x.dtype
+        if device == "cuda":
+            if not padded:
+                return PaddedSDPA()
+            return VarlenFlash() if dropout_p == 0.0 and dtype in (torch.float16, torch.bfloat16) else RepaddedSDPA()
+        batched = self._measured(x, dtype, dropout_p) or PaddedSDPA()
+        return PerSequence(batched) if padded else batched
+
+    def _measured(self, x: torch.Tensor, dtype: torch.dtype, dropout_p: float) -> CpuBmm | None:
+        """CpuBmm for CPU inference in a dtype where the measured bmm attention won at some length (it was
+        timed without dropout or backward; CpuBmm still checks each call's length), else None."""
+        if self.cpu is None or x.device.type != "cpu" or dropout_p != 0.0 or x.requires_grad:
+            return None
+        return CpuBmm(self.cpu) if any(self.cpu.bmm(dtype, n) for n in hardware.ATTENTION_LENGTHS) else None
+
+    def __repr__(self) -> str:
+        return "Dispatch(measured)" if self.cpu is not None else "Dispatch()"

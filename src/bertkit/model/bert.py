@@ -9,9 +9,12 @@
 Design decision: this file says what BERT computes, in plain PyTorch, and nothing about how to make
 it fast on some machine. Speed-ups are transforms applied from outside (model/accelerate.py: packed
 CPU kernels for inference, torch.compile), and how attention runs is a backend object
-(model/attention.py), picked once per forward or set as `model.bert.attention`. So that a transform
-can swap a piece without this file knowing, each piece a kernel could fuse is a module of its own: the
-activation, and each output projection with its dropout and residual add (`ResidualDense`).
+(model/attention.py) set as `model.bert.attention`. The default, `Dispatch()`, picks a backend for each
+forward from the inputs' device and dtype, the padding and dropout alone: a forward never probes the
+machine, reads the environment or writes a cache; measured kernels are installed by whoever builds the
+run (`accelerate_for_inference`). So that a transform can swap a piece without this file knowing, each
+piece a kernel could fuse is a module of its own: the activation, and each output projection with its
+dropout and residual add (`ResidualDense`).
 
 Padding costs nothing: unless the attention backend works on the padded batch, the real tokens are
 gathered into one (N, D) matrix after the embeddings (N = non-padding tokens in the batch; padding.py);
@@ -34,7 +37,7 @@ import torch
 from torch import nn
 
 from bertkit.config import BertConfig
-from bertkit.model.attention import Attention, choose_attention
+from bertkit.model.attention import Attention, Dispatch
 from bertkit.model.padding import Unpadded
 from bertkit.model.pretrained import PreTrainedMixin, check_fits_in_memory
 
@@ -107,8 +110,9 @@ class BertLayer(nn.Module):
 class BertModel(PreTrainedMixin, nn.Module):
     """Embeddings, L encoder layers and (optionally) the tanh pooler over [CLS].
 
-    `attention` is the attention backend (model/attention.py); None picks one per forward from the
-    device, dtype, dropout and measured choices (`choose_attention`)."""
+    `attention` is the attention backend (model/attention.py); the default `Dispatch()` picks one per
+    forward from the device, dtype, padding and dropout (no measured kernels: those are installed from
+    outside, by `accelerate_for_inference`)."""
 
     def __init__(self, config: BertConfig, add_pooling_layer: bool = True) -> None:
         check_fits_in_memory(config)
@@ -117,7 +121,7 @@ class BertModel(PreTrainedMixin, nn.Module):
         self.embeddings = BertEmbeddings(config)
         self.layers = nn.ModuleList(BertLayer(config) for _ in range(config.num_hidden_layers))
         self.pooler = nn.Linear(config.hidden_size, config.hidden_size) if add_pooling_layer else None
-        self.attention: Attention | None = None
+        self.attention: Attention = Dispatch()
         self.apply(lambda module: init_weights(module, config.initializer_range))
 
     def forward(
@@ -132,7 +136,7 @@ class BertModel(PreTrainedMixin, nn.Module):
         x = self.embeddings(input_ids, token_type_ids)  # (B, T, D)
         real = None if attention_mask is None or bool(attention_mask.all()) else attention_mask.bool()  # (B, T)
         dropout_p = self.config.attention_probs_dropout_prob if self.training else 0.0
-        attention = self.attention or choose_attention(x, real is not None, dropout_p)
+        attention = self.attention.select(x, real is not None, dropout_p)
         layout: Unpadded | torch.Tensor | None
         if attention.unpadded:
             layout = Unpadded.from_mask(real if real is not None else torch.ones_like(input_ids, dtype=torch.bool))

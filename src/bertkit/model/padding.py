@@ -4,7 +4,10 @@ Design decision: a batch (B, T) with an attention mask holds N <= B*T real token
 projection, feed-forward, LayerNorm and dropout is per token, so it runs on the (N, D) real tokens
 alone; only attention needs sequences, and the attention backends (attention.py) find them here: as
 slices (`split_sizes`), as cumulative lengths (`cu_seqlens`), or by padding back (`pad`). The gather
-indices are computed once per forward pass; padded positions come back as zeros.
+indices are computed once per forward pass; padded positions come back as zeros. Any mask works: left,
+right or interior padding, all-padding rows; each row's real tokens keep their order and their absolute
+positions (position embeddings were added in the padded layout, as transformers does), and `pad` puts
+them back where they were.
 
 Reference: mosaicml/examples bert_padding.py (unpad_input / pad_input), NVIDIA's packed BERT.
 """
@@ -25,13 +28,14 @@ class Unpadded:
     batch_size: int
     seq_len: int
     lengths: torch.Tensor  # (B,) real tokens per sequence
+    mask: torch.Tensor  # (B, T) bool, True at real tokens: where they are, not only how many
 
     @classmethod
     def from_mask(cls, attention_mask: torch.Tensor) -> Unpadded:
-        """From a (B, T) mask; each row's real tokens stay in order and together once packed."""
+        """From a (B, T) mask of any pattern; each row's real tokens stay in order and together once packed."""
         batch_size, seq_len = attention_mask.shape
         indices = attention_mask.reshape(-1).nonzero().squeeze(1)
-        return cls(indices, batch_size, seq_len, attention_mask.sum(1))
+        return cls(indices, batch_size, seq_len, attention_mask.sum(1), attention_mask.bool())
 
     @cached_property  # the layout is built once per forward pass and used by every layer
     def cu_seqlens(self) -> torch.Tensor:
