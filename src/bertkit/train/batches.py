@@ -12,12 +12,21 @@ With per-example `lengths`, each epoch's permutation is grouped by length: windo
 GROUPING_WINDOW_BATCHES global batches are sorted by length and cut into global batches, whose order
 is then shuffled — so a batch holds similar lengths (little padding) while the epoch stays random.
 It is drawn from the same (seed, epoch) generator, so resume stays exact.
+
+The plan costs a few bytes per example, not a Python object: the permutation is one numpy array of
+int32 indices (int64 past 2**31 examples), drawn by shuffling an arange in place (the same draws, hence
+the same order, as `rng.permutation(n)`, in half its memory), and this process's micro-batch index
+lists are cut from it one step at a time, as the DataLoader's batch_sampler asks for them, so a fresh
+epoch or a resume mid-epoch builds nothing for the steps it does not reach. At 100M examples: 4 bytes an
+example and ~19 s to the first batch on a 2-core EPYC, against 56 bytes and 128 s for the list plan it
+replaced (benchmarks/epoch_order.py; docs/performance.md, "Epoch order at scale"). That time is the
+Fisher-Yates shuffle, kept because it is the order earlier runs were trained and checkpointed with.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -33,16 +42,22 @@ GROUPING_WINDOW_BATCHES = 50  # global batches sorted together when grouping by 
 
 
 def group_by_length(order: np.ndarray, lengths: np.ndarray, batch_size: int, rng: np.random.Generator) -> np.ndarray:
-    """Reorder a permutation so each run of `batch_size` holds similar lengths; batch order shuffled."""
-    window = batch_size * GROUPING_WINDOW_BATCHES
-    batches = []
+    """Reorder a permutation so each run of `batch_size` holds similar lengths; batch order shuffled.
+    Arrays throughout (the grouped copy and the batch shuffle's), no object per batch or example."""
+    window = batch_size * GROUPING_WINDOW_BATCHES  # a multiple of batch_size: batches never straddle windows
+    grouped = np.empty_like(order)
     for start in range(0, len(order), window):
         chunk = order[start:start + window]
-        chunk = chunk[np.argsort(-lengths[chunk], kind="stable")]  # longest first within the window
-        batches += [chunk[i:i + batch_size] for i in range(0, len(chunk), batch_size)]
-    tail = [batches.pop()] if len(batches[-1]) < batch_size else []  # a short last batch stays last
-    shuffled = [batches[i] for i in rng.permutation(len(batches))]
-    return np.concatenate(shuffled + tail)
+        grouped[start:start + window] = chunk[np.argsort(-lengths[chunk], kind="stable")]  # longest first
+    full = len(order) // batch_size  # a short last batch stays last
+    batches = grouped[:full * batch_size].reshape(full, batch_size)
+    grouped[:full * batch_size] = batches[rng.permutation(full)].ravel()
+    return grouped
+
+
+def index_dtype(num_examples: int) -> type[np.signedinteger]:
+    """The narrowest signed integer type holding every index of `num_examples` examples."""
+    return np.int32 if num_examples <= 2**31 else np.int64
 
 
 def count_steps_per_epoch(num_examples: int, global_batch_size: int, min_tail: int) -> int:
@@ -99,45 +114,89 @@ class EpochBatches:
 
     def permutation(self, epoch: int) -> np.ndarray:
         """The sample order of `epoch`, the same on every process and every run."""
+        order = np.arange(self.num_examples, dtype=index_dtype(self.num_examples))
         if not self.shuffle:
-            return np.arange(self.num_examples)
+            return order
         rng = np.random.default_rng([self.seed, epoch])
-        order = rng.permutation(self.num_examples)
+        rng.shuffle(order)  # rng.permutation(n)'s draws and order, without its int64 copy
         if self.lengths is None:
             return order
         return group_by_length(order, self.lengths, self.global_batch_size, rng)
 
-    def _plan(self, order: np.ndarray, start: int) -> Iterator[tuple[list[list[int]], int]]:
-        """(this process's micro-batch index lists, global batch size) for each step from `start` on."""
+    def _plan(self, epoch: int) -> _EpochPlan:
+        """This process's plan of `epoch` from the current position: the permutation, cut lazily."""
         parts = self.accumulation * self.world_size
-        for offset in range(start, len(order), self.global_batch_size):
-            global_batch = order[offset:offset + self.global_batch_size]
-            if len(global_batch) < parts:
-                break
-            # Even split into world_size x accumulation parts; this rank owns a contiguous run of them.
-            pieces = np.array_split(global_batch, parts)
-            mine = pieces[self.rank * self.accumulation:(self.rank + 1) * self.accumulation]
-            yield [piece.tolist() for piece in mine], len(global_batch)
+        return _EpochPlan(self.permutation(epoch), self.samples_in_epoch, self.global_batch_size, parts,
+                          range(self.rank * self.accumulation, (self.rank + 1) * self.accumulation))
 
-    def _loader(self, micro_index_lists: list[list[int]], epoch: int) -> DataLoader:
+    def _loader(self, batch_sampler: Iterable[list[int]], epoch: int) -> DataLoader:
         # A seeded generator keeps DataLoader from drawing from the global torch RNG (exact resume).
         generator = torch.Generator().manual_seed(self.seed * 1_000_003 + epoch)
-        return DataLoader(self.dataset, batch_sampler=micro_index_lists, collate_fn=self.collate_fn,
+        return DataLoader(self.dataset, batch_sampler=batch_sampler, collate_fn=self.collate_fn,
                           num_workers=self.num_workers, generator=generator)
 
     def __iter__(self) -> Iterator[StepBatch]:
         while True:
             if hasattr(self.dataset, "set_epoch"):
                 self.dataset.set_epoch(self.epoch)
-            plan = list(self._plan(self.permutation(self.epoch), self.samples_in_epoch))
-            loader = iter(self._loader([ids for step, _ in plan for ids in step], self.epoch))
-            for step_ids, global_size in plan:
-                micro_batches = [next(loader) for _ in step_ids]
+            plan = self._plan(self.epoch)
+            loader = iter(self._loader(_MicroBatchSampler(plan), self.epoch))
+            for pieces, global_size in plan.steps():
+                micro_batches = [next(loader) for _ in pieces]
                 self.samples_in_epoch += global_size
-                yield StepBatch(micro_batches, [len(ids) for ids in step_ids], global_size)
+                yield StepBatch(micro_batches, [piece.stop - piece.start for piece in pieces], global_size)
             tail = self.num_examples - self.samples_in_epoch
             if tail:
                 self.skipped_samples += tail
                 logger.info("epoch %d: %d samples left over after the last full global batch were skipped",
                             self.epoch, tail)
             self.epoch, self.samples_in_epoch = self.epoch + 1, 0
+
+
+@dataclass(frozen=True)
+class _EpochPlan:
+    """This process's share of an epoch from sample `start` on, as slices of `order`, computed a step at a
+    time (nothing is built for steps not reached)."""
+
+    order: np.ndarray
+    start: int
+    global_batch_size: int
+    parts: int
+    """world_size x accumulation: each global batch is split evenly into this many micro-batches."""
+    mine: range
+    """The indices of this process's micro-batches among the parts (a contiguous run of `accumulation`)."""
+
+    def steps(self) -> Iterator[tuple[list[slice], int]]:
+        """(this process's micro-batches as slices of `order`, the global batch size) for each step."""
+        for offset in range(self.start, len(self.order), self.global_batch_size):
+            size = min(self.global_batch_size, len(self.order) - offset)
+            if size < self.parts:
+                return
+            yield [_piece(offset, size, self.parts, part) for part in self.mine], size
+
+    def __len__(self) -> int:
+        return count_steps_per_epoch(max(0, len(self.order) - self.start), self.global_batch_size, self.parts)
+
+
+def _piece(offset: int, size: int, parts: int, part: int) -> slice:
+    """Piece `part` of the `size` samples at `offset` split into `parts` near-equal pieces, as
+    np.array_split cuts them: the first size % parts pieces are one longer."""
+    base, longer = divmod(size, parts)
+    start = offset + part * base + min(part, longer)
+    return slice(start, start + base + (part < longer))
+
+
+class _MicroBatchSampler:
+    """The DataLoader's batch_sampler: this process's micro-batch index lists, made as they are asked for
+    (it lives in the main process; workers receive the lists)."""
+
+    def __init__(self, plan: _EpochPlan) -> None:
+        self.plan = plan
+
+    def __iter__(self) -> Iterator[list[int]]:
+        for pieces, _ in self.plan.steps():
+            for piece in pieces:
+                yield self.plan.order[piece].tolist()
+
+    def __len__(self) -> int:
+        return len(self.plan) * len(self.plan.mine)

@@ -11,12 +11,23 @@ whatever the speed of the machine.
 References: Devlin et al. 2018 (AdamW, lr 1e-4, wd 0.01, warmup 10k steps, linear decay);
 Loshchilov & Hutter 2019 (decoupled weight decay); You et al. 2019, "Large Batch Optimization for Deep
 Learning: Training BERT in 76 Minutes", arXiv:1904.00962 (LAMB, Algorithm 2).
+
+LAMB's layer adaptation follows the weight-decay rule, decided once in `is_matrix`: matrices (linear
+weights, embeddings) get both weight decay and the trust ratio; vectors (ndim < 2: biases, LayerNorm
+gains and shifts) get neither, so their trust ratio is 1 and they move like AdamW's. Scaling a vector by
+||w|| / ||update|| would pin a zero-initialised bias near zero (issue 23's toy regression: bias norm 0.06 after
+2,000 steps against AdamW's 6.9). This is what NVIDIA's LAMB does for BERT (DeepLearningExamples:
+apex FusedLAMB with use_nvlamb=False adapts only parameters with weight decay, and no decay on bias,
+gamma, beta) and TF-Addons' `LAMB(exclude_from_layer_adaptation=...)`, which defaults to the
+weight-decay exclusions. LAMB's step reads no tensor value on the host: its step count is a Python int
+per parameter (saved as a checkpoint scalar), so a step on a GPU never waits for the device.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterable
+from typing import Any
 
 import torch
 from torch import nn
@@ -26,21 +37,30 @@ from bertkit.errors import BertkitError
 from bertkit.settings import OPTIMIZERS
 
 
+def is_matrix(parameter: torch.Tensor) -> bool:
+    """The one rule for weight decay and LAMB's layer adaptation: matrices (linear weights, embeddings)
+    get them; vectors (ndim < 2: biases, LayerNorm gains and shifts) do not."""
+    return parameter.ndim >= 2
+
+
 def parameter_groups(model: nn.Module, weight_decay: float) -> list[dict]:
-    """Two groups: decayed and not decayed."""
+    """Two groups: decayed (matrices) and not decayed (vectors), by `is_matrix`."""
     decay: list[nn.Parameter] = []
     no_decay: list[nn.Parameter] = []
     for parameter in model.parameters():
-        if not parameter.requires_grad:
-            continue
-        # Matrices (linear weights, embeddings) decay; vectors (biases, LayerNorm gains and shifts) do not.
-        (decay if parameter.ndim >= 2 else no_decay).append(parameter)
+        if parameter.requires_grad:
+            (decay if is_matrix(parameter) else no_decay).append(parameter)
     return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
 
 
 class Lamb(torch.optim.Optimizer):
-    """LAMB: Adam's bias-corrected direction plus decoupled weight decay, scaled per tensor by the trust
-    ratio ||w|| / ||update|| so every layer moves by a similar relative amount (You et al. 2019, Alg. 2)."""
+    """LAMB (You et al. 2019, Algorithm 2): Adam's bias-corrected direction plus decoupled weight decay;
+    a matrix's update is scaled by the trust ratio ||w|| / ||update|| so every layer moves by a similar
+    relative amount, a vector's (bias, LayerNorm; see `is_matrix`) is not (trust ratio 1).
+
+    state["step"] is a Python int (how many updates this parameter had), so the bias corrections are
+    host arithmetic and no step syncs with the device; a tensor step (torch's Adam, an older checkpoint)
+    is turned into an int on load."""
 
     def __init__(self, params: Iterable, lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.999),
                  eps: float = 1e-6, weight_decay: float = 0.0) -> None:
@@ -58,25 +78,37 @@ class Lamb(torch.optim.Optimizer):
                 update = self._adam_direction(parameter, beta1, beta2, group["eps"])
                 if group["weight_decay"]:
                     update.add_(parameter, alpha=group["weight_decay"])
-                weight_norm, update_norm = parameter.norm(), update.norm()
-                # Trust ratio; 1 when either norm is 0 (fresh zero biases, zero update).
-                trust = torch.where((weight_norm > 0) & (update_norm > 0), weight_norm / update_norm,
-                                    torch.ones_like(weight_norm))
-                parameter.sub_(update * (group["lr"] * trust))
+                if is_matrix(parameter):
+                    parameter.sub_(update * (group["lr"] * _trust_ratio(parameter, update)))
+                else:
+                    parameter.sub_(update, alpha=group["lr"])
 
     def _adam_direction(self, parameter: torch.Tensor, beta1: float, beta2: float, eps: float) -> torch.Tensor:
         state = self.state[parameter]
         if not state:
-            state["step"] = torch.zeros((), dtype=torch.float32)
+            state["step"] = 0
             state["exp_avg"] = torch.zeros_like(parameter)
             state["exp_avg_sq"] = torch.zeros_like(parameter)
-        state["step"] += 1
-        step = state["step"].item()
+        state["step"] = step = state["step"] + 1
         state["exp_avg"].mul_(beta1).add_(parameter.grad, alpha=1 - beta1)
         state["exp_avg_sq"].mul_(beta2).addcmul_(parameter.grad, parameter.grad, value=1 - beta2)
         corrected_avg = state["exp_avg"] / (1 - beta1 ** step)
         corrected_sq = state["exp_avg_sq"] / (1 - beta2 ** step)
         return corrected_avg / (corrected_sq.sqrt() + eps)
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        super().load_state_dict(state_dict)
+        for state in self.state.values():
+            if isinstance(state.get("step"), torch.Tensor):  # once, at load time: not a per-step sync
+                state["step"] = int(state["step"])
+
+
+def _trust_ratio(weight: torch.Tensor, update: torch.Tensor) -> torch.Tensor:
+    """||w|| / ||update|| as a 0-d tensor on the weight's device (no host read); 1 when either norm is 0
+    (a zero-initialised matrix, a zero update)."""
+    weight_norm, update_norm = weight.norm(), update.norm()
+    return torch.where((weight_norm > 0) & (update_norm > 0), weight_norm / update_norm,
+                       torch.ones_like(weight_norm))
 
 
 def build_optimizer(model: nn.Module, name: str, learning_rate: float, weight_decay: float,
