@@ -215,3 +215,24 @@ def _gradient_of(model, objective, batch, pieces):
     step = StepBatch(micro, [len(rows) for rows in pieces], len(batch["input_ids"]))
     loop._forward_backward(model, objective, step, _no_autocast, None, DistributedContext())
     return [p.grad.clone() for p in model.parameters() if p.grad is not None]
+
+
+def test_the_squad_loss_does_not_depend_on_how_far_a_batch_is_padded():
+    """Micro-batches of different sizes pad to different lengths: padding must not enter the answer softmax,
+    or two processes would not train as one (found by test_multinode's SQuAD case)."""
+    from bertkit.config import preset
+    from bertkit.model import BertForQuestionAnswering
+    from bertkit.settings import SquadSettings
+    from bertkit.tasks.squad import SquadTask
+
+    torch.manual_seed(0)
+    model = BertForQuestionAnswering(preset("bert-debug", vocab_size=50, hidden_dropout_prob=0.0,
+                                            attention_probs_dropout_prob=0.0)).eval()
+    ids = torch.randint(5, 50, (2, 8))
+    batch = {"input_ids": ids, "token_type_ids": torch.zeros_like(ids), "attention_mask": torch.ones_like(ids),
+             "start_positions": torch.tensor([2, 3]), "end_positions": torch.tensor([4, 5])}
+    padded = {key: torch.nn.functional.pad(value, (0, 5)) if value.dim() == 2 else value
+              for key, value in batch.items()}
+    task = SquadTask(SquadSettings())
+    with torch.no_grad():
+        torch.testing.assert_close(task.loss(model, padded)[0], task.loss(model, batch)[0])

@@ -150,8 +150,12 @@ class SquadTask(BaseTask):
 
     def loss(self, model: torch.nn.Module, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict[str, float]]:
         out = model(batch["input_ids"], batch["token_type_ids"], batch["attention_mask"])
-        start = F.cross_entropy(out.start_logits.float(), batch["start_positions"])
-        end = F.cross_entropy(out.end_logits.float(), batch["end_positions"])
+        # Padding is no answer position: left in the softmax, it would make the loss depend on how long the
+        # other inputs of the micro-batch are (and so on the micro-batch size and the number of processes).
+        padding = batch["attention_mask"] == 0  # (B, T)
+        lowest = torch.finfo(torch.float32).min
+        start = F.cross_entropy(out.start_logits.float().masked_fill(padding, lowest), batch["start_positions"])
+        end = F.cross_entropy(out.end_logits.float().masked_fill(padding, lowest), batch["end_positions"])
         return (start + end) / 2, {}
 
     def decode(self, examples: Sequence[SquadExample], features: Sequence[dict],
