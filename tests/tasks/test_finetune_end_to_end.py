@@ -130,6 +130,29 @@ def test_squad_outputs_like_the_original(vocab: Path, tmp_path: Path, version_2:
     assert (tmp_path / "eval" / "predictions.json").is_file()
 
 
+@pytest.mark.parametrize("dev_kind", ["v1.1", "only-unanswerable"])
+def test_squad_v2_with_a_dev_set_that_cannot_place_the_threshold(vocab: Path, tmp_path: Path, dev_kind: str,
+                                                                  caplog: pytest.LogCaptureFixture) -> None:
+    # A v1.1 dev file (every question answerable) with --version-2-with-negative once failed with
+    # KeyError 'best_f1_thresh': the threshold stays at its default and the run is scored.
+    train = _squad_file(tmp_path / "train.json", version_2=True)
+    dev = _squad_file(tmp_path / "dev.json", version_2=dev_kind == "only-unanswerable")
+    if dev_kind == "only-unanswerable":
+        data = json.loads(dev.read_text())
+        for paragraph in data["data"][0]["paragraphs"]:
+            paragraph["qas"] = [q for q in paragraph["qas"] if q.get("is_impossible")]
+        dev.write_text(json.dumps(data), encoding="utf-8")
+    results = _finetune("squad", vocab, tmp_path / "out", train, dev, "--doc-stride", "8", "--max-query-length", "8",
+                        "--version-2-with-negative")
+    assert {"exact_match", "f1", "best_f1", "best_f1_thresh"} <= set(results)
+    assert results["null_score_diff_threshold"] == 0.0
+    task = json.loads((tmp_path / "out" / "best" / "bertkit_task.json").read_text())
+    assert task["null_score_diff_threshold"] == 0.0
+    assert "the SQuAD 2.0 no-answer threshold cannot be chosen on it" in caplog.text
+    assert main(["evaluate", "--model", str(tmp_path / "out" / "best"), "--input", str(dev), "--output",
+                 str(tmp_path / "eval"), "--device", "cpu"]) == 0
+
+
 def test_multiple_choice_swag_with_feature_based_head(vocab: Path, tmp_path: Path) -> None:
     header = ",video-id,fold-ind,startphrase,sent1,sent2,gold-source,ending0,ending1,ending2,ending3,label"
     rows = [f"{i},v,{i},x,someone sits down.,he,gold,eats.,flies.,sings.,swims.,{i % 4}" for i in range(8)]

@@ -291,8 +291,8 @@ def best_null_threshold(scores: Mapping[str, float], predictions: Mapping[str, s
 def squad_evaluate(gold_answers: Mapping[str, Sequence[str]], predictions: Mapping[str, str],
                    null_odds: Mapping[str, float] | None = None, null_odds_threshold: float = 1.0,
                    ) -> dict[str, float]:
-    """SQuAD scores in percent: `exact_match`, `f1`, and for sets with unanswerable questions the
-    v2.0 script's `HasAns_*`, `NoAns_*` and, given `null_odds`, `best_exact`/`best_f1` with thresholds.
+    """SQuAD scores in percent: `exact_match`, `f1`, for sets with unanswerable questions the v2.0
+    script's `HasAns_*`, `NoAns_*`, and given `null_odds` (any set) `best_exact`/`best_f1` with thresholds.
 
     With `null_odds`, a question whose odds exceed `null_odds_threshold` counts as answered "no answer"
     (the v2.0 script's --na-prob-thresh, default 1.0).
@@ -310,14 +310,14 @@ def squad_evaluate(gold_answers: Mapping[str, Sequence[str]], predictions: Mappi
                 exact[qid] = f1[qid] = float(not has_answer[qid])
     results = {"exact_match": 100.0 * sum(exact.values()) / len(exact),
                "f1": 100.0 * sum(f1.values()) / len(f1), "total": len(exact)}
-    if all(has_answer.values()):
-        return results
-    for name, keep in (("HasAns", True), ("NoAns", False)):
-        qids = [qid for qid in gold_answers if has_answer[qid] == keep]
-        if qids:
-            results[f"{name}_exact"] = 100.0 * sum(exact[q] for q in qids) / len(qids)
-            results[f"{name}_f1"] = 100.0 * sum(f1[q] for q in qids) / len(qids)
-            results[f"{name}_total"] = len(qids)
+    if not all(has_answer.values()):
+        for name, keep in (("HasAns", True), ("NoAns", False)):
+            qids = [qid for qid in gold_answers if has_answer[qid] == keep]
+            if qids:
+                results[f"{name}_exact"] = 100.0 * sum(exact[q] for q in qids) / len(qids)
+                results[f"{name}_f1"] = 100.0 * sum(f1[q] for q in qids) / len(qids)
+                results[f"{name}_total"] = len(qids)
+    # As the v2.0 script: the threshold search whenever there are null odds, unanswerable questions or not.
     if null_odds is not None:
         full_odds = {qid: null_odds.get(qid, 0.0) for qid in gold_answers}
         results["best_exact"], results["best_exact_thresh"] = best_null_threshold(

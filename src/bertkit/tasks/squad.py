@@ -78,6 +78,7 @@ class SquadTask(BaseTask):
     output_names = ("start_logits", "end_logits")
     token_level_outputs = ("start_logits", "end_logits")
     settings: SquadSettings
+    _kept_threshold_said = False  # select_on_dev's warning, once per task
 
     @property
     def metric_names(self) -> tuple[str, ...]:
@@ -249,8 +250,22 @@ class SquadTask(BaseTask):
         return results
 
     def select_on_dev(self, examples: Sequence[SquadExample], decoded: dict[str, dict]) -> dict[str, dict]:
-        """v2.0: adopt the null-score threshold that maximises dev F1 and re-decide the predictions with it."""
+        """v2.0: adopt the null-score threshold that maximises dev F1 and re-decide the predictions with it.
+
+        A dev set without both kinds of question (e.g. a v1.1 file, every question answerable) cannot place
+        the threshold: the search would push it past every dev question's null odds, so the model would never
+        answer "no answer". The threshold then stays at `null_score_diff_threshold` (0.0, run_squad.py's
+        default: "no answer" when the null score beats the best span), said once in the log."""
         if not self.settings.version_2_with_negative:
+            return decoded
+        kinds = {bool(answers) for answers in self._gold(examples).values()}
+        if kinds != {True, False}:
+            if not self._kept_threshold_said:
+                self._kept_threshold_said = True
+                log.warning("the dev set has %s: the SQuAD 2.0 no-answer threshold cannot be chosen on it; it "
+                            "stays %g (no answer when the null score beats the best span's by more)",
+                            "no unanswerable question" if True in kinds else "no answerable question",
+                            self.settings.null_score_diff_threshold)
             return decoded
         self.settings.null_score_diff_threshold = float(self._threshold_search(examples, decoded)["best_f1_thresh"])
         return {**decoded, "predictions": self._thresholded(decoded, self.settings.null_score_diff_threshold)}
