@@ -165,6 +165,46 @@ def test_pretrain_exits_143_after_sigterm_and_main_maps_interrupts(tmp_path, mon
     assert f"continue with: bertkit pretrain --data {tmp_path}" in err and err.rstrip().endswith("--resume auto")
 
 
+def test_the_continue_line_runs_as_printed_after_overwrite(tmp_path, monkeypatch, capsys):
+    """A run started with --overwrite (and an older --resume of its own) is interrupted; the printed command
+    is pasted as it is: it used to keep --overwrite and fail with "--resume and --overwrite contradict"."""
+    import shlex
+
+    real_loss, calls = ClassificationTask.loss, []
+
+    def loss(self, model, batch):
+        calls.append(1)
+        if len(calls) == 3:
+            os.kill(os.getpid(), signal.SIGTERM)
+        return real_loss(self, model, batch)
+
+    monkeypatch.setattr(ClassificationTask, "loss", loss)
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "finetune_run.json").write_text("{}")  # an earlier run that --overwrite deletes
+    argv = [*_cli_data(tmp_path), "--output", str(out), "--epochs", "1", "--overwrite", "--eval-every", "2"]
+    assert main(argv) == 143
+    line = next(x for x in capsys.readouterr().err.splitlines() if x.startswith("continue with: "))
+    command = shlex.split(line.removeprefix("continue with: "))
+    assert command[0] == "bertkit" and "--overwrite" not in command and command[-2:] == ["--resume", "auto"]
+    assert main(command[1:]) == 0, capsys.readouterr().err
+    assert (out / "best" / "model.safetensors").is_file() and len(calls) > 3
+
+
+@pytest.mark.parametrize(("argv", "flag", "expected"), [
+    (["pretrain", "--overwrite", "--data", "d"], "--resume auto", ["pretrain", "--data", "d", "--resume", "auto"]),
+    (["pretrain", "--resume", "runs/x/step-00000100", "--data", "d"], "--resume auto",
+     ["pretrain", "--data", "d", "--resume", "auto"]),  # an older checkpoint would start a new branch
+    (["pretrain", "--resume=auto", "--data", "d"], "--resume auto", ["pretrain", "--data", "d", "--resume", "auto"]),
+    (["quickstart", "--overwrite", "--minutes", "3"], "--resume", ["quickstart", "--minutes", "3", "--resume"]),
+    (["quickstart", "--resume", "--minutes", "3"], "--resume", ["quickstart", "--minutes", "3", "--resume"]),
+])
+def test_continuing_drops_what_contradicts_resuming(argv, flag, expected):
+    from bertkit.cli import continuing
+
+    assert continuing(argv, flag) == expected
+
+
 def test_other_dev_sets_are_scored_when_the_first_improves(tmp_path):
     tokenizer = _tokenizer(tmp_path / "vocab")
     examples = _examples(22)

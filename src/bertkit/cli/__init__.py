@@ -128,11 +128,32 @@ def _interrupted(exc: BaseException, argv: list[str]) -> int:
         return 128 + signal.SIGINT
     message = f"bertkit: {cause}"
     if cause.resume_flag:
-        flag = cause.resume_flag.split()[0]
-        continued = argv if flag in argv else [*argv, *cause.resume_flag.split()]
-        message += f"\ncontinue with: {shlex.join(['bertkit', *continued])}"
+        message += f"\ncontinue with: {shlex.join(['bertkit', *continuing(argv, cause.resume_flag)])}"
     click.echo(message, err=True)
     return cause.exit_code
+
+
+# Flags that start a run over, which a resumed run refuses ("--resume and --overwrite contradict each other").
+START_OVER_FLAGS = ("--overwrite",)
+
+
+def continuing(argv: list[str], resume_flag: str) -> list[str]:
+    """The command line that continues the interrupted `argv`: the flags that start over dropped, any
+    --resume of its own (e.g. an older checkpoint, which would start a new branch) replaced by `resume_flag`
+    ('--resume auto', or quickstart's bare '--resume'), so the printed line runs as it is."""
+    flag, *value = resume_flag.split()
+    kept: list[str] = []
+    skip = 0
+    for arg in argv:
+        if skip:
+            skip -= 1
+        elif arg in START_OVER_FLAGS or arg.startswith(flag + "="):
+            continue
+        elif arg == flag:
+            skip = len(value)  # its value follows as the next argument
+        else:
+            kept.append(arg)
+    return [*kept, flag, *value]
 
 
 if __name__ == "__main__":
