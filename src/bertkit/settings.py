@@ -238,7 +238,7 @@ class PretrainSettings:
     nsp: bool = True
     """Next sentence prediction on/off (off: masked LM only, a BertForMaskedLM - the paper's ablation)."""
     dropout: float | None = None
-    """Hidden and attention dropout during pre-training; unset keeps the config's (0.1 in the presets).
+    """Hidden and attention dropout during pre-training; unset: the config's (0.1 in the presets).
     0 is the short-budget recipe (Geiping & Goldstein 2022): a model that sees the data about once
     gains nothing from regularisation. Fine-tuning sets its own dropout."""
     eval_data: str | None = dataclasses.field(default=None, metadata={"path": "dir"})

@@ -4,6 +4,7 @@ library function takes: each flag reaches them."""
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from dataclasses import dataclass, field
@@ -16,7 +17,7 @@ from click.testing import CliRunner
 
 from bertkit import settings as run_settings
 from bertkit.cli import cli, main
-from bertkit.cli.options import field_docs, options, take
+from bertkit.cli.options import field_docs, options, take, without_unset
 from bertkit.errors import BertkitError
 from bertkit.settings import Limits, ServerSettings, check_bounds
 
@@ -188,6 +189,33 @@ def test_every_generated_flag_has_help(name, command):
     """A field without a docstring would be a flag without help: this catches it."""
     missing = [param.opts[0] for param in command.params if isinstance(param, click.Option) and not param.help]
     assert not missing, f"bertkit {name}: flags without help (give their dataclass fields a docstring): {missing}"
+
+
+UNSET_CLAUSE = re.compile(r"\bunset\b(?!\))")
+"""What a docstring says None means ("; unset: ..."); "auto (unset)" names the default itself."""
+
+
+@pytest.mark.parametrize("name, command", _leaf_commands(), ids=[n for n, _ in _leaf_commands()])
+def test_help_never_contradicts_the_default_it_shows(name, command):
+    """A flag that can never be None (it has a default, a default decided elsewhere, or is required) does
+    not describe what None would do; no help shows two defaults; every flag a help names exists here."""
+    context = click.Context(command)
+    flags = {opt for param in command.params for opt in (*param.opts, *param.secondary_opts)}
+    for param in command.params:
+        if not isinstance(param, click.Option):
+            continue
+        flag, text = param.opts[0], param.get_help_record(context)[1]
+        never_none = param.required or "[default:" in text or param.get_default(context) is not None
+        assert not (never_none and UNSET_CLAUSE.search(text)), f"bertkit {name} {flag}: {text}"
+        assert text.count("default:") <= 1, f"bertkit {name} {flag} shows two defaults: {text}"
+        named = set(re.findall(r"--[a-z][a-z0-9-]*[a-z0-9]", text.replace("-\n", "")))
+        assert named <= flags, f"bertkit {name} {flag} names flags the command lacks: {named - flags}"
+
+
+def test_the_unset_clause_is_cut_to_the_end_of_its_sentence():
+    assert without_unset("Every N steps; unset: only at the end (and at 0.5 of it). More.") == "Every N steps. More."
+    assert without_unset("Every N steps; unset: only at the end") == "Every N steps"
+    assert without_unset("How vectors pool; auto (unset): [CLS].") == "How vectors pool; auto (unset): [CLS]."
 
 
 TRAINING_COMMANDS = ("pretrain", "finetune")

@@ -13,7 +13,10 @@ same bounds), `flag` (another flag name, e.g. `--timeout` for `timeout_s`; `--a/
 an on/off flag) and `path` ("file" or "dir", with `exists`: a click.Path that checks it). A command
 changes an option only where the command really differs from the library (a CLI-only default, a
 callback) through `overrides`: click.option keyword arguments per field, plus `flag` and `default_text`
-(what `[default: ...]` says when the default is decided later, e.g. by a recipe).
+(what `[default: ...]` says when the default is decided later, e.g. by a recipe). A docstring says what
+None means in a clause `; unset: ...` to the end of its sentence; where the command's flag cannot be
+unset (a default that is not None, a `default_text`, a required flag), the help leaves that clause out,
+so `--help` never offers what the flag cannot do next to the default it shows (tests/cli/test_help.py).
 
 Help lives in docstrings rather than in `field(metadata={"help": ...})` because every bertkit dataclass
 already documents each field that way (DESIGN.md), a reader of the source sees the text beside the
@@ -29,6 +32,7 @@ import dataclasses
 import functools
 import inspect
 import itertools
+import re
 import sys
 import textwrap
 import types
@@ -151,6 +155,8 @@ def _option(field: dataclasses.Field, hint: Any, doc: str, override: Mapping[str
     if "default" in override:
         kwargs.pop("required", None)
     kwargs.update(override)
+    if default_text is not None or kwargs.get("default") is not None or kwargs.get("required"):
+        kwargs["help"] = without_unset(kwargs["help"])  # this flag is never None, whatever None would mean
     if default_text is not None:
         kwargs.update(help=f"{kwargs['help']} [default: {default_text}]".strip(), show_default=False)
     if "type" in kwargs:  # the command's own type
@@ -163,6 +169,20 @@ def _option(field: dataclasses.Field, hint: Any, doc: str, override: Mapping[str
         return click.option(f"{flag}/--no-{flag[2:]}", field.name, **kwargs)
     kwargs["type"] = _click_type(field, base, hint)
     return click.option(flag, field.name, **kwargs)
+
+
+_UNSET = re.compile(r";\s*unset:")
+_SENTENCE_END = re.compile(r"\.(?=\s|$)")
+
+
+def without_unset(help_text: str) -> str:
+    """`help_text` without its "; unset: ..." clause (to the end of that sentence), which says what the
+    setting's None means: wrong beside a flag that is never None."""
+    clause = _UNSET.search(help_text)
+    if clause is None:
+        return help_text
+    end = _SENTENCE_END.search(help_text, clause.end())
+    return help_text[:clause.start()] + (help_text[end.start():] if end else "")
 
 
 def _without_none(hint: Any) -> Any:

@@ -61,7 +61,10 @@ RECIPE_DEFAULTS = {
 SETTINGS: dict[str, dict[str, Any]] = {
     "model": {"default": "bert-base"}, "recipe": {"default": "auto"}}
 TRAINING: dict[str, dict[str, Any]] = {
-    "max_time_s": {"type": str, "callback": _duration}, "eval_every": {"default": 500}}
+    "max_time_s": {"type": str, "callback": _duration}, "eval_every": {"default": 500},
+    "micro_batch_size": {"default_text": "the recipe's (paper 32) where it divides the global batch and neither "
+                                         "--gradient-accumulation-steps nor --batch-size is given, else the "
+                                         "global batch / (accumulation steps x processes)"}}
 
 
 def _with_recipe(cls: type, overrides: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
