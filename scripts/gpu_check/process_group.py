@@ -1,0 +1,92 @@
+"""Part 3, a one-rank process group driving the training loop's real reductions: NCCL on a GPU, gloo on
+CPU in the dry run.
+
+The runner starts this part with torchrun's variables for a job of one process (RANK=0, WORLD_SIZE=1,
+LOCAL_RANK=0, MASTER_ADDR=127.0.0.1, MASTER_PORT=<a free port>). It calls `setup_distributed` the
+documented way, checks one all-reduce on the training device, then runs `bertkit.train.fit` on a tiny
+BertForPreTraining for 5 steps with an evaluation and a checkpoint at step 3 and at the end, and leaves
+the group. Design decision: a group of one exercises every collective the loop makes (NCCL refuses CPU
+tensors, so a collective on the wrong device fails here as it would on 8 GPUs) without a second GPU.
+It passes only if a group was joined and the loop took the distributed path (`ctx.distributed`); a
+`setup_distributed` that runs alone at WORLD_SIZE=1 is reported as a failure naming that.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import math
+import os
+import traceback
+from pathlib import Path
+from typing import Any
+
+TORCHRUN_VARIABLES = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
+STEPS = 5
+
+
+def run(options: dict[str, Any]) -> tuple[str, dict[str, Any], str | None]:
+    import torch
+    import torch.distributed as dist
+
+    from bertkit.data import collate_pretraining
+    from bertkit.tasks.pretraining import evaluate_pretraining, pretraining_loss
+    from bertkit.train import TrainConfig, fit, setup_distributed, teardown_distributed
+    from bertkit.train import checkpoint as ckpt
+    from gpu_check.tiny import pretraining_items, tiny_model
+
+    device = "cpu" if options["dry_run"] else "cuda"
+    details: dict[str, Any] = {"environment": {k: os.environ.get(k) for k in TORCHRUN_VARIABLES},
+                               "requested_device": device}
+    problems: list[str] = []
+    ctx = setup_distributed(device)
+    try:
+        joined = dist.is_available() and dist.is_initialized()
+        details.update(group_joined=joined, backend=dist.get_backend() if joined else None,
+                       context={"rank": ctx.rank, "world_size": ctx.world_size, "device": str(ctx.device),
+                                "distributed": ctx.distributed})
+        print(f"setup_distributed({device!r}): group joined {joined}, backend {details['backend']}, "
+              f"ctx.distributed {ctx.distributed}, device {ctx.device}", flush=True)
+        if not joined:
+            problems.append("setup_distributed joined no process group although torchrun's variables were set "
+                            "(WORLD_SIZE=1); the loop's collectives were not exercised")
+        elif not ctx.distributed:
+            problems.append("a process group was joined but ctx.distributed is False, so the loop skips its "
+                            "collectives")
+        if joined:
+            probe = torch.ones(2, device=ctx.device)
+            dist.all_reduce(probe)
+            details["all_reduce"] = probe.tolist()
+        held_out = pretraining_items(16, seed=1)
+        evaluate_kwargs = {"ctx": ctx} if "ctx" in inspect.signature(evaluate_pretraining).parameters else {}
+
+        def eval_fn(model: torch.nn.Module) -> dict[str, float]:
+            return evaluate_pretraining(model, held_out, 8, **evaluate_kwargs)
+
+        precision = "bf16" if ctx.device.type == "cuda" else "fp32"
+        config = TrainConfig(max_steps=STEPS, micro_batch_size=4, learning_rate=1e-3, precision=precision,
+                             eval_every=3, save_every=3, log_every=1, seed=0)
+        run_dir = Path(options["work"]) / "process-group-run"
+        result = fit(tiny_model(), pretraining_loss, pretraining_items(64), config, run_dir,
+                     collate_fn=collate_pretraining, eval_fn=eval_fn, ctx=ctx)
+        records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+        train = [r for r in records if r.get("kind") == "train"]
+        evals = [r for r in records if r.get("kind") == "eval"]
+        saved = ckpt.list_checkpoints(run_dir / "checkpoints")
+        details.update(precision=precision, steps=result.step, stop_reason=result.stop_reason,
+                       skipped_steps=result.skipped_steps, train_losses=[r["loss"] for r in train],
+                       evaluations=evals, checkpoints={p.name: ckpt.verify_checkpoint(p) or "valid" for p in saved})
+        if result.step != STEPS or result.stop_reason != "budget":
+            problems.append(f"fit stopped at step {result.step} ({result.stop_reason}), expected {STEPS} (budget)")
+        if len(train) != STEPS or not all(math.isfinite(r["loss"]) for r in train):
+            problems.append(f"train losses: {[r['loss'] for r in train]}")
+        if not evals:
+            problems.append("no evaluation was logged")
+        if not saved or any(ckpt.verify_checkpoint(p) for p in saved):
+            problems.append(f"checkpoints: {details['checkpoints']}")
+    except Exception:  # noqa: BLE001 - the error text is the result; what was found so far is kept
+        problems.append(traceback.format_exc()[-3000:])
+    finally:
+        teardown_distributed()
+    details["torn_down"] = not (dist.is_available() and dist.is_initialized())
+    return ("failed" if problems else "passed"), details, "; ".join(problems) or None

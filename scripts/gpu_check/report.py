@@ -1,0 +1,170 @@
+"""results.md from the results dictionary (results.json holds the same and more)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def one_line(name: str, record: dict[str, Any]) -> str:
+    """A few words on what a part found, for the progress line and the overview table."""
+    details = record.get("details") or {}
+    if name == "environment" and details:
+        device = details.get("device") or {}
+        missing = ", ".join(details.get("missing_required") or []) or "none"
+        return (f" {device.get('name') or 'no CUDA device'}; torch {device.get('torch')}, CUDA "
+                f"{device.get('torch_cuda')}, driver {device.get('driver')}; missing required modules: {missing}")
+    if name in ("cuda_tests", "compile_smoke") and details.get("counts"):
+        counts = details["counts"]
+        return f" {counts['passed']} passed, {counts['failed'] + counts['error']} failed, {counts['skipped']} skipped"
+    if name.startswith("throughput") and details.get("results"):
+        ours, theirs = details["results"]["bertkit"], details["results"]["transformers"]
+        return (f" batch {details['batch']}: bertkit {ours['tokens_per_s']:,.0f} tok/s (MFU {ours['mfu']:.1%}), "
+                f"transformers {theirs['tokens_per_s']:,.0f} tok/s (MFU {theirs['mfu']:.1%}), {details['ratio']:.2f}x")
+    if name == "process_group" and "group_joined" in details:
+        return f" backend {details.get('backend')}, {details.get('steps', '?')} steps through fit"
+    return ""
+
+
+def markdown(results: dict[str, Any], parts) -> str:
+    env = results.get("environment") or {}
+    device = env.get("device") or {}
+    title = device.get("name") or ("CPU (dry run)" if results["dry_run"] else "no CUDA device")
+    lines = [f"# GPU check: {title}", "",
+             f"{'Dry run (CPU, tiny model). ' if results['dry_run'] else ''}Started {results['started_utc']}, "
+             f"{results['total_s']:.0f} s of a {results['budget_s']:.0f} s budget"
+             f"{'' if results.get('complete') else ' (still running)'}; commit {env.get('commit') or 'unknown'}. "
+             f"Overall: **{'ok' if results['ok'] else 'NOT ok'}**.", "",
+             "| part | status | seconds | result |", "|---|---|---|---|"]
+    for part in parts:
+        record = results["parts"].get(part.name)
+        if record is None:
+            lines.append(f"| {part.title} | not run yet | | |")
+            continue
+        details = env if part.name == "environment" else record.get("details")
+        note = one_line(part.name, {"details": details}).strip() or first_line(record.get("error"))
+        lines.append(f"| {part.title} | {record['status']} | {record['seconds']:.1f} | {cell(note)} |")
+    lines += environment_section(env)
+    parts_done = {name: r for name, r in results["parts"].items() if r["status"] != "skipped"}
+    for name in ("cuda_tests", "compile_smoke"):
+        if name in parts_done:
+            lines += tests_section(parts_done[name])
+    if "process_group" in parts_done:
+        lines += process_group_section(parts_done["process_group"])
+    for name in ("throughput", "throughput_tf32"):
+        if name in parts_done:
+            lines += throughput_section(parts_done[name], results["dry_run"])
+    failures = [(name, r) for name, r in parts_done.items() if r["status"] in ("failed", "timeout") and r.get("error")]
+    if failures:
+        lines += ["", "## Errors", ""]
+        for _, record in failures:
+            lines += [f"### {record['title']} ({record['status']})", "", "```", record["error"].strip()[-3000:],
+                      "```", ""]
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def environment_section(env: dict[str, Any]) -> list[str]:
+    if not env:
+        return []
+    device = env.get("device") or {}
+    lines = ["", "## Environment", "",
+             f"- Python {env.get('python')} ({env.get('executable')}), {env.get('platform')}, {env.get('cpus')} CPUs",
+             f"- torch {device.get('torch')}, CUDA {device.get('torch_cuda')}, cuDNN {device.get('cudnn')}, "
+             f"NCCL {device.get('nccl')}, driver {device.get('driver')}"]
+    if device.get("cuda_available"):
+        lines.append(f"- {device.get('device_count')} x {device.get('name')} (compute capability "
+                     f"{device.get('capability')}, {device.get('memory_gib')} GiB, {device.get('multiprocessors')} "
+                     f"SMs), bf16 supported: {device.get('bf16')}")
+    else:
+        lines.append("- no CUDA device")
+    missing = env.get("missing_required") or []
+    lines.append(f"- missing required modules: {', '.join(missing) if missing else 'none'}")
+    optional = ", ".join(env.get("missing_optional") or []) or "none"
+    lines.append(f"- missing optional modules (their tests skip): {optional}")
+    modules = env.get("modules") or {}
+    lines.append("- versions: " + ", ".join(f"{name} {version}" for name, version in modules.items() if version))
+    return lines
+
+
+def tests_section(record: dict[str, Any]) -> list[str]:
+    details = record.get("details") or {}
+    lines = ["", f"## {record['title']}", "", f"`{details.get('command', '')}`", "",
+             f"{details.get('summary_line') or record['status']}", ""]
+    tests = details.get("tests") or []
+    interesting = [t for t in tests if t["outcome"] not in ("passed", "skipped")]
+    if interesting:
+        lines += ["| test | outcome | message |", "|---|---|---|"]
+        lines += [f"| {cell(t['name'])} | {t['outcome']} | {cell(first_line(t.get('message'), 200))} |"
+                  for t in interesting]
+        lines.append("")
+    ran = [t for t in tests if t["outcome"] == "passed"]
+    skipped = [t for t in tests if t["outcome"] == "skipped"]
+    lines.append(f"{len(ran)} passed" + (": " + ", ".join(f"`{t['name'].split('::')[-1]}`" for t in ran[:60])
+                                         + (" ..." if len(ran) > 60 else "") if ran else ""))
+    if skipped:
+        reasons: dict[str, int] = {}
+        for test in skipped:
+            reason = first_line(test.get("message"), 120) or "no reason given"
+            reasons[reason] = reasons.get(reason, 0) + 1
+        lines += ["", f"{len(skipped)} skipped: " + "; ".join(f"{n} x {reason}" for reason, n in reasons.items())]
+    return lines
+
+
+def process_group_section(record: dict[str, Any]) -> list[str]:
+    details = record.get("details") or {}
+    context = details.get("context") or {}
+    lines = ["", f"## {record['title']}", "",
+             f"- environment: {details.get('environment')}",
+             f"- process group joined: {details.get('group_joined')}, backend {details.get('backend')}; "
+             f"context: rank {context.get('rank')}, world size {context.get('world_size')}, device "
+             f"{context.get('device')}, distributed {context.get('distributed')}",
+             f"- all-reduce on the device: {details.get('all_reduce', 'not run')}",
+             f"- fit: {details.get('steps')} steps ({details.get('stop_reason')}), "
+             f"precision {details.get('precision')}, "
+             f"skipped steps {details.get('skipped_steps')}, losses "
+             f"{', '.join(f'{x:.3f}' for x in details.get('train_losses') or [])}",
+             f"- evaluations: {len(details.get('evaluations') or [])}; checkpoints: {details.get('checkpoints')}",
+             f"- torn down: {details.get('torn_down')}"]
+    return lines
+
+
+def throughput_section(record: dict[str, Any], dry_run: bool) -> list[str]:
+    details = record.get("details") or {}
+    lines = ["", f"## {record['title']}", ""]
+    if not details.get("results"):
+        search = details.get("search")
+        return [*lines, f"{record['status']}; batch search: {search}" if search else record["status"]]
+    lines += [f"{details['model']}, {details['seq_length']} tokens, full rows, {details['precision']}, "
+              f"{details['device_name']}; torch {details['torch']}, transformers {details['transformers']} "
+              f"(attention: {details['transformers_attention']}). Batch {details['batch']} (search: "
+              + ", ".join(f"{s['batch']} {s['result']}" for s in details["search"]) + "); "
+              f"{details['rounds']} timed rounds of {details['steps_per_round']} steps after a warm-up round, "
+              "the two implementations alternating; median round.", "",
+              "| implementation | ms/step | tokens/s | model TFLOP/s | MFU | MFU vs measured matmul "
+              "| peak memory GiB |",
+              "|---|---|---|---|---|---|---|"]
+    for name, result in details["results"].items():
+        memory = result["peak_memory_gib"]
+        lines.append(f"| {name} | {result['ms_per_step']:.1f} | {result['tokens_per_s']:,.0f} | "
+                     f"{result['model_tflops']:.3g} | {result['mfu']:.1%} | "
+                     f"{result['mfu_vs_measured_matmul']:.1%} | {'' if memory is None else memory} |")
+    lines += ["", f"bertkit / transformers tokens/s: **{details['ratio']:.2f}x**.", "",
+              f"Peak: {details['peak_tflops']:.4g} TFLOP/s ({details['peak_source']}); measured matmul "
+              f"{details['measured_matmul_tflops']:.4g} TFLOP/s. Model FLOPs per step "
+              f"{details['model_tflop_per_step']:.4g} T ({details['tokens_per_step']:,} tokens, "
+              f"{details['masked_per_step']:,} masked). FLOP rule: {details['flop_rule']}. transformers' MLM head at "
+              f"the unmasked positions adds {details['transformers_uncounted_head_fraction']:.1%} to that count, "
+              "not counted."]
+    if dry_run:
+        lines += ["", "Dry run: a tiny model on a CPU; these numbers exercise the code and measure nothing."]
+    return lines
+
+
+def first_line(text: str | None, limit: int = 160) -> str:
+    if not text:
+        return ""
+    line = next((x.strip() for x in text.strip().splitlines() if x.strip()), "")
+    return line[:limit]
+
+
+def cell(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
