@@ -33,7 +33,7 @@ import numpy as np
 import torch
 
 from bertkit.config import BertConfig
-from bertkit.data.textfile import read_text
+from bertkit.data.textfile import read_text, text_lines
 from bertkit.errors import BertkitError, where
 from bertkit.inference.batching import sorted_batches
 from bertkit.inference.pooling import choose_pooling, read_sentence_transformers, sentence_vectors
@@ -63,7 +63,7 @@ def parse_layers(spec: str, num_layers: int) -> list[int]:
 def read_lines(path: str | Path, flag: str = "--input") -> list[tuple[str, str | None]]:
     """(text_a, text_b or None) per line; text_b after ' ||| ' as in the original. Errors name `flag`."""
     path = Path(path)
-    lines = read_text(path, flag=flag).splitlines()
+    lines = text_lines(read_text(path, flag=flag))
     inputs: list[tuple[str, str | None]] = []
     for number, line in enumerate(lines, start=1):
         a, sep, b = line.partition("|||")

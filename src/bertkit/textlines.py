@@ -3,7 +3,8 @@
 Design decision: one line reader for every command that streams a corpus (`bertkit tokenizer train`
 and `bertkit data pretraining`), so both apply the same rules to the same file: `text_files` counts
 every file, names empty ones and skips binary or unreadable ones (`strict` raises instead);
-`file_lines` reads one file, corrupt gzip data skipping the rest of it the same way;
+`file_lines` reads one file (a leading UTF-8 byte order mark dropped), corrupt gzip data skipping the
+rest of it the same way;
 `decode_line` replaces invalid UTF-8 (counted) or raises naming the line. What they meet is
 counted in a `FileCounts`, which each reader's own statistics extend. It sits below both the
 tokenizer and the data layer (it imports only `bertkit.errors`). A line is read at most `limit`
@@ -68,11 +69,21 @@ def file_lines(path: Path, limit: int, counts: FileCounts, strict: bool) -> Iter
     named in `counts` (`strict` raises instead)."""
     try:
         with _open_binary(path) as stream:
-            yield _bounded_lines(stream, limit)
+            yield _without_bom(_bounded_lines(stream, limit))
     except _GZIP_ERRORS as exc:
         if strict:
             raise BertkitError(f"{path}: corrupt gzip data ({exc}); fix or remove the file") from None
         counts.skipped_files.setdefault("corrupt gzip data (rest of file)", []).append(str(path))
+
+
+UTF8_BOM = b"\xef\xbb\xbf"
+"""The byte order mark Excel, Notepad and PowerShell put at the start of UTF-8 files: not text."""
+
+
+def _without_bom(lines: Iterator[tuple[bytes, bool]]) -> Iterator[tuple[bytes, bool]]:
+    """The lines, the first without a leading UTF-8 byte order mark."""
+    for index, (line, cut) in enumerate(lines):
+        yield (line.removeprefix(UTF8_BOM) if index == 0 else line), cut
 
 
 def _open_binary(path: Path) -> BufferedIOBase:

@@ -16,8 +16,10 @@ import pytest
 
 from bertkit.cli import main
 from bertkit.config import preset
-from bertkit.data.glue import read_table
+from bertkit.data.conll import read_conll
+from bertkit.data.glue import glue_task, read_glue, read_table
 from bertkit.data.squad import read_squad
+from bertkit.data.swag import read_choices
 from bertkit.errors import BertkitError
 from bertkit.model import BertForSequenceClassification
 from bertkit.settings import PredictSettings
@@ -247,3 +249,80 @@ def test_column_flags_are_refused_where_they_do_not_apply(tmp_path: Path, capsys
         predict_file(PredictSettings(single, path, tmp_path / "out", device="cpu", text_pair_column="other"))
     with pytest.raises(BertkitError, match=r"no column 'nope'.*--id-column"):
         predict_file(PredictSettings(single, path, tmp_path / "out", device="cpu", id_column="nope"))
+
+
+# --- issue 29.3: a UTF-8 byte order mark and Windows line ends ---------------------------------------
+
+def _squad_text() -> str:
+    context = 'He said "good film", then left.'
+    return json.dumps({"version": "v2.0", "data": [{"title": "t", "paragraphs": [{"context": context, "qas": [
+        {"id": "q1", "question": "what did he say?", "answers": [{"text": '"good film"', "answer_start": 8}]}]}]}]},
+        indent=1) + "\n"
+
+
+def _read_corpus(path: Path) -> list:
+    from bertkit.data.corpus import CorpusStats, read_documents
+
+    return list(read_documents([path], CorpusStats()))
+
+
+def _train_vocab(path: Path) -> list[str]:
+    """What the vocabulary trainer is fed (its vocabulary breaks ties between merges differently each run)."""
+    from bertkit.tokenizer.training import TrainingStats, _ShortWords, _training_lines
+
+    return [line.strip() for line in _training_lines([path], TrainingStats(), False, _ShortWords(True))]
+
+
+def _extract_lines(path: Path) -> list:
+    from bertkit.features import read_lines
+
+    return read_lines(path)
+
+
+def _predict_rows(path: Path) -> list:
+    """What `bertkit predict` reads from a table (a model fine-tuned by column name)."""
+    task = ClassificationTask(ClassificationSettings(labels=["0", "1"], text_column="sentence"))
+    return task.read(path, labelled=False)[0]
+
+
+# (reader, file name, content): each file holds quotes, and the first column's name is what a BOM would hide.
+BOM_CASES = [
+    ("glue-tsv", "train.tsv", 'sentence\tlabel\n"quoted start\t1\nplain "inner" text\t0\n',
+     lambda p: read_glue(p, glue_task("sst2"))),
+    ("glue-tsv-no-header", "train.tsv", 'src\t1\t*\t"quoted start\nsrc\t0\t*\tplain\n',
+     lambda p: read_glue(p, glue_task("cola"))),
+    ("generic-csv", "train.csv", 'sentence,label\n"a ""quoted"" word, comma",1\nplain,0\n',
+     lambda p: read_table(p, "sentence", None, "label")),
+    ("generic-tsv", "train.tsv", 'sentence\tlabel\n"quoted start\t1\nplain\t0\n',
+     lambda p: read_table(p, "sentence", None, "label")),
+    ("generic-jsonl", "train.jsonl",
+     '{"sentence": "a \\"quoted\\" word", "label": "1"}\n{"sentence": "b", "label": "0"}\n',
+     lambda p: read_table(p, "sentence", None, "label")),
+    ("predict-tsv", "new.tsv", 'sentence\n"quoted start\nplain\n', _predict_rows),
+    ("conll", "train.conll", "-DOCSTART- O\n\nEU B-ORG\nrejects O\n\"German\" B-MISC\n\n", read_conll),
+    ("squad-json", "dev.json", _squad_text(),
+     lambda p: read_squad(p, training=True, version_2_with_negative=False)),
+    ("swag-csv", "train.csv", "sent1,sent2,ending0,ending1,label\n"
+     '"He said ""hi"".",He,eats.,"sings, loudly.",1\n', read_choices),
+    ("swag-jsonl", "train.jsonl", '{"context": "c \\"q\\"", "endings": ["a", "b"], "label": 1}\n',
+     read_choices),
+    ("pretraining-text", "corpus.txt", 'The "first" sentence.\nThe second.\n\nA new document.\n', _read_corpus),
+    ("pretraining-jsonl", "corpus.jsonl", '{"text": "The \\"first\\" sentence.\\nThe second."}\n'
+     '{"text": "A new document."}\n', _read_corpus),
+    ("tokenizer-training", "corpus.txt", 'Zebra "quoted" words.\nzebra crossing.\n', _train_vocab),
+    ("extract-input", "sentences.txt", 'He said "hi". ||| She left.\nplain\n', _extract_lines),
+]
+
+
+@pytest.mark.parametrize(("name", "filename", "content", "read"), BOM_CASES, ids=[c[0] for c in BOM_CASES])
+def test_every_reader_takes_a_utf8_bom_and_crlf_line_ends(tmp_path: Path, name: str, filename: str,
+                                                           content: str, read) -> None:
+    """A file as Excel or Notepad saves it (a UTF-8 byte order mark, CRLF line ends) reads exactly as the
+    same file without them: no column '\\ufeffsentence', no 'Unexpected UTF-8 BOM', no '\\r' in a label."""
+    plain, windows = tmp_path / "plain", tmp_path / "windows"
+    plain.mkdir(), windows.mkdir()
+    (plain / filename).write_bytes(content.encode("utf-8"))
+    (windows / filename).write_bytes(b"\xef\xbb\xbf" + content.replace("\n", "\r\n").encode("utf-8"))
+    expected = repr(read(plain / filename)).replace(str(plain), "DIR")
+    assert "\\ufeff" not in expected and "\\r" not in expected
+    assert repr(read(windows / filename)).replace(str(windows), "DIR") == expected

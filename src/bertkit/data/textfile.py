@@ -5,11 +5,13 @@ Design decision: the fine-tuning readers (GLUE/tables, CoNLL, SQuAD, SWAG) and f
 read small files whole and strictly as UTF-8; a missing, unreadable or non-UTF-8 file is the user's
 error, reported as `BertkitError` naming the file (and the flag, where one is given). Lines end at
 line feeds only (`str.splitlines` would also cut at U+2028, U+0085 and form feeds, which occur inside
-real text and would split a row in two). `.tsv` records are split on tabs with no quote processing, as
-GLUE's files are written and Google's `run_classifier.py` reads them (`csv.QUOTE_NONE`): a field that
-starts with `"` is plain text. `.csv` records use standard CSV quoting, read strictly, so a quote left
-open is an error naming its line instead of silently joining the rows after it. The pre-training
-corpus reader streams instead and has its own replace-and-count policy (`bertkit.data.corpus`).
+real text and would split a row in two); a carriage return before a line feed (Windows' CRLF) is not
+part of the line, and a leading UTF-8 byte order mark (Excel and Notepad write one) is not text, so
+U+FEFF never reaches a column name or a JSON parser. `.tsv` records are split on tabs with no quote
+processing, as GLUE's files are written and Google's `run_classifier.py` reads them (`csv.QUOTE_NONE`):
+a field that starts with `"` is plain text. `.csv` records use standard CSV quoting, read strictly, so
+a quote left open is an error naming its line instead of silently joining the rows after it. The
+pre-training corpus reader streams instead and has its own replace-and-count policy (`bertkit.data.corpus`).
 """
 
 from __future__ import annotations
@@ -28,11 +30,12 @@ log = logging.getLogger(__name__)
 
 
 def read_text(path: str | Path, flag: str | None = None) -> str:
-    """The whole file as a str; `flag` (e.g. "--input") is named in error messages."""
+    """The whole file as a str, without a leading byte order mark; `flag` (e.g. "--input") is named in
+    error messages."""
     path = Path(path)
     label = f"{flag} {path}" if flag else str(path)
     try:
-        return path.read_text(encoding="utf-8")
+        return path.read_text(encoding="utf-8-sig")  # utf-8, a BOM at the start dropped
     except FileNotFoundError:
         raise BertkitError(f"{label}: file not found") from None
     except IsADirectoryError:
@@ -44,8 +47,9 @@ def read_text(path: str | Path, flag: str | None = None) -> str:
 
 
 def text_lines(text: str) -> list[str]:
-    """The lines of a file's text, cut at line feeds only (see the module docstring)."""
-    lines = text.split("\n")
+    """The lines of a file's text, cut at line feeds only, each without the carriage return of a CRLF
+    ending (see the module docstring)."""
+    lines = [line.removesuffix("\r") for line in text.split("\n")]
     return lines[:-1] if lines and not lines[-1] else lines
 
 
