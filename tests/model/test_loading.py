@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import pickle
 
 import pytest
@@ -56,10 +57,14 @@ def test_pickle_with_code_is_refused_never_executed(tmp_path, capsys):
     assert "this must never run" not in capsys.readouterr().out
 
 
-def test_encoder_checkpoint_without_prefix_gives_fresh_reported_head(tmp_path):
+def test_encoder_checkpoint_without_prefix_gives_fresh_reported_head(tmp_path, caplog):
     _save_hf(tmp_path, "BertModel")
-    model = bm.BertForSequenceClassification.from_pretrained(tmp_path, num_labels=4)
+    with caplog.at_level(logging.INFO):
+        model = bm.BertForSequenceClassification.from_pretrained(tmp_path, num_labels=4)
     assert sorted(model.newly_initialized) == ["classifier.bias", "classifier.weight"]
+    # what fine-tuning does with every pre-trained model: information, not a warning
+    [record] = [r for r in caplog.records if "newly initialised" in r.getMessage()]
+    assert record.levelno == logging.INFO and "classifier.weight" in record.getMessage()
     assert model.classifier.weight.shape == (4, 32)
 
 

@@ -100,9 +100,11 @@ def _pretrain(data: dict[str, Path], output: Path, *extra: str) -> int:
 def test_pretrain_chooses_prints_and_records_the_recipe_and_flags_override_it(data, tmp_path, monkeypatch, caplog):
     measured = []
     monkeypatch.setattr(pretraining, "measure_steps_per_second", lambda *a, **k: measured.append(a) or 0.05)
-    with caplog.at_level(logging.WARNING):
+    with caplog.at_level(logging.INFO):
         assert _pretrain(data, tmp_path / "auto", "--max-time", "60", "--max-steps", "3") == 0
-    line = next(r.getMessage() for r in caplog.records if r.getMessage().startswith("recipe "))
+    record = next(r for r in caplog.records if r.getMessage().startswith("recipe "))
+    assert record.levelno == logging.INFO  # information, not a warning
+    line = record.getMessage()
     assert line.startswith("recipe short (~3 steps: too few for the paper's schedule")
     assert "0.05 steps/s measured at 64 tokens x 32 on this machine" in line
     assert "instances of 96 tokens are cut to 64 at load" in line and "--max-seq-length 64 --masking dynamic" in line
@@ -115,7 +117,7 @@ def test_pretrain_chooses_prints_and_records_the_recipe_and_flags_override_it(da
     final = json.loads((tmp_path / "auto" / "final" / "bertkit_pretraining.json").read_text())
     assert final["steps"] == 3 and final["recipe"] == "auto" and "mlm_accuracy" in final["last_eval"]
     caplog.clear()
-    with caplog.at_level(logging.WARNING):
+    with caplog.at_level(logging.INFO):
         assert _pretrain(data, tmp_path / "mine", "--max-steps", "2", "--learning-rate", "1e-3", "--batch-size", "4",
                      "--adam-epsilon", "1e-8") == 0
     line = next(r.getMessage() for r in caplog.records if r.getMessage().startswith("recipe "))

@@ -68,9 +68,10 @@ def test_resume_rules_without_resume_and_with_overwrite(tmp_path, caplog):
         ckpt.resolve_resume(None, tmp_path)
     with pytest.raises(BertkitError, match="contradict"):
         ckpt.resolve_resume("auto", tmp_path, overwrite=True)
-    with caplog.at_level(logging.WARNING):
+    with caplog.at_level(logging.INFO):
         assert ckpt.resolve_resume(None, tmp_path, overwrite=True) is None
     assert ckpt.list_checkpoints(tmp_path) == [] and "deleted 1 checkpoints" in caplog.text
+    assert all(r.levelno == logging.INFO for r in caplog.records)  # what the user asked for: no warning
 
 
 def test_resume_auto_lists_at_most_five_broken_checkpoints(tmp_path):

@@ -187,7 +187,9 @@ class PreTrainedMixin:
         self.newly_initialized = missing
         self.unused_weights = unused
         if missing:
-            log.warning("%s: newly initialised (not in checkpoint): %s", source, _names(missing))
+            # information: fine-tuning starts every task head this way, and a fine-tuned directory without
+            # its head is refused where it is loaded for prediction (tasks.finetuned.load_weights)
+            log.info("%s: newly initialised (not in checkpoint): %s", source, _names(missing))
         if unused:
             log.info("%s: skipped weights of other heads: %s", source, _names(unused))
 

@@ -306,9 +306,9 @@ def plan_recipe(settings: PretrainSettings, config: TrainConfig, ctx: Any
     config = _recipe_micro_batch(config, recipe, ctx.world_size)
     if ctx.is_main:
         kept = [name for name in _RECIPE_TARGETS if _RECIPE_TARGETS[name][1] in settings.given]
-        logger.warning("recipe %s (%s): %s%s%s", recipe.name, recipe.reason, recipe.describe(),
-                       f"; your flags kept: {', '.join(kept)}" if kept else "",
-                       "".join(f"; {note}" for note in notes))
+        logger.info("recipe %s (%s): %s%s%s", recipe.name, recipe.reason, recipe.describe(),
+                    f"; your flags kept: {', '.join(kept)}" if kept else "",
+                    "".join(f"; {note}" for note in notes))
     return settings, config, recipe
 
 

@@ -157,7 +157,7 @@ def resolve_resume(resume: str | Path | None, root: Path, overwrite: bool = Fals
         for path in doomed:
             shutil.rmtree(path)
         if doomed:
-            logger.warning("%s: deleted %d checkpoints of the earlier run in %s", START_OVER, len(doomed), root)
+            logger.info("%s: deleted %d checkpoints of the earlier run in %s", START_OVER, len(doomed), root)
         return None
     if resume is None:
         if list_checkpoints(root):
