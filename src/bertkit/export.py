@@ -82,7 +82,9 @@ class ExportReport:
     """int8 only: max_abs_diff vs fp32, top1_agreement (share of equal argmax), fp32_size_bytes."""
 
     def lines(self) -> list[str]:
-        lines = [f"wrote {self.path} ({self.architecture}: {', '.join(self.outputs)}; {self.size_bytes / 1e6:.2f} MB)",
+        weights = "int8 (dynamic quantization)" if self.quantized else "fp32"
+        lines = [f"wrote {self.path} ({weights}, {self.architecture}: {', '.join(self.outputs)}; "
+                 f"{self.size_bytes / 1e6:.2f} MB)",
                  f"onnxruntime vs PyTorch (fp32): max |diff| = {self.max_abs_diff:.2e}"]
         if self.quantized:
             q = self.quantized

@@ -491,7 +491,10 @@ def auto_precision(device: torch.device, width: int = DEFAULT_WIDTH, purpose: st
     """What `--precision auto` runs for `purpose` ("training" or "inference"): on CUDA bf16 where the GPU
     supports it, on a CPU the faster of fp32 and bf16 as measured (bf16 only at >= 1.2x), else fp32."""
     if device.type == "cuda":
-        return "bf16" if torch.cuda.is_bf16_supported() else "fp32"
+        supported = torch.cuda.is_bf16_supported()
+        _log_choice(purpose, 0, f"{purpose}: " + ("bf16 (this CUDA device supports it)" if supported else
+                                                  "fp32 (this CUDA device has no bf16)"), probed=False)
+        return "bf16" if supported else "fp32"
     if device.type != "cpu":
         return "fp32"
     chosen = choices(width)
@@ -501,9 +504,14 @@ def auto_precision(device: torch.device, width: int = DEFAULT_WIDTH, purpose: st
 
 
 @functools.cache
-def _log_choice(purpose: str, width: int, reason: str) -> None:
+def _log_choice(purpose: str, width: int, reason: str, probed: bool = True) -> None:
+    """One line per choice and process: what auto chose for `purpose`, why, and (CPU) from which probe."""
+    chosen = reason.split(": ", 1)[1]
+    if not probed:
+        log.info("precision auto for %s: %s", purpose, chosen)
+        return
     _measured, source = measurements(width)
-    log.info("precision auto for %s: %s [%s; probe %s]", purpose, reason.split(": ", 1)[1], machine().cpu, source)
+    log.info("precision auto for %s: %s [%s; probe %s]", purpose, chosen, machine().cpu, source)
 
 
 def matmul_gflops(precision: str, width: int = DEFAULT_WIDTH, purpose: str = "training",

@@ -18,6 +18,7 @@ on one CPU and 0.6x on another.
 from __future__ import annotations
 
 import contextlib
+import logging
 import random
 from collections.abc import Callable
 from typing import Any
@@ -29,6 +30,8 @@ from torch import nn
 from bertkit import hardware
 from bertkit.errors import BertkitError
 from bertkit.settings import DEVICES, INFERENCE_PRECISIONS
+
+log = logging.getLogger(__name__)
 
 
 def resolve_device(device: str, local_rank: int = 0) -> torch.device:
@@ -76,11 +79,13 @@ def check_inference_precision(precision: str) -> str:
 def inference_precision(precision: str, model: nn.Module, device: torch.device) -> str:
     """The inference precision to run: 'auto' is the faster of fp32 and bf16 as measured on this machine
     at the model's width (bertkit.hardware; bf16 on CUDA where supported). int8 is never chosen by 'auto':
-    it changes outputs by more than rounding, so it is asked for by name (accuracy: docs/performance.md)."""
+    it changes outputs by more than rounding, so it is asked for by name (accuracy: docs/performance.md).
+    The choice is logged in one line: auto's with its reason (bertkit.hardware), a given one as given."""
     if check_inference_precision(precision) == "auto":
         return hardware.auto_precision(device, hardware.model_width(model), purpose="inference")
     if precision == "int8" and device.type != "cpu":
         raise BertkitError(f"--precision int8 runs on CPUs only; on {device.type} use bf16 or fp32")
+    log.info("precision for inference: %s (--precision %s; auto would measure this machine)", precision, precision)
     return precision
 
 

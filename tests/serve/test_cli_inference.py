@@ -46,6 +46,7 @@ def test_export_onnx_prints_the_check_and_the_int8_change(classifier_dir, tmp_pa
                  "--quantize", "int8"]) == 0
     out = capsys.readouterr().out
     assert "onnxruntime vs PyTorch (fp32): max |diff|" in out and "int8 dynamic quantization" in out
+    assert f"wrote {tmp_path / 'm.onnx'} (int8 (dynamic quantization), BertForSequenceClassification: logits" in out
 
 
 def test_serve_help_shows_safe_defaults(capsys):

@@ -10,6 +10,7 @@ reproduces the dev scores of fine-tuning exactly; predict defaults to auto preci
 from __future__ import annotations
 
 import json
+import logging
 from typing import Any
 
 import click
@@ -21,6 +22,7 @@ from bertkit.settings import PredictSettings
 def _predict_file(settings: PredictSettings) -> dict[str, Any]:
     from bertkit.tasks.evaluate import predict_file  # torch: only when the command runs, not for --help
 
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")  # e.g. the precision
     return predict_file(settings)
 
 
