@@ -6,6 +6,7 @@ Malformed requests of every kind must get a 4xx JSON body that carries no path a
 from __future__ import annotations
 
 import json
+import re
 import time
 
 import numpy as np
@@ -64,6 +65,20 @@ def test_probes_and_openapi(mlm):
     paths = mlm.get("/openapi.json").json()["paths"]
     assert {"/fill-mask", "/embed", "/health", "/ready"} <= set(paths) and "/classify" not in paths
     assert mlm.get("/docs").status_code == 200
+
+
+def test_the_docs_pages_load_everything_from_this_server(mlm):
+    """/docs and /redoc work offline: no URL of another host, and every script, style, icon and the API
+    description they name answers here."""
+    for page in ("/docs", "/redoc"):
+        html = mlm.get(page).text
+        assert "://" not in html and "'//" not in html and '"//' not in html, html
+        urls = set(re.findall(r"""(?:src|href|spec-url)="(/[^"]*)"|url: '(/[^']*)'""", html))
+        named = {url for pair in urls for url in pair if url}
+        assert {"/openapi.json"} < named and any(url.endswith(".js") for url in named), named
+        for url in named:
+            response = mlm.get(url)
+            assert response.status_code == 200 and len(response.content) > 100, url
 
 
 def test_other_endpoints_404_with_what_this_model_serves(mlm):

@@ -10,6 +10,10 @@ invalid (types, limits, no [MASK], ...); 429 queue full (Retry-After); 431 heade
 server bug (logged; the message says nothing more); 503 not ready to take it (shutting down, or every
 connection slot busy); 504 the request's time limit passed before its result was ready.
 
+The API description is `/openapi.json`; `/docs` (Swagger UI) and `/redoc` read it with scripts and styles
+served by this app (DOCS_ASSETS, from the fastapi-offline package), never from a CDN, so they work on a
+machine without internet access.
+
 Design decision: the layer is thin. Limits are checked here, before tokenizing (limits.py); slow or
 too many connections are handled below the app, in uvicorn's protocol (connections.py); requests are
 batched by one worker (microbatch.py); all inference is the predictor's. Requests are plain JSON
@@ -32,6 +36,7 @@ from fastapi import Depends, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from fastapi.security import APIKeyHeader, HTTPAuthorizationCredentials, HTTPBearer
+from fastapi_offline import FastAPIOffline
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
@@ -50,6 +55,9 @@ from bertkit.serve.predictor import MAX_TOP_K, Predictor
 from bertkit.settings import ServerSettings
 
 log = logging.getLogger(__name__)
+
+DOCS_ASSETS = "/docs-assets"
+"""Where /docs and /redoc load Swagger UI's and ReDoc's scripts, styles and icon from: this app."""
 
 
 # --- request bodies -------------------------------------------------------------------------------
@@ -113,8 +121,9 @@ def create_app(predictor: Predictor, settings: ServerSettings | None = None) -> 
         warmup.cancel()
         await batcher.stop()
 
-    app = FastAPI(title="bertkit", summary=f"BERT {type(predictor).__name__}: {', '.join(predictor.endpoints)}",
-                  lifespan=lifespan)
+    app = FastAPIOffline(title="bertkit", summary=f"BERT {type(predictor).__name__}: "
+                         f"{', '.join(predictor.endpoints)}", lifespan=lifespan, static_url=DOCS_ASSETS,
+                         swagger_ui_parameters={"validatorUrl": None})  # no badge from swagger.io either
     app.state.ready = False
     app.state.batcher = batcher
     app.state.settings = settings
