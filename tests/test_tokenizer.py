@@ -157,7 +157,7 @@ def test_train_specials_first_and_encodes_corpus(tmp_path):
 
 
 def test_train_rejects_missing_and_empty_files(tmp_path):
-    with pytest.raises(BertkitError, match="does not exist"):
+    with pytest.raises(BertkitError, match="none.txt: file not found"):
         WordPieceTokenizer.train([tmp_path / "none.txt"])
     empty = tmp_path / "empty.txt"
     empty.write_text("\n \x00\n", encoding="utf-8")

@@ -1,4 +1,5 @@
-"""Bad input for pre-training data: each rule of bertkit.data.corpus, counted and never a traceback.
+"""Bad input for pre-training data: each rule of the corpus reader (bertkit.textlines), counted and never a
+traceback.
 
 Invalid UTF-8, empty files and documents, a one-document corpus, one-sentence documents, lines
 longer than max_seq_length tokens, a giant line without spaces, binary files, corrupt gzip, bad
@@ -12,9 +13,9 @@ import json
 
 import pytest
 
+from bertkit import textlines
 from bertkit.cli import main
 from bertkit.data import PretrainingDataOptions, PretrainingDataset, build_pretraining_data
-from bertkit.data import corpus as corpus_module
 from bertkit.errors import BertkitError
 from bertkit.tokenizer import WordPieceTokenizer
 
@@ -84,7 +85,7 @@ def test_lines_longer_than_max_seq_length(tokenizer, tmp_path):
 
 
 def test_giant_line_without_spaces_is_cut(tokenizer, tmp_path, monkeypatch):
-    monkeypatch.setattr(corpus_module, "MAX_LINE_BYTES", 4096)
+    monkeypatch.setattr(textlines, "MAX_LINE_BYTES", 4096)
     (tmp_path / "giant.txt").write_text(good_text() + "é" * 150_001 + "\n" + good_text())
     summary = build([tmp_path / "giant.txt"], tokenizer, tmp_path / "out")["summary"]
     assert summary["lines_cut"] == 1 and summary["invalid_utf8_lines"] == 0  # cut on a character boundary

@@ -31,9 +31,10 @@ def tokenizer() -> None:
 def train(more_inputs: tuple[Path, ...], **flags: Any) -> None:
     """Learn a WordPiece vocabulary from text files ([PAD], [UNK], [CLS], [SEP], [MASK] get ids 0-4).
 
-    Files are read as `bertkit data pretraining` reads them: lines over 1,000,000 bytes are cut, binary
-    files skipped, invalid UTF-8 replaced, each counted and reported; words over 100 characters are
-    left out (they encode as [UNK]).
+    Files are read as `bertkit data pretraining` reads them: text, .gz, or .jsonl (the "text" field
+    only), glob patterns expanded; lines over 1,000,000 bytes are cut, binary files skipped, invalid
+    UTF-8 replaced, each counted and reported; words over 100 characters are left out (they encode as
+    [UNK]).
     """
     from bertkit.tokenizer import WordPieceTokenizer
 

@@ -90,14 +90,16 @@ class WordPieceTokenizer:
         show_progress: bool = True,
         strict: bool = False,
     ) -> WordPieceTokenizer:
-        """Learn a WordPiece vocabulary from text files (plain or .gz, UTF-8, one or more lines each).
+        """Learn a WordPiece vocabulary from a corpus: text files (plain or .gz, UTF-8, one or more lines
+        each) or JSONL with a "text" field, paths or glob patterns, read as `bertkit data pretraining` reads them.
 
         Ids 0..4 are [PAD], [UNK], [CLS], [SEP], [MASK]; then the alphabet (at most
         `limit_alphabet` characters, and at most (vocab_size - 5) / 2 so that it and its `##`
         continuation forms fit) and the learned pieces: never more than `vocab_size` tokens.
-        Files are streamed as `bertkit data pretraining` reads them: lines cut at MAX_TEXT_CHARS
-        bytes, invalid UTF-8 replaced, empty files counted, binary files skipped (`strict` raises
-        instead); words over MAX_INPUT_CHARS_PER_WORD characters are left out. All of it is logged.
+        Files are streamed by that reader (`bertkit.textlines.read_documents`): lines cut at
+        MAX_TEXT_CHARS bytes, invalid UTF-8 replaced, empty files counted, binary files and JSONL lines
+        without a "text" skipped (`strict` raises instead); words over MAX_INPUT_CHARS_PER_WORD
+        characters are left out. All of it is logged.
         Training counts words with the Rust normalizer, which differs from Google's rules only on
         the rare characters listed in `engine.HAZARD_RANGES`; encoding with the result is exact.
         """

@@ -1,16 +1,18 @@
-"""Learning a WordPiece vocabulary from text files, streamed as `bertkit data pretraining` reads them.
+"""Learning a WordPiece vocabulary from a corpus, read exactly as `bertkit data pretraining` reads it.
 
-`train_vocabulary` runs the `tokenizers` WordPiece trainer over the lines of plain or gzip files
-and returns the tokens in id order: [PAD], [UNK], [CLS], [SEP], [MASK], the alphabet, the learned
+`train_vocabulary` runs the `tokenizers` WordPiece trainer over the sentences of plain, gzip or JSONL
+files and returns the tokens in id order: [PAD], [UNK], [CLS], [SEP], [MASK], the alphabet, the learned
 pieces, never more than `vocab_size`.
 
-Design decision: files are read by `bertkit.textlines`, the reader data creation uses, with its
-rules and counts (lines cut at MAX_TEXT_CHARS bytes, invalid UTF-8 replaced, binary files and
-corrupt gzip data skipped, empty files named; `strict` raises instead), and words over
-MAX_INPUT_CHARS_PER_WORD characters are left out (they encode as [UNK] and cost the trainer the
-square of their length). Each is counted in `TrainingStats` and logged. The trainer counts words
-with the Rust normalizer, which differs from Google's rules only on the rare characters of
-`engine.HAZARD_RANGES`; encoding with the result is exact.
+Design decision: the files are read by `bertkit.textlines.read_documents`, the corpus reader data
+creation uses, so both see the same text: a JSONL file's "text" fields (never its keys, quotes and
+braces), glob patterns expanded, a byte order mark dropped; and the same rules and counts (lines cut at
+MAX_LINE_BYTES bytes, invalid UTF-8 replaced, binary files, corrupt gzip data and JSONL lines without
+a "text" skipped, empty files named; `strict` raises instead). Words over MAX_INPUT_CHARS_PER_WORD
+characters are left out (they encode as [UNK] and cost the trainer the square of their length). Each
+is counted in `TrainingStats` and logged. The trainer counts words with the Rust normalizer, which
+differs from Google's rules only on the rare characters of `engine.HAZARD_RANGES`; encoding with the
+result is exact.
 
 References: Schuster & Nakajima 2012 (WordPiece); Hugging Face `tokenizers` documentation
 (trainers.WordPieceTrainer).
@@ -27,8 +29,8 @@ from pathlib import Path
 from tokenizers import Tokenizer, models, pre_tokenizers, trainers
 
 from bertkit.errors import BertkitError
-from bertkit.textlines import FileCounts, decode_line, file_lines, text_files
-from bertkit.tokenizer.engine import MAX_TEXT_CHARS, bert_normalizer
+from bertkit.textlines import MAX_LINE_BYTES, CorpusStats, expand_inputs, read_documents
+from bertkit.tokenizer.engine import bert_normalizer
 from bertkit.tokenizer.google import MAX_INPUT_CHARS_PER_WORD, SEPARATORS
 from bertkit.tokenizer.vocab import SPECIAL_TOKENS, UNK
 
@@ -36,15 +38,10 @@ logger = logging.getLogger(__name__)
 
 
 @dataclass
-class TrainingStats(FileCounts):
-    """What `WordPieceTokenizer.train` read, and what it did about bad input (files, invalid UTF-8
-    and corrupt gzip data counted by `bertkit.textlines`, as for `bertkit data pretraining`)."""
+class TrainingStats(CorpusStats):
+    """What `WordPieceTokenizer.train` read, and what it did about bad input (files, lines and JSONL records
+    counted by `bertkit.textlines`, as for `bertkit data pretraining`)."""
 
-    bytes: int = 0
-    """Bytes of (decompressed) text read."""
-    lines: int = 0
-    lines_cut: int = 0
-    """Lines over MAX_TEXT_CHARS bytes, cut there."""
     long_words: int = 0
     """Words over MAX_INPUT_CHARS_PER_WORD characters, left out (they encode as [UNK])."""
 
@@ -52,12 +49,9 @@ class TrainingStats(FileCounts):
 def train_vocabulary(files: Sequence[str | Path], vocab_size: int, do_lower_case: bool, min_frequency: int,
                      limit_alphabet: int, show_progress: bool, strict: bool) -> list[str]:
     """Tokens in id order learned from `files` (see `WordPieceTokenizer.train` for the arguments)."""
-    paths = [Path(f) for f in files]
-    if not paths:
+    if not files:
         raise BertkitError("no training files given; pass at least one --input file")
-    for p in paths:
-        if not p.is_file():
-            raise BertkitError(f"training file {p} does not exist; check the --input paths")
+    paths = expand_inputs([str(f) for f in files])  # glob patterns as data creation takes them
     if vocab_size < len(SPECIAL_TOKENS) or min_frequency < 1:
         raise BertkitError(f"--vocab-size must be >= {len(SPECIAL_TOKENS)} and --min-frequency >= 1 "
                            f"(got {vocab_size} and {min_frequency})")
@@ -75,7 +69,7 @@ def train_vocabulary(files: Sequence[str | Path], vocab_size: int, do_lower_case
     _report_training(stats)
     learned = pipeline.get_vocab()
     tokens = sorted(learned, key=learned.__getitem__)
-    if len(tokens) <= len(SPECIAL_TOKENS) and stats.bytes and alphabet < 1:
+    if len(tokens) <= len(SPECIAL_TOKENS) and stats.text_bytes and alphabet < 1:
         raise BertkitError(f"--vocab-size {vocab_size} with --limit-alphabet {limit_alphabet} leaves no room for "
                            "a single base character beside the 5 special tokens; use --vocab-size 7 or more and "
                            "--limit-alphabet 1 or more")
@@ -89,14 +83,11 @@ def train_vocabulary(files: Sequence[str | Path], vocab_size: int, do_lower_case
 
 def _training_lines(paths: Sequence[Path], stats: TrainingStats, strict: bool,
                     words: _ShortWords) -> Iterator[str]:
-    """Lines of text files (.gz read transparently), each at most MAX_TEXT_CHARS bytes, long words left out."""
-    for path in text_files(paths, stats, strict):
-        with file_lines(path, MAX_TEXT_CHARS, stats, strict) as lines:
-            for lineno, (raw, cut) in enumerate(lines, start=1):
-                stats.lines += 1
-                stats.bytes += len(raw)
-                stats.lines_cut += cut
-                yield words(decode_line(raw, path, lineno, stats, strict), stats)
+    """The sentences of the corpus as `bertkit data pretraining` reads them (`read_documents`), long
+    words left out."""
+    for document in read_documents(list(paths), stats, strict):
+        for sentence in document:
+            yield words(sentence, stats)
 
 
 # A run of more than MAX_INPUT_CHARS_PER_WORD characters between BERT's word separators: it may hold a
@@ -130,7 +121,7 @@ class _ShortWords:
 
 
 def _report_training(stats: TrainingStats) -> None:
-    logger.info("read %d lines (%.1f MB) from %d file(s)", stats.lines, stats.bytes / 1e6, stats.files)
+    logger.info("read %d lines (%.1f MB) from %d file(s)", stats.lines, stats.text_bytes / 1e6, stats.files)
     if stats.empty_files:
         logger.warning("%d empty file(s): %s", len(stats.empty_files), ", ".join(stats.empty_files))
     for reason, files in stats.skipped_files.items():
@@ -139,9 +130,11 @@ def _report_training(stats: TrainingStats) -> None:
     if stats.invalid_utf8_lines:
         logger.warning("%d line(s) held bytes that are not UTF-8; they were read with U+FFFD, which "
                        "BERT's text cleaning drops", stats.invalid_utf8_lines)
+    for reason, count in sorted(stats.skipped_lines.items()):
+        logger.warning("skipped %d line(s): %s (pass --strict to stop instead)", count, reason)
     if stats.lines_cut:
         logger.warning("%d line(s) over %s bytes were cut there (as `bertkit data pretraining` cuts them)",
-                       stats.lines_cut, f"{MAX_TEXT_CHARS:,}")
+                       stats.lines_cut, f"{MAX_LINE_BYTES:,}")
     if stats.long_words:
         logger.warning("left out %d word(s) over %d characters: they encode as [UNK]", stats.long_words,
                        MAX_INPUT_CHARS_PER_WORD)
