@@ -49,12 +49,25 @@ def _assert_clean_error(response, status: int, error: str | None = None) -> dict
     return body
 
 
+def _same_but_float_bits(actual: object, expected: object) -> bool:
+    """Equal JSON, floats within 1e-5 relative: a batch changes the last bits of float results on some CPUs
+    (an Intel Xeon with AMX: 0.10641028771 batched, 0.10641027927 alone), so a batch and single requests, or
+    the server and the predictor, agree on everything else exactly and on scores to float32 rounding."""
+    if isinstance(actual, float) or isinstance(expected, float):
+        return actual == pytest.approx(expected, rel=1e-5, abs=1e-7)
+    if isinstance(actual, dict) and isinstance(expected, dict):
+        return actual.keys() == expected.keys() and all(_same_but_float_bits(actual[k], expected[k]) for k in actual)
+    if isinstance(actual, list) and isinstance(expected, list):
+        return len(actual) == len(expected) and all(map(_same_but_float_bits, actual, expected))
+    return actual == expected
+
+
 def test_fill_mask_and_embed_answer_like_the_predictor(mlm, mlm_dir):
     predictor = load_predictor(mlm_dir)
     response = mlm.post("/fill-mask", json={"inputs": ["the [MASK] sat", "paris is [MASK]"], "top_k": 2})
     assert response.status_code == 200
     expected = predictor.fill_mask(["the [MASK] sat", "paris is [MASK]"], 2)
-    assert response.json()["results"] == json.loads(json.dumps(expected))
+    assert _same_but_float_bits(response.json()["results"], json.loads(json.dumps(expected)))
     response = mlm.post("/embed", json={"inputs": "the cat", "pooling": "mean"})
     np.testing.assert_allclose(response.json()["embeddings"], predictor.embed(["the cat"], "mean"), atol=1e-6)
 
@@ -178,7 +191,7 @@ def test_answer_takes_a_batch_of_question_context_pairs(squad_dir):
     with _client(squad_dir) as client:
         singles = [client.post("/answer", json=pair).json() for pair in pairs]
         batch = client.post("/answer", json={"inputs": pairs})
-        assert batch.status_code == 200 and batch.json() == {"results": singles}
+        assert batch.status_code == 200 and _same_but_float_bits(batch.json(), {"results": singles})
         _assert_clean_error(client.post("/answer", json={"inputs": []}), 422, "invalid_input")
         _assert_clean_error(client.post("/answer", json={"inputs": pairs * 3}), 422, "too_many_inputs")
         long = [pairs[0], {"question": "where?", "context": "x" * 300}]
