@@ -81,7 +81,9 @@ def extract_features(settings: ExtractSettings) -> int:
     The output's extension picks the format: .jsonl per-token values, .npy one pooled vector per line
     (`pooling` None means "auto": a sentence-transformers directory's own pooling, else [CLS]).
     `layers` None means -1,-2,-3,-4 for .jsonl and -1 for .npy; `max_seq_length` None the directory's
-    sentence-transformers length, else 128; `tokenizer` None the model directory's vocabulary.
+    sentence-transformers length, else 128, at most the model's max_position_embeddings (a larger value
+    given is refused, as fine-tuning and pre-training refuse it); `tokenizer` None the model directory's
+    vocabulary.
     `precision` is an inference precision (`bertkit.model.for_inference`): fp32, bf16 (values within bf16
     rounding), int8 (encoder layers quantized) or auto (the faster of fp32 and bf16 as measured here)."""
     model_dir, output_path, precision = Path(settings.model), Path(settings.output), settings.precision
@@ -90,6 +92,7 @@ def extract_features(settings: ExtractSettings) -> int:
                            "(config.json, model.safetensors, vocab.txt)")
     pooled = _pooled_output(output_path, settings.pooling, settings.normalize)
     sentence = read_sentence_transformers(model_dir)
+    max_seq_length = _max_seq_length(settings.max_seq_length, sentence.max_seq_length if sentence else None, model_dir)
     modes, normalize = (choose_pooling(settings.pooling or "auto", settings.normalize, sentence, "--pooling")
                         if pooled else ((), False))
     check_inference_precision(precision)
@@ -99,8 +102,6 @@ def extract_features(settings: ExtractSettings) -> int:
     encoder = cast(BertModel, for_inference(BertModel.from_pretrained(model_dir), precision))  # the same class
     vocabulary = _tokenizer(settings.tokenizer or model_dir, encoder.config)
     indices = parse_layers(settings.layers or ("-1" if pooled else "-1,-2,-3,-4"), encoder.config.num_hidden_layers)
-    limit = settings.max_seq_length or (sentence and sentence.max_seq_length) or DEFAULT_MAX_SEQ_LENGTH
-    max_seq_length = min(limit, encoder.config.max_position_embeddings)
     if pooled:
         log.info("vectors: %s pooling of layer(s) %s%s, max_seq_length %d%s", "+".join(modes),
                  ",".join(map(str, indices)), ", normalized" * normalize, max_seq_length,
@@ -114,6 +115,17 @@ def extract_features(settings: ExtractSettings) -> int:
     else:
         _write_jsonl(output_path, encodings, indices, batches)
     return len(encodings)
+
+
+def _max_seq_length(given: int | None, directory_length: int | None, model_dir: Path) -> int:
+    """--max-seq-length, refused past the model's position embeddings (before any work); unset: the
+    sentence-transformers directory's length, else DEFAULT_MAX_SEQ_LENGTH, cut to what the model holds."""
+    config_path = model_dir / "config.json"
+    positions = BertConfig.from_json_file(config_path).max_position_embeddings
+    if given is not None and given > positions:
+        raise BertkitError(f"--max-seq-length {given} exceeds the model's max_position_embeddings ({positions}, "
+                           f"{config_path}); give at most {positions}")
+    return min(given or directory_length or DEFAULT_MAX_SEQ_LENGTH, positions)
 
 
 def _pooled_output(path: Path, pooling: str | None, normalize: bool | None) -> bool:

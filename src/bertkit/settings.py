@@ -587,8 +587,8 @@ class ExtractSettings:
     normalize: bool | None = None
     """Unit-length .npy vectors; unset: as the sentence-transformers directory says, else no."""
     max_seq_length: int | None = dataclasses.field(default=None, metadata={"min": 3})
-    """Longest input in tokens, specials included; longer lines are truncated (counted); unset: the
-    sentence-transformers directory's, else 128."""
+    """Longest input in tokens, specials included; longer lines are truncated (counted); at most the model's
+    max_position_embeddings (more is refused); unset: the sentence-transformers directory's, else 128."""
     batch_size: int = dataclasses.field(default=32, metadata={"min": 1})
     """Lines per forward pass."""
     precision: str = dataclasses.field(default="fp32", metadata={"choices": INFERENCE_PRECISIONS})

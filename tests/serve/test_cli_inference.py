@@ -41,6 +41,26 @@ def test_extract_jsonl_and_npy(mlm_dir, tmp_path, capsys):
     assert np.linalg.norm(np.load(tmp_path / "n.npy"), axis=1) == pytest.approx([1.0, 1.0])
 
 
+def test_extract_refuses_a_max_seq_length_past_the_position_embeddings(tmp_path, capsys):
+    """It was cut to the model's 512 (here 16) without a word; a default longer than the model is still cut."""
+    from bertkit.model import BertForMaskedLM
+
+    from .conftest import build
+
+    model = build(tmp_path / "short", BertForMaskedLM, max_position_embeddings=16)
+    source = tmp_path / "in.txt"
+    source.write_text("the cat sat on the mat " * 10 + "\n", encoding="utf-8")
+    output = tmp_path / "f.jsonl"
+    argv = ["extract", "--model", str(model), "--input", str(source), "--output", str(output), "--layers", "-1"]
+    assert main([*argv, "--max-seq-length", "2048"]) == 2
+    error = capsys.readouterr().err
+    assert error == (f"bertkit: error: --max-seq-length 2048 exceeds the model's max_position_embeddings (16, "
+                     f"{model / 'config.json'}); give at most 16\n")
+    assert not output.exists()
+    assert main(argv) == 0  # unset: 128, cut to the model's 16
+    assert len(json.loads(output.read_text())["features"]) == 16
+
+
 def test_export_onnx_prints_the_check_and_the_int8_change(classifier_dir, tmp_path, capsys):
     assert main(["export", "onnx", "--model", str(classifier_dir), "--output", str(tmp_path / "m.onnx"),
                  "--quantize", "int8"]) == 0
