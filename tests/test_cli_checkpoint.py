@@ -62,5 +62,6 @@ def test_user_error_is_one_line_without_traceback(tmp_path):
     result = subprocess.run([sys.executable, "-m", "bertkit.cli", "info", str(tmp_path / "missing")],
                             capture_output=True, text=True)
     assert result.returncode == 2
-    assert result.stderr.startswith("bertkit: error:") and "missing: no config.json" in result.stderr
+    assert result.stderr.startswith("bertkit: error:") and "missing: no such model directory" in result.stderr
+    assert result.stderr.count("\n") == 1
     assert "Traceback" not in result.stderr and len(result.stderr.strip().splitlines()) == 1

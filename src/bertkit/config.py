@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -108,14 +109,6 @@ class BertConfig:
         embeddings = (self.vocab_size + self.max_position_embeddings + self.type_vocab_size) * h + 2 * h
         layer = 4 * h * h + 4 * h + 2 * h * i + i + h + 4 * h  # Q, K, V, output; FFN in and out; two LayerNorms
         return embeddings + self.num_hidden_layers * layer + h * h + h
-
-    def check_vocabulary(self, vocab_size: int, source: str | Path) -> None:
-        """Every id of a `vocab_size`-token vocabulary needs a row of the word embedding (a larger
-        embedding is fine). `source` names the model directory in the error."""
-        if vocab_size > self.vocab_size:
-            raise BertkitError(f"{source}: vocab.txt has {vocab_size} tokens but config.json says vocab_size "
-                               f"{self.vocab_size}, so ids from {self.vocab_size} up have no embedding; use the "
-                               "vocab.txt the model was trained with")
 
     @property
     def head_size(self) -> int:
@@ -244,3 +237,46 @@ def load_config(name_or_path: str | Path, **overrides: Any) -> BertConfig:
         return config.replace(**overrides) if overrides else config
     raise BertkitError(f"--model {name_or_path!r} is neither a preset ({', '.join(PRESETS)}) "
                        "nor a config.json / checkpoint directory")
+
+
+# --- model directories ------------------------------------------------------------------------------
+
+_HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*(/[\w.-]+)?")
+"""What a Hugging Face Hub id looks like: `bert-base-uncased`, `google/bert_uncased_L-2_H-128_A-2`."""
+
+
+def check_model_directory(path: str | Path, flag: str = "--model", presets: bool = False) -> Path:
+    """`path` when it is a model directory (it holds config.json), else a one-line `BertkitError` naming
+    `flag` that says what the path is instead and how to get a model directory.
+
+    Every command that reads a model (finetune, predict, evaluate, extract, export, serve, info) calls it
+    before anything else, so a Hub id or a wrong path is named as the model, before any data is read.
+    bertkit never downloads: a Hub id that is not a local directory gets the command that fetches one
+    on a machine with internet access. `presets`: the flag also takes a preset name (finetune), said so."""
+    path = Path(path)
+    label = f"{flag} {path}" if flag else str(path)
+    layout = "config.json, model.safetensors or pytorch_model.bin, vocab.txt"
+    if not path.exists():
+        hub_id = _HUB_ID.fullmatch(str(path)) is not None
+        name = str(path) if hub_id else "bert-base-uncased"
+        fetch = (f"`huggingface-cli download {name} --local-dir {name.rsplit('/', 1)[-1]}` on a machine with "
+                 "internet access (or `save_pretrained` in transformers), then copy the directory here")
+        hint = f"if {name} is a Hugging Face Hub id, get it with {fetch}" if hub_id else \
+            f"for a Hugging Face Hub model, e.g. {name}: {fetch}"
+        nor = f" (nor a preset for random initialisation: {', '.join(PRESETS)})" if presets else ""
+        raise BertkitError(f"{label}: no such model directory{nor}. bertkit never downloads models; it reads a local "
+                           f"directory ({layout}): {hint}; for Google's TensorFlow checkpoints, `bertkit convert "
+                           "--tf-checkpoint DIR --output DIR`")
+    if not path.is_dir():
+        raise BertkitError(f"{label}: is a file; give the model directory that holds it ({path.parent}), "
+                           f"with {layout}")
+    if not (path / "config.json").is_file():
+        inside = [d for d in ("best", "final") if (path / d / "config.json").is_file()]
+        if inside:
+            hint = f"; the model is in {path / inside[0]} (the run's {inside[0]}/)"
+        elif (path / "vocab.txt").is_file() or (path / "tokenizer.json").is_file():
+            hint = "; it holds a vocabulary only: a tokenizer directory (--tokenizer), not a model"
+        else:
+            hint = f"; a model directory holds {layout}"
+        raise BertkitError(f"{label}: no config.json, so not a model directory{hint}")
+    return path

@@ -36,7 +36,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from bertkit.config import BertConfig
+from bertkit.config import BertConfig, check_model_directory
 from bertkit.errors import BertkitError
 from bertkit.features import read_lines
 from bertkit.inference.batching import pad_batch
@@ -45,7 +45,7 @@ from bertkit.model.attention import PaddedSDPA
 from bertkit.model.feature_based import FeatureBasedModel
 from bertkit.settings import QUANTIZATIONS, ExportSettings
 from bertkit.tasks.finetuned import load_finetuned, read_task_file
-from bertkit.tokenizer import WordPieceTokenizer
+from bertkit.tokenizer import WordPieceTokenizer, check_model_vocabulary
 
 INPUT_NAMES = ("input_ids", "token_type_ids", "attention_mask")
 OUTPUT_NAMES = {
@@ -115,7 +115,7 @@ def export_onnx(settings: ExportSettings) -> ExportReport:
     quantize, opset = settings.quantize, settings.opset
     if quantize is not None and quantize not in QUANTIZATIONS:
         raise BertkitError(f"--quantize {quantize!r}: supported: {', '.join(QUANTIZATIONS)}")
-    model_dir, output = Path(settings.model), Path(settings.output)
+    model_dir, output = check_model_directory(settings.model), Path(settings.output)
     model, architecture, tokenizer = _load(model_dir)
     encoder = model if isinstance(model, BertModel) else cast(BertModel, model.get_submodule("bert"))
     encoder.attention = PaddedSDPA()
@@ -157,8 +157,10 @@ def _load(model_dir: Path) -> tuple[nn.Module, str, WordPieceTokenizer]:
     if architecture not in OUTPUT_NAMES:
         raise BertkitError(f"{model_dir}/config.json: cannot export architecture {architecture!r}; "
                            f"supported: {', '.join(OUTPUT_NAMES)}")
+    tokenizer = WordPieceTokenizer.from_pretrained(model_dir)
+    check_model_vocabulary(tokenizer, config.vocab_size, model_dir)
     model = MODEL_CLASSES[architecture].from_pretrained(model_dir).eval()
-    return model, architecture, WordPieceTokenizer.from_pretrained(model_dir)
+    return model, architecture, tokenizer
 
 
 def sample_batch(tokenizer: WordPieceTokenizer, texts: list[str], architecture: str,

@@ -32,7 +32,7 @@ from typing import cast
 import numpy as np
 import torch
 
-from bertkit.config import BertConfig
+from bertkit.config import BertConfig, check_model_directory
 from bertkit.data.textfile import read_text, text_lines
 from bertkit.errors import BertkitError, where
 from bertkit.inference.batching import sorted_batches
@@ -40,7 +40,7 @@ from bertkit.inference.pooling import choose_pooling, read_sentence_transformers
 from bertkit.model import BertModel, for_inference
 from bertkit.runtime import check_inference_precision
 from bertkit.settings import ExtractSettings
-from bertkit.tokenizer import WordPieceTokenizer
+from bertkit.tokenizer import WordPieceTokenizer, check_model_vocabulary
 
 log = logging.getLogger(__name__)
 
@@ -86,10 +86,10 @@ def extract_features(settings: ExtractSettings) -> int:
     vocabulary.
     `precision` is an inference precision (`bertkit.model.for_inference`): fp32, bf16 (values within bf16
     rounding), int8 (encoder layers quantized) or auto (the faster of fp32 and bf16 as measured here)."""
-    model_dir, output_path, precision = Path(settings.model), Path(settings.output), settings.precision
-    if not model_dir.is_dir():
-        raise BertkitError(f"--model {model_dir}: the directory does not exist; pass a checkpoint directory "
-                           "(config.json, model.safetensors, vocab.txt)")
+    model_dir, output_path, precision = check_model_directory(settings.model), Path(settings.output), settings.precision
+    vocabulary = WordPieceTokenizer.from_pretrained(settings.tokenizer or model_dir)
+    check_model_vocabulary(vocabulary, BertConfig.from_json_file(model_dir / "config.json").vocab_size, model_dir,
+                           settings.tokenizer)
     pooled = _pooled_output(output_path, settings.pooling, settings.normalize)
     sentence = read_sentence_transformers(model_dir)
     max_seq_length = _max_seq_length(settings.max_seq_length, sentence.max_seq_length if sentence else None, model_dir)
@@ -100,7 +100,6 @@ def extract_features(settings: ExtractSettings) -> int:
     if sentence is not None:
         inputs = [(sentence.prepare(a), None if b is None else sentence.prepare(b, prompt=False)) for a, b in inputs]
     encoder = cast(BertModel, for_inference(BertModel.from_pretrained(model_dir), precision))  # the same class
-    vocabulary = _tokenizer(settings.tokenizer or model_dir, encoder.config)
     indices = parse_layers(settings.layers or ("-1" if pooled else "-1,-2,-3,-4"), encoder.config.num_hidden_layers)
     if pooled:
         log.info("vectors: %s pooling of layer(s) %s%s, max_seq_length %d%s", "+".join(modes),
@@ -141,12 +140,6 @@ def _pooled_output(path: Path, pooling: str | None, normalize: bool | None) -> b
         raise BertkitError(f"--output {path}: {flag} makes one vector per line, written as NumPy; name the "
                            f"output *.npy, or drop {flag} for per-token JSONL")
     return False
-
-
-def _tokenizer(path: str | Path, config: BertConfig) -> WordPieceTokenizer:
-    tokenizer = WordPieceTokenizer.from_pretrained(path)
-    config.check_vocabulary(tokenizer.vocab_size, path)
-    return tokenizer
 
 
 def _encode(tokenizer: WordPieceTokenizer, inputs: list[tuple[str, str | None]], max_seq_length: int) -> list:

@@ -569,7 +569,7 @@ QUANTIZATIONS = ("int8",)
 class ExtractSettings:
     """What `bertkit extract` reads and writes, and how (bertkit.features.extract_features)."""
 
-    model: Path = dataclasses.field(metadata={"path": "dir", "exists": True})
+    model: Path = dataclasses.field(metadata={"path": "any"})  # checked by check_model_directory
     """Checkpoint directory (config.json, model.safetensors, vocab.txt); any head; a sentence-transformers
     directory brings its own pooling."""
     input: Path = dataclasses.field(metadata={"path": "file"})
@@ -603,7 +603,7 @@ class ExtractSettings:
 class ExportSettings:
     """What `bertkit export onnx` exports and checks (bertkit.export.export_onnx)."""
 
-    model: Path = dataclasses.field(metadata={"path": "dir", "exists": True})
+    model: Path = dataclasses.field(metadata={"path": "any"})  # checked by check_model_directory
     """Checkpoint directory; its config.json architectures entry picks the head and outputs."""
     output: Path = dataclasses.field(metadata={"path": "file"})
     """ONNX file to write."""
@@ -723,7 +723,7 @@ class ServeSettings:
     """What `bertkit serve` serves and where, beside the ServerSettings of the app
     (bertkit.serve.predictor.load_predictor, bertkit.serve.app.run_server)."""
 
-    model: Path = dataclasses.field(metadata={"path": "dir", "exists": True})
+    model: Path = dataclasses.field(metadata={"path": "any"})  # checked by check_model_directory
     """Checkpoint directory; endpoints follow from bertkit_task.json / config.json."""
     tokenizer: Path | None = dataclasses.field(default=None, metadata={"path": "dir", "exists": True})
     """Tokenizer directory to use instead of the model's (same vocabulary size)."""

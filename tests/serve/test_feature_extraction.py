@@ -83,7 +83,7 @@ def test_errors_name_the_flag(mlm_dir, input_file, tmp_path):
         read_lines(bad)
     with pytest.raises(BertkitError, match="--pooling 'weightedmean' is not supported"):
         extract_features(ExtractSettings(mlm_dir, input_file, tmp_path / "o.npy", pooling="weightedmean"))
-    with pytest.raises(BertkitError, match="--model .*missing: the directory does not exist"):
+    with pytest.raises(BertkitError, match="--model .*missing: no such model directory"):
         extract_features(ExtractSettings(tmp_path / "missing", input_file, tmp_path / "o.npy"))
 
 
@@ -117,5 +117,7 @@ def test_tokenizer_from_another_directory(mlm_dir, input_file, tmp_path):
     np.testing.assert_array_equal(np.load(tmp_path / "v.npy"), np.load(tmp_path / "w.npy"))
     big = tmp_path / "big.txt"
     big.write_text("\n".join([*tokenizer().vocab, *(f"extra{i}" for i in range(40))]) + "\n", encoding="utf-8")
-    with pytest.raises(BertkitError, match=r"big.txt: vocab.txt has 82 tokens but config.json says vocab_size 42"):
+    with pytest.raises(BertkitError, match=r"big.txt has 82 tokens but .*model/config.json says vocab_size 42"):
+        extract_features(ExtractSettings(model, input_file, tmp_path / "v.npy", tokenizer=big))
+    with pytest.raises(BertkitError, match=r"big.txt is not the vocabulary of the model in .*\(82 tokens there, 42 in"):
         extract_features(ExtractSettings(mlm_dir, input_file, tmp_path / "v.npy", tokenizer=big))

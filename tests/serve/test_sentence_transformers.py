@@ -156,5 +156,8 @@ def test_unsupported_modules_and_modes_are_refused(mlm_dir, tmp_path):
         read_sentence_transformers(legacy)
     source = tmp_path / "in.txt"
     source.write_text("the cat\n", encoding="utf-8")
+    for model_file in mlm_dir.iterdir():  # a whole model directory: extract checks that first
+        if model_file.is_file() and not (weighted / model_file.name).exists():
+            (weighted / model_file.name).write_bytes(model_file.read_bytes())
     with pytest.raises(BertkitError, match="weightedmean"):
         extract_features(ExtractSettings(weighted, source, tmp_path / "v.npy"))

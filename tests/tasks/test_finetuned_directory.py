@@ -54,6 +54,9 @@ def test_every_task_is_a_task_and_its_feature_based_model_round_trips(kind, tmp_
 
 def test_task_file_errors_name_the_file(tmp_path):
     assert read_task_file(tmp_path) is None
+    with pytest.raises(BertkitError, match="no config.json, so not a model directory"):
+        load_finetuned(tmp_path)  # the model directory is checked first
+    (tmp_path / "config.json").write_text("{}", encoding="utf-8")
     with pytest.raises(BertkitError, match="no bertkit_task.json"):
         load_finetuned(tmp_path)
     (tmp_path / TASK_FILE).write_text("{broken", encoding="utf-8")

@@ -41,13 +41,20 @@ def checkpoint_summary(directory: Path) -> dict:
 
         tokenizer = WordPieceTokenizer.from_pretrained(directory)
         tokens = tokenizer.vocab
-        summary["vocabulary"] = {
+        vocabulary: dict[str, object] = {
             "size": tokenizer.vocab_size,
             "do_lower_case": tokenizer.do_lower_case,
             "continuation pieces (##)": sum(t.startswith("##") for t in tokens),
             "special ids": {t: tokens[t] for t in ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]") if t in tokens},
             "sha256": tokenizer.vocab_hash,
         }
+        from bertkit.tokenizer import check_model_vocabulary  # noqa: PLC0415
+
+        try:
+            check_model_vocabulary(tokenizer, config.vocab_size, directory)
+        except BertkitError as exc:  # shown, not raised: info is where one looks at a broken directory
+            vocabulary["problem"] = str(exc)
+        summary["vocabulary"] = vocabulary
     else:
         summary["vocabulary"] = "no vocab.txt in this directory"
     task = read_task_file(directory)
@@ -68,9 +75,9 @@ def _numel(shape: list[int]) -> int:
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
 def info(directory: Path, as_json: bool) -> None:
     """Show a checkpoint's config, parameter count and vocabulary summary."""
-    if not (directory / "config.json").exists():
-        raise BertkitError(f"{directory}: no config.json; give a checkpoint directory "
-                           "(a save_pretrained / fine-tuned / final/ directory)")
+    from bertkit.config import check_model_directory  # noqa: PLC0415
+
+    check_model_directory(directory, flag="")
     summary = checkpoint_summary(directory)
     if as_json:
         click.echo(json.dumps(summary, indent=2))

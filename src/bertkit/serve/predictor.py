@@ -30,7 +30,7 @@ from typing import Any, ClassVar, cast
 import numpy as np
 import torch
 
-from bertkit.config import BertConfig
+from bertkit.config import BertConfig, check_model_directory
 from bertkit.data.conll import TaggedSentence
 from bertkit.data.glue import TextExample
 from bertkit.data.squad import SquadExample
@@ -45,7 +45,7 @@ from bertkit.tasks.metrics import entities_conlleval
 from bertkit.tasks.squad import SquadTask
 from bertkit.tasks.tagging import TaggingTask
 from bertkit.tasks.task import Task
-from bertkit.tokenizer import MASK, WordPieceTokenizer
+from bertkit.tokenizer import MASK, WordPieceTokenizer, check_model_vocabulary
 
 log = logging.getLogger(__name__)
 
@@ -62,9 +62,7 @@ class Predictor:
         # Every bertkit model (FeatureBasedModel too) carries its BertConfig; nn.Module's stubs type attributes
         # as Tensor | Module.
         self.config = cast(BertConfig, model.config)
-        if tokenizer.vocab_size != self.config.vocab_size:
-            raise BertkitError(f"vocab.txt has {tokenizer.vocab_size} tokens but config.json says vocab_size "
-                               f"{self.config.vocab_size}; use the vocabulary the model was trained with")
+        check_model_vocabulary(tokenizer, self.config.vocab_size, None)  # load_predictor checked the files
         self.model = model.eval()
         self.tokenizer = tokenizer
         self.max_seq_length = min(max_seq_length, self.config.max_position_embeddings)
@@ -137,6 +135,7 @@ class FillMaskPredictor(Predictor):
             masked = batch["input_ids"] == mask_id  # (B, T)
             out = self.model(**batch, masked_positions=masked)
             logits = out.logits if hasattr(out, "logits") else out.prediction_logits  # (N, V), row-major
+            logits = logits[:, : self.tokenizer.vocab_size]  # a padded embedding's extra rows are no token
             scores, ids = logits.float().softmax(dim=-1).topk(top_k, dim=-1)  # (N, k)
             per_mask = [self._candidates(s, t) for s, t in zip(scores.tolist(), ids.tolist())]
             counts = masked.sum(dim=1).tolist()
@@ -311,7 +310,7 @@ def load_predictor(directory: str | Path, batch_size: int = 32, precision: str =
     is an inference precision (`bertkit.model.for_inference`): fp32 exact, bf16 (results within bf16
     rounding), int8 (encoder layers quantized), or auto (the faster of fp32 and bf16 as measured here);
     `tokenizer_dir` is a tokenizer directory to use instead of the checkpoint's."""
-    directory = Path(directory)
+    directory = check_model_directory(directory)
     check_inference_precision(precision)
     config = BertConfig.from_json_file(directory / "config.json")
     settings = read_task_file(directory)
@@ -323,6 +322,7 @@ def load_predictor(directory: str | Path, batch_size: int = 32, precision: str =
         task, model, tokenizer = load_finetuned(directory, task=stand_in, tokenizer_dir=tokenizer_dir)
         return predictor_class(for_inference(model, precision), tokenizer, task, batch_size)
     tokenizer = WordPieceTokenizer.from_pretrained(directory if tokenizer_dir is None else tokenizer_dir)
+    check_model_vocabulary(tokenizer, config.vocab_size, directory, tokenizer_dir)
     sentence = read_sentence_transformers(directory)  # None unless a sentence-transformers directory
     max_seq_length = int((settings or {}).get("max_seq_length", (sentence and sentence.max_seq_length) or 512))
     if kind == "fill-mask":

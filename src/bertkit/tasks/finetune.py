@@ -45,7 +45,7 @@ from typing import Any, cast
 from torch import nn
 from torch.utils.data import Dataset
 
-from bertkit.config import PRESETS, BertConfig, preset
+from bertkit.config import PRESETS, BertConfig, check_model_directory, preset
 from bertkit.errors import BertkitError, Interrupted
 from bertkit.inference.batching import feature_length, pad_batch
 from bertkit.model import accelerate_for_inference, compile_model
@@ -64,7 +64,7 @@ from bertkit.tasks.run_output import (
     seed_summary,
 )
 from bertkit.tasks.task import Task, warn_skipped
-from bertkit.tokenizer import WordPieceTokenizer
+from bertkit.tokenizer import WordPieceTokenizer, check_model_vocabulary
 from bertkit.train.distributed import (
     DistributedContext,
     barrier,
@@ -79,11 +79,19 @@ log = logging.getLogger(__name__)
 # --- the model -------------------------------------------------------------------------------------
 
 def load_tokenizer(cfg: FinetuneConfig) -> WordPieceTokenizer:
-    source = cfg.tokenizer or cfg.model
-    if cfg.model in PRESETS and cfg.tokenizer is None:
-        raise BertkitError(f"--model {cfg.model} is a preset (random initialisation); give --tokenizer DIR "
-                           "with the vocab.txt to use")
-    return WordPieceTokenizer.from_pretrained(source)
+    """The run's vocabulary, checked against the model before any data is read: --model first (a directory
+    with config.json, or a preset), then the vocabulary (`check_model_vocabulary`: what serve refuses is
+    refused here, not after training)."""
+    if cfg.model in PRESETS:
+        if cfg.tokenizer is None:
+            raise BertkitError(f"--model {cfg.model} is a preset (random initialisation); give --tokenizer DIR "
+                               "with the vocab.txt to use")
+        return WordPieceTokenizer.from_pretrained(cfg.tokenizer)
+    model_dir = check_model_directory(cfg.model, presets=True)
+    tokenizer = WordPieceTokenizer.from_pretrained(cfg.tokenizer or model_dir)
+    vocab_size = BertConfig.from_json_file(model_dir / "config.json").vocab_size
+    check_model_vocabulary(tokenizer, vocab_size, model_dir, cfg.tokenizer)
+    return tokenizer
 
 
 def build_model(task: Task, cfg: FinetuneConfig, tokenizer: WordPieceTokenizer, max_seq_length: int) -> nn.Module:
@@ -93,14 +101,9 @@ def build_model(task: Task, cfg: FinetuneConfig, tokenizer: WordPieceTokenizer, 
     if cfg.model in PRESETS:
         model = task.model_class(preset(cfg.model, vocab_size=tokenizer.vocab_size, **overrides))
     else:
-        if not (Path(cfg.model) / "config.json").is_file():
-            raise BertkitError(f"--model {cfg.model!r} is neither a preset ({', '.join(PRESETS)}) nor a "
-                               "checkpoint directory with config.json")
-        model = task.model_class.from_pretrained(cfg.model, **overrides)
+        model = task.model_class.from_pretrained(check_model_directory(cfg.model, presets=True), **overrides)
+        check_model_vocabulary(tokenizer, model.config.vocab_size, cfg.model, cfg.tokenizer)
     config = model.config
-    if config.vocab_size < tokenizer.vocab_size:
-        raise BertkitError(f"the tokenizer has {tokenizer.vocab_size} tokens but the model only "
-                           f"{config.vocab_size}; use the model's own vocab.txt")
     if max_seq_length > config.max_position_embeddings:
         raise BertkitError(f"--max-seq-length {max_seq_length} exceeds the model's max_position_embeddings "
                            f"({config.max_position_embeddings}); lower it")

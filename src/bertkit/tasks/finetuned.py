@@ -30,13 +30,14 @@ from safetensors.torch import load_file, save_file
 from torch import nn
 
 from bertkit.atomic import replace_directory, write_file_atomic, write_text_atomic
+from bertkit.config import BertConfig, check_model_directory
 from bertkit.errors import BertkitError
 from bertkit.model import BertModel
 from bertkit.model.feature_based import FeatureBasedModel
 from bertkit.model.pretrained import PreTrainedMixin
 from bertkit.tasks.kinds import task_class
 from bertkit.tasks.task import Task
-from bertkit.tokenizer import WordPieceTokenizer
+from bertkit.tokenizer import WordPieceTokenizer, check_model_vocabulary
 
 TASK_FILE = "bertkit_task.json"
 FEATURE_HEAD_FILE = "feature_head.safetensors"
@@ -86,8 +87,9 @@ def read_task_file(directory: str | Path) -> dict[str, Any] | None:
 def load_finetuned(directory: str | Path, device: torch.device = torch.device("cpu"), task: Task | None = None,
                    tokenizer_dir: str | Path | None = None) -> tuple[Task, nn.Module, WordPieceTokenizer]:
     """(task, model in eval mode on `device`, tokenizer) of a fine-tuned directory. `task` stands in for
-    a missing bertkit_task.json (a Hugging Face model); `tokenizer_dir` replaces the directory's vocabulary."""
-    directory = Path(directory)
+    a missing bertkit_task.json (a Hugging Face model); `tokenizer_dir` replaces the directory's vocabulary
+    (`check_model_vocabulary` decides whether it fits)."""
+    directory = check_model_directory(directory)
     settings = read_task_file(directory)
     if settings is None and task is None:
         raise BertkitError(f"{directory}: no {TASK_FILE}; --model must be a directory written by "
@@ -98,12 +100,14 @@ def load_finetuned(directory: str | Path, device: torch.device = torch.device("c
         source = str(directory / TASK_FILE)
         task = task_class(settings["task"], source).from_json(settings, source=source)
     assert task is not None
+    tokenizer = WordPieceTokenizer.from_pretrained(directory if tokenizer_dir is None else tokenizer_dir)
+    vocab_size = BertConfig.from_json_file(directory / "config.json").vocab_size
+    check_model_vocabulary(tokenizer, vocab_size, directory, tokenizer_dir)  # before the weights are read
     if features.get("feature_layers"):
         model: nn.Module = _load_feature_based(directory, task, tuple(features["feature_layers"]),
                                                features.get("feature_combine", "concat"))
     else:
         model = load_weights(directory, task.model_class)
-    tokenizer = WordPieceTokenizer.from_pretrained(directory if tokenizer_dir is None else tokenizer_dir)
     return task, model.to(device).eval(), tokenizer
 
 

@@ -47,7 +47,7 @@ from bertkit.tokenizer.vocab import (
 __all__ = [
     "CLS", "CONFIG_FILE", "MASK", "MAX_INPUT_CHARS_PER_WORD", "MAX_TEXT_CHARS", "PAD", "SEP", "SPECIAL_TOKENS",
     "TOKENIZER_JSON", "UNK", "VOCAB_FILE", "Encoding", "TrainingStats", "WordPieceTokenizer",
-    "truncated_pair_lengths",
+    "check_model_vocabulary", "truncated_pair_lengths",
 ]
 
 
@@ -249,3 +249,40 @@ def _check_text(text: object, name: str) -> str:
         raise BertkitError(f"{name} has {len(text):,} characters, over the {MAX_TEXT_CHARS:,} one call "
                            "accepts; split it into lines, paragraphs or documents first")
     return text
+
+
+def check_model_vocabulary(tokenizer: WordPieceTokenizer, vocab_size: int, model_dir: str | Path | None,
+                           tokenizer_path: str | Path | None = None, flag: str = "--tokenizer") -> None:
+    """The one check that `tokenizer` fits the model in `model_dir` (whose config.json says `vocab_size`),
+    made wherever a model meets a vocabulary: finetune, predict, evaluate, extract, export and serve.
+
+    Refused, each with a one-line `BertkitError` naming both files and the fix:
+    - a vocabulary read from elsewhere (`tokenizer_path`, e.g. --tokenizer) that is not the one in the
+      model directory: the model's embedding rows belong to its own tokens, so other tokens with the same
+      ids would feed it the wrong words, whatever the sizes (checked when the directory has a vocabulary);
+    - more tokens than `vocab_size`: ids from `vocab_size` up have no embedding row.
+    A `vocab_size` larger than the vocabulary is accepted: a padded embedding matrix (NVIDIA's and
+    MosaicBERT's checkpoints round it up to a multiple of 8) whose extra rows no token reaches.
+    `model_dir` None (a model built in Python) checks the size alone.
+    """
+    model_dir = None if model_dir is None else Path(model_dir)
+    own = None if model_dir is None else next(
+        (model_dir / name for name in (VOCAB_FILE, TOKENIZER_JSON) if (model_dir / name).is_file()), None)
+    file = own if tokenizer_path is None else vocab._vocabulary_file(Path(tokenizer_path))
+    if own is not None and file is not None and file.resolve() != own.resolve():
+        own_tokens = vocab.load(own, True)[0]
+        if own_tokens != tokenizer._tokens:
+            index = next((i for i, (a, b) in enumerate(zip(own_tokens, tokenizer._tokens)) if a != b),
+                         min(len(own_tokens), len(tokenizer._tokens)))
+            differs = (f"id {index} is {tokenizer._tokens[index]!r} there, {own_tokens[index]!r} in the model's"
+                       if index < min(len(own_tokens), tokenizer.vocab_size) else
+                       f"{tokenizer.vocab_size} tokens there, {len(own_tokens)} in the model's")
+            raise BertkitError(f"{flag} {file} is not the vocabulary of the model in {model_dir} ({differs} "
+                               f"{own.name}); the model's embeddings belong to its own tokens: leave out {flag}, "
+                               f"or give the vocabulary it was trained with ({own})")
+    if tokenizer.vocab_size > vocab_size:
+        config = "the model's config.json" if model_dir is None else model_dir / "config.json"
+        fix = f"use the vocabulary it was trained with ({own})" if own is not None and file != own else \
+            "use the vocabulary the model was trained with"
+        raise BertkitError(f"{file or 'the vocabulary'} has {tokenizer.vocab_size} tokens but {config} says "
+                           f"vocab_size {vocab_size}, so ids from {vocab_size} up have no embedding; {fix}")
