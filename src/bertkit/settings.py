@@ -32,6 +32,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from bertkit.errors import BertkitError
 
@@ -362,6 +363,9 @@ class ClassificationSettings:
     """Column/key of the second text of a pair (generic files)."""
     label_column: str = "label"
     """Column/key of the label (generic files)."""
+    header: bool = True
+    """CSV/TSV: the first row names the columns; --no-header: it is data, and --text-column,
+    --text-pair-column and --label-column are column numbers (0 the first, -1 the last)."""
 
 
 @dataclass
@@ -649,13 +653,16 @@ class PredictSettings:
     model."""
     evaluate: bool = False
     """Score the predictions against the file's labels too (eval_results.json)."""
+    header: bool | None = None
+    """Classification, CSV/TSV: whether the first row names the columns (--no-header: the column flags are
+    numbers, 0 the first); unset: as the model was fine-tuned."""
 
     def __post_init__(self) -> None:
         check_bounds(self)
 
-    def columns(self) -> dict[str, str]:
+    def columns(self) -> dict[str, Any]:
         """The reading settings given for this file (they override the fine-tuned model's saved ones)."""
-        names = ("text_column", "text_pair_column", "label_column", "id_column")
+        names = ("text_column", "text_pair_column", "label_column", "id_column", "header")
         return {name: getattr(self, name) for name in names if getattr(self, name) is not None}
 
 

@@ -75,6 +75,26 @@ def test_regression_generic_jsonl_with_truncation_reported(vocab: Path, tmp_path
     assert {"pearson", "spearman"} <= set(results) and results["truncated_train_examples"] == 1
 
 
+def test_headerless_tsv_and_json_array_train_and_predict(vocab: Path, tmp_path: Path) -> None:
+    """Issue 29: a TSV without a header row (--no-header, columns by number) and a JSON array of objects."""
+    rows = [("good" if i % 2 else "bad", f"the film was {'good' if i % 2 else 'bad'}") for i in range(12)]
+    train = tmp_path / "train.tsv"
+    train.write_text("".join(f"{label}\t{text}\n" for label, text in rows), encoding="utf-8")
+    results = _finetune("classification", vocab, tmp_path / "out", train, train, "--no-header",
+                        "--text-column", "1", "--label-column", "0")
+    task = json.loads((tmp_path / "out" / "best" / "bertkit_task.json").read_text())
+    assert task["header"] is False and task["labels"] == ["bad", "good"] and "accuracy" in results
+    new = tmp_path / "new.tsv"
+    new.write_text("x\tthe film was good\n", encoding="utf-8")  # read as fine-tuned: no header, column 1
+    assert main(["predict", "--model", str(tmp_path / "out" / "best"), "--input", str(new), "--output",
+                 str(tmp_path / "pred"), "--device", "cpu"]) == 0
+    [prediction] = [json.loads(line) for line in (tmp_path / "pred" / "predictions.jsonl").read_text().splitlines()]
+    assert prediction["label"] in ("bad", "good") and prediction["id"] == f"{new}:1"
+    array = tmp_path / "train.json"
+    array.write_text(json.dumps([{"text": text, "label": label} for label, text in rows], indent=1), encoding="utf-8")
+    assert "accuracy" in _finetune("classification", vocab, tmp_path / "array", array, array)
+
+
 def test_unknown_dev_label_is_a_one_line_error(vocab: Path, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     train = _jsonl(tmp_path / "train.jsonl", [{"text": "good", "label": "pos"}, {"text": "bad", "label": "neg"}])
     dev = _jsonl(tmp_path / "dev.jsonl", [{"text": "fine", "label": "neutral"}])

@@ -77,6 +77,50 @@ def test_generic_tables(tmp_path: Path, suffix: str) -> None:
         read_table(path, "text")
 
 
+def test_a_json_array_of_objects_reads_like_jsonl(tmp_path: Path) -> None:
+    rows = [{"review": "good, \"really\"", "stars": "pos", "id": 6}, {"review": "bad", "stars": "neg", "id": 7}]
+    for name in ("data.json", "data.jsonl"):  # what json.dump and pandas' to_json(orient="records") write
+        path = tmp_path / name
+        path.write_text(json.dumps(rows, indent=2) + "\n", encoding="utf-8")
+        examples, skipped = read_table(path, "review", None, "stars")
+        assert [(e.text, e.label, e.id, e.guid) for e in examples] == [
+            ('good, "really"', "pos", "6", f"{path}:2"), ("bad", "neg", "7", f"{path}:7")] and not skipped
+    path = tmp_path / "broken.json"
+    path.write_text('[{"review": "a", "stars": "pos"},\n {"review": "b", "stars": "neg"} {"review": "c"}]')
+    with pytest.raises(BertkitError, match=r"broken.json:2: expected ',' or '\]' after the array's element 2"):
+        read_table(path, "review", None, "stars")
+    path.write_text('[{"review": "a", "stars": "pos"}, ["not", "an object"]]')
+    with pytest.raises(BertkitError, match="broken.json:1: expected a JSON object in the array, got list"):
+        read_table(path, "review", None, "stars")
+
+
+@pytest.mark.parametrize("suffix", [".tsv", ".csv"])
+def test_a_file_without_a_header_row_reads_with_no_header_and_column_numbers(tmp_path: Path, suffix: str) -> None:
+    sep = "\t" if suffix == ".tsv" else ","
+    path = tmp_path / f"data{suffix}"
+    path.write_text(sep.join(["7", "the film was good", "1"]) + "\n" + sep.join(["8", "bad", "0"]) + "\n"
+                    + "9" + sep + "stray\n", encoding="utf-8")
+    examples, skipped = read_table(path, "1", None, "-1", "0", header=False)
+    assert [(e.text, e.label, e.id) for e in examples] == [("the film was good", "1", "7"), ("bad", "0", "8")]
+    assert skipped == [f"{path}:3: 2 {'tab' if suffix == '.tsv' else 'comma'}-separated fields, the first record "
+                       "has 3"]
+    # Without --no-header the first row is taken for a header: the error says it looks like data, and how to read it.
+    with pytest.raises(BertkitError, match=r"no column 'text'.*looks like data, not a header: for a file without a "
+                                           r"header row pass --no-header and give the columns by number"):
+        read_table(path, "text", None, "label")
+    with pytest.raises(BertkitError, match="--no-header reads columns by number .* --text-column 'text' is a name"):
+        read_table(path, "text", None, "label", header=False)
+    with pytest.raises(BertkitError, match="--label-column 3 is not a column of a record with 3 fields"):
+        read_table(path, "1", None, "3", header=False)
+
+
+def test_no_header_is_for_tables_only(tmp_path: Path) -> None:
+    path = tmp_path / "data.jsonl"
+    path.write_text('{"text": "a", "label": "1"}\n', encoding="utf-8")
+    with pytest.raises(BertkitError, match="--no-header applies to CSV/TSV files"):
+        read_table(path, "text", None, "label", header=False)
+
+
 CONLL = """-DOCSTART- -X- -X- O
 
 EU NNP B-NP B-ORG

@@ -17,6 +17,7 @@ References: GLUE (Wang et al., 2018); the column layouts of the files written by
 
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -101,29 +102,36 @@ def read_glue(path: str | Path, task: GlueTask, labelled: bool = True) -> tuple[
 
 
 def read_table(path: str | Path, text_column: str, text_pair_column: str | None = None,
-               label_column: str | None = None, id_column: str | None = None,
+               label_column: str | None = None, id_column: str | None = None, header: bool = True,
                ) -> tuple[list[TextExample], list[str]]:
-    """Examples from a CSV or TSV file with a header row, or a JSONL file, by column name / key.
+    """Examples from a CSV or TSV file with a header row, or a JSONL file (or a JSON array of objects), by
+    column name / key. `header` False: a CSV/TSV file whose first row is data, its columns given by number
+    (0 the first, -1 the last).
 
     `id_column` names the column holding each row's id; None takes a column called "id" when there is one.
     """
     path = Path(path)
     suffix = path.suffix.lower()
     if suffix in (".jsonl", ".json"):
+        if not header:
+            raise BertkitError(f"{path}: --no-header applies to CSV/TSV files; JSON objects name their keys")
         rows, skipped = _jsonl_rows(path), list[str]()
-        header = (rows[0][0], list(rows[0][1])) if rows else (1, [])  # the first object's keys
+        columns = (rows[0][0], list(rows[0][1])) if rows else (1, [])  # the first object's keys
+    elif suffix in (".csv", ".tsv") and not header:
+        return _headerless_table(path, text_column, text_pair_column, label_column, id_column)
     elif suffix in (".csv", ".tsv"):
-        header, rows, skipped = _table_rows(path)
+        columns, rows, skipped = _table_rows(path)
     else:
-        raise BertkitError(f"{path}: unknown format {suffix!r}; use .csv, .tsv (with a header row) or .jsonl")
-    header_line, columns = header
+        raise BertkitError(f"{path}: unknown format {suffix!r}; use .csv, .tsv (a header row, or --no-header), "
+                           ".jsonl or .json (an array of objects)")
+    header_line, names = columns
     wanted = [c for c in (text_column, text_pair_column, label_column, id_column) if c is not None]
-    absent = [c for c in wanted if c not in columns]
-    if columns and absent:  # a wrong column name, not a broken row
+    absent = [c for c in wanted if c not in names]
+    if names and absent:  # a wrong column name, not a broken row
         raise BertkitError(f"{where(path, header_line)}: no column {absent[0]!r}; columns are "
-                           f"{', '.join(map(repr, columns))}; choose with --text-column/--text-pair-column/"
-                           "--label-column/--id-column")
-    ids = id_column or ("id" if "id" in columns else None)
+                           f"{', '.join(map(repr, names))}; choose with --text-column/--text-pair-column/"
+                           f"--label-column/--id-column{_no_header_hint(suffix, names, wanted)}")
+    ids = id_column or ("id" if "id" in names else None)
     examples: list[TextExample] = []
     for number, row in rows:
         missing = [c for c in wanted if row.get(c) is None]
@@ -134,6 +142,77 @@ def read_table(path: str | Path, text_column: str, text_pair_column: str | None 
         label = _label(str(row[label_column]), path, number, repr(label_column)) if label_column else None
         identifier = str(row[ids]) if ids and row.get(ids) not in (None, "") else None
         examples.append(_example(path, number, str(row[text_column]), pair, label, identifier))
+    _check_not_empty(path, examples, skipped)
+    return examples, skipped
+
+
+def _no_header_hint(suffix: str, names: list[str], wanted: list[str]) -> str:
+    """For a CSV/TSV file whose header lacks a column: how to read a file without a header row, said
+    loudly when the first row looks like data (a number, a sentence) or the columns were given by number."""
+    if suffix not in (".csv", ".tsv"):
+        return ""
+    by_number = all(_column_number(c) is not None for c in wanted)
+    data_like = by_number or any(_number(n) or len(n.split()) >= 3 for n in names)
+    if not data_like:
+        return "; a file without a header row needs --no-header and the columns by number (0 is the first)"
+    return (f"; the first row ({', '.join(repr(n[:40]) for n in names[:4])}) looks like data, not a header: for a "
+            "file without a header row pass --no-header and give the columns by number, e.g. --text-column 0 "
+            "--label-column 1")
+
+
+def _number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
+def _column_number(column: str) -> int | None:
+    try:
+        return int(column)
+    except ValueError:
+        return None
+
+
+def _headerless_table(path: Path, text_column: str, text_pair_column: str | None, label_column: str | None,
+                      id_column: str | None) -> tuple[list[TextExample], list[str]]:
+    """`read_table` of a CSV/TSV file without a header row: every record is data, columns by number. A
+    record with another number of fields than the first is skipped and named (a stray tab or comma would
+    shift its columns), as a header row's count rules the records of a file that has one."""
+    given = {"--text-column": text_column, "--text-pair-column": text_pair_column, "--label-column": label_column,
+             "--id-column": id_column}
+    numbers: dict[str, int] = {}
+    for flag, column in given.items():
+        if column is None:
+            continue
+        number = _column_number(column)
+        if number is None:
+            raise BertkitError(f"{path}: --no-header reads columns by number (0 is the first, -1 the last); "
+                               f"{flag} {column!r} is a name: give e.g. --text-column 0 --label-column 1")
+        numbers[flag] = number
+    records = read_records(path)
+    if not records:
+        raise BertkitError(f"{path}: empty file")
+    width = len(records[0][1])
+    out_of_range = next((f for f, n in numbers.items() if not -width <= n < width), None)
+    if out_of_range is not None:
+        raise BertkitError(f"{where(path, records[0][0])}: {out_of_range} {numbers[out_of_range]} is not a column of "
+                           f"a record with {width} fields (0..{width - 1}, or -1 for the last)")
+    kind = "tab" if path.suffix.lower() == ".tsv" else "comma"
+    examples: list[TextExample] = []
+    skipped: list[str] = []
+    for number, values in records:
+        if len(values) != width:
+            skipped.append(f"{where(path, number)}: {len(values)} {kind}-separated fields, the first record has "
+                           f"{width}")
+            continue
+        field = {flag: values[index] for flag, index in numbers.items()}
+        pair = field.get("--text-pair-column")
+        label = _label(field["--label-column"], path, number, f"column {numbers['--label-column']}") \
+            if "--label-column" in field else None
+        identifier = field.get("--id-column") or None
+        examples.append(_example(path, number, field["--text-column"], pair, label, identifier))
     _check_not_empty(path, examples, skipped)
     return examples, skipped
 
@@ -156,8 +235,13 @@ def _label(value: str, path: Path, number: int, column: str) -> str:
 
 
 def _jsonl_rows(path: Path) -> list[tuple[int, dict]]:
+    """(line, object) of a JSONL file, or of a JSON file holding one array of objects (`[{...}, ...]`, as
+    `json.dump` and pandas' `to_json(orient="records")` write them), told apart by the first character."""
+    text = read_text(path)
+    if text.lstrip().startswith("["):
+        return _json_array_rows(path, text)
     rows = []
-    for number, line in enumerate(text_lines(read_text(path)), start=1):
+    for number, line in enumerate(text_lines(text), start=1):
         if not line.strip():
             continue
         row = parse_json(line, where(path, number), "JSONL needs one JSON object per line")
@@ -165,6 +249,47 @@ def _jsonl_rows(path: Path) -> list[tuple[int, dict]]:
             raise BertkitError(f"{where(path, number)}: expected a JSON object, got {type(row).__name__}")
         rows.append((number, row))
     return rows
+
+
+def _json_array_rows(path: Path, text: str) -> list[tuple[int, dict]]:
+    """The objects of a JSON array, each with the line where it starts (read one element at a time, so an
+    error names the element's line)."""
+    decoder = json.JSONDecoder()
+    expected = "a JSON file needs one array of objects, [{...}, {...}], or one object per line (JSONL)"
+    rows: list[tuple[int, dict]] = []
+    index = text.index("[") + 1
+    while True:
+        index = _skip_space(text, index)
+        if text.startswith("]", index) and not rows:
+            break
+        number = text.count("\n", 0, index) + 1
+        try:
+            row, index = decoder.raw_decode(text, index)
+        except RecursionError:
+            raise BertkitError(f"{where(path, number)}: JSON nested too deeply to read; {expected}") from None
+        except ValueError as exc:
+            raise BertkitError(f"{where(path, number)}: not valid JSON ({exc}); {expected}") from None
+        if not isinstance(row, dict):
+            raise BertkitError(f"{where(path, number)}: expected a JSON object in the array, got {type(row).__name__}")
+        rows.append((number, row))
+        index = _skip_space(text, index)
+        if text.startswith(",", index):
+            index += 1
+        elif text.startswith("]", index):
+            break
+        else:
+            raise BertkitError(f"{where(path, text.count(chr(10), 0, index) + 1)}: expected ',' or ']' after the "
+                               f"array's element {len(rows)}; {expected}")
+    if _skip_space(text, index + 1) != len(text):
+        raise BertkitError(f"{where(path, text.count(chr(10), 0, index) + 1)}: text after the array's closing "
+                           f"']'; {expected}")
+    return rows
+
+
+def _skip_space(text: str, index: int) -> int:
+    while index < len(text) and text[index] in " \t\r\n":
+        index += 1
+    return index
 
 
 def _table_rows(path: Path) -> tuple[tuple[int, list[str]], list[tuple[int, dict]], list[str]]:

@@ -65,16 +65,18 @@ class ClassificationTask(BaseTask):
     """Column of each row's id for predictions; None: a column called "id" when the file has one."""
 
     def with_columns(self, text_column: str | None = None, text_pair_column: str | None = None,
-                     label_column: str | None = None, id_column: str | None = None) -> ClassificationTask:
-        """This task reading files by the given column names (the predict/evaluate flags), the saved
-        settings filling in the rest; a GLUE model then reads its files as generic tables too."""
+                     label_column: str | None = None, id_column: str | None = None,
+                     header: bool | None = None) -> ClassificationTask:
+        """This task reading files by the given column names (the predict/evaluate flags; `header` False:
+        numbers, in a file without a header row), the saved settings filling in the rest; a GLUE model
+        then reads its files as generic tables too."""
         if text_pair_column and not self.settings.text_pair_column:
             raise BertkitError(f"--text-pair-column {text_pair_column!r}: this model was fine-tuned on single "
                                "texts, not pairs; leave the flag out")
         s = self.settings
         task = ClassificationTask(dataclasses.replace(
             s, text_column=text_column or s.text_column, text_pair_column=text_pair_column or s.text_pair_column,
-            label_column=label_column or s.label_column))
+            label_column=label_column or s.label_column, header=s.header if header is None else header))
         task.by_column, task.id_column = True, id_column
         return task
 
@@ -83,11 +85,11 @@ class ClassificationTask(BaseTask):
         """A GLUE file in the task's layout, or a .jsonl file / generic table by column names. A label the
         task does not know stops training; in any other file its row is skipped, counted and named."""
         s = self.settings
-        if s.glue_task and not self.by_column and Path(path).suffix.lower() != ".jsonl":
+        if s.glue_task and not self.by_column and Path(path).suffix.lower() not in (".jsonl", ".json"):
             examples, skipped = read_glue(path, glue_task(s.glue_task), labelled=labelled)
         else:
             examples, skipped = read_table(path, s.text_column, s.text_pair_column,
-                                           s.label_column if labelled else None, self.id_column)
+                                           s.label_column if labelled else None, self.id_column, s.header)
         if not labelled:
             return examples, skipped
         examples, unknown = check_labels(examples, None if s.labels is None else tuple(s.labels))

@@ -42,7 +42,8 @@ def build_task(kind: str, train_path: str | Path, options: dict[str, Any]) -> Ta
         if glue is not None and glue.pair_column is not None and not options.get("text_pair_column"):
             options["text_pair_column"] = "text_pair"  # JSONL inputs of a GLUE pair task (predict/evaluate)
         train = [] if options.get("glue_task") else read_table(
-            train_path, options["text_column"], options.get("text_pair_column"), options["label_column"])[0]
+            train_path, options["text_column"], options.get("text_pair_column"), options["label_column"],
+            header=options.get("header", True))[0]
         labels = labels_for(options.get("glue_task"), train, regression)
         return ClassificationTask(ClassificationSettings(labels=labels, **options))
     if kind == "tagging":

@@ -94,7 +94,8 @@ class Task(Protocol):
         """The linear layer of the feature-based approach (`bertkit.model.feature_based`) for this task."""
 
     def with_columns(self, text_column: str | None = None, text_pair_column: str | None = None,
-                     label_column: str | None = None, id_column: str | None = None) -> Task:
+                     label_column: str | None = None, id_column: str | None = None,
+                     header: bool | None = None) -> Task:
         """This task reading files by the given column names (`bertkit predict/evaluate` flags)."""
 
     def to_json(self) -> dict[str, Any]:
@@ -126,10 +127,11 @@ class BaseTask:
         return FeatureHead(self.config_overrides()["num_labels"])  # one score per label at [CLS]
 
     def with_columns(self, text_column: str | None = None, text_pair_column: str | None = None,
-                     label_column: str | None = None, id_column: str | None = None) -> Task:
+                     label_column: str | None = None, id_column: str | None = None,
+                     header: bool | None = None) -> Task:
         """Only classification reads files by column names; the other tasks refuse the flags."""
         given = {"text_column": text_column, "text_pair_column": text_pair_column, "label_column": label_column,
-                 "id_column": id_column}
+                 "id_column": id_column, "header" if header else "no_header": header is not None}
         flag = "--" + next(name for name, value in given.items() if value).replace("_", "-")
         raise BertkitError(f"{flag} applies to classification models; this is a {self.kind} model")
 
