@@ -155,9 +155,11 @@ def _no_header_hint(suffix: str, names: list[str], wanted: list[str]) -> str:
     data_like = by_number or any(_number(n) or len(n.split()) >= 3 for n in names)
     if not data_like:
         return "; a file without a header row needs --no-header and the columns by number (0 is the first)"
+    text = max(range(len(names)), key=lambda i: len(names[i].split()))  # the example: the longest field is the text
+    label = min((i for i in range(len(names)) if i != text), key=lambda i: len(names[i]), default=text + 1)
     return (f"; the first row ({', '.join(repr(n[:40]) for n in names[:4])}) looks like data, not a header: for a "
-            "file without a header row pass --no-header and give the columns by number, e.g. --text-column 0 "
-            "--label-column 1")
+            f"file without a header row pass --no-header and give the columns by number, e.g. --text-column {text} "
+            f"--label-column {label}")
 
 
 def _number(text: str) -> bool:
