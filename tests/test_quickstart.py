@@ -51,6 +51,8 @@ def test_report_figures_and_summary(run):
     assert summary["pretraining"]["steps"] >= 1
     assert "mlm_accuracy" in summary["pretraining"]["final_eval"]
     assert next(item["text"] for item in summary["fill_mask"]).startswith("In the beginning")
+    assert summary["dev_majority"] == {"label": "history", "share": pytest.approx(0.289)}  # docs/finetuning.md
+    assert "Always answering the majority class (history) scores 28.9% on dev" in report
 
 
 def test_every_stage_loads_with_the_normal_tools(run):
@@ -121,6 +123,53 @@ def test_sigint_stops_the_whole_quickstart_and_resume_reports_the_whole_run(tmp_
     report = (output / "report.md").read_text(encoding="utf-8")
     assert "Pre-training ran 12 steps: below the ~1,000 where a gain appears" in report
     assert "(--no-baseline)" in report and "| **mean** |" in report and "±" not in report.split("## Fine-tuning")[1]
+
+
+def _finetuning_runs(output: Path, accuracies: dict[str, dict[int, list[float]]]) -> None:
+    """finetune-NAME/seed-N/metrics.jsonl with one evaluation per epoch (32 steps an epoch)."""
+    for name, seeds in accuracies.items():
+        for seed, per_epoch in seeds.items():
+            run = output / f"finetune-{name}" / f"seed-{seed}"
+            run.mkdir(parents=True)
+            records = [{"kind": "eval", "step": 32 * epoch, "accuracy": accuracy}
+                       for epoch, accuracy in enumerate(per_epoch, start=1)]
+            (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")
+
+
+def test_the_finetuning_figure_tells_seeds_apart_with_integer_epochs_and_the_majority_class(tmp_path):
+    """Seeds stuck at the majority class used to share one colour and hide each other; epochs had ticks
+    at 1.5, 2.5; nothing showed what the majority class scores."""
+    import matplotlib.pyplot as plt
+    from matplotlib.colors import to_hex
+
+    from bertkit.quickstart.report import finetuning_figure, majority_class, plot_finetuning
+
+    at_majority = [0.289] * 3
+    _finetuning_runs(tmp_path, {"pretrained": {1: [0.50, 0.51, 0.53], 2: [0.52, 0.52, 0.55], 10: [0.54, 0.56, 0.55]},
+                                "random": {1: at_majority, 2: at_majority, 10: [0.289, 0.31, 0.43]}})
+    assert majority_class(["history"] * 289 + ["law"] * 711) == {"label": "law", "share": 0.711}
+    figure = finetuning_figure(tmp_path, ["pretrained", "random"], {"label": "history", "share": 0.289})
+    [axis] = figure.axes
+    seeds = [line for line in axis.lines if line.get_linestyle() == "-"]
+    assert [line.get_label() for line in seeds] == [f"{name}, seed {n}" for name in ("pretrained", "random")
+                                                    for n in (1, 2, 10)]
+    assert len({to_hex(line.get_color()) for line in seeds}) == 6  # a colour per initialisation and seed
+    assert len({line.get_marker() for line in seeds[:3]}) == 3
+    first_points = {(line.get_xdata()[0], line.get_ydata()[0]) for line in seeds}
+    assert len(first_points) == 6  # seeds at the majority class stay visible side by side
+    [dashed] = [line for line in axis.lines if line.get_linestyle() == "--"]
+    assert list(dashed.get_ydata()) == [28.9, 28.9] and "majority class (history): 28.9%" in dashed.get_label()
+    figure.canvas.draw()
+    ticks = [t for t in axis.get_xticks() if axis.get_xlim()[0] <= t <= axis.get_xlim()[1]]
+    assert ticks == [1, 2, 3]
+    plt.close(figure)
+    _finetuning_runs(tmp_path / "one", {"pretrained": {1: [0.125]}, "random": {1: [0.125]}})
+    figure = finetuning_figure(tmp_path / "one", ["pretrained", "random"])  # one epoch: still the tick 1 alone
+    figure.canvas.draw()
+    [axis] = figure.axes
+    assert [t for t in axis.get_xticks() if axis.get_xlim()[0] <= t <= axis.get_xlim()[1]] == [1]
+    plt.close(figure)
+    assert plot_finetuning(tmp_path, ["pretrained"], tmp_path / "f.png").read_bytes()[:8] == PNG_MAGIC  # no majority
 
 
 RATES = Rates(pretrain_steps_per_s=4.4, finetune_steps_per_s=12.0, eval_examples_per_s=900.0)  # 2 idle cores

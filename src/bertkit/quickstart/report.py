@@ -8,6 +8,7 @@ report can be redrawn from a finished run's files alone, and nothing here trains
 
 from __future__ import annotations
 
+import collections
 import json
 import statistics
 from collections.abc import Sequence
@@ -92,24 +93,67 @@ def plot_pretraining(run: Path, png: Path, by_step: bool = False) -> Path:
     return _save(figure, png)
 
 
-def plot_finetuning(output: Path, names: Sequence[str], png: Path) -> Path:
-    """Dev accuracy after every fine-tuning epoch, each seed a line, one colour per initialisation."""
+SEED_COLOURS = {"pretrained": "Blues", "random": "Oranges"}
+"""The colour map of each initialisation's seeds (one shade per seed); another name takes Greens, Purples, ..."""
+SEED_MARKERS = "osD^vP*X"
+SEED_DODGE = 0.05
+"""Epochs between the points of neighbouring lines (every initialisation and seed), so runs with equal
+accuracy (e.g. all at the majority class) stay visible side by side instead of one hiding the others."""
+
+
+def plot_finetuning(output: Path, names: Sequence[str], png: Path, majority: dict[str, Any] | None = None) -> Path:
+    """finetuning_figure into `png`."""
+    return _save(finetuning_figure(output, names, majority), png)
+
+
+def finetuning_figure(output: Path, names: Sequence[str], majority: dict[str, Any] | None = None) -> Any:
+    """Dev accuracy after every fine-tuning epoch: one line per initialisation and seed, each with its own
+    colour (a colour family per initialisation) and marker, integer epoch ticks, and the majority class's
+    accuracy on dev as a dashed line when it is known (`majority`: {"label", "share"}, see
+    `majority_class`)."""
+    from matplotlib.ticker import MaxNLocator
+
     from bertkit.train.reporting import read_metrics
 
+    seeds = {name: sorted((output / f"finetune-{name}").glob("seed-*"), key=lambda d: int(d.name[5:]))
+             for name in names}
+    lines = sum(map(len, seeds.values()))
     plt = _pyplot()
-    figure, axis = plt.subplots(figsize=(6.5, 4))
-    for color, name in zip(("C3", "C7"), names):
-        for index, seed_dir in enumerate(sorted((output / f"finetune-{name}").glob("seed-*"))):
+    figure, axis = plt.subplots(figsize=(8, 4))
+    spare = iter(("Greens", "Purples", "Greys", "Reds"))
+    epochs: set[int] = set()
+    position = 0  # of the line among all lines, for its dodge
+    for name, seed_dirs in seeds.items():
+        colours = plt.get_cmap(SEED_COLOURS.get(name) or next(spare))
+        for index, seed_dir in enumerate(seed_dirs):
             evals = [r for r in read_metrics(seed_dir / "metrics.jsonl") if r.get("kind") == "eval"]
             steps_per_epoch = evals[0]["step"] if evals else 1
-            axis.plot([r["step"] / steps_per_epoch for r in evals], [100 * r["accuracy"] for r in evals], "o-",
-                      color=color, alpha=0.8, label=f"{name} initialisation" if index == 0 else None)
+            epochs.update(round(r["step"] / steps_per_epoch) for r in evals)
+            dodge = (position - (lines - 1) / 2) * SEED_DODGE
+            position += 1
+            axis.plot([r["step"] / steps_per_epoch + dodge for r in evals], [100 * r["accuracy"] for r in evals],
+                      marker=SEED_MARKERS[index % len(SEED_MARKERS)], markersize=5,
+                      color=colours(0.45 + 0.45 * index / max(len(seed_dirs) - 1, 1)),
+                      label=f"{name}, {seed_dir.name.replace('-', ' ')}")
+    if majority:
+        axis.axhline(100 * majority["share"], color="0.3", linestyle="--", linewidth=1, zorder=1.5,  # under the seeds
+                     label=f"majority class ({majority['label']}): {100 * majority['share']:.1f}%")
+    if epochs:  # half an epoch either side: room for the dodged points, and an integer tick even for one epoch
+        axis.set_xlim(min(epochs) - 0.5, max(epochs) + 0.5)
+    axis.xaxis.set_major_locator(MaxNLocator(integer=True, min_n_ticks=1))
     axis.set_xlabel("epoch")
     axis.set_ylabel("dev accuracy (%)")
-    axis.set_title("fine-tuning on the bundled task (one line per seed)")
+    axis.set_title("fine-tuning on the bundled task (one line per initialisation and seed)")
     axis.grid(alpha=0.3)
-    axis.legend(fontsize=8)
-    return _save(figure, png)
+    axis.legend(fontsize=8, loc="center left", bbox_to_anchor=(1.01, 0.5))
+    return figure
+
+
+def majority_class(labels: Sequence[str]) -> dict[str, Any]:
+    """The most frequent label and its share: the accuracy of always answering it."""
+    counts = collections.Counter(labels)
+    label, count = counts.most_common(1)[0]
+    return {"label": label, "share": count / len(labels)}
 
 
 def _pyplot() -> Any:
@@ -131,7 +175,7 @@ def _save(figure: Any, png: Path) -> Path:
 def write_report(output: Path, summary: dict[str, Any]) -> Path:
     """report.md (with pretraining.png and finetuning.png beside it) from the summary."""
     plot_pretraining(output / "pretrain", output / PRETRAIN_FIGURE)
-    plot_finetuning(output, list(summary["finetuning"]), output / FINETUNE_FIGURE)
+    plot_finetuning(output, list(summary["finetuning"]), output / FINETUNE_FIGURE, summary.get("dev_majority"))
     sections = [_report_header(summary), _report_pretraining(summary), _report_fill_mask(summary),
                 _report_finetuning(summary), _report_reuse(output)]
     path = output / REPORT_FILE
@@ -217,6 +261,10 @@ def _report_finetuning(summary: dict[str, Any]) -> str:
                  f"test (difference of the means).")
     else:
         text += "\n\nNo random-initialisation baseline was trained (--no-baseline), so no gain is computed."
+    majority = summary.get("dev_majority")
+    if majority:
+        text += (f" Always answering the majority class ({majority['label']}) scores {100 * majority['share']:.1f}% "
+                 "on dev (the dashed line in the figure).")
     verdict = pretraining_verdict(summary)
     if verdict:
         text += f"\n\n**{verdict}**"

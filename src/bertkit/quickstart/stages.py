@@ -45,6 +45,7 @@ from bertkit.quickstart.report import (
     PRETRAIN_FIGURE,
     REPORT_FILE,
     comparison_lines,
+    majority_class,
     plural,
     seed_table,
     write_report,
@@ -284,7 +285,12 @@ def time_plan(cfg: QuickstartConfig, tokenizer: Any, spent_s: float, echo: Echo)
 
 def _texts(tsv: Path) -> list[str]:
     """The text column of a bundled TSV (header: text, label)."""
-    return [line.split("\t")[0] for line in tsv.read_text(encoding="utf-8").splitlines()[1:] if line]
+    return _column(tsv, 0)
+
+
+def _column(tsv: Path, index: int) -> list[str]:
+    """Column `index` of a bundled TSV (header: text, label)."""
+    return [line.split("\t")[index] for line in tsv.read_text(encoding="utf-8").splitlines()[1:] if line]
 
 
 def measure_rates(cfg: QuickstartConfig, vocab_size: int, finetune_length: int) -> Rates:
@@ -338,6 +344,7 @@ def summarize(cfg: QuickstartConfig, finetuned: dict[str, dict[str, Any]], fill_
                         "instances": manifest["num_instances"],
                         "final_eval": {k: v for k, v in (evals[-1] if evals else {}).items() if k != "kind"}},
         "finetuning": {name: seed_table(results) for name, results in finetuned.items()},
+        "dev_majority": majority_class(_column(kjv_path("dev.tsv"), 1)),  # the dashed line of the figure
         "fill_mask": fill_mask,
     }
 
