@@ -87,12 +87,13 @@ def extract_features(settings: ExtractSettings) -> int:
     `precision` is an inference precision (`bertkit.model.for_inference`): fp32, bf16 (values within bf16
     rounding), int8 (encoder layers quantized) or auto (the faster of fp32 and bf16 as measured here)."""
     model_dir, output_path, precision = check_model_directory(settings.model), Path(settings.output), settings.precision
+    config = BertConfig.from_json_file(model_dir / "config.json")
     vocabulary = WordPieceTokenizer.from_pretrained(settings.tokenizer or model_dir)
-    check_model_vocabulary(vocabulary, BertConfig.from_json_file(model_dir / "config.json").vocab_size, model_dir,
-                           settings.tokenizer)
+    check_model_vocabulary(vocabulary, config.vocab_size, model_dir, settings.tokenizer)
     pooled = _pooled_output(output_path, settings.pooling, settings.normalize)
     sentence = read_sentence_transformers(model_dir)
-    max_seq_length = _max_seq_length(settings.max_seq_length, sentence.max_seq_length if sentence else None, model_dir)
+    max_seq_length = _max_seq_length(settings.max_seq_length, sentence.max_seq_length if sentence else None,
+                                     config.max_position_embeddings, model_dir)
     modes, normalize = (choose_pooling(settings.pooling or "auto", settings.normalize, sentence, "--pooling")
                         if pooled else ((), False))
     check_inference_precision(precision)
@@ -116,14 +117,12 @@ def extract_features(settings: ExtractSettings) -> int:
     return len(encodings)
 
 
-def _max_seq_length(given: int | None, directory_length: int | None, model_dir: Path) -> int:
-    """--max-seq-length, refused past the model's position embeddings (before any work); unset: the
+def _max_seq_length(given: int | None, directory_length: int | None, positions: int, model_dir: Path) -> int:
+    """--max-seq-length, refused past the model's `positions` (before any work); unset: the
     sentence-transformers directory's length, else DEFAULT_MAX_SEQ_LENGTH, cut to what the model holds."""
-    config_path = model_dir / "config.json"
-    positions = BertConfig.from_json_file(config_path).max_position_embeddings
     if given is not None and given > positions:
         raise BertkitError(f"--max-seq-length {given} exceeds the model's max_position_embeddings ({positions}, "
-                           f"{config_path}); give at most {positions}")
+                           f"{model_dir / 'config.json'}); give at most {positions}")
     return min(given or directory_length or DEFAULT_MAX_SEQ_LENGTH, positions)
 
 
