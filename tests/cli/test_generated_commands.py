@@ -217,7 +217,11 @@ def test_quickstart_flags_reach_the_config_and_the_recipe(monkeypatch, tmp_path)
       "--epochs", "0"], "--epochs must be positive"),
     (["pretrain", "--data", "{d}", "--output", "{o}", "--max-time", "0"], "--max-time must be positive"),
     (["pretrain", "--data", "{d}", "--output", "{o}", "--max-steps", "5", "--batch-size", "0"],
-     "--batch-size must be positive"),
+     "'--batch-size': 0 is not in the range x>=1"),
+    (["pretrain", "--data", "{d}", "--output", "{o}", "--max-steps", "5", "--micro-batch-size", "0"],
+     "'--micro-batch-size': 0 is not in the range x>=1"),
+    (["finetune", "classification", "--model", "m", "--train", "{f}", "--dev", "{f}", "--output", "{o}",
+      "--global-batch-size", "0"], "'--global-batch-size': 0 is not in the range x>=1"),
     (["serve", "--model", "{d}", "--api-key", ""], "--api-key (or BERTKIT_API_KEY) is empty"),
     (["quickstart", "--output", "{o}", "--finetune-epochs", "0"], "--finetune-epochs must be positive"),
 ])

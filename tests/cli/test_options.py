@@ -253,7 +253,10 @@ def test_pretrain_flags_reach_the_settings_and_the_train_config(monkeypatch, tmp
     assert (settings.nsp, settings.compile, settings.given) == (False, True, ("learning_rate", "nsp"))
     # defaults: the CLI's own (model, recipe, eval every 500 steps), else the dataclasses'
     assert (settings.model, settings.recipe, config.eval_every) == ("bert-base", "auto", 500)
-    assert (config.micro_batch_size, config.warmup_ratio, config.save_every) == (32, 0.01, 1000)
+    assert (config.warmup_ratio, config.save_every) == (0.01, 1000)
+    # no batch flag: the recipe's global batch (the CLI leaves it unset for the recipe to fill), 32 without one
+    assert (config.global_batch_size, config.micro_batch_size, config.batch_size) == (None, None, None)
+    assert config.batch_plan(1) == (32, 32, 1)
     assert main(["pretrain", "--data", str(tmp_path), "--output", str(tmp_path / "run"), "--max-time", "2x"]) == 2
 
 
@@ -279,7 +282,8 @@ def test_finetune_flags_reach_the_config_and_the_task_settings(monkeypatch, tmp_
     assert expected.items() <= seen["task"].items()
     assert (cfg.seeds, cfg.feature_layers, cfg.resume, cfg.learning_rate, cfg.output) == ((1, 2), (-1, -2), True,
                                                                                           None, tmp_path)
-    assert (cfg.epochs, cfg.batch_size, cfg.adam_epsilon, cfg.group_by_length) == (3.0, 32, 1e-8, True)
+    assert (cfg.epochs, cfg.adam_epsilon, cfg.group_by_length) == (3.0, 1e-8, True)
+    assert cfg.batch_plan(1) == (32, 32, 1) and cfg.batch_plan(4) == (32, 8, 1)  # the paper's batch of 32
 
 
 def test_the_help_of_every_command_imports_no_torch():
