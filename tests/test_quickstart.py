@@ -97,25 +97,25 @@ def test_bad_flags(tmp_path, capsys, flags, message):
 def test_sigint_stops_the_whole_quickstart_and_resume_reports_the_whole_run(tmp_path, monkeypatch, capsys):
     import bertkit.tasks.pretraining as pretraining
 
-    real_loss, calls = pretraining.pretraining_loss, {"n": 0}
+    real_loss, calls = pretraining.PretrainingObjective.__call__, {"n": 0}
 
-    def interrupting_loss(model, batch, **options):
+    def interrupting_loss(self, model, batch, totals):
         calls["n"] += 1
         if calls["n"] == 5:  # Ctrl-C during the fifth pre-training step
             os.kill(os.getpid(), signal.SIGINT)
-        return real_loss(model, batch, **options)
+        return real_loss(self, model, batch, totals)
 
     output = tmp_path / "qs"
     args = ["quickstart", "--output", str(output), "--max-steps", "12", "--seeds", "1", "--finetune-epochs", "1",
             "--train-examples", "60", "--device", "cpu", "--no-baseline"]
-    monkeypatch.setattr(pretraining, "pretraining_loss", interrupting_loss)
+    monkeypatch.setattr(pretraining.PretrainingObjective, "__call__", interrupting_loss)
     assert main(args) == 130
     err = capsys.readouterr().err
     assert "quickstart stopped by SIGINT while pre-training, at step 5" in err
     assert err.rstrip().endswith("--no-baseline --resume") and "Traceback" not in err
     assert not (output / "finetune-pretrained").exists() and not (output / "report.md").exists()
     first = json.loads((output / "timings.json").read_text())["pretraining_s"]
-    monkeypatch.setattr(pretraining, "pretraining_loss", real_loss)
+    monkeypatch.setattr(pretraining.PretrainingObjective, "__call__", real_loss)
     assert main([*args, "--resume"]) == 0
     summary = json.loads((output / "quickstart.json").read_text(encoding="utf-8"))
     assert summary["pretraining"]["steps"] == 12  # the whole run: 5 steps, then 7 more

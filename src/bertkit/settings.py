@@ -529,7 +529,8 @@ class TokenizerTrainSettings:
     output: Path = dataclasses.field(metadata={"path": "dir"})
     """Directory to write vocab.txt and tokenizer_config.json to."""
     inputs: tuple[Path, ...] = dataclasses.field(default=(), metadata={"flag": "--input", "path": "file"})
-    """Text file(s) to learn from, plain or .gz; several may follow one --input."""
+    """Corpus file(s) to learn from, read as `data pretraining` reads them: text (one sentence a line, plain
+    or .gz) or JSONL (the `text` field of each line); several may follow one --input."""
     vocab_size: int = dataclasses.field(default=30522, metadata={"min": 7})
     """Target vocabulary size, specials included."""
     cased: bool = False
@@ -733,7 +734,8 @@ class ServeSettings:
     model: Path = dataclasses.field(metadata={"path": "any"})  # checked by check_model_directory
     """Checkpoint directory; endpoints follow from bertkit_task.json / config.json."""
     tokenizer: Path | None = dataclasses.field(default=None, metadata={"path": "dir", "exists": True})
-    """Tokenizer directory to use instead of the model's (same vocabulary size)."""
+    """Tokenizer directory to use instead of the model's (the model's own vocabulary, no more tokens than
+    its vocab_size)."""
     host: str = "127.0.0.1"
     """Interface to bind; 0.0.0.0 exposes the server to the network."""
     port: int = dataclasses.field(default=8000, metadata={"min": 0, "max": 65535})
