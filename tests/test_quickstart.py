@@ -2,7 +2,11 @@
 subset: the report, its figures and the comparison exist, every stage's directory loads with the normal
 tools, `--resume` reuses finished stages, a non-empty output directory is refused, and Ctrl-C stops the
 whole command (exit 130) while `--resume` finishes it and reports the whole run; `--minutes` is split by
-a plan from measured rates (tested with injected ones) that a resumed run keeps."""
+a plan from measured rates (tested with injected ones) that a resumed run keeps.
+
+The tests that run the whole command are marked slow (`pytest -m slow tests/test_quickstart.py`): three real
+quickstart runs took 16 of the default suite's 20 minutes on a 2-core VM; the rest (flags, the plan, the
+figure, the refused output) stay in the default suite."""
 
 from __future__ import annotations
 
@@ -33,6 +37,7 @@ def run(tmp_path_factory) -> Path:
     return output
 
 
+@pytest.mark.slow
 def test_report_figures_and_summary(run):
     report = (run / "report.md").read_text(encoding="utf-8")
     for heading in ("## Pre-training", "## Fill-mask", "## Fine-tuning: pre-trained vs random initialisation"):
@@ -55,6 +60,7 @@ def test_report_figures_and_summary(run):
     assert "Always answering the majority class (history) scores 28.9% on dev" in report
 
 
+@pytest.mark.slow
 def test_every_stage_loads_with_the_normal_tools(run):
     tokenizer = WordPieceTokenizer.from_pretrained(run / "vocab")
     assert tokenizer.vocab_size == 8000
@@ -68,6 +74,7 @@ def test_every_stage_loads_with_the_normal_tools(run):
         assert label["label"] in {"law", "history", "wisdom", "prophets", "gospels", "letters"}
 
 
+@pytest.mark.slow
 def test_resume_keeps_finished_stages(run):
     weights = run / "pretrain" / "final" / "model.safetensors"
     before = weights.stat().st_mtime_ns
@@ -94,6 +101,7 @@ def test_bad_flags(tmp_path, capsys, flags, message):
     assert message in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_sigint_stops_the_whole_quickstart_and_resume_reports_the_whole_run(tmp_path, monkeypatch, capsys):
     import bertkit.tasks.pretraining as pretraining
 
@@ -195,6 +203,7 @@ def test_the_time_plan_gives_pretraining_the_rest_and_shortens_finetuning_for_sh
         plan_time(30, 5, RATES, WORK, epochs=5, seeds=(1, 2, 3))
 
 
+@pytest.mark.slow
 def test_minutes_bound_the_whole_command_with_a_plan_that_a_resume_keeps(tmp_path, monkeypatch, capsys):
     import bertkit.quickstart.stages as stages
 
