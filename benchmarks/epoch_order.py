@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import gc
-import multiprocessing
 import os
 import resource
 import sys
@@ -31,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from pretraining_data import in_fresh_process  # a spawned child per measurement
 
 ROOT = Path(__file__).resolve().parents[1]
 GROUPING_WINDOW_BATCHES = 50  # as bertkit.train.batches
@@ -155,16 +155,6 @@ def measure(implementation: str, examples: int, resume: bool, options: dict[str,
     queue.put({"seconds": seconds, "added_mib": (peak_kib - before_kib) / 1024, "exact_peak": exact_peak})
 
 
-def in_fresh_process(*args) -> dict:
-    context = multiprocessing.get_context("spawn")
-    queue = context.Queue()
-    process = context.Process(target=measure, args=(*args, queue))
-    process.start()
-    result = queue.get()
-    process.join()
-    return result
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--examples", type=int, default=100_000_000, help="examples in the epoch (bertkit)")
@@ -192,7 +182,7 @@ def main() -> None:
     for implementation, examples in [("bertkit", args.examples)] + (
             [] if args.skip_reference else [("list plan (before)", reference_examples)]):
         for resume in (False, True):
-            result = in_fresh_process("bertkit" if implementation == "bertkit" else "list", examples, resume,
+            result = in_fresh_process(measure, "bertkit" if implementation == "bertkit" else "list", examples, resume,
                                       options)
             rows.append((implementation, examples, resume, result))
     print("\n| plan | examples | start | time to first batch | peak added RSS | bytes / example |")

@@ -154,11 +154,7 @@ def _token_batch(real_tokens: list[int], seed: int = 0) -> dict[str, torch.Tenso
 
 def _gradient(objective, batch: dict[str, torch.Tensor], pieces: list[list[int]]) -> list[torch.Tensor]:
     torch.manual_seed(0)
-    model = nn.Sequential(nn.Linear(4, 8), nn.Tanh(), nn.Linear(8, 1))
-    micro = [{key: value[rows] for key, value in batch.items()} for rows in pieces]
-    step = StepBatch(micro, [len(rows) for rows in pieces], len(batch["mask"]))
-    loop._forward_backward(model, objective, step, _no_autocast, None, DistributedContext())
-    return [parameter.grad.clone() for parameter in model.parameters()]
+    return _gradient_of(nn.Sequential(nn.Linear(4, 8), nn.Tanh(), nn.Linear(8, 1)), objective, batch, pieces)
 
 
 def _no_autocast():
@@ -213,7 +209,7 @@ def test_the_pretraining_objective_averages_over_the_global_batchs_masked_tokens
 def _gradient_of(model, objective, batch, pieces):
     model.zero_grad(set_to_none=True)
     micro = [{key: value[rows] for key, value in batch.items()} for rows in pieces]
-    step = StepBatch(micro, [len(rows) for rows in pieces], len(batch["input_ids"]))
+    step = StepBatch(micro, [len(rows) for rows in pieces], len(next(iter(batch.values()))))
     loop._forward_backward(model, objective, step, _no_autocast, None, DistributedContext())
     return [p.grad.clone() for p in model.parameters() if p.grad is not None]
 

@@ -89,7 +89,7 @@ def unwrap_model(model: nn.Module) -> nn.Module:
 
 def all_reduce_sum(tensor: torch.Tensor, ctx: DistributedContext) -> torch.Tensor:
     """Sum `tensor` (on the training device) over all processes, in place; returns it."""
-    if tensor.device != ctx.device and not _same_device(tensor.device, ctx.device):
+    if not _same_device(tensor.device, ctx.device):
         raise ValueError(f"a collective got a tensor on {tensor.device}, but this process trains on {ctx.device}; "
                          "build it on the training device (NCCL serves no CPU tensors)")
     if ctx.distributed:
