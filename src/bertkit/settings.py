@@ -124,6 +124,13 @@ def _legacy_batch_size(size: int, total: int | None, micro: int | None, steps: i
     return size, size
 
 
+RESUME_EXACT_SETTINGS = ("seed", "shuffle", "optimizer", "global_batch_size", "data", "model", "tokenizer",
+                         "max_seq_length", "masked_lm_prob", "nsp", "dropout")
+"""Settings a resumed run must share with its checkpoint (a change breaks its exactness: another data order,
+another model or objective) unless --allow-change names them; the last seven are pre-training's (`fit`'s
+`identity`)."""
+
+
 @dataclass
 class TrainConfig(BatchSizes):
     """Everything that shapes an optimisation run (the model and data are given separately)."""
@@ -186,9 +193,13 @@ class TrainConfig(BatchSizes):
     """Direction of best_metric."""
     early_stopping_patience: int | None = None
     """Stop after this many evaluations in a row without a new best of best_metric; None: never."""
+    allow_change: tuple[str, ...] = dataclasses.field(default=(), metadata={"choices": RESUME_EXACT_SETTINGS})
+    """On resume, accept a new value of this setting although the run is then no longer exact (repeat for
+    several); other settings (learning rate, budget, cadence) may change without it."""
 
     def __post_init__(self) -> None:
         self.betas = tuple(self.betas)  # type: ignore[assignment]
+        self.allow_change = tuple(self.allow_change)
         self.validate()
 
     def validate(self) -> None:
@@ -212,6 +223,10 @@ class TrainConfig(BatchSizes):
             raise BertkitError(f"--precision {self.precision!r}: use one of {', '.join(PRECISIONS)}")
         if self.lr_schedule not in LR_SCHEDULES:
             raise BertkitError(f"--lr-schedule {self.lr_schedule!r}: use one of {', '.join(LR_SCHEDULES)}")
+        unknown = [name for name in self.allow_change if name not in RESUME_EXACT_SETTINGS]
+        if unknown:
+            raise BertkitError(f"--allow-change {unknown[0]!r}: name one of {', '.join(RESUME_EXACT_SETTINGS)} "
+                               "(other settings may change on resume without it)")
         if self.early_stopping_patience is not None and self.best_metric is None:
             raise BertkitError("--early-stopping-patience needs an evaluation metric to watch")
         if not 0.0 <= self.warmup_ratio < 1.0:

@@ -40,11 +40,13 @@ def test_nonfinite_steps_are_skipped_and_stop_the_run(tmp_path):
     assert [p.name for p in checkpoints] == ["step-00000001", "step-00000002"]
     records = read_metrics(tmp_path / METRICS_FILE)
     assert [r.get("skipped", False) for r in records] == [False, False, True, True, True]
-    assert len({r["lr"] for r in records[2:]}) == 1  # the scheduler did not move
+    # The learning rate is the schedule's at each step, skipped steps included (they use up their slot).
+    assert round(config.warmup_ratio * config.max_steps) == 0  # no warmup: a linear decay from the first step
+    assert [r["lr"] for r in records] == pytest.approx([1e-2 * (20 - s) / 20 for s in range(5)], abs=1e-15)
     assert (tmp_path / PLOT_FILE).is_file()
 
 
-def test_skipped_step_moves_neither_optimizer_nor_scheduler(tmp_path):
+def test_skipped_step_does_not_move_the_optimizer_but_uses_up_its_schedule_slot(tmp_path):
     calls = {"n": 0}
 
     def loss_fn(model, batch):
@@ -52,14 +54,17 @@ def test_skipped_step_moves_neither_optimizer_nor_scheduler(tmp_path):
         loss, metrics = toy_loss(model, batch)
         return (loss * math.inf if calls["n"] == 2 else loss), metrics
 
-    config = TrainConfig(max_steps=3, micro_batch_size=4, learning_rate=1e-2, precision="fp32", save_every=1,
-                         keep_last=5)
+    config = TrainConfig(max_steps=4, micro_batch_size=4, learning_rate=1e-2, precision="fp32", save_every=1,
+                         keep_last=5, warmup_steps=0)
     result = fit(toy_model(), loss_fn, toy_data(), config, tmp_path)
     assert result.skipped_steps == 1
     last = ckpt.list_checkpoints(tmp_path / "checkpoints")[-1]
-    assert last.name == "step-00000003"
-    assert load_file(str(last / "optimizer.safetensors"))["0.step"].item() == 2.0
-    assert ckpt.read_json(last / "trainer_state.json")["scheduler"]["last_epoch"] == 2
+    assert last.name == "step-00000004"
+    assert load_file(str(last / "optimizer.safetensors"))["0.step"].item() == 3.0
+    # The run ends where its schedule ends: the last step at 1/4 of the peak, as without the skipped step
+    # (a scheduler that skips with the optimizer would end at 2/4, its decay never finished).
+    lrs = [r["lr"] for r in read_metrics(tmp_path / METRICS_FILE)]
+    assert lrs == pytest.approx([1e-2, 0.75e-2, 0.5e-2, 0.25e-2], abs=1e-15)
 
 
 def test_fp16_needs_cuda(tmp_path):

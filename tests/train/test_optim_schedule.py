@@ -20,7 +20,14 @@ from transformers import (
 
 from bertkit.errors import BertkitError
 from bertkit.train.checkpoint import load_optimizer, save_optimizer
-from bertkit.train.optim import SCHEDULES, Lamb, build_optimizer, build_schedule, parameter_groups, warmup_linear_decay
+from bertkit.train.optim import (
+    SCHEDULES,
+    Lamb,
+    LearningRateSchedule,
+    build_optimizer,
+    parameter_groups,
+    warmup_linear_decay,
+)
 
 REFERENCES = {
     "linear": lambda opt, warmup, total: get_linear_schedule_with_warmup(opt, warmup, total),
@@ -43,21 +50,21 @@ def test_no_decay_on_biases_and_layernorm():
 def test_step_schedule_matches_transformers(name, warmup_steps, total):
     if name == "inverse-sqrt" and warmup_steps == 0:
         pytest.skip("inverse-sqrt needs a warmup (tested below)")
-    ours = torch.optim.SGD([nn.Parameter(torch.zeros(1))], lr=1e-3)
+    ours = torch.optim.SGD([nn.Parameter(torch.zeros(1))], lr=1.0)
     theirs = torch.optim.SGD([nn.Parameter(torch.zeros(1))], lr=1e-3)
-    schedule = build_schedule(ours, lambda step: step / total, warmup_steps / total, name)
+    schedule = LearningRateSchedule(1e-3, lambda step: step / total, warmup_steps / total, name)
     reference = REFERENCES[name](theirs, warmup_steps, total)
-    for _ in range(total):
-        assert schedule.get_last_lr()[0] == pytest.approx(reference.get_last_lr()[0], abs=1e-12)
-        ours.step(), theirs.step(), schedule.step(), reference.step()
+    for step in range(total):
+        assert schedule.apply(ours, step) == pytest.approx(reference.get_last_lr()[0], abs=1e-12)
+        assert ours.param_groups[0]["lr"] == schedule(step)
+        theirs.step(), reference.step()
 
 
 def test_unknown_schedule_and_inverse_sqrt_without_warmup_are_user_errors():
-    optimizer = torch.optim.SGD([nn.Parameter(torch.zeros(1))], lr=1e-3)
     with pytest.raises(BertkitError, match="--lr-schedule 'step'"):
-        build_schedule(optimizer, lambda step: step / 10, 0.1, "step")
+        LearningRateSchedule(1e-3, lambda step: step / 10, 0.1, "step")
     with pytest.raises(BertkitError, match="inverse-sqrt .*warmup"):
-        build_schedule(optimizer, lambda step: step / 10, 0.0, "inverse-sqrt")
+        LearningRateSchedule(1e-3, lambda step: step / 10, 0.0, "inverse-sqrt")
 
 
 def test_time_schedule_follows_elapsed_fraction():

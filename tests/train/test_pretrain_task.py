@@ -130,3 +130,19 @@ def test_wrong_tokenizer_is_reported(prepared, tmp_path, capsys):
     assert main(["pretrain", "--data", str(prepared["data"]), "--tokenizer", str(tmp_path / "other"),
                  "--model", "bert-debug", "--output", str(tmp_path / "run"), "--max-steps", "1"]) == 2
     assert "not the vocabulary" in capsys.readouterr().err
+
+
+def test_resume_refuses_a_new_dropout_unless_allowed_and_applies_a_new_learning_rate(prepared, tmp_path, capsys):
+    assert run_cli(prepared, tmp_path, "--max-steps", "2", "--dropout", "0.1") == 0
+    capsys.readouterr()
+    assert run_cli(prepared, tmp_path, "--max-steps", "4", "--dropout", "0", "--resume", "auto") != 0
+    error = capsys.readouterr().err
+    assert "dropout was 0.1 in the run being resumed and is 0.0 now" in error and "--allow-change dropout" in error
+    assert "Traceback" not in error
+    assert run_cli(prepared, tmp_path, "--max-steps", "4", "--dropout", "0", "--allow-change", "dropout",
+                   "--learning-rate", "2e-3", "--resume", "auto") == 0
+    records = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    resumed = [r for r in records if r["kind"] == "resume"]
+    assert len(resumed) == 1 and resumed[0]["step"] == 2
+    assert resumed[0]["changed"]["learning_rate"] == [1e-3, 2e-3] and resumed[0]["changed"]["dropout"] == [0.1, 0.0]
+    assert [r["step"] for r in records if r["kind"] == "train"] == [1, 2, 3, 4]

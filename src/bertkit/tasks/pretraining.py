@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import hashlib
 import json
 import logging
 from dataclasses import asdict
@@ -241,7 +242,8 @@ def pretrain(settings: PretrainSettings, train_config: TrainConfig) -> FitResult
             # fit hands these the model it was given, typed as a plain nn.Module: use `model` itself.
             save_weights=lambda _, d: model.save_pretrained(d, tokenizer=tokenizer),
             load_weights=lambda _, d: model.load_hf_state_dict(read_state_dict(d), source=str(d)),
-            resume=settings.resume, overwrite=settings.overwrite, ctx=ctx)
+            resume=settings.resume, overwrite=settings.overwrite, ctx=ctx,
+            identity=run_identity(settings, train_set.dataset, model))
         if ctx.is_main and result.stop_reason == "budget":
             model.save_pretrained(output / "final", tokenizer=tokenizer)  # never the DDP wrapper: fit makes that
             write_text_atomic(output / "final" / PRETRAINING_FILE, json.dumps(
@@ -250,6 +252,21 @@ def pretrain(settings: PretrainSettings, train_config: TrainConfig) -> FitResult
         return result
     finally:
         teardown_distributed()
+
+
+def run_identity(settings: PretrainSettings, data: PretrainingDataset, model: BertForPreTraining | BertForMaskedLM,
+                 ) -> dict[str, Any]:
+    """What a resumed pre-training run must share with its checkpoint beyond TrainConfig (`fit`'s identity;
+    each a name in RESUME_EXACT_SETTINGS): the data (its manifest's sha256, so a moved directory is the same
+    data), the vocabulary, the model's shape and the objective."""
+    manifest = json.dumps(data.manifest, sort_keys=True).encode()
+    config = model.config
+    return {"data": f"manifest sha256 {hashlib.sha256(manifest).hexdigest()[:16]}",
+            "tokenizer": f"vocab sha256 {data.vocab_hash[:16]}",
+            "model": (f"L={config.num_hidden_layers} H={config.hidden_size} A={config.num_attention_heads} "
+                      f"I={config.intermediate_size} V={config.vocab_size} P={config.max_position_embeddings}"),
+            "max_seq_length": settings.max_seq_length, "masked_lm_prob": settings.masked_lm_prob,
+            "nsp": settings.nsp, "dropout": config.hidden_dropout_prob}
 
 
 def _datasets(settings: PretrainSettings, seed: int) -> tuple[_Split, _Split | PretrainingDataset]:

@@ -8,7 +8,9 @@ every hash matches, so a save killed at any point leaves either nothing visible 
 `--resume auto` recognises as partial and skips with a warning; the previous checkpoint is never touched.
 A save that fails (disk full) removes its temporary directory and stops the run with a `BertkitError`.
 When every checkpoint is broken, `--resume auto` stops too rather than start over from step 0 on top of
-them: starting over is the deliberate `--overwrite`.
+them: starting over is the deliberate `--overwrite`. Resuming from a checkpoint older than the newest
+starts a new branch: the newer checkpoints are moved aside (`move_newer_aside`), never deleted, and never
+resumed by `--resume auto` again.
 
 State is tensors in safetensors files and everything else in JSON: no pickle is written or read. What is
 read back is checked for the shape this module and the loop write, so a foreign or edited file that
@@ -24,6 +26,7 @@ import logging
 import os
 import random
 import shutil
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -42,6 +45,7 @@ logger = logging.getLogger(__name__)
 MANIFEST = "manifest.json"
 PREFIX = "step-"
 TEMP_PREFIX = ".tmp-"
+ABANDONED_PREFIX = "abandoned-"
 TRAINER_STATE = "trainer_state.json"
 RNG_STATE = "rng.json"
 START_OVER = "--overwrite"  # the flag of pretrain and finetune that deletes a run's checkpoints and starts at step 0
@@ -174,7 +178,37 @@ def resolve_resume(resume: str | Path | None, root: Path, overwrite: bool = Fals
     if problem is not None:
         raise BertkitError(f"--resume {path}: not a valid checkpoint: {problem}; pick another one "
                            "or use --resume auto, which skips broken checkpoints")
+    move_newer_aside(path, root)
     return path
+
+
+def _step_of(directory: Path) -> int:
+    """The step in a checkpoint's name (step-NNNNNNNN), or -1 for another name."""
+    number = directory.name.removeprefix(PREFIX)
+    return int(number) if directory.name.startswith(PREFIX) and number.isdigit() else -1
+
+
+def move_newer_aside(chosen: Path, root: Path) -> list[Path]:
+    """Resuming from `chosen` starts a new branch of the run: checkpoints in `root` of later steps (the
+    abandoned branch) move into root/abandoned-TIME-from-STEP, where neither `--resume auto` nor pruning looks,
+    so every later save and resume follows the new branch. Returns the moved directories' new paths."""
+    step = read_trainer_state(chosen)["state"]["step"]
+    newer = [p for p in list_checkpoints(root) if _step_of(p) > step and p.resolve() != chosen.resolve()]
+    if not newer:
+        return []
+    aside = root / f"{ABANDONED_PREFIX}{time.strftime('%Y%m%d-%H%M%S')}-from-{chosen.name}"
+    while aside.exists():  # two branches within a second
+        aside = aside.with_name(aside.name + "-1")
+    aside.mkdir()
+    moved = []
+    for path in newer:
+        path.rename(aside / path.name)
+        moved.append(aside / path.name)
+    fsync_path(root)
+    logger.warning("--resume %s is older than the newest checkpoint: moved %s aside to %s; from here on the run "
+                   "continues from step %d and --resume auto follows this branch", chosen,
+                   ", ".join(p.name for p in newer), aside, step)
+    return moved
 
 
 def _newest_or_refuse(root: Path) -> Path | None:
@@ -241,7 +275,6 @@ _COUNT, _NUMBER = (int,), (int, float)
 TRAINER_STATE_FIELDS: dict[str, dict[str, tuple[type, ...]]] = {
     "state": {"step": _COUNT, "elapsed_s": _NUMBER, "consecutive_nonfinite": _COUNT, "skipped_steps": _COUNT,
               "last_eval_step": _COUNT, "best": (dict, type(None))},
-    "scheduler": {"last_epoch": _COUNT},
     "data": {"epoch": _COUNT, "samples_in_epoch": _COUNT, "global_batch_size": _COUNT},
 }
 
@@ -268,7 +301,7 @@ def read_trainer_state(directory: Path) -> dict[str, Any]:
     path = directory / TRAINER_STATE
     state = _read_state_json(directory, TRAINER_STATE)
     if not isinstance(state, dict) or not isinstance(state.get("scaler", "missing"), (dict, type(None))):
-        raise _foreign(path, "not an object with state, scheduler, scaler and data")
+        raise _foreign(path, "not an object with state, scaler and data")
     for section, fields in TRAINER_STATE_FIELDS.items():
         values = state.get(section)
         if not isinstance(values, dict):

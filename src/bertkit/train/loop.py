@@ -4,13 +4,21 @@ Design decision: the loop knows nothing about BERT. It takes a model, a `loss_fn
 (loss, metrics)`, a map-style dataset with its collate function, and a `TrainConfig`, and owns
 everything else in plain sight: gradient accumulation, clipping, precision, the non-finite guard,
 evaluation (every N steps and/or every epoch), early stopping, checkpoints and exact resume. Exact resume
-means the restored state is *all* the state: weights, optimizer moments, scheduler position, grad-scaler
-scale, every RNG (python, numpy, torch CPU and CUDA, per rank) and the data position (epoch + samples
-consumed; see `batches.py`); a resumed run then produces bit-identical losses on CPU.
+means the restored state is *all* the state: weights, optimizer moments, grad-scaler scale, every RNG
+(python, numpy, torch CPU and CUDA, per rank) and the data position (epoch + samples consumed; see
+`batches.py`); a resumed run then produces bit-identical losses on CPU. The learning rate is not state: it
+is computed from the step and the run's settings before every step (`optim.LearningRateSchedule`).
+
+Resume rules (docs/pretraining.md, "Resuming, extending, branching"): the settings saved in the checkpoint
+are compared with the new ones; a change that breaks exactness (seed, data order, global batch, the data
+and the model) is refused unless `--allow-change` names it, every other change (learning rate, budget,
+cadence) is applied from the next step and listed in the log and in metrics.jsonl (a "resume" record).
+Resuming from a checkpoint older than the newest moves the newer ones aside (`checkpoint.resolve_resume`),
+so later saves and `--resume auto` follow the new branch.
 
 Per step: for each of the `gradient_accumulation_steps` micro-batches, forward under autocast, scale the
 loss by the micro-batch's share of the global batch, backward (DDP all-reduces on the last one only);
-then unscale, clip, and step the optimizer and scheduler only if the loss and gradient norm are finite.
+then unscale, clip, and step the optimizer only if the loss and gradient norm are finite.
 
 A micro-batch's share is what its loss averages over. A plain `loss_fn(model, batch) -> (mean, metrics)`
 averages over samples, so its share is its sample count over the global batch's. An `Objective` (a token
@@ -30,6 +38,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import json
 import logging
 import math
 import signal
@@ -46,7 +55,7 @@ from torch.utils.data import Dataset
 
 from bertkit import runtime
 from bertkit.errors import BertkitError, Interrupted
-from bertkit.settings import TrainConfig
+from bertkit.settings import RESUME_EXACT_SETTINGS, TrainConfig
 from bertkit.train import checkpoint as ckpt
 from bertkit.train.batches import EpochBatches, StepBatch
 from bertkit.train.distributed import (
@@ -57,7 +66,7 @@ from bertkit.train.distributed import (
     broadcast_object,
     wrap_model,
 )
-from bertkit.train.optim import build_optimizer, build_schedule
+from bertkit.train.optim import LearningRateSchedule, apply_hyperparameters, build_optimizer
 from bertkit.train.reporting import Reporter
 
 logger = logging.getLogger(__name__)
@@ -237,7 +246,7 @@ def fit(model: nn.Module, loss_fn: LossFn, dataset: Dataset, config: TrainConfig
         save_weights: Callable[[nn.Module, Path], None] | None = None,
         load_weights: Callable[[nn.Module, Path], None] | None = None,
         resume: str | Path | None = None, overwrite: bool = False, ctx: DistributedContext | None = None,
-        lengths: Any = None) -> FitResult:
+        lengths: Any = None, identity: dict[str, Any] | None = None) -> FitResult:
     """Train `model` on `dataset` until the budget in `config` is spent or a stop signal arrives.
 
     `lengths` (one int per example), when given, groups each epoch's batches by length (less padding).
@@ -251,6 +260,8 @@ def fit(model: nn.Module, loss_fn: LossFn, dataset: Dataset, config: TrainConfig
     (default: model.safetensors of the state dict). `resume` is None, 'auto' (newest valid checkpoint in
     output_dir/checkpoints, if any) or a checkpoint directory; `overwrite` deletes earlier checkpoints and
     starts at step 0 (see `checkpoint.resolve_resume`). Checkpoints go to output_dir/checkpoints/step-NNNNNNNN.
+    `identity` (JSON values, e.g. the data's and the model's fingerprints) is what else a resumed run must
+    share with the checkpoint it continues; see `_compare_settings` for the rules on resume.
     """
     ctx = ctx or DistributedContext()
     global_batch, micro_batch, accumulation = config.batch_plan(ctx.world_size)
@@ -270,12 +281,14 @@ def fit(model: nn.Module, loss_fn: LossFn, dataset: Dataset, config: TrainConfig
     budget = _Budget(config, batches.steps_per_epoch, state)
     optimizer = build_optimizer(model, config.optimizer, config.learning_rate, config.weight_decay,
                                 config.betas, config.eps)
-    scheduler = build_schedule(optimizer, budget.progress, budget.warmup, config.lr_schedule)
+    schedule = LearningRateSchedule(config.learning_rate, budget.progress, budget.warmup, config.lr_schedule)
     checkpoints = output_dir / "checkpoints"
-    parts = _Parts(model, optimizer, scheduler, scaler, batches, state, save, load)
-    start = _resume(parts, resume, overwrite, checkpoints, config, ctx)
+    parts = _Parts(model, optimizer, schedule, scaler, batches, state, save, load, dict(identity or {}))
+    start, resumed = _resume(parts, resume, overwrite, checkpoints, config, ctx)
     ddp_model = wrap_model(model, ctx)
     reporter = Reporter(output_dir, ctx.is_main, budget.max_steps, state.step, config.max_time_s)
+    if resumed is not None:
+        reporter.record(resumed)
     last_checkpoint = start
     try:
         with _StopSignal() as stop:
@@ -300,12 +313,13 @@ class _Parts:
 
     model: nn.Module
     optimizer: torch.optim.Optimizer
-    scheduler: torch.optim.lr_scheduler.LambdaLR
+    schedule: LearningRateSchedule
     scaler: torch.amp.GradScaler | None
     batches: EpochBatches
     state: _State
     save_weights: Callable[[nn.Module, Path], object]  # return values are ignored (load_model returns
     load_weights: Callable[[nn.Module, Path], object]  # the missing and unexpected keys)
+    identity: dict[str, Any]
 
 
 def _train(model: nn.Module, loss_fn: LossFn, parts: _Parts, config: TrainConfig, budget: _Budget,
@@ -319,7 +333,7 @@ def _train(model: nn.Module, loss_fn: LossFn, parts: _Parts, config: TrainConfig
     cadence = _Cadence(config, parts.batches.steps_per_epoch, state)
     data: Iterator[StepBatch] = iter(parts.batches)
     while True:
-        lr = parts.scheduler.get_last_lr()[0]
+        lr = parts.schedule.apply(parts.optimizer, state.step)  # skipped steps count: see optim.py
         local = _forward_backward(model, loss_fn, next(data), autocast, parts.scaler, ctx)
         clock = time.perf_counter() - started + elapsed_before
         loss, metrics, tokens, stop_requested, elapsed = _reduce(*local, stop.requested, clock, ctx)
@@ -422,7 +436,7 @@ def _reduce(loss_sum: torch.Tensor, sums: dict[str, Any], tokens: int, stop_requ
 
 
 def _optimizer_step(parts: _Parts, config: TrainConfig, loss: float) -> float:
-    """Unscale, clip, and step optimizer + scheduler only when everything is finite; returns the grad norm."""
+    """Unscale, clip, and step the optimizer only when everything is finite; returns the grad norm."""
     params = [p for p in parts.model.parameters() if p.grad is not None]
     if parts.scaler is not None:
         parts.scaler.unscale_(parts.optimizer)
@@ -433,7 +447,6 @@ def _optimizer_step(parts: _Parts, config: TrainConfig, loss: float) -> float:
             parts.scaler.step(parts.optimizer)
         else:
             parts.optimizer.step()
-        parts.scheduler.step()
     if parts.scaler is not None:
         parts.scaler.update()
     parts.optimizer.zero_grad(set_to_none=True)
@@ -445,7 +458,7 @@ def _count_nonfinite(state: _State, record: dict[str, Any], reporter: Reporter) 
     state.skipped_steps += 1
     record["skipped"] = True
     reporter.message(f"step {state.step}: non-finite loss {record['loss']} or gradient norm "
-                     f"{record['grad_norm']}; optimizer and scheduler step skipped "
+                     f"{record['grad_norm']}; optimizer step skipped "
                      f"({state.consecutive_nonfinite} in a row, {state.skipped_steps} in total)")
 
 
@@ -513,7 +526,9 @@ def _write_parts(parts: _Parts, directory: Path, rng_states: list[dict], config:
     ckpt.write_json(directory / "rng.json", {"ranks": rng_states})
     ckpt.write_json(directory / "trainer_state.json", {
         "state": dataclasses.asdict(parts.state),
-        "scheduler": parts.scheduler.state_dict(),
+        # For the resume log only: the learning rate is recomputed from the settings, never restored.
+        "schedule": {"lr_last_step": parts.schedule(parts.state.step - 1) if parts.state.step else 0.0},
+        "identity": parts.identity,
         "scaler": parts.scaler.state_dict() if parts.scaler is not None else None,
         "data": parts.batches.position(),
         "world_size": len(rng_states),
@@ -522,32 +537,84 @@ def _write_parts(parts: _Parts, directory: Path, rng_states: list[dict], config:
 
 
 def _resume(parts: _Parts, resume: str | Path | None, overwrite: bool, root: Path, config: TrainConfig,
-            ctx: DistributedContext) -> Path | None:
-    """Restore every part from the chosen checkpoint (rank 0 picks it, all ranks load it)."""
+            ctx: DistributedContext) -> tuple[Path | None, dict[str, Any] | None]:
+    """Restore every part from the chosen checkpoint (rank 0 picks it, all ranks load it); returns it and
+    the metrics.jsonl record of the resume (None when starting at step 0)."""
     chosen = ckpt.choose_checkpoint(resume, overwrite, root, ctx)
     if chosen is None:
-        return None
+        return None, None
     with ckpt.restoring(chosen):
         trainer = ckpt.read_trainer_state(chosen)
+        changes = _compare_settings(chosen, trainer, config, parts)
         parts.load_weights(parts.model, chosen)
         ckpt.load_optimizer(parts.optimizer, chosen)
-        parts.scheduler.load_state_dict(trainer["scheduler"])
+        apply_hyperparameters(parts.optimizer, parts.model, config.weight_decay, config.betas, config.eps)
         if parts.scaler is not None and trainer["scaler"] is not None:
             parts.scaler.load_state_dict(trainer["scaler"])
-        _restore_data_position(parts.batches, trainer["data"])
+        parts.batches.restore(trainer["data"])
         _restore_rng(ckpt.read_rng_states(chosen), config, trainer["state"]["step"], ctx)
     saved = trainer["state"]
     parts.state.__dict__.update({k: v for k, v in saved.items() if k in parts.state.__dict__})
-    logger.info("resumed from %s at step %d", chosen, parts.state.step)
-    return chosen
+    step = parts.state.step
+    lr_before = (trainer.get("schedule") or {}).get("lr_last_step")
+    lr_now = parts.schedule(step)
+    if ctx.is_main:
+        logger.info("resumed from %s at step %d%s", chosen, step, _describe_changes(changes, lr_before, lr_now))
+    return chosen, {"kind": "resume", "step": step, "checkpoint": str(chosen), "lr_last_step": lr_before,
+                    "lr": lr_now, "changed": {name: [old, new] for name, (old, new) in changes.items()}}
 
 
-def _restore_data_position(batches: EpochBatches, position: dict[str, int]) -> None:
-    if position["global_batch_size"] != batches.global_batch_size:
-        logger.warning("the global batch changed from %d to %d; the data position is kept in samples, "
-                       "so no sample is repeated or skipped, but the run is no longer bit-exact",
-                       position["global_batch_size"], batches.global_batch_size)
-    batches.restore(position)
+# A change of a setting in RESUME_EXACT_SETTINGS (seed, data order, global batch, and the caller's
+# `identity`: data, model) breaks a resumed run's exactness, so it is refused unless TrainConfig.allow_change
+# names it. Every other TrainConfig setting may change on resume and takes effect from the next step: the
+# learning rate and schedule (recomputed from the step), the budget, evaluation and checkpoint cadence, weight
+# decay, Adam's betas and epsilon, clipping, precision, and how the global batch is split.
+UNCOMPARED = ("allow_change",)
+
+
+def _compare_settings(chosen: Path, trainer: dict[str, Any], config: TrainConfig, parts: _Parts
+                      ) -> dict[str, tuple[Any, Any]]:
+    """{setting: (checkpoint's value, this run's)} of every setting that differs; a BertkitError for the first
+    one that breaks exactness and --allow-change does not name. Checkpoints of older versions lack some
+    entries: what was not saved is not compared."""
+    saved = _section(trainer, "config")
+    now = json.loads(json.dumps(dataclasses.asdict(config)))  # tuples as lists, as saved
+    changes = {name: (saved[name], now[name]) for name in now
+               if name in saved and name not in UNCOMPARED and saved[name] != now[name]}
+    old_global = trainer["data"]["global_batch_size"]
+    if old_global != parts.batches.global_batch_size:
+        changes["global_batch_size"] = (old_global, parts.batches.global_batch_size)
+    elif "global_batch_size" in changes:  # spelled differently, the same batch
+        del changes["global_batch_size"]
+    saved_identity = _section(trainer, "identity")
+    changes |= {name: (saved_identity[name], value) for name, value in parts.identity.items()
+                if name in saved_identity and saved_identity[name] != value}
+    for name, (old, new) in changes.items():
+        exact = name in RESUME_EXACT_SETTINGS or name in parts.identity
+        if exact and name not in config.allow_change:
+            raise BertkitError(
+                f"--resume {chosen}: {name} was {_short(old)} in the run being resumed and is {_short(new)} now; "
+                f"a resumed run with another {name} is no longer exact. Resume with the run's own {name}, "
+                f"continue anyway with --allow-change {name}, or start a new run in another --output directory")
+    return changes
+
+
+def _section(trainer: dict[str, Any], name: str) -> dict[str, Any]:
+    section = trainer.get(name)
+    return section if isinstance(section, dict) else {}
+
+
+def _short(value: Any, limit: int = 80) -> str:
+    text = json.dumps(value) if not isinstance(value, str) else repr(value)
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
+def _describe_changes(changes: dict[str, tuple[Any, Any]], lr_before: float | None, lr_now: float) -> str:
+    if not changes:
+        return ""
+    listed = ", ".join(f"{name} {_short(old, 40)} -> {_short(new, 40)}" for name, (old, new) in changes.items())
+    lr = f"{lr_before:.3g} at the last step, {lr_now:.3g} now" if lr_before is not None else f"{lr_now:.3g} now"
+    return f"; settings changed since the checkpoint, applied from this step: {listed} (learning rate {lr})"
 
 
 def _restore_rng(rank_states: list[dict], config: TrainConfig, step: int, ctx: DistributedContext) -> None:

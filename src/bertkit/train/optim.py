@@ -1,8 +1,13 @@
 """Optimizers (AdamW, LAMB) with BERT's weight-decay rule, and the learning-rate schedules.
 
-Design decision: a learning-rate schedule is a pure function of *progress* through the budget
-(a number in [0, 1]) and the warmup fraction, wrapped in a torch `LambdaLR` so its position is ordinary
-scheduler state. For a step budget progress is step / max_steps and each schedule equals its
+Design decision: the learning rate of every step is a pure function of the step and the run's settings:
+peak x a schedule of *progress* through the budget (a number in [0, 1]) and the warmup fraction, computed
+and written into the optimizer's parameter groups before each step (`LearningRateSchedule`). Nothing of
+it is state: a resumed run computes it from its own settings, so a new --learning-rate or a larger budget
+takes effect, and no restored scheduler position can disagree with them (a torch `LambdaLR` restored from a
+checkpoint keeps the old run's base learning rate and counts only the steps it was stepped on). Every
+optimizer step counts, skipped non-finite ones included, so a run always ends with its schedule at the end
+of the budget. For a step budget progress is step / max_steps and each schedule equals its
 transformers counterpart exactly (`get_linear_schedule_with_warmup`, `get_cosine_schedule_with_warmup`,
 `get_constant_schedule_with_warmup`, `get_inverse_sqrt_schedule` with timescale = warmup steps); for a
 time budget progress is elapsed time / max time, so a decaying schedule reaches 0 when the time runs out
@@ -31,7 +36,6 @@ from typing import Any
 
 import torch
 from torch import nn
-from torch.optim.lr_scheduler import LambdaLR
 
 from bertkit.errors import BertkitError
 from bertkit.settings import OPTIMIZERS
@@ -124,6 +128,15 @@ def build_optimizer(model: nn.Module, name: str, learning_rate: float, weight_de
     raise BertkitError(f"--optimizer {name!r} is not supported; use one of {', '.join(OPTIMIZERS)}")
 
 
+def apply_hyperparameters(optimizer: torch.optim.Optimizer, model: nn.Module, weight_decay: float,
+                          betas: tuple[float, float], eps: float) -> None:
+    """Set this run's weight decay (by `parameter_groups`' rule), betas and epsilon on an optimizer whose
+    parameter groups came back from a checkpoint (torch's load_state_dict restores the saved ones)."""
+    for group, fresh in zip(optimizer.param_groups, parameter_groups(model, weight_decay)):
+        group["weight_decay"] = fresh["weight_decay"]
+        group["betas"], group["eps"] = tuple(betas), eps
+
+
 def warmup_linear_decay(progress: float, warmup: float) -> float:
     """Learning-rate multiplier at `progress` in [0, 1]: rises linearly to 1 over the first `warmup`
     fraction, then falls linearly to 0 at progress 1."""
@@ -159,13 +172,25 @@ SCHEDULES: dict[str, Callable[[float, float], float]] = {
 }
 
 
-def build_schedule(optimizer: torch.optim.Optimizer, progress_at: Callable[[int], float],
-                   warmup: float, name: str = "linear") -> LambdaLR:
-    """A LambdaLR whose multiplier at scheduler step s is SCHEDULES[name](progress_at(s), warmup)."""
-    if name not in SCHEDULES:
-        raise BertkitError(f"--lr-schedule {name!r}: use one of {', '.join(SCHEDULES)}")
-    if name == "inverse-sqrt" and warmup <= 0:
-        raise BertkitError("--lr-schedule inverse-sqrt decays from the end of warmup; give a warmup "
-                           "(--warmup-steps or --warmup-ratio above 0)")
-    multiplier = SCHEDULES[name]
-    return LambdaLR(optimizer, lambda step: multiplier(progress_at(step), warmup))
+class LearningRateSchedule:
+    """The learning rate for the optimizer step that follows `step` completed steps:
+    peak x SCHEDULES[name](progress_at(step), warmup). The first step (step 0) runs at the start of the
+    warmup, as transformers' schedules do."""
+
+    def __init__(self, peak: float, progress_at: Callable[[int], float], warmup: float, name: str = "linear"):
+        if name not in SCHEDULES:
+            raise BertkitError(f"--lr-schedule {name!r}: use one of {', '.join(SCHEDULES)}")
+        if name == "inverse-sqrt" and warmup <= 0:
+            raise BertkitError("--lr-schedule inverse-sqrt decays from the end of warmup; give a warmup "
+                               "(--warmup-steps or --warmup-ratio above 0)")
+        self.peak, self.progress_at, self.warmup, self.name = peak, progress_at, warmup, name
+
+    def __call__(self, step: int) -> float:
+        return self.peak * SCHEDULES[self.name](self.progress_at(step), self.warmup)
+
+    def apply(self, optimizer: torch.optim.Optimizer, step: int) -> float:
+        """Set every parameter group's learning rate for the step after `step`; returns it."""
+        lr = self(step)
+        for group in optimizer.param_groups:
+            group["lr"] = lr
+        return lr

@@ -1,7 +1,8 @@
 """What a run reports: metrics.jsonl, TensorBoard events, a tqdm progress bar, and the final PNG.
 
 Design decision: `metrics.jsonl` is the record of truth (one JSON object per optimizer step, kind
-"train", and one per evaluation, kind "eval"); TensorBoard and the plot are views of the same numbers.
+"train", one per evaluation, kind "eval", and one per resume, kind "resume", with the settings that
+changed); TensorBoard and the plot are views of the same numbers.
 On resume the file is cut back to the checkpoint's step, so a resumed run's file reads exactly like an
 uninterrupted one. Only rank 0 reports.
 """
@@ -79,6 +80,12 @@ class Reporter:
                 postfix["time_left"] = f"{max(0.0, self.max_time_s - record['elapsed_s']) / 60:.1f}min"
             self.bar.set_postfix(postfix)
             self.window_tokens, self.window_start = 0, time.perf_counter()
+
+    def record(self, record: dict[str, Any]) -> None:
+        """Write one other record (e.g. kind "resume") to metrics.jsonl."""
+        if self.enabled:
+            self.jsonl.write(json.dumps(record) + "\n")
+            self.jsonl.flush()
 
     def eval_step(self, step: int, metrics: dict[str, float]) -> None:
         if not self.enabled:
