@@ -1,0 +1,210 @@
+"""Benchmark: the corpus pipeline at scale - `tokenizer train`, `data pretraining` and `pretrain` up to its
+first optimizer step - on 100 MB and 1 GB of text and on 1 GB as Parquet, with wall time and peak memory.
+
+The corpus is the bundled King James Bible (verses as lines, chapters as documents) repeated to each size
+(`pretraining_data.make_corpus`); the Parquet copy holds the same documents, one row per document in a
+"text" column, written in row groups of 10,000 documents (as pandas and `datasets` write them). Each stage
+is the real command (`python -m bertkit ...`) in a process of its own, run one after another, so:
+
+- wall time is the command's, start-up included;
+- peak RSS is the largest single process of the command (the main process or one of its workers; Linux's
+  ru_maxrss of waited-for descendants), and, where psutil is installed, the peak of the whole process tree
+  sampled every 0.2 s (main + workers together);
+- `pretrain` runs bert-mini with `--max-steps 1`; "first step" is the time from the command's start until
+  metrics.jsonl holds its first training record, which includes opening every shard, holding out the
+  evaluation instances and planning the epoch over all of the data.
+
+Targets (issue 24): peak RSS under 2 GB at every stage and size; time per GB within 1.2x of time per 100 MB;
+the first pre-training step within 30 s of start on 1 GB of shards. Run it alone on the machine: the stages
+use every core, and a second heavy job slows both.
+
+Usage:
+
+    python benchmarks/corpus_scale.py --sizes 100,1000 --parquet 1000 --work /tmp/bertkit-scale
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from pretraining_data import make_corpus  # the sibling benchmark's corpus maker
+
+ROW_GROUP_DOCUMENTS = 10_000
+
+
+def write_parquet(text_path: Path, parquet_path: Path) -> Path:
+    """The documents of a blank-line-separated text file as Parquet rows ("text": the document's lines
+    joined by line feeds), streamed in row groups so the conversion itself stays small."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    schema = pa.schema([("text", pa.string())])
+    with pq.ParquetWriter(parquet_path, schema) as writer, open(text_path, encoding="utf-8") as source:
+        documents: list[str] = []
+        lines: list[str] = []
+        for line in source:
+            line = line.strip()
+            if line:
+                lines.append(line)
+                continue
+            if lines:
+                documents.append("\n".join(lines))
+                lines = []
+            if len(documents) >= ROW_GROUP_DOCUMENTS:
+                writer.write_table(pa.table({"text": documents}, schema=schema))
+                documents = []
+        if lines:
+            documents.append("\n".join(lines))
+        if documents:
+            writer.write_table(pa.table({"text": documents}, schema=schema))
+    return parquet_path
+
+
+class TreeMemory:
+    """Peak RSS of a process and its descendants together, sampled (psutil; None where it is missing)."""
+
+    def __init__(self, pid: int) -> None:
+        try:
+            import psutil
+        except ImportError:
+            self.peak, self.thread = None, None
+            return
+        self.peak = 0
+        self.process, self.stop = psutil.Process(pid), threading.Event()
+        self.thread = threading.Thread(target=self._sample, daemon=True)
+        self.thread.start()
+
+    def _sample(self) -> None:
+        import psutil
+
+        while not self.stop.is_set():
+            try:
+                processes = [self.process, *self.process.children(recursive=True)]
+                total = 0
+                for process in processes:
+                    try:
+                        total += process.memory_info().rss
+                    except psutil.Error:
+                        continue
+                self.peak = max(self.peak or 0, total)
+            except psutil.Error:
+                return
+            self.stop.wait(0.2)
+
+    def finish(self) -> int | None:
+        if self.thread is not None:
+            self.stop.set()
+            self.thread.join()
+        return self.peak
+
+
+def run_stage(name: str, args: list[str], log: Path, first_record: Path | None = None) -> dict:
+    """Run `python -m bertkit ARGS` in a fresh interpreter (through a small wrapper that reports the largest
+    descendant's ru_maxrss); returns wall time, peak RSS and, with `first_record`, the time to the first line
+    of that file."""
+    wrapper = ("import resource, subprocess, sys; code = subprocess.call(sys.argv[1:]); "
+               "print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss, file=sys.stderr); sys.exit(code)")
+    command = [sys.executable, "-c", wrapper, sys.executable, "-m", "bertkit", *args]
+    started = time.perf_counter()
+    first = None
+    with open(log, "w") as out:
+        process = subprocess.Popen(command, stdout=out, stderr=subprocess.PIPE, text=True)
+        memory = TreeMemory(process.pid)
+        while process.poll() is None:
+            if first_record is not None and first is None and first_record.is_file() and first_record.stat().st_size:
+                first = time.perf_counter() - started
+            time.sleep(0.05)
+        stderr = process.stderr.read() if process.stderr else ""
+    wall = time.perf_counter() - started
+    tree = memory.finish()
+    out_lines = stderr.strip().splitlines()
+    with open(log, "a") as out:
+        out.write("\n".join(out_lines[:-1]) + "\n")
+    if process.returncode != 0:
+        raise SystemExit(f"{name} failed (exit {process.returncode}); see {log}:\n" + "\n".join(out_lines[-15:]))
+    largest_kb = int(out_lines[-1])
+    result = {"stage": name, "wall_s": round(wall, 1), "largest_process_mb": round(largest_kb / 1024),
+              "tree_peak_mb": round(tree / 2**20) if tree else None}
+    if first_record is not None:
+        result["first_step_s"] = round(first, 1) if first is not None else None
+    return result
+
+
+def pipeline(corpus: Path, label: str, work: Path, vocab_size: int, workers: int) -> list[dict]:
+    """The three stages on one corpus; each result carries the corpus size and format."""
+    megabytes = corpus.stat().st_size / 1e6
+    tokenizer, data, run = work / f"{label}-vocab", work / f"{label}-data", work / f"{label}-run"
+    for path in (tokenizer, data, run):
+        shutil.rmtree(path, ignore_errors=True)
+    results = [
+        run_stage("tokenizer train", ["tokenizer", "train", "--input", str(corpus), "--output", str(tokenizer),
+                                      "--vocab-size", str(vocab_size), "--no-progress"], work / f"{label}-tok.log"),
+        run_stage("data pretraining", ["data", "pretraining", "--input", str(corpus), "--tokenizer", str(tokenizer),
+                                       "--output", str(data), "--workers", str(workers), "--masking", "dynamic",
+                                       "--dupe-factor", "1", "--quiet"], work / f"{label}-data.log"),
+        run_stage("pretrain (1 step)", ["pretrain", "--data", str(data), "--tokenizer", str(tokenizer),
+                                        "--model", "bert-mini", "--output", str(run), "--max-steps", "1",
+                                        "--device", "cpu", "--precision", "fp32"],
+                  work / f"{label}-pretrain.log", first_record=run / "metrics.jsonl"),
+    ]
+    shard_bytes = sum(p.stat().st_size for p in data.rglob("*") if p.is_file())
+    manifest = json.loads((data / "manifest.json").read_text())
+    instances = sum(entry["num_instances"] for entry in manifest["shards"])
+    for result in results:
+        result.update(corpus=label, input_mb=round(megabytes, 1))
+        if result["stage"] != "tokenizer train":
+            result.update(instances=instances, shards_mb=round(shard_bytes / 1e6))
+    return results
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--sizes", default="100,1000", help="MB of text, comma-separated")
+    parser.add_argument("--parquet", default="1000", help="MB of text to run as Parquet too, comma-separated")
+    parser.add_argument("--work", type=Path, default=Path("/tmp/bertkit-scale"), help="scratch directory")
+    parser.add_argument("--vocab-size", type=int, default=30522)
+    parser.add_argument("--workers", type=int, default=os.cpu_count())
+    parser.add_argument("--json", type=Path, help="also write the results here")
+    args = parser.parse_args()
+
+    from bertkit import hardware
+
+    print(hardware.header())
+    args.work.mkdir(parents=True, exist_ok=True)
+    rows: list[dict] = []
+    parquet_sizes = {float(s) for s in args.parquet.split(",") if s}
+    for size in (float(s) for s in args.sizes.split(",")):
+        corpus = make_corpus(args.work, size)
+        print(f"load average before {size:g} MB: {os.getloadavg()[0]:.2f}", flush=True)
+        runs = [(corpus, f"text-{size:g}mb")]
+        if size in parquet_sizes:
+            runs.append((write_parquet(corpus, args.work / f"kjv-{size:g}mb.parquet"), f"parquet-{size:g}mb"))
+        for path, label in runs:
+            for row in pipeline(path, label, args.work, args.vocab_size, args.workers):
+                print(json.dumps(row), flush=True)
+                rows.append(row)
+            path.unlink()
+    print(f"load average after: {os.getloadavg()[0]:.2f}")
+    print("\n| corpus | stage | wall | s per 100 MB | largest process | whole tree | first step |")
+    print("|---|---|---|---|---|---|---|")
+    for row in rows:
+        per_100 = row["wall_s"] / row["input_mb"] * 100
+        tree = f"{row['tree_peak_mb']:,} MB" if row["tree_peak_mb"] else "-"
+        first = f"{row['first_step_s']} s" if row.get("first_step_s") is not None else "-"
+        print(f"| {row['corpus']} ({row['input_mb']:g} MB) | {row['stage']} | {row['wall_s']} s | {per_100:.1f} s | "
+              f"{row['largest_process_mb']:,} MB | {tree} | {first} |")
+    if args.json:
+        args.json.write_text(json.dumps(rows, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()
