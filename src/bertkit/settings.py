@@ -455,6 +455,8 @@ MASKINGS = ("static", "dynamic")
 """The values of --masking: masks stored in the shards, or drawn by the training loader."""
 DATA_RNGS = ("numpy", "python")
 """The values of `bertkit data pretraining --rng`."""
+PACKINGS = ("full-sentences", "doc-sentences", "contiguous")
+"""The values of `bertkit data pretraining --packing` (bertkit.data.packing), for --no-nsp data."""
 
 
 @dataclass(frozen=True)
@@ -472,6 +474,14 @@ class PretrainingDataOptions:
     """Passes over the corpus with different pairs and masks."""
     short_seq_prob: float = 0.1
     """Probability of a shorter target length for a document."""
+    nsp: bool = True
+    """Next-sentence pairs [CLS] A [SEP] B [SEP] (Google's rules, half with a random B); --no-nsp: one-segment
+    masked-LM instances packed by --packing, for `bertkit pretrain --no-nsp` (--short-seq-prob is unused)."""
+    packing: str | None = dataclasses.field(default=None, metadata={"choices": PACKINGS})
+    """How --no-nsp instances are filled up to --max-seq-length: full-sentences (RoBERTa's: whole sentences,
+    crossing documents with a [SEP] between them), doc-sentences (whole sentences of one document),
+    contiguous (the token stream cut at the length, splitting sentences); a sentence longer than an
+    instance is split, never dropped; unset: full-sentences."""
     whole_word_masking: bool = False
     """Mask all WordPiece pieces of a word together."""
     masking: str = dataclasses.field(default="static", metadata={"choices": MASKINGS})
@@ -503,6 +513,14 @@ class PretrainingDataOptions:
             raise BertkitError(f"--masking must be 'static' or 'dynamic', got {self.masking!r}")
         if self.rng not in DATA_RNGS:
             raise BertkitError(f"--rng must be 'numpy' or 'python', got {self.rng!r}")
+        if self.packing is not None and self.packing not in PACKINGS:
+            raise BertkitError(f"--packing {self.packing!r}: use one of {', '.join(PACKINGS)}")
+        if self.nsp and self.packing is not None:
+            raise BertkitError("--packing applies to --no-nsp data only (NSP data is Google's sentence pairs); "
+                               "add --no-nsp or drop --packing")
+        if not self.nsp and self.rng == "python":
+            raise BertkitError("--rng python reproduces Google's NSP pairs; --no-nsp data is packed by one "
+                               "deterministic rule and masked by the numpy rules, so drop --rng python")
         if not self.shuffle_buffer_mb > 0:
             raise BertkitError(f"--shuffle-buffer-mb must be positive, got {self.shuffle_buffer_mb}")
 

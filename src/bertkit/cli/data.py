@@ -32,7 +32,8 @@ def data() -> None:
 @options(PretrainingDataOptions, overrides={"dupe_factor": {
     "default": None, "default_text": ", ".join(f"{n} with {m} masking" for m, n in DUPE_FACTORS.items())}})
 def pretraining(**flags: Any) -> None:
-    """Create masked-LM + next-sentence instances from text (Google's rules), as memory-mapped shards."""
+    """Create masked-LM + next-sentence instances from text (Google's rules), or with --no-nsp masked-LM
+    instances packed with whole sentences (RoBERTa's), as memory-mapped shards."""
     from bertkit.data.pretraining import build_pretraining_data, format_summary
     from bertkit.data.shards import ids_dtype
     from bertkit.tokenizer import WordPieceTokenizer

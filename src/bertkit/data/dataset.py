@@ -2,7 +2,9 @@
 
 Items are dicts of 1-D int64 tensors of the instance's real length (not padded): `input_ids`,
 `token_type_ids`, `attention_mask`, `mlm_labels` (-100 where not predicted), and a 0-d `nsp_labels`
-(0 = B follows A, 1 = random B). `collate_pretraining` pads a list of items to the longest.
+(0 = B follows A, 1 = random B). `collate_pretraining` pads a list of items to the longest. Data made
+with --no-nsp (packed, `layout` is its --packing) has one segment: token types and NSP labels are 0,
+and `nsp` is False, so a trainer can refuse to learn NSP from it.
 
 Design decision: shards are memory-mapped, so opening a dataset of any size costs only its manifest
 and index arrays, and worker processes of a DataLoader share the page cache. Dynamically masked
@@ -28,7 +30,7 @@ import torch
 from torch.nn.utils.rnn import pad_sequence
 
 from bertkit.data.masking import IGNORE_INDEX, MaskingVocab, mask_batch
-from bertkit.data.shards import open_shard, read_manifest, verify_shard
+from bertkit.data.shards import instance_layout, open_shard, read_manifest, verify_shard
 from bertkit.errors import BertkitError
 
 
@@ -63,6 +65,16 @@ class PretrainingDataset(torch.utils.data.Dataset):
     def vocab_hash(self) -> str:
         """sha256 of the vocabulary the data was tokenized with (compare with the model's tokenizer)."""
         return self.manifest["tokenizer"]["vocab_hash"]
+
+    @property
+    def layout(self) -> str:
+        """'nsp-pairs' (Google's sentence pairs) or the --packing mode of masked-LM-only (--no-nsp) data."""
+        return instance_layout(self.manifest)
+
+    @property
+    def nsp(self) -> bool:
+        """True when the instances are sentence pairs with NSP labels to learn."""
+        return self.layout == "nsp-pairs"
 
     def set_epoch(self, epoch: int) -> None:
         """Select the epoch whose masks dynamic masking draws (no effect on static data)."""

@@ -14,6 +14,10 @@ with `google_mask_fn`), pass d of document i on a `random.Random` seeded from (s
 document's instances are exactly what the original makes from that generator state (about ten
 times slower).
 
+With --no-nsp, a block's sentences are packed into one-segment instances instead of paired
+(`packing.pack_instances`: RoBERTa's FULL-SENTENCES by default, no random draw), repeated for
+`dupe_factor` passes and masked like pairs; `rng` does not apply.
+
 Design decision: randomness is keyed to positions in the input, never to workers. Blocks are cut by
 a fixed rule on the input and results are written in block order, so the shards are byte-identical
 for any --workers and across re-runs. Where this differs from the original (which holds the whole
@@ -51,6 +55,7 @@ from bertkit.data.instances import (
     truncate_spans,
 )
 from bertkit.data.masking import MaskingVocab, google_mask_fn, mask_positions
+from bertkit.data.packing import DEFAULT_PACKING, PackStats, pack_instances
 from bertkit.data.shards import FORMAT_NAME, FORMAT_VERSION, ShardWriter, ids_dtype, prepare_output, write_manifest
 from bertkit.errors import BertkitError
 from bertkit.settings import PretrainingDataOptions
@@ -154,7 +159,9 @@ def _process_block(block: Block) -> BlockResult:
     block_tokens = _tokenize_block(block, counts)
     pair_stats = PairStats()
     gen = np.random.default_rng([options.seed, block.index])
-    if options.rng == "python":
+    if not options.nsp:
+        result = _packed_instances(block_tokens, counts, gen)
+    elif options.rng == "python":
         result = _shuffle(_python_instances(block_tokens.documents(), block_tokens.numbers.tolist(), pair_stats), gen)
     else:
         result = _numpy_instances(block_tokens, pair_stats, gen)
@@ -189,6 +196,23 @@ def _numpy_instances(block: TokenizedBlock, pair_stats: PairStats, gen: np.rando
                               options.max_seq_length, options.short_seq_prob, gen, pair_stats)
     spans = truncate_spans(spans, options.max_seq_length - 3, gen, pair_stats)
     result = _assemble(block.tokens, spans.take(gen.permutation(len(spans))), vocab)
+    if options.masking == "static":
+        _mask_in_chunks(result, options, vocab, gen)
+    return result
+
+
+def _packed_instances(block: TokenizedBlock, counts: Counter, gen: np.random.Generator) -> BlockResult:
+    """--no-nsp: the block packed once (`packing.pack_instances`, no random draw), repeated for each of the
+    --dupe-factor passes, in corpus order (training shuffles), each pass masked anew when masking is static."""
+    options, vocab = _STATE["options"], _STATE["vocab"]
+    stats = PackStats()
+    packed = pack_instances(block.tokens, block.sentence_offsets, block.document_offsets, options.max_seq_length,
+                            options.packing, vocab.cls_id, vocab.sep_id, stats)
+    counts.update(dataclasses.asdict(stats))
+    passes = options.dupe_factor
+    result = BlockResult(np.tile(packed.ids, passes), np.tile(packed.lengths, passes),
+                         np.tile(packed.lengths, passes).astype(np.uint16),  # one segment: all of it is "A"
+                         np.zeros(len(packed.lengths) * passes, dtype=np.uint8), None, None, None)
     if options.masking == "static":
         _mask_in_chunks(result, options, vocab, gen)
     return result
@@ -333,6 +357,8 @@ def build_pretraining_data(inputs: list[str], tokenizer, output: str | Path,
     """Build a pre-training data directory; returns its manifest (with the summary)."""
     options = options or PretrainingDataOptions()
     options.validate()
+    if not options.nsp and options.packing is None:
+        options = dataclasses.replace(options, packing=DEFAULT_PACKING)  # the manifest records the mode used
     workers = workers or os.cpu_count() or 1
     if workers < 1:
         raise BertkitError(f"--workers must be at least 1, got {workers}")
@@ -378,11 +404,12 @@ def _manifest(paths, tokenizer, vocab: MaskingVocab, options, shards, counts: Co
             "tokenizer": tokenizer_info, "ids_dtype": ids_dtype(tokenizer.vocab_size).name,
             "num_instances": sum(s["num_instances"] for s in shards),
             "num_tokens": sum(s["num_tokens"] for s in shards), "shards": shards,
-            "summary": summarize(counts, stats)}
+            "summary": summarize(counts, stats, options.max_seq_length)}
 
 
-def summarize(counts: Counter, stats: CorpusStats) -> dict:
-    """The run's summary: counts, rates, and every skip with its reason."""
+def summarize(counts: Counter, stats: CorpusStats, max_seq_length: int) -> dict:
+    """The run's summary: counts, rates, and every skip with its reason. `fill` is the share of the
+    instances' max_seq_length positions that hold a token (the rest is padding in a full-length batch)."""
     def ratio(a: int, b: int) -> float:
         return round(a / b, 6) if b else 0.0
 
@@ -399,7 +426,10 @@ def summarize(counts: Counter, stats: CorpusStats) -> dict:
             "random_next": counts["random_next"],
             "random_next_fraction": ratio(counts["random_next"], counts["instances"]),
             "truncated_instances": counts["truncated_instances"], "truncated_tokens": counts["truncated_tokens"],
-            "random_next_same_document": counts["random_next_same_document"]}
+            "random_next_same_document": counts["random_next_same_document"],
+            "fill": ratio(counts["instance_tokens"], counts["instances"] * max_seq_length),
+            "sentences_across_instances": counts["sentences_across_instances"],
+            "document_separators": counts["document_separators"]}
 
 
 def format_summary(manifest: dict) -> str:
@@ -414,8 +444,8 @@ def format_summary(manifest: dict) -> str:
         ("sentences", f"{s['sentences']:,} ({s['sentence_tokens']:,} tokens)"),
         ("instances", f"{s['instances']:,} ({s['instance_tokens']:,} tokens, {len(manifest['shards'])} shards)"),
         ("masked", masked),
-        ("NSP random next",
-         f"{s['random_next_fraction']:.2%} ({s['random_next_same_document']} from the same document)"),
+        _pairing_row(manifest),
+        ("fill", f"{s['fill']:.2%} of {manifest['options']['max_seq_length']} positions per instance hold a token"),
         ("[UNK] rate", f"{s['unk_rate']:.4%}"),
         ("truncations", f"{s['truncated_instances']:,} instances, {s['truncated_tokens']:,} tokens cut"),
         ("invalid UTF-8", f"{s['invalid_utf8_lines']} lines (replaced)"),
@@ -425,3 +455,12 @@ def format_summary(manifest: dict) -> str:
     rows += [("skipped files", f"{len(files)} {reason}: {', '.join(files)}")
              for reason, files in s["skipped_files"].items()]
     return "\n".join(f"  {name:<16} {value}" for name, value in rows)
+
+
+def _pairing_row(manifest: dict) -> tuple[str, str]:
+    s, packing = manifest["summary"], manifest["options"].get("packing")
+    if packing is None:
+        return "NSP random next", (f"{s['random_next_fraction']:.2%} "
+                                   f"({s['random_next_same_document']} from the same document)")
+    return "packing", (f"{packing}, no NSP ({s['document_separators']:,} [SEP]s between documents, "
+                       f"{s['sentences_across_instances']:,} sentences split across instances)")

@@ -5,14 +5,18 @@ A shard is one flat binary file holding, back to back (each 8-byte aligned), the
 - `input_ids` (uint16 when the vocabulary has at most 65536 ids, else uint32): all instances
   concatenated, masked already when masking is static;
 - `offsets` (int64, n+1): instance k is input_ids[offsets[k]:offsets[k+1]];
-- `a_lengths` (uint16, n): tokens with segment id 0 ([CLS] A [SEP]);
-- `nsp_labels` (uint8, n): 1 when B is a random span;
+- `a_lengths` (uint16, n): tokens with segment id 0 ([CLS] A [SEP]); the whole instance in --no-nsp data;
+- `nsp_labels` (uint8, n): 1 when B is a random span; 0 throughout in --no-nsp data;
 - static masking only: `mlm_offsets` (int64, n+1), `mlm_positions` (uint16) and `mlm_labels`
   (the ids' dtype): instance k predicts mlm_labels[mlm_offsets[k]:mlm_offsets[k+1]] at those
   positions.
 
 `manifest.json` lists the shards with each array's byte offset, dtype and length, the shard's
 sha256, and everything about the run (format version, options, tokenizer vocabulary hash, summary).
+Its options say what the instances are: `nsp` true, `packing` null for Google's sentence pairs;
+`nsp` false and `packing` the mode (bertkit.data.packing) for masked-LM-only packed instances
+(`[CLS] sentences [SEP] sentences of the next document [SEP]`, one segment). A manifest without
+`nsp` (written before --no-nsp existed) holds pairs; `instance_layout` reads either.
 
 Design decision: every shard streams to a hidden temp file in the same directory and is fsynced and
 renamed onto its final name (`bertkit.atomic`); the manifest is written the same way only after every
@@ -159,6 +163,12 @@ def read_manifest(directory: Path) -> dict:
         raise BertkitError(f"{path}: format {manifest.get('format')!r} version {manifest.get('format_version')!r}"
                            f" is not {FORMAT_NAME!r} version {FORMAT_VERSION}; re-create the data with this bertkit")
     return manifest
+
+
+def instance_layout(manifest: dict) -> str:
+    """'nsp-pairs' ([CLS] A [SEP] B [SEP] with an NSP label) or the --packing mode of --no-nsp data."""
+    options = manifest["options"]
+    return "nsp-pairs" if options.get("nsp", True) else str(options["packing"])
 
 
 def open_shard(directory: Path, entry: dict) -> dict[str, np.ndarray]:
