@@ -16,6 +16,12 @@ machine wall time depends on the load (the load average is printed before and af
 Usage (keep runs short on shared machines):
 
     python benchmarks/pretraining_data.py --ours-mb 50 --reference-mb 2 --workers 2
+
+`--fill` measures something else (issue 24, docs/data.md "Packing (MLM-only)"): on --ours-mb of the
+corpus, the instances, steps per epoch and real-token fill of NSP pairs (what `bertkit pretrain --no-nsp`
+trained on before packing) and of each --no-nsp packing, all with dynamic masking and one pass:
+
+    python benchmarks/pretraining_data.py --fill --ours-mb 10 --max-seq-length 128
 """
 
 from __future__ import annotations
@@ -106,6 +112,36 @@ def in_fresh_process(target, *args) -> dict:
     return result
 
 
+def fill_report(corpus: Path, vocab_dir: Path, max_seq_length: int, batch_size: int, workers: int) -> None:
+    """Instances, steps per epoch and fill (tokens / positions) of NSP pairs and of each packing."""
+    import numpy as np
+
+    from bertkit.data import PretrainingDataOptions, PretrainingDataset, build_pretraining_data
+    from bertkit.settings import PACKINGS
+    from bertkit.tokenizer import WordPieceTokenizer
+
+    tokenizer = WordPieceTokenizer.from_pretrained(vocab_dir)
+    print(f"max_seq_length {max_seq_length}, batch {batch_size}; fill = tokens / positions, padded to "
+          f"max_seq_length, or to each random batch's longest (as collate_pretraining pads)")
+    print(f"{'data':<26}{'instances':>10}{'steps/epoch':>12}{'fill':>8}{'batch fill':>11}"
+          f"{'tokens':>12}{'corpus tokens':>15}{'cut':>9}{'s':>6}")
+    for packing in (None, *PACKINGS):
+        options = PretrainingDataOptions(max_seq_length=max_seq_length, masking="dynamic", dupe_factor=1,
+                                         nsp=packing is None, packing=packing)
+        with tempfile.TemporaryDirectory(prefix="bertkit-fill-") as output:
+            start = time.perf_counter()
+            manifest = build_pretraining_data([str(corpus)], tokenizer, output, options, workers=workers,
+                                              overwrite=True, progress=False)
+            seconds = time.perf_counter() - start
+            lengths = np.concatenate([np.diff(shard["offsets"]) for shard in PretrainingDataset(output).shards])
+        batches = np.array_split(np.random.default_rng(0).permutation(lengths), -(-len(lengths) // batch_size))
+        batch_fill = lengths.sum() / sum(len(b) * b.max() for b in batches)
+        s = manifest["summary"]
+        print(f"{packing or 'NSP pairs (before)':<26}{s['instances']:>10,}{-(-s['instances'] // batch_size):>12,}"
+              f"{s['fill']:>8.3f}{batch_fill:>11.3f}{s['instance_tokens']:>12,}{s['sentence_tokens']:>15,}"
+              f"{s['truncated_tokens']:>9,}{seconds:>6.1f}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--ours-mb", type=float, default=20.0, help="MB of text for bertkit")
@@ -113,6 +149,10 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=os.cpu_count(), help="bertkit worker processes")
     parser.add_argument("--vocab-size", type=int, default=8000, help="WordPiece vocabulary trained on the corpus")
     parser.add_argument("--skip-reference", action="store_true", help="only run bertkit (e.g. for a big RSS run)")
+    parser.add_argument("--fill", action="store_true", help="report fill and steps per epoch of NSP pairs and "
+                        "of each --no-nsp packing on --ours-mb of text, instead of the speed comparison")
+    parser.add_argument("--max-seq-length", type=int, default=128, help="--fill: instance length")
+    parser.add_argument("--batch-size", type=int, default=32, help="--fill: batch for steps per epoch")
     args = parser.parse_args()
 
     from bertkit import hardware
@@ -124,6 +164,9 @@ def main() -> None:
         one_copy = make_corpus(tmp, 3.0)
         WordPieceTokenizer.train([one_copy], vocab_size=args.vocab_size).save_pretrained(tmp / "vocab")
         ours_corpus = make_corpus(tmp, args.ours_mb)
+        if args.fill:
+            fill_report(ours_corpus, tmp / "vocab", args.max_seq_length, args.batch_size, args.workers)
+            return
         ours_mb = ours_corpus.stat().st_size / 1e6
         print(f"load average before: {os.getloadavg()[0]:.2f} ({os.cpu_count()} cores)")
         ours = in_fresh_process(run_ours, ours_corpus, tmp / "vocab", args.workers)
