@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 from pathlib import Path
 
 import numpy as np
@@ -239,6 +240,21 @@ def test_pretrain_no_nsp_trains_on_packed_data(corpus, tokenizer, tmp_path):
     train = [r for r in records if r["kind"] == "train"]
     assert [r["step"] for r in train] == [1, 2] and all(np.isfinite(r["mlm_loss"]) for r in train)
     assert "nsp_loss" not in train[0]
+
+
+def test_pretrain_with_nsp_refuses_packed_data_and_the_recipe_turns_nsp_off(corpus, tokenizer, tmp_path, capsys,
+                                                                             caplog):
+    tokenizer.save_pretrained(tmp_path / "tok")
+    build(corpus, tokenizer, tmp_path / "data", max_seq_length=32)
+    base = ["pretrain", "--data", str(tmp_path / "data"), "--tokenizer", str(tmp_path / "tok"), "--model",
+            "bert-debug", "--batch-size", "8", "--max-steps", "1", "--eval-examples", "16", "--device", "cpu"]
+    assert main([*base, "--output", str(tmp_path / "run"), "--nsp"]) != 0
+    assert "has no sentence pairs to learn next sentence prediction from; pass --no-nsp" in capsys.readouterr().err
+    with caplog.at_level(logging.INFO, logger="bertkit"):
+        assert main([*base, "--output", str(tmp_path / "auto")]) == 0  # --recipe auto, NSP not given
+    assert "masked-LM-only data (full-sentences), so NSP is off" in caplog.text
+    evals = [json.loads(line) for line in (tmp_path / "auto" / "metrics.jsonl").read_text().splitlines()]
+    assert evals and all("nsp_loss" not in record for record in evals)
 
 
 # --- NSP data unchanged -----------------------------------------------------------------------------------

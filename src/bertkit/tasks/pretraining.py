@@ -222,6 +222,10 @@ def pretrain(settings: PretrainSettings, train_config: TrainConfig) -> FitResult
         output = Path(settings.output)
         settings, train_config, recipe = plan_recipe(settings, train_config, ctx)
         train_set, eval_set = _datasets(settings, train_config.seed)
+        if settings.nsp and not train_set.dataset.nsp:
+            raise BertkitError(f"--data {settings.data}: masked-LM-only data ({train_set.dataset.layout}, made with "
+                               "`bertkit data pretraining --no-nsp`) has no sentence pairs to learn next sentence "
+                               "prediction from; pass --no-nsp")
         tokenizer = _tokenizer(settings, train_set.dataset.vocab_hash)
         torch.manual_seed(train_config.seed)  # same initial weights on every rank
         model = build_model(settings, tokenizer, int(train_set.dataset.options["max_seq_length"]))
@@ -306,6 +310,9 @@ def plan_recipe(settings: PretrainSettings, config: TrainConfig, ctx: Any
     values = {name: getattr(recipe, name) for name in _RECIPE_TARGETS
               if _RECIPE_TARGETS[name][1] not in settings.given}
     notes = []
+    if values.get("nsp") and not data.nsp:
+        values["nsp"] = False
+        notes.append(f"{settings.data} is masked-LM-only data ({data.layout}), so NSP is off")
     if values.get("masked_lm_prob") is not None and not data.dynamic:
         values["masked_lm_prob"] = None
         notes.append(f"{settings.data} is statically masked, so its own masks are used")
