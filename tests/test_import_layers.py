@@ -25,6 +25,7 @@ FORBIDDEN = {
     "config": {"*"},
     "settings": {"*"},
     "textlines": {"*"},
+    "columnar": {"*"},
     "tokenizer": {"data", "model", "tasks", "train", "serve", "interop", "cli"},
     "model": {"data", "train", "tasks", "serve", "cli", "interop", "inference"},
     "inference": {"data", "train", "tasks", "serve", "cli", "interop"},
@@ -33,8 +34,8 @@ FORBIDDEN = {
     "serve": {"train", "cli"},
 }
 # hardware: the measured precision/kernel choices; runtime: device, precision and seeding helpers;
-# settings: the run settings and their choices (torch-free)
-ALLOWED_ANYWHERE = {"errors", "atomic", "hardware", "runtime", "settings"}
+# settings: the run settings and their choices (torch-free); columnar: Parquet/Arrow tables (pyarrow only)
+ALLOWED_ANYWHERE = {"errors", "atomic", "hardware", "runtime", "settings", "columnar"}
 
 
 def _module_name(path: Path) -> str:

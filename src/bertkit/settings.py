@@ -530,8 +530,9 @@ class PretrainingDataJob:
     """How `bertkit data pretraining` runs: its files and the settings that do not change the data."""
 
     inputs: tuple[str, ...] = dataclasses.field(metadata={"flag": "--input"})
-    """Text file(s) (one sentence per line, blank line between documents), .gz, or .jsonl with a 'text'
-    field; repeat the flag or use glob patterns (quote them)."""
+    """Text file(s) (one sentence per line, blank line between documents), .jsonl (a document per line), either
+    with .gz or .zst, Parquet or a `datasets` save_to_disk directory (a document per row), or a directory of
+    them; repeat the flag or use glob patterns (quote them)."""
     tokenizer: str
     """Tokenizer directory (vocab.txt) from `bertkit tokenizer train`."""
     output: str
@@ -539,8 +540,10 @@ class PretrainingDataJob:
     workers: int | None = dataclasses.field(default=None, metadata={"min": 1})
     """Worker processes; unset: all cores."""
     strict: bool = False
-    """Fail on invalid UTF-8, binary files or bad JSONL lines instead of replacing/skipping and counting
-    them."""
+    """Fail on invalid UTF-8, binary or corrupt files, bad JSONL lines or rows without a text instead of
+    replacing/skipping and counting them."""
+    text_column: str = "text"
+    """Field of a JSONL record and column of a Parquet/`datasets` table that holds a document."""
     shard_size_mb: float = dataclasses.field(default=64.0, metadata={"min": 0.01})
     """Approximate size of each shard's token ids (MiB)."""
     overwrite: bool = False
@@ -561,9 +564,12 @@ class TokenizerTrainSettings:
 
     output: Path = dataclasses.field(metadata={"path": "dir"})
     """Directory to write vocab.txt and tokenizer_config.json to."""
-    inputs: tuple[Path, ...] = dataclasses.field(default=(), metadata={"flag": "--input", "path": "file"})
-    """Corpus file(s) to learn from, read as `data pretraining` reads them: text (one sentence a line, plain
-    or .gz) or JSONL (the `text` field of each line); several may follow one --input."""
+    inputs: tuple[Path, ...] = dataclasses.field(default=(), metadata={"flag": "--input", "path": "any"})
+    """Corpus file(s) to learn from, read as `data pretraining` reads them: text (one sentence a line), JSONL
+    (the --text-column field of each line), either plain, .gz or .zst, Parquet or a `datasets` save_to_disk
+    directory (the --text-column column), or a directory of them; several may follow one --input."""
+    text_column: str = "text"
+    """Field of a JSONL record and column of a Parquet/`datasets` table that holds a document."""
     vocab_size: int = dataclasses.field(default=30522, metadata={"min": 7})
     """Target vocabulary size, specials included."""
     cased: bool = False
@@ -575,7 +581,8 @@ class TokenizerTrainSettings:
     progress: bool = True
     """Show the trainer's progress bar."""
     strict: bool = False
-    """Fail on invalid UTF-8, binary or corrupt gzip files instead of replacing/skipping and counting them."""
+    """Fail on invalid UTF-8, binary or corrupt files, bad JSONL lines or rows without a text instead of
+    replacing/skipping and counting them."""
 
     def __post_init__(self) -> None:
         check_bounds(self)
@@ -610,8 +617,9 @@ class ExtractSettings:
     model: Path = dataclasses.field(metadata={"path": "any"})  # checked by check_model_directory
     """Checkpoint directory (config.json, model.safetensors, vocab.txt); any head; a sentence-transformers
     directory brings its own pooling."""
-    input: Path = dataclasses.field(metadata={"path": "file"})
-    """UTF-8 text, one input per line; 'text_a ||| text_b' for a pair."""
+    input: Path = dataclasses.field(metadata={"path": "any"})
+    """UTF-8 text, one input per line ('text_a ||| text_b' for a pair), or a Parquet file or `datasets`
+    save_to_disk directory, one input per row (--text-column, --text-pair-column)."""
     output: Path = dataclasses.field(metadata={"path": "file"})
     """*.jsonl: per-token layer values; *.npy: one pooled vector per line (the extension picks the format)."""
     tokenizer: Path | None = dataclasses.field(default=None, metadata={"path": "any", "exists": True})
@@ -629,6 +637,10 @@ class ExtractSettings:
     max_position_embeddings (more is refused); unset: the sentence-transformers directory's, else 128."""
     batch_size: int = dataclasses.field(default=32, metadata={"min": 1})
     """Lines per forward pass."""
+    text_column: str = "text"
+    """Parquet/`datasets` input: the column of the text."""
+    text_pair_column: str | None = None
+    """Parquet/`datasets` input: the column of the second text of a pair; unset: single texts."""
     precision: str = dataclasses.field(default="fp32", metadata={"choices": INFERENCE_PRECISIONS})
     """auto: the faster of fp32 and bf16 as measured on this machine (`bertkit doctor`); bf16 values are
     within bf16 rounding; int8: encoder layers quantized, CPU only."""
@@ -663,9 +675,10 @@ class PredictSettings:
 
     model: str = dataclasses.field(metadata={"path": "dir"})
     """Fine-tuned directory (OUTPUT/best of `bertkit finetune`)."""
-    input: str = dataclasses.field(metadata={"path": "file"})
-    """Classification: CSV/TSV with a header row or JSONL (or the GLUE layout it was trained on); CoNLL
-    (tagging); SQuAD JSON; SWAG CSV or JSONL (multiple choice)."""
+    input: str = dataclasses.field(metadata={"path": "any"})
+    """Classification: CSV/TSV with a header row, JSONL, Parquet or a `datasets` save_to_disk directory (or
+    the GLUE layout it was trained on); CoNLL (tagging); SQuAD JSON; SWAG CSV, JSONL, or either layout as
+    Parquet/`datasets` (multiple choice)."""
     output: str = dataclasses.field(metadata={"path": "dir"})
     """Directory for the results."""
     text_column: str | None = None

@@ -76,15 +76,17 @@ def test_data_pretraining_flags_reach_the_options_and_the_build(monkeypatch, tmp
     monkeypatch.setattr(WordPieceTokenizer, "from_pretrained", lambda path: SimpleNamespace(vocab_size=100, path=path))
     base = ["data", "pretraining", "--input", "a.txt", "--input", "b*.txt", "--tokenizer", "tok", "--output", "out"]
     assert main([*base, "--masking", "dynamic", "--max-seq-length", "64", "--rng", "python", "--whole-word-masking",
-                 "--workers", "3", "--strict", "--overwrite", "--quiet", "--shard-size-mb", "1"]) == 0
+                 "--workers", "3", "--strict", "--overwrite", "--quiet", "--shard-size-mb", "1",
+                 "--text-column", "body"]) == 0
     inputs, tok, output, options = seen["args"]
     assert (inputs, tok.path, output) == (["a.txt", "b*.txt"], "tok", "out")
     assert options == PretrainingDataOptions(max_seq_length=64, masking="dynamic", rng="python", dupe_factor=1,
                                              whole_word_masking=True)
     assert seen["kwargs"] == {"workers": 3, "strict": True, "overwrite": True, "progress": False,
-                              "max_shard_tokens": 2**20 // 2}  # uint16 ids for a 100-token vocabulary
+                              "max_shard_tokens": 2**20 // 2, "text_column": "body"}  # uint16 ids: 100 tokens
     assert main(base) == 0 and seen["args"][3] == PretrainingDataOptions()  # static: dupe factor 10
     assert seen["kwargs"]["workers"] is None and seen["kwargs"]["progress"] is True
+    assert seen["kwargs"]["text_column"] == "text"
     assert main([*base, "--masking", "dynamic", "--dupe-factor", "4"]) == 0 and seen["args"][3].dupe_factor == 4
 
 
@@ -95,13 +97,13 @@ def test_tokenizer_train_flags_and_positional_inputs_reach_the_trainer(monkeypat
     seen = _record(monkeypatch, WordPieceTokenizer, "train", trained)
     assert main(["tokenizer", "train", "--input", "a.txt", "b.txt", "--input", "c.txt", "--output", str(tmp_path),
                  "--vocab-size", "100", "--cased", "--min-frequency", "3", "--limit-alphabet", "40", "--no-progress",
-                 "--strict"]) == 0
+                 "--strict", "--text-column", "body"]) == 0
     assert seen["args"] == ([Path("a.txt"), Path("c.txt"), Path("b.txt")],)
     assert seen["kwargs"] == {"vocab_size": 100, "do_lower_case": False, "min_frequency": 3, "limit_alphabet": 40,
-                              "show_progress": False, "strict": True}
+                              "show_progress": False, "strict": True, "text_column": "body"}
     assert main(["tokenizer", "train", "--input", "a.txt", "--output", str(tmp_path)]) == 0
     assert seen["kwargs"] == {"vocab_size": 30522, "do_lower_case": True, "min_frequency": 2, "limit_alphabet": 1000,
-                              "show_progress": True, "strict": False}
+                              "show_progress": True, "strict": False, "text_column": "text"}
     assert main(["tokenizer", "train", "--output", str(tmp_path)]) == 2  # no input files
 
 

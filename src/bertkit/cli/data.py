@@ -46,6 +46,6 @@ def pretraining(**flags: Any) -> None:
     max_shard_tokens = max(1, int(job.shard_size_mb * 2**20) // ids_dtype(tok.vocab_size).itemsize)
     manifest = build_pretraining_data(list(job.inputs), tok, job.output, settings, workers=job.workers,
                                       strict=job.strict, overwrite=job.overwrite, progress=not job.quiet,
-                                      max_shard_tokens=max_shard_tokens)
+                                      max_shard_tokens=max_shard_tokens, text_column=job.text_column)
     click.echo(f"wrote {manifest['num_instances']:,} instances to {job.output}")
     click.echo(format_summary(manifest))

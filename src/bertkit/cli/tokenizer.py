@@ -27,12 +27,13 @@ def tokenizer() -> None:
 
 @tokenizer.command()
 @options(TokenizerTrainSettings)
-@click.argument("more_inputs", nargs=-1, type=click.Path(dir_okay=False, path_type=Path))
+@click.argument("more_inputs", nargs=-1, type=click.Path(path_type=Path))
 def train(more_inputs: tuple[Path, ...], **flags: Any) -> None:
     """Learn a WordPiece vocabulary from text files ([PAD], [UNK], [CLS], [SEP], [MASK] get ids 0-4).
 
-    Files are read as `bertkit data pretraining` reads them: text, .gz, or .jsonl (the "text" field
-    only), glob patterns expanded; lines over 1,000,000 bytes are cut, binary files skipped, invalid
+    Files are read as `bertkit data pretraining` reads them: text or .jsonl (the --text-column field
+    only), plain, .gz or .zst, Parquet or `datasets` directories (the --text-column column), directories
+    and glob patterns expanded; lines over 1,000,000 bytes are cut, binary files skipped, invalid
     UTF-8 replaced, each counted and reported; words over 100 characters are left out (they encode as
     [UNK]).
     """
@@ -46,6 +47,7 @@ def train(more_inputs: tuple[Path, ...], **flags: Any) -> None:
     tok = WordPieceTokenizer.train(
         files, vocab_size=settings.vocab_size, do_lower_case=not settings.cased, min_frequency=settings.min_frequency,
         limit_alphabet=settings.limit_alphabet, show_progress=settings.progress, strict=settings.strict,
+        text_column=settings.text_column,
     )
     tok.save_pretrained(settings.output)
     click.echo(f"wrote {settings.output / 'vocab.txt'}: {tok.vocab_size} tokens "

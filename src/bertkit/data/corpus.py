@@ -2,9 +2,10 @@
 
 The reader itself is `bertkit.textlines` (`read_documents`, `CorpusStats`, `expand_inputs`), one layer
 down, so that `bertkit tokenizer train` reads exactly the text `bertkit data pretraining` reads (the
-"text" field of a JSONL file, never its keys); its formats and rules for bad input are documented
-there and in docs/data.md. This module re-exports them for the data layer and adds `split_sentences`,
-which splits paragraphs with pysbd for text that is not one sentence per line.
+"text" field of a JSONL file, never its keys; the "text" column of a Parquet file or `datasets`
+directory); its formats and rules for bad input are documented there and in docs/formats.md. This
+module re-exports them for the data layer and adds `split_sentences`, which splits paragraphs with
+pysbd for text that is not one sentence per line.
 
 References: google-research/bert `create_pretraining_data.py` (input format); pysbd
 (Sadvilkar & Neumann 2020, "PySBD: Pragmatic Sentence Boundary Disambiguation").
@@ -20,11 +21,12 @@ from bertkit.textlines import (
     MAX_LINE_BYTES,
     CorpusStats,
     expand_inputs,
+    plain_text_bytes,
     read_documents,
 )
 
 __all__ = ["MAX_DOCUMENT_BYTES", "MAX_JSONL_LINE_BYTES", "MAX_LINE_BYTES", "CorpusStats", "expand_inputs",
-           "read_documents", "split_sentences"]
+           "plain_text_bytes", "read_documents", "split_sentences"]
 
 
 @lru_cache(maxsize=1)

@@ -45,7 +45,7 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
-from bertkit.data.corpus import CorpusStats, expand_inputs, read_documents, split_sentences
+from bertkit.data.corpus import CorpusStats, expand_inputs, plain_text_bytes, read_documents, split_sentences
 from bertkit.data.instances import (
     Instance,
     PairSpans,
@@ -353,7 +353,7 @@ def _results(blocks: Iterator[Block], workers: int, initargs: tuple) -> Iterator
 def build_pretraining_data(inputs: list[str], tokenizer, output: str | Path,
                            options: PretrainingDataOptions | None = None, workers: int | None = None,
                            strict: bool = False, overwrite: bool = False, progress: bool = True,
-                           max_shard_tokens: int = 1 << 25) -> dict:
+                           max_shard_tokens: int = 1 << 25, text_column: str = "text") -> dict:
     """Build a pre-training data directory; returns its manifest (with the summary)."""
     options = options or PretrainingDataOptions()
     options.validate()
@@ -362,17 +362,17 @@ def build_pretraining_data(inputs: list[str], tokenizer, output: str | Path,
     workers = workers or os.cpu_count() or 1
     if workers < 1:
         raise BertkitError(f"--workers must be at least 1, got {workers}")
-    paths = expand_inputs(list(inputs))
+    stats = CorpusStats()
+    paths = expand_inputs(list(inputs), stats)
     output = Path(output)
     prepare_output(output, overwrite)
     vocab = MaskingVocab.from_tokenizer(tokenizer, options.whole_word_masking)
-    stats = CorpusStats()
-    has_gz = any(p.suffix == ".gz" for p in paths)
-    bar = tqdm(total=None if has_gz else sum(p.stat().st_size for p in paths), unit="B", unit_scale=True,
+    bar = tqdm(total=plain_text_bytes(paths), unit="B", unit_scale=True,
                unit_divisor=1024, desc="pre-training data", disable=not progress, dynamic_ncols=True)
     writer = ShardWriter(output, ids_dtype(tokenizer.vocab_size), options.masking == "static", max_shard_tokens)
     counts: Counter = Counter()
-    blocks = _blocks(read_documents(paths, stats, strict), stats, int(options.shuffle_buffer_mb * (1 << 20)))
+    documents = read_documents(paths, stats, strict, text_column)
+    blocks = _blocks(documents, stats, int(options.shuffle_buffer_mb * (1 << 20)))
     try:
         for result in _results(blocks, workers, (tokenizer, options, vocab, workers == 1)):
             writer.add(result.ids, result.lengths, result.a_lengths, result.nsp,

@@ -89,9 +89,11 @@ class WordPieceTokenizer:
         limit_alphabet: int = 1000,
         show_progress: bool = True,
         strict: bool = False,
+        text_column: str = "text",
     ) -> WordPieceTokenizer:
-        """Learn a WordPiece vocabulary from a corpus: text files (plain or .gz, UTF-8, one or more lines
-        each) or JSONL with a "text" field, paths or glob patterns, read as `bertkit data pretraining` reads them.
+        """Learn a WordPiece vocabulary from a corpus: text files (UTF-8, one or more lines each) or JSONL with
+        a `text_column` field, plain, .gz or .zst, Parquet files or `datasets` directories with a `text_column`
+        column, paths, directories or glob patterns, read as `bertkit data pretraining` reads them.
 
         Ids 0..4 are [PAD], [UNK], [CLS], [SEP], [MASK]; then the alphabet (at most
         `limit_alphabet` characters, and at most (vocab_size - 5) / 2 so that it and its `##`
@@ -104,7 +106,7 @@ class WordPieceTokenizer:
         the rare characters listed in `engine.HAZARD_RANGES`; encoding with the result is exact.
         """
         tokens = train_vocabulary(files, vocab_size, do_lower_case, min_frequency, limit_alphabet,
-                                  show_progress, strict)
+                                  show_progress, strict, text_column)
         return cls(tokens, do_lower_case, source="trained vocabulary")
 
     def save_pretrained(self, directory: str | Path) -> Path:

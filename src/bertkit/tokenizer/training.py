@@ -1,8 +1,8 @@
 """Learning a WordPiece vocabulary from a corpus, read exactly as `bertkit data pretraining` reads it.
 
-`train_vocabulary` runs the `tokenizers` WordPiece trainer over the sentences of plain, gzip or JSONL
-files and returns the tokens in id order: [PAD], [UNK], [CLS], [SEP], [MASK], the alphabet, the learned
-pieces, never more than `vocab_size`.
+`train_vocabulary` runs the `tokenizers` WordPiece trainer over the sentences of a corpus (text or JSONL,
+plain, gzip or zstd; Parquet; `datasets` directories) and returns the tokens in id order: [PAD], [UNK],
+[CLS], [SEP], [MASK], the alphabet, the learned pieces, never more than `vocab_size`.
 
 Design decision: the files are read by `bertkit.textlines.read_documents`, the corpus reader data
 creation uses, so both see the same text: a JSONL file's "text" fields (never its keys, quotes and
@@ -47,11 +47,12 @@ class TrainingStats(CorpusStats):
 
 
 def train_vocabulary(files: Sequence[str | Path], vocab_size: int, do_lower_case: bool, min_frequency: int,
-                     limit_alphabet: int, show_progress: bool, strict: bool) -> list[str]:
+                     limit_alphabet: int, show_progress: bool, strict: bool, text_column: str = "text") -> list[str]:
     """Tokens in id order learned from `files` (see `WordPieceTokenizer.train` for the arguments)."""
     if not files:
         raise BertkitError("no training files given; pass at least one --input file")
-    paths = expand_inputs([str(f) for f in files])  # glob patterns as data creation takes them
+    stats = TrainingStats()
+    paths = expand_inputs([str(f) for f in files], stats)  # globs and directories as data creation takes them
     if vocab_size < len(SPECIAL_TOKENS) or min_frequency < 1:
         raise BertkitError(f"--vocab-size must be >= {len(SPECIAL_TOKENS)} and --min-frequency >= 1 "
                            f"(got {vocab_size} and {min_frequency})")
@@ -64,8 +65,8 @@ def train_vocabulary(files: Sequence[str | Path], vocab_size: int, do_lower_case
     pipeline = Tokenizer(models.WordPiece(unk_token=UNK, max_input_chars_per_word=MAX_INPUT_CHARS_PER_WORD))
     pipeline.normalizer = bert_normalizer(do_lower_case)
     pipeline.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
-    stats = TrainingStats()
-    pipeline.train_from_iterator(_training_lines(paths, stats, strict, _ShortWords(do_lower_case)), trainer=trainer)
+    lines = _training_lines(paths, stats, strict, _ShortWords(do_lower_case), text_column)
+    pipeline.train_from_iterator(lines, trainer=trainer)
     _report_training(stats)
     learned = pipeline.get_vocab()
     tokens = sorted(learned, key=learned.__getitem__)
@@ -81,11 +82,11 @@ def train_vocabulary(files: Sequence[str | Path], vocab_size: int, do_lower_case
     return tokens
 
 
-def _training_lines(paths: Sequence[Path], stats: TrainingStats, strict: bool,
-                    words: _ShortWords) -> Iterator[str]:
+def _training_lines(paths: Sequence[Path], stats: TrainingStats, strict: bool, words: _ShortWords,
+                    text_column: str = "text") -> Iterator[str]:
     """The sentences of the corpus as `bertkit data pretraining` reads them (`read_documents`), long
     words left out."""
-    for document in read_documents(list(paths), stats, strict):
+    for document in read_documents(list(paths), stats, strict, text_column):
         for sentence in document:
             yield words(sentence, stats)
 
