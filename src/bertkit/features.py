@@ -7,7 +7,8 @@ The JSONL output is the format of Google's `extract_features.py`, one line per i
 with every token of `[CLS] A [SEP] (B [SEP])`, values rounded to 6 decimals as the original does.
 Layer indices count the encoder layers only, as the original's `all_encoder_layers`: -1 is the last
 layer, -L (or 0) the first; the embedding output is not a layer. Input is one text per line, or a
-pair written `text_a ||| text_b`. An `.npy` output holds one vector per line instead: the requested
+pair written `text_a ||| text_b`; or a table (Parquet, a `datasets` directory), one row per input from
+its text column (and pair column). An `.npy` output holds one vector per line instead: the requested
 layers pooled (at [CLS], or mean / max / sum over sqrt(length) of the line's real tokens) and
 concatenated in the order given. A sentence-transformers directory's max_seq_length, lowercasing and
 prompt always apply, and "auto" pooling (the default) takes its pooling and normalisation
@@ -32,6 +33,7 @@ from typing import cast
 import numpy as np
 import torch
 
+from bertkit.columnar import is_table_input, read_rows
 from bertkit.config import BertConfig, check_model_directory
 from bertkit.data.textfile import read_text, text_lines
 from bertkit.errors import BertkitError, where
@@ -60,9 +62,13 @@ def parse_layers(spec: str, num_layers: int) -> list[int]:
     return layers
 
 
-def read_lines(path: str | Path, flag: str = "--input") -> list[tuple[str, str | None]]:
-    """(text_a, text_b or None) per line; text_b after ' ||| ' as in the original. Errors name `flag`."""
+def read_lines(path: str | Path, flag: str = "--input", text_column: str = "text",
+               text_pair_column: str | None = None) -> list[tuple[str, str | None]]:
+    """(text_a, text_b or None) per line; text_b after ' ||| ' as in the original. Errors name `flag`. A
+    table (Parquet, a `datasets` directory) gives one input per row from its text (and pair) column."""
     path = Path(path)
+    if is_table_input(path):
+        return _table_inputs(path, text_column, text_pair_column)
     lines = text_lines(read_text(path, flag=flag))
     inputs: list[tuple[str, str | None]] = []
     for number, line in enumerate(lines, start=1):
@@ -72,6 +78,21 @@ def read_lines(path: str | Path, flag: str = "--input") -> list[tuple[str, str |
         inputs.append((a.strip(), b.strip()) if sep else (line.strip(), None))
     if not inputs:
         raise BertkitError(f"{flag} {path}: the file is empty; write one text per line")
+    return inputs
+
+
+def _table_inputs(path: Path, text_column: str, text_pair_column: str | None) -> list[tuple[str, str | None]]:
+    """(text, pair or None) of every row; a null text is an error naming its row (each row has an output)."""
+    wanted = {text_column: "--text-column", **({text_pair_column: "--text-pair-column"} if text_pair_column else {})}
+    inputs: list[tuple[str, str | None]] = []
+    for number, row in read_rows(path, wanted, tuple(wanted)):
+        null = next((column for column, value in row.items() if value is None), None)
+        if null is not None:
+            raise BertkitError(f"{where(path, number)}: column {null!r} ({wanted[null]}) is null in row {number} (the "
+                               "first is 1); every row gets a feature line, so give it a text or drop the row")
+        inputs.append((row[text_column], row[text_pair_column] if text_pair_column else None))
+    if not inputs:
+        raise BertkitError(f"--input {path}: no rows")
     return inputs
 
 
@@ -97,7 +118,7 @@ def extract_features(settings: ExtractSettings) -> int:
     modes, normalize = (choose_pooling(settings.pooling or "auto", settings.normalize, sentence, "--pooling")
                         if pooled else ((), False))
     check_inference_precision(precision)
-    inputs = read_lines(settings.input)
+    inputs = read_lines(settings.input, text_column=settings.text_column, text_pair_column=settings.text_pair_column)
     if sentence is not None:
         inputs = [(sentence.prepare(a), None if b is None else sentence.prepare(b, prompt=False)) for a, b in inputs]
     encoder = cast(BertModel, for_inference(BertModel.from_pretrained(model_dir), precision))  # the same class

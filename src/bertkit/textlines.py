@@ -67,7 +67,7 @@ from bertkit.errors import BertkitError, where
 
 BINARY_SNIFF_BYTES = 8192
 """A file with a NUL byte in its first 8 KiB is binary (as git and grep decide)."""
-_DECOMPRESSION_ERRORS = (EOFError, zlib.error, gzip.BadGzipFile, zstandard.ZstdError)
+DECOMPRESSION_ERRORS = (EOFError, zlib.error, gzip.BadGzipFile, zstandard.ZstdError)
 """What reading a truncated or corrupt .gz or .zst file raises part-way through."""
 CORRUPT_GZIP = "corrupt gzip data (rest of file)"
 """The reason a file read up to its damage is named under in `FileCounts.skipped_files`."""
@@ -116,9 +116,9 @@ def file_lines(path: Path, limit: int, counts: FileCounts, strict: bool) -> Iter
     `with` block. Corrupt compressed data part-way ends the block there: the rest of the file is skipped,
     named in `counts` (`strict` raises instead)."""
     try:
-        with _open_binary(path) as stream:
+        with open_decompressed(path) as stream:
             yield _until_damage(_without_bom(_bounded_lines(stream, limit)), path, counts, strict)
-    except _DECOMPRESSION_ERRORS as exc:
+    except DECOMPRESSION_ERRORS as exc:
         _damaged(path, exc, counts, strict)
 
 
@@ -128,7 +128,7 @@ def _until_damage(lines: Iterator[tuple[bytes, bool]], path: Path, counts: FileC
     document it was reading: the text before the damage counts, as a cut-short plain file's would)."""
     try:
         yield from lines
-    except _DECOMPRESSION_ERRORS as exc:
+    except DECOMPRESSION_ERRORS as exc:
         _damaged(path, exc, counts, strict)
 
 
@@ -152,7 +152,7 @@ def _without_bom(lines: Iterator[tuple[bytes, bool]]) -> Iterator[tuple[bytes, b
         yield (line.removeprefix(UTF8_BOM) if index == 0 else line), cut
 
 
-def _open_binary(path: Path) -> BufferedIOBase:
+def open_decompressed(path: Path) -> BufferedIOBase:
     """The file's bytes, decompressed when its name ends in .gz or .zst."""
     if path.suffix == ".gz":
         return gzip.open(path, "rb")
@@ -207,9 +207,9 @@ class _ZstdReader(io.RawIOBase):
 def _unreadable_reason(path: Path) -> str | None:
     """Why the file cannot be read as text ("binary file (NUL bytes)", "unreadable gzip file", ...), or None."""
     try:
-        with _open_binary(path) as stream:
+        with open_decompressed(path) as stream:
             head = stream.read(BINARY_SNIFF_BYTES)
-    except _DECOMPRESSION_ERRORS:
+    except DECOMPRESSION_ERRORS:
         return f"unreadable {'zstd' if path.suffix == '.zst' else 'gzip'} file"
     except OSError as exc:
         return f"unreadable file ({exc.strerror})"

@@ -57,11 +57,11 @@ def _task_options(settings_class: type, exclude: tuple[str, ...] = (), **overrid
     def decorate(function: Callable) -> Callable:
         function = options(settings_class, exclude=exclude, overrides=overrides)(function)
         function = options(FinetuneConfig, overrides=FINETUNE)(function)
-        function = click.option("--dev", "dev_files", required=True, multiple=True, type=click.Path(dir_okay=False),
-                                help="Dev file, evaluated every epoch; repeat for more (the first selects the best "
-                                     "epoch, e.g. MNLI matched then mismatched).")(function)
-        return click.option("--train", "train_file", required=True, type=click.Path(dir_okay=False),
-                            help="Training file.")(function)
+        function = click.option("--dev", "dev_files", required=True, multiple=True, type=click.Path(),
+                                help="Dev file (or `datasets` directory), evaluated every epoch; repeat for more "
+                                     "(the first selects the best epoch, e.g. MNLI matched then mismatched).")(function)
+        return click.option("--train", "train_file", required=True, type=click.Path(),
+                            help="Training file, or a `datasets` save_to_disk directory (one split's).")(function)
     return decorate
 
 
@@ -98,7 +98,8 @@ def finetune() -> None:
 @_task_options(ClassificationSettings, ("labels",), glue_task={"flag": "--task"})
 @click.option("--regression", is_flag=True, help="Numeric labels, one output, mean squared error (generic files).")
 def classification(regression: bool, **flags: Any) -> None:
-    """Sentence or sentence-pair classification / regression (GLUE TSV, or CSV/TSV/JSONL by column)."""
+    """Sentence or sentence-pair classification / regression (GLUE TSV, or CSV/TSV/JSONL/Parquet/`datasets`
+    directory by column)."""
     if flags["glue_task"]:
         from bertkit.data.glue import glue_task as lookup
         flags["glue_task"] = lookup(flags["glue_task"]).name
@@ -122,5 +123,5 @@ def squad(**flags: Any) -> None:
 @finetune.command(name="multiple-choice")
 @_task_options(MultipleChoiceSettings)
 def multiple_choice(**flags: Any) -> None:
-    """Multiple choice (SWAG CSV, or JSONL with context/endings/label)."""
+    """Multiple choice (SWAG CSV, or JSONL with context/endings/label; either layout as Parquet/`datasets`)."""
     _run("multiple-choice", MultipleChoiceSettings, flags)

@@ -1,4 +1,5 @@
-"""Readers for sentence(-pair) classification data: the nine GLUE TSV layouts and generic CSV/TSV/JSONL.
+"""Readers for sentence(-pair) classification data: the nine GLUE TSV layouts and generic tables: CSV, TSV,
+JSONL, Parquet and `datasets` directories (`bertkit.columnar`).
 
 Design decision: every reader returns `(examples, skipped)`. Rows that cannot be read (a wrong number
 of fields, a missing key) are skipped and listed in `skipped` as "file:line: reason" so callers count
@@ -22,7 +23,8 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
-from bertkit.data.textfile import check_length, parse_json, read_records, read_text, text_lines
+from bertkit.columnar import column_names, is_table_input, read_rows
+from bertkit.data.textfile import check_length, format_suffix, parse_json, read_records, read_text, text_lines
 from bertkit.errors import BertkitError, where
 
 
@@ -103,16 +105,22 @@ def read_glue(path: str | Path, task: GlueTask, labelled: bool = True) -> tuple[
 
 def read_table(path: str | Path, text_column: str, text_pair_column: str | None = None,
                label_column: str | None = None, id_column: str | None = None, header: bool = True,
-               ) -> tuple[list[TextExample], list[str]]:
-    """Examples from a CSV or TSV file with a header row, or a JSONL file (or a JSON array of objects), by
-    column name / key. `header` False: a CSV/TSV file whose first row is data, its columns given by number
-    (0 the first, -1 the last).
+               label_names: bool = True) -> tuple[list[TextExample], list[str]]:
+    """Examples from a CSV or TSV file with a header row, a JSONL file (or a JSON array of objects), or a
+    table (Parquet, a `datasets` directory; its rows numbered from 1), by column name / key. `header`
+    False: a CSV/TSV file whose first row is data, its columns given by number (0 the first, -1 the last).
 
     `id_column` names the column holding each row's id; None takes a column called "id" when there is one.
+    `label_names` False reads a `datasets` ClassLabel column as its numbers, not its names.
     """
     path = Path(path)
-    suffix = path.suffix.lower()
-    if suffix in (".jsonl", ".json"):
+    suffix = format_suffix(path)
+    if is_table_input(path):
+        if not header:
+            raise BertkitError(f"{path}: --no-header applies to CSV/TSV files; a table names its columns")
+        columns, rows, skipped = (1, column_names(path)), _columnar_rows(path, text_column, text_pair_column,
+                                                                           label_column, id_column, label_names), []
+    elif suffix in (".jsonl", ".json"):
         if not header:
             raise BertkitError(f"{path}: --no-header applies to CSV/TSV files; JSON objects name their keys")
         rows, skipped = _jsonl_rows(path), list[str]()
@@ -123,7 +131,7 @@ def read_table(path: str | Path, text_column: str, text_pair_column: str | None 
         columns, rows, skipped = _table_rows(path)
     else:
         raise BertkitError(f"{path}: unknown format {suffix!r}; use .csv, .tsv (a header row, or --no-header), "
-                           ".jsonl or .json (an array of objects)")
+                           ".jsonl, .json (an array of objects), .parquet or a `datasets` directory")
     header_line, names = columns
     wanted = [c for c in (text_column, text_pair_column, label_column, id_column) if c is not None]
     absent = [c for c in wanted if c not in names]
@@ -144,6 +152,18 @@ def read_table(path: str | Path, text_column: str, text_pair_column: str | None 
         examples.append(_example(path, number, str(row[text_column]), pair, label, identifier))
     _check_not_empty(path, examples, skipped)
     return examples, skipped
+
+
+def _columnar_rows(path: Path, text_column: str, text_pair_column: str | None, label_column: str | None,
+                   id_column: str | None, label_names: bool) -> list[tuple[int, dict]]:
+    """The rows of a Parquet file or `datasets` directory; its text columns must hold strings, a null
+    value is a missing one (the row is skipped, as a JSONL object without the key)."""
+    ids = id_column or ("id" if "id" in column_names(path) else None)
+    flags = (("--text-column", text_column), ("--text-pair-column", text_pair_column),
+             ("--label-column", label_column), ("--id-column", ids))
+    wanted = {column: flag for flag, column in reversed(flags) if column is not None}
+    texts = tuple(c for c in (text_column, text_pair_column) if c is not None)
+    return read_rows(path, wanted, texts, use_class_names=label_names)
 
 
 def _no_header_hint(suffix: str, names: list[str], wanted: list[str]) -> str:
@@ -201,7 +221,7 @@ def _headerless_table(path: Path, text_column: str, text_pair_column: str | None
     if out_of_range is not None:
         raise BertkitError(f"{where(path, records[0][0])}: {out_of_range} {numbers[out_of_range]} is not a column of "
                            f"a record with {width} fields (0..{width - 1}, or -1 for the last)")
-    kind = "tab" if path.suffix.lower() == ".tsv" else "comma"
+    kind = "tab" if format_suffix(path) == ".tsv" else "comma"
     examples: list[TextExample] = []
     skipped: list[str] = []
     for number, values in records:
@@ -301,7 +321,7 @@ def _table_rows(path: Path) -> tuple[tuple[int, list[str]], list[tuple[int, dict
     if not records:
         raise BertkitError(f"{path}: empty file; a CSV/TSV file needs a header row and data rows")
     (header_line, columns), *body = records
-    kind = "tab" if path.suffix.lower() == ".tsv" else "comma"
+    kind = "tab" if format_suffix(path) == ".tsv" else "comma"
     rows, skipped = [], []
     for number, values in body:
         if len(values) == len(columns):

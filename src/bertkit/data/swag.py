@@ -3,7 +3,8 @@
 SWAG CSV columns (header row): `video-id, fold-ind, startphrase, sent1, sent2, gold-source, ending0
 ... ending3, label`; the test split has no `label`. The context is `sent1`; each choice is `sent2`
 (the start of the second sentence) followed by an ending. JSONL: one object per line with `context`,
-optional `question` (prefix of every ending), `endings` (a list) and optional integer `label`.
+optional `question` (prefix of every ending), `endings` (a list) and optional integer `label`. Parquet
+files and `datasets` directories in either layout (columns named as the CSV's header or the JSONL's keys).
 
 Design decision: both layouts become the same `ChoiceExample(context, start, endings, label)` so the
 task code sees one shape; every example in a file must have the same number of choices. A row that
@@ -18,7 +19,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from bertkit.data.textfile import check_length, parse_json, read_records, read_text, text_lines
+from bertkit.columnar import column_names, is_table_input, read_rows
+from bertkit.data.textfile import check_length, format_suffix, parse_json, read_records, read_text, text_lines
 from bertkit.errors import BertkitError, where
 
 
@@ -38,14 +40,17 @@ class ChoiceExample:
 
 
 def read_choices(path: str | Path, labelled: bool = True) -> list[ChoiceExample]:
-    """Examples of a SWAG .csv or a .jsonl file (see the module docstring)."""
+    """Examples of a SWAG .csv or a .jsonl file, or a table in either layout (see the module docstring)."""
     path = Path(path)
-    if path.suffix.lower() == ".csv":
+    if is_table_input(path):
+        examples = _table(path, labelled)
+    elif format_suffix(path) == ".csv":
         examples = _swag_csv(path, labelled)
-    elif path.suffix.lower() in (".jsonl", ".json"):
+    elif format_suffix(path) in (".jsonl", ".json"):
         examples = _jsonl(path, labelled)
     else:
-        raise BertkitError(f"{path}: unknown format {path.suffix!r}; use SWAG .csv or .jsonl")
+        raise BertkitError(f"{path}: unknown format {path.suffix!r}; use SWAG .csv, .jsonl, .parquet or a "
+                           "`datasets` directory")
     if not examples:
         raise BertkitError(f"{path}: no examples")
     counts = {len(e.endings) for e in examples}
@@ -111,3 +116,39 @@ def _jsonl(path: Path, labelled: bool) -> list[ChoiceExample]:
         examples.append(_example(location, row["context"], str(row.get("question", "")),
                                  tuple(str(e) for e in row["endings"]), label))
     return examples
+
+
+def _table(path: Path, labelled: bool) -> list[ChoiceExample]:
+    """A Parquet file or `datasets` directory in the JSONL layout (context, endings as a list, optional
+    question) or SWAG's (sent1, sent2, ending0..; as the `datasets` swag dataset has it); a row that
+    cannot be read is an error naming it, as in the other layouts."""
+    names = column_names(path)
+    endings = sorted((c for c in names if c.startswith("ending") and c[6:].isdigit()), key=lambda c: int(c[6:]))
+    if "endings" in names:
+        wanted = ["context", "endings", *(["question"] if "question" in names else [])]
+    elif "sent1" in names and endings:
+        wanted = ["sent1", "sent2", *endings]
+    else:
+        raise BertkitError(f"{path}: a multiple-choice table needs 'context' and 'endings' (a list) columns, or "
+                           f"SWAG's sent1, sent2, ending0, ending1, ...; the columns are {', '.join(map(repr, names))}")
+    wanted += ["label"] if labelled else []
+    texts = tuple(c for c in wanted if c not in ("endings", "label"))
+    rows = read_rows(path, dict.fromkeys(wanted, "a multiple-choice column"), texts, use_class_names=False)
+    return [_table_example(path, number, row, endings, labelled) for number, row in rows]
+
+
+def _table_example(path: Path, number: int, row: dict, endings: list[str], labelled: bool) -> ChoiceExample:
+    location = where(path, number)
+    null = next((column for column, value in row.items() if value is None), None)
+    if null is not None:
+        raise BertkitError(f"{location}: column {null!r} is null (row {number}, the first is 1); every row of a "
+                           "multiple-choice file needs all its fields")
+    if "endings" in row:
+        choices = row["endings"]
+        if not isinstance(choices, list) or len(choices) < 2 or not all(isinstance(c, str) for c in choices):
+            raise BertkitError(f"{location}: column 'endings' must hold a list of at least two strings")
+        context, start = row["context"], row.get("question") or ""
+    else:
+        choices, context, start = [row[c] for c in endings], row["sent1"], row["sent2"]
+    label = _label(row["label"], len(choices), location) if labelled else None
+    return _example(location, context, start, tuple(choices), label)

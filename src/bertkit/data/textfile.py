@@ -12,6 +12,8 @@ processing, as GLUE's files are written and Google's `run_classifier.py` reads t
 a field that starts with `"` is plain text. `.csv` records use standard CSV quoting, read strictly, so
 a quote left open is an error naming its line instead of silently joining the rows after it. The
 pre-training corpus reader streams instead and has its own replace-and-count policy (`bertkit.data.corpus`).
+A file whose name ends in .gz or .zst is decompressed first (`format_suffix` names its format:
+train.jsonl.zst is JSONL); tables (Parquet, `datasets` directories) are read by `bertkit.columnar`.
 """
 
 from __future__ import annotations
@@ -24,18 +26,32 @@ from pathlib import Path
 from typing import Any
 
 from bertkit.errors import BertkitError, where
+from bertkit.textlines import COMPRESSION_SUFFIXES, DECOMPRESSION_ERRORS, open_decompressed
 from bertkit.tokenizer import MAX_TEXT_CHARS
 
 log = logging.getLogger(__name__)
 
 
+def format_suffix(path: Path) -> str:
+    """The ending that names the file's format, in lower case, under a .gz or .zst one (train.jsonl.zst: .jsonl)."""
+    suffixes = [suffix.lower() for suffix in path.suffixes[-2:]]
+    if suffixes and suffixes[-1] in COMPRESSION_SUFFIXES:
+        suffixes.pop()
+    return suffixes[-1] if suffixes else ""
+
+
 def read_text(path: str | Path, flag: str | None = None) -> str:
-    """The whole file as a str, without a leading byte order mark; `flag` (e.g. "--input") is named in
-    error messages."""
+    """The whole file as a str (decompressed when its name ends in .gz or .zst), without a leading byte order
+    mark; `flag` (e.g. "--input") is named in error messages."""
     path = Path(path)
     label = f"{flag} {path}" if flag else str(path)
     try:
+        if path.suffix in COMPRESSION_SUFFIXES:
+            with open_decompressed(path) as stream:  # decoded as read_text does below (newlines, BOM)
+                return io.TextIOWrapper(io.BytesIO(stream.read()), encoding="utf-8-sig").read()
         return path.read_text(encoding="utf-8-sig")  # utf-8, a BOM at the start dropped
+    except DECOMPRESSION_ERRORS as exc:
+        raise BertkitError(f"{label}: corrupt {path.suffix[1:]} data ({exc}); fix or replace the file") from None
     except FileNotFoundError:
         raise BertkitError(f"{label}: file not found") from None
     except IsADirectoryError:
@@ -73,9 +89,10 @@ def check_length(text: str, location: str, what: str = "text") -> str:
 
 
 def read_records(path: Path) -> list[tuple[int, list[str]]]:
-    """Non-blank records of a .tsv or .csv file as (line number where the record starts, fields)."""
+    """Non-blank records of a .tsv or .csv file (also .gz or .zst) as (line number where the record starts,
+    fields)."""
     text = read_text(path)
-    if path.suffix.lower() == ".tsv":
+    if format_suffix(path) == ".tsv":
         return [(number, line.split("\t")) for number, line in enumerate(text_lines(text), start=1)
                 if line.strip()]
     return _csv_records(path, text)

@@ -22,7 +22,9 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from bertkit.columnar import is_table_input
 from bertkit.data.glue import TextExample, check_labels, glue_task, read_glue, read_table
+from bertkit.data.textfile import format_suffix
 from bertkit.errors import BertkitError
 from bertkit.model import BertForSequenceClassification
 from bertkit.settings import ClassificationSettings
@@ -82,14 +84,20 @@ class ClassificationTask(BaseTask):
 
     def read(self, path: str | Path, labelled: bool = True, training: bool = False,
              ) -> tuple[list[TextExample], list[str]]:
-        """A GLUE file in the task's layout, or a .jsonl file / generic table by column names. A label the
-        task does not know stops training; in any other file its row is skipped, counted and named."""
+        """A GLUE file in the task's layout, or a .jsonl file / generic table (Parquet, `datasets`) by column
+        names. A label the task does not know stops training; in any other file its row is skipped, counted
+        and named. A `datasets` ClassLabel column is read as its names, unless the task's labels are numbers
+        (GLUE's 0/1 tasks label as the `datasets` glue numbers do, 1 = the positive class)."""
         s = self.settings
-        if s.glue_task and not self.by_column and Path(path).suffix.lower() not in (".jsonl", ".json"):
+        path = Path(path)
+        if s.glue_task and not self.by_column and format_suffix(path) not in (".jsonl", ".json") \
+                and not is_table_input(path):
             examples, skipped = read_glue(path, glue_task(s.glue_task), labelled=labelled)
         else:
+            numbered = bool(s.labels) and all(label.isdigit() for label in s.labels or ())
             examples, skipped = read_table(path, s.text_column, s.text_pair_column,
-                                           s.label_column if labelled else None, self.id_column, s.header)
+                                           s.label_column if labelled else None, self.id_column, s.header,
+                                           label_names=not numbered)
         if not labelled:
             return examples, skipped
         examples, unknown = check_labels(examples, None if s.labels is None else tuple(s.labels))
