@@ -222,6 +222,24 @@ def test_an_arrow_file_and_state_json_written_without_datasets(tokenizer, refere
     assert shard_bytes(tmp_path / "out") == reference
 
 
+def test_a_parquet_row_group_is_read_in_bounded_memory(tmp_path):
+    """One row group of 24 MB (pyarrow's writer puts up to a million rows in one): Arrow's allocations while
+    the corpus reader streams it stay at a few pages and batches, not the row group (or the file)."""
+    path = tmp_path / "big.parquet"
+    random = np.random.default_rng(0)
+    texts = [f"{DOCUMENTS[i % 24]}\n{random.bytes(400).hex()}" for i in range(30_000)]  # (hex: no compression)
+    pq.write_table(pa.table({"text": texts}), path, row_group_size=len(texts))
+    del texts
+    peak, documents = 0, 0
+    for _ in read_documents([path], CorpusStats()):
+        documents += 1
+        if documents % 1000 == 0:
+            peak = max(peak, pa.total_allocated_bytes())
+    # Measured 4.8 MB (the 1 MiB read buffer, a page, a batch); pyarrow's default reading allocates 28 MB here,
+    # the row group's whole column chunk at once.
+    assert documents == 30_000 and peak < 8 << 20
+
+
 # --- corpora: bad input -------------------------------------------------------------------------------
 
 def _data_error(tokenizer, tmp_path, capsys, *inputs: Path, flags: tuple[str, ...] = ()) -> str:
