@@ -107,6 +107,15 @@ def test_changes_that_break_exactness_are_refused_unless_allowed(tmp_path):
     assert resume_records(tmp_path)[-1]["changed"] == {"seed": [42, 7], "max_steps": [2, 4]}
 
 
+def test_a_refused_branch_moves_nothing(tmp_path):
+    fit(toy_model(), toy_loss, toy_data(), config(), tmp_path)
+    with pytest.raises(BertkitError, match="--allow-change seed"):
+        fit(toy_model(), toy_loss, toy_data(), config(seed=3), tmp_path,
+            resume=tmp_path / "checkpoints" / "step-00000002")
+    assert names(tmp_path) == ["step-00000002", "step-00000004", "step-00000006"]
+    assert not any(p.name.startswith(ckpt.ABANDONED_PREFIX) for p in (tmp_path / "checkpoints").iterdir())
+
+
 def test_the_callers_identity_is_compared_too(tmp_path):
     fit(toy_model(), toy_loss, toy_data(), config(max_steps=2), tmp_path, identity={"data": "manifest aaa"})
     with pytest.raises(BertkitError, match="data was 'manifest aaa' .* is 'manifest bbb'.*--allow-change data"):

@@ -9,8 +9,8 @@ every hash matches, so a save killed at any point leaves either nothing visible 
 A save that fails (disk full) removes its temporary directory and stops the run with a `BertkitError`.
 When every checkpoint is broken, `--resume auto` stops too rather than start over from step 0 on top of
 them: starting over is the deliberate `--overwrite`. Resuming from a checkpoint older than the newest
-starts a new branch: the newer checkpoints are moved aside (`move_newer_aside`), never deleted, and never
-resumed by `--resume auto` again.
+starts a new branch: once the loop has accepted the resume, the newer checkpoints are moved aside
+(`move_newer_aside`), never deleted, and never resumed by `--resume auto` again.
 
 State is tensors in safetensors files and everything else in JSON: no pickle is written or read. What is
 read back is checked for the shape this module and the loop write, so a foreign or edited file that
@@ -178,7 +178,6 @@ def resolve_resume(resume: str | Path | None, root: Path, overwrite: bool = Fals
     if problem is not None:
         raise BertkitError(f"--resume {path}: not a valid checkpoint: {problem}; pick another one "
                            "or use --resume auto, which skips broken checkpoints")
-    move_newer_aside(path, root)
     return path
 
 

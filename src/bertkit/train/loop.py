@@ -553,6 +553,9 @@ def _resume(parts: _Parts, resume: str | Path | None, overwrite: bool, root: Pat
             parts.scaler.load_state_dict(trainer["scaler"])
         parts.batches.restore(trainer["data"])
         _restore_rng(ckpt.read_rng_states(chosen), config, trainer["state"]["step"], ctx)
+    if ctx.is_main:  # only now: a refused resume (above) leaves the run directory as it was
+        ckpt.move_newer_aside(chosen, root)
+    barrier(ctx)
     saved = trainer["state"]
     parts.state.__dict__.update({k: v for k, v in saved.items() if k in parts.state.__dict__})
     step = parts.state.step
