@@ -44,6 +44,9 @@ class TrainingStats(CorpusStats):
 
     long_words: int = 0
     """Words over MAX_INPUT_CHARS_PER_WORD characters, left out (they encode as [UNK])."""
+    documents: int = 0
+    sentences: int = 0
+    """Documents and sentences fed to the trainer (a JSONL record or table row is a document)."""
 
 
 def train_vocabulary(files: Sequence[str | Path], vocab_size: int, do_lower_case: bool, min_frequency: int,
@@ -87,6 +90,8 @@ def _training_lines(paths: Sequence[Path], stats: TrainingStats, strict: bool, w
     """The sentences of the corpus as `bertkit data pretraining` reads them (`read_documents`), long
     words left out."""
     for document in read_documents(list(paths), stats, strict, text_column):
+        stats.documents += 1
+        stats.sentences += len(document)
         for sentence in document:
             yield words(sentence, stats)
 
@@ -122,7 +127,8 @@ class _ShortWords:
 
 
 def _report_training(stats: TrainingStats) -> None:
-    logger.info("read %d lines (%.1f MB) from %d file(s)", stats.lines, stats.text_bytes / 1e6, stats.files)
+    logger.info("read %d documents, %d sentences (%.1f MB) from %d file(s)", stats.documents, stats.sentences,
+                stats.text_bytes / 1e6, stats.files)
     if stats.empty_files:
         logger.warning("%d empty file(s): %s", len(stats.empty_files), ", ".join(stats.empty_files))
     for reason, files in stats.skipped_files.items():
