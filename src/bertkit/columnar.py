@@ -11,10 +11,11 @@ Design decision: pyarrow alone reads them (no `datasets` import at run time), by
 file through `ParquetFile.iter_batches` with only the needed columns and a buffered stream (so a column
 chunk is not read whole), an Arrow stream memory-mapped one batch at a time (`datasets` writes 1,000 rows
 a batch), so memory holds a batch of rows whatever the file's size. Columns are checked against the schema
-before any row is read: a missing one is an error listing the columns there are, and a text column must
-hold strings. An integer column that `datasets` declared a `ClassLabel` keeps its names in the schema's
-"huggingface" metadata (`class_names`). A file pyarrow cannot read raises `UnreadableFile`, a
-`BertkitError` the corpus reader may skip and count instead. pyarrow is imported on first use (0.2 s).
+before any row is read: a missing one is an error listing the columns there are, a text column must
+hold strings, a token-tagging column lists. An integer column that `datasets` declared a `ClassLabel` (or
+a list of them, as conll2003's `ner_tags`) keeps its names in the schema's "huggingface" metadata
+(`class_names`). A file pyarrow cannot read raises `UnreadableFile`, a `BertkitError` the corpus reader
+may skip and count instead. pyarrow is imported on first use (0.2 s).
 
 References: Apache Parquet and Arrow IPC format specifications; Hugging Face `datasets`
 (`Dataset.save_to_disk`, `arrow_writer.py`).
@@ -118,24 +119,57 @@ def check_text_column(path: Path, file_schema: Any, column: str, flag: str) -> N
     import pyarrow as pa
 
     kind = file_schema.field(column).type
-    if pa.types.is_dictionary(kind):  # pandas' category dtype
-        kind = kind.value_type
-    if not (pa.types.is_string(kind) or pa.types.is_large_string(kind) or pa.types.is_string_view(kind)
-            or pa.types.is_null(kind)):
+    if not (_is_text(kind) or pa.types.is_null(kind)):
         raise BertkitError(f"{path}: column {column!r} ({flag}) holds {kind}, not strings; choose the text "
                            "column with " + flag)
 
 
+def check_list_column(path: Path, file_schema: Any, column: str, flag: str, integers: bool) -> None:
+    """Raise unless `column` holds lists of strings (or, with `integers`, of integers: tag ids), as a
+    token-tagging table's tokens and tags columns do (nulls are for the reader to skip)."""
+    import pyarrow as pa
+
+    kind = file_schema.field(column).type
+    is_list = pa.types.is_list(kind) or pa.types.is_large_list(kind) or pa.types.is_fixed_size_list(kind)
+    item = kind.value_type if is_list else None
+    if pa.types.is_null(kind) or (item is not None and (_is_text(item) or pa.types.is_null(item) or (
+            integers and pa.types.is_integer(item)))):
+        return
+    wanted = "lists of strings or integers" if integers else "lists of strings"
+    raise BertkitError(f"{path}: column {column!r} ({flag}) holds {kind}, not {wanted} (one per sentence); "
+                       f"choose the column with {flag}")
+
+
+def _is_text(kind: Any) -> bool:
+    import pyarrow as pa
+
+    if pa.types.is_dictionary(kind):  # pandas' category dtype
+        kind = kind.value_type
+    return bool(pa.types.is_string(kind) or pa.types.is_large_string(kind) or pa.types.is_string_view(kind))
+
+
 def class_names(file_schema: Any) -> dict[str, list[str]]:
-    """Column -> label names of the columns `datasets` declared `ClassLabel` (its "huggingface" schema
-    metadata, which save_to_disk and to_parquet write); empty when there is none."""
+    """Column -> label names of the columns `datasets` declared `ClassLabel`, or a list of them (a tagging
+    column: conll2003's `ner_tags`), from its "huggingface" schema metadata, which save_to_disk and
+    to_parquet write; empty when there is none."""
     raw = (file_schema.metadata or {}).get(b"huggingface")
     try:
         features = json.loads(raw)["info"]["features"] if raw else {}
-        return {name: [str(n) for n in feature["names"]] for name, feature in features.items()
-                if isinstance(feature, dict) and feature.get("_type") == "ClassLabel"}
-    except (ValueError, KeyError, TypeError):
+        named = {name: _label_names(feature) for name, feature in features.items()}
+        return {name: names for name, names in named.items() if names is not None}
+    except (ValueError, KeyError, TypeError, AttributeError):
         return {}  # metadata of another writer: no names, values as stored
+
+
+def _label_names(feature: Any) -> list[str] | None:
+    """The names of a `ClassLabel` feature or of a list of one; None for any other feature."""
+    if isinstance(feature, list) and len(feature) == 1:  # older `datasets` spell a list feature [inner]
+        feature = feature[0]
+    elif isinstance(feature, dict) and feature.get("_type") in ("Sequence", "List", "LargeList"):
+        feature = feature.get("feature")  # "Sequence" before datasets 4, "List" since
+    if isinstance(feature, dict) and feature.get("_type") == "ClassLabel":
+        return [str(name) for name in feature["names"]]
+    return None
 
 
 def is_table_input(path: Path) -> bool:
@@ -149,17 +183,21 @@ def column_names(path: Path) -> list[str]:
 
 
 def read_rows(path: Path, wanted: Mapping[str, str], text_columns: tuple[str, ...] = (),
-              use_class_names: bool = True) -> list[tuple[int, dict[str, Any]]]:
+              use_class_names: bool = True, list_columns: Mapping[str, bool] | None = None,
+              ) -> list[tuple[int, dict[str, Any]]]:
     """Every row of a table input as (row number from 1, {column: value}) for the `wanted` columns (column ->
-    the flag that chose it), checked first: each must exist, `text_columns` must hold strings. A
-    `ClassLabel` column's integers become their names unless `use_class_names` is False. For the small
-    labelled files of fine-tuning, read whole."""
+    the flag that chose it), checked first: each must exist, `text_columns` must hold strings and
+    `list_columns` (column -> whether integers may be its items) lists of strings. A `ClassLabel`
+    column's integers (each item of a list of them) become their names unless `use_class_names` is False.
+    For the small labelled files of fine-tuning, read whole."""
     rows: list[tuple[int, dict[str, Any]]] = []
     for file in table_files(path):
         file_schema = schema(file)
         check_columns(file, list(file_schema.names), wanted)
         for column in text_columns:
             check_text_column(file, file_schema, column, wanted[column])
+        for column, integers in (list_columns or {}).items():
+            check_list_column(file, file_schema, column, wanted[column], integers)
         names = class_names(file_schema) if use_class_names else {}
         for batch in row_batches(file, list(wanted)):
             for row in batch:
@@ -170,6 +208,8 @@ def read_rows(path: Path, wanted: Mapping[str, str], text_columns: tuple[str, ..
 
 
 def _class_name(value: Any, names: list[str]) -> Any:
+    if isinstance(value, list):  # a list of ClassLabel ids, one per token
+        return [_class_name(item, names) for item in value]
     return names[value] if isinstance(value, int) and 0 <= value < len(names) else value  # -1: no label
 
 

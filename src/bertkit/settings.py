@@ -394,6 +394,11 @@ class TaggingSettings:
     """Sub-tokens between the starts of consecutive windows of a long sentence."""
     tag_scheme: str = dataclasses.field(default="BIO", metadata={"choices": TAG_SCHEMES})
     """Tagging scheme of the labels (entity scores follow conlleval's rules, which read all three)."""
+    tokens_column: str = "tokens"
+    """JSONL/Parquet/`datasets` input: column/key of each sentence's tokens, a list of strings."""
+    tags_column: str = "ner_tags"
+    """JSONL/Parquet/`datasets` input: column/key of each sentence's tags, a list of strings (or a `datasets`
+    list of ClassLabel, read as its names)."""
 
 
 @dataclass
@@ -677,8 +682,9 @@ class PredictSettings:
     """Fine-tuned directory (OUTPUT/best of `bertkit finetune`)."""
     input: str = dataclasses.field(metadata={"path": "any"})
     """Classification: CSV/TSV with a header row, JSONL, Parquet or a `datasets` save_to_disk directory (or
-    the GLUE layout it was trained on); CoNLL (tagging); SQuAD JSON; SWAG CSV, JSONL, or either layout as
-    Parquet/`datasets` (multiple choice)."""
+    the GLUE layout it was trained on); tagging: CoNLL, or JSONL/Parquet/`datasets` with token and tag lists;
+    SQuAD JSON, or the `datasets` squad layout as JSONL/Parquet/`datasets`; SWAG CSV, JSONL, or either
+    layout as Parquet/`datasets` (multiple choice)."""
     output: str = dataclasses.field(metadata={"path": "dir"})
     """Directory for the results."""
     text_column: str | None = None
@@ -703,13 +709,18 @@ class PredictSettings:
     header: bool | None = None
     """Classification, CSV/TSV: whether the first row names the columns (--no-header: the column flags are
     numbers, 0 the first); unset: as the model was fine-tuned."""
+    tokens_column: str | None = None
+    """Tagging, JSONL/Parquet/`datasets` input: column/key of the tokens; unset: as fine-tuned."""
+    tags_column: str | None = None
+    """Tagging, JSONL/Parquet/`datasets` input: column/key of the gold tags; unset: as fine-tuned."""
 
     def __post_init__(self) -> None:
         check_bounds(self)
 
     def columns(self) -> dict[str, Any]:
         """The reading settings given for this file (they override the fine-tuned model's saved ones)."""
-        names = ("text_column", "text_pair_column", "label_column", "id_column", "header")
+        names = ("text_column", "text_pair_column", "label_column", "id_column", "header", "tokens_column",
+                 "tags_column")
         return {name: getattr(self, name) for name in names if getattr(self, name) is not None}
 
 

@@ -220,7 +220,13 @@ def test_wrong_format_training_file_is_named(tmp_path: Path, capsys: pytest.Capt
             "--dev", str(dev), "--output", str(tmp_path / "out")]
     assert main(argv) == 2
     err = capsys.readouterr().err
-    assert f"{train}:1: label " in err and "is not a BIO tag" in err and str(dev) not in err
+    # A .json file is read as tagging rows (issue 24): the error names the file and the columns it has.
+    assert f"{train}: no column 'tokens' (--tokens-column); the columns are 'version', 'data'" in err
+    assert str(dev) not in err
+    conll = _write(tmp_path / "qa.txt", json.dumps(squad))  # under another name, read as CoNLL: not a tag
+    assert main([*argv[:-5], str(conll), *argv[-4:]]) == 2
+    err = capsys.readouterr().err
+    assert f"{conll}:1: label " in err and "is not a BIO tag" in err and str(dev) not in err
 
 
 def test_predict_and_evaluate_take_column_flags_and_write_the_id_column(tmp_path: Path,

@@ -33,7 +33,7 @@ NAMES = {"data pretraining": ({PretrainingDataJob, PretrainingDataOptions}, set(
          "extract": ({ExtractSettings}, set()),
          "export onnx": ({ExportSettings}, set()),
          "serve": ({ServeSettings, ServerSettings, Limits}, {"limits"}),
-         "predict": ({PredictSettings}, {"evaluate", "label_column"}),
+         "predict": ({PredictSettings}, {"evaluate", "label_column", "tags_column"}),
          "evaluate": ({PredictSettings}, {"evaluate"}),
          "quickstart": ({QuickstartConfig}, {"seeds_fixed", "epochs_fixed", "recipe", "eval_every", "eval_examples",
                                              "seed", "workers"})}

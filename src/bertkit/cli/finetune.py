@@ -109,14 +109,16 @@ def classification(regression: bool, **flags: Any) -> None:
 @finetune.command()
 @_task_options(TaggingSettings, ("labels",))
 def tagging(**flags: Any) -> None:
-    """Token tagging, e.g. named entities (CoNLL-2003 files)."""
+    """Token tagging, e.g. named entities (CoNLL-2003 files, or JSONL/Parquet/`datasets` directory with token and
+    tag lists by --tokens-column/--tags-column)."""
     _run("tagging", TaggingSettings, flags)
 
 
 @finetune.command()
 @_task_options(SquadSettings, ("null_score_diff_threshold",))
 def squad(**flags: Any) -> None:
-    """Extractive question answering (SQuAD v1.1 / v2.0 JSON)."""
+    """Extractive question answering (SQuAD v1.1 / v2.0 JSON, or JSONL/Parquet/`datasets` directory in the
+    `datasets` squad layout)."""
     _run("squad", SquadSettings, flags)
 
 

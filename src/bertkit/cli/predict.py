@@ -3,8 +3,8 @@
 
 Design decision: the flags of both commands are generated (bertkit.cli.options) from `PredictSettings`
 (bertkit.settings, torch-free, so `--help` answers at once), which is what `predict_file` takes. They
-differ in two settings: evaluate reads the gold labels (`--label-column`) and defaults to fp32, which
-reproduces the dev scores of fine-tuning exactly; predict defaults to auto precision.
+differ in two settings: evaluate reads the gold labels (`--label-column`, `--tags-column`) and defaults to
+fp32, which reproduces the dev scores of fine-tuning exactly; predict defaults to auto precision.
 """
 
 from __future__ import annotations
@@ -27,7 +27,8 @@ def _predict_file(settings: PredictSettings) -> dict[str, Any]:
 
 
 @click.command(context_settings={"show_default": True})
-@options(PredictSettings, exclude=("label_column", "evaluate"), overrides={"precision": {"default": "auto"}})
+@options(PredictSettings, exclude=("label_column", "tags_column", "evaluate"),
+         overrides={"precision": {"default": "auto"}})
 def predict(**flags: Any) -> None:
     """Predict a file with a fine-tuned directory (writes predictions into --output)."""
     settings = PredictSettings(**take(PredictSettings, flags))

@@ -8,7 +8,8 @@ Design decision: each sentence keeps its original lines, so predictions are writ
 line plus one column with the predicted tag — the layout conlleval reads (`word ... gold predicted`) —
 and document markers are kept in place. Tags are checked against the tagging scheme as they are read
 (`O` or `B-TYPE`/`I-TYPE`, plus `E-`/`S-` for BIOES), so a file in another format (JSON, a POS column
-last) fails at its own first line instead of turning its text into labels.
+last) fails at its own first line instead of turning its text into labels. The same sentences as table
+rows (JSONL, Parquet, `datasets` directories) are read by `bertkit.data.tag_tables`.
 
 Reference: Tjong Kim Sang & De Meulder (2003), the CoNLL-2003 shared task data format.
 """
@@ -39,6 +40,9 @@ class TaggedSentence:
     """The original token lines, written back with the prediction appended."""
     preceding: list[str] = field(default_factory=list)
     """-DOCSTART- lines just before this sentence, written back in place."""
+    id: str | None = None
+    """A table row's id (`bertkit.data.tag_tables`: its "id" column, else "file:row"), where its predictions
+    go as JSONL; None for a CoNLL sentence, whose predictions are written back into its lines."""
 
 
 def read_conll(path: str | Path, labelled: bool = True, scheme: str | None = None) -> list[TaggedSentence]:
@@ -79,11 +83,20 @@ def _check_token_line(path: Path, number: int, line: str, columns: list[str], sc
         raise BertkitError(f"{where(path, number)}: token line {line[:80]!r} has no label column; a CoNLL "
                            "training/evaluation file needs 'word ... label' on every token line")
     tag = columns[-1]
-    if scheme is None or tag == "O" or (len(tag) > 2 and tag[1] == "-" and tag[0] in SCHEME_PREFIXES[scheme]):
-        return
-    allowed = ", ".join(["O", *(f"{prefix}-TYPE" for prefix in SCHEME_PREFIXES[scheme])])
-    raise BertkitError(f"{where(path, number)}: label {tag[:80]!r} is not a {scheme} tag ({allowed}); is this a "
-                       "CoNLL file with the tag last on every token line? (--tag-scheme is BIO, IOB1 or BIOES)")
+    if scheme is not None and not is_scheme_tag(tag, scheme):
+        raise BertkitError(f"{where(path, number)}: label {tag[:80]!r} is not a {scheme} tag "
+                           f"({scheme_tags(scheme)}); is this a CoNLL file with the tag last on every token "
+                           "line? (--tag-scheme is BIO, IOB1 or BIOES)")
+
+
+def is_scheme_tag(tag: str, scheme: str) -> bool:
+    """Whether `tag` is "O" or PREFIX-TYPE with a chunk prefix of `scheme` (BIO, IOB1, BIOES)."""
+    return tag == "O" or (len(tag) > 2 and tag[1] == "-" and tag[0] in SCHEME_PREFIXES[scheme])
+
+
+def scheme_tags(scheme: str) -> str:
+    """The tags of `scheme` for messages: "O, B-TYPE, I-TYPE"."""
+    return ", ".join(["O", *(f"{prefix}-TYPE" for prefix in SCHEME_PREFIXES[scheme])])
 
 
 def check_tags(sentences: Sequence[TaggedSentence], labels: Sequence[str]) -> tuple[list[TaggedSentence], list[str]]:
@@ -97,9 +110,13 @@ def check_tags(sentences: Sequence[TaggedSentence], labels: Sequence[str]) -> tu
         if unknown is None:
             kept.append(sentence)
             continue
-        path, first = sentence.location.rsplit(":", 1)  # read_conll's "file:line"; one token per line
-        skipped.append(f"{where(path, int(first) + unknown)}: label {labels[unknown]!r} is not one of the "
-                       f"model's labels ({', '.join(sorted(known))}), which come from the training file")
+        if sentence.id is None:  # read_conll's "file:line" of the first token; one token per line
+            path, first = sentence.location.rsplit(":", 1)
+            at = where(path, int(first) + unknown)
+        else:  # a table row: "file:row"
+            at = f"{sentence.location}: token {unknown + 1}"
+        skipped.append(f"{at}: label {labels[unknown]!r} is not one of the model's labels "
+                       f"({', '.join(sorted(known))}), which come from the training file")
     return kept, skipped
 
 

@@ -80,6 +80,64 @@ def parse_json(text: str, location: str, expected: str) -> Any:
         raise BertkitError(f"{location}: not valid JSON ({exc}); {expected}") from None
 
 
+def read_json_rows(path: Path) -> list[tuple[int, dict]]:
+    """(line, object) of a JSONL file, or of a JSON file holding one array of objects (`[{...}, ...]`, as
+    `json.dump` and pandas' `to_json(orient="records")` write them), told apart by the first character."""
+    text = read_text(path)
+    if text.lstrip().startswith("["):
+        return _json_array_rows(path, text)
+    rows = []
+    for number, line in enumerate(text_lines(text), start=1):
+        if not line.strip():
+            continue
+        row = parse_json(line, where(path, number), "JSONL needs one JSON object per line")
+        if not isinstance(row, dict):
+            raise BertkitError(f"{where(path, number)}: expected a JSON object, got {type(row).__name__}")
+        rows.append((number, row))
+    return rows
+
+
+def _json_array_rows(path: Path, text: str) -> list[tuple[int, dict]]:
+    """The objects of a JSON array, each with the line where it starts (read one element at a time, so an
+    error names the element's line)."""
+    decoder = json.JSONDecoder()
+    expected = "a JSON file needs one array of objects, [{...}, {...}], or one object per line (JSONL)"
+    rows: list[tuple[int, dict]] = []
+    index = text.index("[") + 1
+    while True:
+        index = _skip_space(text, index)
+        if text.startswith("]", index) and not rows:
+            break
+        number = text.count("\n", 0, index) + 1
+        try:
+            row, index = decoder.raw_decode(text, index)
+        except RecursionError:
+            raise BertkitError(f"{where(path, number)}: JSON nested too deeply to read; {expected}") from None
+        except ValueError as exc:
+            raise BertkitError(f"{where(path, number)}: not valid JSON ({exc}); {expected}") from None
+        if not isinstance(row, dict):
+            raise BertkitError(f"{where(path, number)}: expected a JSON object in the array, got {type(row).__name__}")
+        rows.append((number, row))
+        index = _skip_space(text, index)
+        if text.startswith(",", index):
+            index += 1
+        elif text.startswith("]", index):
+            break
+        else:
+            raise BertkitError(f"{where(path, text.count(chr(10), 0, index) + 1)}: expected ',' or ']' after the "
+                               f"array's element {len(rows)}; {expected}")
+    if _skip_space(text, index + 1) != len(text):
+        raise BertkitError(f"{where(path, text.count(chr(10), 0, index) + 1)}: text after the array's closing "
+                           f"']'; {expected}")
+    return rows
+
+
+def _skip_space(text: str, index: int) -> int:
+    while index < len(text) and text[index] in " \t\r\n":
+        index += 1
+    return index
+
+
 def check_length(text: str, location: str, what: str = "text") -> str:
     """`text` unchanged, or a `BertkitError` naming `location` when it is longer than the tokenizer takes."""
     if len(text) > MAX_TEXT_CHARS:

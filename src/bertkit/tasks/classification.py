@@ -29,7 +29,7 @@ from bertkit.errors import BertkitError
 from bertkit.model import BertForSequenceClassification
 from bertkit.settings import ClassificationSettings
 from bertkit.tasks.metrics import GLUE_METRICS, classification_metrics
-from bertkit.tasks.task import BaseTask, write_jsonl
+from bertkit.tasks.task import BaseTask, refuse_columns, write_jsonl
 
 log = logging.getLogger(__name__)
 
@@ -68,10 +68,11 @@ class ClassificationTask(BaseTask):
 
     def with_columns(self, text_column: str | None = None, text_pair_column: str | None = None,
                      label_column: str | None = None, id_column: str | None = None,
-                     header: bool | None = None) -> ClassificationTask:
+                     header: bool | None = None, **others: Any) -> ClassificationTask:
         """This task reading files by the given column names (the predict/evaluate flags; `header` False:
         numbers, in a file without a header row), the saved settings filling in the rest; a GLUE model
-        then reads its files as generic tables too."""
+        then reads its files as generic tables too. Another task's column settings (`others`) are refused."""
+        refuse_columns(self.kind, others)
         if text_pair_column and not self.settings.text_pair_column:
             raise BertkitError(f"--text-pair-column {text_pair_column!r}: this model was fine-tuned on single "
                                "texts, not pairs; leave the flag out")

@@ -10,16 +10,16 @@ Design decision: the only place that lists the task classes; generic code reache
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Any
 
-from bertkit.data.conll import read_conll
 from bertkit.data.glue import glue_task, read_table
 from bertkit.errors import BertkitError
 from bertkit.tasks.classification import ClassificationSettings, ClassificationTask, labels_for
 from bertkit.tasks.multiple_choice import MultipleChoiceSettings, MultipleChoiceTask
 from bertkit.tasks.squad import SquadSettings, SquadTask
-from bertkit.tasks.tagging import TaggingSettings, TaggingTask, labels_from
+from bertkit.tasks.tagging import TaggingSettings, TaggingTask, labels_from, read_tagged
 from bertkit.tasks.task import Task
 
 TASK_CLASSES: dict[str, type[Task]] = {
@@ -47,8 +47,9 @@ def build_task(kind: str, train_path: str | Path, options: dict[str, Any]) -> Ta
         labels = labels_for(options.get("glue_task"), train, regression)
         return ClassificationTask(ClassificationSettings(labels=labels, **options))
     if kind == "tagging":
-        sentences = read_conll(train_path, scheme=options.get("tag_scheme", TaggingSettings.tag_scheme))
-        return TaggingTask(TaggingSettings(labels=labels_from(sentences), **options))
+        defaults = TaggingSettings(labels=[], **options)
+        sentences, _ = read_tagged(train_path, defaults.tag_scheme, defaults.tokens_column, defaults.tags_column)
+        return TaggingTask(dataclasses.replace(defaults, labels=labels_from(sentences)))
     if kind == "squad":
         return SquadTask(SquadSettings(**options))
     if kind == "multiple-choice":

@@ -89,7 +89,9 @@ class SquadTask(BaseTask):
 
     def read(self, path: str | Path, labelled: bool = True, training: bool = False,
              ) -> tuple[list[SquadExample], list[str]]:
-        return read_squad(path, training=training, version_2_with_negative=self.settings.version_2_with_negative)
+        """Questions of a SQuAD JSON file or a table in the `datasets` squad layout (`read_squad`)."""
+        return read_squad(path, training=training, version_2_with_negative=self.settings.version_2_with_negative,
+                          labelled=labelled)
 
     # --- features -------------------------------------------------------------------------------
 

@@ -8,13 +8,16 @@ prediction; these are counted and reported.
 Design decision: sentences longer than `max_seq_length - 2` sub-tokens are not truncated but cut into
 overlapping windows that start every `doc_stride` sub-tokens (the SQuAD rule); a word's prediction
 comes from the window in which its first sub-token has the most context (`max_context_flags`), so every
-word is predicted exactly once.
+word is predicted exactly once. Input is a CoNLL file or a table of token and tag lists (JSONL, Parquet, a
+`datasets` directory: `bertkit.data.tag_tables`); predictions go back as the CoNLL file's lines with a tag
+column, or for a table as one JSONL object per row.
 
 References: Devlin et al. (2018), sections 4 and 5.3; Tjong Kim Sang & De Meulder (2003).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Sequence
 from pathlib import Path
@@ -25,12 +28,13 @@ import torch
 import torch.nn.functional as F
 
 from bertkit.data.conll import TaggedSentence, check_tags, read_conll, write_conll
+from bertkit.data.tag_tables import is_tag_table, read_tag_table
 from bertkit.errors import BertkitError
 from bertkit.model import BertForTokenClassification
 from bertkit.model.feature_based import FeatureHead
 from bertkit.settings import TaggingSettings
 from bertkit.tasks.metrics import entity_scores
-from bertkit.tasks.task import BaseTask
+from bertkit.tasks.task import BaseTask, refuse_columns, write_jsonl
 from bertkit.tasks.windows import max_context_flags, sliding_windows
 
 log = logging.getLogger(__name__)
@@ -57,19 +61,30 @@ class TaggingTask(BaseTask):
     def feature_head(self) -> FeatureHead:
         return FeatureHead(len(self.settings.labels), per_token=True)
 
+    def with_columns(self, tokens_column: str | None = None, tags_column: str | None = None,
+                     **others: Any) -> TaggingTask:
+        """This task reading tables by the given columns (the predict/evaluate flags), the saved settings
+        filling in the rest; another task's column settings (`others`) are refused."""
+        refuse_columns(self.kind, others)
+        s = self.settings
+        return TaggingTask(dataclasses.replace(s, tokens_column=tokens_column or s.tokens_column,
+                                               tags_column=tags_column or s.tags_column))
+
     def read(self, path: str | Path, labelled: bool = True, training: bool = False,
              ) -> tuple[list[TaggedSentence], list[str]]:
-        """Sentences of a CoNLL file, tags checked against the scheme. A valid tag the model was not
-        trained on stops training; in any other file its sentence is skipped, counted and named."""
-        sentences = read_conll(path, labelled=labelled, scheme=self.settings.tag_scheme)
+        """Sentences of a CoNLL file or a table (`read_tagged`), tags checked against the scheme. A valid
+        tag the model was not trained on stops training; in any other file its sentence is skipped, counted
+        and named, as are the table rows that are not a sentence."""
+        s = self.settings
+        sentences, skipped = read_tagged(path, s.tag_scheme, s.tokens_column, s.tags_column if labelled else None)
         if not labelled:
-            return sentences, []
-        kept, skipped = check_tags(sentences, self.settings.labels)
-        if skipped and training:
-            raise BertkitError(skipped[0])
+            return sentences, skipped
+        kept, unknown = check_tags(sentences, s.labels)
+        if unknown and training:
+            raise BertkitError(unknown[0])
         if not kept:
-            raise BertkitError(f"{path}: no sentences left; all {len(skipped)} were skipped, first: {skipped[0]}")
-        return kept, skipped
+            raise BertkitError(f"{path}: no sentences left; all {len(unknown)} were skipped, first: {unknown[0]}")
+        return kept, skipped + unknown
 
     def features(self, sentences: Sequence[TaggedSentence], tokenizer: Any, training: bool = False) -> list[dict]:
         pieces = tokenizer.encode_ids([word for s in sentences for word in s.words])
@@ -137,9 +152,24 @@ class TaggingTask(BaseTask):
 
     def write_predictions(self, sentences: Sequence[TaggedSentence], predictions: Sequence[Sequence[str]],
                           directory: Path, prefix: str) -> list[Path]:
+        """predictions.conll (each CoNLL line and its tag), or for a table predictions.jsonl (one object per
+        row read: {"id", "tokens", "tags"})."""
+        if sentences and sentences[0].id is not None:
+            return [write_jsonl(directory / f"{prefix}predictions.jsonl",
+                                ({"id": s.id, "tokens": s.words, "tags": list(tags)}
+                                 for s, tags in zip(sentences, predictions, strict=True)))]
         path = directory / f"{prefix}predictions.conll"
         write_conll(path, sentences, predictions)
         return [path]
+
+
+def read_tagged(path: str | Path, scheme: str, tokens_column: str, tags_column: str | None,
+                ) -> tuple[list[TaggedSentence], list[str]]:
+    """The sentences of a CoNLL file, or of a table (JSONL, Parquet, a `datasets` directory) by its tokens and
+    tags columns, and the table rows skipped; `tags_column` None reads no tags."""
+    if is_tag_table(path):
+        return read_tag_table(path, tokens_column, tags_column, scheme)
+    return read_conll(path, labelled=tags_column is not None, scheme=scheme), []
 
 
 def labels_from(sentences: Sequence[TaggedSentence]) -> list[str]:

@@ -20,7 +20,7 @@ import json
 import logging
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Any, ClassVar, Protocol, TypeVar, runtime_checkable
+from typing import Any, ClassVar, Protocol, TypeVar, cast, runtime_checkable
 
 import numpy as np
 import torch
@@ -93,10 +93,9 @@ class Task(Protocol):
     def feature_head(self) -> FeatureHead:
         """The linear layer of the feature-based approach (`bertkit.model.feature_based`) for this task."""
 
-    def with_columns(self, text_column: str | None = None, text_pair_column: str | None = None,
-                     label_column: str | None = None, id_column: str | None = None,
-                     header: bool | None = None) -> Task:
-        """This task reading files by the given column names (`bertkit predict/evaluate` flags)."""
+    def with_columns(self, **columns: Any) -> Task:
+        """This task reading files by the given column settings (`PredictSettings.columns`: the `bertkit
+        predict/evaluate` flags); a setting the task does not read is refused (`refuse_columns`)."""
 
     def to_json(self) -> dict[str, Any]:
         """bertkit_task.json's content: {"task": kind, **settings}."""
@@ -126,14 +125,10 @@ class BaseTask:
     def feature_head(self) -> FeatureHead:
         return FeatureHead(self.config_overrides()["num_labels"])  # one score per label at [CLS]
 
-    def with_columns(self, text_column: str | None = None, text_pair_column: str | None = None,
-                     label_column: str | None = None, id_column: str | None = None,
-                     header: bool | None = None) -> Task:
-        """Only classification reads files by column names; the other tasks refuse the flags."""
-        given = {"text_column": text_column, "text_pair_column": text_pair_column, "label_column": label_column,
-                 "id_column": id_column, "header" if header else "no_header": header is not None}
-        flag = "--" + next(name for name, value in given.items() if value).replace("_", "-")
-        raise BertkitError(f"{flag} applies to classification models; this is a {self.kind} model")
+    def with_columns(self, **columns: Any) -> Task:
+        """Classification and tagging read files by column names; the other tasks refuse the flags."""
+        refuse_columns(self.kind, columns)
+        return cast(Task, self)  # nothing was given; every subclass is a Task
 
     def training_loss(self) -> Any:
         return self.loss  # type: ignore[attr-defined]  # each task defines loss
@@ -155,8 +150,24 @@ class BaseTask:
                                "was the directory written by another bertkit version?") from None
 
 
+COLUMN_SETTINGS = {"classification": ("text_column", "text_pair_column", "label_column", "id_column", "header"),
+                   "tagging": ("tokens_column", "tags_column")}
+"""The task kinds that read files by column, and the column settings of `bertkit predict/evaluate` each takes."""
+
+
+def refuse_columns(kind: str, columns: dict[str, Any]) -> None:
+    """Raise naming the first of the given column settings (None: not given), e.g. `--text-column` for a
+    tagging model, and the task kind that takes it."""
+    for name, value in columns.items():
+        if value is None:
+            continue
+        owner = next(owner for owner, names in COLUMN_SETTINGS.items() if name in names)
+        flag = "--" + ("no_header" if name == "header" and value is False else name).replace("_", "-")
+        raise BertkitError(f"{flag} applies to {owner} models; this is a {kind} model")
+
+
 def write_jsonl(path: Path, records: Iterable[dict[str, Any]]) -> Path:
-    """One JSON object per line (the predictions file of classification and multiple choice)."""
+    """One JSON object per line (the predictions file of classification, multiple choice and tagging tables)."""
     write_text_atomic(path, "".join(json.dumps(r) + "\n" for r in records))
     return path
 
