@@ -96,7 +96,7 @@ def test_the_docs_pages_load_everything_from_this_server(mlm):
 
 def test_other_endpoints_404_with_what_this_model_serves(mlm):
     body = _assert_clean_error(mlm.post("/classify", json={"inputs": ["x"]}), 404, "not_found")
-    assert body["endpoints"] == ["/fill-mask", "/embed"]
+    assert body["endpoints"] == ["/fill-mask", "/embed", "/v1/embeddings", "/tokenize", "/info"]
     _assert_clean_error(mlm.get("/fill-mask"), 405, "method_not_allowed")
 
 

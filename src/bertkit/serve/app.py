@@ -1,14 +1,17 @@
 """The HTTP layer: a FastAPI app over one predictor, and `run_server` (uvicorn with draining on SIGTERM).
 
-Endpoints exist only for what the checkpoint can do (`predictor.endpoints`); any other path answers
-404 with the list of endpoints this model serves. Every response, errors included, is JSON of one
-shape ({"error", "message"} for errors) that never carries a path, a traceback or the request's text.
+Task endpoints exist only for what the checkpoint can do (`predictor.endpoints`); /v1/embeddings,
+/tokenize and /info (compat.py) for every model; any other path answers 404 with the list of endpoints
+this model serves. Every response, errors included, is JSON that never carries a path, a traceback or
+the request's text; errors have one shape, {"error", "message"}, except under /v1/, where they take
+OpenAI's, {"error": {"message", "type", "param", "code"}}, for OpenAI's clients.
 
 Status codes: 200 ok; 400 invalid JSON (or HTTP); 401 missing/wrong API key; 404 unknown path; 405
-wrong method; 408 request not sent in time; 413 body too large; 422 request well-formed JSON but
-invalid (types, limits, no [MASK], ...); 429 queue full (Retry-After); 431 headers too large; 500 a
-server bug (logged; the message says nothing more); 503 not ready to take it (shutting down, or every
-connection slot busy); 504 the request's time limit passed before its result was ready.
+wrong method; 408 request not sent in time; 413 body too large, or an input over the model's maximum
+length sent with "truncate": false; 422 request well-formed JSON but invalid (types, limits, no [MASK],
+...); 429 queue full (Retry-After); 431 headers too large; 500 a server bug (logged; the message says
+nothing more); 503 not ready to take it (shutting down, or every connection slot busy); 504 the
+request's time limit passed before its result was ready.
 
 The API description is `/openapi.json`; `/docs` (Swagger UI) and `/redoc` read it with scripts and styles
 served by this app (DOCS_ASSETS, from the fastapi-offline package), never from a CDN, so they work on a
@@ -28,7 +31,7 @@ import functools
 import hmac
 import logging
 import signal
-from collections.abc import AsyncIterator, Hashable
+from collections.abc import AsyncIterator, Hashable, Mapping
 from typing import Any, Literal, cast
 
 import uvicorn
@@ -37,10 +40,20 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from fastapi.security import APIKeyHeader, HTTPAuthorizationCredentials, HTTPBearer
 from fastapi_offline import FastAPIOffline
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from bertkit.errors import BertkitError
+from bertkit.serve.compat import (
+    ALWAYS_SERVED,
+    OPENAI_PREFIX,
+    FieldError,
+    StrictBody,
+    Submit,
+    Truncation,
+    add_routes,
+    openai_error,
+)
 from bertkit.serve.connections import (
     ConnectionGuard,
     CountRequestWarnings,
@@ -51,7 +64,7 @@ from bertkit.serve.connections import (
 )
 from bertkit.serve.limits import BodySizeLimit, RequestError, check_count, check_text, check_texts, error_body
 from bertkit.serve.microbatch import MicroBatcher, NotRunningError, QueueFullError
-from bertkit.serve.predictor import MAX_TOP_K, Predictor
+from bertkit.serve.predictor import MAX_TOP_K, InputTooLongError, Predictor
 from bertkit.settings import ServerSettings
 
 log = logging.getLogger(__name__)
@@ -62,37 +75,33 @@ DOCS_ASSETS = "/docs-assets"
 
 # --- request bodies -------------------------------------------------------------------------------
 
-class _Body(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True)
-
-
 Texts = str | list[str]
 
 
-class FillMaskRequest(_Body):
+class FillMaskRequest(StrictBody):
     inputs: Texts = Field(description="Text(s) with one or more [MASK] tokens.")
     top_k: int = Field(5, ge=1, le=MAX_TOP_K, description="Candidates per [MASK].")
 
 
-class ClassifyRequest(_Body):
+class ClassifyRequest(Truncation):
     inputs: Texts = Field(description="Text(s) to classify (the first sentence of pairs).")
     text_pairs: Texts | None = Field(None, description="Second sentence of each pair, one per input.")
 
 
-class TagRequest(_Body):
+class TagRequest(StrictBody):
     inputs: Texts = Field(description="Text(s) to tag.")
 
 
-class AnswerRequest(_Body):
+class AnswerRequest(StrictBody):
     question: str
     context: str = Field(description="Any length up to the character limit; read in doc-stride windows.")
 
 
-class AnswerBatchRequest(_Body):
+class AnswerBatchRequest(StrictBody):
     inputs: list[AnswerRequest] = Field(description="Question/context pairs, each answered as the single form.")
 
 
-class EmbedRequest(_Body):
+class EmbedRequest(Truncation):
     inputs: Texts
     pooling: Literal["auto", "cls", "mean", "max", "mean_sqrt_len_tokens"] = "auto"
     """auto: a sentence-transformers directory's own pooling, else [CLS]."""
@@ -142,18 +151,30 @@ async def _warm_up(app: FastAPI, batcher: MicroBatcher, predictor: Predictor) ->
 
 def _run(predictor: Any, key: Hashable, items: list[Any]) -> list[Any]:
     """One predictor call for a group of requests with equal key (endpoint + options)."""
-    endpoint, *options = cast(tuple[Any, ...], key)  # the routes below submit (endpoint, *options) tuples
+    endpoint, *options = cast(tuple[Any, ...], key)  # the routes submit (endpoint, *options) tuples
     if endpoint == "fill-mask":
         return predictor.fill_mask(items, top_k=options[0])
     if endpoint == "classify":
-        pairs = [pair for _, pair in items] if options[0] else None
-        return predictor.classify([text for text, _ in items], pairs)
+        has_pairs, truncate, direction = options
+        pairs = [pair for _, pair in items] if has_pairs else None
+        return predictor.classify([text for text, _ in items], pairs, truncate=truncate,
+                                  truncation_direction=direction)
+    if endpoint == "rerank":
+        truncate, direction, raw_scores = options
+        return predictor.rerank([q for q, _ in items], [t for _, t in items], truncate=truncate,
+                                truncation_direction=direction, raw_scores=raw_scores)
     if endpoint == "tag":
         return predictor.tag(items)
     if endpoint == "answer":
         return predictor.answer([q for q, _ in items], [c for _, c in items])
-    pooling, normalize = options
-    return predictor.embed(items, pooling=pooling, normalize=normalize).tolist()
+    if endpoint == "tokenize":
+        return predictor.tokenize(items, add_special_tokens=options[0])
+    if endpoint == "embeddings":  # /v1/embeddings: the directory's pooling, and each text's tokens for `usage`
+        vectors, counts = predictor.embed_with_counts(items, truncate=options[0], truncation_direction=options[1])
+        return list(zip(vectors.tolist(), counts))
+    pooling, normalize, truncate, direction = options
+    return predictor.embed(items, pooling=pooling, normalize=normalize, truncate=truncate,
+                           truncation_direction=direction).tolist()
 
 
 def _add_probes(app: FastAPI) -> None:
@@ -184,11 +205,11 @@ def _auth(settings: ServerSettings) -> Any:
     return check
 
 
-def _add_task_routes(app: FastAPI, predictor: Predictor, settings: ServerSettings, batcher: MicroBatcher) -> None:
-    limits = settings.limits
-    secured = [Depends(_auth(settings))]
-
-    async def submit(key: tuple, items: list[Any]) -> list[Any]:
+def _submitter(settings: ServerSettings, batcher: MicroBatcher) -> Submit:
+    """`submit(key, items, field, paired)`: the items' results from the batcher, its refusals as HTTP errors.
+    `field` and `paired` name an item in the message of an input over the maximum length: 'texts[3]' and
+    " with the query" (`paired` may name the index, "{i}")."""
+    async def submit(key: tuple, items: list[Any], field: str = "inputs", paired: str = "") -> list[Any]:
         try:
             return await batcher.submit(key, items, settings.timeout_s)
         except QueueFullError:
@@ -199,6 +220,19 @@ def _add_task_routes(app: FastAPI, predictor: Predictor, settings: ServerSetting
         except TimeoutError:
             raise RequestError(504, "timeout", f"no result within {settings.timeout_s:g} s; retry with fewer or "
                                "shorter inputs") from None
+        except InputTooLongError as exc:  # sent with "truncate": false
+            name = f"'{field}[{exc.index}]'{paired.format(i=exc.index)}"
+            raise FieldError(413, "too_many_tokens", f"{name} has {exc.tokens} tokens, more than the model's "
+                             f"maximum of {exc.maximum}; shorten it, or send \"truncate\": true to cut it",
+                             field) from None
+
+    return submit
+
+
+def _add_task_routes(app: FastAPI, predictor: Predictor, settings: ServerSettings, batcher: MicroBatcher) -> None:
+    limits = settings.limits
+    secured = [Depends(_auth(settings))]
+    submit = _submitter(settings, batcher)
 
     if "fill-mask" in predictor.endpoints:
         @app.post("/fill-mask", dependencies=secured, summary="Top-k tokens for every [MASK].")
@@ -223,7 +257,8 @@ def _add_task_routes(app: FastAPI, predictor: Predictor, settings: ServerSetting
                                        "send one pair per input")
             second: list[str | None] = list(pairs) if pairs is not None else [None] * len(texts)
             items = list(zip(texts, second))
-            return {"results": await submit(("classify", pairs is not None), items)}
+            key = ("classify", pairs is not None, body.truncate, body.direction)
+            return {"results": await submit(key, items, "inputs", "" if pairs is None else " with text_pairs[{i}]")}
 
     if "tag" in predictor.endpoints:
         @app.post("/tag", dependencies=secured, summary="Entities with character spans.")
@@ -252,47 +287,59 @@ def _add_task_routes(app: FastAPI, predictor: Predictor, settings: ServerSetting
     async def embed(body: EmbedRequest) -> dict[str, Any]:
         texts = _as_list(body.inputs)
         check_texts(texts, "inputs", limits)
-        return {"embeddings": await submit(("embed", body.pooling, body.normalize), texts)}
+        key = ("embed", body.pooling, body.normalize, body.truncate, body.direction)
+        return {"embeddings": await submit(key, texts)}
+
+    add_routes(app, predictor, settings, submit, secured)
+
+
+def _error(request: Request, status: int, code: str, message: str, headers: Mapping[str, str] | None = None,
+           param: str | None = None, **extra: Any) -> JSONResponse:
+    """An error answer in the server's shape, or in OpenAI's under /v1/ (what OpenAI's clients read)."""
+    if request.url.path.startswith(OPENAI_PREFIX):
+        return JSONResponse(openai_error(status, code, message, param), status_code=status, headers=headers)
+    return JSONResponse(error_body(code, message, **extra), status_code=status, headers=headers)
 
 
 def _add_error_handlers(app: FastAPI, predictor: Predictor) -> None:
-    served = [f"/{name}" for name in predictor.endpoints]
+    served = [f"/{name}" for name in predictor.endpoints] + list(ALWAYS_SERVED)
 
     @app.exception_handler(RequestError)
     async def request_error(request: Request, exc: RequestError) -> JSONResponse:
         headers = {"Retry-After": "1"} if exc.status == 429 else None
         if exc.status == 401:
             headers = {"WWW-Authenticate": "Bearer"}
-        return JSONResponse(error_body(exc.error, exc.message), status_code=exc.status, headers=headers)
+        return _error(request, exc.status, exc.error, exc.message, headers, getattr(exc, "param", None))
 
     @app.exception_handler(BertkitError)
     async def bertkit_error(request: Request, exc: BertkitError) -> JSONResponse:
-        return JSONResponse(error_body("invalid_input", str(exc)), status_code=422)
+        return _error(request, 422, "invalid_input", str(exc))
 
     @app.exception_handler(RequestValidationError)
     async def invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
         errors = exc.errors()
         if any(e.get("type") == "json_invalid" for e in errors):
-            return JSONResponse(error_body("invalid_json", "the body is not valid JSON"), status_code=400)
+            return _error(request, 400, "invalid_json", "the body is not valid JSON")
         # loc and msg only: pydantic's "input" would echo (possibly huge) request text back.
         details = [{"loc": [str(p) for p in e.get("loc", ())], "msg": str(e.get("msg", ""))} for e in errors[:20]]
-        return JSONResponse(error_body("invalid_request", "the request does not match the schema (see /docs)",
-                                       details=details), status_code=422)
+        message = "the request does not match the schema (see /docs)"
+        where = details[0]["loc"][1:] if details else []  # ["body", field, ...]: the field first
+        if request.url.path.startswith(OPENAI_PREFIX) and details:  # OpenAI's shape has no details: say the first
+            message += f"; {'.'.join(where) or 'body'}: {details[0]['msg']}"
+        return _error(request, 422, "invalid_request", message, param=where[0] if where else None, details=details)
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
         if exc.status_code == 404:
-            return JSONResponse(error_body("not_found", f"this model serves {', '.join(served)}",
-                                           endpoints=served), status_code=404)
+            return _error(request, 404, "not_found", f"this model serves {', '.join(served)}", endpoints=served)
         message = exc.detail if isinstance(exc.detail, str) else "request refused"
         code = "method_not_allowed" if exc.status_code == 405 else "http_error"
-        return JSONResponse(error_body(code, message), status_code=exc.status_code, headers=exc.headers)
+        return _error(request, exc.status_code, code, message, exc.headers)
 
     @app.exception_handler(Exception)
     async def bug(request: Request, exc: Exception) -> JSONResponse:
         log.error("unhandled error on %s", request.url.path, exc_info=exc)
-        return JSONResponse(error_body("internal_error", "internal server error; see the server log"),
-                            status_code=500)
+        return _error(request, 500, "internal_error", "internal server error; see the server log")
 
 
 # --- running ---------------------------------------------------------------------------------------------

@@ -5,7 +5,7 @@ fine-tuning writes, feature-based models included) or, without bertkit_task.json
 entry of config.json, and returns the predictor for what the weights can do:
 
     FillMaskPredictor           BertForMaskedLM / BertForPreTraining    fill_mask, embed
-    ClassificationPredictor     classification (or regression)          classify, embed
+    ClassificationPredictor     classification (or regression)          classify, rerank, embed
     TaggingPredictor            tagging                                 tag, embed
     QuestionAnsweringPredictor  squad (v1.1, or v2.0 with no-answer)    answer, embed
     Predictor                   BertModel, multiple choice              embed
@@ -15,6 +15,9 @@ that fine-tuned the model (`bertkit.tasks.*`), so serving uses exactly the windo
 n-best search and null threshold that produced the dev scores, and runs the model as dev evaluation
 does (`bertkit.inference.batching.model_outputs`: length-sorted, padding-free batches). Every method
 takes a list of inputs and returns one result per input, equal to what one-by-one calls return.
+Inputs longer than the model's maximum are cut (`truncate`, the default; the end of each text, or its
+start with `truncation_direction="left"`) or refused with `InputTooLongError`, which names the input and
+its token count.
 
 References: Devlin et al. (2018) sections 3-5 (tasks and the feature-based [CLS] / layer usage);
 google-research/bert `run_classifier.py`, `run_squad.py`, `extract_features.py`.
@@ -22,10 +25,11 @@ google-research/bert `run_classifier.py`, `run_squad.py`, `extract_features.py`.
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, ClassVar, cast
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -37,25 +41,40 @@ from bertkit.data.squad import SquadExample
 from bertkit.errors import BertkitError
 from bertkit.inference.batching import model_outputs, run_sorted
 from bertkit.inference.pooling import SentenceSettings, choose_pooling, read_sentence_transformers, sentence_vectors
-from bertkit.model import MODEL_CLASSES, BertModel, for_inference
-from bertkit.runtime import check_inference_precision
+from bertkit.model import MODEL_CLASSES, BertModel, accelerate_for_inference
+from bertkit.runtime import check_inference_precision, inference_precision
 from bertkit.tasks.classification import ClassificationTask
 from bertkit.tasks.finetuned import load_finetuned, load_weights, read_task_file
 from bertkit.tasks.metrics import entities_conlleval
 from bertkit.tasks.squad import SquadTask
 from bertkit.tasks.tagging import TaggingTask
 from bertkit.tasks.task import Task
-from bertkit.tokenizer import MASK, WordPieceTokenizer, check_model_vocabulary
+from bertkit.tokenizer import MASK, WordPieceTokenizer, check_model_vocabulary, truncated_pair_lengths
 
 log = logging.getLogger(__name__)
 
 MAX_TOP_K = 100
+TRUNCATION_DIRECTIONS = ("right", "left")
+
+
+class InputTooLongError(BertkitError):
+    """An input longer than the model's maximum, sent with truncation off."""
+
+    def __init__(self, index: int, tokens: int, maximum: int) -> None:
+        super().__init__(f"input {index} has {tokens} tokens, more than the model's maximum of {maximum}; "
+                         "shorten it, or let it be truncated")
+        self.index, self.tokens, self.maximum = index, tokens, maximum
 
 
 class Predictor:
     """A model + tokenizer pair that embeds texts; task predictors add their own method."""
 
-    endpoints: ClassVar[tuple[str, ...]] = ("embed",)
+    endpoints: tuple[str, ...] = ("embed",)
+    """What this predictor does (the server's task endpoints); a classifier's depends on its labels."""
+    kind: str = "embed"
+    """What the directory holds: fill-mask, classification, tagging, squad, multiple-choice or embed."""
+    model_id: str = "bertkit"
+    """The model's name (load_predictor: the directory's name)."""
 
     def __init__(self, model: torch.nn.Module, tokenizer: WordPieceTokenizer, max_seq_length: int,
                  batch_size: int = 32, sentence: SentenceSettings | None = None) -> None:
@@ -68,21 +87,50 @@ class Predictor:
         self.max_seq_length = min(max_seq_length, self.config.max_position_embeddings)
         self.batch_size = batch_size
         self.sentence = sentence
+        self.precision = "bf16" if _dtype(model) == torch.bfloat16 else "fp32"
+        """The precision the model runs in (load_predictor sets what --precision resolved to)."""
 
     @property
     def encoder(self) -> BertModel:
         # The head models and FeatureBasedModel keep their encoder as `.bert`.
         return self.model if isinstance(self.model, BertModel) else cast(BertModel, self.model.bert)
 
-    def encode(self, texts: Sequence[str], text_pairs: Sequence[str] | None = None,
-               ) -> tuple[list[dict[str, Any]], list[bool]]:
-        """Features of [CLS] text [SEP] (pair [SEP]) cut to max_seq_length, and which inputs were cut."""
-        encodings = self.tokenizer.encode_batch(texts, text_pairs, max_length=self.max_seq_length)
-        truncated = [e.truncated for e in encodings]
-        if any(truncated):
+    def encode(self, texts: Sequence[str], text_pairs: Sequence[str] | None = None, truncate: bool = True,
+               truncation_direction: str = "right") -> tuple[list[dict[str, Any]], list[int]]:
+        """Features of [CLS] text [SEP] (pair [SEP]) of at most max_seq_length tokens, and the tokens each
+        input lost. Longer inputs are cut (a pair by Google's rule; "right" keeps the start of each text,
+        "left" its end), or with `truncate` False raise InputTooLongError for the first of them."""
+        if truncation_direction not in TRUNCATION_DIRECTIONS:
+            raise BertkitError(f"truncation_direction {truncation_direction!r}: use right or left")
+        cut_here = truncate and truncation_direction == "right"  # the tokenizer's own truncation
+        encodings = self.tokenizer.encode_batch(texts, text_pairs, max_length=self.max_seq_length if cut_here else None)
+        if not truncate:
+            for i, encoding in enumerate(encodings):
+                if len(encoding) > self.max_seq_length:
+                    raise InputTooLongError(i, len(encoding), self.max_seq_length)
+        features = [_feature(e) if cut_here else self._keep_end(e) for e in encodings]
+        # the tokenizer counts what it cut (num_truncated); _keep_end's cut is the difference in length
+        lost = [e.num_truncated + len(e) - len(f["input_ids"]) for e, f in zip(encodings, features)]
+        if any(lost):
             log.warning("%d of %d inputs are longer than max_seq_length %d tokens and were truncated",
-                        sum(truncated), len(texts), self.max_seq_length)
-        return [_feature(e) for e in encodings], truncated
+                        sum(map(bool, lost)), len(texts), self.max_seq_length)
+        return features, lost
+
+    def _keep_end(self, encoding: Any) -> dict[str, Any]:
+        """The feature of an untruncated encoding cut from the left: each text keeps as many tokens as Google's
+        pair rule gives it, its last ones, so the kept lengths equal those of right truncation."""
+        ids, first = encoding.input_ids, encoding.token_type_ids.count(0)  # [CLS] A [SEP] are type 0
+        if len(ids) <= self.max_seq_length:
+            return _feature(encoding)
+        texts = [ids[1:first - 1]] + ([ids[first:-1]] if first < len(ids) else [])
+        room = max(self.max_seq_length - len(texts) - 1, 0)
+        kept = (min(len(texts[0]), room),) if len(texts) == 1 else \
+            truncated_pair_lengths(len(texts[0]), len(texts[1]), room)
+        out = [self.tokenizer.cls_token_id]
+        for tokens, n in zip(texts, kept):
+            out += [*tokens[len(tokens) - n:], self.tokenizer.sep_token_id]
+        types = [0] * (kept[0] + 2) + [1] * (len(out) - kept[0] - 2)
+        return {"input_ids": out, "token_type_ids": types, "attention_mask": [1] * len(out)}
 
     def run(self, features: Sequence[dict[str, Any]], step: Any) -> list[Any]:
         return run_sorted(features, step, self.batch_size, self.tokenizer.pad_token_id)
@@ -92,26 +140,78 @@ class Predictor:
         return model_outputs(self.model, features, task.output_names, task.token_level_outputs, self.batch_size,
                              self.tokenizer.pad_token_id)
 
-    def embed(self, texts: Sequence[str], pooling: str = "auto", normalize: bool | None = None) -> np.ndarray:
+    def embed(self, texts: Sequence[str], pooling: str = "auto", normalize: bool | None = None,
+              truncate: bool = True, truncation_direction: str = "right") -> np.ndarray:
         """(N, H) float32 sentence vectors of the last layer: at [CLS], or its mean, max or
         sum / sqrt(length) over the real tokens (specials included). "auto" and `normalize` None
         follow a sentence-transformers directory (its pooling, Normalize, lowercasing and prompt), so
-        the vectors equal its `encode`; elsewhere they mean [CLS] and no normalisation."""
-        modes, normalize = choose_pooling(pooling, normalize, self.sentence)
+        the vectors equal its `encode`; elsewhere they mean [CLS] and no normalisation. Long texts: `encode`."""
+        return self.embed_with_counts(texts, pooling, normalize, truncate, truncation_direction)[0]
+
+    def embed_with_counts(self, texts: Sequence[str], pooling: str = "auto", normalize: bool | None = None,
+                          truncate: bool = True, truncation_direction: str = "right") -> tuple[np.ndarray, list[int]]:
+        """`embed`'s vectors, and the tokens the model read for each text (specials and a prompt included)."""
+        modes, normalize, width = self.embedding_spec(pooling, normalize)
         if self.sentence is not None:
             texts = [self.sentence.prepare(text) for text in texts]
-        features, _ = self.encode(texts)
+        features, _ = self.encode(texts, truncate=truncate, truncation_direction=truncation_direction)
 
         def step(batch: dict[str, torch.Tensor]) -> list[np.ndarray]:
             hidden = self.encoder(**batch).last_hidden_state  # (B, T, H), zeros at padding
             return list(sentence_vectors([hidden], batch["attention_mask"], modes, normalize).numpy())
 
-        width = len(modes) * self.config.hidden_size
-        return np.stack(self.run(features, step)) if features else np.zeros((0, width), np.float32)
+        vectors = np.stack(self.run(features, step)) if features else np.zeros((0, width), np.float32)
+        return vectors, [len(f["input_ids"]) for f in features]
+
+    def embedding_spec(self, pooling: str = "auto", normalize: bool | None = None) -> tuple[tuple[str, ...], bool, int]:
+        """(pooling modes, normalised, width) of the vectors `embed` gives with these options."""
+        modes, normalize = choose_pooling(pooling, normalize, self.sentence)
+        return modes, normalize, len(modes) * self.config.hidden_size
+
+    def tokenize(self, texts: Sequence[str], add_special_tokens: bool = True) -> list[list[dict[str, Any]]]:
+        """Per text, its tokens as the model reads them, never truncated: {id, text, start, stop, special}.
+        `text` is text[start:stop] (character offsets) for a piece of the text; [CLS] and [SEP] have their own
+        name as text and start/stop None."""
+        out = []
+        for text, encoding in zip(texts, self.tokenizer.encode_batch(texts, truncation=False)):
+            tokens = []
+            for token_id, name, (start, stop), sequence in zip(encoding.input_ids, encoding.tokens, encoding.offsets,
+                                                               encoding.sequence_ids):
+                if sequence is None:  # [CLS] or [SEP]
+                    if add_special_tokens:
+                        tokens.append({"id": token_id, "text": name, "start": None, "stop": None, "special": True})
+                else:
+                    tokens.append({"id": token_id, "text": text[start:stop], "start": start, "stop": stop,
+                                   "special": False})
+            out.append(tokens)
+        return out
+
+    def describe(self) -> dict[str, Any]:
+        """What the model is and does, for the server's /info (no paths)."""
+        modes, normalize, width = self.embedding_spec()
+        return {"model_id": self.model_id, "model_type": self.kind,
+                "architecture": (self.config.architectures or [type(self.model).__name__])[0],
+                "max_input_length": self.max_seq_length, "labels": self.labels, "precision": self.precision,
+                "device": str(next(self.model.parameters(), torch.empty(0)).device),
+                "vocab_size": self.tokenizer.vocab_size,
+                "hidden_size": self.config.hidden_size, "num_hidden_layers": self.config.num_hidden_layers,
+                "embedding": {"dimension": width, "pooling": list(modes), "normalize": normalize,
+                              "prompt": bool(self.sentence and self.sentence.prompt)}}
+
+    @property
+    def labels(self) -> list[str] | None:
+        """The label names of a classifier or tagger; None for other models (and for regression)."""
+        task = getattr(self, "task", None)
+        return getattr(task.settings, "labels", None) if task is not None else None
 
     def warmup(self) -> None:
         """One real forward pass through every endpoint (the server is ready only after it)."""
         self.embed(["warm up"])
+
+
+def _dtype(model: torch.nn.Module) -> torch.dtype:
+    """The dtype of the model's first weight (float32 for a model without any)."""
+    return next(model.parameters(), torch.empty(0)).dtype
 
 
 def _feature(encoding: Any) -> dict[str, Any]:
@@ -123,6 +223,7 @@ class FillMaskPredictor(Predictor):
     """Masked LM: the top-k vocabulary tokens for every [MASK] of a text."""
 
     endpoints = ("fill-mask", "embed")
+    kind = "fill-mask"
 
     def fill_mask(self, texts: Sequence[str], top_k: int = 5) -> list[list[list[dict[str, Any]]]]:
         """Per text, per [MASK] (left to right): the `top_k` {token, token_id, score} by probability."""
@@ -171,24 +272,54 @@ class FillMaskPredictor(Predictor):
 
 
 class ClassificationPredictor(Predictor):
-    """Sentence or sentence-pair classification (label + probabilities), or regression (score)."""
+    """Sentence or sentence-pair classification (label + probabilities), or regression (score); a model with
+    one output or two labels also scores (query, text) pairs for reranking."""
 
-    endpoints = ("classify", "embed")
+    endpoints: tuple[str, ...] = ("classify", "embed")
+    kind = "classification"
 
     def __init__(self, model: torch.nn.Module, tokenizer: WordPieceTokenizer, task: ClassificationTask,
                  batch_size: int = 32) -> None:
         super().__init__(model, tokenizer, task.settings.max_seq_length, batch_size)
         self.task = task
+        labels = task.settings.labels
+        if labels is None or len(labels) == 2:  # a relevance score: the value, or the second label's probability
+            self.endpoints = ("classify", "rerank", "embed")
+        self.sigmoid_scores = False
+        """Rerank scores of a one-output model pass through a sigmoid (a CrossEncoder directory's activation)."""
 
-    def classify(self, texts: Sequence[str], text_pairs: Sequence[str] | None = None) -> list[dict[str, Any]]:
+    def classify(self, texts: Sequence[str], text_pairs: Sequence[str] | None = None, truncate: bool = True,
+                 truncation_direction: str = "right") -> list[dict[str, Any]]:
         """Per input {label, probabilities, truncated}, or {score, truncated} for regression."""
-        features, truncated = self.encode(texts, text_pairs)
+        features, lost = self.encode(texts, text_pairs, truncate, truncation_direction)
         examples = [TextExample(f"inputs[{i}]", t, None if text_pairs is None else text_pairs[i], None)
                     for i, t in enumerate(texts)]
         if not examples:
             return []
         decoded = self.task.decode(examples, features, self.task_outputs(self.task, features))
-        return [{**{k: v for k, v in d.items() if k != "id"}, "truncated": cut} for d, cut in zip(decoded, truncated)]
+        return [{**{k: v for k, v in d.items() if k != "id"}, "truncated": cut > 0} for d, cut in zip(decoded, lost)]
+
+    def rerank(self, queries: Sequence[str], texts: Sequence[str], truncate: bool = True,
+               truncation_direction: str = "right", raw_scores: bool = False) -> list[float]:
+        """One relevance score per (query, text) pair, encoded as `classify` encodes a pair: a one-output
+        model's value (through a sigmoid where `sigmoid_scores`), else the probability of the second label;
+        `raw_scores`: the value, or the second label's logit, with no sigmoid or softmax."""
+        if "rerank" not in self.endpoints:
+            raise BertkitError(f"this classifier has {len(self.labels or [])} labels; reranking needs a model with "
+                               "one output or two labels")
+        features, _ = self.encode(queries, texts, truncate, truncation_direction)
+        if not features:
+            return []
+        logits = np.stack(self.task_outputs(self.task, features)["logits"]).astype(np.float64)  # (N, labels)
+        if logits.shape[1] == 1:
+            values = logits[:, 0]
+            scores = 1 / (1 + np.exp(-values)) if self.sigmoid_scores and not raw_scores else values
+        elif raw_scores:
+            scores = logits[:, -1]
+        else:
+            shifted = np.exp(logits - logits.max(axis=1, keepdims=True))
+            scores = shifted[:, -1] / shifted.sum(axis=1)
+        return [float(score) for score in scores]
 
     def warmup(self) -> None:
         super().warmup()
@@ -199,6 +330,7 @@ class TaggingPredictor(Predictor):
     """Entities with character spans: words tagged by their first sub-token, long texts in windows."""
 
     endpoints = ("tag", "embed")
+    kind = "tagging"
 
     def __init__(self, model: torch.nn.Module, tokenizer: WordPieceTokenizer, task: TaggingTask,
                  batch_size: int = 32) -> None:
@@ -265,6 +397,7 @@ class QuestionAnsweringPredictor(Predictor):
     """Extractive QA over contexts of any length (doc-stride windows), with no-answer for v2.0 models."""
 
     endpoints = ("answer", "embed")
+    kind = "squad"
 
     def __init__(self, model: torch.nn.Module, tokenizer: WordPieceTokenizer, task: SquadTask,
                  batch_size: int = 32) -> None:
@@ -315,21 +448,39 @@ def load_predictor(directory: str | Path, batch_size: int = 32, precision: str =
     config = BertConfig.from_json_file(directory / "config.json")
     settings = read_task_file(directory)
     kind = settings["task"] if settings else _kind_from_architecture(config)
+    predictor = _load_predictor(directory, config, settings, kind, batch_size, precision, tokenizer_dir)
+    predictor.kind, predictor.model_id = kind, directory.name
+    if isinstance(predictor, ClassificationPredictor) and settings is None:
+        predictor.sigmoid_scores = _cross_encoder_sigmoid(directory, config)
+    return predictor
+
+
+def _load_predictor(directory: Path, config: BertConfig, settings: dict[str, Any] | None, kind: str, batch_size: int,
+                    precision: str, tokenizer_dir: str | Path | None) -> Predictor:
     if kind in TASK_PREDICTORS:
         predictor_class, task_class = TASK_PREDICTORS[kind]
-        stand_in = None if settings else task_class.from_json(_settings_from_config(kind, config),
+        stand_in = None if settings else task_class.from_json(_settings_from_config(kind, config, directory),
                                                               source=str(directory / "config.json"))
         task, model, tokenizer = load_finetuned(directory, task=stand_in, tokenizer_dir=tokenizer_dir)
-        return predictor_class(for_inference(model, precision), tokenizer, task, batch_size)
-    tokenizer = WordPieceTokenizer.from_pretrained(directory if tokenizer_dir is None else tokenizer_dir)
-    check_model_vocabulary(tokenizer, config.vocab_size, directory, tokenizer_dir)
-    sentence = read_sentence_transformers(directory)  # None unless a sentence-transformers directory
-    max_seq_length = int((settings or {}).get("max_seq_length", (sentence and sentence.max_seq_length) or 512))
-    if kind == "fill-mask":
-        architecture = (config.architectures or ["BertForMaskedLM"])[0]
-        return FillMaskPredictor(_load(directory, architecture, precision), tokenizer, max_seq_length, batch_size,
-                                 sentence)
-    return Predictor(_load(directory, "BertModel", precision), tokenizer, max_seq_length, batch_size, sentence)
+        model, resolved = _for_inference(model, precision)
+        predictor = predictor_class(model, tokenizer, task, batch_size)
+    else:
+        tokenizer = WordPieceTokenizer.from_pretrained(directory if tokenizer_dir is None else tokenizer_dir)
+        check_model_vocabulary(tokenizer, config.vocab_size, directory, tokenizer_dir)
+        sentence = read_sentence_transformers(directory)  # None unless a sentence-transformers directory
+        max_seq_length = int((settings or {}).get("max_seq_length", (sentence and sentence.max_seq_length) or 512))
+        architecture = (config.architectures or ["BertForMaskedLM"])[0] if kind == "fill-mask" else "BertModel"
+        model, resolved = _for_inference(_load(directory, architecture), precision)
+        predictor_class = FillMaskPredictor if kind == "fill-mask" else Predictor
+        predictor = predictor_class(model, tokenizer, max_seq_length, batch_size, sentence)
+    predictor.precision = resolved
+    return predictor
+
+
+def _for_inference(model: torch.nn.Module, precision: str) -> tuple[torch.nn.Module, str]:
+    """`bertkit.model.for_inference`, keeping what 'auto' resolved to (the server's /info reports it)."""
+    resolved = inference_precision(precision, model, torch.device("cpu"))
+    return accelerate_for_inference(model, resolved), resolved
 
 
 # task kind -> (predictor, task class); other kinds (multiple-choice) are served for `embed` only
@@ -347,18 +498,50 @@ def _kind_from_architecture(config: BertConfig) -> str:
             "BertForQuestionAnswering": "squad"}.get(architecture, "embed")
 
 
-def _settings_from_config(kind: str, config: BertConfig) -> dict[str, Any]:
-    """Task settings of a model fine-tuned elsewhere (no bertkit_task.json), from its config.json."""
+def _settings_from_config(kind: str, config: BertConfig, directory: Path) -> dict[str, Any]:
+    """Task settings of a model fine-tuned elsewhere (no bertkit_task.json), from its config.json (and a
+    CrossEncoder's max_length, which sentence-transformers keeps in tokenizer_config.json)."""
     if kind == "classification":
         regression = config.problem_type == "regression" or config.num_labels == 1
-        return {"labels": None if regression else config.label_names, "max_seq_length": 512}
+        length = _json_object(directory / "tokenizer_config.json").get("model_max_length") \
+            if _cross_encoder_config(directory) else None
+        length = length if isinstance(length, int) and 2 < length <= config.max_position_embeddings else 512
+        return {"labels": None if regression else config.label_names, "max_seq_length": length}
     if kind == "tagging":
         return {"labels": config.label_names or []}
     return {}
 
 
-def _load(directory: Path, architecture: str, precision: str) -> torch.nn.Module:
+def _load(directory: Path, architecture: str) -> torch.nn.Module:
     if architecture not in MODEL_CLASSES:
         raise BertkitError(f"{directory}/config.json: unknown architecture {architecture!r}; "
                            f"expected one of {', '.join(MODEL_CLASSES)}")
-    return for_inference(load_weights(directory, MODEL_CLASSES[architecture]), precision)
+    return load_weights(directory, MODEL_CLASSES[architecture])
+
+
+def _cross_encoder_config(directory: Path) -> dict[str, Any] | None:
+    """config_sentence_transformers.json of a sentence-transformers CrossEncoder directory, else None."""
+    config = _json_object(directory / "config_sentence_transformers.json")
+    return config if config.get("model_type") == "CrossEncoder" else None
+
+
+def _cross_encoder_sigmoid(directory: Path, config: BertConfig) -> bool:
+    """Whether sentence-transformers' CrossEncoder.predict passes this directory's one output through a
+    sigmoid: the activation it saved (config_sentence_transformers.json since v5, config.json before), or
+    its default for one label when a CrossEncoder saved none."""
+    saved = _json_object(directory / "config.json")
+    activation = ((_cross_encoder_config(directory) or {}).get("activation_fn")
+                  or (saved.get("sentence_transformers") or {}).get("activation_fn")
+                  or saved.get("sbert_ce_default_activation_function"))
+    if activation is None:
+        return _cross_encoder_config(directory) is not None and config.num_labels == 1
+    return str(activation).rpartition(".")[2] == "Sigmoid"
+
+
+def _json_object(path: Path) -> dict[str, Any]:
+    """A JSON object file that may be missing or unreadable (then {}): optional metadata beside a model."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}

@@ -1,0 +1,326 @@
+"""The other servers' endpoints (bertkit.serve.compat): /v1/embeddings through the real `openai` client
+against a real server, equal to /embed and to sentence-transformers; /rerank against /classify's pair
+scores and a sentence-transformers CrossEncoder; /tokenize, /info, per-request truncation, OpenAI's
+error shape under /v1/, and the OpenAPI page listing every endpoint."""
+
+from __future__ import annotations
+
+import base64
+import shutil
+import socket
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import httpx
+import numpy as np
+import openai
+import pytest
+import torch
+import transformers
+from fastapi.testclient import TestClient
+from sentence_transformers import CrossEncoder, SentenceTransformer
+from sentence_transformers.sentence_transformer.modules import Normalize, Pooling, Transformer
+
+from bertkit.model import BertForSequenceClassification
+from bertkit.serve.app import build_server, create_app
+from bertkit.serve.client import wait_until_ready
+from bertkit.serve.predictor import load_predictor
+from bertkit.settings import Limits, ServerSettings
+from bertkit.tasks.classification import ClassificationSettings, ClassificationTask
+
+from .conftest import VOCAB, build, tokenizer
+
+MAX_SEQ_LENGTH = 8
+TEXTS = ["the cat sat on the mat.", "John Smith lives in London, in a big red house!", "paris", "",
+         "where did the dog go? the dog ran in the park and the cat sat under the house"]
+QUERY = "where did the dog go?"
+LONG = "the cat sat on the mat " * 6  # 36 tokens
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+class _Server:
+    """The production server (`build_server`) on a loopback port in a background thread."""
+
+    def __init__(self, app) -> None:
+        self.port = _free_port()
+        self.server = build_server(app, port=self.port, log_level="warning")
+        self.thread = threading.Thread(target=self.server.run, daemon=True)
+
+    def __enter__(self) -> str:
+        self.thread.start()
+        url = f"http://127.0.0.1:{self.port}"
+        wait_until_ready(url)
+        return url
+
+    def __exit__(self, *exc) -> None:
+        self.server.should_exit = True
+        self.thread.join(timeout=30)
+
+
+@pytest.fixture(scope="module")
+def bert_dir(tmp_path_factory) -> Path:
+    """A random transformers BertModel with the tiny vocabulary, as a plain Hugging Face directory."""
+    directory = tmp_path_factory.mktemp("bert")
+    (directory / "vocab.txt").write_text("\n".join(VOCAB) + "\n", encoding="utf-8")
+    config = transformers.BertConfig(vocab_size=len(VOCAB), hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                                     intermediate_size=37, max_position_embeddings=64)
+    torch.manual_seed(0)
+    transformers.BertModel(config).save_pretrained(directory)
+    transformers.BertTokenizerFast(str(directory / "vocab.txt"), do_lower_case=True).save_pretrained(directory)
+    return directory
+
+
+@pytest.fixture(scope="module")
+def sentence_dir(bert_dir, tmp_path_factory) -> tuple[Path, SentenceTransformer]:
+    """A sentence-transformers directory (mean pooling, Normalize, max_seq_length 8) and its model."""
+    model = SentenceTransformer(modules=[Transformer(str(bert_dir), max_seq_length=MAX_SEQ_LENGTH),
+                                         Pooling(32, pooling_mode="mean"), Normalize()], device="cpu")
+    directory = tmp_path_factory.mktemp("st")
+    model.save(str(directory))
+    shutil.copy(bert_dir / "vocab.txt", directory / "vocab.txt")  # sentence-transformers 6 saves tokenizer.json only
+    return directory, model
+
+
+@pytest.fixture(scope="module")
+def pair_dir(tmp_path_factory) -> Path:
+    """A two-label pair classifier (the second label: the pair matches)."""
+    task = ClassificationTask(ClassificationSettings(labels=["different", "same"], max_seq_length=16))
+    return build(tmp_path_factory.mktemp("pair"), BertForSequenceClassification, task.to_json(), num_labels=2,
+                 id2label={0: "different", 1: "same"})
+
+
+def _client(directory, **settings) -> TestClient:
+    return TestClient(create_app(load_predictor(directory), ServerSettings(**settings)), raise_server_exceptions=False)
+
+
+def _clean(response, status: int, code: str) -> dict:
+    """A JSON error of the server's shape, with no path or traceback."""
+    assert response.status_code == status, response.text
+    assert "Traceback" not in response.text and "/tmp" not in response.text and ".py" not in response.text
+    body = response.json()
+    assert body["error"] == code, body
+    return body
+
+
+# --- /v1/embeddings with the openai client ---------------------------------------------------------------
+
+def test_openai_client_gets_the_vectors_of_embed_and_of_sentence_transformers(sentence_dir):
+    directory, model = sentence_dir
+    expected = model.encode(TEXTS)
+    lengths = [len(ids) for ids in transformers.BertTokenizerFast(str(directory / "vocab.txt"), do_lower_case=True)(
+        TEXTS, truncation=True, max_length=MAX_SEQ_LENGTH)["input_ids"]]
+    with _Server(create_app(load_predictor(directory))) as url:
+        client = openai.OpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0)
+        default = client.embeddings.create(model="my-model", input=TEXTS)  # the client asks for base64 and decodes it
+        as_float = client.embeddings.create(model="my-model", input=TEXTS, encoding_format="float")
+        as_base64 = client.embeddings.create(model="my-model", input=TEXTS, encoding_format="base64")
+        one = client.embeddings.create(model="my-model", input=TEXTS[1])
+        cut = client.embeddings.create(model="my-model", input=TEXTS, dimensions=8, encoding_format="float")
+        embed = httpx.post(f"{url}/embed", json={"inputs": TEXTS}).json()
+    floats = np.array([d.embedding for d in as_float.data], dtype=np.float32)
+    np.testing.assert_allclose(floats, expected, atol=1e-5)
+    np.testing.assert_array_equal(floats, np.array(embed["embeddings"], dtype=np.float32))
+    np.testing.assert_array_equal(np.array([d.embedding for d in default.data], dtype=np.float32), floats)
+    decoded = [np.frombuffer(base64.b64decode(d.embedding), dtype="<f4") for d in as_base64.data]
+    np.testing.assert_array_equal(np.stack(decoded), floats)
+    np.testing.assert_array_equal(np.array(one.data[0].embedding, dtype=np.float32), floats[1])
+    assert [d.index for d in as_float.data] == list(range(len(TEXTS))) and as_float.object == "list"
+    assert as_float.model == "my-model" and as_float.data[0].object == "embedding"
+    assert as_float.usage.prompt_tokens == as_float.usage.total_tokens == sum(lengths)
+    shortened = expected[:, :8] / np.linalg.norm(expected[:, :8], axis=1, keepdims=True)  # OpenAI: unit length again
+    np.testing.assert_allclose([d.embedding for d in cut.data], shortened, atol=1e-5)
+
+
+def test_openai_client_errors_carry_code_param_and_message(sentence_dir):
+    directory, _ = sentence_dir
+    with _Server(create_app(load_predictor(directory), ServerSettings(api_key="s3cret"))) as url:
+        client = openai.OpenAI(base_url=f"{url}/v1", api_key="s3cret", max_retries=0)
+        with pytest.raises(openai.UnprocessableEntityError) as error:
+            client.embeddings.create(model="m", input=["the cat"], dimensions=33)
+        assert (error.value.code, error.value.param, error.value.type) == ("invalid_dimensions", "dimensions",
+                                                                           "invalid_request_error")
+        assert "send at most 32" in error.value.message
+        with pytest.raises(openai.UnprocessableEntityError) as error:
+            client.embeddings.create(model="m", input=[[5, 6, 7]])
+        assert error.value.code == "token_ids_not_supported" and error.value.param == "input"
+        with pytest.raises(openai.APIStatusError) as error:
+            client.embeddings.create(model="m", input=["the cat", LONG], extra_body={"truncate": False})
+        assert error.value.status_code == 413 and error.value.code == "too_many_tokens"
+        assert "'input[1]' has 38 tokens, more than the model's maximum of 8" in error.value.message
+        with pytest.raises(openai.UnprocessableEntityError) as error:
+            client.embeddings.create(model="m", input=["the cat"], extra_body={"colour": "red"})
+        assert error.value.code == "invalid_request" and error.value.param == "colour"
+        with pytest.raises(openai.AuthenticationError) as error:
+            openai.OpenAI(base_url=f"{url}/v1", api_key="wrong", max_retries=0).embeddings.create(model="m", input="a")
+        assert error.value.code == "unauthorized"
+        with pytest.raises(openai.NotFoundError):
+            client.models.list()
+
+
+def test_v1_errors_take_openai_shape_and_other_paths_keep_the_servers(mlm_dir):
+    with _client(mlm_dir, limits=Limits(max_inputs=2)) as client:
+        response = client.post("/v1/embeddings", json={"input": ["a", "b", "c"], "model": "m"})
+        assert response.status_code == 422
+        assert response.json() == {"error": {"message": "'input' has 3 inputs; the limit is 2 per request (split the "
+                                             "request)", "type": "invalid_request_error", "param": None,
+                                             "code": "too_many_inputs"}}
+        error = client.post("/v1/embeddings", json={"input": 5}).json()["error"]
+        assert error["code"] == "invalid_request" and error["param"] == "input"
+        assert client.post("/v1/embeddings", content=b"{no", headers={"Content-Type": "application/json"}
+                           ).json()["error"]["code"] == "invalid_json"
+        assert client.post("/v1/chat/completions", json={}).json()["error"]["code"] == "not_found"
+        _clean(client.post("/embed", json={"inputs": ["a", "b", "c"]}), 422, "too_many_inputs")
+
+
+# --- /rerank -----------------------------------------------------------------------------------------------
+
+def test_rerank_scores_are_classify_pair_probabilities_sorted(pair_dir):
+    texts = ["the dog ran in the park", "paris is the capital of france", "the cat sat", "where did the dog go?"]
+    with _client(pair_dir) as client:
+        classified = client.post("/classify", json={"inputs": [QUERY] * len(texts), "text_pairs": texts}).json()
+        ranked = client.post("/rerank", json={"query": QUERY, "texts": texts, "return_text": True}).json()
+        top = client.post("/rerank", json={"query": QUERY, "texts": texts, "top_n": 2}).json()
+        raw = client.post("/rerank", json={"query": QUERY, "texts": texts[:1], "raw_scores": True}).json()
+    expected = [r["probabilities"]["same"] for r in classified["results"]]
+    order = sorted(range(len(texts)), key=lambda i: -expected[i])
+    assert [r["index"] for r in ranked] == order
+    assert [r["score"] for r in ranked] == pytest.approx([expected[i] for i in order], rel=1e-5)
+    assert [r["text"] for r in ranked] == [texts[i] for i in order]
+    assert top == [{"index": r["index"], "score": r["score"]} for r in ranked[:2]]
+    model = BertForSequenceClassification.from_pretrained(pair_dir).eval()
+    encoding = tokenizer().encode(QUERY, texts[0], max_length=16)
+    with torch.no_grad():
+        logits = model(torch.tensor([encoding.input_ids]), torch.tensor([encoding.token_type_ids])).logits[0]
+    assert raw[0]["score"] == pytest.approx(logits[1].item(), rel=1e-5)
+
+
+def test_rerank_of_a_regression_model_is_its_score_and_a_three_label_model_has_none(regression_dir, classifier_dir):
+    texts = ["the dog ran", "paris is big", "the cat sat on the mat"]
+    with _client(regression_dir) as client:
+        scores = [r["score"] for r in client.post("/classify", json={"inputs": [QUERY] * 3, "text_pairs": texts}
+                                                  ).json()["results"]]
+        ranked = client.post("/rerank", json={"query": QUERY, "texts": texts}).json()
+        assert sorted(r["score"] for r in ranked) == pytest.approx(sorted(scores), rel=1e-5)
+        assert "/rerank" in client.get("/openapi.json").json()["paths"]
+    with _client(classifier_dir) as client:  # negative, positive, neutral: no relevance score among them
+        body = _clean(client.post("/rerank", json={"query": QUERY, "texts": texts}), 404, "not_found")
+        assert body["endpoints"] == ["/classify", "/embed", "/v1/embeddings", "/tokenize", "/info"]
+
+
+def test_rerank_equals_a_sentence_transformers_cross_encoder(bert_dir, tmp_path):
+    """A CrossEncoder directory (one output, sigmoid activation, its max_length) is served as sentence-transformers
+    ranks with it. max_length 9 leaves 6 tokens for a pair: where both texts must be cut, Google's rule and
+    transformers' longest_first then keep 3 + 3 alike (with an odd room they give the extra token to different
+    sides)."""
+    model = CrossEncoder(str(bert_dir), num_labels=1, max_length=9, device="cpu")
+    model.save(str(tmp_path / "ce"))
+    shutil.copy(bert_dir / "vocab.txt", tmp_path / "ce" / "vocab.txt")
+    expected = model.rank(QUERY, TEXTS)
+    with _client(tmp_path / "ce") as client:
+        ranked = client.post("/rerank", json={"query": QUERY, "texts": TEXTS}).json()
+        info = client.get("/info").json()
+    assert [r["index"] for r in ranked] == [e["corpus_id"] for e in expected]
+    assert [r["score"] for r in ranked] == pytest.approx([float(e["score"]) for e in expected], abs=1e-5)
+    assert info["max_input_length"] == 9 and info["labels"] is None
+
+
+# --- /tokenize, /info, OpenAPI --------------------------------------------------------------------------
+
+def test_tokenize_gives_ids_offsets_and_specials(mlm_dir):
+    text = "John Smith's house"
+    with _client(mlm_dir) as client:
+        [tokens] = client.post("/tokenize", json={"inputs": text}).json()
+        [bare] = client.post("/tokenize", json={"inputs": [text], "add_special_tokens": False}).json()
+        [long] = client.post("/tokenize", json={"inputs": LONG * 20}).json()
+    encoding = tokenizer().encode(text)
+    assert [t["id"] for t in tokens] == encoding.input_ids
+    assert tokens[0] == {"id": 2, "text": "[CLS]", "start": None, "stop": None, "special": True}
+    assert tokens[-1]["text"] == "[SEP]" and tokens[-1]["special"]
+    assert bare == tokens[1:-1] and not any(t["special"] for t in bare)
+    assert all(text[t["start"]:t["stop"]] == t["text"] for t in bare)
+    assert [t["text"] for t in bare] == ["John", "Smith", "'", "s", "house"]
+    assert len(long) == 722  # never truncated: a client counts tokens against /info's max_input_length
+
+
+def test_info_describes_the_model_and_the_limits(classifier_dir, sentence_dir):
+    with _client(classifier_dir, max_batch_size=7, limits=Limits(max_inputs=5)) as client:
+        info = client.get("/info").json()
+    assert info["model_type"] == "classification" and info["architecture"] == "BertForSequenceClassification"
+    assert info["labels"] == ["negative", "positive", "neutral"] and info["max_input_length"] == 16
+    assert info["precision"] == "fp32" and info["truncate_default"] is True
+    assert info["limits"]["max_batch_size"] == 7 and info["limits"]["max_client_batch_size"] == 5
+    assert info["endpoints"] == ["/classify", "/embed", "/v1/embeddings", "/tokenize", "/info"]
+    assert info["model_id"] == classifier_dir.name and "/" not in info["model_id"]
+    directory, _ = sentence_dir
+    with _client(directory) as client:
+        info = client.get("/info").json()
+        [vector] = client.post("/embed", json={"inputs": "the cat"}).json()["embeddings"]
+    assert info["embedding"] == {"dimension": len(vector), "pooling": ["mean"], "normalize": True, "prompt": False}
+    assert info["max_input_length"] == MAX_SEQ_LENGTH and info["model_type"] == "embed"
+
+
+def test_openapi_lists_every_endpoint(pair_dir):
+    with _client(pair_dir) as client:
+        paths = client.get("/openapi.json").json()["paths"]
+    assert {"/v1/embeddings", "/rerank", "/tokenize", "/info", "/classify", "/embed"} <= set(paths)
+    assert "post" in paths["/v1/embeddings"] and "get" in paths["/info"]
+
+
+def test_info_and_tokenize_need_the_api_key(mlm_dir):
+    with _client(mlm_dir, api_key="s3cret") as client:
+        _clean(client.get("/info"), 401, "unauthorized")
+        _clean(client.post("/tokenize", json={"inputs": "a"}), 401, "unauthorized")
+        assert client.get("/info", headers={"X-API-Key": "s3cret"}).status_code == 200
+
+
+# --- truncation ---------------------------------------------------------------------------------------------
+
+def test_truncate_false_answers_413_with_the_token_count(classifier_dir, pair_dir):
+    with _client(classifier_dir) as client:
+        body = _clean(client.post("/embed", json={"inputs": ["the cat", LONG], "truncate": False}), 413,
+                      "too_many_tokens")
+        assert body["message"] == ("'inputs[1]' has 38 tokens, more than the model's maximum of 16; shorten it, or "
+                                   "send \"truncate\": true to cut it")
+        body = _clean(client.post("/classify", json={"inputs": ["a", "the cat"], "text_pairs": ["b", LONG],
+                                                     "truncate": False}), 413, "too_many_tokens")
+        assert body["message"].startswith("'inputs[1]' with text_pairs[1] has 41 tokens")
+        assert client.post("/classify", json={"inputs": [LONG], "truncate": True}).json()["results"][0]["truncated"]
+        assert client.post("/embed", json={"inputs": ["the cat"], "truncate": False}).status_code == 200
+    with _client(pair_dir) as client:
+        body = _clean(client.post("/rerank", json={"query": "a", "texts": ["b", LONG], "truncate": False}), 413,
+                      "too_many_tokens")
+        assert body["message"].startswith("'texts[1]' with the query has 40 tokens")
+
+
+def test_one_request_over_the_length_does_not_fail_its_neighbours(mlm_dir):
+    """Requests batched together: the one with "truncate": false and a long input gets its 413, the others 200."""
+    bodies = [{"inputs": ["the cat"], "truncate": False}] * 3 + [{"inputs": [LONG * 20], "truncate": False}]
+    with _client(mlm_dir, max_wait_ms=200) as client, ThreadPoolExecutor(len(bodies)) as pool:
+        codes = list(pool.map(lambda body: client.post("/embed", json=body).status_code, bodies))
+    assert codes == [200, 200, 200, 413]
+
+
+def test_left_truncation_keeps_the_end_of_each_text(classifier_dir):
+    predictor = load_predictor(classifier_dir)  # max_seq_length 16
+    ids = tokenizer().encode_ids([LONG, "the dog ran in the park"])
+    [single], _ = predictor.encode([LONG], truncation_direction="left")
+    assert single["input_ids"] == [2, *ids[0][-14:], 3]
+    [pair], lost = predictor.encode([LONG], ["the dog ran in the park"], truncation_direction="left")
+    right = tokenizer().encode(LONG, "the dog ran in the park", max_length=16)
+    kept_a = right.token_type_ids.count(0) - 2  # Google's rule decides the lengths, the direction which tokens
+    assert pair["input_ids"] == [2, *ids[0][-kept_a:], 3, *ids[1][-(13 - kept_a):], 3]
+    assert pair["token_type_ids"] == right.token_type_ids and lost == [36 + 6 - 13]
+    with _client(classifier_dir) as client:
+        left = client.post("/embed", json={"inputs": [LONG], "truncation_direction": "left"}).json()["embeddings"]
+        tei = client.post("/embed", json={"inputs": [LONG], "truncation_direction": "Left"}).json()["embeddings"]
+        right_vectors = client.post("/embed", json={"inputs": [LONG]}).json()["embeddings"]
+        _clean(client.post("/embed", json={"inputs": [LONG], "truncation_direction": "middle"}), 422,
+               "invalid_request")
+    np.testing.assert_allclose(left, predictor.embed([LONG], truncation_direction="left"), atol=1e-6)
+    assert left == tei and not np.allclose(left, right_vectors)
