@@ -765,7 +765,7 @@ class ServerSettings:
 
     limits: Limits = dataclasses.field(default_factory=Limits)
     max_batch_size: int = dataclasses.field(default=32, metadata={"min": 1})
-    """Most inputs the worker gathers into one predictor call."""
+    """Most inputs in one predictor call."""
     max_wait_ms: float = dataclasses.field(default=5.0, metadata={"min": 0})
     """How long the worker waits for more requests to gather into one batch."""
     max_queue: int = dataclasses.field(default=256, metadata={"min": 1})
@@ -774,6 +774,8 @@ class ServerSettings:
     """Per-request time limit in seconds, from arrival to result (504 past it)."""
     api_key: str | None = None
     """Require this key (X-API-Key or Authorization: Bearer) on task endpoints (else 401)."""
+    max_batch_tokens: int = dataclasses.field(default=16_384, metadata={"min": 1})
+    """Most tokens in one predictor call, the sum of its inputs' tokens (an input over it runs alone)."""
 
     def __post_init__(self) -> None:
         check_bounds(self)

@@ -24,6 +24,9 @@ class SlowPredictor:
         """embed() calls started (the warm-up is not counted)."""
         self.endpoints = inner.endpoints
 
+    def __getattr__(self, name: str):  # tokenizer, max_seq_length, ...: the real predictor's
+        return getattr(self.inner, name)
+
     def warmup(self) -> None:
         self.inner.warmup()
 

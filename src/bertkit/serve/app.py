@@ -62,6 +62,7 @@ from bertkit.serve.connections import (
     fit_file_limit,
     handle_accept_errors,
 )
+from bertkit.serve.cost import token_cost
 from bertkit.serve.limits import BodySizeLimit, RequestError, check_count, check_text, check_texts, error_body
 from bertkit.serve.microbatch import MicroBatcher, NotRunningError, QueueFullError
 from bertkit.serve.predictor import MAX_TOP_K, InputTooLongError, Predictor
@@ -119,7 +120,8 @@ def create_app(predictor: Predictor, settings: ServerSettings | None = None) -> 
     """The ASGI app serving `predictor`; `app.state.ready` turns true after a real warm-up forward pass."""
     settings = settings or ServerSettings()
     batcher = MicroBatcher(lambda key, items: _run(predictor, key, items), settings.max_batch_size,
-                           settings.max_wait_ms / 1000, settings.max_queue)
+                           settings.max_wait_ms / 1000, settings.max_queue, settings.max_batch_tokens,
+                           token_cost(predictor))
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:

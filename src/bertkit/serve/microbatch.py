@@ -1,16 +1,34 @@
-"""Micro-batching of concurrent requests: one worker gathers queued requests into model-sized batches.
+"""Micro-batching of concurrent requests: one worker gathers queued requests into batches by tokens.
 
-Requests wait in a bounded asyncio queue (full -> the caller answers 429). A single worker task takes
-the first waiting request, then keeps gathering for at most `max_wait_s` or until `max_batch_size`
-inputs are collected, groups the gathered requests by endpoint and options, and runs each group as
-one predictor call on a single inference thread (so the event loop stays free to answer /health,
-429s and timeouts while the model computes).
+Requests wait in a bounded asyncio queue (full -> the caller answers 429). Each input's token count is
+known when its request is queued (`cost(key, item)`, bertkit.serve.cost: the tokens the model will run
+for it). A single worker task takes the first waiting request, then keeps gathering for at most
+`max_wait_s`, until `max_batch_size` inputs or `max_batch_tokens` tokens are collected. It groups what it
+gathered by endpoint and options, sorts each group's inputs by tokens, and cuts them into batches of at
+most `max_batch_size` inputs and `max_batch_tokens` tokens (an input over the budget runs alone),
+shortest first. Each batch is one predictor call on a single inference thread (so the event loop stays
+free to answer /health, 429s and timeouts while the model computes), and a request is answered as soon
+as its last input is computed, its results in its own order.
 
-Design decision: one worker and one inference thread. The model runs one batch at a time — that is
-what a CPU or a single GPU does best — and batching, not parallel calls, is where throughput comes
-from. A request that timed out before its batch starts is skipped; a group whose call fails with a
-`BertkitError` (one bad input) is re-run request by request, so one bad request never fails its
-neighbours.
+Design decisions:
+
+- The budget is the sum of the inputs' tokens, not (inputs) x (longest input), because that is what
+  bertkit's encoder computes. The predictors pad a batch to its longest input, but the encoder drops the
+  padding after the embeddings (model/padding.py): every dense layer runs on the real tokens only, and on
+  CPU attention runs per sequence (model/attention.py, `PerSequence`), so a batch's time grows with its
+  total tokens (plus each sequence's own attention, quadratic in its own length), not with its width.
+  TEI's --max-batch-tokens counts the same way. Padding still costs the embedding lookup and the padded
+  output (and attention on CUDA in fp32); sorting by length makes that small.
+- Shortest first within what was gathered: short requests, most of the traffic, are answered while the
+  long ones compute, instead of all waiting for the slowest input of a shared batch; and while one batch
+  computes, the event loop sends the previous batch's answers and reads new requests.
+- One worker and one inference thread. The model runs one batch at a time — that is what a CPU or a
+  single GPU does best — and batching, not parallel calls, is where throughput comes from. An input
+  whose request timed out before its batch starts is skipped; a batch whose call fails with a
+  `BertkitError` (one bad input) is re-run request by request, so one bad request never fails its
+  neighbours.
+
+Observers (bertkit.serve.observability) hear of each queued request and each predictor call.
 """
 
 from __future__ import annotations
@@ -18,16 +36,18 @@ from __future__ import annotations
 import asyncio
 import collections
 import logging
+import time
 from collections.abc import Callable, Hashable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from bertkit.errors import BertkitError
 
 log = logging.getLogger(__name__)
 
 Runner = Callable[[Hashable, list[Any]], list[Any]]
+Cost = Callable[[Hashable, Any], int]
 
 
 class QueueFullError(Exception):
@@ -38,20 +58,56 @@ class NotRunningError(Exception):
     """The batcher is stopped (the server is shutting down)."""
 
 
-@dataclass
+@dataclass(frozen=True)
+class BatchRecord:
+    """One predictor call, as observers see it."""
+
+    key: Hashable
+    inputs: int
+    tokens: int
+    seconds: float
+    """Wall time of the predictor call (tokenizing, the model, decoding)."""
+    queue_waits: tuple[float, ...]
+    """Seconds from submit to this batch's start, for each request whose first input runs in it."""
+
+
+class BatchObserver(Protocol):
+    def submitted(self, key: Hashable, costs: Sequence[int]) -> None:
+        """A request was queued (called in the submitting request's context)."""
+
+    def ran(self, batch: BatchRecord) -> None:
+        """A predictor call finished (on the event loop)."""
+
+
+@dataclass(eq=False)
 class _Job:
     key: Hashable  # endpoint + options: only jobs with equal keys share a predictor call
     items: list[Any]
+    costs: list[int]  # tokens of each item
     future: asyncio.Future = field(repr=False)
+    queued_at: float  # time.monotonic() at submit
+    started: bool = False  # its first input's batch has begun
+    results: list[Any] = field(init=False)
+    pending: int = field(init=False)  # items not computed yet
+
+    def __post_init__(self) -> None:
+        self.results, self.pending = [None] * len(self.items), len(self.items)
+
+
+Slot = tuple[_Job, int]  # one input: its request and its position there
 
 
 class MicroBatcher:
-    """`await submit(key, items, timeout)` -> one result per item, computed by `run(key, items)`."""
+    """`await submit(key, items, timeout)` -> one result per item, computed by `run(key, items)` in batches
+    of at most `max_batch_size` items and `max_batch_tokens` tokens by `cost(key, item)` (without `cost`,
+    every item counts one token)."""
 
     def __init__(self, run: Runner, max_batch_size: int = 32, max_wait_s: float = 0.005, max_queue: int = 256,
-                 ) -> None:
+                 max_batch_tokens: int = 16_384, cost: Cost | None = None) -> None:
         self._run = run
-        self.max_batch_size, self.max_wait_s = max_batch_size, max_wait_s
+        self._cost = cost or (lambda key, item: 1)
+        self.max_batch_size, self.max_wait_s, self.max_batch_tokens = max_batch_size, max_wait_s, max_batch_tokens
+        self.observers: list[BatchObserver] = []
         self._queue: asyncio.Queue[_Job] = asyncio.Queue(maxsize=max_queue)
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="bertkit-inference")
         self._worker: asyncio.Task | None = None
@@ -82,15 +138,17 @@ class MicroBatcher:
         """Queue a request and wait for its results; QueueFullError, NotRunningError or TimeoutError."""
         if self._worker is None or self._worker.done():
             raise NotRunningError
-        job = _Job(key, list(items), asyncio.get_running_loop().create_future())
-        try:
-            self._queue.put_nowait(job)
-        except asyncio.QueueFull:
-            raise QueueFullError from None
+        if self._queue.full():  # before counting tokens: a refused request costs no tokenizing
+            raise QueueFullError
+        items = list(items)
+        costs = [self._cost(key, item) for item in items]
+        job = _Job(key, items, costs, asyncio.get_running_loop().create_future(), time.monotonic())
+        self._notify("submitted", key, costs)
+        self._queue.put_nowait(job)  # no await since the check: the queue cannot have filled
         try:
             return await asyncio.wait_for(asyncio.shield(job.future), timeout)
         except TimeoutError:
-            job.future.cancel()  # the worker skips it if its batch has not started
+            job.future.cancel()  # the worker skips its inputs whose batch has not started
             raise
 
     async def _work(self) -> None:
@@ -100,45 +158,101 @@ class MicroBatcher:
             for job in jobs:
                 groups[job.key].append(job)
             for key, group in groups.items():
-                await self._run_group(key, [job for job in group if not job.future.done()])
+                for batch in self._batches(group):
+                    await self._run_batch(key, batch)
 
     async def _gather(self) -> list[_Job]:
-        """The first waiting job, plus whatever arrives within max_wait_s, up to max_batch_size inputs."""
+        """The first waiting job, plus whatever arrives within max_wait_s, up to max_batch_size inputs or
+        max_batch_tokens tokens."""
         loop = asyncio.get_running_loop()
         jobs = [await self._queue.get()]
-        size, deadline = len(jobs[0].items), loop.time() + self.max_wait_s
-        while size < self.max_batch_size:
+        size, tokens, deadline = len(jobs[0].items), sum(jobs[0].costs), loop.time() + self.max_wait_s
+        while size < self.max_batch_size and tokens < self.max_batch_tokens:
             try:
                 job = self._queue.get_nowait() if not self._queue.empty() else \
                     await asyncio.wait_for(self._queue.get(), deadline - loop.time())
             except TimeoutError:
                 break
             jobs.append(job)
-            size += len(job.items)
+            size, tokens = size + len(job.items), tokens + sum(job.costs)
         return jobs
 
-    async def _run_group(self, key: Hashable, jobs: list[_Job]) -> None:
-        if not jobs:
+    def _batches(self, jobs: Sequence[_Job]) -> list[list[Slot]]:
+        """The inputs of `jobs` (one key) shortest first, cut before an input that would take a batch past
+        max_batch_size inputs or max_batch_tokens tokens; an input over the budget alone is a batch."""
+        slots = sorted(((job, i) for job in jobs for i in range(len(job.items))), key=lambda s: s[0].costs[s[1]])
+        batches: list[list[Slot]] = []
+        tokens = 0
+        for job, i in slots:
+            if not batches or len(batches[-1]) == self.max_batch_size or tokens + job.costs[i] > self.max_batch_tokens:
+                batches.append([])
+                tokens = 0
+            batches[-1].append((job, i))
+            tokens += job.costs[i]
+        return batches
+
+    async def _run_batch(self, key: Hashable, slots: list[Slot]) -> None:
+        slots = [(job, i) for job, i in slots if not job.future.done()]  # timed out, or failed in another batch
+        if not slots:
             return
-        items = [item for job in jobs for item in job.items]
+        jobs = list(dict.fromkeys(job for job, _ in slots))
+        waits = _start(jobs)
+        items = [job.items[i] for job, i in slots]
+        began = time.perf_counter()
         try:
-            results = await self.call(lambda: self._run(key, items))
+            results = await self.call(lambda: self._predict(key, items))
         except BertkitError as exc:
-            if len(jobs) > 1:  # find the culprit: each request alone
-                for job in jobs:
-                    await self._run_group(key, [job])
+            self._record(key, slots, began, waits)
+            if len(jobs) == 1:
+                _settle(jobs[0], exception=exc)
                 return
-            _settle(jobs[0], exception=exc)
+            for job in jobs:  # find the culprit: each request's inputs alone
+                await self._run_batch(key, [slot for slot in slots if slot[0] is job])
             return
-        except Exception as exc:  # a bug: the request gets a 500, the worker lives on
+        except Exception as exc:  # a bug: the requests get a 500, the worker lives on
+            self._record(key, slots, began, waits)
             log.exception("inference failed for %s", key)
             for job in jobs:
                 _settle(job, exception=exc)
             return
-        start = 0
-        for job in jobs:
-            _settle(job, result=results[start:start + len(job.items)])
-            start += len(job.items)
+        self._record(key, slots, began, waits)
+        _store(slots, results)
+
+    def _predict(self, key: Hashable, items: list[Any]) -> list[Any]:
+        results = self._run(key, items)
+        if len(results) != len(items):  # zip would leave requests unanswered until their timeout
+            raise RuntimeError(f"the runner returned {len(results)} results for {len(items)} inputs")
+        return results
+
+    def _record(self, key: Hashable, slots: list[Slot], began: float, waits: tuple[float, ...]) -> None:
+        self._notify("ran", BatchRecord(key, len(slots), sum(job.costs[i] for job, i in slots),
+                                        time.perf_counter() - began, waits))
+
+    def _notify(self, event: str, *args: Any) -> None:
+        for observer in self.observers:
+            try:
+                getattr(observer, event)(*args)
+            except Exception:  # metrics or logs that fail must not stop serving
+                log.exception("batch observer %r failed on %s", observer, event)
+
+
+def _start(jobs: list[_Job]) -> tuple[float, ...]:
+    """Mark the jobs whose first input starts now; their seconds in the queue."""
+    now, waits = time.monotonic(), []
+    for job in jobs:
+        if not job.started:
+            job.started = True
+            waits.append(now - job.queued_at)
+    return tuple(waits)
+
+
+def _store(slots: list[Slot], results: list[Any]) -> None:
+    """Put each result at its input's place; answer the requests that are complete."""
+    for (job, i), result in zip(slots, results):
+        job.results[i] = result
+        job.pending -= 1
+        if not job.pending:
+            _settle(job, result=job.results)
 
 
 def _settle(job: _Job, result: Any = None, exception: BaseException | None = None) -> None:
