@@ -776,6 +776,9 @@ class ServerSettings:
     """Require this key (X-API-Key or Authorization: Bearer) on task endpoints (else 401)."""
     max_batch_tokens: int = dataclasses.field(default=16_384, metadata={"min": 1})
     """Most tokens in one predictor call, the sum of its inputs' tokens (an input over it runs alone)."""
+    json_access_log: bool = False
+    """Log one JSON object per request on the `bertkit.access` logger (to stdout unless that logger has
+    handlers of its own)."""
 
     def __post_init__(self) -> None:
         check_bounds(self)

@@ -65,6 +65,7 @@ from bertkit.serve.connections import (
 from bertkit.serve.cost import token_cost
 from bertkit.serve.limits import BodySizeLimit, RequestError, check_count, check_text, check_texts, error_body
 from bertkit.serve.microbatch import MicroBatcher, NotRunningError, QueueFullError
+from bertkit.serve.observability import install_observability
 from bertkit.serve.predictor import MAX_TOP_K, InputTooLongError, Predictor
 from bertkit.settings import ServerSettings
 
@@ -142,6 +143,7 @@ def create_app(predictor: Predictor, settings: ServerSettings | None = None) -> 
     _add_error_handlers(app, predictor)
     _add_probes(app)
     _add_task_routes(app, predictor, settings, batcher)
+    install_observability(app, settings, batcher)
     return app
 
 

@@ -1,0 +1,222 @@
+"""What the server tells its operators: Prometheus metrics at /metrics, a request id on every response,
+and opt-in JSON access logs (`--json-access-log`).
+
+`install_observability(app, settings, batcher)` adds all three to an app (bertkit.serve.app.create_app):
+
+- `GET /metrics`, Prometheus' text format from a registry of the app's own (`app.state.metrics`), so
+  several apps in one process (the tests) keep separate counts: requests and their latency by route
+  template, method and status; for each predictor call (label `call`: embed, classify, fill-mask, tag,
+  answer) the queue time, batch size in inputs and in tokens, tokens run and inference time; the queue
+  depth; and the process, platform and garbage-collector collectors of prometheus-client.
+  docs/_serve_operations_draft.md lists every metric with its meaning.
+- `X-Request-ID` on every response: the request's own header when it is 1-128 visible ASCII characters
+  (so it is safe to echo and to log), else a new random id.
+- With `json_access_log`, one JSON object per request on the `bertkit.access` logger: time, request_id,
+  method, path, status, duration_ms, inputs and tokens queued for the model, client.
+
+Design decisions:
+
+- One ASGI wrapper around the whole app, outside even Starlette's error middleware (which answers 500s),
+  so every response is counted, timed, logged and carries its id: the 413s of the body limit and the 500s
+  of bugs too. A response never started (the client left) counts as status 499, nginx's "client closed".
+- Labels are the route template (`/embed`), never the raw path: a scanner trying a million paths adds one
+  `unmatched` series, not a million; raw paths appear only in the access log.
+- /metrics needs no API key, as TEI's and most exporters' do: it shows counts and timings, never request
+  text; keep it off the public network with the server's address (`--host`) or a proxy.
+- Inputs and tokens reach the access log through a context variable set for each request: the batcher
+  reports each submitted request in the context of the request that submitted it.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import json
+import logging
+import re
+import sys
+import time
+import uuid
+from collections.abc import Hashable, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+from fastapi import FastAPI, Response
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    GCCollector,
+    Histogram,
+    PlatformCollector,
+    ProcessCollector,
+    generate_latest,
+)
+from starlette.routing import Match
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from bertkit.serve.microbatch import BatchRecord, MicroBatcher
+from bertkit.settings import ServerSettings
+
+ACCESS_LOG = "bertkit.access"
+REQUEST_ID_HEADER = "X-Request-ID"
+_VALID_REQUEST_ID = re.compile(r"[\x21-\x7e]{1,128}")  # visible ASCII: no spaces, no control characters
+CLIENT_CLOSED = 499  # the status of a request whose response never started
+
+SECONDS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+INPUTS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
+TOKENS = (16, 64, 256, 1024, 2048, 4096, 8192, 16384, 32768, 65536)
+
+
+@dataclass
+class _Exchange:
+    """What one request queued for the model, filled in by the batcher's `submitted`."""
+
+    inputs: int = 0
+    tokens: int = 0
+
+
+_exchange: contextvars.ContextVar[_Exchange | None] = contextvars.ContextVar("bertkit_exchange", default=None)
+
+
+def install_observability(app: FastAPI, settings: ServerSettings, batcher: MicroBatcher) -> None:
+    """Add /metrics, X-Request-ID and (with `settings.json_access_log`) access logs to `app`; call it
+    after the routes are added, before the app starts."""
+    registry = CollectorRegistry()
+    for collector in (ProcessCollector, PlatformCollector, GCCollector):
+        collector(registry=registry)
+    metrics = _Metrics(registry, batcher)
+    batcher.observers.append(metrics)
+    app.state.metrics = registry
+
+    @app.get("/metrics", summary="Prometheus metrics (text format); no API key.", response_class=Response)
+    async def scrape() -> Response:
+        return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
+
+    access_log = _access_logger() if settings.json_access_log else None
+    build = app.build_middleware_stack
+    # Starlette builds its middleware stack at the first request; wrapping what it builds puts the
+    # observer outside the error middleware, so 500s get an id and are counted (app.add_middleware is inside).
+    app.build_middleware_stack = lambda: _Observer(build(), app, metrics, access_log)  # type: ignore[method-assign]
+
+
+class _Metrics:
+    """The server's Prometheus metrics, and the batcher's observer that feeds the batch ones."""
+
+    def __init__(self, registry: CollectorRegistry, batcher: MicroBatcher) -> None:
+        http = ("endpoint", "method", "status")
+        self.requests = Counter("bertkit_requests", "HTTP requests answered, by route template, method and status.",
+                                http, registry=registry)
+        self.latency = Histogram("bertkit_request_duration_seconds", "Seconds from a request's arrival to the end "
+                                 "of its response.", http, buckets=SECONDS, registry=registry)
+        self.queue = Histogram("bertkit_queue_seconds", "Seconds a request waited from its submission to the start "
+                               "of its first batch.", ("call",), buckets=SECONDS, registry=registry)
+        self.inputs = Histogram("bertkit_batch_inputs", "Inputs in one predictor call.", ("call",), buckets=INPUTS,
+                                registry=registry)
+        self.batch_tokens = Histogram("bertkit_batch_tokens", "Tokens in one predictor call (the sum over its "
+                                      "inputs).", ("call",), buckets=TOKENS, registry=registry)
+        self.tokens = Counter("bertkit_tokens", "Tokens run through the model.", ("call",), registry=registry)
+        self.inference = Histogram("bertkit_batch_inference_seconds", "Seconds of one predictor call (tokenizing, "
+                                   "the model, decoding).", ("call",), buckets=SECONDS, registry=registry)
+        depth = Gauge("bertkit_queue_depth", "Requests waiting for the model.", registry=registry)
+        depth.set_function(lambda: batcher.queued)
+
+    def submitted(self, key: Hashable, costs: Sequence[int]) -> None:
+        exchange = _exchange.get()
+        if exchange is not None:
+            exchange.inputs += len(costs)
+            exchange.tokens += sum(costs)
+
+    def ran(self, batch: BatchRecord) -> None:
+        call = str(batch.key[0] if isinstance(batch.key, tuple) and batch.key else batch.key)
+        for wait in batch.queue_waits:
+            self.queue.labels(call).observe(wait)
+        self.inputs.labels(call).observe(batch.inputs)
+        self.batch_tokens.labels(call).observe(batch.tokens)
+        self.tokens.labels(call).inc(batch.tokens)
+        self.inference.labels(call).observe(batch.seconds)
+
+    def answered(self, endpoint: str, method: str, status: int, seconds: float) -> None:
+        labels = (endpoint, method, str(status))
+        self.requests.labels(*labels).inc()
+        self.latency.labels(*labels).observe(seconds)
+
+
+class _Observer:
+    """ASGI wrapper: request id in and out, metrics and the access log of every HTTP request."""
+
+    def __init__(self, inner: ASGIApp, app: FastAPI, metrics: _Metrics, access_log: logging.Logger | None) -> None:
+        self.inner, self.app, self.metrics, self.access_log = inner, app, metrics, access_log
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.inner(scope, receive, send)
+            return
+        arrived, began = time.time(), time.perf_counter()
+        request_id = _request_id(scope)
+        endpoint = _route_template(self.app, scope)
+        exchange, status = _Exchange(), CLIENT_CLOSED
+        token = _exchange.set(exchange)
+
+        async def send_with_id(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+                headers = [(k, v) for k, v in message.get("headers", []) if k.lower() != b"x-request-id"]
+                message = {**message, "headers": [*headers, (b"x-request-id", request_id.encode("ascii"))]}
+            await send(message)
+
+        try:
+            await self.inner(scope, receive, send_with_id)
+        finally:
+            _exchange.reset(token)
+            seconds = time.perf_counter() - began
+            self.metrics.answered(endpoint, scope["method"], status, seconds)
+            if self.access_log is not None:
+                self.access_log.info(_access_line(scope, request_id, status, arrived, seconds, exchange))
+
+
+def _request_id(scope: Scope) -> str:
+    """The client's X-Request-ID when it is valid, else a new one."""
+    for name, value in scope["headers"]:
+        if name.lower() == b"x-request-id":
+            given = value.decode("latin-1")
+            return given if _VALID_REQUEST_ID.fullmatch(given) else uuid.uuid4().hex
+    return uuid.uuid4().hex
+
+
+def _route_template(app: FastAPI, scope: Scope) -> str:
+    """The path of the route that serves `scope` (`/embed`, `/docs-assets`), or `unmatched`."""
+    partial = None
+    for route in app.router.routes:
+        match, _ = route.matches(scope)
+        if match == Match.FULL:
+            return str(getattr(route, "path", "unmatched"))
+        if match == Match.PARTIAL and partial is None:  # the path exists, not with this method (405)
+            partial = str(getattr(route, "path", "unmatched"))
+    return partial or "unmatched"
+
+
+def _access_line(scope: Scope, request_id: str, status: int, arrived: float, seconds: float,
+                 exchange: _Exchange) -> str:
+    client = scope.get("client")
+    return json.dumps({
+        "time": datetime.fromtimestamp(arrived, UTC).isoformat(timespec="milliseconds"),
+        "request_id": request_id, "method": scope["method"], "path": scope["path"], "status": status,
+        "duration_ms": round(seconds * 1000, 3), "inputs": exchange.inputs, "tokens": exchange.tokens,
+        "client": client[0] if client else None,
+    }, ensure_ascii=True)
+
+
+def _access_logger() -> logging.Logger:
+    """The `bertkit.access` logger at INFO; without handlers of its own it prints bare JSON lines to stdout
+    (not through the root logger, whose format would prefix them)."""
+    logger = logging.getLogger(ACCESS_LOG)
+    logger.setLevel(logging.INFO)
+    if not logger.handlers:
+        handler = logging.StreamHandler(sys.stdout)
+        handler.setFormatter(logging.Formatter("%(message)s"))
+        logger.addHandler(handler)
+        logger.propagate = False
+    return logger
+
