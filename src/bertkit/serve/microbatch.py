@@ -17,8 +17,11 @@ Design decisions:
   padding after the embeddings (model/padding.py): every dense layer runs on the real tokens only, and on
   CPU attention runs per sequence (model/attention.py, `PerSequence`), so a batch's time grows with its
   total tokens (plus each sequence's own attention, quadratic in its own length), not with its width.
-  TEI's --max-batch-tokens counts the same way. Padding still costs the embedding lookup and the padded
-  output (and attention on CUDA in fp32); sorting by length makes that small.
+  TEI's --max-batch-tokens counts the same way for its padding-free models (core/src/queue.rs; padded
+  ones count inputs x longest). Padding still costs the embedding lookup and the padded output (and
+  attention on CUDA in fp32); sorting by length makes that small. So on CPU the budget bounds a call's
+  time and memory and moves latency between short and long requests; it does not raise requests/s
+  (measured: benchmarks/serve_load.py --mixed).
 - Shortest first within what was gathered: short requests, most of the traffic, are answered while the
   long ones compute, instead of all waiting for the slowest input of a shared batch; and while one batch
   computes, the event loop sends the previous batch's answers and reads new requests.
