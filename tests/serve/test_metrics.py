@@ -54,7 +54,11 @@ def _value(samples: dict, name: str, **labels: str) -> float:
 
 def test_metrics_count_requests_batches_and_tokens(mlm_dir, access_log):
     predictor = load_predictor(mlm_dir)
-    cost = token_cost(predictor)
+    counts = token_cost(predictor)
+
+    def cost(key, text):
+        return counts(key, [text])[0]
+
     texts = ["the cat sat", "the dog ran in the park", "paris"]
     app = create_app(predictor, ServerSettings(json_access_log=True, limits=Limits(max_body_bytes=512)))
     with TestClient(app) as client:

@@ -40,7 +40,7 @@ def _batch(requests: list[list[int]], budget: int, max_batch_size: int = 8, fail
 
     async def serve() -> list:
         batcher = MicroBatcher(run, max_batch_size=max_batch_size, max_wait_s=0.05, max_batch_tokens=budget,
-                               cost=lambda key, item: item)
+                               cost=lambda key, items: list(items))
         batcher.start()
         results = await asyncio.gather(*(batcher.submit(("embed",), r, 10) for r in requests),
                                        return_exceptions=True)
@@ -79,11 +79,19 @@ def test_a_bad_input_fails_its_own_request_only():
     assert isinstance(results[1], BertkitError)
 
 
+def _one(cost):
+    """cost(key, item) from the per-request cost(key, items)."""
+    return lambda key, item: cost(key, [item])[0]
+
+
 def test_token_counts_equal_the_predictors_features(mlm_dir, classifier_dir, tagger_dir, squad_dir):
     long = "the cat sat on the mat and the dog ran in the park " * 5
+    # Longer than the prefix that is counted first: many short words, then words over 100 characters
+    # (one [UNK] each, so the prefix has too few tokens and the whole text is counted), no space at all.
+    longer = ["the cat sat. " * 1500, ("abcdefghij" * 12 + " ") * 150, "x" * 5000]
     mlm = load_predictor(mlm_dir)
-    cost = token_cost(mlm)
-    for text in ["the cat", long, "", "x" * 50]:
+    cost = _one(token_cost(mlm))
+    for text in ["the cat", long, "", "x" * 50, *longer]:
         [feature], _ = mlm.encode([text])
         assert cost(("embed", "auto", None), text) == len(feature["input_ids"])
         assert cost(("embeddings", True, "right"), text) == len(feature["input_ids"])
@@ -92,22 +100,23 @@ def test_token_counts_equal_the_predictors_features(mlm_dir, classifier_dir, tag
     assert cost(("fill-mask", 5), masked) == len(mlm._masked_feature(masked, 0)["input_ids"])
 
     classifier = load_predictor(classifier_dir)
-    cost = token_cost(classifier)
-    for text, pair in [("the cat", None), ("the cat sat", "on the mat"), (long, long)]:
+    cost = _one(token_cost(classifier))
+    for text, pair in [("the cat", None), ("the cat sat", "on the mat"), (long, long), (longer[0], "the cat"),
+                       ("the cat", longer[1])]:
         [feature], _ = classifier.encode([text], None if pair is None else [pair])
         assert cost(("classify", pair is not None), (text, pair)) == len(feature["input_ids"])
         if pair is not None:
             assert cost(("rerank", True, "right", False), (text, pair)) == len(feature["input_ids"])
 
     tagger = load_predictor(tagger_dir)  # max_seq_length 10, doc_stride 3: long texts in windows
-    cost = token_cost(tagger)
+    cost = _one(token_cost(tagger))
     for text in ["john smith lives in london", long]:
         sentences, _ = tagger.sentences([text])
         features = tagger.task.features(sentences, tagger.tokenizer)
         assert cost(("tag",), text) == sum(len(f["input_ids"]) for f in features)
 
     reader = load_predictor(squad_dir)  # max_seq_length 24, doc_stride 5, max_query_length 8
-    cost = token_cost(reader)
+    cost = _one(token_cost(reader))
     for question, context in [("who lives in london?", "john smith lives in london"), ("where?" * 20, long)]:
         features = reader.task.features([SquadExample("0", question, context, (), False)], reader.tokenizer)
         assert cost(("answer",), (question, context)) == sum(len(f["input_ids"]) for f in features)
@@ -125,7 +134,7 @@ def test_the_app_runs_short_requests_apart_from_a_long_one(mlm_dir):
         return embed(texts, **options)
 
     predictor.embed = recording  # type: ignore[method-assign]
-    cost = token_cost(predictor)
+    cost = _one(token_cost(predictor))
     long, shorts = "the cat sat on the mat " * 5, [f"the {w}" for w in "cat dog mat park house city".split()]
     budget = cost(("embed",), long) + 3  # the long text (32 tokens) and one short (4) are over it
     texts = [*shorts[:3], long, *shorts[3:]]

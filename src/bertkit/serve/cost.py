@@ -1,6 +1,6 @@
-"""Token cost of one queued input: what the micro-batcher's `--max-batch-tokens` budget counts.
+"""Token cost of queued inputs: what the micro-batcher's `--max-batch-tokens` budget counts.
 
-`token_cost(predictor)` returns `cost(key, item)`: the tokens the model will run for one input of a
+`token_cost(predictor)` returns `cost(key, items)`: the tokens the model will run for each input of a
 request queued under `key` (the app's `(endpoint, *options)` tuple). A text or a pair (/classify,
 /rerank) is [CLS] text [SEP] (pair [SEP]) cut at the model's maximum length (/embed and /v1/embeddings
 with a sentence-transformers prompt first); a /fill-mask text counts each [MASK] as one token; a /tag
@@ -9,9 +9,12 @@ weighs what it costs; /tokenize runs no model and counts 0. An item of a shape t
 know counts as a full sequence (the most one window can cost).
 
 Design decision: counted when the request is queued (the batcher must know a batch's tokens before it
-runs), on the event loop, with the tokenizer's fast Rust engine and ids only (`encode_ids`: no offsets,
-no truncation bookkeeping), which is linear in the text and costs a few microseconds per sentence. The
-predictor encodes the text again on the inference thread; a count is cheaper than carrying encodings
+runs), on the event loop, so it must be cheap for any request the limits let in (up to --max-inputs texts
+of --max-input-chars): one call of the tokenizer's fast engine per request, ids only (no offsets, no
+truncation bookkeeping), and where the count is cut at the maximum length, only a prefix of each long
+text is encoded: cut at a space, its tokens are exactly the first tokens of the whole text, so once they
+reach the maximum the rest cannot change the count (the whole text is encoded when they do not). The
+predictor encodes the texts again on the inference thread; counting is cheaper than carrying encodings
 from the request to the predictor, whose features each task builds its own way. The counts equal the
 lengths of the features the predictors build (tests/serve/test_token_batching.py).
 """
@@ -24,39 +27,77 @@ from typing import Any, cast
 from bertkit.serve.microbatch import Cost
 from bertkit.serve.predictor import Predictor
 from bertkit.tasks.windows import sliding_windows
-from bertkit.tokenizer import MASK
+from bertkit.tokenizer import MASK, WordPieceTokenizer
+
+CHARS_PER_TOKEN = 8  # a prefix of 8 characters per token wanted is cut; English averages 4-5 per token
 
 
 def token_cost(predictor: Predictor) -> Cost:
-    """`cost(key, item)`: the tokens `predictor`'s model runs for `item` queued under `key`."""
+    """`cost(key, items)`: the tokens `predictor`'s model runs for each item queued under `key`."""
     tokenizer, max_length = predictor.tokenizer, predictor.max_seq_length
     task = cast(Any, getattr(predictor, "task", None))  # the task predictors' window settings
 
-    def cost(key: Hashable, item: Any) -> int:
+    def cost(key: Hashable, items: list[Any]) -> list[int]:
         endpoint = key[0] if isinstance(key, tuple) and key else key
         if endpoint == "tokenize":
-            return 0  # the tokenizer alone: no model run
-        if endpoint == "fill-mask" and isinstance(item, str):
-            pieces = item.split(MASK)
-            return min(sum(map(len, tokenizer.encode_ids(pieces))) + len(pieces) + 1, max_length)
-        if endpoint == "tag" and task is not None and isinstance(item, str):
-            [ids] = tokenizer.encode_ids([item])
-            return _windows(len(ids), task.settings.max_seq_length - 2, task.settings.doc_stride, 2)
-        if endpoint == "answer" and task is not None and _is_pair(item) and item[1] is not None:
-            question, context = (len(ids) for ids in tokenizer.encode_ids(list(item)))
-            question = min(question, task.settings.max_query_length)
-            frame = question + 3  # [CLS] question [SEP] ... [SEP]
-            return _windows(context, task.settings.max_seq_length - frame, task.settings.doc_stride, frame)
-        if endpoint in ("embed", "embeddings") and predictor.sentence is not None and isinstance(item, str):
-            item = predictor.sentence.prepare(item)
-        if isinstance(item, str):
-            return min(len(tokenizer.encode_ids([item])[0]) + 2, max_length)
-        if _is_pair(item):
-            texts = [text for text in item if text is not None]
-            return min(sum(map(len, tokenizer.encode_ids(texts))) + len(texts) + 1, max_length)
-        return max_length
+            return [0] * len(items)  # the tokenizer alone: no model run
+        if endpoint == "fill-mask" and all(isinstance(item, str) for item in items):
+            pieces = [item.split(MASK) for item in items]
+            lengths = iter(_lengths(tokenizer, [p for parts in pieces for p in parts], max_length))
+            return [min(sum(next(lengths) for _ in parts) + len(parts) + 1, max_length) for parts in pieces]
+        if endpoint == "tag" and task is not None and all(isinstance(item, str) for item in items):
+            s = task.settings
+            return [_windows(n, s.max_seq_length - 2, s.doc_stride, 2) for n in _lengths(tokenizer, items)]
+        if endpoint == "answer" and task is not None and all(_is_pair(item) and item[1] is not None for item in items):
+            return _answer_costs(tokenizer, task.settings, items)
+        if endpoint in ("embed", "embeddings") and predictor.sentence is not None:
+            items = [predictor.sentence.prepare(item) if isinstance(item, str) else item for item in items]
+        return _sequence_costs(tokenizer, items, max_length)
 
     return cost
+
+
+def _sequence_costs(tokenizer: WordPieceTokenizer, items: list[Any], max_length: int) -> list[int]:
+    """[CLS] text [SEP] or [CLS] a [SEP] b [SEP], cut at `max_length`; `max_length` for other items."""
+    parts = [[item] if isinstance(item, str) else [t for t in item if t is not None] if _is_pair(item) else []
+             for item in items]
+    lengths = iter(_lengths(tokenizer, [text for texts in parts for text in texts], max_length))
+    return [min(sum(next(lengths) for _ in texts) + len(texts) + 1, max_length) if texts else max_length
+            for texts in parts]
+
+
+def _answer_costs(tokenizer: WordPieceTokenizer, settings: Any, items: list[Any]) -> list[int]:
+    """Tokens of the [CLS] question [SEP] window [SEP] features of each (question, context)."""
+    questions = _lengths(tokenizer, [q for q, _ in items], settings.max_query_length)
+    contexts = _lengths(tokenizer, [c for _, c in items])
+    costs = []
+    for question, context in zip(questions, contexts):
+        frame = min(question, settings.max_query_length) + 3  # [CLS] question [SEP] ... [SEP]
+        costs.append(_windows(context, settings.max_seq_length - frame, settings.doc_stride, frame))
+    return costs
+
+
+def _lengths(tokenizer: WordPieceTokenizer, texts: list[str], at_least: int | None = None) -> list[int]:
+    """Token count of each text (no specials); with `at_least`, exact up to it: a count of `at_least` or
+    more means that many or more."""
+    if at_least is None:
+        return [len(ids) for ids in tokenizer.encode_ids(texts)]
+    limit = at_least * CHARS_PER_TOKEN
+    prefixes = [_prefix(text, limit) for text in texts]
+    lengths = [len(ids) for ids in tokenizer.encode_ids(prefixes)]
+    short = [i for i, (text, n) in enumerate(zip(texts, lengths)) if n < at_least and len(prefixes[i]) < len(text)]
+    for i, ids in zip(short, tokenizer.encode_ids([texts[i] for i in short])):  # few words in many characters
+        lengths[i] = len(ids)
+    return lengths
+
+
+def _prefix(text: str, limit: int) -> str:
+    """`text` cut at its last space within `limit` characters (whole words, so their tokens are the
+    text's first tokens), or the whole text."""
+    if len(text) <= limit:
+        return text
+    space = text.rfind(" ", 0, limit)
+    return text[:space] if space > 0 else text
 
 
 def _is_pair(item: Any) -> bool:
