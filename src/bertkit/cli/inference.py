@@ -70,6 +70,6 @@ def serve(**flags: Any) -> None:
     predictor = load_predictor(run.model, batch_size=settings.max_batch_size, precision=run.precision,
                                tokenizer_dir=run.tokenizer)
     click.echo(f"serving {', '.join('/' + e for e in predictor.endpoints)} on http://{run.host}:{run.port} "
-               "(docs: /docs)")
+               "(also /v1/embeddings, /tokenize, /info, /metrics, /health, /ready; docs: /docs)")
     run_server(create_app(predictor, settings), host=run.host, port=run.port, drain_timeout_s=run.drain_timeout_s,
                log_level=run.log_level)
