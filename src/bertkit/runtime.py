@@ -47,6 +47,28 @@ def resolve_device(device: str, local_rank: int = 0) -> torch.device:
     return torch.device("cpu")
 
 
+def reset_peak_memory(device: torch.device) -> None:
+    """Start a new peak for `peak_memory` on a CUDA device (the process's peak RSS cannot be reset)."""
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+
+
+def peak_memory(device: torch.device) -> dict[str, float]:
+    """The most memory this process has held, in MiB: `rss_mib` (resident, the process's lifetime peak:
+    weights, activations, optimizer state and everything else) and, on a CUDA device,
+    `cuda_allocated_mib` (tensors, since the last `reset_peak_memory`) and `cuda_reserved_mib` (what the
+    caching allocator took from the GPU)."""
+    import resource
+    import sys
+
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux, bytes on macOS
+    peak = {"rss_mib": round(rss / (2**20 if sys.platform == "darwin" else 2**10), 1)}
+    if device.type == "cuda":
+        peak["cuda_allocated_mib"] = round(torch.cuda.max_memory_allocated(device) / 2**20, 1)
+        peak["cuda_reserved_mib"] = round(torch.cuda.max_memory_reserved(device) / 2**20, 1)
+    return peak
+
+
 def default_precision(device: torch.device, model: nn.Module | None = None) -> str:
     """bf16 on CUDA GPUs that support it; on a CPU the faster of fp32 and bf16 for training as measured
     on this machine at the model's width (bf16 only when >= 1.2x; `bertkit.hardware`)."""

@@ -271,6 +271,9 @@ class PretrainSettings:
     compile: bool = False
     """torch.compile the encoder layers (one-off compilation ~1 min; bertkit.model.compile_model); measured
     faster on shared CPU cores, no gain on idle ones (docs/performance.md)."""
+    gradient_checkpointing: bool = False
+    """Recompute each encoder layer in the backward instead of keeping its activations: activation memory
+    of about one layer instead of L, for about a third more step time (docs/performance.md)."""
     max_seq_length: int | None = None
     """Cut longer instances to this many tokens at load (Google's pair rule); unset: as the data was built."""
     masked_lm_prob: float | None = None
@@ -344,6 +347,9 @@ class FinetuneConfig(BatchSizes):
     compile: bool = False
     """torch.compile the encoder layers (~30-60 s of compilation per seed); measured faster on shared CPU
     cores, no gain on idle ones (docs/performance.md)."""
+    gradient_checkpointing: bool = False
+    """Recompute each encoder layer in the backward instead of keeping its activations: activation memory
+    of about one layer instead of L, for about a third more step time (docs/performance.md)."""
     resume: bool = False
     """Continue the run in the output directory: finished seeds are kept, an interrupted seed resumes from
     its checkpoint (bit-exact on CPU)."""

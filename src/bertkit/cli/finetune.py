@@ -17,7 +17,7 @@ from typing import Any
 
 import click
 
-from bertkit.cli.options import options, take
+from bertkit.cli.options import memory_line, options, take
 from bertkit.settings import (
     ClassificationSettings,
     FinetuneConfig,
@@ -86,6 +86,8 @@ def _print_summary(results: dict[str, Any], output: Path) -> None:
     for key in ("truncated_train_examples", "truncated_dev_examples"):
         if results.get(key):
             click.echo(f"{key.replace('_', ' ')}: {results[key]} (longer than --max-seq-length)")
+    if results.get("peak_memory"):
+        click.echo(f"peak memory: {memory_line(results['peak_memory'])}")
     click.echo(f"best model: {output / 'best'}; results: {output / 'eval_results.json'}")
 
 

@@ -211,3 +211,11 @@ def _click_type(field: dataclasses.Field, base: Any, hint: Any) -> Any:
         return IntList(optional=base is not hint)
     raise TypeError(f"field {field.name}: no command-line type for {hint}; exclude the field or give a type in "
                     "overrides")
+
+
+def memory_line(peak: dict[str, float]) -> str:
+    """`runtime.peak_memory`'s record in words, e.g. 'resident 812 MiB; CUDA tensors 5,120 MiB (reserved 6,000)'."""
+    line = f"resident {peak['rss_mib']:,.0f} MiB"
+    if "cuda_allocated_mib" in peak:
+        line += f"; CUDA tensors {peak['cuda_allocated_mib']:,.0f} MiB (reserved {peak['cuda_reserved_mib']:,.0f})"
+    return line

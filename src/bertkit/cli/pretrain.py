@@ -22,7 +22,7 @@ from typing import Any
 
 import click
 
-from bertkit.cli.options import options, take
+from bertkit.cli.options import memory_line, options, take
 from bertkit.errors import BertkitError, Interrupted
 from bertkit.settings import PretrainSettings, TrainConfig
 
@@ -98,4 +98,4 @@ def pretrain(**flags) -> None:
                           f"saved {result.checkpoint}", result.signal, "--resume auto")
     if result.checkpoint is not None:
         click.echo(f"done: {result.step} steps ({result.skipped_steps} skipped as non-finite); "
-                   f"model in {Path(settings.output) / 'final'}")
+                   f"model in {Path(settings.output) / 'final'}; peak memory: {memory_line(result.peak_memory)}")

@@ -3,7 +3,12 @@
 outside (accelerate.py: inference kernels, compile) and checkpoint reading/writing
 (pretrained.py)."""
 
-from bertkit.model.accelerate import accelerate_for_inference, compile_model, for_inference
+from bertkit.model.accelerate import (
+    accelerate_for_inference,
+    compile_model,
+    enable_gradient_checkpointing,
+    for_inference,
+)
 from bertkit.model.bert import BertModel, BertModelOutput
 from bertkit.model.heads import (
     BertForMaskedLM,
@@ -31,6 +36,7 @@ __all__ = [
     "BertModelOutput",
     "accelerate_for_inference",
     "compile_model",
+    "enable_gradient_checkpointing",
     "for_inference",
     "read_state_dict",
 ]

@@ -247,6 +247,17 @@ def _probe(dtype: torch.dtype) -> bool:
             and torch.allclose(added.float(), expected + other.float(), atol=tolerance, rtol=tolerance))
 
 
+def enable_gradient_checkpointing(model: nn.Module) -> nn.Module:
+    """`model` with every encoder recomputing its layers in the backward (`--gradient-checkpointing`;
+    BertModel.gradient_checkpointing), in place: less activation memory for about one more forward."""
+    encoders = [m for m in model.modules() if isinstance(m, BertModel)]
+    if not encoders:
+        raise TypeError(f"{type(model).__name__} holds no BertModel to checkpoint")
+    for bert in encoders:
+        bert.gradient_checkpointing_enable()
+    return model
+
+
 def compile_model(model: nn.Module) -> nn.Module:
     """`model` with each encoder layer's forward compiled by torch.compile (dynamic shapes, one graph for
     all layers), in place; weights and state_dict keys unchanged, so checkpoints are the same.

@@ -24,6 +24,11 @@ padded positions, whichever backend runs.
 Q, K and V are one fused (D, 3D) projection (one matrix multiply instead of three);
 model/hf_names.py splits and joins it when reading and writing Hugging Face checkpoints.
 
+Gradient checkpointing (`gradient_checkpointing = True`, `--gradient-checkpointing`): in training, each
+layer keeps only its input for the backward and recomputes its inside then (torch.utils.checkpoint,
+non-reentrant, dropout masks replayed from the saved RNG state, so the gradients are the same); the
+activation memory of L layers becomes one layer's plus L layer inputs, for about one more forward.
+
 Shape legend: B batch, T sequence length, N real tokens, D hidden size, A heads, Dh head size.
 """
 
@@ -35,6 +40,7 @@ from functools import partial
 
 import torch
 from torch import nn
+from torch.utils.checkpoint import checkpoint
 
 from bertkit.config import BertConfig
 from bertkit.model.attention import Attention, Dispatch
@@ -122,6 +128,7 @@ class BertModel(PreTrainedMixin, nn.Module):
         self.layers = nn.ModuleList(BertLayer(config) for _ in range(config.num_hidden_layers))
         self.pooler = nn.Linear(config.hidden_size, config.hidden_size) if add_pooling_layer else None
         self.attention: Attention = Dispatch()
+        self.gradient_checkpointing = False
         self.apply(lambda module: init_weights(module, config.initializer_range))
 
     def forward(
@@ -144,8 +151,12 @@ class BertModel(PreTrainedMixin, nn.Module):
         else:
             layout = None if real is None else real[:, None, None, :]  # key-padding mask (B, 1, 1, T)
         hidden = [x]
+        recompute = self.gradient_checkpointing and self.training and torch.is_grad_enabled()
         for layer in self.layers:
-            x = layer(x, attention, layout)
+            if recompute:
+                x = checkpoint(layer, x, attention, layout, use_reentrant=False)
+            else:
+                x = layer(x, attention, layout)
             if output_hidden_states:
                 hidden.append(x)
         to_batch = partial(_batched, layout=layout, real=real)
@@ -153,6 +164,10 @@ class BertModel(PreTrainedMixin, nn.Module):
         pooled = torch.tanh(self.pooler(last_hidden_state[:, 0])) if self.pooler is not None else None
         hidden_states = tuple(to_batch(h) for h in hidden) if output_hidden_states else None
         return BertModelOutput(last_hidden_state, pooled, hidden_states)
+
+    def gradient_checkpointing_enable(self, enable: bool = True) -> None:
+        """Recompute each layer in the backward instead of keeping its activations (transformers' name)."""
+        self.gradient_checkpointing = enable
 
 
 def _batched(x: torch.Tensor, layout: Unpadded | torch.Tensor | None, real: torch.Tensor | None) -> torch.Tensor:

@@ -48,9 +48,9 @@ from torch.utils.data import Dataset
 from bertkit.config import PRESETS, BertConfig, check_model_directory, preset
 from bertkit.errors import BertkitError, Interrupted
 from bertkit.inference.batching import feature_length, pad_batch
-from bertkit.model import accelerate_for_inference, compile_model
+from bertkit.model import accelerate_for_inference, compile_model, enable_gradient_checkpointing
 from bertkit.model.feature_based import FeatureBasedModel
-from bertkit.runtime import resolve_precision, seed_everything
+from bertkit.runtime import peak_memory, resolve_precision, seed_everything
 from bertkit.settings import FinetuneConfig
 from bertkit.tasks.evaluate import RESULTS_FILE, predict_features, write_results
 from bertkit.tasks.finetuned import feature_based_model, save_finetuned
@@ -109,6 +109,8 @@ def build_model(task: Task, cfg: FinetuneConfig, tokenizer: WordPieceTokenizer, 
                            f"({config.max_position_embeddings}); lower it")
     if cfg.compile:
         compile_model(model)
+    if cfg.gradient_checkpointing:
+        enable_gradient_checkpointing(model)
     if cfg.feature_layers:
         return feature_based_model(task, model.bert, cfg.feature_layers, cfg.feature_combine, cfg.dropout)
     if cfg.freeze_encoder:
@@ -310,7 +312,8 @@ def _finetune_seeds(task: Task, cfg: FinetuneConfig, tokenizer: WordPieceTokeniz
         barrier(ctx)
     best_seed = max(per_seed, key=lambda s: per_seed[s][main])  # the first of equals, in seed order
     results = {**per_seed[best_seed], "best_seed": best_seed, "seeds": {str(s): m for s, m in per_seed.items()},
-               "summary": seed_summary(per_seed, task.metric_names), "world_size": ctx.world_size, **report}
+               "summary": seed_summary(per_seed, task.metric_names), "world_size": ctx.world_size,
+               "peak_memory": peak_memory(ctx.device), **report}
     if ctx.is_main:
         write_results(cfg.output / RESULTS_FILE, results)
     barrier(ctx)

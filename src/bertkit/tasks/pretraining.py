@@ -31,7 +31,14 @@ from bertkit.atomic import write_text_atomic
 from bertkit.config import BertConfig, load_config
 from bertkit.data import PretrainingDataset, collate_pretraining
 from bertkit.errors import BertkitError
-from bertkit.model import BertForMaskedLM, BertForPreTraining, accelerate_for_inference, compile_model, read_state_dict
+from bertkit.model import (
+    BertForMaskedLM,
+    BertForPreTraining,
+    accelerate_for_inference,
+    compile_model,
+    enable_gradient_checkpointing,
+    read_state_dict,
+)
 from bertkit.runtime import resolve_device
 from bertkit.settings import PretrainSettings
 from bertkit.tasks.recipes import PRETRAINING_FILE, PretrainRecipe, budget_steps, choose_recipe, short_recipe
@@ -204,6 +211,8 @@ def build_model(settings: PretrainSettings, tokenizer: WordPieceTokenizer, max_s
         model = cls(config)
     if settings.compile:
         compile_model(model)
+    if settings.gradient_checkpointing:
+        enable_gradient_checkpointing(model)
     if config.vocab_size < tokenizer.vocab_size:
         raise BertkitError(f"--init-from {settings.init_from}: vocab_size {config.vocab_size} is smaller than "
                            f"the tokenizer's {tokenizer.vocab_size}")

@@ -113,6 +113,9 @@ class FitResult:
     """{'step': ..., 'metrics': {...}} of the best evaluation, when best_metric is set."""
     signal: int | None = None
     """The signal number that stopped the run (stop_reason 'signal')."""
+    peak_memory: dict[str, float] = dataclasses.field(default_factory=dict)
+    """This process's peak memory in MiB (`runtime.peak_memory`: resident set; on CUDA, allocated and
+    reserved since fit started); also the last record of metrics.jsonl."""
 
 
 @dataclass
@@ -263,7 +266,7 @@ def fit(model: nn.Module, loss_fn: LossFn, dataset: Dataset, config: TrainConfig
     `identity` (JSON values, e.g. the data's and the model's fingerprints) is what else a resumed run must
     share with the checkpoint it continues; see `_compare_settings` for the rules on resume.
     """
-    ctx = ctx or DistributedContext()
+    ctx = ctx or DistributedContext(device=runtime.resolve_device("auto"))
     global_batch, micro_batch, accumulation = config.batch_plan(ctx.world_size)
     if ctx.is_main:
         logger.info("global batch %d = micro-batch %d x %d accumulation step(s) x %d process(es)",
@@ -272,6 +275,7 @@ def fit(model: nn.Module, loss_fn: LossFn, dataset: Dataset, config: TrainConfig
     save = save_weights or (lambda m, d: save_model(m, str(d / "model.safetensors")))
     load = load_weights or (lambda m, d: load_model(m, str(d / "model.safetensors"), device=str(ctx.device)))
     autocast, scaler = _precision(config, ctx, model)
+    runtime.reset_peak_memory(ctx.device)
     model.to(ctx.device).train()
     runtime.seed_everything(config.seed + ctx.rank)
     state = _State()
@@ -299,12 +303,14 @@ def fit(model: nn.Module, loss_fn: LossFn, dataset: Dataset, config: TrainConfig
             last_checkpoint = _save(parts, checkpoints, config, ctx) or last_checkpoint
             if stop.requested:  # arrived during the last evaluation or save: the run is complete, but the
                 stop_reason = "signal"  # user asked the command to stop, so the caller must not go on
+        peak = runtime.peak_memory(ctx.device)
+        reporter.record({"kind": "memory", "step": state.step, **peak})
     finally:
         reporter.close()
     # Another rank may have caught the signal; SIGTERM is what a cluster scheduler sends.
     signum = (stop.signum or signal.SIGTERM) if stop_reason == "signal" else None
     return FitResult(state.step, stop_reason, last_checkpoint if ctx.is_main else None, state.skipped_steps,
-                     batches.skipped_samples, state.best, signum)
+                     batches.skipped_samples, state.best, signum, peak)
 
 
 @dataclass
