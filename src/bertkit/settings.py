@@ -2,7 +2,8 @@
 
 - `TrainConfig`: an optimisation run of the training loop (`bertkit.train.fit`).
 - `PretrainSettings`: what `bertkit pretrain` trains, beside its TrainConfig.
-- `FinetuneConfig`: how `bertkit finetune` trains, for every task.
+- `FinetuneConfig`: how `bertkit finetune` trains, for every task; `GlueSettings`: what `bertkit glue`
+  runs with it.
 - `ClassificationSettings`, `TaggingSettings`, `SquadSettings`, `MultipleChoiceSettings`: a task's own
   settings, saved in a fine-tuned directory's bertkit_task.json so predict/evaluate/serve read inputs the
   same way.
@@ -363,6 +364,34 @@ class FinetuneConfig(BatchSizes):
             raise BertkitError(f"--epochs must be positive, got {self.epochs}")
         if self.max_steps is not None and self.max_steps < 1:
             raise BertkitError(f"--max-steps must be positive, got {self.max_steps}")
+
+
+GLUE_LEARNING_RATES = (5e-5, 4e-5, 3e-5, 2e-5)
+"""The paper's fine-tuning learning rates, searched per GLUE task on dev (section 4.1)."""
+GLUE_SEEDS = (1, 2, 3)
+"""`bertkit glue`'s seeds: three restarts per (task, learning rate), enough for a mean ± std."""
+
+
+@dataclass
+class GlueSettings:
+    """What `bertkit glue` runs beside its FinetuneConfig: the tasks of a GLUE directory and the
+    learning-rate grid searched on dev (bertkit.tasks.glue_suite)."""
+
+    data: Path = dataclasses.field(metadata={"path": "dir"})
+    """GLUE directory as download_glue_data.py writes it: CoLA/, SST-2/, MRPC/, STS-B/, QQP/, MNLI/, QNLI/,
+    RTE/, WNLI/, each with train.tsv and dev.tsv (MNLI: dev_matched.tsv and dev_mismatched.tsv)."""
+    tasks: str | None = None
+    """Comma-separated tasks to run, e.g. cola,sst-2,mrpc; unset: every task found in --data."""
+    learning_rates: tuple[float, ...] = GLUE_LEARNING_RATES
+    """Learning rates tried per task, comma-separated; each task keeps the one with the best mean dev score
+    over the seeds."""
+    max_seq_length: int = dataclasses.field(default=128, metadata={"min": 8})
+    """Longest input in tokens, [CLS]/[SEP] included (longer pairs are truncated and counted)."""
+
+    def __post_init__(self) -> None:
+        check_bounds(self)
+        if not self.learning_rates or not all(rate > 0 for rate in self.learning_rates):  # (also NaN)
+            raise BertkitError(f"--learning-rates must be positive numbers, got {self.learning_rates}")
 
 
 # --- tasks (saved in bertkit_task.json) ----------------------------------------------------------------
