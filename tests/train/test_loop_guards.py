@@ -63,7 +63,7 @@ def test_skipped_step_does_not_move_the_optimizer_but_uses_up_its_schedule_slot(
     assert load_file(str(last / "optimizer.safetensors"))["0.step"].item() == 3.0
     # The run ends where its schedule ends: the last step at 1/4 of the peak, as without the skipped step
     # (a scheduler that skips with the optimizer would end at 2/4, its decay never finished).
-    lrs = [r["lr"] for r in read_metrics(tmp_path / METRICS_FILE)]
+    lrs = [r["lr"] for r in read_metrics(tmp_path / METRICS_FILE) if r["kind"] == "train"]
     assert lrs == pytest.approx([1e-2, 0.75e-2, 0.5e-2, 0.25e-2], abs=1e-15)
 
 
@@ -97,7 +97,7 @@ def test_time_budget_stops_and_decays_lr(tmp_path):
     config = TrainConfig(max_time_s=0.5, micro_batch_size=4, precision="fp32")
     result = fit(toy_model(), toy_loss, toy_data(), config, tmp_path)
     assert result.stop_reason == "budget" and result.step > 1
-    lrs = [r["lr"] for r in read_metrics(tmp_path / METRICS_FILE)]
+    lrs = [r["lr"] for r in read_metrics(tmp_path / METRICS_FILE) if r["kind"] == "train"]
     assert lrs[-1] < max(lrs)
 
 
