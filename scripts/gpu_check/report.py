@@ -18,8 +18,21 @@ def one_line(name: str, record: dict[str, Any]) -> str:
         return f" {counts['passed']} passed, {counts['failed'] + counts['error']} failed, {counts['skipped']} skipped"
     if name.startswith("throughput") and details.get("results"):
         ours, theirs = details["results"]["bertkit"], details["results"]["transformers"]
-        return (f" batch {details['batch']}: bertkit {ours['tokens_per_s']:,.0f} tok/s (MFU {ours['mfu']:.1%}), "
+        line = (f" batch {details['batch']}: bertkit {ours['tokens_per_s']:,.0f} tok/s (MFU {ours['mfu']:.1%}), "
                 f"transformers {theirs['tokens_per_s']:,.0f} tok/s (MFU {theirs['mfu']:.1%}), {details['ratio']:.2f}x")
+        if "bertkit --compile" in details["results"]:
+            compiled = details["results"]["bertkit --compile"]
+            line += (f"; bertkit --compile {compiled['tokens_per_s']:,.0f} tok/s (MFU {compiled['mfu']:.1%}), "
+                     f"{details['compile_ratio']:.2f}x")
+        return line
+    if name == "profile" and details.get("by_kind_ms_per_step"):
+        kinds = ", ".join(f"{kind} {ms:.1f}" for kind, ms in list(details["by_kind_ms_per_step"].items())[:4])
+        return (f" {details['wall_ms_per_step']:.1f} ms/step, GPU busy {details['busy_fraction']:.0%}; ms/step by "
+                f"kind: {kinds}")
+    if name == "checkpointing" and details.get("results"):
+        return (f" batch {details['batch']} x {details['seq_length']}: {details['time_ratio']:.2f}x the step time, "
+                f"{details.get('memory_ratio', float('nan')):.2f}x the peak memory; largest batch "
+                f"{details.get('largest_batch')}")
     if name == "process_group" and "group_joined" in details:
         return f" backend {details.get('backend')}, {details.get('steps', '?')} steps through fit"
     return ""
@@ -50,9 +63,13 @@ def markdown(results: dict[str, Any], parts) -> str:
             lines += tests_section(parts_done[name])
     if "process_group" in parts_done:
         lines += process_group_section(parts_done["process_group"])
-    for name in ("throughput", "throughput_tf32"):
+    for name in ("throughput", "throughput_tf32", "throughput_compile"):
         if name in parts_done:
             lines += throughput_section(parts_done[name], results["dry_run"])
+    if "profile" in parts_done:
+        lines += profile_section(parts_done["profile"])
+    if "checkpointing" in parts_done:
+        lines += checkpointing_section(parts_done["checkpointing"])
     failures = [(name, r) for name, r in parts_done.items() if r["status"] in ("failed", "timeout") and r.get("error")]
     if failures:
         lines += ["", "## Errors", ""]
@@ -156,6 +173,38 @@ def throughput_section(record: dict[str, Any], dry_run: bool) -> list[str]:
               "not counted."]
     if dry_run:
         lines += ["", "Dry run: a tiny model on a CPU; these numbers exercise the code and measure nothing."]
+    return lines
+
+
+def profile_section(record: dict[str, Any]) -> list[str]:
+    details = record.get("details") or {}
+    lines = ["", f"## {record['title']}", ""]
+    if not details.get("by_kind_ms_per_step"):
+        return [*lines, record["status"]]
+    lines += [f"{details['model']}, batch {details['batch']} x {details['seq_length']}, {details['precision']}, "
+              f"{details['steps']} profiled steps; {details['timed_on']}. Wall {details['wall_ms_per_step']:.1f} "
+              f"ms/step, kernels busy {details['busy_ms_per_step']:.1f} ms/step "
+              f"({details['busy_fraction']:.0%}).", "", "| kind | ms/step |", "|---|---|"]
+    lines += [f"| {kind} | {ms:.2f} |" for kind, ms in details["by_kind_ms_per_step"].items()]
+    lines += ["", "| kernel | kind | ms/step | calls/step |", "|---|---|---|---|"]
+    lines += [f"| {cell(k['name'][:100])} | {k['kind']} | {k['ms_per_step']:.2f} | {k['calls_per_step']:.0f} |"
+              for k in details["top_kernels"]]
+    return lines
+
+
+def checkpointing_section(record: dict[str, Any]) -> list[str]:
+    details = record.get("details") or {}
+    lines = ["", f"## {record['title']}", ""]
+    if not details.get("results"):
+        return [*lines, record["status"]]
+    lines += [f"{details['model']}, batch {details['batch']} x {details['seq_length']} tokens, {details['precision']}, "
+              f"{details['device']}.", "", "| mode | ms/step | tokens/s | peak allocated GiB | largest batch |",
+              "|---|---|---|---|---|"]
+    for mode, result in details["results"].items():
+        lines.append(f"| {mode} | {result['ms_per_step']:.1f} | {result['tokens_per_s']:,.0f} | "
+                     f"{result['peak_allocated_gib']} | {details['largest_batch'].get(mode)} |")
+    lines += ["", f"Checkpointed / plain: {details['time_ratio']:.2f}x the step time, "
+              f"{details.get('memory_ratio', float('nan')):.2f}x the peak memory."]
     return lines
 
 

@@ -69,6 +69,12 @@ PARTS = (
          options={"selection": "compile"}),
     Part("throughput_tf32", "Pre-training throughput and MFU, fp32 with TF32 (optional)", "throughput", 90,
          (*CORE, "transformers"), optional=True, options={"precision": "tf32"}),
+    Part("profile", "Where bertkit's bf16 pre-training step spends its GPU time (optional)", "profile_step", 90,
+         CORE, optional=True),
+    Part("checkpointing", "--gradient-checkpointing at 512 tokens: time and memory (optional)", "checkpointing", 150,
+         CORE, optional=True),
+    Part("throughput_compile", "Pre-training throughput, bf16, with bertkit --compile (optional)", "throughput",
+         200, (*CORE, "transformers"), optional=True, options={"precision": "bf16", "compile": True}),
 )
 assert sum(p.timeout_s for p in PARTS if not p.optional) <= 450
 

@@ -115,13 +115,14 @@ def run(options: dict[str, Any]) -> tuple[str, dict[str, Any], str | None]:
     from peak import matmul_peak  # benchmarks/peak.py, on sys.path now
 
     dry_run, precision = options["dry_run"], options["precision"]
+    names = (*NAMES, "bertkit --compile") if options.get("compile") else NAMES
     device = "cpu" if dry_run else "cuda"
     shape = {**(DRY if dry_run else GPU), **(TF32_SHAPE if precision == "tf32" and not dry_run else {})}
     candidates = [b for b in shape["batches"] if b <= options.get("max_batch", max(shape["batches"]))]
     if precision == "tf32":  # fp32 weights and activations, matrix multiplies on TF32 tensor cores
         torch.backends.cuda.matmul.allow_tf32 = True
         torch.backends.cudnn.allow_tf32 = True
-    built = bench.build_models(shape["model"], shape["vocab_size"], NAMES)
+    built = bench.build_models(shape["model"], shape["vocab_size"], names)
     models = {name: model.to(device) for name, model in built.items()}
     optimizers = {name: bench.optimizer_for(name, model) for name, model in models.items()}
     autocast = bench.autocast_for("bf16" if precision == "bf16" else "fp32", device)
@@ -138,7 +139,7 @@ def run(options: dict[str, Any]) -> tuple[str, dict[str, Any], str | None]:
     batch_size = None
     for size in candidates:
         trial = full_rows(size, seq_length, config.vocab_size, generator, device)
-        short = next((name for name in NAMES if not one_step_fits(bench, name, models[name], optimizers[name], trial,
+        short = next((name for name in names if not one_step_fits(bench, name, models[name], optimizers[name], trial,
                                                                    autocast, device)), None)
         details["search"].append({"batch": size, "result": "fits" if short is None else f"out of memory ({short})"})
         print(f"batch {size}: {details['search'][-1]['result']}", flush=True)
@@ -151,10 +152,10 @@ def run(options: dict[str, Any]) -> tuple[str, dict[str, Any], str | None]:
     details["batch"] = batch_size
 
     batches = [full_rows(batch_size, seq_length, config.vocab_size, generator, device) for _ in range(shape["steps"])]
-    times: dict[str, list[float]] = {name: [] for name in NAMES}
+    times: dict[str, list[float]] = {name: [] for name in names}
     memory: dict[str, float] = {}
     for round_index in range(shape["rounds"] + 1):  # round 0 warms up and is not counted
-        for name in (NAMES if round_index % 2 else tuple(reversed(NAMES))):
+        for name in (names if round_index % 2 else tuple(reversed(names))):
             if device == "cuda":
                 torch.cuda.reset_peak_memory_stats()
             elapsed = bench.timed_round(models[name], bench.STEPS[name], optimizers[name], batches, autocast, device)
@@ -177,7 +178,7 @@ def run(options: dict[str, Any]) -> tuple[str, dict[str, Any], str | None]:
                    steps_per_round=len(batches), rounds=shape["rounds"], tokens_per_step=tokens // len(batches),
                    masked_per_step=masked // len(batches), model_tflop_per_step=flops / len(batches) / 1e12,
                    transformers_uncounted_head_fraction=unmasked_head / flops, results={})
-    for name in NAMES:
+    for name in names:
         seconds = statistics.median(times[name])
         achieved = flops / seconds / 1e12
         details["results"][name] = {
@@ -186,6 +187,8 @@ def run(options: dict[str, Any]) -> tuple[str, dict[str, Any], str | None]:
             "peak_memory_gib": round(memory[name], 2) if name in memory else None,
             "round_seconds": [round(t, 4) for t in times[name]]}
         print(f"{name}: {details['results'][name]}", flush=True)
-    rates = {name: details["results"][name]["tokens_per_s"] for name in NAMES}
+    rates = {name: details["results"][name]["tokens_per_s"] for name in names}
     details["ratio"] = rates["bertkit"] / rates["transformers"]
+    if "bertkit --compile" in rates:
+        details["compile_ratio"] = rates["bertkit --compile"] / rates["transformers"]
     return "passed", details, None
