@@ -464,6 +464,43 @@ class MultipleChoiceSettings:
     """Longest input in tokens, [CLS]/[SEP] included."""
 
 
+EMBEDDING_POOLINGS = ("mean", "cls", "max")
+"""The values of `bertkit finetune embedding --pooling` (sentence-transformers' Pooling modes of those names)."""
+
+
+@dataclass
+class EmbeddingSettings:
+    """How `bertkit finetune embedding` reads pairs and makes sentence vectors (the pooling, normalisation
+    and length are saved as the sentence-transformers files of OUTPUT/best; bertkit.tasks.embedding)."""
+
+    max_seq_length: int = dataclasses.field(default=128, metadata={"min": 3})
+    """Longest text in tokens, [CLS]/[SEP] included (each text is encoded alone; longer ones are cut)."""
+    pooling: str = dataclasses.field(default="mean", metadata={"choices": EMBEDDING_POOLINGS})
+    """Sentence vector from the last layer: the mean of the real tokens' vectors, the [CLS] vector, or their
+    maximum per dimension."""
+    normalize: bool = False
+    """Scale every sentence vector to unit length (a Normalize module in the saved directory), so that a dot
+    product is the cosine; the loss and the evaluation use the cosine either way."""
+    scale: float = 20.0
+    """Multiple negatives ranking loss: the cosine similarities are multiplied by this before the softmax
+    (20 = temperature 0.05, sentence-transformers' default)."""
+    anchor_column: str = "anchor"
+    """Column/key of the anchor (query) text."""
+    positive_column: str = "positive"
+    """Column/key of the text that matches the anchor."""
+    negative_column: str | None = None
+    """Column/key of a hard negative of the anchor in the training file (it joins the in-batch candidates);
+    unset: in-batch negatives only."""
+    header: bool = True
+    """CSV/TSV: the first row names the columns; --no-header: it is data, and the column flags are column
+    numbers (0 the first, -1 the last)."""
+
+    def __post_init__(self) -> None:
+        check_bounds(self)
+        if not 0 < self.scale < float("inf"):  # (also NaN)
+            raise BertkitError(f"--scale must be a positive number, got {self.scale}")
+
+
 def flag_of(settings: object, name: str) -> str:
     """The command-line flag of the field `name` of the dataclass (or class) `settings`, for messages: its
     `flag` metadata (the first name of an on/off pair), else --name-in-kebab-case."""

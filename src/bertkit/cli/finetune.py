@@ -20,6 +20,7 @@ import click
 from bertkit.cli.options import memory_line, options, take
 from bertkit.settings import (
     ClassificationSettings,
+    EmbeddingSettings,
     FinetuneConfig,
     MultipleChoiceSettings,
     SquadSettings,
@@ -129,3 +130,24 @@ def squad(**flags: Any) -> None:
 def multiple_choice(**flags: Any) -> None:
     """Multiple choice (SWAG CSV, or JSONL with context/endings/label; either layout as Parquet/`datasets`)."""
     _run("multiple-choice", MultipleChoiceSettings, flags)
+
+
+@finetune.command()
+@_task_options(EmbeddingSettings)
+def embedding(**flags: Any) -> None:
+    """Sentence embeddings from (anchor, positive[, negative]) pairs: in-batch negatives (multiple negatives
+    ranking loss), retrieval scored on --dev before and after; OUTPUT/best is a sentence-transformers directory
+    (CSV/TSV/JSONL/Parquet/`datasets` directory by column)."""
+    from bertkit.tasks.embedding import METRIC_NAMES, run_embedding_training  # torch: only when the command runs
+
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    cfg = FinetuneConfig(**take(FinetuneConfig, flags))
+    settings = EmbeddingSettings(**take(EmbeddingSettings, flags))
+    results = run_embedding_training(flags.pop("train_file"), list(flags.pop("dev_files")), cfg, settings)
+    click.echo("before training: " + ", ".join(f"{k} {results['before_' + k]:.4f}" for k in METRIC_NAMES))
+    _print_summary({**results, "seeds": {s: {k: v for k, v in m.items() if not k.startswith("before_")}
+                                         for s, m in results["seeds"].items()}}, cfg.output)
+    if results["truncated_train_texts"]:
+        click.echo(f"truncated train texts: {results['truncated_train_texts']} (longer than --max-seq-length)")
+    if results["skipped_train"]:
+        click.echo(f"skipped train rows: {results['skipped_train']} (see the warning above)")
