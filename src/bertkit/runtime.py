@@ -49,7 +49,7 @@ def resolve_device(device: str, local_rank: int = 0) -> torch.device:
 
 def reset_peak_memory(device: torch.device) -> None:
     """Start a new peak for `peak_memory` on a CUDA device (the process's peak RSS cannot be reset)."""
-    if device.type == "cuda":
+    if device.type == "cuda" and torch.cuda.is_initialized():  # before CUDA's first use there is no peak yet
         torch.cuda.reset_peak_memory_stats(device)
 
 
@@ -63,7 +63,7 @@ def peak_memory(device: torch.device) -> dict[str, float]:
 
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux, bytes on macOS
     peak = {"rss_mib": round(rss / (2**20 if sys.platform == "darwin" else 2**10), 1)}
-    if device.type == "cuda":
+    if device.type == "cuda" and torch.cuda.is_initialized():
         peak["cuda_allocated_mib"] = round(torch.cuda.max_memory_allocated(device) / 2**20, 1)
         peak["cuda_reserved_mib"] = round(torch.cuda.max_memory_reserved(device) / 2**20, 1)
     return peak
