@@ -269,9 +269,10 @@ class PretrainSettings:
     """Delete the checkpoints of an earlier run in the run directory and start at step 0."""
     device: str = dataclasses.field(default="auto", metadata={"choices": DEVICES})
     """auto (CUDA when there is a GPU), cpu or cuda."""
-    compile: bool = False
-    """torch.compile the encoder layers (one-off compilation ~1 min; bertkit.model.compile_model); measured
-    faster on shared CPU cores, no gain on idle ones (docs/performance.md)."""
+    compile: bool | None = None
+    """torch.compile the encoder layers (one-off compilation ~1 min; bertkit.model.compile_model); unset: on
+    a GPU yes (bert-base phase 1 on an H100: 1.25x the eager step), on CPU no (faster only on shared CPU
+    cores; docs/performance.md)."""
     gradient_checkpointing: bool = False
     """Recompute each encoder layer in the backward instead of keeping its activations: activation memory
     of about one layer instead of L, for about a third more step time (docs/performance.md)."""
