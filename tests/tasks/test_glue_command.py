@@ -54,9 +54,9 @@ def _rows(task: str, rng: random.Random, count: int, dev: bool) -> list[str]:
                 *(f"{i}\t{2 * i}\t{2 * i + 1}\t" + "\t".join(pair()) + f"\t{i % 2}" for i in range(count))]
     if task == "MNLI":
         columns = MNLI_DEV if dev else MNLI_TRAIN
-        labels = len(columns) - 10  # after the two sentences: label1 (.. label5) and gold_label
+        votes = len(columns) - 10  # after the two sentences: label1 (.. label5) and gold_label
         return ["\t".join(columns), *(f"{i}\t{i}\t{i}n\tfiction\t" + "\t".join(["(x)"] * 4) + "\t"
-                                      + "\t".join(pair()) + "\t" + "\t".join([nli[i % 3]] * labels)
+                                      + "\t".join(pair()) + "\t" + "\t".join([nli[i % 3]] * votes)
                                       for i in range(count))]
     labels = binary if task in ("QNLI", "RTE") else ("0", "1")
     first = "question\tsentence" if task == "QNLI" else "sentence1\tsentence2"
@@ -233,7 +233,33 @@ def test_asked_tasks_missing_or_unknown(model_dir, tmp_path, capsys):
     assert "--learning-rates '3e-5,fast': expected comma-separated numbers" in capsys.readouterr().err
 
 
+def test_every_glue_flag_has_help_that_never_contradicts_its_default():
+    import click
+
+    from bertkit.cli.glue import glue
+    context = click.Context(glue)
+    for param in glue.params:
+        if isinstance(param, click.Option):
+            text = param.get_help_record(context)[1]
+            never_none = param.required or param.get_default(context) is not None
+            assert param.help and not (never_none and re.search(r"\bunset\b", text)), (param.opts, text)
+
+
 def test_glue_help_imports_no_torch():
     code = "import sys; from bertkit.cli import main; main(['glue', '--help']); print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert "--learning-rates" in out and "[default: 1,2,3]" in out and out.strip().endswith("False")
+
+
+def test_the_smoke_directory_script_writes_every_task_in_its_layout(tmp_path):
+    """scripts/tiny_glue.py (docs/finetuning.md's smoke run): all nine folders read as fine-tuning reads them."""
+    import importlib.util
+    script = Path(__file__).resolve().parents[2] / "scripts" / "tiny_glue.py"
+    spec = importlib.util.spec_from_file_location("tiny_glue", script)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    data = module.write_tiny_glue(tmp_path / "glue", train_rows=20, dev_rows=10)
+    found, problems = glue_suite.find_tasks(data, None)
+    assert problems == [] and {t.spec.key for t in found} == set(glue_suite.GLUE_FOLDERS)
+    assert all(t.counts["train"] == 20 and not t.counts["skipped_train"] for t in found)
