@@ -53,6 +53,10 @@ RECIPES = ("auto", "paper", "short")
 """The values of --recipe (bertkit.tasks.recipes: auto picks paper or short from the budget)."""
 TAG_SCHEMES = ("BIO", "IOB1", "BIOES")
 """Tagging schemes whose entities the tagging metrics read (bertkit.tasks.metrics.entity_scores)."""
+LONG_DOCUMENTS = ("truncate", "windows")
+"""How classification reads an input longer than --max-seq-length (bertkit.tasks.long_documents)."""
+WINDOW_AGGREGATIONS = ("mean", "max")
+"""How the window scores of a long document become its score (bertkit.tasks.long_documents.aggregate_logits)."""
 
 
 # --- training ------------------------------------------------------------------------------------------
@@ -417,6 +421,37 @@ class ClassificationSettings:
     header: bool = True
     """CSV/TSV: the first row names the columns; --no-header: it is data, and --text-column,
     --text-pair-column and --label-column are column numbers (0 the first, -1 the last)."""
+    long_documents: str = dataclasses.field(default="truncate", metadata={"choices": LONG_DOCUMENTS})
+    """An input longer than --max-seq-length: truncate (longest-first, counted), or windows: cut into
+    overlapping windows of --max-seq-length tokens (a pair keeps its first text and windows the second),
+    each window trained with the input's label, scored, and the scores aggregated per input
+    (docs/finetuning.md, "Documents longer than the model")."""
+    doc_stride: int | None = dataclasses.field(default=None, metadata={"min": 1})
+    """With --long-documents windows: tokens between the starts of consecutive windows; unset: half a
+    window."""
+    window_aggregation: str = dataclasses.field(default="mean", metadata={"choices": WINDOW_AGGREGATIONS})
+    """With --long-documents windows: an input's logits are the mean of its windows' logits, or their
+    maximum per label."""
+    max_windows: int = dataclasses.field(default=16, metadata={"min": 1})
+    """With --long-documents windows: most windows per input; a longer input keeps its first windows and its
+    last one, and is counted as truncated."""
+
+    def __post_init__(self) -> None:
+        check_bounds(self)
+        if self.long_documents not in LONG_DOCUMENTS:
+            raise BertkitError(f"--long-documents {self.long_documents!r}: use one of {', '.join(LONG_DOCUMENTS)}")
+        if self.window_aggregation not in WINDOW_AGGREGATIONS:
+            raise BertkitError(f"--window-aggregation {self.window_aggregation!r}: use one of "
+                               f"{', '.join(WINDOW_AGGREGATIONS)}")
+        if self.long_documents == "truncate" and self.doc_stride is not None:
+            raise BertkitError("--doc-stride applies to --long-documents windows; add that flag or drop --doc-stride")
+        if self.long_documents == "windows" and self.max_seq_length < 4:
+            raise BertkitError(f"--long-documents windows needs --max-seq-length of at least 4, got "
+                               f"{self.max_seq_length}")
+        if self.doc_stride is not None and self.doc_stride > self.max_seq_length - 2:
+            raise BertkitError(f"--doc-stride {self.doc_stride} is longer than a window's {self.max_seq_length - 2} "
+                               "text tokens (--max-seq-length minus [CLS] and [SEP]), so windows would skip tokens; "
+                               "give at most that (half of it is the default)")
 
 
 @dataclass
@@ -746,8 +781,31 @@ class ExportSettings:
         check_bounds(self)
 
 
+@dataclass(kw_only=True)
+class LongDocumentChoices:
+    """How `bertkit predict`, `evaluate` and `serve` read classification inputs longer than the model;
+    unset fields keep what the fine-tuned directory recorded (ClassificationSettings, bertkit_task.json)."""
+
+    long_documents: str | None = dataclasses.field(default=None, metadata={"choices": LONG_DOCUMENTS})
+    """Classification: truncate an input longer than the model's fine-tuned max_seq_length, or score it in
+    overlapping windows and aggregate; unset: as fine-tuned."""
+    doc_stride: int | None = dataclasses.field(default=None, metadata={"min": 1})
+    """Classification with windows: tokens between the starts of consecutive windows; unset: as fine-tuned."""
+    window_aggregation: str | None = dataclasses.field(default=None, metadata={"choices": WINDOW_AGGREGATIONS})
+    """Classification with windows: mean of the windows' logits, or their maximum per label; unset: as
+    fine-tuned."""
+    max_windows: int | None = dataclasses.field(default=None, metadata={"min": 1})
+    """Classification with windows: most windows per input (then its first windows and its last); unset: as
+    fine-tuned."""
+
+    def long_document_choices(self) -> dict[str, Any]:
+        """The choices given (not None)."""
+        names = ("long_documents", "doc_stride", "window_aggregation", "max_windows")
+        return {name: getattr(self, name) for name in names if getattr(self, name) is not None}
+
+
 @dataclass
-class PredictSettings:
+class PredictSettings(LongDocumentChoices):
     """A fine-tuned directory on a file: `bertkit predict` / `bertkit evaluate`
     (bertkit.tasks.evaluate.predict_file)."""
 
@@ -794,7 +852,8 @@ class PredictSettings:
         """The reading settings given for this file (they override the fine-tuned model's saved ones)."""
         names = ("text_column", "text_pair_column", "label_column", "id_column", "header", "tokens_column",
                  "tags_column")
-        return {name: getattr(self, name) for name in names if getattr(self, name) is not None}
+        return {**{name: getattr(self, name) for name in names if getattr(self, name) is not None},
+                **self.long_document_choices()}
 
 
 # --- serving (bertkit serve) ---------------------------------------------------------------------------

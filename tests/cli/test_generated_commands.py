@@ -18,6 +18,7 @@ from bertkit.settings import (
     ExportSettings,
     ExtractSettings,
     Limits,
+    LongDocumentChoices,
     PredictSettings,
     PretrainingDataJob,
     PretrainingDataOptions,
@@ -32,7 +33,7 @@ NAMES = {"data pretraining": ({PretrainingDataJob, PretrainingDataOptions}, set(
          "tokenizer encode": ({TokenizerEncodeSettings}, set()),
          "extract": ({ExtractSettings}, set()),
          "export onnx": ({ExportSettings}, set()),
-         "serve": ({ServeSettings, ServerSettings, Limits}, {"limits"}),
+         "serve": ({ServeSettings, ServerSettings, Limits, LongDocumentChoices}, {"limits"}),
          "predict": ({PredictSettings}, {"evaluate", "label_column", "tags_column"}),
          "evaluate": ({PredictSettings}, {"evaluate"}),
          "quickstart": ({QuickstartConfig}, {"seeds_fixed", "epochs_fixed", "recipe", "eval_every", "eval_examples",
@@ -168,6 +169,10 @@ def test_serve_flags_reach_the_predictor_the_app_and_the_server(monkeypatch, tmp
     assert main(["serve", "--model", str(tmp_path)]) == 0
     assert created["args"][1] == ServerSettings() and served["kwargs"]["host"] == "127.0.0.1"
     assert loaded["kwargs"] == {"batch_size": 32, "precision": "auto", "tokenizer_dir": None}
+    assert main(["serve", "--model", str(tmp_path), "--long-documents", "windows", "--doc-stride", "32",
+                 "--window-aggregation", "max", "--max-windows", "4"]) == 0
+    assert loaded["kwargs"]["long_documents"] == {"long_documents": "windows", "doc_stride": 32,
+                                                  "window_aggregation": "max", "max_windows": 4}
     assert main(["serve", "--model", str(tmp_path), "--port", "70000"]) == 2
 
 

@@ -227,7 +227,8 @@ def test_choices_are_the_settings_constants():
                 "--feature-combine": run_settings.FEATURE_COMBINES, "--tag-scheme": run_settings.TAG_SCHEMES,
                 "--masking": run_settings.MASKINGS, "--rng": run_settings.DATA_RNGS,
                 "--pooling": run_settings.POOLINGS, "--quantize": run_settings.QUANTIZATIONS,
-                "--log-level": run_settings.LOG_LEVELS}
+                "--log-level": run_settings.LOG_LEVELS, "--long-documents": run_settings.LONG_DOCUMENTS,
+                "--window-aggregation": run_settings.WINDOW_AGGREGATIONS}
     seen = set()
     for name, command in _leaf_commands():
         training = name.startswith(TRAINING_COMMANDS)

@@ -86,7 +86,8 @@ def _print_summary(results: dict[str, Any], output: Path) -> None:
                        f"seeds, best {stats['max']:.4f} (seed {results['best_seed']})")
     for key in ("truncated_train_examples", "truncated_dev_examples"):
         if results.get(key):
-            click.echo(f"{key.replace('_', ' ')}: {results[key]} (longer than --max-seq-length)")
+            click.echo(f"{key.replace('_', ' ')}: {results[key]} (longer than --max-seq-length; with "
+                       "--long-documents windows: than --max-windows windows)")
     if results.get("peak_memory"):
         click.echo(f"peak memory: {memory_line(results['peak_memory'])}")
     click.echo(f"best model: {output / 'best'}; results: {output / 'eval_results.json'}")

@@ -3,7 +3,8 @@
 
 Design decision: the flags are generated (bertkit.cli.options) from the settings the library takes:
 `ExtractSettings`, `ExportSettings`, and for serve `ServeSettings` (model, address, threads),
-`ServerSettings` and `Limits` (bertkit.settings, torch-free). Heavy imports (torch, onnxruntime, FastAPI)
+`ServerSettings`, `Limits` and a classifier's `LongDocumentChoices` (bertkit.settings,
+torch-free). Heavy imports (torch, onnxruntime, FastAPI)
 happen inside each command, so `--help` answers at once; the server binds 127.0.0.1 unless `--host` says
 otherwise, and the API key can come from the environment (BERTKIT_API_KEY) so it stays out of shell
 history and process listings.
@@ -17,7 +18,7 @@ from typing import Any
 import click
 
 from bertkit.cli.options import options, take
-from bertkit.settings import ExportSettings, ExtractSettings, Limits, ServerSettings, ServeSettings
+from bertkit.settings import ExportSettings, ExtractSettings, Limits, LongDocumentChoices, ServerSettings, ServeSettings
 
 CONTEXT = {"show_default": True}
 
@@ -55,6 +56,7 @@ def onnx(**flags: Any) -> None:
 @options(ServerSettings, exclude=("limits",), overrides={"api_key": {"envvar": "BERTKIT_API_KEY",
                                                                       "show_envvar": True}})
 @options(Limits)
+@options(LongDocumentChoices)
 def serve(**flags: Any) -> None:
     """Serve a model over HTTP (FastAPI + uvicorn; OpenAPI docs at /docs)."""
     import torch
@@ -63,12 +65,14 @@ def serve(**flags: Any) -> None:
     from bertkit.serve.predictor import load_predictor
 
     run = ServeSettings(**take(ServeSettings, flags))
+    long_documents = LongDocumentChoices(**take(LongDocumentChoices, flags)).long_document_choices()
     settings = ServerSettings(Limits(**take(Limits, flags)), **take(ServerSettings, flags))
     logging.basicConfig(level=run.log_level.upper(), format="%(levelname)s %(name)s: %(message)s")
     if run.threads is not None:
         torch.set_num_threads(run.threads)
     predictor = load_predictor(run.model, batch_size=settings.max_batch_size, precision=run.precision,
-                               tokenizer_dir=run.tokenizer)
+                               tokenizer_dir=run.tokenizer,
+                               **({"long_documents": long_documents} if long_documents else {}))
     click.echo(f"serving {', '.join('/' + e for e in predictor.endpoints)} on http://{run.host}:{run.port} "
                "(also /v1/embeddings, /tokenize, /info, /metrics, /health, /ready; docs: /docs)")
     run_server(create_app(predictor, settings), host=run.host, port=run.port, drain_timeout_s=run.drain_timeout_s,

@@ -4,9 +4,10 @@
 request queued under `key` (the app's `(endpoint, *options)` tuple). A text or a pair (/classify,
 /rerank) is [CLS] text [SEP] (pair [SEP]) cut at the model's maximum length (/embed and /v1/embeddings
 with a sentence-transformers prompt first); a /fill-mask text counts each [MASK] as one token; a /tag
-text or an /answer context counts every doc-stride window the task cuts it into, so a long context
-weighs what it costs; /tokenize runs no model and counts 0. An item of a shape this module does not
-know counts as a full sequence (the most one window can cost).
+text, an /answer context and a /classify input of a classifier with --long-documents windows count
+every window the task cuts them into, so a long text weighs what it costs; /tokenize runs no model and
+counts 0. An item of a shape this module does not know counts as a full sequence (the most one window
+can cost).
 
 Design decision: counted when the request is queued (the batcher must know a batch's tokens before it
 runs), on the event loop, so it must be cheap for any request the limits let in (up to --max-inputs texts
@@ -26,6 +27,7 @@ from typing import Any, cast
 
 from bertkit.serve.microbatch import Cost
 from bertkit.serve.predictor import Predictor
+from bertkit.tasks.long_documents import plan_windows
 from bertkit.tasks.windows import sliding_windows
 from bertkit.tokenizer import MASK, WordPieceTokenizer
 
@@ -50,6 +52,9 @@ def token_cost(predictor: Predictor) -> Cost:
             return [_windows(n, s.max_seq_length - 2, s.doc_stride, 2) for n in _lengths(tokenizer, items)]
         if endpoint == "answer" and task is not None and all(_is_pair(item) and item[1] is not None for item in items):
             return _answer_costs(tokenizer, task.settings, items)
+        if endpoint == "classify" and getattr(getattr(task, "settings", None), "long_documents", None) == "windows" \
+                and all(_is_pair(item) for item in items):
+            return _window_costs(tokenizer, task.settings, items)
         if endpoint in ("embed", "embeddings") and predictor.sentence is not None:
             items = [predictor.sentence.prepare(item) if isinstance(item, str) else item for item in items]
         return _sequence_costs(tokenizer, items, max_length)
@@ -75,6 +80,14 @@ def _answer_costs(tokenizer: WordPieceTokenizer, settings: Any, items: list[Any]
         frame = min(question, settings.max_query_length) + 3  # [CLS] question [SEP] ... [SEP]
         costs.append(_windows(context, settings.max_seq_length - frame, settings.doc_stride, frame))
     return costs
+
+
+def _window_costs(tokenizer: WordPieceTokenizer, settings: Any, items: list[Any]) -> list[int]:
+    """Tokens of the windows a classifier with --long-documents windows reads each (text, pair or None) in."""
+    firsts = _lengths(tokenizer, [text for text, _ in items])
+    seconds = _lengths(tokenizer, [pair or "" for _, pair in items])
+    return [plan_windows(first, None if pair is None else second, settings.max_seq_length, settings.doc_stride,
+                         settings.max_windows).tokens for (_, pair), first, second in zip(items, firsts, seconds)]
 
 
 def _lengths(tokenizer: WordPieceTokenizer, texts: list[str], at_least: int | None = None) -> list[int]:

@@ -290,14 +290,38 @@ class ClassificationPredictor(Predictor):
 
     def classify(self, texts: Sequence[str], text_pairs: Sequence[str] | None = None, truncate: bool = True,
                  truncation_direction: str = "right") -> list[dict[str, Any]]:
-        """Per input {label, probabilities, truncated}, or {score, truncated} for regression."""
-        features, lost = self.encode(texts, text_pairs, truncate, truncation_direction)
+        """Per input {label, probabilities, truncated}, or {score, truncated} for regression. A model
+        fine-tuned with `long_documents` "windows" reads each input in windows and aggregates their logits
+        as `bertkit predict` does, adding `windows` (how many were scored); `truncated` then means some
+        tokens were in no window (the max_windows cap), `truncate` False refuses such an input, and
+        `truncation_direction` does not apply."""
         examples = [TextExample(f"inputs[{i}]", t, None if text_pairs is None else text_pairs[i], None)
                     for i, t in enumerate(texts)]
         if not examples:
             return []
+        if self.task.settings.long_documents == "windows":
+            return self._classify_windows(examples, truncate)
+        features, lost = self.encode(texts, text_pairs, truncate, truncation_direction)
         decoded = self.task.decode(examples, features, self.task_outputs(self.task, features))
         return [{**{k: v for k, v in d.items() if k != "id"}, "truncated": cut > 0} for d, cut in zip(decoded, lost)]
+
+    def _classify_windows(self, examples: Sequence[TextExample], truncate: bool) -> list[dict[str, Any]]:
+        features, plans = self.task.window_features(examples, self.tokenizer)
+        if not truncate:
+            for i, plan in enumerate(plans):
+                if plan.truncated:
+                    total = sum(map(len, self.tokenizer.encode_ids([examples[i].text, examples[i].text_pair or ""])))
+                    total += 3 if plan.is_pair else 2
+                    raise InputTooLongError(i, total, self._tokens_read(plan))
+        decoded = self.task.decode(examples, features, self.task_outputs(self.task, features))
+        return [{**{k: v for k, v in d.items() if k != "id"}, "truncated": plan.truncated, "windows": len(plan.spans)}
+                for d, plan in zip(decoded, plans)]
+
+    @staticmethod
+    def _tokens_read(plan: Any) -> int:
+        """Distinct tokens of an input that its windows read, specials included."""
+        read = {position for start, size in plan.spans for position in range(start, start + size)}
+        return len(read) + plan.first_kept + (3 if plan.is_pair else 2)
 
     def rerank(self, queries: Sequence[str], texts: Sequence[str], truncate: bool = True,
                truncation_direction: str = "right", raw_scores: bool = False) -> list[float]:
@@ -320,6 +344,14 @@ class ClassificationPredictor(Predictor):
             shifted = np.exp(logits - logits.max(axis=1, keepdims=True))
             scores = shifted[:, -1] / shifted.sum(axis=1)
         return [float(score) for score in scores]
+
+    def describe(self) -> dict[str, Any]:
+        info = super().describe()
+        s = self.task.settings
+        if s.long_documents == "windows":
+            info["long_documents"] = {"mode": "windows", "doc_stride": s.doc_stride,
+                                      "window_aggregation": s.window_aggregation, "max_windows": s.max_windows}
+        return info
 
     def warmup(self) -> None:
         super().warmup()
@@ -438,11 +470,12 @@ class QuestionAnsweringPredictor(Predictor):
 # --- loading ------------------------------------------------------------------------------------
 
 def load_predictor(directory: str | Path, batch_size: int = 32, precision: str = "fp32",
-                   tokenizer_dir: str | Path | None = None) -> Predictor:
+                   tokenizer_dir: str | Path | None = None, long_documents: dict[str, Any] | None = None) -> Predictor:
     """The predictor for a checkpoint directory (see the module docstring for the choice); `precision`
     is an inference precision (`bertkit.model.for_inference`): fp32 exact, bf16 (results within bf16
     rounding), int8 (encoder layers quantized), or auto (the faster of fp32 and bf16 as measured here);
-    `tokenizer_dir` is a tokenizer directory to use instead of the checkpoint's."""
+    `tokenizer_dir` is a tokenizer directory to use instead of the checkpoint's; `long_documents` holds
+    a classifier's long-document settings that replace its saved ones (`LongDocumentChoices`)."""
     directory = check_model_directory(directory)
     check_inference_precision(precision)
     config = BertConfig.from_json_file(directory / "config.json")
@@ -452,6 +485,11 @@ def load_predictor(directory: str | Path, batch_size: int = 32, precision: str =
     predictor.kind, predictor.model_id = kind, directory.name
     if isinstance(predictor, ClassificationPredictor) and settings is None:
         predictor.sigmoid_scores = _cross_encoder_sigmoid(directory, config)
+    if long_documents:
+        if not isinstance(predictor, ClassificationPredictor):
+            flag = "--" + next(iter(long_documents)).replace("_", "-")
+            raise BertkitError(f"{flag} applies to classification models; {directory} is a {kind} model")
+        predictor.task = predictor.task.with_long_documents(**long_documents)
     return predictor
 
 

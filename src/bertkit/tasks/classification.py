@@ -3,8 +3,10 @@
 Input is `[CLS] text [SEP]` or `[CLS] text [SEP] pair [SEP]`; the head reads the pooled [CLS] vector
 (`BertForSequenceClassification`). Design decision: an input longer than `max_seq_length` is truncated
 longest-first (the original `_truncate_seq_pair`) and the number of truncated examples is counted and
-reported, never hidden; regression (one output, mean squared error) is chosen by the label list being
-None, as STS-B's is.
+reported, never hidden, unless `long_documents` is "windows": then it is read in overlapping windows,
+each a feature with its example's `document_index`, whose logits `decode` aggregates
+(`bertkit.tasks.long_documents`); regression (one output, mean squared error) is chosen by the label
+list being None, as STS-B's is.
 
 References: Devlin et al. (2018), section 4.1 and figure 4 (a, b); google-research/bert
 `run_classifier.py`; GLUE (Wang et al., 2018) for the metric of each task.
@@ -28,6 +30,7 @@ from bertkit.data.textfile import format_suffix
 from bertkit.errors import BertkitError
 from bertkit.model import BertForSequenceClassification
 from bertkit.settings import ClassificationSettings
+from bertkit.tasks.long_documents import WindowPlan, aggregate_logits, plan_windows, window_features
 from bertkit.tasks.metrics import GLUE_METRICS, classification_metrics
 from bertkit.tasks.task import BaseTask, refuse_columns, write_jsonl
 
@@ -71,16 +74,33 @@ class ClassificationTask(BaseTask):
                      header: bool | None = None, **others: Any) -> ClassificationTask:
         """This task reading files by the given column names (the predict/evaluate flags; `header` False:
         numbers, in a file without a header row), the saved settings filling in the rest; a GLUE model
-        then reads its files as generic tables too. Another task's column settings (`others`) are refused."""
+        then reads its files as generic tables too. The long-document choices given (`others`:
+        `LongDocumentChoices`) replace the saved ones; another task's column settings are refused."""
+        choices = {k: others.pop(k) for k in ("long_documents", "doc_stride", "window_aggregation", "max_windows")
+                   if others.get(k) is not None}
         refuse_columns(self.kind, others)
         if text_pair_column and not self.settings.text_pair_column:
             raise BertkitError(f"--text-pair-column {text_pair_column!r}: this model was fine-tuned on single "
                                "texts, not pairs; leave the flag out")
-        s = self.settings
+        s = self.with_long_documents(**choices).settings
         task = ClassificationTask(dataclasses.replace(
             s, text_column=text_column or s.text_column, text_pair_column=text_pair_column or s.text_pair_column,
             label_column=label_column or s.label_column, header=s.header if header is None else header))
-        task.by_column, task.id_column = True, id_column
+        given = (text_column, text_pair_column, label_column, id_column, header)
+        task.by_column = self.by_column or any(v is not None for v in given)  # a long-document choice alone: no
+        task.id_column = id_column or self.id_column
+        return task
+
+    def with_long_documents(self, **choices: Any) -> ClassificationTask:
+        """This task with the long-document settings given (long_documents, doc_stride, window_aggregation,
+        max_windows) in place of the saved ones; switching to truncate drops a saved doc_stride."""
+        if not choices:
+            return self
+        s = self.settings
+        if choices.get("long_documents") == "truncate" and "doc_stride" not in choices:
+            choices["doc_stride"] = None
+        task = ClassificationTask(dataclasses.replace(s, **choices))  # __post_init__ checks them
+        task.by_column, task.id_column = self.by_column, self.id_column
         return task
 
     def read(self, path: str | Path, labelled: bool = True, training: bool = False,
@@ -109,20 +129,62 @@ class ClassificationTask(BaseTask):
         return examples, skipped + unknown
 
     def features(self, examples: Sequence[TextExample], tokenizer: Any, training: bool = False) -> list[dict[str, Any]]:
-        """input_ids/token_type_ids/attention_mask (+ labels when the examples have them)."""
+        """input_ids/token_type_ids/attention_mask (+ labels when the examples have them); with windows,
+        one feature per window, each with its example's `document_index` and label."""
+        if self.settings.long_documents == "windows":
+            return self.window_features(examples, tokenizer)[0]
         texts = [e.text for e in examples]
         pairs = [e.text_pair or "" for e in examples] if examples[0].text_pair is not None else None
         encodings = tokenizer.encode_batch(texts, pairs, max_length=self.settings.max_seq_length, truncation=True)
         self._report_truncation(examples, encodings)
-        labels = self.settings.labels  # None: regression
         features = []
         for example, encoding in zip(examples, encodings):
             feature = {"input_ids": encoding.input_ids, "token_type_ids": encoding.token_type_ids,
                        "attention_mask": encoding.attention_mask}
-            if example.label is not None:
-                feature["labels"] = float(example.label) if labels is None else labels.index(example.label)
-            features.append(feature)
+            features.append(self._labelled(feature, example))
         return features
+
+    def _labelled(self, feature: dict[str, Any], example: TextExample) -> dict[str, Any]:
+        labels = self.settings.labels  # None: regression
+        if example.label is not None:
+            feature["labels"] = float(example.label) if labels is None else labels.index(example.label)
+        return feature
+
+    def window_features(self, examples: Sequence[TextExample], tokenizer: Any,
+                        ) -> tuple[list[dict[str, Any]], list[WindowPlan]]:
+        """The window features of every example (`document_index` says whose; labels repeated) and each
+        example's `WindowPlan`; examples with tokens in no window (the --max-windows cap, a pair's long
+        first text) are counted in `last_truncated` and logged."""
+        s = self.settings
+        firsts = tokenizer.encode_ids([e.text for e in examples])
+        seconds = tokenizer.encode_ids([e.text_pair or "" for e in examples]) \
+            if examples and examples[0].text_pair is not None else None
+        features: list[dict[str, Any]] = []
+        plans = []
+        for index, (example, first) in enumerate(zip(examples, firsts)):
+            second = seconds[index] if seconds is not None else None
+            plan = plan_windows(len(first), None if second is None else len(second), s.max_seq_length, s.doc_stride,
+                                s.max_windows)
+            plans.append(plan)
+            for feature in window_features(first, second, plan, tokenizer.cls_token_id, tokenizer.sep_token_id):
+                features.append(self._labelled({**feature, "document_index": index}, example))
+        self._report_windows(examples, plans, len(features))
+        return features, plans
+
+    def _report_windows(self, examples: Sequence[TextExample], plans: Sequence[WindowPlan], windows: int) -> None:
+        capped = sum(p.needed > len(p.spans) for p in plans)
+        cut = sum(p.first_cut for p in plans)
+        source = examples[0].guid.rsplit(":", 1)[0] if examples else ""
+        log.info("%d inputs (from %s) read in %d windows of at most %d tokens", len(examples), source, windows,
+                 self.settings.max_seq_length)
+        if capped:
+            log.warning("%d of %d inputs (from %s) need more than --max-windows %d windows (the longest %d); their "
+                        "first %d windows and their last were read", capped, len(examples), source,
+                        self.settings.max_windows, max(p.needed for p in plans), self.settings.max_windows - 1)
+        if cut:
+            log.warning("%d of %d pairs (from %s) have a first text longer than half a window; it was cut",
+                        cut, len(examples), source)
+        self.last_truncated = sum(p.truncated for p in plans)
 
     def _report_truncation(self, examples: Sequence[TextExample], encodings: Sequence[Any]) -> int:
         truncated = sum(e.truncated for e in encodings)
@@ -145,8 +207,10 @@ class ClassificationTask(BaseTask):
 
     def decode(self, examples: Sequence[TextExample], features: Sequence[dict],
                outputs: dict[str, list[np.ndarray]]) -> list[dict[str, Any]]:
-        """One prediction per example: the label (or score) and, for classification, probabilities."""
-        logits = np.stack(outputs["logits"])  # (N, num_labels)
+        """One prediction per example: the label (or score) and, for classification, probabilities; the
+        logits of an example read in windows are its windows' aggregated (`aggregate_logits`)."""
+        logits = aggregate_logits(outputs["logits"], features, len(examples),
+                                  self.settings.window_aggregation)  # (N, num_labels)
         labels = self.settings.labels
         if labels is None:  # regression
             return [{"id": e.id or e.guid, "score": float(row[0])} for e, row in zip(examples, logits)]

@@ -150,9 +150,11 @@ class BaseTask:
                                "was the directory written by another bertkit version?") from None
 
 
-COLUMN_SETTINGS = {"classification": ("text_column", "text_pair_column", "label_column", "id_column", "header"),
+COLUMN_SETTINGS = {"classification": ("text_column", "text_pair_column", "label_column", "id_column", "header",
+                                      "long_documents", "doc_stride", "window_aggregation", "max_windows"),
                    "tagging": ("tokens_column", "tags_column")}
-"""The task kinds that read files by column, and the column settings of `bertkit predict/evaluate` each takes."""
+"""The task kinds that read files by column, and the reading settings of `bertkit predict/evaluate` each takes
+(classification's long-document choices among them)."""
 
 
 def refuse_columns(kind: str, columns: dict[str, Any]) -> None:
