@@ -1,30 +1,37 @@
-"""ONNX export of any bertkit head, checked against onnxruntime, with optional dynamic int8 quantization.
+"""ONNX export of any bertkit head, checked against onnxruntime, optionally fused by ONNX Runtime's BERT
+optimizer and dynamically quantized to int8, written as a directory that deploys on its own.
 
 `export_onnx(ExportSettings(model_dir, output))` writes an ONNX graph with inputs `input_ids`, `token_type_ids`,
 `attention_mask` (int64, dynamic batch and sequence axes; multiple choice adds a dynamic choices axis)
-and the head's outputs under their Hugging Face names. It then runs the graph in onnxruntime on a
-sample batch of a *different* shape than the one traced and reports the largest difference from
-PyTorch. `quantize="int8"` applies onnxruntime's dynamic quantization (int8 weights, activations
-quantized on the fly) and measures what it changes on the sample: the largest output difference and
-how often the top-1 prediction (argmax of the logits) stays the same.
+and the head's outputs under their Hugging Face names. `output` is a directory (model.onnx beside
+config.json with the label map, the tokenizer files and bertkit_task.json: bertkit.export_directory) or,
+when it ends in .onnx, that file alone (the graph only, as earlier versions wrote). It then runs the graph in
+onnxruntime on a sample batch of a *different* shape than the one traced and reports the largest difference
+from PyTorch's padding-free model. `optimize=True` writes ONNX Runtime's fused graph instead
+(bertkit.onnx_fusion) and reports its fused operators and its own difference from PyTorch.
+`quantize="int8"` applies onnxruntime's dynamic quantization (int8 weights, activations quantized on the
+fly) and measures what it changes on the sample: the largest output difference and how often the top-1
+prediction (argmax of the logits) stays the same.
 
 Design decision: the TorchScript-based exporter (`dynamo=False`): in torch 2.13 the default
 torch.export-based exporter needs the `onnxscript` package, which bertkit does not depend on. The
-graph is traced with the padded attention backend (`attention = PaddedSDPA()`, same numbers), since the
-padding-free path's data-dependent gather sizes would be frozen by tracing; the trace batch is
+graph is traced with the padded layout (`attention = PaddedSDPA()`), since the padding-free path's
+data-dependent gather sizes would be frozen by tracing, and with the encoder in the form ONNX Runtime's
+BERT fusions recognise (`onnx_fusion.fusable_encoder`: separate q/k/v projections, explicit masked
+softmax; same numbers), so the plain graph is fusable by users' own optimizers too; the trace batch is
 padded so the masked-attention branch is the one recorded. A feature-based fine-tuned directory
 (frozen encoder + feature_head.safetensors) is exported whole, encoder and head: it answers as its task's
 model does (e.g. `logits` of BertForSequenceClassification), so its graph has that model's outputs.
 
 References: PyTorch `torch.onnx.export`; onnxruntime `quantization.quantize_dynamic`
-(Zafrir et al. 2019, "Q8BERT", for int8 BERT inference).
+(Zafrir et al. 2019, "Q8BERT", for int8 BERT inference); onnxruntime.transformers.optimizer.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
-import os
+import shutil
 import tempfile
 import warnings
 from collections.abc import Iterator
@@ -38,11 +45,13 @@ from torch import nn
 
 from bertkit.config import BertConfig, check_model_directory
 from bertkit.errors import BertkitError
+from bertkit.export_directory import GRAPH_FILE, check_output_directory, write_deploy_files
 from bertkit.features import read_lines
 from bertkit.inference.batching import pad_batch
 from bertkit.model import MODEL_CLASSES, BertModel
 from bertkit.model.attention import PaddedSDPA
 from bertkit.model.feature_based import FeatureBasedModel
+from bertkit.onnx_fusion import OPT_LEVEL, fusable_encoder, optimize_graph
 from bertkit.settings import QUANTIZATIONS, ExportSettings
 from bertkit.tasks.finetuned import load_finetuned, read_task_file
 from bertkit.tokenizer import WordPieceTokenizer, check_model_vocabulary
@@ -79,13 +88,26 @@ class ExportReport:
     size_bytes: int
     sample_size: int
     quantized: dict[str, float] = field(default_factory=dict)
-    """int8 only: max_abs_diff vs fp32, top1_agreement (share of equal argmax), fp32_size_bytes."""
+    """int8 only: max_abs_diff vs fp32 (the optimized graph with --optimize), top1_agreement (share of equal
+    argmax), fp32_size_bytes."""
+    fused: dict[str, int] = field(default_factory=dict)
+    """--optimize only: count of each fused operator in the ONNX Runtime-optimized graph (onnx_fusion.FUSED_OPS)."""
+    optimized_max_abs_diff: float | None = None
+    """--optimize only: the optimized fp32 graph vs PyTorch, as max_abs_diff."""
+    files: list[str] = field(default_factory=list)
+    """Directory output only: the files written into it."""
 
     def lines(self) -> list[str]:
         weights = "int8 (dynamic quantization)" if self.quantized else "fp32"
-        lines = [f"wrote {self.path} ({weights}, {self.architecture}: {', '.join(self.outputs)}; "
+        graph = "ONNX Runtime-optimized, " if self.fused else ""
+        lines = [f"wrote {self.path} ({graph}{weights}, {self.architecture}: {', '.join(self.outputs)}; "
                  f"{self.size_bytes / 1e6:.2f} MB)",
                  f"onnxruntime vs PyTorch (fp32): max |diff| = {self.max_abs_diff:.2e}"]
+        if self.fused:
+            counts = ", ".join(f"{op} {n}" for op, n in self.fused.items() if n)
+            lines.append(f"fused by onnxruntime.transformers.optimizer (model_type bert, opt_level {OPT_LEVEL}): "
+                         f"{counts or 'nothing'}; optimized vs PyTorch (fp32): max |diff| = "
+                         f"{self.optimized_max_abs_diff:.2e}")
         if self.quantized:
             q = self.quantized
             top1 = (f"top-1 agreement = {q['top1_agreement']:.2%} over {int(q['positions'])} predictions"
@@ -93,6 +115,11 @@ class ExportReport:
             lines.append(f"int8 dynamic quantization: size {q['fp32_size_bytes'] / 1e6:.2f} MB -> "
                          f"{self.size_bytes / 1e6:.2f} MB; outputs vs fp32 on {self.sample_size} sample texts: "
                          f"max |diff| = {q['max_abs_diff']:.3e}, {top1}")
+        if self.files:
+            lines.append(f"directory {self.path.parent}: {', '.join(self.files)} (loads with onnxruntime + "
+                         "transformers.AutoTokenizer or optimum's ORTModel)")
+        elif self.path.suffix.lower() == ".onnx":
+            lines.append("(the graph alone: give --output a directory to write the tokenizer and config.json beside it)")
         return lines
 
 
@@ -110,39 +137,56 @@ class _TupleOutputs(nn.Module):
 
 
 def export_onnx(settings: ExportSettings) -> ExportReport:
-    """Export the directory's head to `settings.output`, checked on the lines of `settings.sample` (else
-    SAMPLE_TEXTS); see the module docstring."""
+    """Export the directory's head to `settings.output` (a directory, or a .onnx file: the graph alone),
+    checked on the lines of `settings.sample` (else SAMPLE_TEXTS); see the module docstring."""
     quantize, opset = settings.quantize, settings.opset
     if quantize is not None and quantize not in QUANTIZATIONS:
         raise BertkitError(f"--quantize {quantize!r}: supported: {', '.join(QUANTIZATIONS)}")
     model_dir, output = check_model_directory(settings.model), Path(settings.output)
+    directory = output.suffix.lower() != ".onnx"
+    if directory:
+        check_output_directory(output, model_dir)
+    graph = output / GRAPH_FILE if directory else output
     model, architecture, tokenizer = _load(model_dir)
     encoder = model if isinstance(model, BertModel) else cast(BertModel, model.get_submodule("bert"))
-    encoder.attention = PaddedSDPA()
     names = OUTPUT_NAMES[architecture]
     if isinstance(model, BertModel) and model.pooler is None:
         names = names[:1]
     texts = list(SAMPLE_TEXTS)
     if settings.sample is not None:
         texts = [a for a, _ in read_lines(settings.sample, flag="--sample")]
-    wrapper = _TupleOutputs(model, names).eval()  # the exporter restores the mode it finds, so set it here
-    output.parent.mkdir(parents=True, exist_ok=True)
-    fp32_path = output if quantize is None else Path(tempfile.mkdtemp(dir=output.parent)) / "fp32.onnx"
-    _trace(wrapper, sample_batch(tokenizer, texts[:2], architecture, pad_to_length=True), fp32_path,
-           architecture, opset)
     batch = sample_batch(tokenizer, texts, architecture)  # another shape than the traced one
-    with torch.inference_mode():
-        expected = [t.float().numpy() for t in wrapper(*batch.values())]
-    fp32 = run_onnx(fp32_path, batch)
-    mask = batch["attention_mask"].bool().numpy()
-    shown = f"feature-based {architecture}" if isinstance(model, FeatureBasedModel) else architecture
-    report = ExportReport(output, shown, names, _max_diff(expected, fp32, mask), fp32_path.stat().st_size,
-                          len(texts))
-    if quantize == "int8":
-        report.quantized = _quantize(fp32_path, output, batch, fp32, mask, names)
-        report.size_bytes = output.stat().st_size
-        fp32_path.unlink()
-        os.rmdir(fp32_path.parent)
+    with torch.inference_mode():  # the model as bertkit runs it (padding-free), before the export transform
+        expected = [t.float().numpy() for t in _TupleOutputs(model, names).eval()(*batch.values())]
+    encoder.attention = PaddedSDPA()  # the padded layout, which FusableLayer reads
+    fusable_encoder(encoder)
+    wrapper = _TupleOutputs(model, names).eval()  # the exporter restores the mode it finds, so set it here
+    graph.parent.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(dir=graph.parent))
+    try:
+        fp32_path = graph if quantize is None and not settings.optimize else work / "fp32.onnx"
+        _trace(wrapper, sample_batch(tokenizer, texts[:2], architecture, pad_to_length=True), fp32_path,
+               architecture, opset)
+        fp32 = run_onnx(fp32_path, batch)
+        mask = batch["attention_mask"].bool().numpy()
+        shown = f"feature-based {architecture}" if isinstance(model, FeatureBasedModel) else architecture
+        report = ExportReport(graph, shown, names, _max_diff(expected, fp32, mask), fp32_path.stat().st_size,
+                              len(texts))
+        reference_path, reference = fp32_path, fp32
+        if settings.optimize:
+            optimized_path = graph if quantize is None else work / "optimized.onnx"
+            with _root_logger_quiet():
+                report.fused = optimize_graph(fp32_path, optimized_path, encoder.config)
+            reference_path, reference = optimized_path, run_onnx(optimized_path, batch)
+            report.optimized_max_abs_diff = _max_diff(expected, reference, mask)
+            report.size_bytes = optimized_path.stat().st_size
+        if quantize == "int8":
+            report.quantized = _quantize(reference_path, graph, batch, reference, mask, names)
+            report.size_bytes = graph.stat().st_size
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    if directory:
+        report.files = [GRAPH_FILE, *write_deploy_files(output, model_dir, tokenizer, architecture)]
     return report
 
 
