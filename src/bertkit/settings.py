@@ -768,10 +768,15 @@ class ExportSettings:
 
     model: Path = dataclasses.field(metadata={"path": "any"})  # checked by check_model_directory
     """Checkpoint directory; its config.json architectures entry picks the head and outputs."""
-    output: Path = dataclasses.field(metadata={"path": "file"})
-    """ONNX file to write."""
+    output: Path = dataclasses.field(metadata={"path": "any"})
+    """A directory to write model.onnx, config.json (with the label map), the tokenizer files and
+    bertkit_task.json into (what onnxruntime, optimum and transformers' AutoTokenizer load); a path ending
+    in .onnx: that file alone."""
     quantize: str | None = dataclasses.field(default=None, metadata={"choices": QUANTIZATIONS})
     """Dynamic int8 quantization (onnxruntime); prints the measured output change."""
+    optimize: bool = False
+    """Write ONNX Runtime's fused BERT graph (Attention, SkipLayerNormalization, ...; runs in onnxruntime
+    only), checked against PyTorch; prints the fused-operator counts."""
     sample: Path | None = dataclasses.field(default=None, metadata={"path": "file", "exists": True})
     """Text file (one input per line) to check outputs on; unset: built-in sentences."""
     opset: int = dataclasses.field(default=17, metadata={"min": 14})
