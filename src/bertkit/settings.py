@@ -49,8 +49,9 @@ LR_SCHEDULES = ("linear", "cosine", "constant-with-warmup", "inverse-sqrt")
 """The values of --lr-schedule (bertkit.train.optim.SCHEDULES)."""
 FEATURE_COMBINES = ("concat", "sum", "mean")
 """How a feature-based head combines the hidden states of --feature-layers (bertkit.model.feature_based)."""
-RECIPES = ("auto", "paper", "short")
-"""The values of --recipe (bertkit.tasks.recipes: auto picks paper or short from the budget)."""
+RECIPES = ("auto", "paper", "short", "continue")
+"""The values of --recipe (bertkit.tasks.recipes: auto picks paper or short from the budget, continue with
+--init-from)."""
 TAG_SCHEMES = ("BIO", "IOB1", "BIOES")
 """Tagging schemes whose entities the tagging metrics read (bertkit.tasks.metrics.entity_scores)."""
 LONG_DOCUMENTS = ("truncate", "windows")
@@ -696,6 +697,36 @@ class TokenizerTrainSettings:
     strict: bool = False
     """Fail on invalid UTF-8, binary or corrupt files, bad JSONL lines or rows without a text instead of
     replacing/skipping and counting them."""
+
+    def __post_init__(self) -> None:
+        check_bounds(self)
+
+
+@dataclass(frozen=True)
+class TokenizerExtendSettings:
+    """What `bertkit tokenizer extend` adds to a model's vocabulary, and from which text
+    (bertkit.tasks.adapt.extend_model)."""
+
+    model: Path = dataclasses.field(metadata={"path": "dir", "exists": True})
+    """BERT model directory (config.json, weights, vocab.txt; a sentence-transformers directory too)."""
+    output: Path = dataclasses.field(metadata={"path": "dir"})
+    """New directory for the extended model (the original is never changed)."""
+    add: int = dataclasses.field(metadata={"min": 1})
+    """Pieces to add: the ones that save the most tokens on the corpus."""
+    corpus: tuple[Path, ...] = dataclasses.field(default=(), metadata={"flag": "--corpus", "path": "any"})
+    """Domain text, read as `data pretraining` reads it (text, JSONL, .gz/.zst, Parquet, directories); several
+    may follow one --corpus."""
+    init: str = dataclasses.field(default="mean", metadata={"choices": ("mean", "random")})
+    """New embedding rows: mean of the rows of the pieces the old vocabulary splits the new piece into, or
+    random (normal, std initializer_range, as the paper initialises embeddings)."""
+    min_count: int = dataclasses.field(default=2, metadata={"min": 1})
+    """Least count of a word (or trained piece) in the corpus to be a candidate."""
+    seed: int = 0
+    """Seed of random rows (--init random, and pieces whose old split is [UNK])."""
+    text_column: str = "text"
+    """Field of a JSONL record and column of a Parquet/`datasets` table that holds a document."""
+    strict: bool = False
+    """Fail on invalid UTF-8, binary or corrupt files instead of replacing/skipping and counting them."""
 
     def __post_init__(self) -> None:
         check_bounds(self)

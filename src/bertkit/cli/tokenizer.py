@@ -1,4 +1,5 @@
-"""`bertkit tokenizer`: train a WordPiece vocabulary, or show how a vocabulary encodes a text.
+"""`bertkit tokenizer`: train a WordPiece vocabulary, extend a model's with a domain's pieces, or show how a
+vocabulary encodes a text.
 
 Design decision: flags only; the work is `bertkit.tokenizer.WordPieceTokenizer`. The flags are generated
 (bertkit.cli.options) from `TokenizerTrainSettings` and `TokenizerEncodeSettings` (bertkit.settings,
@@ -17,7 +18,7 @@ import click
 
 from bertkit.cli.options import options, take
 from bertkit.errors import BertkitError
-from bertkit.settings import TokenizerEncodeSettings, TokenizerTrainSettings
+from bertkit.settings import TokenizerEncodeSettings, TokenizerExtendSettings, TokenizerTrainSettings
 
 
 @click.group(context_settings={"show_default": True})
@@ -52,6 +53,36 @@ def train(more_inputs: tuple[Path, ...], **flags: Any) -> None:
     tok.save_pretrained(settings.output)
     click.echo(f"wrote {settings.output / 'vocab.txt'}: {tok.vocab_size} tokens "
                f"({'cased' if settings.cased else 'uncased'}, sha256 {tok.vocab_hash[:12]})")
+
+
+@tokenizer.command()
+@options(TokenizerExtendSettings)
+@click.argument("more_corpus", nargs=-1, type=click.Path(path_type=Path))
+def extend(more_corpus: tuple[Path, ...], **flags: Any) -> None:
+    """Add the --add most useful WordPieces of a domain corpus to a model's vocabulary (existing ids unchanged,
+    new ones appended) and write the model with its embeddings, MLM decoder and bias resized to --output.
+
+    Candidates are the corpus's words and the pieces of a vocabulary trained on it that the model lacks,
+    ranked by the tokens each saves on the corpus; new rows are the mean of the rows of the pieces the old
+    vocabulary split them into (--init random to compare). Prints tokens per word before and after and
+    writes them to OUTPUT/vocabulary_extension.json. A sentence-transformers directory stays one.
+    """
+    from bertkit.tasks.adapt import REPORT_FILE, extend_model
+
+    settings = TokenizerExtendSettings(**take(TokenizerExtendSettings, flags))
+    corpus = [*settings.corpus, *more_corpus]
+    if not corpus:
+        raise BertkitError("no domain text; pass it with --corpus FILE [FILE ...]")
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    report = extend_model(settings.model, corpus, settings.add, settings.output, settings.init, settings.seed,
+                          settings.min_count, settings.strict, settings.text_column)
+    shown = ", ".join(p["token"] for p in report["pieces"][:12])
+    click.echo(f"added {report['added']} pieces (ids {report['first_new_id']}-{report['vocab_size'] - 1}, "
+               f"--init {report['init']}): {shown}{' ...' if report['added'] > 12 else ''}")
+    click.echo(f"tokens per word on the corpus: {report['tokens_per_word_before']:.3f} -> "
+               f"{report['tokens_per_word_after']:.3f} ({report['tokens_before']:,} -> {report['tokens_after']:,} "
+               f"tokens, {report['words']:,} words)")
+    click.echo(f"wrote {settings.output} ({REPORT_FILE}: every piece and what it saves)")
 
 
 @tokenizer.command()
