@@ -58,3 +58,33 @@ def test_doctor_refresh_measures_again(capsys, monkeypatch, tmp_path):
     assert widths == [256] and "cached in" in capsys.readouterr().out
     assert main(["doctor", "--width", "256", "--refresh"]) == 0
     assert widths == [256, 256] and "measured now" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(("flags", "expected"), [
+    (("avx2", "avx512f", "avx512_bf16", "amx_tile", "amx_bf16", "amx_int8"), "Intel AMX (amx_tile amx_bf16 amx_int8)"),
+    (("avx2", "avx512_bf16", "avx512_vnni"), "no AMX; bf16/int8 vector instructions: avx512_bf16 avx512_vnni"),
+    (("avx2", "fma"), "no AMX and no bf16/int8 vector instructions"),
+])
+def test_matrix_extensions_are_named(flags, expected):
+    assert hardware.matrix_extensions(flags).startswith(expected)
+
+
+def test_doctor_step_prints_the_step_probe(capsys, monkeypatch):
+    from bertkit import step_probe
+
+    monkeypatch.setenv("BERTKIT_PROBE_FILE", str(PROFILES / "intel-xeon-no-amx.json"))
+    asked = []
+
+    def fake(config, purpose="training", rows=None, length=None, refresh=False):
+        asked.append((config.hidden_size, purpose, rows, length))
+        return step_probe.StepTimings(purpose, rows, length, 2, {"fp32": 0.2, "bf16": 0.1}, True), "measured now"
+
+    monkeypatch.setattr(step_probe, "step_timings", fake)
+    assert main(["doctor", "--width", "256", "--step"]) == 0
+    out = capsys.readouterr().out
+    assert "matrix extensions: " in out
+    assert "step probe, training: bf16 (the training step of 2 of 12 layers at 4 x 128 tokens: fp32 200.0 ms, " \
+           "bf16 100.0 ms, bf16 2.00x" in out
+    assert asked == [(256, "training", 4, 128), (256, "inference", 4, 128)]
+    assert main(["doctor", "--json", "--step"]) == 0
+    assert len(json.loads(capsys.readouterr().out)["step_probe"]) == 2

@@ -554,7 +554,7 @@ def summary(width: int = DEFAULT_WIDTH, refresh: bool = False) -> list[str]:
     data = report(width, refresh)
     measured = Measurements.from_json(data["measurements"])
     cuda = data["cuda"]
-    lines = [f"machine: {machine().line()}",
+    lines = [f"machine: {machine().line()}", f"matrix extensions: {matrix_extensions(machine().flags)}",
              "cuda: " + (f"{cuda['device']}, bf16 {'supported' if cuda['bf16'] else 'not supported'}, "
                          f"auto runs {cuda['auto']}" if cuda else "none"),
              f"probe at width {measured.width} ({PROBE_TOKENS} tokens, one thread): {data['source']}, "
@@ -567,6 +567,18 @@ def summary(width: int = DEFAULT_WIDTH, refresh: bool = False) -> list[str]:
         cells = ", ".join(f"{n}: {sdpa:.0f}/{bmm:.0f}" for n, sdpa, bmm in measured.attention[p])
         lines.append(f"attention in {p}, us SDPA/bmm by length: {cells}")
     return lines + [f"auto {reason}" for reason in data["choices"]["reasons"]]
+
+
+def matrix_extensions(flags: tuple[str, ...]) -> str:
+    """What the CPU's flags say about bf16/int8 matrix instructions, in words (the choices themselves are
+    measured, never read from these)."""
+    amx = [f for f in ("amx_tile", "amx_bf16", "amx_int8") if f in flags]
+    if amx:
+        return f"Intel AMX ({' '.join(amx)}): bf16 and int8 matrix tiles"
+    vector = [f for f in ("avx512_bf16", "avx512_vnni", "avx_vnni", "bf16", "i8mm") if f in flags]
+    if vector:
+        return f"no AMX; bf16/int8 vector instructions: {' '.join(vector)}"
+    return "no AMX and no bf16/int8 vector instructions (bf16 is emulated: expect it slower than fp32)"
 
 
 def header(width: int = DEFAULT_WIDTH) -> str:

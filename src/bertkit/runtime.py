@@ -9,10 +9,11 @@
 - Seeding: `seed_everything`.
 
 Design decision: every layer may import this module (pre-training, fine-tuning, inference, serving and
-the quickstart all pick a device and a precision), so it imports only torch, `bertkit.errors`,
-`bertkit.settings` and `bertkit.hardware`; 'auto' precisions are the faster choice as measured on this
-machine at the model's width (`bertkit.hardware`), never read from CPU flags: avx512_bf16 has meant 4.7x
-on one CPU and 0.6x on another.
+the quickstart all pick a device and a precision), so at import it imports only torch, `bertkit.errors`,
+`bertkit.settings` and `bertkit.hardware` (`bertkit.step_probe`, which builds models, when 'auto' is
+resolved); 'auto' precisions are the faster choice as measured on this machine, the model's own step
+(`bertkit.step_probe`) or a dense layer at its width (`bertkit.hardware`), never read from CPU flags:
+avx512_bf16 has meant 4.7x on one CPU and 0.6x on another.
 """
 
 from __future__ import annotations
@@ -69,16 +70,26 @@ def peak_memory(device: torch.device) -> dict[str, float]:
     return peak
 
 
-def default_precision(device: torch.device, model: nn.Module | None = None) -> str:
-    """bf16 on CUDA GPUs that support it; on a CPU the faster of fp32 and bf16 for training as measured
-    on this machine at the model's width (bf16 only when >= 1.2x; `bertkit.hardware`)."""
+def default_precision(device: torch.device, model: nn.Module | None = None, rows: int | None = None,
+                      length: int | None = None) -> str:
+    """bf16 on CUDA GPUs that support it; on a CPU the faster of fp32 and bf16 for training as measured on
+    this machine: the model's own step at `rows` x `length` tokens (bertkit.step_probe; bf16 when >= 1.05x),
+    or, without a model or with BERTKIT_PROBE_FILE set, the dense-layer probe at its width (bf16 when >=
+    1.2x; bertkit.hardware)."""
+    if device.type == "cpu" and model is not None:
+        from bertkit import step_probe  # imports bertkit.model, which imports this module
+
+        chosen = step_probe.auto_precision(model, "training", rows, length)
+        if chosen is not None:
+            return chosen
     width = hardware.model_width(model) if model is not None else hardware.DEFAULT_WIDTH
     return hardware.auto_precision(device, width, purpose="training")
 
 
-def resolve_precision(precision: str, device: torch.device, model: nn.Module | None = None) -> str:
-    """The training precision to run: 'auto' becomes default_precision(device, model)."""
-    return default_precision(device, model) if precision == "auto" else precision
+def resolve_precision(precision: str, device: torch.device, model: nn.Module | None = None, rows: int | None = None,
+                      length: int | None = None) -> str:
+    """The training precision to run: 'auto' becomes default_precision(device, model, rows, length)."""
+    return default_precision(device, model, rows, length) if precision == "auto" else precision
 
 
 def autocast(precision: str, device: torch.device) -> Callable[[], Any]:
@@ -99,11 +110,18 @@ def check_inference_precision(precision: str) -> str:
 
 
 def inference_precision(precision: str, model: nn.Module, device: torch.device) -> str:
-    """The inference precision to run: 'auto' is the faster of fp32 and bf16 as measured on this machine
-    at the model's width (bertkit.hardware; bf16 on CUDA where supported). int8 is never chosen by 'auto':
+    """The inference precision to run: 'auto' is the faster of fp32 and bf16 as measured on this machine:
+    the model's inference forward at 8 x 128 tokens (bertkit.step_probe), else (BERTKIT_PROBE_FILE set)
+    the dense-layer probe at its width (bertkit.hardware); bf16 on CUDA where supported. int8 is never chosen by 'auto':
     it changes outputs by more than rounding, so it is asked for by name (accuracy: docs/performance.md).
     The choice is logged in one line: auto's with its reason (bertkit.hardware), a given one as given."""
     if check_inference_precision(precision) == "auto":
+        if device.type == "cpu":
+            from bertkit import step_probe
+
+            chosen = step_probe.auto_precision(model, "inference")
+            if chosen is not None:
+                return chosen
         return hardware.auto_precision(device, hardware.model_width(model), purpose="inference")
     if precision == "int8" and device.type != "cpu":
         raise BertkitError(f"--precision int8 runs on CPUs only; on {device.type} use bf16 or fp32")

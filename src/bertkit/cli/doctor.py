@@ -19,12 +19,33 @@ import click
 @click.option("--refresh", is_flag=True,
               help="Measure again (replacing the cached result) instead of reading the cache.")
 @click.option("--json", "as_json", is_flag=True, help="Print the whole report as JSON.")
-def doctor(width: int, refresh: bool, as_json: bool) -> None:
+@click.option("--step", is_flag=True,
+              help="Also time the training and inference step (2 layers of a bert-base-shaped encoder at this width, "
+                   "4 x 128 tokens) in fp32 and bf16, as --precision auto does where the dense layer favours bf16.")
+def doctor(width: int, refresh: bool, as_json: bool, step: bool) -> None:
     """Show this machine, its measured fp32/bf16/int8 rates, and the choices of --precision auto."""
     from bertkit import hardware
 
+    steps = step_lines(width, refresh) if step else []
     if as_json:
-        click.echo(json.dumps(hardware.report(width, refresh), indent=2))
+        click.echo(json.dumps({**hardware.report(width, refresh), "step_probe": steps}, indent=2))
         return
-    for line in hardware.summary(width, refresh):
+    for line in hardware.summary(width, refresh) + steps:
         click.echo(line)
+    if not step:
+        click.echo("step timings: `bertkit doctor --step` (auto checks bf16 on the step itself where the dense "
+                   "layer favours it)")
+
+
+def step_lines(width: int, refresh: bool) -> list[str]:
+    """The step probe's verdicts at this width (bertkit.step_probe), one line per purpose."""
+    from bertkit import step_probe
+    from bertkit.config import preset
+
+    config = preset("bert-base", vocab_size=step_probe.PROBE_VOCAB).replace(
+        hidden_size=width, num_attention_heads=max(1, width // 64), intermediate_size=4 * width)
+    lines = []
+    for purpose in step_probe.PURPOSES:
+        timings, source = step_probe.step_timings(config, purpose, rows=4, length=128, refresh=refresh)
+        lines.append(f"step probe, {purpose}: {timings.reason(config.num_hidden_layers)} [{source}]")
+    return lines

@@ -234,7 +234,8 @@ def _train_seed(task: Task, cfg: FinetuneConfig, tokenizer: WordPieceTokenizer, 
     seed_everything(seed)  # the head's initialisation depends on the seed too (the same on every rank)
     model = build_model(task, cfg, tokenizer, max_seq_length)
     # 'auto' measures this machine: rank 0's choice holds for every rank
-    precision = broadcast_object(resolve_precision(cfg.precision, device, model) if ctx.is_main else None, ctx)
+    precision = broadcast_object(resolve_precision(cfg.precision, device, model, *_step_shape(cfg, train_features, ctx))
+                                 if ctx.is_main else None, ctx)
     if isinstance(model, FeatureBasedModel) and device.type == "cpu" and not cfg.compile:
         # Frozen features with prediction's kernels (with --compile, the compiled encoder computes them).
         model.use_encoder_copy(functools.partial(accelerate_for_inference, autocast=precision == "bf16"))
@@ -254,6 +255,14 @@ def _train_seed(task: Task, cfg: FinetuneConfig, tokenizer: WordPieceTokenizer, 
         raise BertkitError(f"seed {seed}: no evaluation produced a finite {task.metric_names[0]}; "
                            "check the dev file and the learning rate")
     return {**result.best["metrics"], "step": result.best["step"]}
+
+
+def _step_shape(cfg: FinetuneConfig, features: list[dict], ctx: DistributedContext) -> tuple[int, int]:
+    """(rows, tokens) of a typical training micro-batch, for `--precision auto`'s step timing: the
+    micro-batch, and the mean example length (batches are grouped by length, so a batch is about as long
+    as its examples)."""
+    lengths = [feature_length(f) for f in features[:2048]] or [128]
+    return cfg.batch_plan(ctx.world_size)[1], round(sum(lengths) / len(lengths))
 
 
 def _interrupted(result: FitResult, what: str, directory: Path) -> Interrupted:

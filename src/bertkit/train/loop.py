@@ -183,12 +183,15 @@ class _Cadence:
         return bool(every and step % every == 0) or (on_eval and self.state.last_eval_step == step)
 
 
-def _precision(config: TrainConfig, ctx: DistributedContext, model: nn.Module) -> tuple[Callable[[], Any], Any]:
+def _precision(config: TrainConfig, ctx: DistributedContext, model: nn.Module, dataset: Dataset | None = None,
+               micro_batch: int | None = None) -> tuple[Callable[[], Any], Any]:
     """(autocast context factory, grad scaler or None) for the configured precision; under torchrun
-    every rank runs what rank 0 resolved ('auto' measures, and ranks must agree)."""
+    every rank runs what rank 0 resolved ('auto' measures the step at the micro-batch and the length of
+    the data's first examples, and ranks must agree)."""
     device, precision = ctx.device, config.precision
     if precision == "auto":
-        resolved = runtime.resolve_precision("auto", device, model) if ctx.rank == 0 else None
+        length = _sequence_length(dataset, micro_batch or 1) if dataset is not None else None
+        resolved = runtime.resolve_precision("auto", device, model, micro_batch, length) if ctx.rank == 0 else None
         precision = broadcast_object(resolved, ctx)
     if precision != "fp16":
         return runtime.autocast(precision, device), None
@@ -196,6 +199,22 @@ def _precision(config: TrainConfig, ctx: DistributedContext, model: nn.Module) -
         raise BertkitError("--precision fp16 needs a CUDA device (it relies on a grad scaler); "
                            "on CPU use --precision bf16 or fp32")
     return runtime.autocast(precision, device), torch.amp.GradScaler("cuda")
+
+
+def _sequence_length(dataset: Dataset, count: int) -> int | None:
+    """The longest `input_ids` among the first `count` examples (the length a step runs at; the last
+    dimension, for multiple choice's one row per choice), or None when the examples hold none."""
+    lengths = []
+    for index in range(min(count, len(dataset))):  # type: ignore[arg-type]  # fit's datasets are sized
+        item = dataset[index]
+        ids = item.get("input_ids") if isinstance(item, dict) else None
+        if ids is None:
+            return None
+        try:
+            lengths.append(int(torch.as_tensor(ids).shape[-1]))
+        except (ValueError, TypeError, RuntimeError, IndexError):  # ragged rows, not token ids
+            return None
+    return max(lengths) if lengths else None
 
 
 def _to_device(batch: Any, device: torch.device) -> Any:
@@ -274,7 +293,7 @@ def fit(model: nn.Module, loss_fn: LossFn, dataset: Dataset, config: TrainConfig
     output_dir = Path(output_dir)
     save = save_weights or (lambda m, d: save_model(m, str(d / "model.safetensors")))
     load = load_weights or (lambda m, d: load_model(m, str(d / "model.safetensors"), device=str(ctx.device)))
-    autocast, scaler = _precision(config, ctx, model)
+    autocast, scaler = _precision(config, ctx, model, dataset, micro_batch)
     runtime.reset_peak_memory(ctx.device)
     model.to(ctx.device).train()
     runtime.seed_everything(config.seed + ctx.rank)
