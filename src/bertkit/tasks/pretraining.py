@@ -39,9 +39,18 @@ from bertkit.model import (
     enable_gradient_checkpointing,
     read_state_dict,
 )
+from bertkit.model.pretrained import SAFETENSORS_NAME, safetensors_shapes
 from bertkit.runtime import resolve_device
 from bertkit.settings import PretrainSettings
-from bertkit.tasks.recipes import PRETRAINING_FILE, PretrainRecipe, budget_steps, choose_recipe, short_recipe
+from bertkit.tasks.adapt import carry_sentence_transformers
+from bertkit.tasks.recipes import (
+    PAPER_MIN_STEPS,
+    PRETRAINING_FILE,
+    PretrainRecipe,
+    budget_steps,
+    choose_recipe,
+    short_recipe,
+)
 from bertkit.tokenizer import WordPieceTokenizer
 from bertkit.train import FitResult, TrainConfig, fit, setup_distributed, teardown_distributed
 from bertkit.train.distributed import DistributedContext, all_reduce_sum, broadcast_object
@@ -270,6 +279,9 @@ def pretrain(settings: PretrainSettings, train_config: TrainConfig) -> FitResult
             identity=run_identity(settings, train_set.dataset, model))
         if ctx.is_main and result.stop_reason == "budget":
             model.save_pretrained(output / "final", tokenizer=tokenizer)  # never the DDP wrapper: fit makes that
+            if settings.init_from is not None and carry_sentence_transformers(settings.init_from, output / "final"):
+                logger.info("%s is a sentence-transformers directory: its modules.json and pooling are in final/ too",
+                            settings.init_from)
             write_text_atomic(output / "final" / PRETRAINING_FILE, json.dumps(
                 {"steps": result.step, "recipe": settings.recipe, "max_seq_length": settings.max_seq_length,
                  "learning_rate": train_config.learning_rate, "last_eval": _last_eval(output)}, indent=2) + "\n")
@@ -371,21 +383,43 @@ def _recipe_micro_batch(config: TrainConfig, recipe: PretrainRecipe, world_size:
 def _choose(settings: PretrainSettings, config: TrainConfig) -> PretrainRecipe:
     """The recipe for the budget: a time budget is turned into steps at the throughput measured here."""
     model_config = _model_config(settings)
+    init = _init_kind(settings.init_from)
     rate = None
-    if settings.recipe == "auto" and config.max_time_s:
+    if settings.recipe in ("auto", "continue") and config.max_time_s:
         data = PretrainingDataset(settings.data)
         short = short_recipe(model_config.hidden_size)
         assert short.max_seq_length is not None  # the short recipe fixes it
-        length = min(short.max_seq_length, data.built_seq_length)
+        continuing = settings.recipe == "continue" or init == "released"  # at the data's length
+        length = data.built_seq_length if continuing else min(short.max_seq_length, data.built_seq_length)
         rate = measure_steps_per_second(model_config.replace(vocab_size=int(data.manifest["tokenizer"]["vocab_size"])),
                                         length, short.batch_size, config.precision, settings.device)
     steps = budget_steps(config.max_steps, config.max_time_s, rate)
     assert settings.recipe is not None  # plan_recipe chooses only when one is asked for
-    recipe = choose_recipe(settings.recipe, model_config.hidden_size, steps)
+    nsp_head = settings.init_from is None or _has_nsp_head(Path(settings.init_from))
+    recipe = choose_recipe(settings.recipe, model_config.hidden_size, steps, init, nsp_head)
     if rate is not None:
         recipe = dataclasses.replace(recipe, reason=f"{recipe.reason}; {rate:.2f} steps/s measured at "
                                                     f"{length} tokens x {short.batch_size} on this machine")
     return recipe
+
+
+def _init_kind(init_from: str | None) -> str | None:
+    """None (no --init-from), "short" (a bertkit run of fewer than PAPER_MIN_STEPS steps, by its
+    bertkit_pretraining.json) or "released" (pre-trained elsewhere, or by bertkit to convergence)."""
+    if init_from is None:
+        return None
+    try:
+        steps = json.loads((Path(init_from) / PRETRAINING_FILE).read_text(encoding="utf-8"))["steps"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return "released"
+    return "short" if isinstance(steps, int) and steps < PAPER_MIN_STEPS else "released"
+
+
+def _has_nsp_head(directory: Path) -> bool:
+    """Whether the checkpoint in `directory` holds a next-sentence-prediction head (cls.seq_relationship)."""
+    single = directory / SAFETENSORS_NAME
+    names = safetensors_shapes(single) if single.is_file() else read_state_dict(directory)
+    return any(name.startswith("cls.seq_relationship.") for name in names)
 
 
 def _model_config(settings: PretrainSettings) -> BertConfig:

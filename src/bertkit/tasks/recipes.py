@@ -7,7 +7,8 @@ model's width; for fine-tuning, whether and how long the model was pre-trained. 
 injected numbers; measuring and printing live with their callers. `auto` keeps Devlin et al.'s schedule
 for budgets of at least PAPER_MIN_STEPS steps and takes the short-budget recipe below that: short
 sequences, a high peak learning rate with a short warmup, no dropout, 15% dynamic masking, NSP kept,
-small batches (a few minutes have few updates to give, so each must count). The numbers come from the
+small batches (a few minutes have few updates to give, so each must count); a checkpoint pre-trained elsewhere
+(--init-from) is continued at a lower learning rate (`continue_recipe`). The numbers come from the
 studies in docs/quickstart.md and docs/pretraining.md; a learning rate found for bert-mini (H=256) is
 scaled by sqrt(256 / H) for other widths, the usual width scaling of Adam learning rates.
 
@@ -41,7 +42,7 @@ class PretrainRecipe:
     data (sequence length, masking rate) or the model config (dropout)."""
 
     name: str
-    """paper or short."""
+    """paper, short or continue."""
     max_seq_length: int | None
     """Instances longer than this are cut at load (Google's pair rule); None: as the data was built."""
     learning_rate: float
@@ -86,17 +87,36 @@ def short_recipe(hidden_size: int) -> PretrainRecipe:
     return PretrainRecipe("short", 64, width_scaled(5e-4, hidden_size), 0.05, 0.0, 0.15, True, 32)
 
 
+def continue_recipe(hidden_size: int, nsp: bool, budget_steps: float | None) -> PretrainRecipe:
+    """Continued (domain-adaptive) pre-training of a checkpoint trained to convergence elsewhere: BERT's own
+    peak lr 1e-4 at width 768, x sqrt(768 / width) (MiniLM-L6-H384 1.4e-4, bert-mini 1.7e-4; the fine-tuning
+    rule's scaling), 6% warmup (Gururangan et al. 2020's DAPT), the model's dropout and the data's sequence
+    length, 15% dynamic masking; NSP only when the checkpoint has an NSP head to continue (`nsp`), else
+    masked LM only as DAPT - a fresh NSP head has nothing to gain the encoder in a short run. Batch 32 below
+    PAPER_MIN_STEPS steps (a CPU budget has few updates to give), else the paper's 256."""
+    batch, micro = (256, 32) if budget_steps is not None and budget_steps >= PAPER_MIN_STEPS else (32, None)
+    return PretrainRecipe("continue", None, 1e-4 * math.sqrt(768 / hidden_size), 0.06, None, 0.15, nsp, batch, micro)
+
+
 def width_scaled(learning_rate: float, hidden_size: int) -> float:
     """A learning rate measured at REFERENCE_WIDTH, scaled by sqrt(REFERENCE_WIDTH / hidden_size)."""
     return learning_rate * math.sqrt(REFERENCE_WIDTH / hidden_size)
 
 
-def choose_recipe(name: str, hidden_size: int, budget_steps: float | None) -> PretrainRecipe:
-    """The recipe `name` (auto, paper, short) for a budget of `budget_steps` optimizer steps (None: unknown,
-    e.g. an epoch budget), with the reason in one line."""
+def choose_recipe(name: str, hidden_size: int, budget_steps: float | None, init: str | None = None,
+                  nsp_head: bool = True) -> PretrainRecipe:
+    """The recipe `name` (auto, paper, short, continue) for a budget of `budget_steps` optimizer steps (None:
+    unknown, e.g. an epoch budget), with the reason in one line. `init` describes the --init-from checkpoint:
+    None (random initialisation), "released" (trained elsewhere: auto continues it) or "short" (a bertkit
+    run on a short budget: auto goes on with the budget's recipe); `nsp_head`: whether it has an NSP head."""
     if name not in RECIPES:
         raise BertkitError(f"--recipe {name!r}: use one of {', '.join(RECIPES)}")
     steps = f"~{budget_steps:,.0f} steps" if budget_steps is not None else "an unknown number of steps"
+    if name == "continue" or (name == "auto" and init == "released"):
+        head = "its NSP head kept" if nsp_head else "no NSP head in the checkpoint, so MLM only"
+        why = "--recipe continue" if name == "continue" else "--init-from a checkpoint pre-trained elsewhere"
+        return replace(continue_recipe(hidden_size, nsp_head, budget_steps),
+                       reason=f"{why}, {steps}: continued pre-training at a lower learning rate, {head}")
     if name == "paper":
         return replace(paper_recipe(), reason="--recipe paper")
     if name == "short":

@@ -1,0 +1,128 @@
+"""Continued pre-training of an existing checkpoint (`bertkit pretrain --init-from DIR`): a sentence-transformers
+directory (a bare BertModel, no pre-training heads) gets the heads initialised as the paper's, trains MLM-only
+or MLM + NSP, comes out as a sentence-transformers directory again, `--recipe auto` picks the continued
+pre-training recipe and prints it, and a killed run from a vocabulary-extended checkpoint resumes bit-exactly.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from bertkit.cli import main
+from bertkit.config import preset
+from bertkit.data import PretrainingDataOptions, build_pretraining_data
+from bertkit.model import BertForPreTraining, BertModel
+from bertkit.tasks.recipes import choose_recipe
+from bertkit.tokenizer import WordPieceTokenizer
+
+
+@pytest.fixture(scope="module")
+def prepared(tmp_path_factory, write_toy_corpus) -> dict[str, Path]:
+    from sentence_transformers import SentenceTransformer
+    from sentence_transformers.sentence_transformer.modules import Normalize, Pooling, Transformer
+
+    root = tmp_path_factory.mktemp("continued")
+    corpus = write_toy_corpus(root / "corpus.txt", documents=30, sentences=(2, 8), words=(4, 14))
+    tokenizer = WordPieceTokenizer.train([corpus], vocab_size=120, min_frequency=1, show_progress=False)
+    torch.manual_seed(0)
+    BertModel(preset("bert-debug", vocab_size=tokenizer.vocab_size)).save_pretrained(root / "bert", tokenizer=tokenizer)
+    transformer = Transformer(str(root / "bert"))
+    pooling = Pooling(transformer.get_embedding_dimension(), "mean")
+    SentenceTransformer(modules=[transformer, pooling, Normalize()], device="cpu").save(str(root / "st"))
+    for nsp in (True, False):
+        build_pretraining_data([str(corpus)], tokenizer, root / f"data-{'nsp' if nsp else 'mlm'}",
+                               PretrainingDataOptions(max_seq_length=32, max_predictions_per_seq=5, nsp=nsp,
+                                                      masking="dynamic"), workers=1, progress=False)
+    domain = root / "domain.txt"
+    domain.write_text("".join("the millstones by the riverbank and the grainbook of the bookkeeper.\n"
+                              "stonemills and millstones.\n\n" for _ in range(30)))
+    assert main(["tokenizer", "extend", "--model", str(root / "st"), "--corpus", str(domain), "--add", "4",
+                 "--output", str(root / "st-extended")]) == 0
+    build_pretraining_data([str(corpus), str(domain)], WordPieceTokenizer.from_pretrained(root / "st-extended"),
+                           root / "data-extended", PretrainingDataOptions(max_seq_length=32, max_predictions_per_seq=5,
+                                                                          nsp=False, masking="dynamic"),
+                           workers=1, progress=False)
+    return {"root": root, "st": root / "st", "extended": root / "st-extended"}
+
+
+def pretrain(data: Path, init: Path, output: Path, *extra: str) -> int:
+    return main(["pretrain", "--data", str(data), "--init-from", str(init), "--output", str(output),
+                 "--eval-examples", "8", "--eval-every", "100", "--device", "cpu", *extra])
+
+
+def test_a_checkpoint_without_heads_gets_them_initialised_as_the_paper(prepared):
+    model = BertForPreTraining.from_pretrained(prepared["st"])
+    assert {k.split(".")[0] for k in model.newly_initialized} == {"mlm", "nsp"}
+    assert torch.all(model.mlm.bias == 0) and torch.all(model.mlm.norm.weight == 1)
+    for weight in (model.mlm.transform.weight, model.nsp.weight):
+        assert 0.015 < weight.std().item() < 0.025 and weight.abs().max().item() <= 0.04 + 1e-6  # truncated at 2 std
+    assert torch.all(model.nsp.bias == 0)
+
+
+def test_auto_continues_a_sentence_transformers_directory_mlm_only_and_keeps_it_one(prepared, tmp_path, caplog):
+    from sentence_transformers import SentenceTransformer
+
+    caplog.set_level(logging.INFO)
+    assert pretrain(prepared["root"] / "data-mlm", prepared["st"], tmp_path, "--max-steps", "3") == 0
+    line = next(r.getMessage() for r in caplog.records if r.getMessage().startswith("recipe "))
+    assert line.startswith("recipe continue (--init-from a checkpoint pre-trained elsewhere, ~3 steps")
+    assert "no NSP head in the checkpoint, so MLM only" in line and "peak lr 0.00049" in line  # 1e-4 x sqrt(768 / 32)
+    final = tmp_path / "final"
+    assert json.loads((final / "config.json").read_text())["architectures"] == ["BertForMaskedLM"]
+    for name in ("modules.json", "1_Pooling/config.json", "2_Normalize", "sentence_bert_config.json"):
+        assert (final / name).exists(), name
+    before = SentenceTransformer(str(prepared["st"]), device="cpu")
+    after = SentenceTransformer(str(final), device="cpu")
+    texts = ["the miller kept his grain", "old stone mills"]
+    a, b = before.encode(texts, convert_to_tensor=True), after.encode(texts, convert_to_tensor=True)
+    assert b.shape == a.shape and torch.allclose(b.norm(dim=-1), torch.ones(2))
+    assert not torch.allclose(a, b)  # trained
+
+
+def test_mlm_and_nsp_from_a_checkpoint_without_an_nsp_head(prepared, tmp_path):
+    assert pretrain(prepared["root"] / "data-nsp", prepared["st"], tmp_path, "--max-steps", "2", "--nsp") == 0
+    records = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert all("nsp_loss" in r for r in records if r["kind"] == "train")
+    assert json.loads((tmp_path / "final" / "config.json").read_text())["architectures"] == ["BertForPreTraining"]
+    assert (tmp_path / "final" / "modules.json").is_file()
+
+
+def test_continued_pretraining_of_an_extended_model_resumes_bit_exactly(prepared, tmp_path):
+    data, init = prepared["root"] / "data-extended", prepared["extended"]
+    straight = tmp_path / "straight"
+    flags = ("--max-steps", "6", "--save-every", "3", "--batch-size", "4")
+    assert pretrain(data, init, straight, *flags) == 0
+    killed = tmp_path / "killed"
+    shutil.copytree(straight, killed)
+    shutil.rmtree(killed / "checkpoints" / "step-00000006")  # as if the process died during step 4
+    shutil.rmtree(killed / "final")
+    assert pretrain(data, init, killed, *flags, "--resume", "auto") == 0
+    losses = {run: [r["loss"] for r in map(json.loads, (run / "metrics.jsonl").read_text().splitlines())
+                    if r["kind"] == "train"] for run in (straight, killed)}
+    assert losses[killed] == losses[straight] and len(losses[straight]) == 6
+    a, b = (load_file(str(run / "final" / "model.safetensors")) for run in (straight, killed))
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    vocab_size = WordPieceTokenizer.from_pretrained(init).vocab_size
+    assert a["bert.embeddings.word_embeddings.weight"].shape[0] == vocab_size
+
+
+@pytest.mark.parametrize("name,init,nsp_head,expected", [
+    ("auto", "released", False, ("continue", False, 1e-4 * 2 ** 0.5, 0.06)),  # MiniLM-L6-H384, a sentence encoder
+    ("auto", "released", True, ("continue", True, 1e-4, 0.06)),  # bert-base with its heads
+    ("auto", "short", True, ("short", True, 5e-4 * (256 / 768) ** 0.5, 0.05)),  # a bertkit run being extended
+    ("auto", None, True, ("short", True, 5e-4 * (256 / 768) ** 0.5, 0.05)),
+    ("continue", None, True, ("continue", True, 1e-4, 0.06)),
+])
+def test_recipe_for_continued_pretraining(name, init, nsp_head, expected):
+    width = 384 if not nsp_head and init == "released" else 768
+    recipe = choose_recipe(name, width, 2_000, init, nsp_head)
+    assert (recipe.name, recipe.nsp) == expected[:2]
+    assert recipe.learning_rate == pytest.approx(expected[2]) and recipe.warmup_ratio == expected[3]
+    assert recipe.dropout is None if recipe.name == "continue" else recipe.dropout == 0.0
