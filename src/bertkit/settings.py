@@ -805,13 +805,13 @@ class ExportSettings:
     in .onnx: that file alone."""
     quantize: str | None = dataclasses.field(default=None, metadata={"choices": QUANTIZATIONS})
     """Dynamic int8 quantization (onnxruntime); prints the measured output change."""
-    optimize: bool = False
-    """Write ONNX Runtime's fused BERT graph (Attention, SkipLayerNormalization, ...; runs in onnxruntime
-    only), checked against PyTorch; prints the fused-operator counts."""
     sample: Path | None = dataclasses.field(default=None, metadata={"path": "file", "exists": True})
     """Text file (one input per line) to check outputs on; unset: built-in sentences."""
     opset: int = dataclasses.field(default=17, metadata={"min": 14})
     """ONNX opset version."""
+    optimize: bool = False
+    """Write ONNX Runtime's fused BERT graph (Attention, SkipLayerNormalization, ...; runs in onnxruntime
+    only), checked against PyTorch; prints the fused-operator counts."""
 
     def __post_init__(self) -> None:
         check_bounds(self)
