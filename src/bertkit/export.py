@@ -119,7 +119,8 @@ class ExportReport:
             lines.append(f"directory {self.path.parent}: {', '.join(self.files)} (loads with onnxruntime + "
                          "transformers.AutoTokenizer or optimum's ORTModel)")
         elif self.path.suffix.lower() == ".onnx":
-            lines.append("(the graph alone: give --output a directory to write the tokenizer and config.json beside it)")
+            lines.append("(the graph alone: give --output a directory to write the tokenizer and config.json "
+                         "beside it)")
         return lines
 
 
@@ -268,12 +269,16 @@ def _root_logger_quiet() -> Iterator[None]:
 
 def _quantize(fp32_path: Path, output: Path, batch: dict[str, torch.Tensor], fp32: list[np.ndarray],
               mask: np.ndarray, names: tuple[str, ...]) -> dict[str, float]:
+    import onnx
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
     # onnxruntime logs advice ("consider pre-processing") on the root logger at WARNING for every model;
     # it is about static quantization of vision models, not this, and reads like a problem to users.
     with _root_logger_quiet():
-        quantize_dynamic(str(fp32_path), str(output), weight_type=QuantType.QInt8)
+        # The fused graph's contrib ops (Attention, SkipLayerNormalization) have no ONNX shape inference, so
+        # the quantizer is told the float type it cannot infer.
+        quantize_dynamic(str(fp32_path), str(output), weight_type=QuantType.QInt8,
+                         extra_options={"DefaultTensorType": onnx.TensorProto.FLOAT})
     int8 = run_onnx(output, batch)
     agree = total = 0
     for name, x, y in zip(names, fp32, int8):

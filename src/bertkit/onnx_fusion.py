@@ -13,10 +13,11 @@ BertSelfAttention exports. Measured on the packed export (ORT 1.32): 0 Attention
 SkipLayerNormalization and BiasGelu. So export swaps each layer for a `FusableLayer` that holds the same
 weights (the packed one split in three) and computes that graph, and the embeddings for a
 `FusableEmbeddings` (positions sliced from a buffer, as transformers has them: EmbedLayerNormalization's
-pattern); the outputs equal bertkit's within fp32 rounding (tests/serve/test_onnx_export.py). The mask is ONNX Runtime's raw 2D attention mask
-(`use_raw_attention_mask`), correct for any padding; its BERT default (a per-row length) assumes
-right padding. opt_level 1 (basic graph optimizations): ORT's advice for a graph that must stay
-portable across its CPU and GPU providers; higher levels write provider-specific graphs.
+pattern); the outputs equal bertkit's within fp32 rounding (tests/serve/test_onnx_export.py). The mask is
+ONNX Runtime's raw 2D attention mask (`use_raw_attention_mask`), correct for any padding; its BERT default
+(a per-row length) assumes right padding. opt_level 1 (basic graph optimizations): the optimizer's own
+default for model_type "bert"; levels above 1 write graphs for one provider (its docstring: "use_gpu shall
+be set properly since the optimized graph might contain operators for GPU or CPU only").
 
 References: onnxruntime/python/tools/transformers (optimizer.py, fusion_attention.py, fusion_options.py);
 transformers models/bert/modeling_bert.py (BertSelfAttention, eager).
@@ -28,6 +29,7 @@ from __future__ import annotations
 import math
 from collections import Counter
 from pathlib import Path
+from typing import cast
 
 import torch
 from torch import nn
@@ -87,7 +89,7 @@ class FusableEmbeddings(nn.Module):
         self.register_buffer("position_ids", torch.arange(self.position.num_embeddings)[None], persistent=False)
 
     def forward(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor) -> torch.Tensor:
-        positions = self.position_ids[:, :input_ids.shape[1]]  # (1, T)
+        positions = cast(torch.Tensor, self.position_ids)[:, :input_ids.shape[1]]  # (1, T)
         x = self.word(input_ids) + self.token_type(token_type_ids) + self.position(positions)  # (B, T, D)
         return self.dropout(self.norm(x))
 

@@ -1,0 +1,126 @@
+"""`bertkit export onnx --output DIR`: a directory that deploys without bertkit (transformers' AutoTokenizer or
+`tokenizers` + onnxruntime give PyTorch's logits), and `--optimize`: ONNX Runtime's fused BERT graph, equal to
+PyTorch within 1e-4, with the fusions it claims."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import onnx
+import onnxruntime
+import pytest
+import torch
+from tokenizers import Tokenizer
+from transformers import AutoTokenizer
+
+from bertkit.cli import main
+from bertkit.errors import BertkitError
+from bertkit.export import export_onnx
+from bertkit.model import BertForSequenceClassification, BertForTokenClassification
+from bertkit.settings import ClassificationSettings, ExportSettings
+from bertkit.tasks.classification import ClassificationTask
+
+from .conftest import build, build_feature_based, tokenizer
+
+TEXTS = ["the cat sat on the mat .", "john lives in london", "paris", "where did the big red dog go in the park ?"]
+PAIRS = ["a big house", "is paris the capital of france ?", "un ##der", "the dog ran"]
+
+
+def _session(path) -> onnxruntime.InferenceSession:
+    return onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+
+
+def _pytorch_logits(model_class, directory, batch) -> np.ndarray:
+    model = model_class.from_pretrained(directory).eval()
+    with torch.no_grad():
+        return model(**{k: torch.as_tensor(v) for k, v in batch.items()}).logits.numpy()
+
+
+def test_the_directory_holds_graph_tokenizer_label_map_and_task(tmp_path, classifier_dir):
+    report = export_onnx(ExportSettings(classifier_dir, tmp_path / "onnx"))
+    files = {p.name for p in (tmp_path / "onnx").iterdir()}
+    assert files == {"model.onnx", "config.json", "vocab.txt", "tokenizer_config.json", "special_tokens_map.json",
+                     "tokenizer.json", "bertkit_task.json"}
+    assert set(report.files) == files and report.path == tmp_path / "onnx" / "model.onnx"
+    config = json.loads((tmp_path / "onnx" / "config.json").read_text())
+    assert config["architectures"] == ["BertForSequenceClassification"] and config["model_type"] == "bert"
+    assert config["id2label"] == {"0": "negative", "1": "positive", "2": "neutral"}
+    assert config["label2id"] == {"negative": 0, "positive": 1, "neutral": 2}
+    assert json.loads((tmp_path / "onnx" / "bertkit_task.json").read_text()) == \
+        json.loads((classifier_dir / "bertkit_task.json").read_text())
+    assert (tmp_path / "onnx" / "vocab.txt").read_text() == (classifier_dir / "vocab.txt").read_text()
+    assert "directory" in "\n".join(report.lines())
+
+
+def test_autotokenizer_and_onnxruntime_give_pytorchs_logits(tmp_path, classifier_dir):
+    export_onnx(ExportSettings(classifier_dir, tmp_path / "onnx"))
+    hf = AutoTokenizer.from_pretrained(tmp_path / "onnx")
+    ours = tokenizer()
+    for text, pair in zip(TEXTS, PAIRS):  # the same ids as bertkit's tokenizer, single texts and pairs
+        assert hf(text)["input_ids"] == ours.encode(text).input_ids
+        encoded = ours.encode(text, pair)
+        assert hf(text, pair)["input_ids"] == encoded.input_ids
+        assert hf(text, pair)["token_type_ids"] == encoded.token_type_ids
+    plain = Tokenizer.from_file(str(tmp_path / "onnx" / "tokenizer.json"))
+    assert [e.ids for e in plain.encode_batch(TEXTS)] == [ours.encode(t).input_ids for t in TEXTS]
+    batch = dict(hf(TEXTS, PAIRS, padding=True, return_tensors="np"))  # padded: rows of different lengths
+    assert (batch["attention_mask"] == 0).any()
+    logits = _session(tmp_path / "onnx" / "model.onnx").run(["logits"], batch)[0]
+    np.testing.assert_allclose(logits, _pytorch_logits(BertForSequenceClassification, classifier_dir, batch),
+                               atol=1e-4, rtol=0)
+
+
+def test_optimize_writes_the_fused_graph_equal_to_pytorch(tmp_path, tmp_path_factory):
+    directory = tmp_path_factory.mktemp("tagger")
+    build(directory, BertForTokenClassification, num_labels=5)
+    report = export_onnx(ExportSettings(directory, tmp_path / "onnx", optimize=True))
+    layers = 2  # bert-debug
+    assert report.fused["Attention"] == layers and report.fused["EmbedLayerNormalization"] == 1
+    assert report.fused["SkipLayerNormalization"] == 2 * layers  # after attention and after the feed-forward
+    assert report.fused["BiasGelu"] == layers
+    assert report.optimized_max_abs_diff is not None and report.optimized_max_abs_diff <= 1e-4
+    assert "Attention 2" in "\n".join(report.lines())
+    ops = {node.op_type for node in onnx.load(str(tmp_path / "onnx" / "model.onnx")).graph.node}
+    assert {"Attention", "EmbedLayerNormalization", "SkipLayerNormalization"} <= ops
+    session = _session(tmp_path / "onnx" / "model.onnx")
+    hf = AutoTokenizer.from_pretrained(tmp_path / "onnx")
+    for side in ("right", "left"):  # the raw 2D mask: any padding side
+        hf.padding_side = side
+        batch = dict(hf(TEXTS, padding=True, return_tensors="np"))
+        expected = _pytorch_logits(BertForTokenClassification, directory, batch)
+        actual = session.run(["logits"], batch)[0]
+        real = batch["attention_mask"].astype(bool)
+        np.testing.assert_allclose(actual[real], expected[real], atol=1e-4, rtol=0)
+
+
+def test_optimize_then_quantize_from_the_command_line(tmp_path, classifier_dir, capsys):
+    assert main(["export", "onnx", "--model", str(classifier_dir), "--output", str(tmp_path / "int8.onnx"),
+                 "--optimize", "--quantize", "int8"]) == 0
+    out = capsys.readouterr().out
+    assert "ONNX Runtime-optimized, int8" in out and "Attention 2" in out and "top-1 agreement" in out
+    assert [p.name for p in tmp_path.iterdir()] == ["int8.onnx"]  # a .onnx path: the graph alone, as before
+    ops = {node.op_type for node in onnx.load(str(tmp_path / "int8.onnx")).graph.node}
+    assert "QAttention" in ops or "Attention" in ops
+
+
+def test_a_feature_based_directory_exports_its_head_without_feature_entries(tmp_path):
+    task = ClassificationTask(ClassificationSettings(labels=["a", "b", "c"], max_seq_length=16))
+    directory, _ = build_feature_based(tmp_path / "fb", task)
+    export_onnx(ExportSettings(directory, tmp_path / "onnx"))
+    config = json.loads((tmp_path / "onnx" / "config.json").read_text())
+    assert config["architectures"] == ["BertForSequenceClassification"] and config["id2label"]["2"] == "c"
+    saved = json.loads((tmp_path / "onnx" / "bertkit_task.json").read_text())
+    assert saved["task"] == "classification" and "feature_layers" not in saved
+
+
+def test_bad_outputs_are_refused_in_one_line(tmp_path, classifier_dir, capsys):
+    with pytest.raises(BertkitError, match="holds a checkpoint"):
+        export_onnx(ExportSettings(classifier_dir, classifier_dir))
+    (tmp_path / "model").write_text("x")
+    with pytest.raises(BertkitError, match="is a file"):
+        export_onnx(ExportSettings(classifier_dir, tmp_path / "model"))
+    assert main(["export", "onnx", "--model", str(classifier_dir), "--output", str(classifier_dir)]) == 2
+    err = capsys.readouterr().err
+    assert "bertkit: error: --output" in err and "holds a checkpoint" in err
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1
