@@ -218,7 +218,7 @@ def test_the_unset_clause_is_cut_to_the_end_of_its_sentence():
     assert without_unset("How vectors pool; auto (unset): [CLS].") == "How vectors pool; auto (unset): [CLS]."
 
 
-TRAINING_COMMANDS = ("pretrain", "finetune")
+TRAINING_COMMANDS = ("pretrain", "finetune", "glue")
 
 
 def test_choices_are_the_settings_constants():
@@ -234,7 +234,8 @@ def test_choices_are_the_settings_constants():
         training = name.startswith(TRAINING_COMMANDS)
         precisions = run_settings.PRECISIONS if training else run_settings.INFERENCE_PRECISIONS
         for param in command.params:
-            choices = {**expected, "--precision": precisions}.get(param.opts[0])
+            pooling = run_settings.EMBEDDING_POOLINGS if name == "finetune embedding" else run_settings.POOLINGS
+            choices = {**expected, "--precision": precisions, "--pooling": pooling}.get(param.opts[0])
             if choices is not None:
                 assert tuple(param.type.choices) == tuple(choices), f"bertkit {name} {param.opts[0]}"
                 seen.add(param.opts[0])
