@@ -84,6 +84,10 @@ def test_auto_continues_a_sentence_transformers_directory_mlm_only_and_keeps_it_
     a, b = before.encode(texts, convert_to_tensor=True), after.encode(texts, convert_to_tensor=True)
     assert b.shape == a.shape and torch.allclose(b.norm(dim=-1), torch.ones(2))
     assert not torch.allclose(a, b)  # trained
+    # MLM-only training never touches the pooler: final/ keeps the released one for fine-tuning from it
+    released = load_file(str(prepared["st"] / "model.safetensors"))
+    continued = load_file(str(final / "model.safetensors"))
+    assert torch.equal(continued["bert.pooler.dense.weight"], released["pooler.dense.weight"])
 
 
 def test_mlm_and_nsp_from_a_checkpoint_without_an_nsp_head(prepared, tmp_path):

@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from safetensors.torch import save_file
+from safetensors.torch import load_file, save_file
 
 from bertkit.atomic import write_file_atomic, write_text_atomic
 from bertkit.errors import BertkitError
@@ -203,4 +203,22 @@ def carry_sentence_transformers(source: str | Path, target: str | Path) -> bool:
     for folder in sorted(folders):
         if (source / folder).is_dir() and ".." not in Path(folder).parts:
             shutil.copytree(source / folder, target / folder, dirs_exist_ok=True)
+    return True
+
+
+def carry_pooler(source: str | Path, target: str | Path) -> bool:
+    """Add the pooler of the checkpoint in `source` to `target`'s model.safetensors when `target` has none (a
+    masked-LM-only model continued from `source` never uses, trains or saves it, so the released one is still
+    the right one, and fine-tuning a classifier from `target` starts from it rather than from random weights).
+    False when there is nothing to carry."""
+    target_file = Path(target) / "model.safetensors"
+    state = load_file(str(target_file))
+    if any(".pooler." in f".{k}" for k in state):
+        return False
+    pooler = {k: v for k, v in read_state_dict(source).items() if k.removeprefix("bert.").startswith("pooler.")}
+    if not pooler:
+        return False
+    prefix = "bert." if any(k.startswith("bert.") for k in state) else ""
+    state |= {prefix + k.removeprefix("bert."): v.contiguous() for k, v in pooler.items()}
+    write_file_atomic(target_file, lambda t: save_file(state, t, metadata={"format": "pt"}))
     return True

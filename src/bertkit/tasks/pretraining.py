@@ -42,7 +42,7 @@ from bertkit.model import (
 from bertkit.model.pretrained import SAFETENSORS_NAME, safetensors_shapes
 from bertkit.runtime import resolve_device
 from bertkit.settings import PretrainSettings
-from bertkit.tasks.adapt import carry_sentence_transformers
+from bertkit.tasks.adapt import carry_pooler, carry_sentence_transformers
 from bertkit.tasks.recipes import (
     PAPER_MIN_STEPS,
     PRETRAINING_FILE,
@@ -281,6 +281,11 @@ def pretrain(settings: PretrainSettings, train_config: TrainConfig) -> FitResult
             model.save_pretrained(output / "final", tokenizer=tokenizer)  # never the DDP wrapper: fit makes that
             if settings.init_from is not None and carry_sentence_transformers(settings.init_from, output / "final"):
                 logger.info("%s is a sentence-transformers directory: its modules.json and pooling are in final/ too",
+                            settings.init_from)
+            kept = settings.init_from is not None and not settings.nsp and carry_pooler(settings.init_from,
+                                                                                        output / "final")
+            if kept:
+                logger.info("final/ keeps the pooler of %s (masked-LM-only training leaves it as it was)",
                             settings.init_from)
             write_text_atomic(output / "final" / PRETRAINING_FILE, json.dumps(
                 {"steps": result.step, "recipe": settings.recipe, "max_seq_length": settings.max_seq_length,
