@@ -8,11 +8,15 @@ function of those numbers, tested with injected ones - gives fine-tuning what it
 fewer epochs (down to MIN_EPOCHS) and then fewer seeds (down to two, the fewest that show a spread)
 when that would take more than FINETUNE_SHARE of the time, and gives pre-training all the rest: the
 steps it gets are what decide whether pre-training pays (docs/quickstart.md). Epochs or seeds the user
-set are kept as set. A budget too small for any pre-training is refused with the minutes it would need.
+set are kept as set. A budget too small for any pre-training at the measured rates is planned anyway when
+a machine up to `uncertainty` times faster than measured would fit it (the factor the measurement cannot
+rule out, quickstart/load.py: a busy machine's probe runs slow): the plan then assumes the smallest such
+speed-up and says so in `warning`. Beyond that factor the budget is refused with the minutes it would need.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import asdict, dataclass
 
@@ -75,6 +79,13 @@ class TimePlan:
     rates: Rates
     shortened: str = ""
     """What the plan made shorter than the recipe, in words ('' when nothing)."""
+    speedup: float = 1.0
+    """The plan's rates are the measured ones times this (> 1 only when the measured ones left no time to
+    pre-train and the measurement's uncertainty allows it)."""
+    load: str = ""
+    """The machine's load while the rates were measured, in words (quickstart/load.py)."""
+    warning: str = ""
+    """Why the command may take longer than the budget ('' when the plan fits the measured rates)."""
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -84,16 +95,56 @@ class TimePlan:
         return cls(**{**data, "seeds": tuple(data["seeds"]), "rates": Rates(**data["rates"])})
 
     def describe(self) -> str:
+        rate = self.rates.pretrain_steps_per_s
+        assumed = f", planned at {self.speedup:.1f}x that" if self.speedup > 1 else ""
         return (f"{self.total_s / 60:g} min: vocabulary + data {self.spent_s:.0f} s (done), pre-training "
-                f"{self.pretrain_s:.0f} s (~{self.pretrain_s * self.rates.pretrain_steps_per_s:,.0f} steps at "
-                f"{self.rates.pretrain_steps_per_s:.2f} steps/s measured), fine-tuning ~{self.finetune_s:.0f} s "
+                f"{self.pretrain_s:.0f} s (~{self.pretrain_s * rate * self.speedup:,.0f} steps at "
+                f"{rate:.2f} steps/s measured{assumed}), fine-tuning ~{self.finetune_s:.0f} s "
                 f"({self.finetune_epochs:g} epochs x {len(self.seeds)} seeds), report ~{self.report_s:.0f} s"
-                + (f"; {self.shortened}" if self.shortened else ""))
+                + (f"; {self.shortened}" if self.shortened else "") + (f"; machine {self.load}" if self.load else ""))
 
 
 def plan_time(total_s: float, spent_s: float, rates: Rates, work: FinetuneWork, epochs: float,
-              seeds: tuple[int, ...], epochs_fixed: bool = False, seeds_fixed: bool = False) -> TimePlan:
-    """Split `total_s` (of which `spent_s` are gone) between pre-training and fine-tuning (see module doc)."""
+              seeds: tuple[int, ...], epochs_fixed: bool = False, seeds_fixed: bool = False,
+              uncertainty: float = 1.0, load: str = "") -> TimePlan:
+    """Split `total_s` (of which `spent_s` are gone) between pre-training and fine-tuning (see module doc);
+    `uncertainty` is how much faster than `rates` the machine may be, `load` its load in words."""
+    speedup = 1.0
+    while True:
+        plan = _split(total_s, spent_s, rates, speedup, work, epochs, seeds, epochs_fixed, seeds_fixed, load)
+        if plan.pretrain_s >= MIN_PRETRAIN_S:
+            break
+        if speedup >= uncertainty:
+            at_measured = _split(total_s, spent_s, rates, 1.0, work, epochs, seeds, epochs_fixed, seeds_fixed, load)
+            needed = (total_s - at_measured.pretrain_s + max(MIN_PRETRAIN_S, 300.0)) / 60
+            machine = f" (machine {load})" if load else ""
+            raise BertkitError(
+                f"--minutes {total_s / 60:g} is too short here: vocabulary and data took {spent_s:.0f} s and the "
+                f"fine-tunings need ~{at_measured.finetune_s:.0f} s at this machine's measured speed{machine}, "
+                f"which leaves no time to pre-train even if the machine is {uncertainty:g}x faster than measured; "
+                f"give --minutes {math.ceil(needed)} or more (or fewer --seeds / --finetune-epochs / "
+                "--train-examples, or --max-steps for a step budget)")
+        speedup = min(uncertainty, speedup * SPEEDUP_STEP)
+    if speedup > 1:
+        slow_finetune_s = work.seconds(plan.finetune_epochs, len(plan.seeds), rates)
+        slow_s = spent_s + plan.pretrain_s + slow_finetune_s + REPORT_S
+        plan = dataclasses.replace(plan, warning=(
+            f"at the speed measured now the fine-tunings alone need ~{slow_finetune_s:.0f} s, which "
+            f"leaves no time to pre-train in --minutes {total_s / 60:g}; the machine is {load or 'measured'}, so "
+            f"the measurement may be up to {uncertainty:g}x slow: planned for the budget assuming "
+            f"{speedup:.1f}x the measured speed; if the machine stays this slow, the command takes ~"
+            f"{slow_s / 60:.1f} min"))
+    return plan
+
+
+SPEEDUP_STEP = 1.25
+"""Each try at a plan that fits assumes the machine this much faster than the last (up to the uncertainty)."""
+
+
+def _split(total_s: float, spent_s: float, measured: Rates, speedup: float, work: FinetuneWork, epochs: float,
+           seeds: tuple[int, ...], epochs_fixed: bool, seeds_fixed: bool, load: str) -> TimePlan:
+    """The plan at `speedup` times the measured rates (pretrain_s may be short: plan_time checks)."""
+    rates = Rates(*(rate * speedup for rate in dataclasses.astuple(measured)))
     available = total_s - spent_s - REPORT_S
     share = FINETUNE_SHARE * available
     planned_epochs, planned_seeds = epochs, seeds
@@ -104,17 +155,11 @@ def plan_time(total_s: float, spent_s: float, rates: Rates, work: FinetuneWork, 
            and work.seconds(planned_epochs, len(planned_seeds), rates) > share):
         planned_seeds = planned_seeds[:-1]
     finetune_s = work.seconds(planned_epochs, len(planned_seeds), rates)
-    pretrain_s = available - finetune_s
-    if pretrain_s < MIN_PRETRAIN_S:
-        needed = (total_s - pretrain_s + max(MIN_PRETRAIN_S, 300.0)) / 60
-        raise BertkitError(f"--minutes {total_s / 60:g} is too short here: vocabulary and data took {spent_s:.0f} s "
-                           f"and the fine-tunings need ~{finetune_s:.0f} s at this machine's measured speed, which "
-                           f"leaves no time to pre-train; give --minutes {math.ceil(needed)} or more (or fewer "
-                           "--seeds / --finetune-epochs / --train-examples)")
     changes = []
     if planned_epochs != epochs:
         changes.append(f"fine-tuning epochs {epochs:g} -> {planned_epochs:g}")
     if planned_seeds != seeds:
         changes.append(f"seeds {','.join(map(str, seeds))} -> {','.join(map(str, planned_seeds))}")
     shortened = (", ".join(changes) + " to leave pre-training most of the time") if changes else ""
-    return TimePlan(total_s, spent_s, pretrain_s, finetune_s, REPORT_S, planned_epochs, planned_seeds, rates, shortened)
+    return TimePlan(total_s, spent_s, available - finetune_s, finetune_s, REPORT_S, planned_epochs, planned_seeds,
+                    measured, shortened, speedup, load)

@@ -39,6 +39,7 @@ from bertkit.assets import kjv_path
 from bertkit.atomic import write_text_atomic
 from bertkit.errors import BertkitError, Interrupted
 from bertkit.quickstart.config import MODEL, QuickstartConfig
+from bertkit.quickstart.load import fastest_rates, machine_load
 from bertkit.quickstart.plan import FinetuneWork, Rates, TimePlan, plan_time
 from bertkit.quickstart.report import (
     FINETUNE_FIGURE,
@@ -272,14 +273,19 @@ def time_plan(cfg: QuickstartConfig, tokenizer: Any, spent_s: float, echo: Echo)
             return plan
     train, dev, test = label_files(cfg)
     lengths = [len(ids) + 2 for ids in tokenizer.encode_ids(_texts(train))]  # + [CLS], [SEP]
+    started, cpu = time.perf_counter(), time.process_time()
     rates = measure_rates(cfg, tokenizer.vocab_size, int(min(128, sorted(lengths)[3 * len(lengths) // 4])))
+    probe_s = time.perf_counter() - started
+    load = machine_load(time.process_time() - cpu, probe_s, torch.get_num_threads())
     work = FinetuneWork(runs_per_seed=2 if cfg.random_baseline else 1, train_examples=len(lengths),
                         batch_size=cfg.recipe.finetune_batch_size, eval_examples=len(_texts(dev)) + len(_texts(test)))
     assert cfg.minutes is not None, "a time plan is made only without --max-steps (validate: then minutes)"
-    plan = plan_time(cfg.minutes * 60, spent_s, rates, work, cfg.recipe.finetune_epochs, cfg.seeds,
-                     cfg.epochs_fixed, cfg.seeds_fixed)
+    plan = plan_time(cfg.minutes * 60, spent_s + probe_s, rates, work, cfg.recipe.finetune_epochs, cfg.seeds,
+                     cfg.epochs_fixed, cfg.seeds_fixed, uncertainty=load.uncertainty, load=load.describe())
     write_text_atomic(path, json.dumps(plan.to_json(), indent=2) + "\n")
     echo(f"      time plan: {plan.describe()}")
+    if plan.warning:
+        echo(f"      warning: {plan.warning}")
     return plan
 
 
@@ -295,7 +301,12 @@ def _column(tsv: Path, index: int) -> list[str]:
 
 def measure_rates(cfg: QuickstartConfig, vocab_size: int, finetune_length: int) -> Rates:
     """Pre-training steps/s at the recipe's shape, fine-tuning steps/s and evaluation examples/s at the
-    task's typical length, on this machine now (a few seconds)."""
+    task's typical length, on this machine now: each the fastest of a few short probes (quickstart/load.py)."""
+    return fastest_rates(lambda: probe_rates(cfg, vocab_size, finetune_length))
+
+
+def probe_rates(cfg: QuickstartConfig, vocab_size: int, finetune_length: int, seconds: float = 0.75) -> Rates:
+    """One probe of measure_rates' three rates, timing each for about `seconds` (evaluation a third)."""
     import torch.nn.functional as F
 
     from bertkit.config import preset
@@ -306,7 +317,7 @@ def measure_rates(cfg: QuickstartConfig, vocab_size: int, finetune_length: int) 
 
     recipe, device = cfg.recipe, resolve_device(cfg.device)
     pretrain = measure_steps_per_second(preset(MODEL, vocab_size=vocab_size), recipe.max_seq_length,
-                                        recipe.batch_size, "auto", cfg.device)
+                                        recipe.batch_size, "auto", cfg.device, seconds)
     config = preset(MODEL, vocab_size=vocab_size, num_labels=6)
     ids = torch.randint(5, vocab_size, (recipe.finetune_batch_size, finetune_length),
                         generator=torch.Generator().manual_seed(0))
@@ -316,9 +327,10 @@ def measure_rates(cfg: QuickstartConfig, vocab_size: int, finetune_length: int) 
     def loss(model: Any, inputs: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict[str, float]]:
         return F.cross_entropy(model(**inputs).logits.float(), labels.to(inputs["input_ids"].device)), {}
 
-    finetune = training_steps_per_second(lambda: BertForSequenceClassification(config), loss, batch, "auto", device)
+    finetune = training_steps_per_second(lambda: BertForSequenceClassification(config), loss, batch, "auto", device,
+                                         seconds)
     evaluate = inference_batches_per_second(  # as fine-tuning evaluates: an accelerated copy
-        lambda: accelerate_for_inference(BertForSequenceClassification(config).to(device)), batch, device)
+        lambda: accelerate_for_inference(BertForSequenceClassification(config).to(device)), batch, device, seconds / 3)
     return Rates(pretrain, finetune, evaluate * len(ids))
 
 
