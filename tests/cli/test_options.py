@@ -166,8 +166,8 @@ def test_python_callers_are_held_to_the_same_bounds_with_the_flag_named():
         Limits(max_inputs=0)
 
 
-COMMANDS = ("pretrain", "finetune", "data pretraining", "tokenizer train", "tokenizer encode", "extract",
-            "export onnx", "serve", "predict", "evaluate", "quickstart")
+COMMANDS = ("pretrain", "finetune", "data pretraining", "tokenizer train", "tokenizer encode", "tokenizer extend",
+            "extract", "export onnx", "serve", "predict", "evaluate", "quickstart")
 """Every command whose flags are generated from settings dataclasses (groups expand to their subcommands)."""
 
 
