@@ -202,6 +202,8 @@ class TrainConfig(BatchSizes):
     allow_change: tuple[str, ...] = dataclasses.field(default=(), metadata={"choices": RESUME_EXACT_SETTINGS})
     """On resume, accept a new value of this setting although the run is then no longer exact (repeat for
     several); other settings (learning rate, budget, cadence) may change without it."""
+    threads: int | None = dataclasses.field(default=None, metadata={"min": 1})
+    """torch CPU threads; unset: torch's."""
 
     def __post_init__(self) -> None:
         self.betas = tuple(self.betas)  # type: ignore[assignment]
@@ -219,7 +221,7 @@ class TrainConfig(BatchSizes):
                     "learning_rate": self.learning_rate, "log_every": self.log_every,
                     "eval_every": self.eval_every, "save_every": self.save_every,
                     "max_nonfinite_steps": self.max_nonfinite_steps,
-                    "early_stopping_patience": self.early_stopping_patience}
+                    "early_stopping_patience": self.early_stopping_patience, "threads": self.threads}
         for name, value in positive.items():
             if value is not None and not value > 0:
                 raise BertkitError(f"{flag_of(self, name)} must be positive, got {value!r}")
@@ -363,6 +365,8 @@ class FinetuneConfig(BatchSizes):
     overwrite: bool = False
     """Delete an earlier fine-tuning run in the output directory first (otherwise a non-empty output is
     refused)."""
+    threads: int | None = dataclasses.field(default=None, metadata={"min": 1})
+    """torch CPU threads; unset: torch's."""
 
     def __post_init__(self) -> None:
         check_bounds(self)
@@ -697,6 +701,8 @@ class TokenizerTrainSettings:
     strict: bool = False
     """Fail on invalid UTF-8, binary or corrupt files, bad JSONL lines or rows without a text instead of
     replacing/skipping and counting them."""
+    threads: int | None = dataclasses.field(default=None, metadata={"min": 1})
+    """Threads of the trainer (the tokenizers library's pool, RAYON_NUM_THREADS); unset: one per core."""
 
     def __post_init__(self) -> None:
         check_bounds(self)
@@ -788,6 +794,8 @@ class ExtractSettings:
     precision: str = dataclasses.field(default="fp32", metadata={"choices": INFERENCE_PRECISIONS})
     """auto: the faster of fp32 and bf16 as measured on this machine (`bertkit doctor`); bf16 values are
     within bf16 rounding; int8: encoder layers quantized, CPU only."""
+    threads: int | None = dataclasses.field(default=None, metadata={"min": 1})
+    """torch CPU threads; unset: torch's."""
 
     def __post_init__(self) -> None:
         check_bounds(self)
@@ -880,6 +888,8 @@ class PredictSettings(LongDocumentChoices):
     """Tagging, JSONL/Parquet/`datasets` input: column/key of the tokens; unset: as fine-tuned."""
     tags_column: str | None = None
     """Tagging, JSONL/Parquet/`datasets` input: column/key of the gold tags; unset: as fine-tuned."""
+    threads: int | None = dataclasses.field(default=None, metadata={"min": 1})
+    """torch CPU threads; unset: torch's."""
 
     def __post_init__(self) -> None:
         check_bounds(self)

@@ -17,7 +17,7 @@ from typing import Any
 
 import click
 
-from bertkit.cli.options import memory_line, options, take
+from bertkit.cli.options import memory_line, options, take, use_threads
 from bertkit.settings import (
     ClassificationSettings,
     EmbeddingSettings,
@@ -71,6 +71,7 @@ def _run(kind: str, settings_class: type, flags: dict[str, Any], **task_options:
 
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     cfg = FinetuneConfig(**take(FinetuneConfig, flags))
+    use_threads(cfg.threads)
     task_options = {**take(settings_class, flags), **task_options}
     results = finetuning.run_finetuning(kind, flags.pop("train_file"), list(flags.pop("dev_files")), cfg, task_options)
     _print_summary(results, cfg.output)

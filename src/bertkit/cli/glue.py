@@ -16,7 +16,7 @@ from typing import Any
 import click
 
 from bertkit.cli.finetune import FINETUNE
-from bertkit.cli.options import options, take
+from bertkit.cli.options import options, take, use_threads
 from bertkit.errors import BertkitError
 from bertkit.settings import GLUE_LEARNING_RATES, GLUE_SEEDS, FinetuneConfig, GlueSettings
 
@@ -68,6 +68,7 @@ def glue(**flags: Any) -> None:
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     settings = GlueSettings(**take(GlueSettings, flags))
     cfg = FinetuneConfig(**take(FinetuneConfig, flags))
+    use_threads(cfg.threads)
     results = glue_suite.run_glue(settings, cfg, progress=click.echo)
     table = glue_suite.markdown_table(results).splitlines()
     click.echo("\n".join(table[2:5]))  # the paper-style row

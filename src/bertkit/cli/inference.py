@@ -17,7 +17,7 @@ from typing import Any
 
 import click
 
-from bertkit.cli.options import options, take
+from bertkit.cli.options import options, take, use_threads
 from bertkit.settings import ExportSettings, ExtractSettings, Limits, LongDocumentChoices, ServerSettings, ServeSettings
 
 CONTEXT = {"show_default": True}
@@ -31,6 +31,7 @@ def extract(**flags: Any) -> None:
 
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s")
     settings = ExtractSettings(**take(ExtractSettings, flags))
+    use_threads(settings.threads)
     count = extract_features(settings)
     click.echo(f"wrote features of {count} lines to {settings.output}")
 

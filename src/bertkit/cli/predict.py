@@ -15,7 +15,7 @@ from typing import Any
 
 import click
 
-from bertkit.cli.options import options, take
+from bertkit.cli.options import options, take, use_threads
 from bertkit.settings import PredictSettings
 
 
@@ -23,6 +23,7 @@ def _predict_file(settings: PredictSettings) -> dict[str, Any]:
     from bertkit.tasks.evaluate import predict_file  # torch: only when the command runs, not for --help
 
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")  # e.g. the precision
+    use_threads(settings.threads)
     return predict_file(settings)
 
 

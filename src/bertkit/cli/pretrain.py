@@ -22,7 +22,7 @@ from typing import Any
 
 import click
 
-from bertkit.cli.options import memory_line, options, take
+from bertkit.cli.options import memory_line, options, take, use_threads
 from bertkit.errors import BertkitError, Interrupted
 from bertkit.settings import PretrainSettings, TrainConfig
 
@@ -92,7 +92,9 @@ def pretrain(**flags) -> None:
     if flags["batch_size"] is not None:  # the older spelling gives the global batch too
         given += ("global_batch_size",)
     settings = PretrainSettings(**take(PretrainSettings, flags, drop_none=RECIPE_DEFAULTS), given=given)
-    result = pretraining.pretrain(settings, TrainConfig(**take(TrainConfig, flags, drop_none=RECIPE_DEFAULTS)))
+    train_config = TrainConfig(**take(TrainConfig, flags, drop_none=RECIPE_DEFAULTS))
+    use_threads(train_config.threads)  # recorded in pretrain_settings.json with the rest of TrainConfig
+    result = pretraining.pretrain(settings, train_config)
     if result.stop_reason == "signal" and result.signal is not None:
         raise Interrupted(f"pre-training stopped by {signal.Signals(result.signal).name} at step {result.step}; "
                           f"saved {result.checkpoint}", result.signal, "--resume auto")

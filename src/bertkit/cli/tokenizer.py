@@ -11,6 +11,7 @@ repeated flags, so both spellings users know from other tools work.
 from __future__ import annotations
 
 import logging
+import os
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +42,8 @@ def train(more_inputs: tuple[Path, ...], **flags: Any) -> None:
     from bertkit.tokenizer import WordPieceTokenizer
 
     settings = TokenizerTrainSettings(**take(TokenizerTrainSettings, flags))
+    if settings.threads is not None:  # read when the tokenizers library first runs in parallel: before training
+        os.environ["RAYON_NUM_THREADS"] = str(settings.threads)
     files = [*settings.inputs, *more_inputs]
     if not files:
         raise BertkitError("no input files; pass them with --input FILE [FILE ...]")

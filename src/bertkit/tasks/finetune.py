@@ -42,6 +42,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
 
+import torch
 from torch import nn
 from torch.utils.data import Dataset
 
@@ -322,6 +323,7 @@ def _finetune_seeds(task: Task, cfg: FinetuneConfig, tokenizer: WordPieceTokeniz
     best_seed = max(per_seed, key=lambda s: per_seed[s][main])  # the first of equals, in seed order
     results = {**per_seed[best_seed], "best_seed": best_seed, "seeds": {str(s): m for s, m in per_seed.items()},
                "summary": seed_summary(per_seed, task.metric_names), "world_size": ctx.world_size,
+               "threads": torch.get_num_threads(),
                "peak_memory": peak_memory(ctx.device), **report}
     if ctx.is_main:
         write_results(cfg.output / RESULTS_FILE, results)

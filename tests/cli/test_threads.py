@@ -1,0 +1,103 @@
+"""`--threads N` on the training and inference commands (issue 30): the flag exists with serve's help, sets
+torch's threads before the library runs (tokenizer train: the tokenizers pool), is kept in the settings the
+run records, and leaves torch's default alone when unset. The library entry points are replaced by recorders,
+and torch.set_num_threads by a recorder too, so the test process keeps its threads."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from types import SimpleNamespace
+
+import click
+import pytest
+import torch
+
+from bertkit.cli import cli, main
+from bertkit.settings import TrainConfig
+
+COMMANDS = ("pretrain", "finetune classification", "finetune tagging", "finetune squad", "finetune multiple-choice",
+            "glue", "predict", "evaluate", "extract", "tokenizer train", "serve")
+
+
+def _command(name: str) -> click.Command:
+    command: click.Command = cli
+    for part in name.split():
+        command = command.get_command(click.Context(cli), part)  # type: ignore[attr-defined]
+    return command
+
+
+@pytest.mark.parametrize("name", COMMANDS)
+def test_the_commands_take_threads(name):
+    [option] = [p for p in _command(name).params if p.name == "threads"]
+    assert option.opts == ["--threads"] and option.default is None
+    assert isinstance(option.type, click.IntRange) and option.type.min == 1
+    if name not in ("serve", "tokenizer train"):
+        assert option.help == [p for p in _command("serve").params if p.name == "threads"][0].help
+
+
+@pytest.fixture
+def threads_set(monkeypatch):
+    calls: list[int] = []
+    monkeypatch.setattr(torch, "set_num_threads", calls.append)
+    return calls
+
+
+def test_pretrain_sets_and_records_threads(monkeypatch, tmp_path, threads_set):
+    from bertkit.tasks import pretraining
+
+    seen = {}
+    monkeypatch.setattr(pretraining, "pretrain", lambda settings, train: seen.update(train=train, when=list(
+        threads_set)) or SimpleNamespace(stop_reason="done", signal=None, checkpoint=None))
+    (tmp_path / "data").mkdir()
+    argv = ["pretrain", "--data", str(tmp_path / "data"), "--output", str(tmp_path / "run"), "--max-steps", "1"]
+    assert main([*argv, "--threads", "1"]) == 0
+    assert seen["when"] == [1] and seen["train"].threads == 1  # set before the run; recorded with TrainConfig
+    assert dataclasses.asdict(seen["train"])["threads"] == 1  # what pretrain_settings.json writes
+    assert main(argv) == 0 and seen["train"].threads is None and threads_set == [1]  # unset: torch's default
+    assert main([*argv, "--threads", "0"]) == 2
+
+
+def test_finetune_predict_and_extract_set_threads(monkeypatch, tmp_path, threads_set):
+    from bertkit import features
+    from bertkit.tasks import evaluate, finetune
+
+    seen: dict[str, list[int]] = {}
+    monkeypatch.setattr(finetune, "run_finetuning", lambda kind, train, dev, cfg, options: seen.update(
+        finetune=[*threads_set, cfg.threads]) or {"seeds": {}, "summary": {}})
+    monkeypatch.setattr(evaluate, "predict_file", lambda settings: seen.update(
+        predict=[*threads_set, settings.threads]) or {"examples": 0, "skipped": 0})
+    monkeypatch.setattr(features, "extract_features", lambda settings: seen.update(
+        extract=[*threads_set, settings.threads]) or 0)
+    (tmp_path / "model").mkdir()
+    model, data = str(tmp_path / "model"), str(tmp_path / "x.tsv")
+    main(["finetune", "classification", "--model", model, "--train", data, "--dev", data, "--output",
+          str(tmp_path / "out"), "--threads", "2"])
+    assert seen["finetune"] == [2, 2]
+    assert main(["predict", "--model", model, "--input", data, "--output", str(tmp_path / "p"), "--threads", "3"]) == 0
+    assert seen["predict"] == [2, 3, 3]
+    assert main(["extract", "--model", model, "--input", data, "--output", str(tmp_path / "v.npy"),
+                 "--threads", "1"]) == 0
+    assert seen["extract"] == [2, 3, 1, 1]
+
+
+def test_tokenizer_train_sizes_the_tokenizers_pool(monkeypatch, tmp_path):
+    from bertkit.tokenizer import WordPieceTokenizer
+
+    monkeypatch.delenv("RAYON_NUM_THREADS", raising=False)
+    seen = []
+
+    def train(*args, **kwargs):
+        seen.append(os.environ.get("RAYON_NUM_THREADS"))
+        raise SystemExit(0)
+    monkeypatch.setattr(WordPieceTokenizer, "train", staticmethod(train))
+    corpus = tmp_path / "c.txt"
+    corpus.write_text("a b c\n")
+    with pytest.raises(SystemExit):
+        main(["tokenizer", "train", "--input", str(corpus), "--output", str(tmp_path / "v"), "--threads", "1"])
+    assert seen == ["1"]
+
+
+def test_threads_must_be_positive_for_python_callers_too():
+    with pytest.raises(Exception, match="threads"):
+        TrainConfig(max_steps=1, threads=0)
