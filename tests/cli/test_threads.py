@@ -33,7 +33,7 @@ def test_the_commands_take_threads(name):
     assert option.opts == ["--threads"] and option.default is None
     assert isinstance(option.type, click.IntRange) and option.type.min == 1
     if name not in ("serve", "tokenizer train"):
-        assert option.help == [p for p in _command("serve").params if p.name == "threads"][0].help
+        assert option.help == next(p for p in _command("serve").params if p.name == "threads").help
 
 
 @pytest.fixture
