@@ -96,9 +96,17 @@ def test_the_cli_prints_tokens_per_word(base, tmp_path, capsys):
            f"{report['tokens_per_word_after']:.3f}" in out
 
 
-def test_pieces_are_ranked_by_tokens_saved(extended):
-    saved = [p["saved_alone"] for p in json.loads((extended / REPORT_FILE).read_text())["pieces"]]
+def test_pieces_are_chosen_by_tokens_saved_and_their_savings_add_up(base, extended):
+    report = json.loads((extended / REPORT_FILE).read_text())
+    saved = [p["saved"] for p in report["pieces"]]
     assert saved == sorted(saved, reverse=True) and saved[-1] > 0
+    assert sum(saved) == report["tokens_before"] - report["tokens_after"]
+    # The first piece is the one that saves the most of all candidates, alone.
+    old = WordPieceTokenizer.from_pretrained(base["model"])
+    text = base["domain"].read_text()
+    best = report["pieces"][0]
+    extended_once = WordPieceTokenizer([*sorted(old.vocab, key=old.vocab.__getitem__), best["token"]])
+    assert len(old.tokenize(text)) - len(extended_once.tokenize(text)) == best["saved"]
 
 
 def old_vocabulary_batch(vocab_size: int) -> dict[str, torch.Tensor]:

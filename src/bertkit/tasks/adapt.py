@@ -185,7 +185,7 @@ def _report(model_dir: Path, corpus: Sequence[str | Path], extension: Extension,
         "tokens_per_word_before": round(before, 4), "tokens_per_word_after": round(after, 4),
         "candidates_that_save_tokens": extension.candidates, "random_init_fallbacks": fallback,
         "left_out_files": left_out,
-        "pieces": [{"token": p, "saved_alone": s} for p, s in zip(extension.pieces, extension.saved)],
+        "pieces": [{"token": p, "saved": s} for p, s in zip(extension.pieces, extension.saved)],
     }
 
 

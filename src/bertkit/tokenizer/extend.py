@@ -7,14 +7,15 @@ tokens per word before and after.
 
 Design decision: a candidate is either a whole word of the corpus (seen at least `min_count` times) or a
 piece of a WordPiece vocabulary trained on the corpus (`train_vocabulary`, as large as the model's, so
-stems and endings such as `##eth` compete with whole words), that the vocabulary lacks. Each candidate is
-scored by the tokens it saves on the corpus when added alone: Google's greedy longest-match WordPiece run
-on every word it can change (a word-initial piece only changes words it starts; a `##` piece only words
-that hold it after their first character), times the word's count. The `add` best are kept (ties by
-token, so the choice is repeatable for a given candidate set). Savings of two pieces overlap (`begat` and
-`##at` both shorten `begat`), so the sum of the scores overstates the total; the real total is measured
-afterwards with the extended vocabulary and reported. New pieces are appended after the last id: every
-existing id keeps its token, [unused*] slots included (users put their own markers there).
+stems and endings such as `##eth` compete with whole words), that the vocabulary lacks. A candidate's score
+is the tokens it saves on the corpus: Google's greedy longest-match WordPiece re-run on every word it can
+change (a word-initial piece only changes words it starts; a `##` piece only words that hold it after their
+first character), times the word's count. Savings overlap (`begat` and a `##at` both shorten `begat`), so
+pieces are chosen greedily, each the one that saves the most given those chosen before it (lazy greedy:
+a score can only fall as pieces are added, so a piece is re-scored when it reaches the top of the heap and
+taken if it still beats the next one's older score; ties by token). The scores of the chosen pieces then
+add up to the tokens the extension saves. New pieces are appended after the last id: every existing id
+keeps its token, [unused*] slots included (users put their own markers there).
 
 References: Schuster & Nakajima 2012 (WordPiece); google-research/bert issue 9 (adding domain words);
 Tai et al. 2020, "exBERT" (Findings of EMNLP); Gururangan et al. 2020, "Don't Stop Pretraining".
@@ -23,6 +24,7 @@ Tai et al. 2020, "exBERT" (Findings of EMNLP); Gururangan et al. 2020, "Don't St
 from __future__ import annotations
 
 import bisect
+import heapq
 import logging
 from collections import Counter
 from collections.abc import Collection, Sequence
@@ -50,7 +52,8 @@ class Extension:
     pieces: list[str]
     """New tokens in the order they are appended (best first)."""
     saved: list[int]
-    """Tokens each piece saves on the corpus when added alone (same order)."""
+    """Tokens each piece saves on the corpus given the pieces before it (same order; they add up to
+    tokens_before - tokens_after)."""
     words: int
     """Words in the corpus (BERT's pre-tokenisation: punctuation marks are words)."""
     tokens_before: int
@@ -119,19 +122,47 @@ def choose_new_pieces(tokens: Sequence[str], do_lower_case: bool, files: Sequenc
     candidates = {w for w in split if counts[w] >= min_count}
     trained = train_vocabulary(files, len(tokens), do_lower_case, min_count, 1000, False, strict, text_column)
     candidates |= {t for t in trained if t not in vocab and t not in SPECIAL_TOKENS}
-    scored = sorted(((_saved(c, split, counts, lengths, vocab), c) for c in candidates), key=lambda s: (-s[0], s[1]))
-    useful = [(saved, piece) for saved, piece in scored if saved > 0]
+    useful = [(-saved, c) for c in candidates if (saved := _saved(c, split, counts, lengths, vocab)) > 0]
     if not useful:
         raise BertkitError(f"{', '.join(map(str, files))}: no new words - every word of the corpus is one piece "
                            "of the vocabulary already (or [UNK]), so no piece would save a token; nothing to add")
     if add > len(useful):
         raise BertkitError(f"--add {add}: only {len(useful)} pieces the vocabulary lacks save tokens on this corpus "
-                           f"(the best saves {useful[0][0]:,}); use --add {len(useful)} or fewer, or a larger corpus")
-    chosen = useful[:add]
-    logger.info("%d candidate pieces save tokens; the %d best save %s to %s tokens each (alone)", len(useful), add,
-                f"{chosen[-1][0]:,}", f"{chosen[0][0]:,}")
+                           f"(the best saves {-min(useful)[0]:,}); use --add {len(useful)} or fewer, or a larger "
+                           "corpus")
+    chosen = _greedy(useful, add, split, counts, lengths, vocab)
+    if len(chosen) < add:
+        raise BertkitError(f"--add {add}: once the best {len(chosen)} pieces are in, no other piece the vocabulary "
+                           f"lacks saves a token on this corpus; use --add {len(chosen)} or fewer, or a larger corpus")
+    logger.info("%d candidate pieces save tokens; the %d chosen save %s to %s tokens each (given those before)",
+                len(useful), len(chosen), f"{chosen[-1][0]:,}", f"{chosen[0][0]:,}")
     return Extension([p for _, p in chosen], [s for s, _ in chosen], words, before, candidates=len(useful),
                      stats={k: v for k, v in vars(stats).items() if isinstance(v, int)})
+
+
+def _greedy(scored: list[tuple[int, str]], add: int, split: list[str], counts: Counter[str], lengths: dict[str, int],
+            vocab: set[str]) -> list[tuple[int, str]]:
+    """Up to `add` (tokens saved, piece), each the piece that saves the most given the pieces chosen before it
+    (lazy greedy: a piece's saving can only have been overstated by the choices since it was scored, so it is
+    re-scored when it reaches the top and taken if it still beats the next one's stale score). Updates
+    `lengths` and `vocab`. Fewer than `add` only if the rest save nothing once the others are in."""
+    heap = list(scored)  # (-saved, piece)
+    heapq.heapify(heap)
+    chosen: list[tuple[int, str]] = []
+    while heap and len(chosen) < add:
+        _, piece = heapq.heappop(heap)
+        saved = _saved(piece, split, counts, lengths, vocab)
+        if heap and saved < -heap[0][0]:
+            if saved > 0:
+                heapq.heappush(heap, (-saved, piece))
+            continue
+        if saved <= 0:
+            break
+        chosen.append((saved, piece))
+        vocab.add(piece)
+        for word in _affected(piece, split):
+            lengths[word] = _length(word, vocab)
+    return chosen
 
 
 def measure(extension: Extension, tokens: Sequence[str], files: Sequence[str | Path], do_lower_case: bool,
@@ -148,14 +179,17 @@ def _length(word: str, vocab: Collection[str], extra: str | None = None) -> int:
     return 1 if pieces is None else len(pieces)
 
 
-def _saved(candidate: str, split: list[str], counts: Counter[str], lengths: dict[str, int],
-           vocab: Collection[str]) -> int:
-    """Tokens the corpus loses when `candidate` alone joins `vocab`."""
+def _affected(candidate: str, split: list[str]) -> list[str]:
+    """The words of `split` (sorted) whose WordPiece `candidate` can change."""
     if candidate.startswith(CONTINUATION) and len(candidate) > len(CONTINUATION):
         body = candidate[len(CONTINUATION):]
-        affected = [w for w in split if body in w[1:]]
-    else:  # a word-initial piece only matches at the start of a word: the words it prefixes, by bisection
-        first = bisect.bisect_left(split, candidate)
-        last = bisect.bisect_left(split, candidate + "\U0010ffff")
-        affected = split[first:last]
-    return sum(counts[w] * (lengths[w] - _length(w, vocab, candidate)) for w in affected)
+        return [w for w in split if body in w[1:]]
+    # a word-initial piece only matches at the start of a word: the words it prefixes, by bisection
+    first = bisect.bisect_left(split, candidate)
+    return split[first:bisect.bisect_left(split, candidate + "\U0010ffff")]
+
+
+def _saved(candidate: str, split: list[str], counts: Counter[str], lengths: dict[str, int],
+           vocab: Collection[str]) -> int:
+    """Tokens the corpus loses when `candidate` joins `vocab` (whose words have `lengths`)."""
+    return sum(counts[w] * (lengths[w] - _length(w, vocab, candidate)) for w in _affected(candidate, split))
