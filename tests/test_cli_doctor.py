@@ -75,8 +75,8 @@ def test_doctor_step_prints_the_step_probe(capsys, monkeypatch):
     monkeypatch.setenv("BERTKIT_PROBE_FILE", str(PROFILES / "intel-xeon-no-amx.json"))
     asked = []
 
-    def fake(config, purpose="training", rows=None, length=None, refresh=False):
-        asked.append((config.hidden_size, purpose, rows, length))
+    def fake(encoder, purpose="training", rows=None, length=None, refresh=False):
+        asked.append((encoder.config.hidden_size, purpose, rows, length))
         return step_probe.StepTimings(purpose, rows, length, 2, {"fp32": 0.2, "bf16": 0.1}, True), "measured now"
 
     monkeypatch.setattr(step_probe, "step_timings", fake)

@@ -22,6 +22,7 @@ FORBIDDEN = {
     "atomic": {"*"},
     "hardware": {"*"},
     "runtime": {"*"},
+    "step_probe": {"*"},
     "config": {"*"},
     "settings": {"*"},
     "textlines": {"*"},
@@ -34,8 +35,9 @@ FORBIDDEN = {
     "serve": {"train", "cli"},
 }
 # hardware: the measured precision/kernel choices; runtime: device, precision and seeding helpers;
+# step_probe: --precision auto checked on the model's own step (it finds the encoder by its shape);
 # settings: the run settings and their choices (torch-free); columnar: Parquet/Arrow tables (pyarrow only)
-ALLOWED_ANYWHERE = {"errors", "atomic", "hardware", "runtime", "settings", "columnar"}
+ALLOWED_ANYWHERE = {"errors", "atomic", "hardware", "runtime", "step_probe", "settings", "columnar"}
 
 
 def _module_name(path: Path) -> str:

@@ -39,7 +39,7 @@ def test_rule(fp32, bf16, chosen):
 
 
 def test_a_slower_step_overrules_the_dense_probe(live, monkeypatch, caplog):
-    monkeypatch.setattr(step_probe, "measure", lambda config, purpose, rows, length: timings(0.267, 0.278))
+    monkeypatch.setattr(step_probe, "measure", lambda encoder, purpose, rows, length: timings(0.267, 0.278))
     model = BertForPreTraining(preset("bert-debug", vocab_size=64))
     caplog.set_level(logging.INFO)
     assert runtime.resolve_precision("auto", torch.device("cpu"), model, 32, 128) == "fp32"
@@ -62,24 +62,30 @@ def test_probe_file_and_models_without_an_encoder_leave_the_dense_choice(live, m
 
 
 def test_real_measurement_of_a_tiny_model_both_purposes(live):
-    config = preset("bert-debug", vocab_size=64)
+    model = BertForPreTraining(preset("bert-debug", vocab_size=64).replace(num_hidden_layers=3))
+    before = {k: v.clone() for k, v in model.state_dict().items()}
     state = torch.random.get_rng_state()
+    encoder = step_probe.find_encoder(model)
+    assert encoder is model.bert
     for purpose in ("training", "inference"):
-        measured = step_probe.measure(config, purpose, 2, 16)
+        measured = step_probe.measure(encoder, purpose, 2, 16)
         assert measured.seconds["fp32"] > 0 and measured.layers == 2 and measured.rows == 2
         assert measured.precision in ("fp32", "bf16")
     assert torch.equal(torch.random.get_rng_state(), state)
+    assert len(model.bert.layers) == 3 and model.bert.pooler is not None  # the model itself is untouched
+    assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
+    assert all(p.grad is None for p in model.parameters())
 
 
 def test_cache_hit_stale_corrupt_and_unsteady(live, monkeypatch):
     calls = []
 
-    def fake(config, purpose, rows, length):
+    def fake(encoder, purpose, rows, length):
         calls.append(purpose)
         return timings(1.0, 0.5, steady=len(calls) != 1)  # the first probe is unsteady
 
     monkeypatch.setattr(step_probe, "measure", fake)
-    config = preset("bert-debug", vocab_size=64)
+    config = BertForPreTraining(preset("bert-debug", vocab_size=64)).bert
     assert step_probe.step_timings(config)[1] == "measured now, unsteady (not cached)"
     monkeypatch.setattr(step_probe, "_measured", {})
     assert step_probe.step_timings(config)[1] == "measured now"  # unsteady was not cached: measured again
@@ -96,7 +102,7 @@ def test_cache_hit_stale_corrupt_and_unsteady(live, monkeypatch):
     monkeypatch.setattr(step_probe, "_measured", {})
     assert step_probe.step_timings(config)[1] == "measured now" and len(calls) == 4
     other = preset("bert-debug", vocab_size=64).replace(hidden_size=64, num_attention_heads=2, intermediate_size=128)
-    step_probe.step_timings(other)
+    step_probe.step_timings(BertForPreTraining(other).bert)
     assert len(calls) == 5  # another shape: its own entry
 
 
@@ -111,7 +117,7 @@ def test_shape_is_bounded():
 def test_fit_asks_for_the_runs_micro_batch_and_length(live, monkeypatch, tmp_path):
     asked = []
 
-    def fake(config, purpose="training", rows=None, length=None, refresh=False):
+    def fake(encoder, purpose="training", rows=None, length=None, refresh=False):
         asked.append((purpose, rows, length))
         return timings(1.0, 2.0), "measured now"
 

@@ -6,15 +6,16 @@ Why not only the dense-layer probe (bertkit.hardware): a training step is more t
 pre-training step was 7% slower in bf16 than in fp32 (attention, LayerNorm, GELU, dropout and the dtype
 casts autocast adds do not speed up, and some slow down). So here the step is timed: a copy of the model's
 encoder cut to its first PROBE_LAYERS layers (every layer is alike; embeddings and heads are a few percent
-of a step), with random weights of the model's shape, on rows x length random tokens (the run's micro-batch
-and sequence length, at most MAX_TOKENS tokens). Training times forward + backward (dropout as configured,
-under bf16 autocast or none); inference times the inference copy's forward (bertkit.model.accelerate, the
-model cast to bf16 or fp32), as the predictors run it. Rounds alternate between the two precisions after a
-warm-up of each, and each precision's fastest round counts, so load on a shared machine hits both alike;
-bf16 is chosen when it is at least MIN_SPEEDUP (1.05x) faster, so auto is within 5% of the faster of the
-two. The step is timed only where the dense probe found bf16 faster (elsewhere bf16 cannot win), so a
-probe costs about ten steps of two layers on at most MAX_TOKENS tokens: a few seconds at bert-base's
-width on 2 cores, once per machine and shape.
+of a step; the embeddings are frozen, their gradient costing the same either way), on rows x length random
+tokens (the run's micro-batch and sequence length, at most MAX_TOKENS tokens). Training times forward +
+backward (dropout as configured, under bf16 autocast or none); inference times the copy's forward cast to
+bf16 or fp32. The encoder is found by its shape (`config`, `embeddings`, `layers`), not its class, so
+that bertkit.runtime, which every layer imports, can use this module without importing bertkit.model.
+Rounds alternate between the two precisions after a warm-up of each, and each precision's fastest round
+counts, so load on a shared machine hits both alike; bf16 is chosen when it is at least MIN_SPEEDUP (1.05x)
+faster, so auto is within 5% of the faster of the two. The step is timed only where the dense probe found bf16
+faster (elsewhere bf16 cannot win), so a probe costs about ten steps of two layers on at most MAX_TOKENS
+tokens: a few seconds at bert-base's width on 2 cores, once per machine and shape.
 
 Timings are cached like the dense probe's (bertkit.hardware.cache_dir, keyed by the machine, the versions,
 the torch threads, the model's shape, rows, length and purpose); an unsteady probe (the two fastest rounds
@@ -29,21 +30,22 @@ import json
 import logging
 import os
 import time
+from collections.abc import Callable
+from copy import deepcopy
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 from torch import nn
 
 from bertkit import hardware
 from bertkit.atomic import write_text_atomic
-from bertkit.config import BertConfig
 
 log = logging.getLogger(__name__)
 
 STEP_PROBE_VERSION = 1
 PROBE_LAYERS = 2
-PROBE_VOCAB = 512  # the embedding's size does not depend on the precision chosen
 MAX_TOKENS = 1024
 DEFAULT_ROWS, DEFAULT_LENGTH = 8, 128
 MIN_SPEEDUP = 1.05
@@ -78,11 +80,12 @@ class StepTimings:
                 f"{self.rows} x {self.length} tokens: {times}, bf16 {self.speedup:.2f}x; bf16 needs {MIN_SPEEDUP}x)")
 
 
-def encoder_config(model: nn.Module) -> BertConfig | None:
-    """The config of the first BertModel inside `model` (None when it holds none)."""
-    from bertkit.model import BertModel
-
-    return next((m.config for m in model.modules() if isinstance(m, BertModel)), None)
+def find_encoder(model: nn.Module) -> Any:
+    """The first BERT encoder inside `model` (a module with `config`, `embeddings` and `layers`, as
+    bertkit.model.BertModel; found by its shape so that this module, which runtime imports, needs no
+    bertkit.model), or None."""
+    return next((m for m in model.modules() if all(hasattr(m, a) for a in ("config", "embeddings", "layers"))
+                 and isinstance(m.layers, nn.ModuleList) and len(m.layers) > 0), None)
 
 
 def auto_precision(model: nn.Module, purpose: str = "training", rows: int | None = None,
@@ -92,12 +95,18 @@ def auto_precision(model: nn.Module, purpose: str = "training", rows: int | None
     stands. The step is timed only where the dense probe found bf16's matrix multiplies faster: where
     they are not, bf16 cannot win the step (its other work does not speed up either), and on CPUs without
     bf16 instructions one bf16 step can take tens of times an fp32 one, too long to time."""
-    config = encoder_config(model)
-    if config is None or os.environ.get("BERTKIT_PROBE_FILE"):
+    encoder: Any = find_encoder(model)
+    if encoder is None or os.environ.get("BERTKIT_PROBE_FILE"):
         return None
+    config = encoder.config
     if hardware.auto_precision(torch.device("cpu"), config.hidden_size, purpose) == "fp32":
         return "fp32"
-    timings, source = step_timings(config, purpose, rows, length)
+    try:
+        timings, source = step_timings(encoder, purpose, rows, length)
+    except Exception as exc:  # noqa: BLE001  # a probe must not stop the run it serves (e.g. a model that cannot be copied)
+        log.warning("the step probe could not time this model (%s: %s); the dense probe's bf16 stands",
+                    type(exc).__name__, exc)
+        return "bf16"
     log.info("precision auto for %s, checked on the step: %s [%s; step probe %s]", purpose,
              timings.reason(config.num_hidden_layers), hardware.machine().cpu, source)
     return timings.precision
@@ -106,11 +115,12 @@ def auto_precision(model: nn.Module, purpose: str = "training", rows: int | None
 _measured: dict[str, tuple[StepTimings, str]] = {}
 
 
-def step_timings(config: BertConfig, purpose: str = "training", rows: int | None = None, length: int | None = None,
+def step_timings(encoder: Any, purpose: str = "training", rows: int | None = None, length: int | None = None,
                  refresh: bool = False) -> tuple[StepTimings, str]:
-    """(timings, where they came from): this process's memory, the cache, or a probe now."""
+    """(timings of `encoder`'s step, where they came from): this process's memory, the cache, or a probe now."""
     if purpose not in PURPOSES:
         raise ValueError(f"purpose {purpose!r}: use one of {PURPOSES}")
+    config = encoder.config
     rows, length = probe_shape(config, rows, length)
     key = cache_key(config, purpose, rows, length)
     digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
@@ -121,7 +131,7 @@ def step_timings(config: BertConfig, purpose: str = "training", rows: int | None
     if cached is not None:
         _measured[digest] = (cached, f"cached in {path}")
         return _measured[digest]
-    timings = measure(config, purpose, rows, length)
+    timings = measure(encoder, purpose, rows, length)
     if timings.steady:
         _write(path, key, timings)
         source = "measured now"
@@ -133,7 +143,7 @@ def step_timings(config: BertConfig, purpose: str = "training", rows: int | None
     return _measured[digest]
 
 
-def probe_shape(config: BertConfig, rows: int | None, length: int | None) -> tuple[int, int]:
+def probe_shape(config: Any, rows: int | None, length: int | None) -> tuple[int, int]:
     """The run's rows and length (defaults 8 x 128), the length within the model's positions, the rows cut
     so that the probe holds at most MAX_TOKENS tokens."""
     length = max(8, min(length or DEFAULT_LENGTH, config.max_position_embeddings))
@@ -141,7 +151,7 @@ def probe_shape(config: BertConfig, rows: int | None, length: int | None) -> tup
     return rows, length
 
 
-def cache_key(config: BertConfig, purpose: str, rows: int, length: int) -> dict:
+def cache_key(config: Any, purpose: str, rows: int, length: int) -> dict:
     shape = {k: getattr(config, k) for k in ("hidden_size", "num_attention_heads", "intermediate_size", "hidden_act",
                                              "hidden_dropout_prob", "attention_probs_dropout_prob")}
     return {**hardware.cache_key(config.hidden_size), "step_probe": STEP_PROBE_VERSION, "purpose": purpose,
@@ -149,24 +159,22 @@ def cache_key(config: BertConfig, purpose: str, rows: int, length: int) -> dict:
             **shape}
 
 
-def probe_layers(config: BertConfig) -> int:
+def probe_layers(config: Any) -> int:
     return min(PROBE_LAYERS, config.num_hidden_layers)
 
 
-def measure(config: BertConfig, purpose: str, rows: int, length: int) -> StepTimings:
-    """Time the step in each precision (see the module docstring). Leaves the global RNG as it was."""
-    from bertkit.model import BertModel
-
+def measure(encoder: Any, purpose: str, rows: int, length: int) -> StepTimings:
+    """Time the step of a copy of `encoder` cut to its first layers (see the module docstring); the
+    encoder itself, the global RNG and the grad mode are left as they were."""
+    config = encoder.config
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(0)
-        small = config.replace(num_hidden_layers=probe_layers(config), vocab_size=PROBE_VOCAB)
-        model = BertModel(small, add_pooling_layer=False)
-        ids = torch.randint(5, PROBE_VOCAB, (rows, length))
-        steps = {p: _step(model, ids, purpose, p) for p in hardware.FLOAT_PRECISIONS}
+        ids = torch.randint(0, config.vocab_size, (rows, length))
+        steps = {p: _step(_cut(encoder, probe_layers(config)), ids, purpose, p) for p in hardware.FLOAT_PRECISIONS}
         working = {}
         for precision, step in steps.items():
             try:
-                step()  # warm-up (oneDNN primitives, allocator)
+                step()  # warm-up (oneDNN primitives, the allocator)
                 working[precision] = step
             except (RuntimeError, NotImplementedError) as exc:
                 log.debug("step probe: %s does not run here (%s)", precision, exc)
@@ -178,23 +186,35 @@ def measure(config: BertConfig, purpose: str, rows: int, length: int) -> StepTim
                 samples[precision].append(time.perf_counter() - started)
     seconds = {p: min(samples.get(p) or [0.0]) for p in hardware.FLOAT_PRECISIONS}
     steady = all(sorted(times)[1] <= 1.1 * sorted(times)[0] for times in samples.values())
-    return StepTimings(purpose, rows, length, small.num_hidden_layers, seconds, steady)
+    return StepTimings(purpose, rows, length, probe_layers(config), seconds, steady)
 
 
-def _step(model: nn.Module, ids: torch.Tensor, purpose: str, precision: str):
-    if purpose == "inference":
-        from bertkit.model import accelerate_for_inference
+def _cut(encoder: Any, layers: int) -> Any:
+    """A copy of `encoder` with its first `layers` layers and no pooler, its embeddings frozen (their
+    gradient costs the same in either precision), on the CPU."""
+    pooler, encoder.pooler = getattr(encoder, "pooler", None), None
+    kept, encoder.layers = encoder.layers, nn.ModuleList(list(encoder.layers)[:layers])
+    try:
+        copy = deepcopy(encoder).cpu()
+    finally:
+        encoder.layers, encoder.pooler = kept, pooler
+    copy.embeddings.requires_grad_(False)
+    copy.gradient_checkpointing = False
+    return copy
 
-        copy = accelerate_for_inference(model, precision)
+
+def _step(model: nn.Module, ids: torch.Tensor, purpose: str, precision: str) -> Callable[[], None]:
+    if purpose == "inference":  # the copy cast to the precision, as the predictors run it
+        model = model.to(hardware.DTYPES[precision]).eval()
 
         def forward() -> None:
             with torch.inference_mode():
-                copy(ids)
+                model(ids)
         return forward
 
     def train_step() -> None:
         model.train()
-        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=precision == "bf16"):
+        with torch.enable_grad(), torch.autocast("cpu", dtype=torch.bfloat16, enabled=precision == "bf16"):
             hidden = model(ids).last_hidden_state
         hidden.float().square().mean().backward()
         model.zero_grad(set_to_none=True)

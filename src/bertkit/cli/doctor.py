@@ -39,13 +39,18 @@ def doctor(width: int, refresh: bool, as_json: bool, step: bool) -> None:
 
 def step_lines(width: int, refresh: bool) -> list[str]:
     """The step probe's verdicts at this width (bertkit.step_probe), one line per purpose."""
+    import torch
+
     from bertkit import step_probe
     from bertkit.config import preset
+    from bertkit.model import BertModel
 
-    config = preset("bert-base", vocab_size=step_probe.PROBE_VOCAB).replace(
+    torch.manual_seed(0)
+    config = preset("bert-base", vocab_size=1024).replace(
         hidden_size=width, num_attention_heads=max(1, width // 64), intermediate_size=4 * width)
+    encoder = BertModel(config, add_pooling_layer=False)
     lines = []
     for purpose in step_probe.PURPOSES:
-        timings, source = step_probe.step_timings(config, purpose, rows=4, length=128, refresh=refresh)
+        timings, source = step_probe.step_timings(encoder, purpose, rows=4, length=128, refresh=refresh)
         lines.append(f"step probe, {purpose}: {timings.reason(config.num_hidden_layers)} [{source}]")
     return lines
