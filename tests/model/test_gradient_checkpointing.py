@@ -28,7 +28,8 @@ def batch(padded: bool) -> dict[str, torch.Tensor]:
     return {"input_ids": ids, "token_type_ids": torch.zeros_like(ids), "attention_mask": mask, "labels": labels}
 
 
-def loss_and_grads(checkpointing: bool, inputs: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+def loss_and_grads(checkpointing: bool, inputs: dict[str, torch.Tensor]
+                   ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     torch.manual_seed(0)
     model = BertForPreTraining(preset("bert-debug", vocab_size=120)).train()  # dropout 0.1 on
     if checkpointing:
