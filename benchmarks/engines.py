@@ -3,6 +3,9 @@
     python benchmarks/engines.py                          # bert-base shape, 2 threads, every engine found
     python benchmarks/engines.py --model bert-mini --batches 4 --engines bertkit-fp32,ort-fp32
 
+The contenders are optional: `pip install -e ".[bench]"` installs onnxruntime and openvino; an engine whose
+package is missing is skipped and named.
+
 Contenders, each set up as its own documentation recommends for BERT:
 - bertkit fp32 and bf16: `for_inference` (padding-free, the measured CPU kernels), inputs as given.
 - transformers fp32 (`BertModel`, SDPA), the eager baseline of the other benchmarks.
