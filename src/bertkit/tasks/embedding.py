@@ -45,25 +45,23 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
-from torch.utils.data import Dataset
 
 from bertkit import __version__
 from bertkit.atomic import replace_directory, write_text_atomic
 from bertkit.config import PRESETS, check_model_directory, preset
 from bertkit.data.pairs import PairExample, read_pairs
 from bertkit.errors import BertkitError
-from bertkit.inference.batching import feature_length, pad_batch, run_sorted
+from bertkit.inference.batching import run_sorted
 from bertkit.inference.pooling import sentence_vectors
 from bertkit.model import BertModel, accelerate_for_inference, compile_model, enable_gradient_checkpointing
 from bertkit.runtime import peak_memory, resolve_precision, seed_everything
 from bertkit.settings import EmbeddingSettings, FinetuneConfig
 from bertkit.tasks.evaluate import RESULTS_FILE, write_results
-from bertkit.tasks.finetune import _interrupted, _train_config, load_tokenizer, resolve_learning_rate, run_settings
+from bertkit.tasks.finetune import fit_seed, load_tokenizer, resolve_learning_rate, run_settings, step_shape
 from bertkit.tasks.run_output import finished_seed, keep_best_seed, mark_seed_done, prepare_output, seed_summary
 from bertkit.tasks.task import warn_skipped
 from bertkit.tokenizer import WordPieceTokenizer
 from bertkit.train.distributed import DistributedContext, setup_distributed, teardown_distributed
-from bertkit.train.loop import fit
 
 log = logging.getLogger(__name__)
 
@@ -296,23 +294,15 @@ def _train_seed(cfg: FinetuneConfig, settings: EmbeddingSettings, tokenizer: Wor
     directory.mkdir(parents=True, exist_ok=True)
     seed_everything(seed)
     model = build_encoder(cfg, settings, tokenizer)
-    precision = resolve_precision(cfg.precision, ctx.device, model)
+    precision = resolve_precision(cfg.precision, ctx.device, model, *step_shape(cfg, features, ctx))
     run = _SeedRun(tokenizer, dev_sets, settings, cfg, directory, ctx.device)
     before = run.evaluate(model.to(ctx.device))
     log.info("seed %d: before training %s; precision %s%s", seed, _shown(before), precision,
              ", resuming" if resuming else "")
     start = time.perf_counter()
-    result = fit(model, pair_loss(settings.scale), cast(Dataset, features),
-                 _train_config(cfg, seed, precision, METRIC_NAMES[0]), directory,
-                 collate_fn=lambda items: pad_batch(items, tokenizer.pad_token_id), eval_fn=run.evaluate,
-                 on_best=run.on_best, ctx=ctx, resume="auto" if resuming else None,
-                 lengths=[feature_length(f) for f in features] if cfg.group_by_length else None)
-    if result.stop_reason == "signal":
-        raise _interrupted(result, f"embedding training seed {seed}", directory)
-    if result.best is None:
-        raise BertkitError(f"seed {seed}: no evaluation produced a finite {METRIC_NAMES[0]}; check the dev file "
-                           "and the learning rate")
-    return {**result.best["metrics"], "step": result.best["step"], "train_seconds": time.perf_counter() - start,
+    best = fit_seed(model, pair_loss(settings.scale), features, cfg, seed, precision, METRIC_NAMES[0], tokenizer, run,
+                    ctx, resuming, f"embedding training seed {seed}")
+    return {**best, "train_seconds": time.perf_counter() - start,
             **{f"before_{k}": v for k, v in before.items()}}
 
 

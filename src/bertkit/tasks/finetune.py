@@ -235,30 +235,40 @@ def _train_seed(task: Task, cfg: FinetuneConfig, tokenizer: WordPieceTokenizer, 
     seed_everything(seed)  # the head's initialisation depends on the seed too (the same on every rank)
     model = build_model(task, cfg, tokenizer, max_seq_length)
     # 'auto' measures this machine: rank 0's choice holds for every rank
-    precision = broadcast_object(resolve_precision(cfg.precision, device, model, *_step_shape(cfg, train_features, ctx))
+    precision = broadcast_object(resolve_precision(cfg.precision, device, model, *step_shape(cfg, train_features, ctx))
                                  if ctx.is_main else None, ctx)
     if isinstance(model, FeatureBasedModel) and device.type == "cpu" and not cfg.compile:
         # Frozen features with prediction's kernels (with --compile, the compiled encoder computes them).
         model.use_encoder_copy(functools.partial(accelerate_for_inference, autocast=precision == "bf16"))
     run = _SeedRun(task, tokenizer, dev_sets, cfg, directory, ctx)
-    config = _train_config(cfg, seed, precision, task.metric_names[0])
     every = f"{cfg.eval_every} steps" if cfg.eval_every else "epoch"
     log.info("seed %d: evaluation every %s, precision %s%s", seed, every, precision,
              ", resuming" if resuming else "")
+    return fit_seed(model, task.training_loss(), train_features, cfg, seed, precision, task.metric_names[0],
+                    tokenizer, run, ctx, resuming, f"fine-tuning seed {seed}")
+
+
+def fit_seed(model: nn.Module, loss: Any, features: list[dict], cfg: FinetuneConfig, seed: int, precision: str,
+             metric: str, tokenizer: WordPieceTokenizer, run: Any, ctx: DistributedContext, resuming: bool,
+             what: str) -> dict[str, float]:
+    """Train one seed's model on its features with `fit` (the run's checkpoints in OUTPUT/seed-N, dev scored by
+    `run.evaluate`, the best kept by `run.on_best`); its best dev metrics with their step. Shared by every
+    fine-tuning task and by sentence-embedding training."""
+    directory = cfg.output / f"seed-{seed}"
     # A list of feature dicts is a map-style dataset (sized, indexable), which is all fit needs.
-    result = fit(model, task.training_loss(), cast(Dataset, train_features), config, directory,
+    result = fit(model, loss, cast(Dataset, features), _train_config(cfg, seed, precision, metric), directory,
                  collate_fn=lambda items: pad_batch(items, tokenizer.pad_token_id), eval_fn=run.evaluate,
                  on_best=run.on_best, ctx=ctx, resume="auto" if resuming else None,
-                 lengths=[feature_length(f) for f in train_features] if cfg.group_by_length else None)
+                 lengths=[feature_length(f) for f in features] if cfg.group_by_length else None)
     if result.stop_reason == "signal":
-        raise _interrupted(result, f"fine-tuning seed {seed}", directory)
+        raise _interrupted(result, what, directory)
     if result.best is None:
-        raise BertkitError(f"seed {seed}: no evaluation produced a finite {task.metric_names[0]}; "
+        raise BertkitError(f"seed {seed}: no evaluation produced a finite {metric}; "
                            "check the dev file and the learning rate")
     return {**result.best["metrics"], "step": result.best["step"]}
 
 
-def _step_shape(cfg: FinetuneConfig, features: list[dict], ctx: DistributedContext) -> tuple[int, int]:
+def step_shape(cfg: FinetuneConfig, features: list[dict], ctx: DistributedContext) -> tuple[int, int]:
     """(rows, tokens) of a typical training micro-batch, for `--precision auto`'s step timing: the
     micro-batch, and the mean example length (batches are grouped by length, so a batch is about as long
     as its examples)."""
