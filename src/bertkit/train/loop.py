@@ -282,6 +282,7 @@ def fit(model: nn.Module, loss_fn: LossFn, dataset: Dataset, config: TrainConfig
     (default: model.safetensors of the state dict). `resume` is None, 'auto' (newest valid checkpoint in
     output_dir/checkpoints, if any) or a checkpoint directory; `overwrite` deletes earlier checkpoints and
     starts at step 0 (see `checkpoint.resolve_resume`). Checkpoints go to output_dir/checkpoints/step-NNNNNNNN.
+    `ctx` None: one process on the local GPU when there is one, else the CPU (`runtime.resolve_device("auto")`).
     `identity` (JSON values, e.g. the data's and the model's fingerprints) is what else a resumed run must
     share with the checkpoint it continues; see `_compare_settings` for the rules on resume.
     """
