@@ -12,8 +12,9 @@ ratio is reported as a median (robust when the machine is shared). Achieved TFLO
 model's useful FLOPs on real tokens (dense 24*D^2 per token per layer + attention 4*D per token pair)
 against a measured matrix-multiply peak of the same dtype on the same machine (the faster of
 `torch.mm` and oneDNN with a prepacked weight). int8 quantizes the dense layers of both encoders the
-same way (torch.ao dynamic quantization, int8 weights per output channel: `bertkit.hardware.quantize_dynamic`,
-what `--precision int8` runs) and is set against the fp32 peak. The header is `bertkit doctor`'s.
+same way (oneDNN's int8 kernel, int8 weights per output channel, activations quantized per call:
+`bertkit.model.accelerate.quantize_linear_layers`, the `Int8Linear` that `--precision int8` runs) and is
+set against the fp32 peak. The header is `bertkit doctor`'s.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from bertkit import hardware
 from bertkit.assets import kjv_path
 from bertkit.config import preset
 from bertkit.model import BertModel, for_inference
+from bertkit.model.accelerate import quantize_linear_layers
 from bertkit.model.hf_names import to_hf
 from bertkit.tokenizer import WordPieceTokenizer
 
@@ -84,7 +86,7 @@ def run(shape: str, precision: str, kind: str, count: int, rounds: int, tokenize
     theirs.load_state_dict(to_hf(ours.state_dict()))
     ours = for_inference(ours, precision)
     if precision == "int8":
-        hardware.quantize_dynamic(theirs.encoder)  # every dense layer of the encoder, as bertkit's
+        quantize_linear_layers(theirs.encoder)  # every dense layer of the encoder, as bertkit's
     else:
         theirs.to(DTYPES[precision])
     batches = (varied_batches if kind == "varied" else full_batches)(tokenizer, texts, count)

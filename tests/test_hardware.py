@@ -303,7 +303,7 @@ def test_kernels_missing_here_are_measured_as_zero(monkeypatch):
     def missing(*args, **kwargs):
         raise RuntimeError("not on this build")
     monkeypatch.setattr(torch.ops.mkldnn, "_reorder_linear_weight", missing)
-    monkeypatch.setattr(hardware, "quantize_dynamic", missing)
+    monkeypatch.setattr(torch.ops.onednn, "qlinear_prepack", missing)
     measured = hardware.measure(64)
     assert measured.packed == {"fp32": 0.0, "bf16": 0.0} and measured.int8 == 0.0
     assert min(measured.linear.values()) > 0 and not hardware.decide(measured).packed_linear

@@ -34,7 +34,6 @@ import platform
 import re
 import threading
 import time
-import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -49,7 +48,7 @@ from bertkit.errors import BertkitError
 
 log = logging.getLogger(__name__)
 
-PROBE_VERSION = 2  # bumped when what the probe measures changes: older cache files are then stale
+PROBE_VERSION = 3  # bumped when what the probe measures changes: older cache files are then stale
 BF16_MIN_SPEEDUP = 1.2  # bf16 is chosen only when clearly faster than fp32
 FAST_PATH_MIN_SPEEDUP = 1.1  # a kernel fast path too: near-ties stay on PyTorch's default, stable across probes
 DEFAULT_WIDTH = 768  # bert-base: the width probed when no model is given
@@ -126,7 +125,7 @@ class Measurements:
     packed: dict[str, float]
     """precision -> inference forward by oneDNN with a packed weight and GELU fused."""
     int8: float
-    """Inference forward with dynamic int8 quantization (torch.ao quantize_dynamic), then GELU."""
+    """Inference forward by oneDNN's int8 kernel (`Int8Linear`: activations quantized per call), GELU fused."""
     attention: dict[str, list[tuple[int, float, float]]]
     """precision -> [(length, SDPA microseconds, bmm microseconds)]: W/64 heads of 64, PROBE_TOKENS tokens
     of sequences of that length, one call each."""
@@ -323,26 +322,16 @@ def _missing(reason: str) -> Callable[[], object]:
 
 
 def _int8_call(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor) -> Callable[[], object]:
+    from bertkit.model.accelerate import Int8Linear  # the model imports this module, so not at the top
+
     layer = nn.utils.skip_init(nn.Linear, weight.shape[1], weight.shape[0])  # no draw from the global RNG
     layer.weight.data.copy_(weight)
     layer.bias.data.copy_(bias)
     try:
-        quantized = quantize_dynamic(nn.Sequential(layer))  # a module's children are swapped, not the module
-    except (RuntimeError, NotImplementedError, AssertionError) as exc:  # no quantized engine on this CPU
+        quantized = Int8Linear(layer, ("gelu", "none"))
+    except (RuntimeError, NotImplementedError, AttributeError) as exc:  # no oneDNN int8 kernels here
         return _missing(str(exc))
-    return lambda: F.gelu(quantized(x))
-
-
-def quantize_dynamic(module: nn.Module) -> nn.Module:
-    """`module` with the nn.Linear layers inside it replaced, in place, by dynamically quantized int8
-    ones (int8 weights per output channel, activations quantized per call). torch.ao's eager
-    quantization is marked deprecated in favour of torchao, which is not a bertkit dependency; its
-    warnings are hushed."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        from torch.ao.quantization import per_channel_dynamic_qconfig
-        from torch.ao.quantization import quantize_dynamic as quantize
-        return quantize(module, {nn.Linear: per_channel_dynamic_qconfig}, dtype=torch.qint8, inplace=True)
+    return lambda: quantized(x)
 
 
 def _attention_times(width: int, generator: torch.Generator) -> dict[str, list[tuple[int, float, float]]]:

@@ -13,6 +13,7 @@ from bertkit import hardware, runtime
 from bertkit import model as bm
 from bertkit.config import preset
 from bertkit.errors import BertkitError
+from bertkit.model.accelerate import Int8Linear
 
 PROFILES = Path(__file__).parents[1] / "assets" / "probe"
 HEADS = ["BertModel", "BertForPreTraining", "BertForMaskedLM", "BertForSequenceClassification",
@@ -37,7 +38,7 @@ def test_int8_quantizes_the_encoder_layers_only_and_stays_close(name):
     torch.manual_seed(0)
     model = bm.MODEL_CLASSES[name](preset("bert-debug")).eval()
     quantized = bm.for_inference(model, "int8")
-    int8 = {n for n, m in quantized.named_modules() if isinstance(m, torch.ao.nn.quantized.dynamic.Linear)}
+    int8 = {n for n, m in quantized.named_modules() if isinstance(m, Int8Linear)}
     assert all(".layers." in f".{n}" for n in int8)  # qkv, attn_out, ffn_in, ffn_out of each layer
     assert len(int8) == 4 * model.config.num_hidden_layers and not quantized.training
     assert all(type(m) is torch.nn.Linear for n, m in quantized.named_modules() if ".layers." not in f".{n}."

@@ -22,6 +22,7 @@ from typing import Any
 
 import click
 
+from bertkit.allocator import keep_freed_memory
 from bertkit.errors import BertkitError, Interrupted
 
 # name -> "module:attribute" of a click command or group.
@@ -90,6 +91,7 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point of the `bertkit` console script."""
     argv = sys.argv[1:] if argv is None else list(argv)
     previous = _stop_on_sigterm()
+    keep_freed_memory()  # large tensors reused instead of page-faulted on every step (bertkit.allocator)
     try:
         cli.main(args=argv, prog_name="bertkit", standalone_mode=False)
     except BertkitError as exc:

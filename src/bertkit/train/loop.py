@@ -54,6 +54,7 @@ from torch import nn
 from torch.utils.data import Dataset
 
 from bertkit import runtime
+from bertkit.allocator import keep_freed_memory
 from bertkit.errors import BertkitError, Interrupted
 from bertkit.settings import RESUME_EXACT_SETTINGS, TrainConfig
 from bertkit.train import checkpoint as ckpt
@@ -286,6 +287,7 @@ def fit(model: nn.Module, loss_fn: LossFn, dataset: Dataset, config: TrainConfig
     `identity` (JSON values, e.g. the data's and the model's fingerprints) is what else a resumed run must
     share with the checkpoint it continues; see `_compare_settings` for the rules on resume.
     """
+    keep_freed_memory()  # large activations reused, not page-faulted every step (bertkit.allocator)
     ctx = ctx or DistributedContext(device=runtime.resolve_device("auto"))
     global_batch, micro_batch, accumulation = config.batch_plan(ctx.world_size)
     if ctx.is_main:

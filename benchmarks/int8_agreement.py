@@ -1,0 +1,92 @@
+"""int8 on a fine-tuned classifier (issue 30, item 4): how many labels int8 keeps, and how fast it is.
+
+    python benchmarks/int8_agreement.py --model FINETUNED_DIR --input test.tsv [--onnx]
+
+Labels every row of `--input` (a TSV/CSV/JSONL with a text and a label column) with the classifier in
+bertkit fp32 (the reference), bertkit int8 (`--precision int8`: oneDNN's int8 kernel, `Int8Linear`) and,
+with `--onnx`, ONNX Runtime on `bertkit export onnx --optimize --quantize int8` (its fused graph with
+dynamic int8 weights), in batches of 32 padded to the longest. Printed per engine: accuracy, the share of
+fp32's labels kept, and rows/s (each engine timed on its own after a warm-up batch; ONNX Runtime last, so
+its thread pool does not slow torch).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from bertkit import hardware
+from bertkit.config import BertConfig
+from bertkit.data.glue import read_table
+from bertkit.export import export_onnx, run_onnx, sample_batch
+from bertkit.serve.predictor import load_predictor
+from bertkit.settings import ExportSettings
+from bertkit.tokenizer import WordPieceTokenizer
+
+
+def bertkit_labels(model: Path, texts: list[str], precision: str, batch_size: int) -> tuple[list[str], float]:
+    predictor = load_predictor(model, batch_size=batch_size, precision=precision)
+    predictor.classify(texts[:batch_size])  # warm-up
+    start = time.perf_counter()
+    labels = [row["label"] for row in predictor.classify(texts)]
+    return labels, time.perf_counter() - start
+
+
+def onnx_labels(model: Path, texts: list[str], batch_size: int, work: Path) -> tuple[list[str], float]:
+    report = export_onnx(ExportSettings(model=model, output=work / "onnx", quantize="int8", optimize=True))
+    print("ONNX Runtime graph:", "; ".join(report.lines()[:3]))
+    tokenizer = WordPieceTokenizer.from_pretrained(work / "onnx")
+    id2label = BertConfig.from_json_file(work / "onnx" / "config.json").id2label or {}
+    batches = [sample_batch(tokenizer, texts[i:i + batch_size], "BertForSequenceClassification")
+               for i in range(0, len(texts), batch_size)]
+    run_onnx(report.path, batches[0])  # warm-up (and the session's first build)
+    start = time.perf_counter()
+    logits = np.concatenate([run_onnx(report.path, batch)[0] for batch in batches])
+    seconds = time.perf_counter() - start
+    return [id2label.get(int(i), str(int(i))) for i in logits.argmax(-1)], seconds
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", type=Path, required=True, help="a fine-tuned classification directory")
+    parser.add_argument("--input", type=Path, required=True, help="labelled rows: text and label columns")
+    parser.add_argument("--text-column", default="text")
+    parser.add_argument("--label-column", default="label")
+    parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--onnx", action="store_true", help="also ONNX Runtime's fused int8 graph")
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    config = BertConfig.from_json_file(args.model / "config.json")
+    print(hardware.header(config.hidden_size))
+    examples, _ = read_table(args.input, args.text_column, label_column=args.label_column)
+    texts, gold = [e.text for e in examples], [e.label for e in examples]
+    print(f"# {args.model} ({config.num_hidden_layers} layers, width {config.hidden_size}), {len(texts)} rows of "
+          f"{args.input}, batches of {args.batch_size}, {args.threads} threads")
+    results = {}
+    reference, seconds = bertkit_labels(args.model, texts, "fp32", args.batch_size)
+    results["bertkit fp32"] = (reference, seconds)
+    results["bertkit int8"] = bertkit_labels(args.model, texts, "int8", args.batch_size)
+    if args.onnx:
+        with tempfile.TemporaryDirectory() as work:
+            results["ONNX Runtime int8 (fused)"] = onnx_labels(args.model, texts, args.batch_size, Path(work))
+    print("| engine | accuracy | labels kept vs fp32 | rows/s | vs bertkit fp32 |")
+    print("|---|---|---|---|---|")
+    table = {}
+    for name, (labels, took) in results.items():
+        accuracy = float(np.mean([a == b for a, b in zip(labels, gold)]))
+        kept = float(np.mean([a == b for a, b in zip(labels, reference)]))
+        table[name] = {"accuracy": accuracy, "kept": kept, "rows_per_s": len(texts) / took}
+        print(f"| {name} | {100 * accuracy:.1f}% | {100 * kept:.1f}% | {len(texts) / took:.1f} | "
+              f"{seconds / took:.2f}x |")
+    print(json.dumps(table))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,123 @@
+"""`Int8Linear` on oneDNN's int8 kernel (issue 30, item 4): it computes exactly the product of the quantized
+rows and weights it says it does, with per-row activation scales, the epilogues (GELU, ReLU, residual) and
+the bit width this CPU sums without overflow; `--precision int8` builds no torch.ao module (deprecated)."""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from bertkit import runtime
+from bertkit.config import preset
+from bertkit.errors import BertkitError
+from bertkit.model import BertModel, for_inference
+from bertkit.model import accelerate
+from bertkit.model.accelerate import Int8Linear, activation_bits, int8_works, quantize_rows
+
+pytestmark = pytest.mark.skipif(not int8_works(), reason="no oneDNN int8 kernels in this build")
+
+
+def _layer(fan_in: int = 48, fan_out: int = 24, seed: int = 0) -> torch.nn.Linear:
+    torch.manual_seed(seed)
+    return torch.nn.Linear(fan_in, fan_out)
+
+
+def _dequantized_product(layer: torch.nn.Linear, x: torch.Tensor) -> torch.Tensor:
+    """What Int8Linear should compute, in float64: the quantized rows times the quantized weights."""
+    zero_point = 2 ** (activation_bits() - 1)
+    q, scale = quantize_rows(x.reshape(-1, layer.in_features), zero_point)
+    rows = (q.double() - zero_point) * scale.double()
+    weight_scale = layer.weight.detach().abs().amax(1) / 127
+    weight = torch.round(layer.weight.detach() / weight_scale[:, None]).clamp(-127, 127).double() * weight_scale[:, None]
+    return (rows @ weight.T + layer.bias.detach().double()).view(*x.shape[:-1], layer.out_features)
+
+
+def test_rows_are_quantized_with_their_own_scale():
+    x = torch.tensor([[0.5, -1.0, 0.25, 0.0], [100.0, -3.0, 7.0, 1.0], [0.0, 0.0, 0.0, 0.0]])
+    for zero_point in (64, 128):
+        q, scale = quantize_rows(x, zero_point)
+        assert q.dtype == torch.uint8 and int(q.min()) >= 1 and int(q.max()) <= 2 * zero_point - 1
+        assert torch.allclose(scale[:2, 0], x[:2].abs().amax(1) / (zero_point - 1))
+        restored = (q.float() - zero_point) * scale
+        assert ((restored - x).abs() <= scale / 2 + 1e-6).all()  # rounded, each row on its own grid
+        assert (q[2] == zero_point).all() and (restored[2] == 0).all()  # zeros stay exact zeros
+
+
+@pytest.mark.parametrize("post_op", [("none", ""), ("gelu", "none"), ("gelu", "tanh"), ("relu", "")])
+def test_the_kernel_computes_the_quantized_product_and_its_epilogue(post_op):
+    layer = _layer()
+    x = torch.randn(3, 7, 48) * torch.linspace(0.1, 30, 7)[None, :, None]  # rows of very different ranges
+    with torch.inference_mode():
+        got = Int8Linear(layer, post_op)(x)
+    expected = _dequantized_product(layer, x)
+    name, algorithm = post_op
+    if name == "gelu":
+        expected = F.gelu(expected, approximate=algorithm)
+    elif name == "relu":
+        expected = F.relu(expected)
+    assert got.shape == (3, 7, 24) and got.dtype == torch.float32
+    torch.testing.assert_close(got.double(), expected, atol=1e-4 * float(expected.abs().max()), rtol=1e-5)
+
+
+def test_the_residual_is_added():
+    layer = _layer()
+    x, residual = torch.randn(10, 48), torch.randn(10, 24)
+    with torch.inference_mode():
+        got = Int8Linear(layer)(x, residual)
+    expected = _dequantized_product(layer, x) + residual.double()
+    torch.testing.assert_close(got.double(), expected, atol=1e-4 * float(expected.abs().max()), rtol=1e-5)
+
+
+def test_per_row_scales_keep_small_rows_precise():
+    """A row 1,000x larger than the others does not coarsen them (a per-tensor scale would zero them)."""
+    layer = _layer()
+    x = torch.randn(8, 48)
+    x[0] *= 1000
+    with torch.inference_mode():
+        got, exact = Int8Linear(layer)(x), layer(x)
+    small = (got[1:] - exact[1:]).abs().max() / exact[1:].abs().max()
+    assert small < 0.05
+
+
+def test_the_bit_width_sums_the_worst_case_exactly():
+    """activation_bits() is the widest the kernel sums without int16 overflow here: the largest
+    activation times the largest weight, over every input, comes out exact."""
+    bits = activation_bits()
+    assert bits in (7, 8)
+    weight = torch.ops.onednn.qlinear_prepack(torch.full((4, 256), 127, dtype=torch.int8), None)
+    top = 2 ** bits - 1
+    y = torch.ops.onednn.qlinear_pointwise(torch.full((2, 256), top, dtype=torch.uint8), 1.0, 0, weight,
+                                           torch.ones(4), torch.zeros(4, dtype=torch.int64), None, 1.0, 0,
+                                           torch.float32, "none", [], "")
+    assert (y == top * 127 * 256).all()
+
+
+def test_int8_inference_builds_no_deprecated_module_and_warns_nothing():
+    torch.manual_seed(0)
+    model = BertModel(preset("bert-debug")).eval()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # torch.ao and quantized tensor dtypes warn that they are deprecated
+        quantized = for_inference(model, "int8")
+        with torch.inference_mode():
+            quantized(torch.randint(5, 90, (2, 9)))
+    assert not any(type(m).__module__.startswith("torch.ao") for m in quantized.modules())
+    assert sum(isinstance(m, Int8Linear) for m in quantized.modules()) == 4 * model.config.num_hidden_layers
+    assert [type(layer.act).__name__ for layer in quantized.layers] == ["Identity"] * 2  # GELU in ffn_in
+
+
+def test_the_probe_leaves_the_global_rng_alone(monkeypatch):
+    int8_works.cache_clear()
+    state = torch.get_rng_state()
+    try:
+        assert int8_works()
+    finally:
+        assert torch.equal(torch.get_rng_state(), state)
+
+
+def test_a_build_without_int8_kernels_is_a_clear_error(monkeypatch):
+    monkeypatch.setattr(accelerate, "int8_works", lambda: False)
+    with pytest.raises(BertkitError, match="needs oneDNN's int8 kernels.*use --precision fp32 or bf16"):
+        runtime.inference_precision("int8", BertModel(preset("bert-debug")), torch.device("cpu"))
