@@ -7,7 +7,8 @@ The contenders are optional: `pip install -e ".[bench]"` installs onnxruntime an
 package is missing is skipped and named.
 
 Contenders, each set up as its own documentation recommends for BERT:
-- bertkit fp32 and bf16: `for_inference` (padding-free, the measured CPU kernels), inputs as given.
+- bertkit fp32, bf16 and int8: `for_inference` (padding-free, the measured CPU kernels; int8: oneDNN's int8
+  kernel with per-row activation scales, `Int8Linear`), inputs as given.
 - transformers fp32 (`BertModel`, SDPA), the eager baseline of the other benchmarks.
 - ort-fp32: transformers' BertModel exported to ONNX with eager attention, then ONNX Runtime's transformer
   optimizer (`optimize_model(model_type="bert", num_heads, hidden_size)`, which fuses Attention,
@@ -37,7 +38,8 @@ import tempfile
 import time
 from pathlib import Path
 
-ENGINES = ("bertkit-fp32", "bertkit-bf16", "transformers-fp32", "ort-fp32", "ort-int8", "openvino", "openvino-bf16")
+ENGINES = ("bertkit-fp32", "bertkit-bf16", "bertkit-int8", "transformers-fp32", "ort-fp32", "ort-int8", "openvino",
+           "openvino-bf16")
 HERE = Path(__file__).resolve().parent
 
 
