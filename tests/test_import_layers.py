@@ -27,6 +27,8 @@ FORBIDDEN = {
     "settings": {"*"},
     "textlines": {"*"},
     "columnar": {"*"},
+    "int8": {"*"},
+    "allocator": {"*"},
     "tokenizer": {"data", "model", "tasks", "train", "serve", "interop", "cli"},
     "model": {"data", "train", "tasks", "serve", "cli", "interop", "inference"},
     "inference": {"data", "train", "tasks", "serve", "cli", "interop"},
@@ -37,7 +39,9 @@ FORBIDDEN = {
 # hardware: the measured precision/kernel choices; runtime: device, precision and seeding helpers;
 # step_probe: --precision auto checked on the model's own step (it finds the encoder by its shape);
 # settings: the run settings and their choices (torch-free); columnar: Parquet/Arrow tables (pyarrow only)
-ALLOWED_ANYWHERE = {"errors", "atomic", "hardware", "runtime", "step_probe", "settings", "columnar"}
+# int8: oneDNN's int8 kernel (torch only); allocator: glibc's malloc thresholds (no torch)
+ALLOWED_ANYWHERE = {"errors", "atomic", "hardware", "runtime", "step_probe", "settings", "columnar", "int8",
+                    "allocator"}
 
 
 def _module_name(path: Path) -> str:

@@ -42,7 +42,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from bertkit import __version__
+from bertkit import __version__, int8
 from bertkit.atomic import write_text_atomic
 from bertkit.errors import BertkitError
 
@@ -322,16 +322,11 @@ def _missing(reason: str) -> Callable[[], object]:
 
 
 def _int8_call(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor) -> Callable[[], object]:
-    from bertkit.model.accelerate import Int8Linear  # the model imports this module, so not at the top
-
-    layer = nn.utils.skip_init(nn.Linear, weight.shape[1], weight.shape[0])  # no draw from the global RNG
-    layer.weight.data.copy_(weight)
-    layer.bias.data.copy_(bias)
     try:
-        quantized = Int8Linear(layer, ("gelu", "none"))
+        packed = int8.pack(weight, bias)
     except (RuntimeError, NotImplementedError, AttributeError) as exc:  # no oneDNN int8 kernels here
         return _missing(str(exc))
-    return lambda: quantized(x)
+    return lambda: int8.linear(x, packed, ("gelu", "none"))
 
 
 def _attention_times(width: int, generator: torch.Generator) -> dict[str, list[tuple[int, float, float]]]:

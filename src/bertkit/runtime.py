@@ -28,7 +28,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from bertkit import hardware
+from bertkit import hardware, int8
 from bertkit.errors import BertkitError
 from bertkit.settings import DEVICES, INFERENCE_PRECISIONS
 
@@ -125,11 +125,8 @@ def inference_precision(precision: str, model: nn.Module, device: torch.device) 
         return hardware.auto_precision(device, hardware.model_width(model), purpose="inference")
     if precision == "int8" and device.type != "cpu":
         raise BertkitError(f"--precision int8 runs on CPUs only; on {device.type} use bf16 or fp32")
-    if precision == "int8":
-        from bertkit.model.accelerate import INT8_MISSING, int8_works  # the model imports this module
-
-        if not int8_works():
-            raise BertkitError(INT8_MISSING)
+    if precision == "int8" and not int8.works():
+        raise BertkitError(int8.MISSING)
     log.info("precision for inference: %s (--precision %s; auto would measure this machine)", precision, precision)
     return precision
 

@@ -1,6 +1,7 @@
-"""`Int8Linear` on oneDNN's int8 kernel (issue 30, item 4): it computes exactly the product of the quantized
-rows and weights it says it does, with per-row activation scales, the epilogues (GELU, ReLU, residual) and
-the bit width this CPU sums without overflow; `--precision int8` builds no torch.ao module (deprecated)."""
+"""`bertkit.int8` and `Int8Linear` on oneDNN's int8 kernel (issue 30, item 4): it computes exactly the
+product of the quantized rows and weights it says it does, with per-row activation scales, the epilogues
+(GELU, ReLU, residual) and the bit width this CPU sums without overflow; `--precision int8` builds no
+torch.ao module (deprecated)."""
 
 from __future__ import annotations
 
@@ -10,12 +11,13 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from bertkit import runtime
+from bertkit import int8, runtime
 from bertkit.config import preset
 from bertkit.errors import BertkitError
+from bertkit.int8 import activation_bits, quantize_rows
+from bertkit.int8 import works as int8_works
 from bertkit.model import BertModel, for_inference
-from bertkit.model import accelerate
-from bertkit.model.accelerate import Int8Linear, activation_bits, int8_works, quantize_rows
+from bertkit.model.accelerate import Int8Linear
 
 pytestmark = pytest.mark.skipif(not int8_works(), reason="no oneDNN int8 kernels in this build")
 
@@ -31,7 +33,8 @@ def _dequantized_product(layer: torch.nn.Linear, x: torch.Tensor) -> torch.Tenso
     q, scale = quantize_rows(x.reshape(-1, layer.in_features), zero_point)
     rows = (q.double() - zero_point) * scale.double()
     weight_scale = layer.weight.detach().abs().amax(1) / 127
-    weight = torch.round(layer.weight.detach() / weight_scale[:, None]).clamp(-127, 127).double() * weight_scale[:, None]
+    weight = torch.round(layer.weight.detach() / weight_scale[:, None]).clamp(-127, 127).double()
+    weight = weight * weight_scale[:, None]
     return (rows @ weight.T + layer.bias.detach().double()).view(*x.shape[:-1], layer.out_features)
 
 
@@ -118,6 +121,6 @@ def test_the_probe_leaves_the_global_rng_alone(monkeypatch):
 
 
 def test_a_build_without_int8_kernels_is_a_clear_error(monkeypatch):
-    monkeypatch.setattr(accelerate, "int8_works", lambda: False)
+    monkeypatch.setattr(int8, "works", lambda: False)
     with pytest.raises(BertkitError, match="needs oneDNN's int8 kernels.*use --precision fp32 or bf16"):
         runtime.inference_precision("int8", BertModel(preset("bert-debug")), torch.device("cpu"))

@@ -45,14 +45,12 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from bertkit import hardware
+from bertkit import hardware, int8
 from bertkit.allocator import keep_freed_memory
 from bertkit.model.attention import Dispatch, PaddedSDPA
 from bertkit.model.bert import BertLayer, BertModel, ResidualDense
 from bertkit.runtime import inference_precision
 
-INT8_MISSING = ("--precision int8 needs oneDNN's int8 kernels, which this PyTorch build or CPU lacks; "
-                "use --precision fp32 or bf16")
 DENSE_LAYERS = ("qkv", "attn_out", "ffn_in", "ffn_out")  # the encoder layer's nn.Linear modules
 
 
@@ -158,8 +156,8 @@ def _post_op(activation: nn.Module) -> tuple[str, str] | None:
 def quantize_linear_layers(module: nn.Module) -> nn.Module:
     """`module` with every plain nn.Linear inside it swapped, in place, for an `Int8Linear` (any model, e.g.
     transformers' encoder in the benchmarks); bertkit's own layers get GELU fused too (`_quantize`)."""
-    if not int8_works():
-        raise RuntimeError(INT8_MISSING)
+    if not int8.works():
+        raise RuntimeError(int8.MISSING)
     for parent in list(module.modules()):
         for name, child in list(parent.named_children()):
             if type(child) is nn.Linear and _plain(child):
@@ -169,8 +167,8 @@ def quantize_linear_layers(module: nn.Module) -> nn.Module:
 
 def _quantize(layer: BertLayer) -> None:
     """Swap the layer's dense layers for int8 ones (`Int8Linear`), GELU fused into the first feed-forward."""
-    if not int8_works():
-        raise RuntimeError(INT8_MISSING)
+    if not int8.works():
+        raise RuntimeError(int8.MISSING)
     for name in DENSE_LAYERS:
         linear = getattr(layer, name)
         if not _plain(linear):
@@ -231,70 +229,21 @@ class PackedLinear(_Frozen):
 
 
 class Int8Linear(_Frozen):
-    """A frozen dense layer in int8, by oneDNN's int8 matrix multiply (`torch.ops.onednn.qlinear_pointwise`,
-    the kernel torch.compile's x86 int8 path emits; torch.ao's eager quantization is deprecated):
-
-    - weights: int8, symmetric, one scale per output channel, packed once;
-    - activations: quantized at each call with one scale per row (token), symmetric around a zero point
-      shared by all rows, so the kernel's one zero point serves every row and each row's scale is applied
-      to its output afterwards (a scale per tensor lets BERT's outlier channels in one token coarsen every
-      token: on a fine-tuned MiniLM classifier it kept 92.7% of fp32's labels, per row 96.9%);
-    - 7 bits where the kernel adds u8 x s8 products in pairs into int16 (CPUs without VNNI, measured once
-      by `activation_bits`: 8-bit activations overflow there), else 8;
-    - output: fp32, the row scales and bias applied, then GELU (`post_op`) or the residual add.
-    """
+    """A frozen dense layer in int8 (`bertkit.int8`: oneDNN's int8 kernel, int8 weights per output channel,
+    activations quantized per call with one scale per row): post_op(x W^T + b), or residual + x W^T + b."""
 
     def __init__(self, linear: nn.Linear, post_op: tuple[str, str] = ("none", "")) -> None:
         super().__init__()
         self.in_features, self.out_features = linear.in_features, linear.out_features
-        weight = linear.weight.detach().float()
-        self.weight_scale = (weight.abs().amax(dim=1) / 127).clamp(min=torch.finfo(torch.float32).tiny)
-        quantized = torch.round(weight / self.weight_scale[:, None]).clamp(-127, 127).to(torch.int8)
-        self.weight = torch.ops.onednn.qlinear_prepack(quantized, None)
-        self.weight_zero_point = torch.zeros(self.out_features, dtype=torch.int64)
-        self.bias = None if linear.bias is None else linear.bias.detach().float()
+        self.packed = int8.pack(linear.weight, linear.bias)
         self.post_op = post_op
-        self.zero_point = 2 ** (activation_bits() - 1)  # 64 or 128: rows take zero_point +- (zero_point - 1)
 
     def forward(self, x: torch.Tensor, residual: torch.Tensor | None = None) -> torch.Tensor:
         self.check_no_grad(x)
-        q, scale = quantize_rows(x.float().reshape(-1, self.in_features), self.zero_point)
-        y = torch.ops.onednn.qlinear_pointwise(q, 1.0, self.zero_point, self.weight, self.weight_scale,
-                                               self.weight_zero_point, None, 1.0, 0, torch.float32, "none", [], "")
-        y = y.mul_(scale) if self.bias is None else torch.addcmul(self.bias, y, scale)
-        name, algorithm = self.post_op
-        if name == "gelu":
-            y = torch.ops.aten.gelu_(y, approximate=algorithm)
-        elif name == "relu":
-            y = y.relu_()
-        y = y.view(*x.shape[:-1], self.out_features)
-        return y if residual is None else y.add_(residual)
+        return int8.linear(x, self.packed, self.post_op, residual)
 
     def extra_repr(self) -> str:
         return f"in_features={self.in_features}, out_features={self.out_features}, post_op={self.post_op[0]}, int8"
-
-
-def quantize_rows(x: torch.Tensor, zero_point: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """(N, K) fp32 rows as unsigned integers zero_point +- (zero_point - 1), one scale per row: x ~ scale *
-    (q - zero_point). Plain tensor ops (quantized tensor dtypes are deprecated), chosen by measurement on
-    (4096, 768): amax and amin apart (0.7 ms; aminmax along a dim 5.2 ms), then q = x / scale + zero_point
-    + 0.5 in one addcmul with a per-column offset (1.1 ms; with a 0-d one 7 ms), truncated: rounded half
-    up. No clamp: |x / scale| <= zero_point - 1 by construction, so q stays within 1 .. 2 * zero_point - 1."""
-    high, low = x.amax(dim=-1, keepdim=True), x.amin(dim=-1, keepdim=True)
-    scale = torch.maximum(high, low.neg()).div_(zero_point - 1).clamp_(min=torch.finfo(torch.float32).tiny)
-    offset = torch.full((x.shape[-1],), zero_point + 0.5)
-    return torch.addcmul(offset, x, scale.reciprocal()).to(torch.uint8), scale
-
-
-@functools.cache
-def activation_bits() -> int:
-    """8 where oneDNN's int8 kernel sums u8 x s8 products exactly at full range, else 7: without VNNI (or
-    AMX) it adds them in pairs into int16, which 255 * 127 * 2 overflows. Measured once, on the worst case."""
-    weight = torch.ops.onednn.qlinear_prepack(torch.full((8, 64), 127, dtype=torch.int8), None)
-    ones, zeros = torch.ones(8), torch.zeros(8, dtype=torch.int64)
-    y = torch.ops.onednn.qlinear_pointwise(torch.full((4, 64), 255, dtype=torch.uint8), 1.0, 0, weight, ones, zeros,
-                                           None, 1.0, 0, torch.float32, "none", [], "")
-    return 8 if bool((y == 255 * 127 * 64).all()) else 7
 
 
 @functools.cache
@@ -304,24 +253,6 @@ def onednn_works(dtype: torch.dtype) -> bool:
     try:
         with torch.autocast("cpu", enabled=False), torch.no_grad():
             return _probe(dtype)
-    except (AttributeError, RuntimeError, NotImplementedError):
-        return False
-
-
-@functools.cache
-def int8_works() -> bool:
-    """Whether this PyTorch build runs oneDNN's int8 matrix multiply (`Int8Linear`) and gets the numbers of
-    the dequantized product: probed once on a tiny layer."""
-    try:
-        with torch.autocast("cpu", enabled=False), torch.no_grad():
-            generator = torch.Generator().manual_seed(0)
-            linear = nn.utils.skip_init(nn.Linear, 16, 8)  # no draw from the global RNG
-            nn.init.normal_(linear.weight, generator=generator)
-            nn.init.zeros_(linear.bias)
-            x = torch.randn(3, 16, generator=generator)
-            expected = linear(x)
-            got = Int8Linear(linear)(x)
-            return torch.allclose(got, expected, atol=0.1 * float(expected.abs().max()))
     except (AttributeError, RuntimeError, NotImplementedError):
         return False
 
