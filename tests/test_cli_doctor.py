@@ -30,6 +30,10 @@ def test_doctor_prints_the_machine_rates_and_choices(capsys, monkeypatch):
     assert "on one thread: training fp32 65, bf16 38; inference fp32 65, bf16 38, int8 130" in out
     assert "auto training: fp32" in out and "auto inference: fp32" in out
     assert "packed oneDNN linear in fp32: not taken" in out and "bmm attention in bf16: not taken" in out
+    from bertkit import int8  # how --precision int8 quantizes here, with the bits this CPU sums exactly
+
+    if int8.works():
+        assert f"activations {int8.activation_bits()}-bit with one scale per token" in out
 
 
 def test_doctor_json_is_a_probe_file(capsys, monkeypatch, tmp_path):

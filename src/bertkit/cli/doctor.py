@@ -30,11 +30,24 @@ def doctor(width: int, refresh: bool, as_json: bool, step: bool) -> None:
     if as_json:
         click.echo(json.dumps({**hardware.report(width, refresh), "step_probe": steps}, indent=2))
         return
-    for line in hardware.summary(width, refresh) + steps:
+    for line in [*hardware.summary(width, refresh), int8_line(), *steps]:
         click.echo(line)
     if not step:
         click.echo("step timings: `bertkit doctor --step` (auto checks bf16 on the step itself where the dense "
                    "layer favours it)")
+
+
+def int8_line() -> str:
+    """How `--precision int8` quantizes here: the kernel, and the activation bits this CPU sums exactly."""
+    from bertkit import int8
+
+    if not int8.works():
+        return f"int8: not available ({int8.MISSING})"
+    bits = int8.activation_bits()
+    why = ("the kernel sums full-range products exactly here" if bits == 8 else
+           "without VNNI the kernel's int16 pair sums overflow at 8 bits, measured")
+    return (f"int8 (--precision int8): oneDNN's int8 kernel, weights per channel, activations {bits}-bit with one "
+            f"scale per token ({why})")
 
 
 def step_lines(width: int, refresh: bool) -> list[str]:
