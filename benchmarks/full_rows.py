@@ -32,19 +32,23 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bertkit import hardware
 from bertkit.config import preset
 from bertkit.model import BertModel, for_inference
-from bertkit.model.accelerate import Int8Linear, PackedLinear
+from bertkit.model.accelerate import Int8Linear, PackedLinear, onednn_works
 from bertkit.tokenizer import WordPieceTokenizer
 from inference import VOCAB, full_batches, sentences, useful_flops
 
-GROUPS = {  # profiler op name fragments -> category
-    "dense layers": ("addmm", "mkldnn::_linear_pointwise", "onednn::qlinear", "aten::mm", "aten::linear"),
-    "attention": ("scaled_dot_product", "bmm", "softmax", "baddbmm"),
-    "GELU": ("gelu",),
-    "LayerNorm": ("layer_norm",),
-    "adds": ("aten::add",),
-    "copies and casts": ("copy_", "aten::to", "contiguous", "clone"),
-    "int8 quantization": ("aminmax", "round", "clamp", "aten::div", "aten::mul"),
-    "embeddings": ("embedding", "index_select"),
+GROUPS = {  # profiler op names -> category, the first match wins (exact names, so addcmul is not an add)
+    "dense layers": ("aten::addmm", "mkldnn::_linear_pointwise", "mkldnn::_linear_pointwise.binary",
+                     "onednn::qlinear_pointwise", "aten::mm", "aten::linear"),
+    "attention": ("aten::_scaled_dot_product_flash_attention_for_cpu", "aten::scaled_dot_product_attention",
+                  "aten::bmm", "aten::_softmax", "aten::baddbmm"),
+    "int8 quantization and row scales": ("aten::amax", "aten::amin", "aten::addcmul", "aten::reciprocal",
+                                         "aten::maximum", "aten::full", "aten::fill_", "aten::div_", "aten::clamp_",
+                                         "aten::mul_"),
+    "GELU": ("aten::gelu", "aten::gelu_"),
+    "LayerNorm": ("aten::native_layer_norm", "aten::layer_norm"),
+    "adds": ("aten::add", "aten::add_"),
+    "copies and casts": ("aten::copy_", "aten::to", "aten::_to_copy", "aten::contiguous", "aten::clone"),
+    "embeddings": ("aten::embedding", "aten::index_select"),
 }
 
 
@@ -58,8 +62,9 @@ def dense_layers(config, precision: str, tokens: int) -> tuple[list, float]:
     dtype = torch.bfloat16 if precision == "bf16" else torch.float32
     inputs = {fan_in: torch.randn(tokens, fan_in).to(dtype) for fan_in in (width, inner)}
     kernels = {"int8": [lambda linear: Int8Linear(linear)]}.get(precision, [
-        lambda linear: lambda x: F.linear(x, linear.weight, linear.bias),
-        lambda linear: PackedLinear(linear)])
+        lambda linear: lambda x: F.linear(x, linear.weight, linear.bias)])
+    if precision != "int8" and onednn_works(dtype):  # packed oneDNN only where this CPU runs it in dtype
+        kernels.append(lambda linear: PackedLinear(linear))
     calls = []
     for fan_in, fan_out in shapes:
         x = inputs[fan_in]
@@ -90,7 +95,7 @@ def profile(model, ids, mask) -> dict[str, float]:
         model(ids, attention_mask=mask)
     seconds: dict[str, float] = defaultdict(float)
     for event in prof.key_averages():
-        group = next((g for g, names in GROUPS.items() if any(n in event.key for n in names)), "the rest")
+        group = next((g for g, names in GROUPS.items() if event.key in names), "the rest")
         seconds[group] += event.self_cpu_time_total / 1e6
     return dict(seconds)
 

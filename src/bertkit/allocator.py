@@ -15,15 +15,16 @@ its peak memory after the peak (freed blocks stay mapped, and are reused by the 
 what a training run or a server does anyway. PyTorch's CPU tuning guide recommends jemalloc or tcmalloc
 (LD_PRELOAD) for the same reason; this gets most of that without a preload.
 
-It is called by every `bertkit` command, `for_inference` and `fit`; `BERTKIT_KEEP_FREED_MEMORY=0` in
-the environment turns it off. Elsewhere than glibc (macOS, musl, Windows) it does nothing. This module
-imports no torch, so the CLI can call it before any command loads.
+It is called by every `bertkit` command, `accelerate_for_inference` (so every inference copy) and `fit`;
+`BERTKIT_KEEP_FREED_MEMORY=0` in the environment turns it off. Elsewhere than glibc (macOS, musl,
+Windows) it does nothing, and under a preloaded jemalloc or tcmalloc it changes nothing (those
+allocators reuse memory already). This module imports no torch, so the CLI can call it before any
+command loads.
 """
 
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import functools
 import os
 import sys
@@ -40,7 +41,7 @@ def keep_freed_memory() -> bool:
     if os.environ.get("BERTKIT_KEEP_FREED_MEMORY", "1") == "0" or not sys.platform.startswith("linux"):
         return False
     try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        libc = ctypes.CDLL("libc.so.6")  # glibc's name on Linux (find_library would run ldconfig: ~15 ms)
         mallopt = libc.mallopt
     except (OSError, AttributeError):  # not glibc (musl has no mallopt)
         return False

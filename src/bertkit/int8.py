@@ -13,7 +13,8 @@ used. How it quantizes:
   a fine-tuned MiniLM classifier it kept 92.7% of fp32's labels, per row 96.9% (docs/performance.md);
 - 7 or 8 bits (`activation_bits`, measured once): without VNNI the kernel adds u8 x s8 products in pairs
   into int16, which 8-bit activations overflow;
-- output (`linear`): fp32, the row scales and the bias applied, then GELU or ReLU, or a residual added.
+- output (`linear`): the row scales and the bias applied in fp32, then GELU or ReLU, or a residual added;
+  returned in the input's dtype.
 """
 
 from __future__ import annotations
@@ -63,7 +64,8 @@ def linear(x: torch.Tensor, packed: PackedWeight, post_op: tuple[str, str] = ("n
     elif name == "relu":
         y = y.relu_()
     y = y.view(*x.shape[:-1], packed.out_features)
-    return y if residual is None else y.add_(residual)
+    y = y if residual is None else y.add_(residual)
+    return y if x.dtype == torch.float32 else y.to(x.dtype)  # a bf16 module's next layer expects bf16
 
 
 def quantize_rows(x: torch.Tensor, zero_point: int) -> tuple[torch.Tensor, torch.Tensor]:

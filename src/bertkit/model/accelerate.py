@@ -57,8 +57,7 @@ DENSE_LAYERS = ("qkv", "attn_out", "ffn_in", "ffn_out")  # the encoder layer's n
 def for_inference(model: nn.Module, precision: str, device: torch.device = torch.device("cpu")) -> nn.Module:
     """An inference copy of `model` (already on `device`) in an inference precision, 'auto' resolved by
     measurement (`bertkit.runtime.inference_precision`): `accelerate_for_inference`. What every inference
-    command runs. The process keeps freed memory from here on (`bertkit.allocator`)."""
-    keep_freed_memory()
+    command runs."""
     return accelerate_for_inference(model, inference_precision(precision, model, device))
 
 
@@ -84,6 +83,7 @@ def accelerate_for_inference(model: nn.Module, precision: str = "fp32", *, autoc
         raise ValueError(f"autocast=True is for an fp32 model under bf16 autocast, not {precision}")
     if any(isinstance(m, _Frozen) for m in model.modules()):
         raise ValueError("this model is already accelerated for inference; accelerate the original")
+    keep_freed_memory()  # the process reuses large activations from here on (bertkit.allocator)
     accelerated = _copy_sharing_tensors(model, torch.bfloat16 if precision == "bf16" else torch.float32)
     for bert in [m for m in accelerated.modules() if isinstance(m, BertModel)]:
         # a list, not a generator: every layer's compiled forward (bound to the original) must be popped
