@@ -12,7 +12,9 @@ GELU, bias copies, residual adds and LayerNorms together went from ~800 to ~330 
 `keep_freed_memory()` raises glibc's mmap threshold to 1 GiB and its trim threshold likewise, with
 `mallopt`, so large blocks come from the heap and freed ones are reused. The cost: the process keeps
 its peak memory after the peak (freed blocks stay mapped, and are reused by the next step), which is
-what a training run or a server does anyway. PyTorch's CPU tuning guide recommends jemalloc or tcmalloc
+what a training run or a server does anyway. It is not a guarantee: glibc still hands some freed
+blocks' pages back (in half of the refills of a freed 64 MiB tensor, measured; cause not found).
+PyTorch's CPU tuning guide recommends jemalloc or tcmalloc
 (LD_PRELOAD) for the same reason; this gets most of that without a preload.
 
 It is called by every `bertkit` command, `accelerate_for_inference` (so every inference copy) and `fit`;
