@@ -19,10 +19,10 @@ Contenders, each set up as its own documentation recommends for BERT:
   CPU with INFERENCE_NUM_THREADS = --threads and the LATENCY hint (one stream, like the others): its default
   precision, and INFERENCE_PRECISION_HINT bf16 (f32 on CPUs without bf16 instructions).
 
-Every engine runs in a process of its own, all under the glibc malloc thresholds bertkit sets for itself
-(`bertkit.allocator`, here through MALLOC_MMAP_THRESHOLD_ and MALLOC_TRIM_THRESHOLD_, so that is no edge)
-(OpenVINO's and ONNX Runtime's thread pools slow torch in the same
-process), on the same batches: "varied" (32 real KJV verses padded to the longest, as a user's traffic) and
+Every engine runs in a process of its own (OpenVINO's and ONNX Runtime's thread pools slow torch in the same
+process), every one under the glibc malloc thresholds bertkit sets for itself (`bertkit.allocator`, given
+here as MALLOC_MMAP_THRESHOLD_ and MALLOC_TRIM_THRESHOLD_, so they are no edge of bertkit's), on the same
+batches: "varied" (32 real KJV verses padded to the longest, as a user's traffic) and
 "full" (32 x 128 windows of running text, no padding); the first batch is a warm-up. bertkit fp32 runs first
 and last as the reference: ratios are against the mean of those two runs, which brackets the others in time
 (a shared machine's load drifts). Printed: tokens/s (real tokens), the ratio, and the largest difference of
@@ -196,6 +196,7 @@ def main() -> None:
     import numpy as np
 
     from bertkit import hardware
+    from bertkit.allocator import THRESHOLD
     from bertkit.config import preset
 
     print(f"# machine: {hardware.machine().line()}")
@@ -220,8 +221,8 @@ def main() -> None:
                 print(f"# {engine}: skipped, {reason}")
                 continue
             # every engine under the same glibc malloc settings bertkit sets for itself (bertkit.allocator)
-            env = {**os.environ, "OMP_NUM_THREADS": str(args.threads), "MALLOC_MMAP_THRESHOLD_": str(1 << 30),
-                   "MALLOC_TRIM_THRESHOLD_": str(1 << 30)}
+            env = {**os.environ, "OMP_NUM_THREADS": str(args.threads),
+                   "MALLOC_MMAP_THRESHOLD_": str(THRESHOLD), "MALLOC_TRIM_THRESHOLD_": str(THRESHOLD)}
             command = [sys.executable, __file__, "--child", engine, "--work", str(work), "--threads",
                        str(args.threads)]
             done = subprocess.run(command, capture_output=True, text=True, env=env)

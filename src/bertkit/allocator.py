@@ -15,8 +15,8 @@ its peak memory after the peak (freed blocks stay mapped, and are reused by the 
 what a training run or a server does anyway: measured, a bert-base forward's process held ~270 MiB more
 after its forwards, at the same peak. Reuse is not guaranteed: small allocations between two big ones
 can split a freed block, and the heap grows instead (a 64 MiB loop held up to 450 MiB, bounded).
-PyTorch's CPU tuning guide recommends jemalloc or tcmalloc
-(LD_PRELOAD) for the same reason; this gets most of that without a preload.
+PyTorch's CPU tuning guide recommends jemalloc or tcmalloc (LD_PRELOAD) for the same reason; this is
+the step that needs no preload (not measured against them).
 
 It is called by every `bertkit` command, `accelerate_for_inference` (so every inference copy) and `fit`;
 `BERTKIT_KEEP_FREED_MEMORY=0` in the environment turns it off. Elsewhere than glibc (macOS, musl,

@@ -40,6 +40,7 @@ import copy
 import functools
 import itertools
 import os
+from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
@@ -134,12 +135,18 @@ def _pack(layer: BertLayer, dtype: torch.dtype) -> None:
     if not (layer.qkv.weight.device.type == "cpu" and cpu_kernels_enabled() and onednn_works(dtype)
             and hardware.choices(layer.qkv.in_features).packed(dtype)):
         return
+    _swap_dense_layers(layer, lambda linear, post_op: PackedLinear(linear, post_op, dtype))
+
+
+def _swap_dense_layers(layer: BertLayer, make: Callable[[nn.Linear, tuple[str, str]], nn.Module]) -> None:
+    """Replace each plain dense layer of `layer` by make(linear, post_op), the activation moved into ffn_in's
+    post-op (and the layer's own `act` made an identity) where the kernel has it."""
     for name in DENSE_LAYERS:
         linear = getattr(layer, name)
         if not _plain(linear):
             continue
         post_op = _post_op(layer.act) if name == "ffn_in" else None
-        setattr(layer, name, PackedLinear(linear, post_op or ("none", ""), dtype))
+        setattr(layer, name, make(linear, post_op or ("none", "")))
         if post_op:
             layer.act = nn.Identity()  # applied inside ffn_in now
 
@@ -169,14 +176,7 @@ def _quantize(layer: BertLayer) -> None:
     """Swap the layer's dense layers for int8 ones (`Int8Linear`), GELU fused into the first feed-forward."""
     if not int8.works():
         raise RuntimeError(int8.MISSING)
-    for name in DENSE_LAYERS:
-        linear = getattr(layer, name)
-        if not _plain(linear):
-            continue
-        post_op = _post_op(layer.act) if name == "ffn_in" else None
-        setattr(layer, name, Int8Linear(linear, post_op or ("none", "")))
-        if post_op:
-            layer.act = nn.Identity()  # applied inside ffn_in now
+    _swap_dense_layers(layer, Int8Linear)
 
 
 class _Frozen(nn.Module):
