@@ -196,9 +196,10 @@ def main() -> None:
     args = parser.parse_args()
     stages = set(args.stages.split(","))
 
-    from bertkit import hardware
 
-    print(hardware.header())
+    from bertkit.runtime import report
+
+    print(report.header())
     args.work.mkdir(parents=True, exist_ok=True)
     rows: list[dict] = []
     parquet_sizes = {float(s) for s in args.parquet.split(",") if s}

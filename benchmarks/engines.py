@@ -20,7 +20,7 @@ Contenders, each set up as its own documentation recommends for BERT:
   precision, and INFERENCE_PRECISION_HINT bf16 (f32 on CPUs without bf16 instructions).
 
 Every engine runs in a process of its own (OpenVINO's and ONNX Runtime's thread pools slow torch in the same
-process), every one under the glibc malloc thresholds bertkit sets for itself (`bertkit.allocator`, given
+process), every one under the glibc malloc thresholds bertkit sets for itself (`bertkit.runtime.allocator`, given
 here as MALLOC_MMAP_THRESHOLD_ and MALLOC_TRIM_THRESHOLD_, so they are no edge of bertkit's), on the same
 batches: "varied" (32 real KJV verses padded to the longest, as a user's traffic) and
 "full" (32 x 128 windows of running text, no padding); the first batch is a warm-up. bertkit fp32 runs first
@@ -195,12 +195,12 @@ def main() -> None:
         return
     import numpy as np
 
-    from bertkit import hardware
-    from bertkit.allocator import THRESHOLD
     from bertkit.config import preset
+    from bertkit.runtime import probe, report
+    from bertkit.runtime.allocator import THRESHOLD
 
-    print(f"# machine: {hardware.machine().line()}")
-    print(f"# matrix extensions: {hardware.matrix_extensions(hardware.machine().flags)}")
+    print(f"# machine: {probe.machine().line()}")
+    print(f"# matrix extensions: {report.matrix_extensions(probe.machine().flags)}")
     engines = [e.strip() for e in args.engines.split(",") if e.strip()]
     unknown = set(engines) - set(ENGINES)
     if unknown:
@@ -220,7 +220,7 @@ def main() -> None:
             if reason:
                 print(f"# {engine}: skipped, {reason}")
                 continue
-            # every engine under the same glibc malloc settings bertkit sets for itself (bertkit.allocator)
+            # every engine under the same glibc malloc settings bertkit sets for itself (bertkit.runtime.allocator)
             env = {**os.environ, "OMP_NUM_THREADS": str(args.threads),
                    "MALLOC_MMAP_THRESHOLD_": str(THRESHOLD), "MALLOC_TRIM_THRESHOLD_": str(THRESHOLD)}
             command = [sys.executable, __file__, "--child", engine, "--work", str(work), "--threads",

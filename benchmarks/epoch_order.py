@@ -168,12 +168,12 @@ def main() -> None:
     parser.add_argument("--skip-reference", action="store_true")
     args = parser.parse_args()
     sys.path.insert(0, str(ROOT / "src"))
-    from bertkit import hardware
+    from bertkit.runtime import probe
 
     options = {"micro_batch_size": args.micro_batch_size, "accumulation": args.accumulation,
                "world_size": args.world_size, "group_by_length": args.group_by_length}
     reference_examples = args.reference_examples or args.examples
-    print(f"# machine: {hardware.machine().line()}")
+    print(f"# machine: {probe.machine().line()}")
     print(f"# {time.strftime('%Y-%m-%d')}; global batch {args.micro_batch_size * args.accumulation * args.world_size}"
           f" (micro {args.micro_batch_size} x accumulation {args.accumulation} x world {args.world_size}), rank 0, "
           f"grouping by length {'on' if args.group_by_length else 'off'}; load average before "

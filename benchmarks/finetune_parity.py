@@ -14,7 +14,7 @@ task used in docs/finetuning.md.
 Both sides fine-tune a fresh classification head on the checkpoint with the same recipe (AdamW, linear
 schedule with warmup, weight decay on matrices only, gradient clipping 1.0, dropout 0.1, evaluation on
 dev after every epoch, the best epoch's accuracy reported), on the same examples read by bertkit's own
-reader: bertkit through `bertkit.tasks.finetune.run_finetuning` with its defaults for everything not
+reader: bertkit through `bertkit.workflows.finetune.run_finetuning` with its defaults for everything not
 given here; transformers through `Trainer` with its defaults (`BertTokenizerFast`, `DataCollatorWithPadding`,
 `adamw_torch_fused`). Seeds alternate between the two sides in one process so machine load hits both
 alike. The table gives the best-epoch dev accuracy per seed, mean ± sample std, the wall time of each
@@ -35,9 +35,9 @@ import numpy as np
 import torch
 import transformers
 
-from bertkit import hardware
 from bertkit.data.glue import read_table
-from bertkit.tasks.finetune import FinetuneConfig, run_finetuning
+from bertkit.runtime import report
+from bertkit.workflows.finetune import FinetuneSettings, run_finetuning
 
 
 def read_task(path: str, text_column: str, label_column: str) -> list[tuple[str, str]]:
@@ -46,7 +46,7 @@ def read_task(path: str, text_column: str, label_column: str) -> list[tuple[str,
 
 
 def run_bertkit(args: argparse.Namespace, seed: int, workdir: Path) -> tuple[float, list[float]]:
-    cfg = FinetuneConfig(model=args.model, output=workdir / f"bertkit-{seed}", epochs=args.epochs,
+    cfg = FinetuneSettings.of(model=args.model, output=workdir / f"bertkit-{seed}", num_epochs=args.epochs,
                          batch_size=args.batch_size, learning_rate=args.learning_rate, precision=args.precision,
                          seeds=(seed,), device="cpu")
     options = {"glue_task": None, "text_column": args.text_column, "text_pair_column": None,
@@ -113,7 +113,7 @@ def main() -> None:
     transformers.logging.set_verbosity_error()
     seeds = [int(s) for s in args.seeds.split(",")]
     train, dev = (read_task(p, args.text_column, args.label_column) for p in (args.train, args.dev))
-    print(hardware.header())
+    print(report.header())
     print(f"# {torch.get_num_threads()} threads, torch {torch.__version__}, transformers {transformers.__version__}; "
           f"{len(train)} train / {len(dev)} dev examples, {len({label for _, label in train})} labels; "
           f"epochs {args.epochs:g}, lr {args.learning_rate:g}, batch {args.batch_size}, "

@@ -29,10 +29,10 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bertkit import hardware
 from bertkit.config import preset
 from bertkit.model import BertModel, for_inference
 from bertkit.model.accelerate import Int8Linear, PackedLinear, onednn_works
+from bertkit.runtime import report
 from bertkit.tokenizer import WordPieceTokenizer
 from inference import VOCAB, full_batches, sentences, useful_flops
 
@@ -110,7 +110,7 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     config = preset(args.shape, vocab_size=30522)
-    print(hardware.header(config.hidden_size))
+    print(report.header(config.hidden_size))
     tokenizer = WordPieceTokenizer.from_pretrained(VOCAB)
     (ids, mask), = full_batches(tokenizer, sentences(), 1)
     model_flops = useful_flops(mask, config.hidden_size, config.num_hidden_layers)

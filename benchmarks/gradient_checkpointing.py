@@ -96,9 +96,9 @@ def main() -> None:
     if args.child:
         print(json.dumps(child(args)))
         return
-    from bertkit import hardware
+    from bertkit.runtime import probe
 
-    print(f"# machine: {hardware.machine().line()}")
+    print(f"# machine: {probe.machine().line()}")
     print(f"{args.model}, batch {args.batch_size} x {args.seq_length} tokens, {args.precision}, {args.device}, "
           f"{args.steps} timed steps after a warm-up, each mode in its own process")
     results = {}

@@ -28,12 +28,12 @@ import torch
 import transformers
 from peak import matmul_peak, timed
 
-from bertkit import hardware
 from bertkit.assets import kjv_path
 from bertkit.config import preset
 from bertkit.model import BertModel, for_inference
 from bertkit.model.accelerate import quantize_linear_layers
 from bertkit.model.hf_names import to_hf
+from bertkit.runtime import report
 from bertkit.tokenizer import WordPieceTokenizer
 
 VOCAB = Path(__file__).resolve().parents[1] / "tests" / "assets" / "vocab" / "bert-base-uncased"
@@ -128,7 +128,7 @@ def main() -> None:
     texts = sentences()
     precisions = ["fp32", "bf16"] if args.precision == "both" else [args.precision]
     kinds = ["varied", "full"] if args.kind == "both" else [args.kind]
-    print(hardware.header(preset(args.shape).hidden_size))
+    print(report.header(preset(args.shape).hidden_size))
     print(f"# transformers {transformers.__version__}, shape {args.shape}")
     peaks = {p: matmul_peak(DTYPES[p]) for p in precisions}
     print("| precision | batches | fill | bertkit tok/s | transformers tok/s | ratio (median) | bertkit TFLOP/s | "

@@ -23,10 +23,10 @@ import numpy as np
 import onnxruntime
 import torch
 
-from bertkit import hardware
 from bertkit.config import BertConfig
 from bertkit.data.glue import read_table
-from bertkit.export import export_onnx, sample_batch
+from bertkit.export.onnx import export_onnx, sample_batch
+from bertkit.runtime import report
 from bertkit.serve.predictor import load_predictor
 from bertkit.settings import ExportSettings
 from bertkit.tokenizer import WordPieceTokenizer
@@ -84,7 +84,7 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     config = BertConfig.from_json_file(args.model / "config.json")
-    print(hardware.header(config.hidden_size))
+    print(report.header(config.hidden_size))
     examples, _ = read_table(args.input, args.text_column, label_column=args.label_column)
     texts, gold = [e.text for e in examples], [e.label for e in examples]
     print(f"# {args.model} ({config.num_hidden_layers} layers, width {config.hidden_size}), {len(texts)} rows of "

@@ -7,7 +7,7 @@ Issue 14's bar: auto never runs more than 5% slower than the faster of fp32 and 
 
 - pre-training steps: bert-mini (`--pretrain-model`), real 32 x 64 instances from `bertkit data
   pretraining` on the bundled corpus, forward + MLM/NSP loss + backward + AdamW, under the autocast
-  the training loop uses for each precision ('auto' resolved by `bertkit.runtime.resolve_precision`
+  the training loop uses for each precision ('auto' resolved by `bertkit.runtime.device.resolve_precision`
   at the model's width, as `bertkit pretrain` does);
 - inference tokens/s: BertModel (`--inference-model`, random weights) over batches of 32 verses of the
   bundled corpus padded to the longest, each precision prepared by `bertkit.model.for_inference`, as
@@ -36,10 +36,10 @@ import torch
 from peak import timed
 from pretraining import autocast_for, bertkit_step, optimizer_for, real_batches, timed_round
 
-from bertkit import hardware
 from bertkit.config import preset
 from bertkit.model import BertForPreTraining, BertModel, for_inference
-from bertkit.runtime import inference_precision, resolve_precision
+from bertkit.runtime import report as machine_report
+from bertkit.runtime.device import inference_precision, resolve_precision
 from bertkit.tokenizer import WordPieceTokenizer
 from inference import VOCAB, sentences, varied_batches
 
@@ -122,7 +122,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5, help="timed rounds per variant, alternating")
     args = parser.parse_args()
     for name in (args.pretrain_model, args.inference_model):
-        print(f"# --- probe at the width of {name}\n{hardware.header(preset(name).hidden_size)}")
+        print(f"# --- probe at the width of {name}\n{machine_report.header(preset(name).hidden_size)}")
     train = report(f"Pre-training steps/s ({args.pretrain_model})", "steps/s",
                    pretraining(args.pretrain_model, args.steps, args.rounds))
     serve = report(f"Inference tokens/s ({args.inference_model})", "tokens/s",

@@ -42,11 +42,11 @@ import torch
 import transformers
 from peak import matmul_peak, timed
 
-from bertkit import hardware
 from bertkit.assets import kjv_path
 from bertkit.config import preset
-from bertkit.data import PretrainingDataOptions, PretrainingDataset, build_pretraining_data, collate_pretraining
+from bertkit.data import InstanceSettings, PretrainingDataset, build_pretraining_data, collate_pretraining
 from bertkit.model import BertForPreTraining, compile_model
+from bertkit.runtime import report
 from bertkit.tasks.pretraining import pretraining_loss
 from bertkit.tokenizer import WordPieceTokenizer
 from bertkit.train.optim import build_optimizer
@@ -61,7 +61,7 @@ def real_batches(count: int, batch_size: int, seq_length: int, workdir: Path) ->
     corpus = workdir / "corpus.txt"
     corpus.write_text(text[: 400_000 * max(1, count * batch_size // 256)], encoding="utf-8")
     tokenizer = WordPieceTokenizer.from_pretrained(VOCAB)
-    options = PretrainingDataOptions(max_seq_length=seq_length, dupe_factor=1)
+    options = InstanceSettings(max_seq_length=seq_length, dupe_factor=1)
     build_pretraining_data([str(corpus)], tokenizer, workdir / "data", options, workers=1, progress=False)
     dataset = PretrainingDataset(workdir / "data")
     if len(dataset) < count * batch_size:
@@ -212,7 +212,7 @@ def main() -> None:
     parser.add_argument("--child", choices=list(STEPS), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if not args.child:
-        print(hardware.header(preset(args.model).hidden_size))
+        print(report.header(preset(args.model).hidden_size))
     if args.memory:
         memory(args)
         return

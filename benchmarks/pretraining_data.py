@@ -72,14 +72,14 @@ def cpu_seconds() -> float:
 
 
 def run_ours(corpus: Path, vocab_dir: Path, workers: int, queue) -> None:
-    from bertkit.data import PretrainingDataOptions, build_pretraining_data
+    from bertkit.data import InstanceSettings, build_pretraining_data
     from bertkit.tokenizer import WordPieceTokenizer
 
     tokenizer = WordPieceTokenizer.from_pretrained(vocab_dir)
     output = Path(tempfile.mkdtemp(prefix="bertkit-bench-"))
     try:
         start, cpu = time.perf_counter(), cpu_seconds()
-        manifest = build_pretraining_data([str(corpus)], tokenizer, output, PretrainingDataOptions(),
+        manifest = build_pretraining_data([str(corpus)], tokenizer, output, InstanceSettings(),
                                           workers=workers, overwrite=True, progress=False)
         seconds, cpu = time.perf_counter() - start, cpu_seconds() - cpu
     finally:
@@ -116,7 +116,7 @@ def fill_report(corpus: Path, vocab_dir: Path, max_seq_length: int, batch_size: 
     """Instances, steps per epoch and fill (tokens / positions) of NSP pairs and of each packing."""
     import numpy as np
 
-    from bertkit.data import PretrainingDataOptions, PretrainingDataset, build_pretraining_data
+    from bertkit.data import InstanceSettings, PretrainingDataset, build_pretraining_data
     from bertkit.settings import PACKINGS
     from bertkit.tokenizer import WordPieceTokenizer
 
@@ -126,7 +126,7 @@ def fill_report(corpus: Path, vocab_dir: Path, max_seq_length: int, batch_size: 
     print(f"{'data':<26}{'instances':>10}{'steps/epoch':>12}{'fill':>8}{'batch fill':>11}"
           f"{'tokens':>12}{'corpus tokens':>15}{'cut':>9}{'s':>6}")
     for packing in (None, *PACKINGS):
-        options = PretrainingDataOptions(max_seq_length=max_seq_length, masking="dynamic", dupe_factor=1,
+        options = InstanceSettings(max_seq_length=max_seq_length, masking="dynamic", dupe_factor=1,
                                          nsp=packing is None, packing=packing)
         with tempfile.TemporaryDirectory(prefix="bertkit-fill-") as output:
             start = time.perf_counter()
@@ -155,10 +155,11 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=32, help="--fill: batch for steps per epoch")
     args = parser.parse_args()
 
-    from bertkit import hardware
+
+    from bertkit.runtime import report
     from bertkit.tokenizer import WordPieceTokenizer
 
-    print(hardware.header())
+    print(report.header())
     with tempfile.TemporaryDirectory(prefix="bertkit-bench-") as tmp:
         tmp = Path(tmp)
         one_copy = make_corpus(tmp, 3.0)

@@ -315,9 +315,9 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0, help="--mixed: seed of the traffic")
     args = parser.parse_args()
     args.precision = args.precision or ("fp32" if args.mixed else "auto")
-    from bertkit import hardware
+    from bertkit.runtime import report
 
-    print(hardware.header())
+    print(report.header())
     with tempfile.TemporaryDirectory() as scratch:
         if args.mixed:
             sys.exit(run_mixed(args, Path(scratch)))

@@ -38,7 +38,7 @@ from pathlib import Path
 import tokenizers
 import transformers
 
-from bertkit import hardware
+from bertkit.runtime import report
 from bertkit.tokenizer import WordPieceTokenizer
 
 DEFAULT_VOCAB = Path(__file__).resolve().parent.parent / "tests" / "assets" / "vocab" / "bert-base-uncased"
@@ -131,7 +131,7 @@ def main() -> None:
 
     print(f"corpus {args.corpus.name}: {len(lines):,} lines, {n_bytes / 1e6:.1f} MB; batch {args.batch_size}; "
           f"median of {args.repeats}")
-    print(hardware.header())
+    print(report.header())
     print(f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, "
           f"RAYON_RS_NUM_CPUS={os.environ.get('RAYON_RS_NUM_CPUS', 'unset')}; Python {platform.python_version()}, "
           f"tokenizers {tokenizers.__version__}, transformers {transformers.__version__}")

@@ -181,7 +181,7 @@ def rates(args: argparse.Namespace) -> None:
 
     torch.set_num_threads(1)
     from bertkit.config import preset
-    from bertkit.tasks.pretraining import measure_steps_per_second
+    from bertkit.workflows.pretrain import measure_steps_per_second
 
     for length in (64, 128):
         rate = measure_steps_per_second(preset("bert-mini", vocab_size=8000), length, 32, "auto", "cpu", seconds=20)

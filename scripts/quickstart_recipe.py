@@ -24,7 +24,7 @@ import click
 
 from bertkit.quickstart import (
     MODEL,
-    QuickstartConfig,
+    QuickstartSettings,
     Recipe,
     build_data,
     fill_mask_examples,
@@ -68,7 +68,7 @@ def run(root: Path, name: str, steps: int, seeds: str, train_examples: str, base
         finetune_lr: float) -> None:
     """Pre-train with one recipe for a step budget, then fine-tune it (and the baseline) per label count."""
     recipe = replace(RECIPES[name], finetune_learning_rate=finetune_lr)
-    cfg = QuickstartConfig(output=root / name, minutes=None, max_steps=steps,
+    cfg = QuickstartSettings(output=root / name, minutes=None, max_steps=steps,
                            seeds=tuple(int(s) for s in seeds.split(",")), recipe=recipe, resume=True,
                            eval_every=max(10, steps // 10))
     cfg.output.mkdir(parents=True, exist_ok=True)
@@ -87,7 +87,7 @@ def run(root: Path, name: str, steps: int, seeds: str, train_examples: str, base
     click.echo(json.dumps(result["pretraining"]))
 
 
-def _pretraining(cfg: QuickstartConfig) -> dict:
+def _pretraining(cfg: QuickstartSettings) -> dict:
     records = read_metrics(cfg.output / "pretrain" / "metrics.jsonl")
     train = [r for r in records if r["kind"] == "train"]
     final = [r for r in records if r["kind"] == "eval"][-1]

@@ -28,7 +28,7 @@ Learning-rate rules (the same rule for pre-trained and random-init models, so ne
 
 Everything else is `bertkit finetune`'s default unless a flag says otherwise (epochs, batch size, sequence
 length, warmup, dropout, precision); each seed keeps its best dev evaluation (one per epoch) and is scored on
-test there. Runs go through the library (`bertkit.tasks.finetune.run_finetuning`, `FinetuneConfig`), each
+test there. Runs go through the library (`bertkit.workflows.finetune.run_finetuning`, `FinetuneSettings`), each
 grid rate in OUTPUT/lr-RATE/, always with resume on: an interrupted study continues where it stopped, a
 finished seed is never trained again, and re-running a finished row only rewrites the row. The fine-tuned
 weights are deleted once the row is written (the results are all the study needs) unless --keep-models.
@@ -103,15 +103,17 @@ def train_subset(train: Path, count: int | None, output: Path) -> Path:
 def finetune_at(args: argparse.Namespace, files: tuple[Path, Path, Path], lr: float | None,
                 seeds: tuple[int, ...]) -> tuple[dict[str, Any], float]:
     """run_finetuning at one learning rate (None: the library default) for `seeds`; (results, wall seconds)."""
-    from bertkit.tasks.finetune import FinetuneConfig, run_finetuning
+    from bertkit.settings import FinetuneSettings
+    from bertkit.workflows.finetune import run_finetuning
 
     spec = TASKS[args.task]
-    given = {k: getattr(args, k) for k in ("epochs", "batch_size", "precision") if getattr(args, k) is not None}
+    given = {("num_epochs" if k == "epochs" else k): getattr(args, k) for k in ("epochs", "batch_size", "precision")
+             if getattr(args, k) is not None}
     if lr is not None:
         given["learning_rate"] = lr
     output = args.output / (f"lr-{lr:g}" if lr is not None else "lr-default")
     tokenizer = str(args.tokenizer) if args.tokenizer else None
-    cfg = FinetuneConfig(model=args.random or str(args.model), tokenizer=tokenizer, output=output, seeds=seeds,
+    cfg = FinetuneSettings.of(model=args.random or str(args.model), tokenizer=tokenizer, output=output, seeds=seeds,
                          device=args.device, resume=True, **given)
     options = dict(CLASSIFICATION_OPTIONS) if spec["kind"] == "classification" else {}
     if args.max_seq_length is not None:
@@ -195,15 +197,15 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _default(name: str) -> Any:
-    from bertkit.tasks.finetune import FinetuneConfig
-    return FinetuneConfig.__dataclass_fields__[name].default
+    from bertkit.settings import finetune_training
+    return getattr(finetune_training(), name)
 
 
 def finetune_recipe(args: argparse.Namespace) -> dict[str, Any]:
     """What a baseline must share besides the model: rule, grid, seeds, epochs, batch, length, precision."""
     return {"lr_rule": args.lr_rule, "lr_grid": list(args.lr_grid) if args.lr_rule == "grid" else None,
             "fixed_lr": args.learning_rate if args.lr_rule == "fixed" else None, "seeds": list(args.seeds),
-            "epochs": args.epochs if args.epochs is not None else _default("epochs"),
+            "epochs": args.epochs if args.epochs is not None else _default("num_epochs"),
             "batch_size": args.batch_size or _default("batch_size"), "max_seq_length": args.max_seq_length,
             "precision": args.precision or _default("precision")}
 

@@ -1,7 +1,7 @@
 """Fixed hardware measurements for the whole test suite.
 
 Design decision: `--precision auto` and the CPU kernel choices come from a probe that times this
-machine (bertkit.hardware). Under tests they read BERTKIT_PROBE_FILE instead, set here before any test
+machine (bertkit.runtime.probe). Under tests they read BERTKIT_PROBE_FILE instead, set here before any test
 runs and inherited by the commands tests start in subprocesses, so every test is fast and gets the same
 choices on any machine: those of the 2-core AMD EPYC the kernels were tuned on
 (tests/assets/probe/amd-epyc.json). The probe cache goes to a temporary directory, never the user's.
@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from bertkit import hardware
+from bertkit.runtime import probe
 
 PROFILES = Path(__file__).parent / "assets" / "probe"
 PROBE_FILE = PROFILES / "amd-epyc.json"
@@ -47,10 +47,10 @@ def use_profile(monkeypatch):
     suite's default is amd-epyc)."""
     def use(name: str) -> None:
         monkeypatch.setenv("BERTKIT_PROBE_FILE", str(PROFILES / f"{name}.json"))
-        hardware.reset()
+        probe.reset()
     yield use
     monkeypatch.undo()
-    hardware.reset()
+    probe.reset()
 
 
 TOY_WORDS = ("the river ran past old stone mills where the miller kept his grain and his accounts in a small "

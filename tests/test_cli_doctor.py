@@ -9,28 +9,28 @@ from pathlib import Path
 
 import pytest
 
-from bertkit import hardware
 from bertkit.cli import main
+from bertkit.runtime import probe, report
 
 PROFILES = Path(__file__).parent / "assets" / "probe"
 
 
 @pytest.fixture(autouse=True)
 def fresh_memory():
-    hardware.reset()
+    probe.reset()
     yield
-    hardware.reset()
+    probe.reset()
 
 
 def test_doctor_prints_the_machine_rates_and_choices(capsys, monkeypatch):
     monkeypatch.setenv("BERTKIT_PROBE_FILE", str(PROFILES / "intel-xeon-no-amx.json"))
     assert main(["doctor"]) == 0
     out = capsys.readouterr().out
-    assert out.startswith("machine: ") and hardware.machine().cpu in out and "cuda: none" in out
+    assert out.startswith("machine: ") and probe.machine().cpu in out and "cuda: none" in out
     assert "on one thread: training fp32 65, bf16 38; inference fp32 65, bf16 38, int8 130" in out
     assert "auto training: fp32" in out and "auto inference: fp32" in out
     assert "packed oneDNN linear in fp32: not taken" in out and "bmm attention in bf16: not taken" in out
-    from bertkit import int8  # how --precision int8 quantizes here, with the bits this CPU sums exactly
+    from bertkit.kernels import int8  # how --precision int8 quantizes here, with the bits this CPU sums exactly
 
     if int8.works():
         assert f"activations {int8.activation_bits()}-bit with one scale per token" in out
@@ -40,12 +40,12 @@ def test_doctor_json_is_a_probe_file(capsys, monkeypatch, tmp_path):
     assert main(["doctor", "--json"]) == 0  # the suite's amd-epyc profile
     report = json.loads(capsys.readouterr().out)
     assert report["choices"]["training"] == "bf16" and report["choices"]["bmm_attention"]["bf16"] == [64, 128]
-    assert report["machine"]["cpu"] == hardware.machine().cpu
+    assert report["machine"]["cpu"] == probe.machine().cpu
     saved = tmp_path / "probe.json"
     saved.write_text(json.dumps(report))
     monkeypatch.setenv("BERTKIT_PROBE_FILE", str(saved))
-    hardware.reset()
-    assert hardware.decide(hardware.measurements()[0]) == hardware.decide(hardware.Measurements.from_json(
+    probe.reset()
+    assert probe.decide(probe.measurements()[0]) == probe.decide(probe.Measurements.from_json(
         json.loads((PROFILES / "amd-epyc.json").read_text())["measurements"]))
 
 
@@ -53,11 +53,11 @@ def test_doctor_refresh_measures_again(capsys, monkeypatch, tmp_path):
     monkeypatch.delenv("BERTKIT_PROBE_FILE")
     monkeypatch.setenv("BERTKIT_CACHE_DIR", str(tmp_path))
     widths = []
-    amd = hardware.Measurements.from_json(json.loads((PROFILES / "amd-epyc.json").read_text())["measurements"])
-    monkeypatch.setattr(hardware, "measure",
+    amd = probe.Measurements.from_json(json.loads((PROFILES / "amd-epyc.json").read_text())["measurements"])
+    monkeypatch.setattr(probe, "measure",
                         lambda width: widths.append(width) or dataclasses.replace(amd, width=width))
     assert main(["doctor", "--width", "256"]) == 0 and "measured now" in capsys.readouterr().out
-    hardware.reset()  # as in a new process
+    probe.reset()  # as in a new process
     assert main(["doctor", "--width", "256"]) == 0
     assert widths == [256] and "cached in" in capsys.readouterr().out
     assert main(["doctor", "--width", "256", "--refresh"]) == 0
@@ -70,11 +70,11 @@ def test_doctor_refresh_measures_again(capsys, monkeypatch, tmp_path):
     (("avx2", "fma"), "no AMX and no bf16/int8 vector instructions"),
 ])
 def test_matrix_extensions_are_named(flags, expected):
-    assert hardware.matrix_extensions(flags).startswith(expected)
+    assert report.matrix_extensions(flags).startswith(expected)
 
 
 def test_doctor_step_prints_the_step_probe(capsys, monkeypatch):
-    from bertkit import step_probe
+    from bertkit.runtime import step_probe
 
     monkeypatch.setenv("BERTKIT_PROBE_FILE", str(PROFILES / "intel-xeon-no-amx.json"))
     asked = []

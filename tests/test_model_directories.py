@@ -24,9 +24,9 @@ from bertkit.config import preset
 from bertkit.model import BertForMaskedLM, BertForSequenceClassification
 from bertkit.settings import PredictSettings
 from bertkit.tasks.classification import ClassificationSettings, ClassificationTask
-from bertkit.tasks.evaluate import predict_file
 from bertkit.tasks.finetuned import save_finetuned
 from bertkit.tokenizer import WordPieceTokenizer
+from bertkit.workflows.predict import predict_file
 
 WORDS = "the a film was good bad paris is capital of france".split()
 TOKENS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *WORDS, ".", "##s"]

@@ -20,7 +20,7 @@ import pytest
 from bertkit.cli import main
 from bertkit.data import PretrainingDataset
 from bertkit.errors import BertkitError
-from bertkit.quickstart import QuickstartConfig, Rates, plan_time, prepare_output
+from bertkit.quickstart import QuickstartSettings, Rates, plan_time, prepare_output
 from bertkit.quickstart.plan import REPORT_S, FinetuneWork
 from bertkit.serve.predictor import load_predictor
 from bertkit.tokenizer import WordPieceTokenizer
@@ -89,7 +89,7 @@ def test_non_empty_output_is_refused(tmp_path, capsys):
     assert main(["quickstart", "--output", str(tmp_path), "--minutes", "0.1"]) == 2
     assert "is not empty" in capsys.readouterr().err
     with pytest.raises(BertkitError, match="notes.txt"):  # --overwrite never deletes what it did not write
-        prepare_output(QuickstartConfig(output=tmp_path, overwrite=True))
+        prepare_output(QuickstartSettings(output=tmp_path, overwrite=True))
 
 
 @pytest.mark.parametrize("flags, message", [(["--minutes", "0"], "--minutes must be positive"),

@@ -11,7 +11,7 @@ import json
 import pytest
 
 from bertkit.errors import BertkitError
-from bertkit.quickstart import QuickstartConfig, Rates, plan_time, stages
+from bertkit.quickstart import QuickstartSettings, Rates, plan_time, stages
 from bertkit.quickstart import load as load_module
 from bertkit.quickstart.load import BUSY_UNCERTAINTY, IDLE_UNCERTAINTY, Load, fastest_rates, machine_load
 from bertkit.quickstart.plan import MIN_PRETRAIN_S, REPORT_S, FinetuneWork, TimePlan
@@ -77,7 +77,7 @@ def test_time_plan_on_a_simulated_busy_machine(first_round_only, tmp_path, monke
     probe, calls = _probe(rounds)
     monkeypatch.setattr(stages, "probe_rates", lambda *args: probe())
     monkeypatch.setattr(load_module.os, "getloadavg", lambda: (0.5 if first_round_only else 5.5, 1.0, 1.0))
-    cfg = QuickstartConfig(output=tmp_path, minutes=2.0)
+    cfg = QuickstartSettings(output=tmp_path, minutes=2.0)
     echoed: list[str] = []
     tokenizer = WordPieceTokenizer.from_pretrained("tests/assets/vocab/bert-base-uncased")
     plan = stages.time_plan(cfg, tokenizer, spent_s=5.0, echo=echoed.append)

@@ -10,12 +10,13 @@ import sys
 import pytest
 import torch
 
-from bertkit import runtime, settings
+from bertkit import settings
 from bertkit.config import preset
 from bertkit.errors import BertkitError
 from bertkit.inference import pooling
 from bertkit.model import BertModel
 from bertkit.model.feature_based import FeatureBasedModel, FeatureHead
+from bertkit.runtime import device as runtime
 from bertkit.tasks.metrics import entity_scores
 from bertkit.train import optim
 

@@ -35,7 +35,7 @@ OPTIONAL = {  # tests that need these skip (or, at collection, are counted as sk
     "hypothesis": "property tests", "starlette": "bertkit serve", "pydantic": "bertkit serve (with fastapi)",
     "sentence_transformers": "sentence-embedding parity tests", "scipy": "metrics tests",
     "fastapi_offline": "bertkit serve", "prometheus_client": "serve metrics", "openai": "OpenAI client tests",
-    "datasets": "datasets-format tests", "zstandard": ".zst corpora (carry its wheel: bertkit.textlines needs it)",
+    "datasets": "datasets-format tests", "zstandard": ".zst corpora (carry its wheel: bertkit.io.textlines needs it)",
 }
 DISTRIBUTIONS = {"sklearn": "scikit-learn", "pytest_timeout": "pytest-timeout",
                  "sentence_transformers": "sentence-transformers"}

@@ -30,9 +30,10 @@ def run(options: dict[str, Any]) -> tuple[str, dict[str, Any], str | None]:
     import torch.distributed as dist
 
     from bertkit.data import collate_pretraining
-    from bertkit.tasks.pretraining import evaluate_pretraining, pretraining_loss
-    from bertkit.train import TrainConfig, fit, setup_distributed, teardown_distributed
+    from bertkit.tasks.pretraining import pretraining_loss
+    from bertkit.train import Hooks, TrainConfig, TrainingData, fit, setup_distributed, teardown_distributed, wrap_model
     from bertkit.train import checkpoint as ckpt
+    from bertkit.workflows.pretrain import evaluate_pretraining
     from gpu_check.tiny import pretraining_items, tiny_model
 
     device = "cpu" if options["dry_run"] else "cuda"
@@ -67,8 +68,9 @@ def run(options: dict[str, Any]) -> tuple[str, dict[str, Any], str | None]:
         config = TrainConfig(max_steps=STEPS, micro_batch_size=4, learning_rate=1e-3, precision=precision,
                              eval_every=3, save_every=3, log_every=1, seed=0)
         run_dir = Path(options["work"]) / "process-group-run"
-        result = fit(tiny_model(), pretraining_loss, pretraining_items(64), config, run_dir,
-                     collate_fn=collate_pretraining, eval_fn=eval_fn, ctx=ctx)
+        result = fit(wrap_model(tiny_model().to(ctx.device), ctx), pretraining_loss,
+                     TrainingData(pretraining_items(64), collate_pretraining), config, run_dir, ctx=ctx,
+                     hooks=Hooks(evaluate=eval_fn))
         records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
         train = [r for r in records if r.get("kind") == "train"]
         evals = [r for r in records if r.get("kind") == "eval"]

@@ -18,7 +18,7 @@ from torch import nn
 
 from bertkit.cli import main
 from bertkit.config import BertConfig, preset
-from bertkit.data import PretrainingDataOptions, build_pretraining_data
+from bertkit.data import InstanceSettings, build_pretraining_data
 from bertkit.errors import BertkitError
 from bertkit.model import BertForPreTraining, BertModel, pretrained
 from bertkit.model.pretrained import read_state_dict
@@ -75,7 +75,7 @@ def pretraining_data(tmp_path_factory) -> dict[str, Path]:
                                             for _ in range(4)) for _ in range(12)) + "\n")
     tokenizer = WordPieceTokenizer.train([corpus], vocab_size=60, min_frequency=1)
     tokenizer.save_pretrained(root / "tok")
-    build_pretraining_data([str(corpus)], tokenizer, root / "data", PretrainingDataOptions(max_seq_length=24),
+    build_pretraining_data([str(corpus)], tokenizer, root / "data", InstanceSettings(max_seq_length=24),
                            workers=1, progress=False)
     return {"tok": root / "tok", "data": root / "data"}
 

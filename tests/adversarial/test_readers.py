@@ -24,11 +24,11 @@ from bertkit.errors import BertkitError
 from bertkit.model import BertForSequenceClassification
 from bertkit.settings import PredictSettings
 from bertkit.tasks.classification import ClassificationSettings, ClassificationTask
-from bertkit.tasks.evaluate import predict_file
-from bertkit.tasks.finetune import _read_reporting
 from bertkit.tasks.finetuned import save_finetuned
 from bertkit.tasks.kinds import build_task
 from bertkit.tokenizer import MAX_TEXT_CHARS, WordPieceTokenizer
+from bertkit.workflows.finetune import _read_reporting
+from bertkit.workflows.predict import predict_file
 
 WORDS = "the a film was good bad quoted start plain more inner quotes last def x y eu rejects german".split()
 # The reproduction of issue 13: row 1's sentence starts with a quote, row 3 has quotes inside.
@@ -280,7 +280,7 @@ def _train_vocab(path: Path) -> list[str]:
 
 
 def _extract_lines(path: Path) -> list:
-    from bertkit.features import read_lines
+    from bertkit.data.text_inputs import read_lines
 
     return read_lines(path)
 

@@ -13,30 +13,30 @@ import pytest
 
 from bertkit.cli import cli, main
 from bertkit.errors import BertkitError
-from bertkit.quickstart.config import QuickstartConfig, Recipe
+from bertkit.quickstart.config import QuickstartSettings, Recipe
 from bertkit.settings import (
     ExportSettings,
     ExtractSettings,
+    InstanceSettings,
     Limits,
-    LongDocumentChoices,
+    LongDocumentSettings,
     PredictSettings,
-    PretrainingDataJob,
-    PretrainingDataOptions,
+    PretrainingDataSettings,
     ServerSettings,
     ServeSettings,
     TokenizerEncodeSettings,
     TokenizerTrainSettings,
 )
 
-NAMES = {"data pretraining": ({PretrainingDataJob, PretrainingDataOptions}, set()),
+NAMES = {"data pretraining": ({PretrainingDataSettings, InstanceSettings}, set()),
          "tokenizer train": ({TokenizerTrainSettings}, set()),
          "tokenizer encode": ({TokenizerEncodeSettings}, set()),
          "extract": ({ExtractSettings}, set()),
          "export onnx": ({ExportSettings}, set()),
-         "serve": ({ServeSettings, ServerSettings, Limits, LongDocumentChoices}, {"limits"}),
+         "serve": ({ServeSettings, ServerSettings, Limits, LongDocumentSettings}, {"limits"}),
          "predict": ({PredictSettings}, {"evaluate", "label_column", "tags_column"}),
          "evaluate": ({PredictSettings}, {"evaluate"}),
-         "quickstart": ({QuickstartConfig}, {"seeds_fixed", "epochs_fixed", "recipe", "eval_every", "eval_examples",
+         "quickstart": ({QuickstartSettings}, {"seeds_fixed", "epochs_fixed", "recipe", "eval_every", "eval_examples",
                                              "seed", "workers"})}
 """command -> (the dataclasses its flags come from, the fields that are not flags)."""
 
@@ -81,11 +81,11 @@ def test_data_pretraining_flags_reach_the_options_and_the_build(monkeypatch, tmp
                  "--text-column", "body"]) == 0
     inputs, tok, output, options = seen["args"]
     assert (inputs, tok.path, output) == (["a.txt", "b*.txt"], "tok", "out")
-    assert options == PretrainingDataOptions(max_seq_length=64, masking="dynamic", rng="python", dupe_factor=1,
+    assert options == InstanceSettings(max_seq_length=64, masking="dynamic", rng="python", dupe_factor=1,
                                              whole_word_masking=True)
     assert seen["kwargs"] == {"workers": 3, "strict": True, "overwrite": True, "progress": False,
                               "max_shard_tokens": 2**20 // 2, "text_column": "body"}  # uint16 ids: 100 tokens
-    assert main(base) == 0 and seen["args"][3] == PretrainingDataOptions()  # static: dupe factor 10
+    assert main(base) == 0 and seen["args"][3] == InstanceSettings()  # static: dupe factor 10
     assert seen["kwargs"]["workers"] is None and seen["kwargs"]["progress"] is True
     assert seen["kwargs"]["text_column"] == "text"
     assert main([*base, "--masking", "dynamic", "--dupe-factor", "4"]) == 0 and seen["args"][3].dupe_factor == 4
@@ -119,9 +119,9 @@ def test_tokenizer_encode_flags_reach_the_tokenizer(tmp_path, capsys):
 
 
 def test_extract_flags_reach_the_settings(monkeypatch, tmp_path):
-    from bertkit import features
+    from bertkit.workflows import extract
 
-    seen = _record(monkeypatch, features, "extract_features", 2)
+    seen = _record(monkeypatch, extract, "extract_features", 2)
     assert main(["extract", "--model", str(tmp_path), "--input", "in.txt", "--output", "v.npy", "--layers", "-1,-2",
                  "--pooling", "mean", "--no-normalize", "--max-seq-length", "16", "--batch-size", "4"]) == 0
     assert seen["args"] == (ExtractSettings(tmp_path, Path("in.txt"), Path("v.npy"), layers="-1,-2", pooling="mean",
@@ -132,7 +132,7 @@ def test_extract_flags_reach_the_settings(monkeypatch, tmp_path):
 
 
 def test_export_onnx_flags_reach_the_settings(monkeypatch, tmp_path):
-    from bertkit import export
+    from bertkit.export import onnx as export
 
     seen = _record(monkeypatch, export, "export_onnx", SimpleNamespace(lines=lambda: ["ok"]))
     sample = tmp_path / "sample.txt"
@@ -178,14 +178,14 @@ def test_serve_flags_reach_the_predictor_the_app_and_the_server(monkeypatch, tmp
 
 @pytest.mark.parametrize("command, precision", [("predict", "auto"), ("evaluate", "fp32")])
 def test_predict_and_evaluate_flags_reach_the_settings(monkeypatch, command, precision):
-    from bertkit.tasks import evaluate
+    from bertkit.workflows import predict
 
-    seen = _record(monkeypatch, evaluate, "predict_file", {"examples": 1, "skipped": 0})
+    seen = _record(monkeypatch, predict, "predict_file", {"examples": 1, "skipped": 0})
     labels = ["--label-column", "gold"] if command == "evaluate" else []
     assert main([command, "--model", "m", "--input", "in.csv", "--output", "out", "--text-column", "t",
                  "--text-pair-column", "u", "--id-column", "i", "--batch-size", "8", "--device", "cpu", *labels]) == 0
-    expected = PredictSettings("m", "in.csv", "out", "t", "u", "i", labels[-1] if labels else None, 8, "cpu",
-                               precision, evaluate=command == "evaluate")
+    expected = PredictSettings("m", "in.csv", "out", "t", "u", "i", labels[-1] if labels else None, 8,
+                               precision=precision, device="cpu", evaluate=command == "evaluate")
     assert seen["args"] == (expected,)
     assert expected.columns() == {"text_column": "t", "text_pair_column": "u", "id_column": "i",
                                   **({"label_column": "gold"} if labels else {})}
@@ -199,14 +199,15 @@ def test_quickstart_flags_reach_the_config_and_the_recipe(monkeypatch, tmp_path)
     seen = _record(monkeypatch, stages, "run_quickstart")
     assert main(["quickstart", "--output", str(tmp_path), "--max-steps", "20", "--seeds", "4,5", "--finetune-epochs",
                  "2", "--train-examples", "0", "--no-baseline", "--resume", "--device", "cpu"]) == 0
-    expected = QuickstartConfig(tmp_path, minutes=None, max_steps=20, seeds=(4, 5), seeds_fixed=True, epochs_fixed=True,
-                                recipe=dataclasses.replace(Recipe(), finetune_epochs=2.0, train_examples=None),
-                                random_baseline=False, resume=True, device="cpu")
+    expected = QuickstartSettings(tmp_path, minutes=None, max_steps=20, seeds=(4, 5), seeds_fixed=True,
+                                  epochs_fixed=True,
+                                  recipe=dataclasses.replace(Recipe(), finetune_epochs=2.0, train_examples=None),
+                                  random_baseline=False, resume=True, device="cpu")
     assert seen["args"] == (expected,)
     assert main(["quickstart", "--minutes", "3"]) == 0
-    assert seen["args"] == (QuickstartConfig(Path("quickstart"), minutes=3.0),)  # the defaults: not fixed
+    assert seen["args"] == (QuickstartSettings(Path("quickstart"), minutes=3.0),)  # the defaults: not fixed
     with pytest.raises(BertkitError, match="--seeds 1,1: a seed is repeated"):
-        QuickstartConfig(Path("q"), seeds=(1, 1)).validate()  # the first thing run_quickstart does
+        QuickstartSettings(Path("q"), seeds=(1, 1))  # checked when made, before run_quickstart
 
 
 @pytest.mark.parametrize("argv, flag", [

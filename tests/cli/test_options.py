@@ -17,9 +17,9 @@ from click.testing import CliRunner
 
 from bertkit import settings as run_settings
 from bertkit.cli import cli, main
-from bertkit.cli.options import field_docs, options, take, without_unset
+from bertkit.cli.options import field_docs, pop_settings, settings_from_flags, settings_options, without_unset
 from bertkit.errors import BertkitError
-from bertkit.settings import Limits, ServerSettings, check_bounds
+from bertkit.settings import Limits, ServerSettings, Settings
 
 COLOURS = ("red", "green")
 
@@ -52,9 +52,9 @@ class Example:
 def _command(cls: type = Example, **kwargs) -> click.Command:
     """A command with `cls`'s generated options that prints the dataclass it rebuilds from them."""
     @click.command()
-    @options(cls, **kwargs)
+    @settings_options(cls, **kwargs)
     def run(**flags) -> None:
-        click.echo(repr(cls(**take(cls, flags))))
+        click.echo(repr(settings_from_flags(cls, flags)))
     return run
 
 
@@ -85,7 +85,7 @@ def test_overrides_rename_and_change_defaults_and_take_leaves_unset_ones_to_the_
     assert "--length INTEGER Longest input in tokens. [default: the data's]" in help_text
     assert "--data TEXT Directory with the data. [default: here]" in help_text  # no longer required
     flags = {"max_seq_length": None, "data": "d", "unrelated": 1}
-    assert take(Example, flags, drop_none=("max_seq_length",)) == {"data": "d"} and flags == {"unrelated": 1}
+    assert pop_settings(Example, flags, drop_none=("max_seq_length",)) == {"data": "d"} and flags == {"unrelated": 1}
 
 
 def test_list_errors_are_one_line_user_errors_naming_the_flag():
@@ -98,12 +98,12 @@ def test_list_errors_are_one_line_user_errors_naming_the_flag():
 
 def test_a_misspelt_field_or_a_type_without_a_flag_is_refused_when_the_command_is_built():
     with pytest.raises(TypeError, match="no field"):
-        options(Example, exclude=("colours",))
+        settings_options(Example, exclude=("colours",))
     with pytest.raises(TypeError, match="no command-line type"):
         @dataclass
         class Odd:
             pair: tuple[float, float] = (0.9, 0.999)
-        options(Odd)
+        settings_options(Odd)
 
 
 def test_field_docs_read_attribute_docstrings_as_one_line():
@@ -112,7 +112,7 @@ def test_field_docs_read_attribute_docstrings_as_one_line():
 
 
 @dataclass
-class Files:
+class Files(Settings):
     """A config with files, bounds and other flag names."""
 
     inputs: tuple[str, ...] = field(metadata={"flag": "--input"})
@@ -127,9 +127,6 @@ class Files:
     """Lower-case; unset: the file's."""
     colour: str = field(default="red", metadata={"choices": COLOURS})
     """Colour of the run."""
-
-    def __post_init__(self) -> None:
-        check_bounds(self)
 
 
 def test_repeatable_fields_bounds_path_checks_and_flag_names_come_from_metadata(tmp_path):
@@ -154,7 +151,7 @@ def test_only_keeps_the_named_fields():
                                    ["--help"]).output
     assert "--port" in help_text and "--colour" in help_text and "--timeout" not in help_text
     with pytest.raises(TypeError, match="no field"):
-        options(Files, only=("ports",))
+        settings_options(Files, only=("ports",))
 
 
 def test_python_callers_are_held_to_the_same_bounds_with_the_flag_named():
@@ -243,7 +240,7 @@ def test_choices_are_the_settings_constants():
 
 
 def test_pretrain_flags_reach_the_settings_and_the_train_config(monkeypatch, tmp_path):
-    from bertkit.tasks import pretraining
+    from bertkit.workflows import pretrain as pretraining
 
     seen = {}
     monkeypatch.setattr(pretraining, "pretrain", lambda settings, config: seen.update(s=settings, c=config)
@@ -251,8 +248,8 @@ def test_pretrain_flags_reach_the_settings_and_the_train_config(monkeypatch, tmp
     assert main(["pretrain", "--data", str(tmp_path), "--output", str(tmp_path / "run"), "--max-time", "1h30m",
                  "--adam-epsilon", "1e-7", "--learning-rate", "3e-4", "--no-nsp", "--compile"]) == 0
     settings, config = seen["s"], seen["c"]
-    assert (config.max_time_s, config.eps, config.learning_rate) == (5400.0, 1e-7, 3e-4)
-    assert (settings.nsp, settings.compile, settings.given) == (False, True, ("learning_rate", "nsp"))
+    assert (config.max_time_s, config.adam_epsilon, config.learning_rate) == (5400.0, 1e-7, 3e-4)
+    assert (settings.nsp, config.compile, settings.given) == (False, True, ("learning_rate", "nsp"))
     # defaults: the CLI's own (model, recipe, eval every 500 steps), else the dataclasses'
     assert (settings.model, settings.recipe, config.eval_every) == ("bert-base", "auto", 500)
     assert (config.warmup_ratio, config.save_every) == (0.01, 1000)
@@ -271,7 +268,7 @@ def test_pretrain_flags_reach_the_settings_and_the_train_config(monkeypatch, tmp
     ("multiple-choice", ["--max-seq-length", "80"], {"max_seq_length": 80}),
 ])
 def test_finetune_flags_reach_the_config_and_the_task_settings(monkeypatch, tmp_path, kind, extra, expected):
-    from bertkit.tasks import finetune
+    from bertkit.workflows import finetune
 
     seen = {}
     monkeypatch.setattr(finetune, "run_finetuning", lambda k, train, devs, cfg, task: seen.update(
@@ -282,10 +279,10 @@ def test_finetune_flags_reach_the_config_and_the_task_settings(monkeypatch, tmp_
     cfg = seen["cfg"]
     assert (seen["kind"], seen["train"], seen["devs"]) == (kind, "t.tsv", ["a.tsv", "b.tsv"])
     assert expected.items() <= seen["task"].items()
-    assert (cfg.seeds, cfg.feature_layers, cfg.resume, cfg.learning_rate, cfg.output) == ((1, 2), (-1, -2), True,
-                                                                                          None, tmp_path)
-    assert (cfg.epochs, cfg.adam_epsilon, cfg.group_by_length) == (3.0, 1e-8, True)
-    assert cfg.batch_plan(1) == (32, 32, 1) and cfg.batch_plan(4) == (32, 8, 1)  # the paper's batch of 32
+    assert (cfg.seeds, cfg.feature_layers, cfg.resume, cfg.train.learning_rate, cfg.output) == (
+        (1, 2), (-1, -2), True, None, tmp_path)
+    assert (cfg.train.num_epochs, cfg.train.adam_epsilon, cfg.group_by_length) == (3.0, 1e-8, True)
+    assert cfg.train.batch_plan(1) == (32, 32, 1) and cfg.train.batch_plan(4) == (32, 8, 1)  # the paper's batch of 32
 
 
 def test_the_help_of_every_command_imports_no_torch():

@@ -44,7 +44,7 @@ def threads_set(monkeypatch):
 
 
 def test_pretrain_sets_and_records_threads(monkeypatch, tmp_path, threads_set):
-    from bertkit.tasks import pretraining
+    from bertkit.workflows import pretrain as pretraining
 
     seen = {}
     monkeypatch.setattr(pretraining, "pretrain", lambda settings, train: seen.update(train=train, when=list(
@@ -59,15 +59,14 @@ def test_pretrain_sets_and_records_threads(monkeypatch, tmp_path, threads_set):
 
 
 def test_finetune_predict_and_extract_set_threads(monkeypatch, tmp_path, threads_set):
-    from bertkit import features
-    from bertkit.tasks import evaluate, finetune
+    from bertkit.workflows import extract, finetune, predict
 
     seen: dict[str, list[int]] = {}
     monkeypatch.setattr(finetune, "run_finetuning", lambda kind, train, dev, cfg, options: seen.update(
-        finetune=[*threads_set, cfg.threads]) or {"seeds": {}, "summary": {}})
-    monkeypatch.setattr(evaluate, "predict_file", lambda settings: seen.update(
+        finetune=[*threads_set, cfg.train.threads]) or {"seeds": {}, "summary": {}})
+    monkeypatch.setattr(predict, "predict_file", lambda settings: seen.update(
         predict=[*threads_set, settings.threads]) or {"examples": 0, "skipped": 0})
-    monkeypatch.setattr(features, "extract_features", lambda settings: seen.update(
+    monkeypatch.setattr(extract, "extract_features", lambda settings: seen.update(
         extract=[*threads_set, settings.threads]) or 0)
     (tmp_path / "model").mkdir()
     model, data = str(tmp_path / "model"), str(tmp_path / "x.tsv")

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from bertkit.cli import main
-from bertkit.data import PretrainingDataOptions, build_pretraining_data, collate_pretraining
+from bertkit.data import InstanceSettings, build_pretraining_data, collate_pretraining
 from bertkit.model import enable_gradient_checkpointing
 from bertkit.tasks.pretraining import pretraining_loss
 from bertkit.tokenizer import WordPieceTokenizer
@@ -62,7 +62,7 @@ def test_pretrain_compiles_by_default_on_cuda_and_checkpoints(tmp_path: Path, ca
     tokenizer = WordPieceTokenizer.train([corpus], vocab_size=100, min_frequency=1)
     tokenizer.save_pretrained(tmp_path / "tok")
     build_pretraining_data([str(corpus)], tokenizer, tmp_path / "data",
-                           PretrainingDataOptions(max_seq_length=32, dupe_factor=2, max_predictions_per_seq=5),
+                           InstanceSettings(max_seq_length=32, dupe_factor=2, max_predictions_per_seq=5),
                            workers=1, progress=False)
     caplog.set_level(logging.INFO)
     assert main(["pretrain", "--data", str(tmp_path / "data"), "--tokenizer", str(tmp_path / "tok"), "--model",

@@ -13,7 +13,7 @@ import pytest
 
 from bertkit.data import collate_pretraining
 from bertkit.tasks.pretraining import pretraining_loss
-from bertkit.train import TrainConfig, fit
+from bertkit.train import TrainConfig, TrainingData, fit
 from bertkit.train import checkpoint as ckpt
 
 from .conftest import cuda_only
@@ -39,8 +39,8 @@ def train(run_dir: Path, kill_after_calls: int | None = None, resume: str | None
 
     config = TrainConfig(max_steps=STEPS, micro_batch_size=4, learning_rate=1e-3, precision="fp16", save_every=3,
                          keep_last=5, log_every=1, seed=0)
-    return fit(tiny_model(**model_overrides), loss_fn, pretraining_items(48), config, run_dir,
-               collate_fn=collate_pretraining, resume=resume)
+    return fit(tiny_model(**model_overrides).cuda(), loss_fn, TrainingData(pretraining_items(48), collate_pretraining),
+               config, run_dir, resume=resume)
 
 
 def scaler_states(run_dir: Path) -> dict[str, dict]:

@@ -22,15 +22,15 @@ import zstandard
 
 from bertkit.cli import main
 from bertkit.config import preset
-from bertkit.data import PretrainingDataOptions, build_pretraining_data
+from bertkit.data import InstanceSettings, build_pretraining_data
 from bertkit.data.glue import read_table
 from bertkit.data.swag import read_choices
+from bertkit.data.text_inputs import read_lines
 from bertkit.errors import BertkitError
-from bertkit.features import read_lines
+from bertkit.io.textlines import CorpusStats, expand_inputs, read_documents
 from bertkit.model import BertForSequenceClassification
 from bertkit.tasks.classification import ClassificationSettings, ClassificationTask
 from bertkit.tasks.finetuned import save_finetuned
-from bertkit.textlines import CorpusStats, expand_inputs, read_documents
 from bertkit.tokenizer import WordPieceTokenizer, training
 
 datasets = pytest.importorskip("datasets")  # the dev extra; only to write fixtures, bertkit reads with pyarrow
@@ -87,7 +87,7 @@ def tokenizer(tmp_path_factory) -> WordPieceTokenizer:
 
 
 def build(inputs: list, tokenizer, output: Path, strict: bool = False, text_column: str = "text") -> dict:
-    options = PretrainingDataOptions(dupe_factor=2, max_seq_length=32)
+    options = InstanceSettings(dupe_factor=2, max_seq_length=32)
     return build_pretraining_data([str(p) for p in inputs], tokenizer, output, options, workers=1, strict=strict,
                                   progress=False, text_column=text_column)
 

@@ -1,4 +1,4 @@
-"""Bad input for pre-training data: each rule of the corpus reader (bertkit.textlines), counted and never a
+"""Bad input for pre-training data: each rule of the corpus reader (bertkit.io.textlines), counted and never a
 traceback.
 
 Invalid UTF-8, empty files and documents, a one-document corpus, one-sentence documents, lines
@@ -13,10 +13,10 @@ import json
 
 import pytest
 
-from bertkit import textlines
 from bertkit.cli import main
-from bertkit.data import PretrainingDataOptions, PretrainingDataset, build_pretraining_data
+from bertkit.data import InstanceSettings, PretrainingDataset, build_pretraining_data
 from bertkit.errors import BertkitError
+from bertkit.io import textlines
 from bertkit.tokenizer import WordPieceTokenizer
 
 SENTENCES = [f"the {w} was seen by many people in the city {i}" for i, w in
@@ -38,7 +38,7 @@ def good_text(n_documents: int = 4, sentences: int = 5) -> str:
 def build(paths, tokenizer, output, strict=False, **options):
     options.setdefault("dupe_factor", 1)
     options.setdefault("max_seq_length", 32)
-    return build_pretraining_data([str(p) for p in paths], tokenizer, output, PretrainingDataOptions(**options),
+    return build_pretraining_data([str(p) for p in paths], tokenizer, output, InstanceSettings(**options),
                                   workers=1, strict=strict, progress=False)
 
 

@@ -20,10 +20,10 @@ import pytest
 import zstandard
 
 from bertkit.cli import main
-from bertkit.columnar import class_names
 from bertkit.config import preset
 from bertkit.data.squad import read_squad
 from bertkit.errors import BertkitError
+from bertkit.io.columnar import class_names
 from bertkit.model import BertForQuestionAnswering, BertForTokenClassification
 from bertkit.tasks.finetuned import save_finetuned
 from bertkit.tasks.squad import SquadSettings, SquadTask

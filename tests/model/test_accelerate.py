@@ -11,11 +11,12 @@ import torch
 import torch.nn.utils.parametrize
 import torch.nn.utils.prune
 
-from bertkit import hardware
 from bertkit import model as bm
 from bertkit.config import preset
+from bertkit.kernels import attention as attention_kernels
 from bertkit.model.accelerate import PackedLinear, accelerate_for_inference, compile_model, onednn_works
 from bertkit.model.attention import PaddedSDPA
+from bertkit.runtime import probe
 
 pytestmark = pytest.mark.skipif(not onednn_works(torch.float32), reason="this PyTorch build has no oneDNN")
 needs_bf16 = pytest.mark.skipif(not onednn_works(torch.bfloat16), reason="oneDNN has no bf16 on this CPU")
@@ -80,8 +81,8 @@ def test_fused_activations_equal_eager(activation):
 @pytest.fixture
 def bmm_calls(monkeypatch) -> list[int]:
     calls: list[int] = []
-    original = hardware.bmm_attention
-    monkeypatch.setattr(hardware, "bmm_attention", lambda *qkv: calls.append(1) or original(*qkv))
+    original = attention_kernels.bmm_attention
+    monkeypatch.setattr(attention_kernels, "bmm_attention", lambda *qkv: calls.append(1) or original(*qkv))
     return calls
 
 
@@ -172,7 +173,7 @@ def test_no_packing_where_switched_off_missing_or_not_faster(off, monkeypatch):
     elif off == "no-kernels":
         monkeypatch.setattr("bertkit.model.accelerate.onednn_works", lambda dtype: False)
     else:
-        monkeypatch.setattr(hardware, "choices", lambda width: hardware.Choices("fp32", "fp32", (), {}, ()))
+        monkeypatch.setattr(probe, "choices", lambda width: probe.Choices("fp32", "fp32", (), {}, ()))
     model, batch = _model(), _batch([9, 5])
     fast = accelerate_for_inference(model)
     assert not _packed(fast)
@@ -220,7 +221,7 @@ def test_the_copy_holds_the_measured_attention_and_the_original_does_not(kernels
     model = _model()
     fast = accelerate_for_inference(model, "bf16")
     assert repr(model.attention) == "Dispatch()"
-    assert fast.attention.cpu == (hardware.choices(32) if kernels == "on" else None)
+    assert fast.attention.cpu == (probe.choices(32) if kernels == "on" else None)
     x = torch.zeros(2, 64, 32, dtype=torch.bfloat16)
     expected = "PerSequence(CpuBmm())" if kernels == "on" else "PerSequence(PaddedSDPA())"
     assert repr(fast.attention.select(x, padded=True, dropout_p=0.0)) == expected

@@ -10,19 +10,20 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from bertkit import hardware
 from bertkit.config import preset
+from bertkit.kernels import attention as attention_kernels
 from bertkit.model import BertModel, accelerate
 from bertkit.model.attention import CpuBmm, Dispatch, PaddedSDPA, PerSequence, RepaddedSDPA, VarlenFlash
 from bertkit.model.padding import Unpadded
+from bertkit.runtime import probe
 
 HEADS, WIDTH = 4, 32
 
 
-def bmm_everywhere() -> hardware.Choices:
+def bmm_everywhere() -> probe.Choices:
     """Choices under which CpuBmm takes batched matmuls at every length and dtype."""
-    lengths = hardware.ATTENTION_LENGTHS
-    return hardware.Choices("fp32", "fp32", ("fp32", "bf16"), {"fp32": lengths, "bf16": lengths}, ())
+    lengths = probe.ATTENTION_LENGTHS
+    return probe.Choices("fp32", "fp32", ("fp32", "bf16"), {"fp32": lengths, "bf16": lengths}, ())
 
 
 PATTERNS = {  # (B, T) attention masks, 1 = real token
@@ -108,15 +109,16 @@ def test_bmm_attention_equals_sdpa(dtype):
     q, k, v = torch.randn(3, 2, 4, 64, 16, generator=generator).to(dtype)
     expected = F.scaled_dot_product_attention(q.float(), k.float(), v.float())
     tolerance = 1e-6 if dtype == torch.float32 else 2e-2
-    torch.testing.assert_close(hardware.bmm_attention(q, k, v).float(), expected, atol=tolerance, rtol=tolerance)
+    actual = attention_kernels.bmm_attention(q, k, v).float()
+    torch.testing.assert_close(actual, expected, atol=tolerance, rtol=tolerance)
 
 
 def test_cpu_bmm_only_at_its_lengths_without_mask_or_dropout(monkeypatch):
     """With the AMD machine's measurements (tests/conftest.py): bf16 at about 49-192 tokens only."""
     calls = []
-    monkeypatch.setattr(hardware, "bmm_attention",
+    monkeypatch.setattr(attention_kernels, "bmm_attention",
                         lambda *qkv: calls.append(qkv[0].shape) or F.scaled_dot_product_attention(*qkv))
-    backend = CpuBmm(hardware.choices(WIDTH))
+    backend = CpuBmm(probe.choices(WIDTH))
     for length, dtype, mask, dropout in [(64, torch.bfloat16, None, 0.0), (64, torch.bfloat16, True, 0.0),
                                          (64, torch.bfloat16, None, 0.1), (64, torch.float32, None, 0.0),
                                          (16, torch.bfloat16, None, 0.0), (256, torch.bfloat16, None, 0.0)]:
@@ -129,7 +131,7 @@ def test_cpu_bmm_only_at_its_lengths_without_mask_or_dropout(monkeypatch):
 def test_dispatch_on_a_cpu():
     """Measured choices (tests/conftest.py's AMD machine: bmm in bf16 only) give CpuBmm in inference;
     without them, or with dropout or autograd, SDPA."""
-    measured, plain = Dispatch(hardware.choices(WIDTH)), Dispatch()
+    measured, plain = Dispatch(probe.choices(WIDTH)), Dispatch()
     x = torch.zeros(2, 8, WIDTH)
     assert repr(measured.select(x, padded=True, dropout_p=0.0)) == "PerSequence(PaddedSDPA())"  # fp32: no bmm
     assert repr(measured.select(x.bfloat16(), padded=True, dropout_p=0.0)) == "PerSequence(CpuBmm())"
@@ -194,7 +196,7 @@ def test_a_forward_runs_no_probe_and_reads_no_environment(mode, batch, monkeypat
         model = accelerate.accelerate_for_inference(model)  # the probe (its cached result) is read here
     with monkeypatch.context() as patch:
         for name in ("choices", "measurements", "measure", "auto_precision"):
-            patch.setattr(hardware, name, _forbidden)
+            patch.setattr(probe, name, _forbidden)
         patch.setattr(accelerate, "cpu_kernels_enabled", _forbidden)
         patch.setattr(os, "environ", _NoBertkitVariables(os.environ))
         for inputs in (batch, {**batch, "attention_mask": torch.ones_like(batch["attention_mask"])}):

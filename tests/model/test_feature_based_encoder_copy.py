@@ -100,7 +100,7 @@ def test_finetuning_on_cpu_gives_the_model_the_accelerated_copy(monkeypatch, tmp
     assert len(given) == 1 and given[0] is not None  # one seed, one maker of the accelerated copy
     assert given[0].func is accelerate_for_inference and given[0].keywords == {"autocast": False}
     # --compile: the compiled encoder computes the features (compilation itself stubbed out: ~30 s)
-    from bertkit.tasks import finetune
+    from bertkit.workflows import finetune
     monkeypatch.setattr(finetune, "compile_model", lambda model: model)
     given.clear()
     assert main(["finetune", "classification", "--model", "bert-debug", "--tokenizer", str(tmp_path / "v"),

@@ -9,11 +9,12 @@ from pathlib import Path
 import pytest
 import torch
 
-from bertkit import hardware, runtime
 from bertkit import model as bm
 from bertkit.config import preset
 from bertkit.errors import BertkitError
 from bertkit.model.accelerate import Int8Linear
+from bertkit.runtime import device as runtime
+from bertkit.runtime import probe
 
 PROFILES = Path(__file__).parents[1] / "assets" / "probe"
 HEADS = ["BertModel", "BertForPreTraining", "BertForMaskedLM", "BertForSequenceClassification",
@@ -61,9 +62,9 @@ def test_bf16_casts_a_copy_and_fp32_shares_the_weights():
 def test_auto_is_the_measured_inference_choice(monkeypatch):
     for name, expected in [("intel-xeon-no-amx", torch.float32), ("amd-epyc", torch.bfloat16)]:
         monkeypatch.setenv("BERTKIT_PROBE_FILE", str(PROFILES / f"{name}.json"))
-        hardware.reset()
+        probe.reset()
         assert next(bm.for_inference(bm.BertModel(preset("bert-debug")), "auto").parameters()).dtype == expected
-    hardware.reset()
+    probe.reset()
 
 
 def test_bad_precisions_are_clear_errors():

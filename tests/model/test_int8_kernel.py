@@ -1,4 +1,4 @@
-"""`bertkit.int8` and `Int8Linear` on oneDNN's int8 kernel (issue 30, item 4): it computes exactly the
+"""`bertkit.kernels.int8` and `Int8Linear` on oneDNN's int8 kernel (issue 30, item 4): it computes exactly the
 product of the quantized rows and weights it says it does, with per-row activation scales, the epilogues
 (GELU, ReLU, residual) and the bit width this CPU sums without overflow; `--precision int8` builds no
 torch.ao module (deprecated)."""
@@ -11,13 +11,14 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from bertkit import int8, runtime
 from bertkit.config import preset
 from bertkit.errors import BertkitError
-from bertkit.int8 import activation_bits, quantize_rows
-from bertkit.int8 import works as int8_works
+from bertkit.kernels import int8
+from bertkit.kernels.int8 import activation_bits, quantize_rows
+from bertkit.kernels.int8 import works as int8_works
 from bertkit.model import BertModel, for_inference
 from bertkit.model.accelerate import Int8Linear
+from bertkit.runtime import device as runtime
 
 pytestmark = pytest.mark.skipif(not int8_works(), reason="no oneDNN int8 kernels in this build")
 

@@ -79,7 +79,7 @@ def test_serve_help_shows_safe_defaults(capsys):
 
 
 def test_serving_code_never_imports_training_code():
-    code = ("import sys, bertkit.serve.app, bertkit.features, bertkit.export, bertkit.cli.inference; "
+    code = ("import sys, bertkit.serve.app, bertkit.workflows.extract, bertkit.export.onnx, bertkit.cli.inference; "
             "bad = [m for m in sys.modules if m.startswith('bertkit.train')]; assert not bad, bad")
     subprocess.run([sys.executable, "-c", code], check=True)
 

@@ -10,9 +10,10 @@ import pytest
 import torch
 import transformers
 
+from bertkit.data.text_inputs import read_lines
 from bertkit.errors import BertkitError
-from bertkit.features import extract_features, parse_layers, read_lines
 from bertkit.settings import ExtractSettings
+from bertkit.workflows.extract import extract_features, parse_layers
 
 from .conftest import tokenizer
 
@@ -81,7 +82,7 @@ def test_errors_name_the_flag(mlm_dir, input_file, tmp_path):
     bad.write_bytes(b"ok\n\xff\xfe\n")
     with pytest.raises(BertkitError, match="not valid UTF-8"):
         read_lines(bad)
-    with pytest.raises(BertkitError, match="--pooling 'weightedmean' is not supported"):
+    with pytest.raises(BertkitError, match="--pooling 'weightedmean': use one of auto"):
         extract_features(ExtractSettings(mlm_dir, input_file, tmp_path / "o.npy", pooling="weightedmean"))
     with pytest.raises(BertkitError, match="--model .*missing: no such model directory"):
         extract_features(ExtractSettings(tmp_path / "missing", input_file, tmp_path / "o.npy"))

@@ -16,7 +16,7 @@ from transformers import AutoTokenizer
 
 from bertkit.cli import main
 from bertkit.errors import BertkitError
-from bertkit.export import export_onnx
+from bertkit.export.onnx import export_onnx
 from bertkit.model import BertForSequenceClassification, BertForTokenClassification
 from bertkit.settings import ClassificationSettings, ExportSettings
 from bertkit.tasks.classification import ClassificationTask

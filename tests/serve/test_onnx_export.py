@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from bertkit.errors import BertkitError
-from bertkit.export import OUTPUT_NAMES, export_onnx, run_onnx, sample_batch
+from bertkit.export.onnx import OUTPUT_NAMES, export_onnx, run_onnx, sample_batch
 from bertkit.model import MODEL_CLASSES
 from bertkit.settings import ClassificationSettings, ExportSettings, SquadSettings
 from bertkit.tasks.classification import ClassificationTask

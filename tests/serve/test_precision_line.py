@@ -11,11 +11,11 @@ import sys
 import pytest
 import torch
 
-from bertkit import hardware
-from bertkit.features import extract_features
+from bertkit.runtime import probe
 from bertkit.serve.predictor import load_predictor
 from bertkit.settings import ExtractSettings, PredictSettings
-from bertkit.tasks.evaluate import predict_file
+from bertkit.workflows.extract import extract_features
+from bertkit.workflows.predict import predict_file
 
 
 def _precision_lines(caplog) -> list[logging.LogRecord]:
@@ -26,9 +26,9 @@ def _precision_lines(caplog) -> list[logging.LogRecord]:
 @pytest.fixture
 def fresh_choice():
     """auto's line is logged once per process and width: forget earlier choices (the probe file stays)."""
-    hardware.reset()
+    probe.reset()
     yield
-    hardware.reset()
+    probe.reset()
 
 
 def _run_each(classifier_dir, tmp_path, precision):
@@ -50,7 +50,7 @@ def _run_each(classifier_dir, tmp_path, precision):
 def test_each_inference_entry_logs_its_precision_in_one_line(classifier_dir, tmp_path, caplog, fresh_choice,
                                                               precision, expected):
     for name, run in _run_each(classifier_dir, tmp_path, precision):
-        hardware.reset()
+        probe.reset()
         caplog.clear()
         with caplog.at_level(logging.INFO):
             run()
@@ -61,10 +61,10 @@ def test_each_inference_entry_logs_its_precision_in_one_line(classifier_dir, tmp
 
 
 def test_auto_on_a_gpu_says_what_it_chose_without_probing(monkeypatch, caplog, fresh_choice):
-    monkeypatch.setattr(hardware, "measurements", lambda *a, **k: pytest.fail("probed for a GPU"))
+    monkeypatch.setattr(probe, "measurements", lambda *a, **k: pytest.fail("probed for a GPU"))
     monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda: True)
     with caplog.at_level(logging.INFO):
-        assert hardware.auto_precision(torch.device("cuda"), purpose="inference") == "bf16"
+        assert probe.auto_precision(torch.device("cuda"), purpose="inference") == "bf16"
     assert "precision auto for inference: bf16 (this CUDA device supports it)" in caplog.messages
 
 
@@ -76,5 +76,5 @@ def test_bertkit_predict_prints_the_precision_auto_chose(classifier_dir, tmp_pat
     done = subprocess.run(command, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     [line] = [line for line in done.stderr.splitlines() if "precision" in line]
-    assert line.startswith("INFO bertkit.hardware: precision auto for inference: bf16 (")
+    assert line.startswith("INFO bertkit.runtime.probe: precision auto for inference: bf16 (")
     assert "2 predictions written" in done.stdout

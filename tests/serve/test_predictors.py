@@ -25,10 +25,10 @@ from bertkit.serve.predictor import (
 )
 from bertkit.settings import PredictSettings
 from bertkit.tasks.classification import ClassificationSettings, ClassificationTask
-from bertkit.tasks.evaluate import predict_file
 from bertkit.tasks.finetuned import FEATURE_HEAD_FILE
 from bertkit.tasks.squad import SquadSettings, SquadTask
 from bertkit.tasks.tagging import TaggingSettings, TaggingTask
+from bertkit.workflows.predict import predict_file
 
 from .conftest import TAGS, VOCAB, build, build_feature_based, tokenizer
 

@@ -18,10 +18,10 @@ from sentence_transformers import SentenceTransformer
 from sentence_transformers.sentence_transformer.modules import Normalize, Pooling, Transformer
 
 from bertkit.errors import BertkitError
-from bertkit.features import extract_features
-from bertkit.inference.pooling import read_sentence_transformers
+from bertkit.interop.sentence_transformers import read_sentence_transformers
 from bertkit.serve.predictor import load_predictor
 from bertkit.settings import ExtractSettings
+from bertkit.workflows.extract import extract_features
 
 from .conftest import VOCAB, tokenizer
 

@@ -67,7 +67,7 @@ def test_task_file_errors_name_the_file(tmp_path):
         load_finetuned(tmp_path)
 
 
-@pytest.mark.parametrize("module", ["tasks/finetune.py", "tasks/evaluate.py", "tasks/finetuned.py",
+@pytest.mark.parametrize("module", ["workflows/finetune.py", "workflows/predict.py", "tasks/finetuned.py",
                                     "inference/batching.py"])
 def test_generic_code_never_asks_which_task_it_holds(module):
     """Fine-tuning, evaluation and the directory format reach tasks through the `Task` protocol only."""

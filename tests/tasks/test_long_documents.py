@@ -294,10 +294,10 @@ def _tagger(directory: Path) -> Path:
 
 
 def test_predict_and_evaluate_flags_reach_the_settings_and_refuse_other_tasks(monkeypatch, tmp_path, capsys):
-    from bertkit.tasks import evaluate
+    from bertkit.workflows import predict
 
     seen: dict = {}
-    monkeypatch.setattr(evaluate, "predict_file", lambda settings: seen.update(settings=settings) or
+    monkeypatch.setattr(predict, "predict_file", lambda settings: seen.update(settings=settings) or
                         {"examples": 1, "skipped": 0})
     assert main(["predict", "--model", "m", "--input", "in.csv", "--output", "out", "--long-documents", "windows",
                  "--doc-stride", "3", "--window-aggregation", "max", "--max-windows", "2"]) == 0

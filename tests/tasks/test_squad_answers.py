@@ -18,11 +18,11 @@ from bertkit.data.squad import SquadExample
 from bertkit.model import BertForQuestionAnswering
 from bertkit.serve.predictor import load_predictor
 from bertkit.settings import PredictSettings
-from bertkit.tasks.evaluate import predict_file
-from bertkit.tasks.finetune import DevSet, FinetuneConfig, _SeedRun
 from bertkit.tasks.squad import SquadSettings, SquadTask
 from bertkit.tokenizer import WordPieceTokenizer
 from bertkit.train.distributed import DistributedContext
+from bertkit.workflows.finetune import DevSet, SeedRun
+from bertkit.workflows.predict import predict_file
 
 # --- whole words ---------------------------------------------------------------------------------
 
@@ -73,7 +73,7 @@ def test_every_path_answers_whole_words(tmp_path: Path, start_piece: str, end_pi
     example = SquadExample("q", QUESTION, CONTEXT, ((expected, CONTEXT.index(expected)),), False)
     dev = DevSet("", [example], task.features([example], tokenizer))
     assert len(dev.features) > 1  # the answer is decoded across windows
-    run = _SeedRun(task, tokenizer, [dev], FinetuneConfig(model="unused", output=tmp_path), tmp_path,
+    run = SeedRun(task, tokenizer, [dev], 64, tmp_path,
                    DistributedContext(device=torch.device("cpu")))
     assert run.evaluate(model)["exact_match"] == 100.0
     assert run.latest[0][1]["predictions"] == {"q": expected}

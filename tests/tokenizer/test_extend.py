@@ -19,9 +19,9 @@ import transformers
 from bertkit.cli import main
 from bertkit.config import preset
 from bertkit.model import BertForMaskedLM
-from bertkit.tasks.adapt import REPORT_FILE
 from bertkit.tokenizer import WordPieceTokenizer
 from bertkit.tokenizer.extend import wordpiece
+from bertkit.workflows.adapt import REPORT_FILE
 
 DOMAIN_WORDS = ("millstones", "riverbank", "grainbook", "stonemills", "bookkeeper", "millrace")
 

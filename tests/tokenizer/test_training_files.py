@@ -1,4 +1,4 @@
-"""Vocabulary training reads its files as data creation does: one reader (`bertkit.textlines`), one set of counts,
+"""Vocabulary training reads its files as data creation does: one reader (`bertkit.io.textlines`), one set of counts,
 the same text (a JSONL file's "text" fields, not its keys and braces).
 
 The same inputs - good text, an empty file, a binary file, a gzip file cut short, a line of invalid
@@ -16,7 +16,7 @@ import pytest
 
 from bertkit.data.corpus import CorpusStats, read_documents
 from bertkit.errors import BertkitError
-from bertkit.textlines import FileCounts
+from bertkit.io.textlines import FileCounts
 from bertkit.tokenizer.training import TrainingStats, _ShortWords, _training_lines
 
 SHARED = ("files", "input_bytes", "empty_files", "skipped_files", "invalid_utf8_lines")
@@ -86,7 +86,7 @@ def test_training_reads_the_text_data_creation_reads(tmp_path, monkeypatch, caps
 
 
 def test_the_reader_cuts_lines_where_the_tokenizer_stops_taking_text():
-    from bertkit.textlines import MAX_LINE_BYTES
+    from bertkit.io.textlines import MAX_LINE_BYTES
     from bertkit.tokenizer import MAX_TEXT_CHARS
 
     assert MAX_LINE_BYTES == MAX_TEXT_CHARS  # textlines sits below the tokenizer, so it holds its own copy

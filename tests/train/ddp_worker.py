@@ -12,7 +12,7 @@ import sys
 
 from toy_training import toy_data, toy_loss, toy_model
 
-from bertkit.train import TrainConfig, fit, setup_distributed, teardown_distributed
+from bertkit.train import TrainConfig, fit, setup_distributed, teardown_distributed, wrap_model
 
 
 def main(out: str, micro: str, accumulation: str, steps: str, resume: str, sigterm_at: str) -> None:
@@ -27,7 +27,7 @@ def main(out: str, micro: str, accumulation: str, steps: str, resume: str, sigte
 
     config = TrainConfig(max_steps=int(steps), micro_batch_size=int(micro), learning_rate=1e-2, precision="fp32",
                          gradient_accumulation_steps=int(accumulation), save_every=100, log_every=1)
-    result = fit(toy_model(dropout=0.0), loss_fn, toy_data(24), config, out,
+    result = fit(wrap_model(toy_model(dropout=0.0), ctx), loss_fn, toy_data(24), config, out,
                  resume=None if resume == "none" else resume, ctx=ctx)
     print(f"rank {ctx.rank}: {result.stop_reason} at step {result.step}", flush=True)
     teardown_distributed()

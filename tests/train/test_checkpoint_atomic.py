@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from bertkit.errors import BertkitError
-from bertkit.runtime import seed_everything
+from bertkit.runtime.device import seed_everything
 from bertkit.train import checkpoint as ckpt
 
 

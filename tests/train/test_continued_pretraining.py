@@ -17,10 +17,10 @@ from safetensors.torch import load_file
 
 from bertkit.cli import main
 from bertkit.config import preset
-from bertkit.data import PretrainingDataOptions, build_pretraining_data
+from bertkit.data import InstanceSettings, build_pretraining_data
 from bertkit.model import BertForPreTraining, BertModel
-from bertkit.tasks.recipes import choose_recipe
 from bertkit.tokenizer import WordPieceTokenizer
+from bertkit.workflows.recipes import choose_recipe
 
 
 @pytest.fixture(scope="module")
@@ -38,7 +38,7 @@ def prepared(tmp_path_factory, write_toy_corpus) -> dict[str, Path]:
     SentenceTransformer(modules=[transformer, pooling, Normalize()], device="cpu").save(str(root / "st"))
     for nsp in (True, False):
         build_pretraining_data([str(corpus)], tokenizer, root / f"data-{'nsp' if nsp else 'mlm'}",
-                               PretrainingDataOptions(max_seq_length=32, max_predictions_per_seq=5, nsp=nsp,
+                               InstanceSettings(max_seq_length=32, max_predictions_per_seq=5, nsp=nsp,
                                                       masking="dynamic"), workers=1, progress=False)
     domain = root / "domain.txt"
     domain.write_text("".join("the millstones by the riverbank and the grainbook of the bookkeeper.\n"
@@ -46,7 +46,7 @@ def prepared(tmp_path_factory, write_toy_corpus) -> dict[str, Path]:
     assert main(["tokenizer", "extend", "--model", str(root / "st"), "--corpus", str(domain), "--add", "4",
                  "--output", str(root / "st-extended")]) == 0
     build_pretraining_data([str(corpus), str(domain)], WordPieceTokenizer.from_pretrained(root / "st-extended"),
-                           root / "data-extended", PretrainingDataOptions(max_seq_length=32, max_predictions_per_seq=5,
+                           root / "data-extended", InstanceSettings(max_seq_length=32, max_predictions_per_seq=5,
                                                                           nsp=False, masking="dynamic"),
                            workers=1, progress=False)
     return {"root": root, "st": root / "st", "extended": root / "st-extended"}

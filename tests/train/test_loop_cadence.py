@@ -9,9 +9,10 @@ from pathlib import Path
 import pytest
 from toy_training import toy_data, toy_loss, toy_model
 
-from bertkit.train import TrainConfig, fit
-from bertkit.train.loop import _Cadence, _State
+from bertkit.train import Hooks, TrainConfig, fit
+from bertkit.train.loop import _Cadence
 from bertkit.train.reporting import METRICS_FILE, read_metrics
+from bertkit.train.resume import Counters
 
 # 22 examples, batches of 5: 4 full batches and a tail of 2 = 5 optimizer steps per epoch
 TOY = {"num_epochs": 2, "micro_batch_size": 5, "learning_rate": 1e-2, "precision": "fp32", "keep_last": 10}
@@ -20,7 +21,7 @@ TOY = {"num_epochs": 2, "micro_batch_size": 5, "learning_rate": 1e-2, "precision
 def _run(directory: Path, **settings) -> tuple[list[int], list[int]]:
     """(steps evaluated, steps with a checkpoint on disk)."""
     fit(toy_model(), toy_loss, toy_data(22), TrainConfig(**{**TOY, **settings}), directory,
-        eval_fn=lambda model: {"score": 0.0})
+        hooks=Hooks(evaluate=lambda model: {"score": 0.0}))
     evals = [r["step"] for r in read_metrics(directory / METRICS_FILE) if r["kind"] == "eval"]
     saved = sorted(int(p.name.split("-")[1]) for p in (directory / "checkpoints").glob("step-*"))
     return evals, saved
@@ -41,5 +42,5 @@ def test_every_epoch_and_every_n_steps_together(tmp_path):
     (None, 40, 4), (25, 40, 2), (None, 5, 1), (100, 300, 10)])
 def test_unset_log_every_refreshes_ten_times_per_epoch_or_evaluation(eval_every, steps_per_epoch, expected):
     config = TrainConfig(max_steps=10, eval_every=eval_every, log_every=None)
-    assert _Cadence(config, steps_per_epoch, _State()).log_every == expected
-    assert _Cadence(TrainConfig(max_steps=10, log_every=7), steps_per_epoch, _State()).log_every == 7
+    assert _Cadence(config, steps_per_epoch, Counters()).log_every == expected
+    assert _Cadence(TrainConfig(max_steps=10, log_every=7), steps_per_epoch, Counters()).log_every == 7

@@ -12,7 +12,7 @@ from safetensors.torch import load_file
 from toy_training import toy_data, toy_loss, toy_model, train_losses
 
 from bertkit.errors import BertkitError
-from bertkit.train import TrainConfig, fit
+from bertkit.train import Hooks, TrainConfig, fit
 from bertkit.train import checkpoint as ckpt
 from bertkit.train.reporting import METRICS_FILE, PLOT_FILE, read_metrics
 
@@ -84,8 +84,8 @@ def test_epoch_budget_and_eval_records_and_best_callback(tmp_path):
     scores = iter([0.1, 0.3, 0.2])
     config = TrainConfig(num_epochs=3, micro_batch_size=5, eval_every=4, best_metric="accuracy", precision="fp32")
     result = fit(toy_model(), toy_loss, toy_data(), config, tmp_path,
-                 eval_fn=lambda model: {"accuracy": next(scores)},
-                 on_best=lambda model, step, metrics: seen.append((step, metrics["accuracy"])))
+                 hooks=Hooks(evaluate=lambda model: {"accuracy": next(scores)},
+                             on_best=lambda model, step, metrics: seen.append((step, metrics["accuracy"]))))
     assert result.step == 12  # 20 samples / 5 = 4 steps per epoch
     evals = [r for r in read_metrics(tmp_path / METRICS_FILE) if r["kind"] == "eval"]
     assert [(r["step"], r["accuracy"]) for r in evals] == [(4, 0.1), (8, 0.3), (12, 0.2)]
@@ -103,7 +103,8 @@ def test_time_budget_stops_and_decays_lr(tmp_path):
 
 def test_warmup_steps_need_a_step_budget():
     with pytest.raises(BertkitError, match="--warmup-ratio"):
-        fit(toy_model(), toy_loss, toy_data(), TrainConfig(max_time_s=1, warmup_steps=5), "unused")
+        fit(toy_model(), toy_loss, toy_data(), TrainConfig(max_time_s=1, warmup_steps=5, precision="fp32"),
+            "unused")
 
 
 @pytest.mark.parametrize("micro,accumulation", [(2, 4), (1, 8)])

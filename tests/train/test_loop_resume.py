@@ -14,7 +14,7 @@ import torch
 from safetensors.torch import load_file, save_file
 from toy_training import toy_data, toy_loss, toy_model, train_losses
 
-from bertkit.runtime import seed_everything
+from bertkit.runtime.device import seed_everything
 from bertkit.train import TrainConfig, fit
 from bertkit.train import checkpoint as ckpt
 

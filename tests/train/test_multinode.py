@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from bertkit.data.pretraining import build_pretraining_data
-from bertkit.settings import PretrainingDataOptions
+from bertkit.settings import InstanceSettings
 from bertkit.tokenizer import WordPieceTokenizer
 
 pytestmark = pytest.mark.slow
@@ -74,7 +74,7 @@ def files(tmp_path_factory, write_toy_corpus) -> dict[str, Path]:
     tokenizer = WordPieceTokenizer.train([corpus], vocab_size=120, min_frequency=1)
     tokenizer.save_pretrained(root / "tok")
     build_pretraining_data([str(corpus)], tokenizer, root / "data",
-                           PretrainingDataOptions(max_seq_length=64, dupe_factor=1, masking="dynamic"),
+                           InstanceSettings(max_seq_length=64, dupe_factor=1, masking="dynamic"),
                            workers=1, progress=False)
     for name, count in (("train", 40), ("dev", 11)):  # 11: the dev set does not split evenly over ranks
         rows = [f"{' '.join(WORDS[(i * 7 + j) % 10] for j in range(3 + i % 5))}\t{'pos' if i % 3 else 'neg'}"

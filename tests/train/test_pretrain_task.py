@@ -16,7 +16,7 @@ from safetensors.torch import load_file
 
 from bertkit.cli import main
 from bertkit.config import preset
-from bertkit.data import PretrainingDataOptions, PretrainingDataset, build_pretraining_data, collate_pretraining
+from bertkit.data import InstanceSettings, PretrainingDataset, build_pretraining_data, collate_pretraining
 from bertkit.model import BertForMaskedLM, BertForPreTraining
 from bertkit.tasks.pretraining import pretraining_loss
 from bertkit.tokenizer import WordPieceTokenizer
@@ -30,7 +30,7 @@ def prepared(tmp_path_factory, write_toy_corpus) -> dict[str, Path]:
     tokenizer = WordPieceTokenizer.train([corpus], vocab_size=120, min_frequency=1)
     tokenizer.save_pretrained(root / "tok")
     build_pretraining_data([str(corpus)], tokenizer, root / "data",
-                           PretrainingDataOptions(max_seq_length=32, dupe_factor=2, max_predictions_per_seq=5),
+                           InstanceSettings(max_seq_length=32, dupe_factor=2, max_predictions_per_seq=5),
                            workers=1, progress=False)
     return {"root": root, "tok": root / "tok", "data": root / "data"}
 

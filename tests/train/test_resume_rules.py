@@ -15,7 +15,7 @@ from toy_training import toy_data, toy_loss, toy_model, train_losses
 
 from bertkit.cli import main
 from bertkit.errors import BertkitError
-from bertkit.train import TrainConfig, fit
+from bertkit.train import Resume, TrainConfig, fit
 from bertkit.train import checkpoint as ckpt
 from bertkit.train.reporting import METRICS_FILE, read_metrics
 
@@ -82,7 +82,7 @@ def test_a_new_learning_rate_on_resume_is_applied_and_recorded(tmp_path):
     straight = tmp_path / "straight"
     fit(toy_model(), toy_loss, toy_data(), config(), straight)
     run = tmp_path / "run"
-    fit(toy_model(), toy_loss, toy_data(), config(max_steps=6, save_every=3), run, overwrite=True)
+    fit(toy_model(), toy_loss, toy_data(), config(max_steps=6, save_every=3), run, resume=Resume(overwrite=True))
     ckpt.move_newer_aside(run / "checkpoints" / "step-00000003", run / "checkpoints")  # as if stopped at 3
     fit(toy_model(), toy_loss, toy_data(), config(learning_rate=2e-2, save_every=3), run, resume="auto")
     expected = [2e-2 * (6 - s) / 6 for s in range(3, 6)]
@@ -117,12 +117,13 @@ def test_a_refused_branch_moves_nothing(tmp_path):
 
 
 def test_the_callers_identity_is_compared_too(tmp_path):
-    fit(toy_model(), toy_loss, toy_data(), config(max_steps=2), tmp_path, identity={"data": "manifest aaa"})
+    fit(toy_model(), toy_loss, toy_data(), config(max_steps=2), tmp_path,
+        resume=Resume(identity={"data": "manifest aaa"}))
     with pytest.raises(BertkitError, match="data was 'manifest aaa' .* is 'manifest bbb'.*--allow-change data"):
-        fit(toy_model(), toy_loss, toy_data(), config(max_steps=4), tmp_path, resume="auto",
-            identity={"data": "manifest bbb"})
-    fit(toy_model(), toy_loss, toy_data(), config(max_steps=4, allow_change=("data",)), tmp_path, resume="auto",
-        identity={"data": "manifest bbb"})
+        fit(toy_model(), toy_loss, toy_data(), config(max_steps=4), tmp_path,
+            resume=Resume("auto", identity={"data": "manifest bbb"}))
+    fit(toy_model(), toy_loss, toy_data(), config(max_steps=4, allow_change=("data",)), tmp_path,
+        resume=Resume("auto", identity={"data": "manifest bbb"}))
     assert json.loads((ckpt.list_checkpoints(tmp_path / "checkpoints")[-1] / "trainer_state.json").read_text()
                       )["identity"] == {"data": "manifest bbb"}
 

@@ -14,8 +14,8 @@ from torch import nn
 from toy_training import toy_data, toy_loss, toy_model
 
 from bertkit.errors import BertkitError
-from bertkit.settings import FinetuneConfig, TrainConfig
-from bertkit.train import fit, loop, setup_distributed, teardown_distributed
+from bertkit.settings import FinetuneSettings, TrainConfig
+from bertkit.train import Hooks, fit, loop, setup_distributed, teardown_distributed, wrap_model
 from bertkit.train.batches import StepBatch
 from bertkit.train.distributed import DistributedContext, all_reduce_sum
 
@@ -71,8 +71,8 @@ def test_a_group_of_one_runs_the_loops_real_collectives(tmp_path, monkeypatch):
         assert ctx.in_group and ctx.distributed and dist.get_world_size() == 1
         config = TrainConfig(max_steps=3, micro_batch_size=2, gradient_accumulation_steps=2, learning_rate=1e-2,
                              precision="fp32", save_every=2)
-        result = fit(toy_model(dropout=0.0), toy_loss, toy_data(12), config, tmp_path, ctx=ctx,
-                     eval_fn=lambda model: {"zero": 0.0})
+        result = fit(wrap_model(toy_model(dropout=0.0), ctx), toy_loss, toy_data(12), config, tmp_path, ctx=ctx,
+                     hooks=Hooks(evaluate=lambda model: {"zero": 0.0}))
     finally:
         teardown_distributed()
     assert result.step == 3 and result.checkpoint is not None
@@ -93,7 +93,7 @@ def test_a_group_of_one_runs_the_loops_real_collectives(tmp_path, monkeypatch):
     ({"batch_size": 24}, 1, (24, 24, 1)),
 ])
 def test_the_batch_plan_is_global_equals_micro_times_accumulation_times_processes(given, world_size, plan):
-    for settings in (TrainConfig(max_steps=1, **given), FinetuneConfig(model="m", output="o", **given)):
+    for settings in (TrainConfig(max_steps=1, **given), FinetuneSettings.of(model="m", output="o", **given).train):
         assert settings.batch_plan(world_size) == plan
 
 

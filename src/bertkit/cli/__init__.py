@@ -22,8 +22,8 @@ from typing import Any
 
 import click
 
-from bertkit.allocator import keep_freed_memory
 from bertkit.errors import BertkitError, Interrupted
+from bertkit.runtime.allocator import keep_freed_memory
 
 # name -> "module:attribute" of a click command or group.
 COMMANDS: dict[str, str] = {
@@ -91,7 +91,7 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point of the `bertkit` console script."""
     argv = sys.argv[1:] if argv is None else list(argv)
     previous = _stop_on_sigterm()
-    keep_freed_memory()  # large tensors reused instead of page-faulted on every step (bertkit.allocator)
+    keep_freed_memory()  # large tensors reused instead of page-faulted on every step (bertkit.runtime.allocator)
     try:
         cli.main(args=argv, prog_name="bertkit", standalone_mode=False)
     except BertkitError as exc:

@@ -1,7 +1,7 @@
 """`bertkit data ...`: build training data from text. Flag parsing only; the work is in bertkit.data.
 
-Design decision: the flags are generated (bertkit.cli.options) from `PretrainingDataOptions`, the
-settings that change the data (recorded in the manifest), and `PretrainingDataJob`, the files and how the
+Design decision: the flags are generated (bertkit.cli.options) from `InstanceSettings`, the
+settings that change the data (recorded in the manifest), and `PretrainingDataSettings`, the files and how the
 job runs (bertkit.settings, torch-free: `--help` answers at once). The data settings' flag names are the
 original create_pretraining_data.py flags in kebab case (`--max-seq-length`, `--masked-lm-prob`,
 `--max-predictions-per-seq`, `--dupe-factor`, `--short-seq-prob`, `--whole-word-masking`), with the
@@ -15,8 +15,8 @@ from typing import Any
 
 import click
 
-from bertkit.cli.options import options, take
-from bertkit.settings import PretrainingDataJob, PretrainingDataOptions
+from bertkit.cli.options import settings_from_flags, settings_options
+from bertkit.settings import InstanceSettings, PretrainingDataSettings
 
 DUPE_FACTORS = {"static": 10, "dynamic": 1}
 """--dupe-factor by --masking when the flag is not given."""
@@ -28,8 +28,8 @@ def data() -> None:
 
 
 @data.command("pretraining")
-@options(PretrainingDataJob)
-@options(PretrainingDataOptions, overrides={"dupe_factor": {
+@settings_options(PretrainingDataSettings)
+@settings_options(InstanceSettings, overrides={"dupe_factor": {
     "default": None, "default_text": ", ".join(f"{n} with {m} masking" for m, n in DUPE_FACTORS.items())}})
 def pretraining(**flags: Any) -> None:
     """Create masked-LM + next-sentence instances from text (Google's rules), or with --no-nsp masked-LM
@@ -40,8 +40,8 @@ def pretraining(**flags: Any) -> None:
 
     if flags["dupe_factor"] is None:
         flags["dupe_factor"] = DUPE_FACTORS[flags["masking"]]
-    settings = PretrainingDataOptions(**take(PretrainingDataOptions, flags))
-    job = PretrainingDataJob(**take(PretrainingDataJob, flags))
+    settings = settings_from_flags(InstanceSettings, flags)
+    job = settings_from_flags(PretrainingDataSettings, flags)
     tok = WordPieceTokenizer.from_pretrained(job.tokenizer)
     max_shard_tokens = max(1, int(job.shard_size_mb * 2**20) // ids_dtype(tok.vocab_size).itemsize)
     manifest = build_pretraining_data(list(job.inputs), tok, job.output, settings, workers=job.workers,

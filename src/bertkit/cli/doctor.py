@@ -1,7 +1,7 @@
 """`bertkit doctor`: the machine, what the probe measured on it, and what `--precision auto` and the CPU
 kernels choose there, and why.
 
-Design decision: it prints `bertkit.hardware.summary`, the same lines every benchmark starts with, so a
+Design decision: it prints `bertkit.runtime.probe.summary`, the same lines every benchmark starts with, so a
 number in docs/performance.md and a user's own machine are described alike; `--json` writes the whole
 report, which BERTKIT_PROBE_FILE accepts back (e.g. to share one measurement across identical machines).
 """
@@ -24,13 +24,13 @@ import click
                    "4 x 128 tokens) in fp32 and bf16, as --precision auto does where the dense layer favours bf16.")
 def doctor(width: int, refresh: bool, as_json: bool, step: bool) -> None:
     """Show this machine, its measured fp32/bf16/int8 rates, and the choices of --precision auto."""
-    from bertkit import hardware
+    from bertkit.runtime import report
 
     steps = step_lines(width, refresh) if step else []
     if as_json:
-        click.echo(json.dumps({**hardware.report(width, refresh), "step_probe": steps}, indent=2))
+        click.echo(json.dumps({**report.report(width, refresh), "step_probe": steps}, indent=2))
         return
-    for line in [*hardware.summary(width, refresh), int8_line(), *steps]:
+    for line in [*report.summary(width, refresh), int8_line(), *steps]:
         click.echo(line)
     if not step:
         click.echo("step timings: `bertkit doctor --step` (auto checks bf16 on the step itself where the dense "
@@ -39,7 +39,7 @@ def doctor(width: int, refresh: bool, as_json: bool, step: bool) -> None:
 
 def int8_line() -> str:
     """How `--precision int8` quantizes here: the kernel, and the activation bits this CPU sums exactly."""
-    from bertkit import int8
+    from bertkit.kernels import int8
 
     if not int8.works():
         return f"int8: not available ({int8.MISSING})"
@@ -51,12 +51,12 @@ def int8_line() -> str:
 
 
 def step_lines(width: int, refresh: bool) -> list[str]:
-    """The step probe's verdicts at this width (bertkit.step_probe), one line per purpose."""
+    """The step probe's verdicts at this width (bertkit.runtime.step_probe), one line per purpose."""
     import torch
 
-    from bertkit import step_probe
     from bertkit.config import preset
     from bertkit.model import BertModel
+    from bertkit.runtime import step_probe
 
     torch.manual_seed(0)
     config = preset("bert-base", vocab_size=1024).replace(

@@ -1,9 +1,9 @@
 """`bertkit finetune classification|tagging|squad|multiple-choice`.
 
-Flag parsing only: the flags of a `finetune` subcommand are generated from the fields of `FinetuneConfig`
+Flag parsing only: the flags of a `finetune` subcommand are generated from the fields of `FinetuneSettings`
 and of the task's settings dataclass (bertkit.settings, torch-free, so `--help` answers at once;
 bertkit.cli.options: a new field is a new flag, its docstring the help), and go back into them for
-`bertkit.tasks.finetune.run_finetuning`, imported only when the command runs. Defaults are the dataclasses':
+`bertkit.workflows.finetune.run_finetuning`, imported only when the command runs. Defaults are the dataclasses':
 the paper's fine-tuning recipe (appendix A.3) and the original scripts' settings (max_seq_length 384,
 doc_stride 128, max_query_length 64 for SQuAD).
 """
@@ -17,11 +17,11 @@ from typing import Any
 
 import click
 
-from bertkit.cli.options import memory_line, options, take, use_threads
+from bertkit.cli.options import memory_line, pop_settings, settings_from_flags, settings_options, use_threads
 from bertkit.settings import (
     ClassificationSettings,
     EmbeddingSettings,
-    FinetuneConfig,
+    FinetuneSettings,
     MultipleChoiceSettings,
     SquadSettings,
     TaggingSettings,
@@ -46,18 +46,37 @@ def _auto(ctx: click.Context, param: click.Parameter, value: str | None) -> bool
     return value == "auto"
 
 
-# Where the command line differs from FinetuneConfig: `--learning-rate auto` and `--resume auto` spell None/True.
-FINETUNE: dict[str, dict[str, Any]] = {"learning_rate": {"type": _LearningRate(), "default": "auto"},
-            "resume": {"type": click.Choice(["auto"]), "default": None, "callback": _auto}}
+NOT_FLAGS = ("max_time_s", "warmup_steps", "betas", "max_grad_norm", "optimizer", "seed", "shuffle", "num_workers",
+             "log_every", "eval_every_epoch", "save_on_eval", "keep_last", "max_nonfinite_steps", "best_metric",
+             "greater_is_better", "allow_change")
+"""TrainConfig settings fine-tuning decides itself (a seed per --seeds, evaluation and checkpoints on dev, the
+best dev metric) or keeps at the paper's (AdamW, clipping at 1.0)."""
+
+# Where the command line differs from FinetuneSettings: `--learning-rate auto` and `--resume auto` spell None/True,
+# and the budget and cadence flags mean what transformers' Trainer users expect of them.
+FINETUNE: dict[str, dict[str, Any]] = {
+    "learning_rate": {"type": _LearningRate(), "default": "auto",
+                      "help": "Peak learning rate, or auto: from the model's width and pre-training (5e-5 for "
+                              "BERT-Base pre-trained elsewhere, as the paper; more for smaller and briefly "
+                              "pre-trained models; bertkit.workflows.recipes.finetune_learning_rate); the choice is "
+                              "printed and kept in eval_results.json."},
+    "resume": {"type": click.Choice(["auto"]), "default": None, "callback": _auto},
+    "max_steps": {"help": "Optimizer steps per seed instead of --epochs (it overrides them, as in transformers' "
+                          "Trainer)."},
+    "eval_every": {"help": "Evaluate on dev every this many optimizer steps; unset: at the end of every epoch."},
+    "save_every": {"help": "Write a resumable checkpoint every this many steps; unset: at every evaluation."},
+    "early_stopping_patience": {"help": "Stop a seed after this many evaluations without dev improvement; unset: "
+                                        "train all epochs."},
+}
 
 
-def _task_options(settings_class: type, exclude: tuple[str, ...] = (), **overrides: dict[str, Any]
+def _finetune_flags(settings_class: type, exclude: tuple[str, ...] = (), **overrides: dict[str, Any]
                   ) -> Callable[[Callable], Callable]:
-    """The options of every `finetune` subcommand: the files, FinetuneConfig's, then the task's settings
+    """The options of every `finetune` subcommand: the files, FinetuneSettings's, then the task's settings
     except `exclude` (those the data decides: label names, SQuAD 2.0's threshold chosen on dev)."""
     def decorate(function: Callable) -> Callable:
-        function = options(settings_class, exclude=exclude, overrides=overrides)(function)
-        function = options(FinetuneConfig, overrides=FINETUNE)(function)
+        function = settings_options(settings_class, exclude=exclude, overrides=overrides)(function)
+        function = settings_options(FinetuneSettings, exclude=NOT_FLAGS, overrides=FINETUNE)(function)
         function = click.option("--dev", "dev_files", required=True, multiple=True, type=click.Path(),
                                 help="Dev file (or `datasets` directory), evaluated every epoch; repeat for more "
                                      "(the first selects the best epoch, e.g. MNLI matched then mismatched).")(function)
@@ -66,15 +85,16 @@ def _task_options(settings_class: type, exclude: tuple[str, ...] = (), **overrid
     return decorate
 
 
-def _run(kind: str, settings_class: type, flags: dict[str, Any], **task_options: Any) -> None:
-    from bertkit.tasks import finetune as finetuning  # torch: only when the command runs, not for --help
+def _run(kind: str, settings_class: type, flags: dict[str, Any], **task_settings: Any) -> None:
+    from bertkit.workflows import finetune as finetuning  # torch: only when the command runs, not for --help
 
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-    cfg = FinetuneConfig(**take(FinetuneConfig, flags))
-    use_threads(cfg.threads)
-    task_options = {**take(settings_class, flags), **task_options}
-    results = finetuning.run_finetuning(kind, flags.pop("train_file"), list(flags.pop("dev_files")), cfg, task_options)
-    _print_summary(results, cfg.output)
+    settings = settings_from_flags(FinetuneSettings, flags)
+    use_threads(settings.train.threads)
+    task_settings = {**pop_settings(settings_class, flags), **task_settings}
+    results = finetuning.run_finetuning(kind, flags.pop("train_file"), list(flags.pop("dev_files")), settings,
+                                        task_settings)
+    _print_summary(results, settings.output)
 
 
 def _print_summary(results: dict[str, Any], output: Path) -> None:
@@ -100,7 +120,7 @@ def finetune() -> None:
 
 
 @finetune.command()
-@_task_options(ClassificationSettings, ("labels",), glue_task={"flag": "--task"})
+@_finetune_flags(ClassificationSettings, ("labels",), glue_task={"flag": "--task"})
 @click.option("--regression", is_flag=True, help="Numeric labels, one output, mean squared error (generic files).")
 def classification(regression: bool, **flags: Any) -> None:
     """Sentence or sentence-pair classification / regression (GLUE TSV, or CSV/TSV/JSONL/Parquet/`datasets`
@@ -112,7 +132,7 @@ def classification(regression: bool, **flags: Any) -> None:
 
 
 @finetune.command()
-@_task_options(TaggingSettings, ("labels",))
+@_finetune_flags(TaggingSettings, ("labels",))
 def tagging(**flags: Any) -> None:
     """Token tagging, e.g. named entities (CoNLL-2003 files, or JSONL/Parquet/`datasets` directory with token and
     tag lists by --tokens-column/--tags-column)."""
@@ -120,7 +140,7 @@ def tagging(**flags: Any) -> None:
 
 
 @finetune.command()
-@_task_options(SquadSettings, ("null_score_diff_threshold",))
+@_finetune_flags(SquadSettings, ("null_score_diff_threshold",))
 def squad(**flags: Any) -> None:
     """Extractive question answering (SQuAD v1.1 / v2.0 JSON, or JSONL/Parquet/`datasets` directory in the
     `datasets` squad layout)."""
@@ -128,27 +148,29 @@ def squad(**flags: Any) -> None:
 
 
 @finetune.command(name="multiple-choice")
-@_task_options(MultipleChoiceSettings)
+@_finetune_flags(MultipleChoiceSettings)
 def multiple_choice(**flags: Any) -> None:
     """Multiple choice (SWAG CSV, or JSONL with context/endings/label; either layout as Parquet/`datasets`)."""
     _run("multiple-choice", MultipleChoiceSettings, flags)
 
 
 @finetune.command()
-@_task_options(EmbeddingSettings)
+@_finetune_flags(EmbeddingSettings)
 def embedding(**flags: Any) -> None:
     """Sentence embeddings from (anchor, positive[, negative]) pairs: in-batch negatives (multiple negatives
     ranking loss), retrieval scored on --dev before and after; OUTPUT/best is a sentence-transformers directory
     (CSV/TSV/JSONL/Parquet/`datasets` directory by column)."""
-    from bertkit.tasks.embedding import METRIC_NAMES, run_embedding_training  # torch: only when the command runs
+    from bertkit.workflows.embedding import METRIC_NAMES, run_embedding_training  # torch: only when the command runs
 
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-    cfg = FinetuneConfig(**take(FinetuneConfig, flags))
-    settings = EmbeddingSettings(**take(EmbeddingSettings, flags))
-    results = run_embedding_training(flags.pop("train_file"), list(flags.pop("dev_files")), cfg, settings)
+    settings = settings_from_flags(FinetuneSettings, flags)
+    use_threads(settings.train.threads)
+    embedding_settings = settings_from_flags(EmbeddingSettings, flags)
+    results = run_embedding_training(flags.pop("train_file"), list(flags.pop("dev_files")), settings,
+                                     embedding_settings)
     click.echo("before training: " + ", ".join(f"{k} {results['before_' + k]:.4f}" for k in METRIC_NAMES))
     _print_summary({**results, "seeds": {s: {k: v for k, v in m.items() if not k.startswith("before_")}
-                                         for s, m in results["seeds"].items()}}, cfg.output)
+                                         for s, m in results["seeds"].items()}}, settings.output)
     if results["truncated_train_texts"]:
         click.echo(f"truncated train texts: {results['truncated_train_texts']} (longer than --max-seq-length)")
     if results["skipped_train"]:

@@ -1,8 +1,8 @@
 """`bertkit glue`: every task of a GLUE directory fine-tuned with the paper's recipe, one table out.
 
 Flag parsing only: the flags come from `GlueSettings` (the directory, the tasks, the learning-rate grid,
-the sequence length) and `FinetuneConfig` (every `bertkit finetune` flag except --learning-rate, which the
-grid replaces), both in bertkit.settings, so `--help` imports no torch; `bertkit.tasks.glue_suite.run_glue`
+the sequence length) and `FinetuneSettings` (every `bertkit finetune` flag except --learning-rate, which the
+grid replaces), both in bertkit.settings, so `--help` imports no torch; `bertkit.workflows.glue.run_glue`
 runs the sweep. Defaults where the command differs from `bertkit finetune`: seeds 1,2,3 (a mean ± std per
 task) and an --output of its own.
 """
@@ -15,10 +15,10 @@ from typing import Any
 
 import click
 
-from bertkit.cli.finetune import FINETUNE
-from bertkit.cli.options import options, take, use_threads
+from bertkit.cli.finetune import FINETUNE, NOT_FLAGS
+from bertkit.cli.options import settings_from_flags, settings_options, use_threads
 from bertkit.errors import BertkitError
-from bertkit.settings import GLUE_LEARNING_RATES, GLUE_SEEDS, FinetuneConfig, GlueSettings
+from bertkit.settings import GLUE_LEARNING_RATES, GLUE_SEEDS, FinetuneSettings, GlueSettings
 
 
 class FloatList(click.ParamType):
@@ -42,6 +42,7 @@ class FloatList(click.ParamType):
 GLUE_OPTIONS: dict[str, dict[str, Any]] = {
     "learning_rates": {"type": FloatList(), "default": ",".join(f"{rate:g}" for rate in GLUE_LEARNING_RATES)}}
 SWEEP_OPTIONS: dict[str, dict[str, Any]] = {
+    **{name: override for name, override in FINETUNE.items() if name != "learning_rate"},
     "output": {"default": Path("runs/glue"),
                "help": "Output directory: one `bertkit finetune` output per run in OUTPUT/<task>/lr-<rate>/, the "
                        "table in glue_results.md and glue_results.json, the sweep's record in glue_sweep.json."},
@@ -57,20 +58,20 @@ SWEEP_OPTIONS: dict[str, dict[str, Any]] = {
 
 
 @click.command(context_settings={"show_default": True})
-@options(GlueSettings, overrides=GLUE_OPTIONS)
-@options(FinetuneConfig, exclude=("learning_rate",), overrides=SWEEP_OPTIONS)
+@settings_options(GlueSettings, overrides=GLUE_OPTIONS)
+@settings_options(FinetuneSettings, exclude=(*NOT_FLAGS, "learning_rate"), overrides=SWEEP_OPTIONS)
 def glue(**flags: Any) -> None:
     """Fine-tune on every GLUE task in --data (the paper's recipe: batch 32, 3 epochs, the learning rate
     chosen on dev among 5e-5, 4e-5, 3e-5, 2e-5), several seeds each, and write one table like the paper's
     Table 1 (dev scores, the paper's average)."""
-    from bertkit.tasks import glue_suite  # torch: only when the command runs, not for --help
+    from bertkit.workflows import glue as glue_workflow  # torch: only when the command runs, not for --help
 
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    settings = GlueSettings(**take(GlueSettings, flags))
-    cfg = FinetuneConfig(**take(FinetuneConfig, flags))
-    use_threads(cfg.threads)
-    results = glue_suite.run_glue(settings, cfg, progress=click.echo)
-    table = glue_suite.markdown_table(results).splitlines()
+    settings = settings_from_flags(GlueSettings, flags)
+    finetune_settings = settings_from_flags(FinetuneSettings, flags)
+    use_threads(finetune_settings.train.threads)
+    results = glue_workflow.run_glue(settings, finetune_settings, progress=click.echo)
+    table = glue_workflow.markdown_table(results).splitlines()
     click.echo("\n".join(table[2:5]))  # the paper-style row
-    click.echo(f"average: {results['average']['rule']}; tables: {cfg.output / glue_suite.TABLE_MD}, "
-               f"{cfg.output / glue_suite.TABLE_JSON}")
+    click.echo(f"average: {results['average']['rule']}; tables: {finetune_settings.output / glue_workflow.TABLE_MD}, "
+               f"{finetune_settings.output / glue_workflow.TABLE_JSON}")

@@ -1,9 +1,9 @@
 """`bertkit extract`, `bertkit export onnx` and `bertkit serve`: flags only, the work is in
-`bertkit.features`, `bertkit.export` and `bertkit.serve`.
+`bertkit.workflows.extract`, `bertkit.export.onnx` and `bertkit.serve`.
 
 Design decision: the flags are generated (bertkit.cli.options) from the settings the library takes:
 `ExtractSettings`, `ExportSettings`, and for serve `ServeSettings` (model, address, threads),
-`ServerSettings`, `Limits` and a classifier's `LongDocumentChoices` (bertkit.settings,
+`ServerSettings`, `Limits` and a classifier's `LongDocumentSettings` (bertkit.settings,
 torch-free). Heavy imports (torch, onnxruntime, FastAPI)
 happen inside each command, so `--help` answers at once; the server binds 127.0.0.1 unless `--host` says
 otherwise, and the API key can come from the environment (BERTKIT_API_KEY) so it stays out of shell
@@ -17,20 +17,26 @@ from typing import Any
 
 import click
 
-from bertkit.cli.options import options, take, use_threads
-from bertkit.settings import ExportSettings, ExtractSettings, Limits, LongDocumentChoices, ServerSettings, ServeSettings
+from bertkit.cli.options import settings_from_flags, settings_options, use_threads
+from bertkit.settings import (
+    ExportSettings,
+    ExtractSettings,
+    LongDocumentSettings,
+    ServerSettings,
+    ServeSettings,
+)
 
 CONTEXT = {"show_default": True}
 
 
 @click.command(context_settings=CONTEXT)
-@options(ExtractSettings, overrides={"precision": {"default": "auto"}, "pooling": {"default_text": "auto"}})
+@settings_options(ExtractSettings, overrides={"precision": {"default": "auto"}, "pooling": {"default_text": "auto"}})
 def extract(**flags: Any) -> None:
     """Extract contextual features (per-token layers or pooled sentence vectors)."""
-    from bertkit.features import extract_features
+    from bertkit.workflows.extract import extract_features
 
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s")
-    settings = ExtractSettings(**take(ExtractSettings, flags))
+    settings = settings_from_flags(ExtractSettings, flags)
     use_threads(settings.threads)
     count = extract_features(settings)
     click.echo(f"wrote features of {count} lines to {settings.output}")
@@ -42,22 +48,20 @@ def export() -> None:
 
 
 @export.command(context_settings=CONTEXT)
-@options(ExportSettings)
+@settings_options(ExportSettings)
 def onnx(**flags: Any) -> None:
     """Export a checkpoint's head to ONNX and check it against onnxruntime."""
-    from bertkit.export import export_onnx
+    from bertkit.export.onnx import export_onnx
 
-    report = export_onnx(ExportSettings(**take(ExportSettings, flags)))
+    report = export_onnx(settings_from_flags(ExportSettings, flags))
     for line in report.lines():
         click.echo(line)
 
 
 @click.command(context_settings=CONTEXT)
-@options(ServeSettings)
-@options(ServerSettings, exclude=("limits",), overrides={"api_key": {"envvar": "BERTKIT_API_KEY",
-                                                                      "show_envvar": True}})
-@options(Limits)
-@options(LongDocumentChoices)
+@settings_options(ServeSettings)
+@settings_options(ServerSettings, overrides={"api_key": {"envvar": "BERTKIT_API_KEY", "show_envvar": True}})
+@settings_options(LongDocumentSettings)
 def serve(**flags: Any) -> None:
     """Serve a model over HTTP (FastAPI + uvicorn; OpenAPI docs at /docs)."""
     import torch
@@ -65,9 +69,9 @@ def serve(**flags: Any) -> None:
     from bertkit.serve.app import create_app, run_server
     from bertkit.serve.predictor import load_predictor
 
-    run = ServeSettings(**take(ServeSettings, flags))
-    long_documents = LongDocumentChoices(**take(LongDocumentChoices, flags)).long_document_choices()
-    settings = ServerSettings(Limits(**take(Limits, flags)), **take(ServerSettings, flags))
+    run = settings_from_flags(ServeSettings, flags)
+    long_documents = settings_from_flags(LongDocumentSettings, flags).long_document_choices()
+    settings = settings_from_flags(ServerSettings, flags)
     logging.basicConfig(level=run.log_level.upper(), format="%(levelname)s %(name)s: %(message)s")
     if run.threads is not None:
         torch.set_num_threads(run.threads)

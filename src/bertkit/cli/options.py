@@ -47,6 +47,7 @@ from bertkit.errors import BertkitError
 from bertkit.settings import field_flag
 
 F = TypeVar("F", bound=Callable[..., Any])
+S = TypeVar("S")
 
 
 class IntList(click.ParamType):
@@ -70,21 +71,23 @@ class IntList(click.ParamType):
         return items or None
 
 
-def options(cls: type, *, exclude: Iterable[str] = (), only: Iterable[str] | None = None,
-            overrides: Mapping[str, Mapping[str, Any]] | None = None) -> Callable[[F], F]:
-    """A decorator adding one click option per field of the dataclass `cls` (in field order), except the
-    fields in `exclude` (or only those in `only`); `overrides` maps a field name to click.option keyword
-    arguments (and `flag`, `default_text`). The option's parameter name is the field name, so
-    `take(cls, values)` finds it."""
+def settings_options(cls: type, *, exclude: Iterable[str] = (), only: Iterable[str] | None = None,
+                     overrides: Mapping[str, Mapping[str, Any]] | None = None) -> Callable[[F], F]:
+    """A decorator adding one click option per field of the settings dataclass `cls` (in field order), except
+    the fields in `exclude` (or only those in `only`); a field that is itself a settings dataclass (e.g.
+    `FinetuneSettings.train`) adds the options of its fields in its place, their defaults taken from the
+    field's default. `overrides` maps a field name (of `cls` or of a nested class) to click.option keyword
+    arguments (and `flag`, `default_text`). An option's parameter name is its field's name, so
+    `settings_from_flags(cls, flags)` finds it."""
     overrides = dict(overrides or {})
-    names = [f.name for f in dataclasses.fields(cls)]
+    fields = _flag_fields(cls)
+    names = [field.name for field, _, _, _ in fields]
     unknown = (set(exclude) | set(only or ()) | set(overrides)) - set(names)
     if unknown:
         raise TypeError(f"{cls.__name__} has no field(s) {sorted(unknown)}")
     skipped = set(exclude) | (set(names) - set(only) if only is not None else set())
-    hints, docs = typing.get_type_hints(cls), field_docs(cls)
-    made = [_option(field, hints[field.name], docs.get(field.name, ""), overrides.get(field.name, {}))
-            for field in dataclasses.fields(cls) if field.name not in skipped]
+    made = [_option(field, hint, doc, default, overrides.get(field.name, {}))
+            for field, hint, doc, default in fields if field.name not in skipped]
 
     def decorate(function: F) -> F:
         for option in reversed(made):
@@ -93,12 +96,61 @@ def options(cls: type, *, exclude: Iterable[str] = (), only: Iterable[str] | Non
     return decorate
 
 
-def take(cls: type, values: dict[str, Any], *, drop_none: Iterable[str] = ()) -> dict[str, Any]:
-    """Remove the values of `cls`'s fields from `values` (a command's parsed flags) and return them;
-    fields in `drop_none` whose value is None are left out, so the dataclass default applies."""
+def _flag_fields(cls: type, default: Any = None) -> list[tuple[dataclasses.Field, Any, str, Any]]:
+    """(field, type hint, docstring, default) of every field that may become a flag: `cls`'s own, and those of
+    a nested settings dataclass in its place (with the nested default object's values as defaults). Names are
+    unique across the levels, so a flag names one setting."""
+    hints, docs = typing.get_type_hints(cls), field_docs(cls)
+    found: list[tuple[dataclasses.Field, Any, str, Any]] = []
+    for field in dataclasses.fields(cls):
+        value = _field_default(field) if default is None else getattr(default, field.name)
+        if _nested(hints[field.name]):
+            found += _flag_fields(hints[field.name], None if value is dataclasses.MISSING else value)
+        else:
+            found.append((field, hints[field.name], docs.get(field.name, ""), value))
+    names = [field.name for field, _, _, _ in found]
+    repeated = {name for name in names if names.count(name) > 1}
+    if repeated:
+        raise TypeError(f"{cls.__name__}: field(s) {sorted(repeated)} declared at two levels; one name per setting")
+    return found
+
+
+def _nested(hint: Any) -> bool:
+    return isinstance(hint, type) and dataclasses.is_dataclass(hint)
+
+
+def _field_default(field: dataclasses.Field) -> Any:
+    if field.default is not dataclasses.MISSING:
+        return field.default
+    if field.default_factory is not dataclasses.MISSING:
+        return field.default_factory()
+    return dataclasses.MISSING
+
+
+def pop_settings(cls: type, flags: dict[str, Any], *, drop_none: Iterable[str] = ()) -> dict[str, Any]:
+    """Remove the values of `cls`'s fields from `flags` (a command's parsed flags) and return them; a nested
+    settings field gets its object, made from its default with the values of its fields' flags. Fields in
+    `drop_none` whose value is None are left out, so the dataclass default applies."""
     dropped = set(drop_none)
-    taken = {f.name: values.pop(f.name) for f in dataclasses.fields(cls) if f.name in values}
-    return {name: value for name, value in taken.items() if not (name in dropped and value is None)}
+    hints = typing.get_type_hints(cls)
+    taken: dict[str, Any] = {}
+    for field in dataclasses.fields(cls):
+        if _nested(hints[field.name]):
+            nested = pop_settings(hints[field.name], flags, drop_none=dropped)
+            default = _field_default(field)
+            taken[field.name] = (hints[field.name](**nested) if default is dataclasses.MISSING
+                                 else dataclasses.replace(default, **nested))
+        elif field.name in flags and not (field.name in dropped and flags[field.name] is None):
+            taken[field.name] = flags.pop(field.name)
+        else:
+            flags.pop(field.name, None)
+    return taken
+
+
+def settings_from_flags(cls: type[S], flags: dict[str, Any], *, drop_none: Iterable[str] = (), **given: Any) -> S:
+    """The settings object `cls` made from the parsed flags of its fields (removed from `flags`, see
+    `pop_settings`) and `given` (what the command decides itself); checked as it is made."""
+    return cls(**pop_settings(cls, flags, drop_none=drop_none), **given)
 
 
 @functools.cache
@@ -135,17 +187,16 @@ def _module_classes(module: str) -> dict[str, list[ast.stmt]]:
     return {node.name: node.body for node in tree.body if isinstance(node, ast.ClassDef)}
 
 
-def _option(field: dataclasses.Field, hint: Any, doc: str, override: Mapping[str, Any]) -> Callable[[F], F]:
-    """The click.option of one field."""
+def _option(field: dataclasses.Field, hint: Any, doc: str, default: Any, override: Mapping[str, Any]
+            ) -> Callable[[F], F]:
+    """The click.option of one field, whose default is `default` (MISSING: a required option)."""
     override = dict(override)
     flag = override.pop("flag", field_flag(field))
     kwargs: dict[str, Any] = {"help": doc, "show_default": True}
-    if field.default is not dataclasses.MISSING:
-        kwargs["default"] = field.default
-    elif field.default_factory is not dataclasses.MISSING:
-        kwargs["default"] = field.default_factory()
-    else:
+    if default is dataclasses.MISSING:
         kwargs["required"] = True
+    else:
+        kwargs["default"] = default
     base = _without_none(hint)
     if typing.get_origin(base) is tuple and typing.get_args(base) in ((str, Ellipsis), (Path, Ellipsis)):
         kwargs["multiple"], base = True, typing.get_args(base)[0]  # a repeatable option

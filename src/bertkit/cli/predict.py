@@ -1,5 +1,5 @@
 """`bertkit predict` and `bertkit evaluate`: a fine-tuned directory on a file. Flag parsing only; the work is
-`bertkit.tasks.evaluate.predict_file`.
+`bertkit.workflows.predict.predict_file`.
 
 Design decision: the flags of both commands are generated (bertkit.cli.options) from `PredictSettings`
 (bertkit.settings, torch-free, so `--help` answers at once), which is what `predict_file` takes. They
@@ -15,12 +15,12 @@ from typing import Any
 
 import click
 
-from bertkit.cli.options import options, take, use_threads
+from bertkit.cli.options import settings_from_flags, settings_options, use_threads
 from bertkit.settings import PredictSettings
 
 
 def _predict_file(settings: PredictSettings) -> dict[str, Any]:
-    from bertkit.tasks.evaluate import predict_file  # torch: only when the command runs, not for --help
+    from bertkit.workflows.predict import predict_file  # torch: only when the command runs, not for --help
 
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")  # e.g. the precision
     use_threads(settings.threads)
@@ -28,19 +28,19 @@ def _predict_file(settings: PredictSettings) -> dict[str, Any]:
 
 
 @click.command(context_settings={"show_default": True})
-@options(PredictSettings, exclude=("label_column", "tags_column", "evaluate"),
+@settings_options(PredictSettings, exclude=("label_column", "tags_column", "evaluate"),
          overrides={"precision": {"default": "auto"}})
 def predict(**flags: Any) -> None:
     """Predict a file with a fine-tuned directory (writes predictions into --output)."""
-    settings = PredictSettings(**take(PredictSettings, flags))
+    settings = settings_from_flags(PredictSettings, flags)
     counts = _predict_file(settings)
     skipped = f"; {counts['skipped']} records skipped (listed above)" if counts["skipped"] else ""
     click.echo(f"{counts['examples']} predictions written to {settings.output}{skipped}")
 
 
 @click.command(context_settings={"show_default": True})
-@options(PredictSettings, exclude=("evaluate",))
+@settings_options(PredictSettings, exclude=("evaluate",))
 def evaluate(**flags: Any) -> None:
     """Score a fine-tuned directory on a labelled file (eval_results.json + predictions in --output)."""
-    metrics = _predict_file(PredictSettings(**take(PredictSettings, flags), evaluate=True))
+    metrics = _predict_file(settings_from_flags(PredictSettings, flags, evaluate=True))
     click.echo(json.dumps(metrics, indent=2, sort_keys=True))

@@ -2,10 +2,10 @@
 
 Flag parsing only: the flags are generated from the fields of `PretrainSettings` and `TrainConfig`
 (bertkit.settings, torch-free, so `--help` answers at once; bertkit.cli.options: a new field is a new
-flag, its docstring the help) and go back into them for `bertkit.tasks.pretraining.pretrain`, imported
+flag, its docstring the help) and go back into them for `bertkit.workflows.pretrain.pretrain`, imported
 only when the command runs. `--recipe auto` (the default) fills the settings a budget decides
 (sequence length, peak learning rate, warmup, dropout, masking rate, NSP, batch size) from the budget and
-this machine's measured throughput (bertkit.tasks.recipes); each of them keeps the value of its own flag
+this machine's measured throughput (bertkit.workflows.recipes); each of them keeps the value of its own flag
 when one is given, so those flags default to None here (RECIPE_DEFAULTS). The other defaults are the
 dataclasses', the paper's (AdamW, betas 0.9/0.999, weight decay 0.01, clipping 1.0). Run it under
 `torchrun` for several processes, GPUs or nodes; the flags stay the same (see docs/distributed.md).
@@ -22,7 +22,7 @@ from typing import Any
 
 import click
 
-from bertkit.cli.options import memory_line, options, take, use_threads
+from bertkit.cli.options import memory_line, settings_from_flags, settings_options, use_threads
 from bertkit.errors import BertkitError, Interrupted
 from bertkit.settings import PretrainSettings, TrainConfig
 
@@ -81,18 +81,18 @@ NOT_FLAGS = ("num_epochs", "betas", "shuffle", "max_nonfinite_steps", "best_metr
 
 
 @click.command()
-@options(PretrainSettings, exclude=("given",), overrides=_with_recipe(PretrainSettings, SETTINGS))
-@options(TrainConfig, exclude=NOT_FLAGS, overrides=_with_recipe(TrainConfig, TRAINING))
+@settings_options(PretrainSettings, exclude=("given",), overrides=_with_recipe(PretrainSettings, SETTINGS))
+@settings_options(TrainConfig, exclude=NOT_FLAGS, overrides=_with_recipe(TrainConfig, TRAINING))
 def pretrain(**flags) -> None:
     """Pre-train BERT with masked LM + next sentence prediction on a `bertkit data pretraining` directory."""
-    from bertkit.tasks import pretraining  # torch: only when the command runs, not for --help
+    from bertkit.workflows import pretrain as pretraining  # torch: only when the command runs, not for --help
 
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     given = tuple(name for name in RECIPE_DEFAULTS if flags[name] is not None)
     if flags["batch_size"] is not None:  # the older spelling gives the global batch too
         given += ("global_batch_size",)
-    settings = PretrainSettings(**take(PretrainSettings, flags, drop_none=RECIPE_DEFAULTS), given=given)
-    train_config = TrainConfig(**take(TrainConfig, flags, drop_none=RECIPE_DEFAULTS))
+    settings = settings_from_flags(PretrainSettings, flags, drop_none=RECIPE_DEFAULTS, given=given)
+    train_config = settings_from_flags(TrainConfig, flags, drop_none=RECIPE_DEFAULTS)
     use_threads(train_config.threads)  # recorded in pretrain_settings.json with the rest of TrainConfig
     result = pretraining.pretrain(settings, train_config)
     if result.stop_reason == "signal" and result.signal is not None:

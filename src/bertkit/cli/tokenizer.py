@@ -17,7 +17,7 @@ from typing import Any
 
 import click
 
-from bertkit.cli.options import options, take
+from bertkit.cli.options import settings_from_flags, settings_options
 from bertkit.errors import BertkitError
 from bertkit.settings import TokenizerEncodeSettings, TokenizerExtendSettings, TokenizerTrainSettings
 
@@ -28,7 +28,7 @@ def tokenizer() -> None:
 
 
 @tokenizer.command()
-@options(TokenizerTrainSettings)
+@settings_options(TokenizerTrainSettings)
 @click.argument("more_inputs", nargs=-1, type=click.Path(path_type=Path))
 def train(more_inputs: tuple[Path, ...], **flags: Any) -> None:
     """Learn a WordPiece vocabulary from text files ([PAD], [UNK], [CLS], [SEP], [MASK] get ids 0-4).
@@ -41,7 +41,7 @@ def train(more_inputs: tuple[Path, ...], **flags: Any) -> None:
     """
     from bertkit.tokenizer import WordPieceTokenizer
 
-    settings = TokenizerTrainSettings(**take(TokenizerTrainSettings, flags))
+    settings = settings_from_flags(TokenizerTrainSettings, flags)
     if settings.threads is not None:  # read when the tokenizers library first runs in parallel: before training
         os.environ["RAYON_NUM_THREADS"] = str(settings.threads)
     files = [*settings.inputs, *more_inputs]
@@ -59,7 +59,7 @@ def train(more_inputs: tuple[Path, ...], **flags: Any) -> None:
 
 
 @tokenizer.command()
-@options(TokenizerExtendSettings)
+@settings_options(TokenizerExtendSettings)
 @click.argument("more_corpus", nargs=-1, type=click.Path(path_type=Path))
 def extend(more_corpus: tuple[Path, ...], **flags: Any) -> None:
     """Add the --add most useful WordPieces of a domain corpus to a model's vocabulary (existing ids unchanged,
@@ -70,9 +70,9 @@ def extend(more_corpus: tuple[Path, ...], **flags: Any) -> None:
     vocabulary split them into (--init random to compare). Prints tokens per word before and after and
     writes them to OUTPUT/vocabulary_extension.json. A sentence-transformers directory stays one.
     """
-    from bertkit.tasks.adapt import REPORT_FILE, extend_model
+    from bertkit.workflows.adapt import REPORT_FILE, extend_model
 
-    settings = TokenizerExtendSettings(**take(TokenizerExtendSettings, flags))
+    settings = settings_from_flags(TokenizerExtendSettings, flags)
     corpus = [*settings.corpus, *more_corpus]
     if not corpus:
         raise BertkitError("no domain text; pass it with --corpus FILE [FILE ...]")
@@ -90,12 +90,12 @@ def extend(more_corpus: tuple[Path, ...], **flags: Any) -> None:
 
 @tokenizer.command()
 @click.argument("text")
-@options(TokenizerEncodeSettings)
+@settings_options(TokenizerEncodeSettings)
 def encode(text: str, **flags: Any) -> None:
     """Show the tokens, ids, segments and character spans of TEXT."""
     from bertkit.tokenizer import WordPieceTokenizer
 
-    settings = TokenizerEncodeSettings(**take(TokenizerEncodeSettings, flags))
+    settings = settings_from_flags(TokenizerEncodeSettings, flags)
     tok = WordPieceTokenizer.from_pretrained(settings.tokenizer, do_lower_case=settings.do_lower_case)
     enc = tok.encode(text, settings.pair, max_length=settings.max_length)
     sources = (text, settings.pair or "")  # segment B exists only with a pair

@@ -12,6 +12,6 @@ reader) - see docs/data.md.
 """
 
 from bertkit.data.dataset import PretrainingDataset, collate_pretraining
-from bertkit.data.pretraining import PretrainingDataOptions, build_pretraining_data
+from bertkit.data.pretraining import InstanceSettings, build_pretraining_data
 
-__all__ = ["PretrainingDataOptions", "PretrainingDataset", "build_pretraining_data", "collate_pretraining"]
+__all__ = ["InstanceSettings", "PretrainingDataset", "build_pretraining_data", "collate_pretraining"]

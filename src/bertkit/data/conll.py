@@ -20,8 +20,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from bertkit.data.textfile import check_length, read_text, text_lines
 from bertkit.errors import BertkitError, where
+from bertkit.io.textfile import check_length, read_text, text_lines
 
 DOCSTART = "-DOCSTART-"
 SCHEME_PREFIXES = {"BIO": "BI", "IOB1": "BI", "BIOES": "BIES"}

@@ -1,6 +1,6 @@
 """Reading a pre-training corpus as a stream of documents, with every bad input counted.
 
-The reader itself is `bertkit.textlines` (`read_documents`, `CorpusStats`, `expand_inputs`), one layer
+The reader itself is `bertkit.io.textlines` (`read_documents`, `CorpusStats`, `expand_inputs`), one layer
 down, so that `bertkit tokenizer train` reads exactly the text `bertkit data pretraining` reads (the
 "text" field of a JSONL file, never its keys; the "text" column of a Parquet file or `datasets`
 directory); its formats and rules for bad input are documented there and in docs/formats.md. This
@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from functools import lru_cache
 
-from bertkit.textlines import (
+from bertkit.io.textlines import (
     MAX_DOCUMENT_BYTES,
     MAX_JSONL_LINE_BYTES,
     MAX_LINE_BYTES,

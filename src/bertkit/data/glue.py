@@ -1,5 +1,5 @@
 """Readers for sentence(-pair) classification data: the nine GLUE TSV layouts and generic tables: CSV, TSV,
-JSONL, Parquet and `datasets` directories (`bertkit.columnar`).
+JSONL, Parquet and `datasets` directories (`bertkit.io.columnar`).
 
 Design decision: every reader returns `(examples, skipped)`. Rows that cannot be read (a wrong number
 of fields, a missing key) are skipped and listed in `skipped` as "file:line: reason" so callers count
@@ -7,7 +7,7 @@ and report them; an empty label, a text longer than the tokenizer takes or an em
 `BertkitError`, because training on it would be wrong. `.tsv` files (GLUE's and generic ones) are split
 on tabs with no quote processing, as the original `run_classifier.py` reads them (`csv.QUOTE_NONE`;
 GLUE sentences contain unbalanced quotes); `.csv` files use standard CSV quoting (see
-`bertkit.data.textfile.read_records`).
+`bertkit.io.textfile.read_records`).
 
 Labels stay strings here; `check_labels` sorts them into known and unknown ones, and
 `bertkit.tasks.classification` maps them to ids (or floats for STS-B).
@@ -22,9 +22,9 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
-from bertkit.columnar import column_names, is_table_input, read_rows
-from bertkit.data.textfile import check_length, format_suffix, read_json_rows, read_records, read_text, text_lines
 from bertkit.errors import BertkitError, where
+from bertkit.io.columnar import column_names, is_table_input, read_rows
+from bertkit.io.textfile import check_length, format_suffix, read_json_rows, read_records, read_text, text_lines
 
 
 @dataclass(frozen=True)

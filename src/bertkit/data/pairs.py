@@ -4,7 +4,7 @@ CSV, TSV, JSONL (or a JSON array of objects), Parquet and `datasets` directories
     read_pairs(path, anchor_column, positive_column, negative_column=None, header=True) -> (pairs, skipped)
 
 Design decision: the same file rules as classification's generic tables (`bertkit.data.glue.read_table`,
-built from the same pieces of `bertkit.data.textfile` and `bertkit.columnar`): `.tsv` split on tabs with no
+built from the same pieces of `bertkit.io.textfile` and `bertkit.io.columnar`): `.tsv` split on tabs with no
 quote processing, `.csv` with standard quoting, a header row naming the columns unless `header` is False
 (columns by number then, 0 the first, -1 the last). A row that cannot be read (another number of fields than
 the header, a missing JSON key, a null in a table) is skipped and listed as "file:line: reason" for the caller
@@ -18,9 +18,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bertkit.columnar import column_names, is_table_input, read_rows
-from bertkit.data.textfile import check_length, format_suffix, read_json_rows, read_records
 from bertkit.errors import BertkitError, where
+from bertkit.io.columnar import column_names, is_table_input, read_rows
+from bertkit.io.textfile import check_length, format_suffix, read_json_rows, read_records
 
 FLAGS = ("--anchor-column", "--positive-column", "--negative-column")
 """The flags that choose the three columns, in the order `read_pairs` takes them."""

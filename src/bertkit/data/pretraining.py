@@ -6,7 +6,7 @@ batched `encode_ids` call, make `dupe_factor` passes of Google's pair rules over
 shuffle the block's instances and mask them (or not at all for dynamic masking); the main process
 appends the results, in block order, to shards (`shards.ShardWriter`) and writes the manifest last.
 
-Two executions of the same rules (`PretrainingDataOptions.rng`). 'numpy' (the default): all passes
+Two executions of the same rules (`InstanceSettings.rng`). 'numpy' (the default): all passes
 of a block at once as arrays (`instances.create_pair_spans` + `truncate_spans`), one gather builds
 the instances, `masking.mask_positions` masks them; draws come from a numpy Generator seeded from
 (seed, block). 'python': the original's per-document functions (`create_instances_from_document`
@@ -58,7 +58,7 @@ from bertkit.data.masking import MaskingVocab, google_mask_fn, mask_positions
 from bertkit.data.packing import DEFAULT_PACKING, PackStats, pack_instances
 from bertkit.data.shards import FORMAT_NAME, FORMAT_VERSION, ShardWriter, ids_dtype, prepare_output, write_manifest
 from bertkit.errors import BertkitError
-from bertkit.settings import PretrainingDataOptions
+from bertkit.settings import InstanceSettings
 
 
 @dataclass
@@ -98,7 +98,7 @@ def _init_pool_worker(*initargs) -> None:
     _init_worker(*initargs)
 
 
-def _init_worker(tokenizer, options: PretrainingDataOptions, vocab: MaskingVocab, parallel_tokenizer: bool) -> None:
+def _init_worker(tokenizer, options: InstanceSettings, vocab: MaskingVocab, parallel_tokenizer: bool) -> None:
     if not parallel_tokenizer:  # one Rust thread pool per worker process would oversubscribe the cores
         os.environ["TOKENIZERS_PARALLELISM"] = "false"
     mask_fn = None
@@ -288,7 +288,7 @@ CHUNK_INSTANCES = 8192
 """Instances assembled or masked per vectorised call (bounds the temporary arrays)."""
 
 
-def _mask_in_chunks(result: BlockResult, options: PretrainingDataOptions, vocab: MaskingVocab,
+def _mask_in_chunks(result: BlockResult, options: InstanceSettings, vocab: MaskingVocab,
                     gen: np.random.Generator) -> None:
     offsets = np.zeros(len(result.lengths) + 1, dtype=np.int64)
     np.cumsum(result.lengths, out=offsets[1:])
@@ -351,12 +351,11 @@ def _results(blocks: Iterator[Block], workers: int, initargs: tuple) -> Iterator
 
 
 def build_pretraining_data(inputs: list[str], tokenizer, output: str | Path,
-                           options: PretrainingDataOptions | None = None, workers: int | None = None,
+                           options: InstanceSettings | None = None, workers: int | None = None,
                            strict: bool = False, overwrite: bool = False, progress: bool = True,
                            max_shard_tokens: int = 1 << 25, text_column: str = "text") -> dict:
     """Build a pre-training data directory; returns its manifest (with the summary)."""
-    options = options or PretrainingDataOptions()
-    options.validate()
+    options = options or InstanceSettings()
     if not options.nsp and options.packing is None:
         options = dataclasses.replace(options, packing=DEFAULT_PACKING)  # the manifest records the mode used
     workers = workers or os.cpu_count() or 1

@@ -19,7 +19,7 @@ Its options say what the instances are: `nsp` true, `packing` null for Google's 
 `nsp` (written before --no-nsp existed) holds pairs; `instance_layout` reads either.
 
 Design decision: every shard streams to a hidden temp file in the same directory and is fsynced and
-renamed onto its final name (`bertkit.atomic`); the manifest is written the same way only after every
+renamed onto its final name (`bertkit.io.atomic`); the manifest is written the same way only after every
 shard: a killed run never leaves a half shard under a real name, and a directory without a manifest
 is refused by the reader. Shards hold raw arrays (no pickle), read back with `numpy.memmap`, so
 training pages in only what it touches. `input_ids` streams to disk as blocks arrive; only the small
@@ -36,8 +36,8 @@ from pathlib import Path
 
 import numpy as np
 
-from bertkit.atomic import AtomicFile, temp_glob, write_text_atomic
 from bertkit.errors import BertkitError
+from bertkit.io.atomic import AtomicFile, temp_glob, write_text_atomic
 
 FORMAT_NAME = "bertkit-pretraining-data"
 FORMAT_VERSION = 1

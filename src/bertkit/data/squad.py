@@ -25,9 +25,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bertkit.columnar import check_columns, is_table_input, read_rows
-from bertkit.data.textfile import check_length, format_suffix, parse_json, read_json_rows, read_text
 from bertkit.errors import BertkitError, where
+from bertkit.io.columnar import check_columns, is_table_input, read_rows
+from bertkit.io.textfile import check_length, format_suffix, parse_json, read_json_rows, read_text
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,7 @@ files and `datasets` directories in either layout (columns named as the CSV's he
 Design decision: both layouts become the same `ChoiceExample(context, start, endings, label)` so the
 task code sees one shape; every example in a file must have the same number of choices. A row that
 cannot be read is an error naming its line (a multiple-choice file has no optional rows); the CSV is
-read with standard quoting, strictly (`bertkit.data.textfile.read_records`).
+read with standard quoting, strictly (`bertkit.io.textfile.read_records`).
 
 Reference: Zellers et al. (2018), SWAG; Devlin et al. (2018), section 4.4.
 """
@@ -19,9 +19,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from bertkit.columnar import column_names, is_table_input, read_rows
-from bertkit.data.textfile import check_length, format_suffix, parse_json, read_records, read_text, text_lines
 from bertkit.errors import BertkitError, where
+from bertkit.io.columnar import column_names, is_table_input, read_rows
+from bertkit.io.textfile import check_length, format_suffix, parse_json, read_records, read_text, text_lines
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,7 @@
 """Token-tagging data as tables: one sentence per row, its tokens in one column and its tags in another.
 
-Formats: JSONL (also .gz/.zst, or a JSON array of objects: `bertkit.data.textfile.read_json_rows`),
-Parquet files and `datasets` save_to_disk directories (`bertkit.columnar`). The layout is Hugging Face
+Formats: JSONL (also .gz/.zst, or a JSON array of objects: `bertkit.io.textfile.read_json_rows`),
+Parquet files and `datasets` save_to_disk directories (`bertkit.io.columnar`). The layout is Hugging Face
 conll2003's: a `tokens` column (a list of strings) and a `ner_tags` column (a list of tags, one per token);
 `--tokens-column` / `--tags-column` name others. A tag is a string (B-PER), or an integer of a column that
 `datasets` declared a list of `ClassLabel` (conll2003's ner_tags), read as its name, so a model fine-tuned
@@ -24,10 +24,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from bertkit.columnar import check_columns, column_names, is_table_input, read_rows
 from bertkit.data.conll import TaggedSentence, is_scheme_tag, scheme_tags
-from bertkit.data.textfile import check_length, format_suffix, read_json_rows
 from bertkit.errors import BertkitError, where
+from bertkit.io.columnar import check_columns, column_names, is_table_input, read_rows
+from bertkit.io.textfile import check_length, format_suffix, read_json_rows
 
 TOKENS_FLAG = "--tokens-column"
 TAGS_FLAG = "--tags-column"

@@ -25,7 +25,7 @@ backend emits) instead of `F.linear` followed by separate passes for GELU or the
   nn.Identity), and the residual add too (`ResidualDense`), so the (N, 4D) intermediate and the sum
   are not written and read again.
 
-Which dtypes are packed is measured, not fixed: `bertkit.hardware` times oneDNN with a packed weight
+Which dtypes are packed is measured, not fixed: `bertkit.runtime.probe` times oneDNN with a packed weight
 against `F.linear` at the model's width, once per machine (cached), and a layer is packed only where
 that measured at least 1.1x faster (on an Intel CPU, where MKL uses AVX-512 for fp32, the packed fp32
 path may not win, and then `F.linear` runs). Layers with hooks (pruning, parametrizations) are left as
@@ -46,18 +46,19 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from bertkit import hardware, int8
-from bertkit.allocator import keep_freed_memory
+from bertkit.kernels import int8
 from bertkit.model.attention import Dispatch, PaddedSDPA
 from bertkit.model.bert import BertLayer, BertModel, ResidualDense
-from bertkit.runtime import inference_precision
+from bertkit.runtime import probe
+from bertkit.runtime.allocator import keep_freed_memory
+from bertkit.runtime.device import inference_precision
 
 DENSE_LAYERS = ("qkv", "attn_out", "ffn_in", "ffn_out")  # the encoder layer's nn.Linear modules
 
 
 def for_inference(model: nn.Module, precision: str, device: torch.device = torch.device("cpu")) -> nn.Module:
     """An inference copy of `model` (already on `device`) in an inference precision, 'auto' resolved by
-    measurement (`bertkit.runtime.inference_precision`): `accelerate_for_inference`. What every inference
+    measurement (`bertkit.runtime.device.inference_precision`): `accelerate_for_inference`. What every inference
     command runs."""
     return accelerate_for_inference(model, inference_precision(precision, model, device))
 
@@ -84,7 +85,7 @@ def accelerate_for_inference(model: nn.Module, precision: str = "fp32", *, autoc
         raise ValueError(f"autocast=True is for an fp32 model under bf16 autocast, not {precision}")
     if any(isinstance(m, _Frozen) for m in model.modules()):
         raise ValueError("this model is already accelerated for inference; accelerate the original")
-    keep_freed_memory()  # the process reuses large activations from here on (bertkit.allocator)
+    keep_freed_memory()  # the process reuses large activations from here on (bertkit.runtime.allocator)
     accelerated = _copy_sharing_tensors(model, torch.bfloat16 if precision == "bf16" else torch.float32)
     for bert in [m for m in accelerated.modules() if isinstance(m, BertModel)]:
         # a list, not a generator: every layer's compiled forward (bound to the original) must be popped
@@ -104,7 +105,7 @@ def measured_attention(bert: BertModel) -> Dispatch:
     on a CPU with the kernels on: the probe runs (or its cache is read) here, once, not in a forward."""
     if bert.embeddings.word.weight.device.type != "cpu" or not cpu_kernels_enabled():
         return Dispatch()
-    return Dispatch(hardware.choices(bert.config.hidden_size))
+    return Dispatch(probe.choices(bert.config.hidden_size))
 
 
 def cpu_kernels_enabled() -> bool:
@@ -133,7 +134,7 @@ def _plain(linear: nn.Module) -> bool:
 def _pack(layer: BertLayer, dtype: torch.dtype) -> None:
     """Swap the layer's dense layers for ones packed in `dtype` where that is faster here (module docstring)."""
     if not (layer.qkv.weight.device.type == "cpu" and cpu_kernels_enabled() and onednn_works(dtype)
-            and hardware.choices(layer.qkv.in_features).packed(dtype)):
+            and probe.choices(layer.qkv.in_features).packed(dtype)):
         return
     _swap_dense_layers(layer, lambda linear, post_op: PackedLinear(linear, post_op, dtype))
 
@@ -229,7 +230,7 @@ class PackedLinear(_Frozen):
 
 
 class Int8Linear(_Frozen):
-    """A frozen dense layer in int8 (`bertkit.int8`: oneDNN's int8 kernel, int8 weights per output channel,
+    """A frozen dense layer in int8 (`bertkit.kernels.int8`: oneDNN's int8 kernel, int8 weights per output channel,
     activations quantized per call with one scale per row): post_op(x W^T + b), or residual + x W^T + b."""
 
     def __init__(self, linear: nn.Linear, post_op: tuple[str, str] = ("none", "")) -> None:

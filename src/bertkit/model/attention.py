@@ -15,18 +15,13 @@ fixes one backend instead (torch.compile and ONNX export do). A backend with `un
 padding, an all-padding row), and all give the same numbers and gradients at real positions, within
 rounding (tests/model/test_attention.py).
 
-What runs where, and why (measured):
+What runs where (why, with the measurements behind each choice: docs/performance.md, "Attention backends"):
 
 - CPU, padded batch: `PerSequence`, one SDPA call per sequence on its own slice of the packed tokens, no
-  padding and no gathers. On an idle 2-core avx512_bf16 CPU this measured fastest (12 bert-base
-  layers, 32 verses of 12-70 tokens: per sequence 33 ms fp32 / 39 ms bf16; length-sorted groups of 4-8
-  40-47 ms; re-padding for one masked call 80 ms), and in training too (a bf16 bert-base pre-training
-  step, 32 x 128, mostly full-length rows, attention dropout on: 4.7 s per sequence, 5.9 s re-padded).
+  padding and no gathers; measured fastest on CPUs for inference and training alike.
 - CPU inference copies (no autograd, no dropout): `CpuBmm` inside, two batched matrix multiplies instead
-  of SDPA at the dtypes and lengths where `bertkit.hardware` measured them at least 1.1x faster on this
-  machine. On a 2-core AMD EPYC that was bf16 at about 49-192 tokens (12 heads of 64, per call: 64
-  tokens 124 vs 89 us, 128 tokens 404 vs 219 us, 32 x 128 tokens 13.9 vs 7.2 ms); on an Intel Xeon,
-  nowhere. Only a `Dispatch` given those choices runs it (`accelerate_for_inference`, which leaves
+  of SDPA at the dtypes and lengths where `bertkit.runtime.probe` measured them at least 1.1x faster on the
+  machine that runs. Only a `Dispatch` given those choices runs it (`accelerate_for_inference`, which leaves
   them out under `BERTKIT_CPU_KERNELS=0`).
 - CUDA, padded batch, bf16/fp16 without attention dropout: `VarlenFlash`, flash attention over the
   packed tokens with cumulative sequence lengths (`torch.nn.attention.varlen.varlen_attn`).
@@ -40,12 +35,12 @@ Shape legend: B batch, T sequence length, N real tokens, D hidden size, A heads,
 
 from __future__ import annotations
 
-from typing import Generic, TypeVar, cast
+from typing import Generic, Protocol, TypeVar, cast
 
 import torch
 import torch.nn.functional as F
 
-from bertkit import hardware
+from bertkit.kernels import attention as kernels
 from bertkit.model.padding import Unpadded
 
 Layout = TypeVar("Layout", contravariant=True)
@@ -88,17 +83,29 @@ class PaddedSDPA(Attention[torch.Tensor | None]):
         return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p)
 
 
+class MeasuredChoices(Protocol):
+    """What the machine's probe measured of attention (`bertkit.runtime.probe.Choices`), as the backends ask it."""
+
+    def bmm(self, dtype: torch.dtype, length: int) -> bool:
+        """Whether batched-matmul attention beat SDPA in `dtype` near `length` tokens."""
+        ...
+
+    def bmm_anywhere(self, dtype: torch.dtype) -> bool:
+        """Whether it beat SDPA in `dtype` at any probed length."""
+        ...
+
+
 class CpuBmm(PaddedSDPA):
-    """`hardware.bmm_attention` (two batched matmuls) where the probe measured it faster than SDPA for the
+    """`kernels.bmm_attention` (two batched matmuls) where the probe measured it faster than SDPA for the
     dtype and length (`choices`), SDPA elsewhere and whenever there is a mask or dropout."""
 
-    def __init__(self, choices: hardware.Choices) -> None:
+    def __init__(self, choices: MeasuredChoices) -> None:
         self.choices = choices
 
     def kernel(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None,
                dropout_p: float) -> torch.Tensor:
         if mask is None and dropout_p == 0.0 and self.choices.bmm(q.dtype, q.shape[2]):
-            return hardware.bmm_attention(q, k, v)
+            return kernels.bmm_attention(q, k, v)
         return super().kernel(q, k, v, mask, dropout_p)
 
 
@@ -160,7 +167,7 @@ class Dispatch(Attention[None]):
     probe and writes no file. `cpu` holds CPU choices measured once by whoever built the run
     (`accelerate_for_inference`): `CpuBmm` runs where they won; without them, SDPA."""
 
-    def __init__(self, cpu: hardware.Choices | None = None) -> None:
+    def __init__(self, cpu: MeasuredChoices | None = None) -> None:
         self.cpu = cpu
 
     def __call__(self, qkv: torch.Tensor, layout: None, num_heads: int, dropout_p: float) -> torch.Tensor:
@@ -181,7 +188,7 @@ class Dispatch(Attention[None]):
         timed without dropout or backward; CpuBmm still checks each call's length), else None."""
         if self.cpu is None or x.device.type != "cpu" or dropout_p != 0.0 or x.requires_grad:
             return None
-        return CpuBmm(self.cpu) if any(self.cpu.bmm(dtype, n) for n in hardware.ATTENTION_LENGTHS) else None
+        return CpuBmm(self.cpu) if self.cpu.bmm_anywhere(dtype) else None
 
     def __repr__(self) -> str:
         return "Dispatch(measured)" if self.cpu is not None else "Dispatch()"

@@ -25,9 +25,9 @@ from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_file, save_file
 from torch import nn
 
-from bertkit.atomic import failed_write_advice, write_file_atomic
 from bertkit.config import BertConfig
 from bertkit.errors import BertkitError
+from bertkit.io.atomic import failed_write_advice, write_file_atomic
 from bertkit.model.hf_names import REDUNDANT_HF_KEYS, from_hf, to_hf
 
 log = logging.getLogger(__name__)

@@ -15,7 +15,7 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-from bertkit.quickstart.config import MODEL, QuickstartConfig, Recipe
+from bertkit.quickstart.config import MODEL, QuickstartSettings, Recipe
 from bertkit.quickstart.plan import Rates, TimePlan, plan_time
 from bertkit.quickstart.report import seed_table
 
@@ -29,6 +29,6 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module 'bertkit.quickstart' has no attribute {name!r}")
 
 
-__all__ = ["MODEL", "QuickstartConfig", "Rates", "Recipe", "TimePlan", "build_data", "fill_mask_examples",
+__all__ = ["MODEL", "QuickstartSettings", "Rates", "Recipe", "TimePlan", "build_data", "fill_mask_examples",
            "finetune_model", "plan_time", "prepare_output", "pretrain_model", "run_quickstart", "seed_table",
            "train_vocabulary"]

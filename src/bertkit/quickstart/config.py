@@ -1,9 +1,9 @@
-"""The settings of `bertkit quickstart`: where and how long (`QuickstartConfig`), and how (`Recipe`).
+"""The settings of `bertkit quickstart`: where and how long (`QuickstartSettings`), and how (`Recipe`).
 
 Design decision: these dataclasses are the command's flags (bertkit.cli.options: a field is a flag, its
 docstring the help) and what `run_quickstart` takes. The module imports no torch, so `bertkit quickstart
 --help` answers at once; it lives here rather than in bertkit.settings because the recipe's defaults are
-`bertkit pretrain --recipe short` at bert-mini's width (bertkit.tasks.recipes): one source.
+`bertkit pretrain --recipe short` at bert-mini's width (bertkit.workflows.recipes): one source.
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from pathlib import Path
 from typing import TypeVar
 
 from bertkit.errors import BertkitError
-from bertkit.settings import DEVICES
-from bertkit.tasks.recipes import REFERENCE_WIDTH, finetune_learning_rate, short_recipe
+from bertkit.settings import DEVICES, Settings
+from bertkit.workflows.recipes import REFERENCE_WIDTH, finetune_learning_rate, short_recipe
 
 MODEL = "bert-mini"
 _SHORT = short_recipe(REFERENCE_WIDTH)  # bertkit pretrain --recipe short at bert-mini's width: one source
@@ -61,7 +61,7 @@ class Recipe:
 
 
 @dataclass
-class QuickstartConfig:
+class QuickstartSettings(Settings):
     """Where and how long; `recipe` says how."""
 
     output: Path = field(metadata={"path": "dir"})
@@ -98,7 +98,7 @@ class QuickstartConfig:
     device: str = field(default="auto", metadata={"choices": DEVICES})
     """auto (CUDA when there is a GPU), cpu or cuda."""
 
-    def validate(self) -> None:
+    def check(self) -> None:
         if self.minutes is None and self.max_steps is None:
             raise BertkitError("no budget: give --minutes (or --max-steps for pre-training)")
         if self.minutes is not None and not self.minutes > 0:

@@ -36,9 +36,9 @@ from typing import Any, cast
 import torch
 
 from bertkit.assets import kjv_path
-from bertkit.atomic import write_text_atomic
 from bertkit.errors import BertkitError, Interrupted
-from bertkit.quickstart.config import MODEL, QuickstartConfig
+from bertkit.io.atomic import write_text_atomic
+from bertkit.quickstart.config import MODEL, QuickstartSettings
 from bertkit.quickstart.load import fastest_rates, machine_load
 from bertkit.quickstart.plan import FinetuneWork, Rates, TimePlan, plan_time
 from bertkit.quickstart.report import (
@@ -70,7 +70,7 @@ Echo = Callable[[str], None]
 
 # --- stages ---------------------------------------------------------------------------------------
 
-def prepare_output(cfg: QuickstartConfig) -> None:
+def prepare_output(cfg: QuickstartSettings) -> None:
     """Create the output directory; refuse a non-empty one unless overwriting or resuming."""
     output = cfg.output
     if output.exists() and not output.is_dir():
@@ -95,7 +95,7 @@ def _remove_stage_outputs(output: Path) -> None:
         shutil.rmtree(path) if path.is_dir() else path.unlink()
 
 
-def train_vocabulary(cfg: QuickstartConfig, echo: Echo) -> Any:
+def train_vocabulary(cfg: QuickstartSettings, echo: Echo) -> Any:
     """vocab/: a WordPiece vocabulary trained on the bundled corpus (kept when resuming)."""
     from bertkit.tokenizer import WordPieceTokenizer
 
@@ -109,9 +109,9 @@ def train_vocabulary(cfg: QuickstartConfig, echo: Echo) -> Any:
     return tokenizer
 
 
-def build_data(cfg: QuickstartConfig, tokenizer: Any, echo: Echo) -> Path:
+def build_data(cfg: QuickstartSettings, tokenizer: Any, echo: Echo) -> Path:
     """data/: dynamically masked pre-training instances (kept when resuming)."""
-    from bertkit.data import PretrainingDataOptions, build_pretraining_data
+    from bertkit.data import InstanceSettings, build_pretraining_data
 
     directory, recipe = cfg.output / "data", cfg.recipe
     if cfg.resume and (directory / "manifest.json").is_file():
@@ -119,7 +119,7 @@ def build_data(cfg: QuickstartConfig, tokenizer: Any, echo: Echo) -> Path:
         return directory
     echo(f"[2/5] pre-training data: instances of up to {recipe.max_seq_length} tokens, "
          f"{recipe.masked_lm_prob:.0%} masked dynamically")
-    options = PretrainingDataOptions(
+    options = InstanceSettings(
         max_seq_length=recipe.max_seq_length, masked_lm_prob=recipe.masked_lm_prob,
         max_predictions_per_seq=recipe.max_predictions_per_seq, dupe_factor=1, masking="dynamic", seed=cfg.seed)
     build_pretraining_data([str(kjv_path("corpus.txt.gz"))], tokenizer, directory, options,
@@ -127,11 +127,12 @@ def build_data(cfg: QuickstartConfig, tokenizer: Any, echo: Echo) -> Path:
     return directory
 
 
-def pretrain_model(cfg: QuickstartConfig, echo: Echo, seconds: float | None = None) -> Path:
+def pretrain_model(cfg: QuickstartSettings, echo: Echo, seconds: float | None = None) -> Path:
     """pretrain/: bert-mini pre-trained for `seconds` (the plan's share) or cfg.max_steps; returns
     pretrain/final (kept when resuming; an interrupted run continues from its newest checkpoint)."""
-    from bertkit.tasks.pretraining import PretrainSettings, pretrain
+    from bertkit.settings import PretrainSettings
     from bertkit.train import TrainConfig
+    from bertkit.workflows.pretrain import pretrain
 
     run, recipe = cfg.output / "pretrain", cfg.recipe
     final = run / "final"
@@ -143,20 +144,19 @@ def pretrain_model(cfg: QuickstartConfig, echo: Echo, seconds: float | None = No
          f"{'MLM + NSP' if recipe.nsp else 'MLM only'}, dropout {recipe.dropout:g}")
     settings = PretrainSettings(data=str(cfg.output / "data"), model=MODEL, output=str(run),
                                 tokenizer=str(cfg.output / "vocab"), nsp=recipe.nsp, dropout=recipe.dropout,
-                                eval_examples=cfg.eval_examples, resume="auto" if cfg.resume else None,
-                                device=cfg.device)
-    train_config = TrainConfig(
+                                eval_examples=cfg.eval_examples, resume="auto" if cfg.resume else None)
+    train = TrainConfig(
         max_steps=cfg.max_steps, max_time_s=None if cfg.max_steps else seconds,
         micro_batch_size=recipe.batch_size, learning_rate=recipe.learning_rate, warmup_ratio=recipe.warmup_ratio,
-        seed=cfg.seed, eval_every=cfg.eval_every, save_every=max(cfg.eval_every, 200), keep_last=1)
-    result = pretrain(settings, train_config)
+        seed=cfg.seed, eval_every=cfg.eval_every, save_every=max(cfg.eval_every, 200), keep_last=1, device=cfg.device)
+    result = pretrain(settings, train)
     if result.stop_reason == "signal" and result.signal is not None:
         raise Interrupted(f"quickstart stopped by {signal.Signals(result.signal).name} while pre-training, at "
                           f"step {result.step}; saved {result.checkpoint}", result.signal, "--resume")
     return final
 
 
-def label_files(cfg: QuickstartConfig) -> tuple[Path, Path, Path]:
+def label_files(cfg: QuickstartSettings) -> tuple[Path, Path, Path]:
     """(train, dev, test) TSV paths; with recipe.train_examples, a seeded subset of train in labels/."""
     train, dev, test = (kjv_path(name) for name in ("train.tsv", "dev.tsv", "test.tsv"))
     count = cfg.recipe.train_examples
@@ -172,25 +172,27 @@ def label_files(cfg: QuickstartConfig) -> tuple[Path, Path, Path]:
     return subset, dev, test
 
 
-def finetune_model(cfg: QuickstartConfig, model: str, name: str, echo: Echo, epochs: float | None = None,
+def finetune_model(cfg: QuickstartSettings, model: str, name: str, echo: Echo, epochs: float | None = None,
                    seeds: tuple[int, ...] | None = None) -> dict[str, Any]:
     """finetune-NAME/: the bundled classification task fine-tuned from `model` (a directory or the preset
     for random initialisation) once per seed, test accuracy at each seed's best dev epoch; `epochs` and
     `seeds` as planned (default: the recipe's and the config's)."""
-    from bertkit.tasks.finetune import RESULTS_FILE, FinetuneConfig, run_finetuning
+    from bertkit.settings import FinetuneSettings, finetune_training
+    from bertkit.workflows.finetune import RESULTS_FILE, run_finetuning
 
     output, recipe = cfg.output / f"finetune-{name}", cfg.recipe
     if cfg.resume and (output / RESULTS_FILE).is_file() and (output / "best").is_dir():
         echo(f"      kept {output}")
         return json.loads((output / RESULTS_FILE).read_text(encoding="utf-8"))
     train, dev, test = label_files(cfg)
-    finetune_config = FinetuneConfig(
-        model=model, output=output, tokenizer=str(cfg.output / "vocab"), epochs=epochs or recipe.finetune_epochs,
-        batch_size=recipe.finetune_batch_size, learning_rate=recipe.finetune_learning_rate, seeds=seeds or cfg.seeds,
-        device=cfg.device, resume=cfg.resume)  # finished seeds kept, an interrupted one continued
-    options = {"text_column": "text", "label_column": "label", "max_seq_length": 128}
+    settings = FinetuneSettings(
+        model=model, output=output, tokenizer=str(cfg.output / "vocab"), seeds=seeds or cfg.seeds,
+        resume=cfg.resume,  # finished seeds kept, an interrupted one continued
+        train=finetune_training(num_epochs=epochs or recipe.finetune_epochs, batch_size=recipe.finetune_batch_size,
+                                learning_rate=recipe.finetune_learning_rate, device=cfg.device))
+    task_settings = {"text_column": "text", "label_column": "label", "max_seq_length": 128}
     try:
-        return run_finetuning("classification", train, [dev, test], finetune_config, options)
+        return run_finetuning("classification", train, [dev, test], settings, task_settings)
     except Interrupted as exc:  # the whole quickstart stops; its own --resume continues it
         raise Interrupted(f"quickstart stopped: {exc}", exc.signum, "--resume") from None
 
@@ -208,9 +210,8 @@ def fill_mask_examples(final: Path, sentences: Sequence[str] = FILL_MASK_SENTENC
 
 # --- the whole run --------------------------------------------------------------------------------
 
-def run_quickstart(cfg: QuickstartConfig, echo: Echo = print) -> dict[str, Any]:
+def run_quickstart(cfg: QuickstartSettings, echo: Echo = print) -> dict[str, Any]:
     """Every stage in order; writes quickstart.json, the figures and report.md; returns the summary."""
-    cfg.validate()
     started = time.perf_counter()
     machine = machine_info(cfg.device)  # before any stage can change the process (threads, device state)
     prepare_output(cfg)
@@ -263,7 +264,7 @@ class StageClock:
             write_text_atomic(self.path, json.dumps(self.totals, indent=2) + "\n")
 
 
-def time_plan(cfg: QuickstartConfig, tokenizer: Any, spent_s: float, echo: Echo) -> TimePlan:
+def time_plan(cfg: QuickstartSettings, tokenizer: Any, spent_s: float, echo: Echo) -> TimePlan:
     """The split of --minutes (plan.py), from rates measured now; a resumed run keeps its first plan."""
     path = cfg.output / PLAN_FILE
     if cfg.resume and path.is_file():
@@ -299,21 +300,21 @@ def _column(tsv: Path, index: int) -> list[str]:
     return [line.split("\t")[index] for line in tsv.read_text(encoding="utf-8").splitlines()[1:] if line]
 
 
-def measure_rates(cfg: QuickstartConfig, vocab_size: int, finetune_length: int) -> Rates:
+def measure_rates(cfg: QuickstartSettings, vocab_size: int, finetune_length: int) -> Rates:
     """Pre-training steps/s at the recipe's shape, fine-tuning steps/s and evaluation examples/s at the
     task's typical length, on this machine now: each the fastest of a few short probes (quickstart/load.py)."""
     return fastest_rates(lambda: probe_rates(cfg, vocab_size, finetune_length))
 
 
-def probe_rates(cfg: QuickstartConfig, vocab_size: int, finetune_length: int, seconds: float = 0.75) -> Rates:
+def probe_rates(cfg: QuickstartSettings, vocab_size: int, finetune_length: int, seconds: float = 0.75) -> Rates:
     """One probe of measure_rates' three rates, timing each for about `seconds` (evaluation a third)."""
     import torch.nn.functional as F
 
     from bertkit.config import preset
     from bertkit.model import BertForSequenceClassification, accelerate_for_inference
-    from bertkit.runtime import resolve_device
-    from bertkit.tasks.pretraining import measure_steps_per_second
+    from bertkit.runtime.device import resolve_device
     from bertkit.train.throughput import inference_batches_per_second, training_steps_per_second
+    from bertkit.workflows.pretrain import measure_steps_per_second
 
     recipe, device = cfg.recipe, resolve_device(cfg.device)
     pretrain = measure_steps_per_second(preset(MODEL, vocab_size=vocab_size), recipe.max_seq_length,
@@ -334,7 +335,7 @@ def probe_rates(cfg: QuickstartConfig, vocab_size: int, finetune_length: int, se
     return Rates(pretrain, finetune, evaluate * len(ids))
 
 
-def summarize(cfg: QuickstartConfig, finetuned: dict[str, dict[str, Any]], fill_mask: list[dict[str, Any]],
+def summarize(cfg: QuickstartSettings, finetuned: dict[str, dict[str, Any]], fill_mask: list[dict[str, Any]],
               timings: dict[str, float], machine: dict[str, Any] | None = None, plan: TimePlan | None = None,
               finetune_epochs: float | None = None) -> dict[str, Any]:
     """Everything the report shows, as JSON-ready data (quickstart.json)."""
@@ -364,11 +365,11 @@ def summarize(cfg: QuickstartConfig, finetuned: dict[str, dict[str, Any]], fill_
 def machine_info(device: str = "auto") -> dict[str, Any]:
     """What the numbers were measured on, and the precision `auto` runs bert-mini in here."""
     import bertkit
-    from bertkit import hardware
     from bertkit.config import preset
-    from bertkit.runtime import resolve_device
+    from bertkit.runtime import probe
+    from bertkit.runtime.device import resolve_device
 
-    precision = hardware.auto_precision(resolve_device(device), preset(MODEL).hidden_size, purpose="training")
+    precision = probe.auto_precision(resolve_device(device), preset(MODEL).hidden_size, purpose="training")
     return {"cpus": os.cpu_count(), "precision": precision, "torch_threads": torch.get_num_threads(),
             "torch": torch.__version__, "python": platform.python_version(), "platform": platform.platform(),
             "bertkit": getattr(bertkit, "__version__", "unknown"),

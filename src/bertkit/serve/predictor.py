@@ -25,9 +25,9 @@ google-research/bert `run_classifier.py`, `run_squad.py`, `extract_features.py`.
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
 
@@ -40,9 +40,17 @@ from bertkit.data.glue import TextExample
 from bertkit.data.squad import SquadExample
 from bertkit.errors import BertkitError
 from bertkit.inference.batching import model_outputs, run_sorted
-from bertkit.inference.pooling import SentenceSettings, choose_pooling, read_sentence_transformers, sentence_vectors
+from bertkit.inference.pooling import sentence_vectors
+from bertkit.interop.sentence_transformers import (
+    SentenceSettings,
+    choose_pooling,
+    cross_encoder_config,
+    cross_encoder_sigmoid,
+    read_sentence_transformers,
+)
+from bertkit.io.jsonfile import read_json_object
 from bertkit.model import MODEL_CLASSES, BertModel, accelerate_for_inference
-from bertkit.runtime import check_inference_precision, inference_precision
+from bertkit.runtime.device import check_inference_precision, inference_precision
 from bertkit.tasks.classification import ClassificationTask
 from bertkit.tasks.finetuned import load_finetuned, load_weights, read_task_file
 from bertkit.tasks.metrics import entities_conlleval
@@ -66,6 +74,19 @@ class InputTooLongError(BertkitError):
         self.index, self.tokens, self.maximum = index, tokens, maximum
 
 
+@dataclass(frozen=True)
+class ModelInfo:
+    """What a loaded directory is, as the server describes it (/info, the OpenAI `model` field)."""
+
+    kind: str | None = None
+    """What the directory holds: fill-mask, classification, tagging, squad, multiple-choice or embed; unset:
+    what the predictor's class serves."""
+    model_id: str = "bertkit"
+    """The model's name (load_predictor: the directory's name)."""
+    precision: str | None = None
+    """The precision the model runs in (what --precision resolved to); unset: the weights' dtype."""
+
+
 class Predictor:
     """A model + tokenizer pair that embeds texts; task predictors add their own method."""
 
@@ -73,11 +94,10 @@ class Predictor:
     """What this predictor does (the server's task endpoints); a classifier's depends on its labels."""
     kind: str = "embed"
     """What the directory holds: fill-mask, classification, tagging, squad, multiple-choice or embed."""
-    model_id: str = "bertkit"
-    """The model's name (load_predictor: the directory's name)."""
 
     def __init__(self, model: torch.nn.Module, tokenizer: WordPieceTokenizer, max_seq_length: int,
-                 batch_size: int = 32, sentence: SentenceSettings | None = None) -> None:
+                 batch_size: int = 32, sentence: SentenceSettings | None = None, info: ModelInfo = ModelInfo()
+                 ) -> None:
         # Every bertkit model (FeatureBasedModel too) carries its BertConfig; nn.Module's stubs type attributes
         # as Tensor | Module.
         self.config = cast(BertConfig, model.config)
@@ -87,8 +107,10 @@ class Predictor:
         self.max_seq_length = min(max_seq_length, self.config.max_position_embeddings)
         self.batch_size = batch_size
         self.sentence = sentence
-        self.precision = "bf16" if _dtype(model) == torch.bfloat16 else "fp32"
-        """The precision the model runs in (load_predictor sets what --precision resolved to)."""
+        self.kind = info.kind or type(self).kind
+        self.model_id = info.model_id
+        self.precision = info.precision or ("bf16" if _dtype(model) == torch.bfloat16 else "fp32")
+        """The precision the model runs in."""
 
     @property
     def encoder(self) -> BertModel:
@@ -279,13 +301,13 @@ class ClassificationPredictor(Predictor):
     kind = "classification"
 
     def __init__(self, model: torch.nn.Module, tokenizer: WordPieceTokenizer, task: ClassificationTask,
-                 batch_size: int = 32) -> None:
-        super().__init__(model, tokenizer, task.settings.max_seq_length, batch_size)
+                 batch_size: int = 32, info: ModelInfo = ModelInfo(), sigmoid_scores: bool = False) -> None:
+        super().__init__(model, tokenizer, task.settings.max_seq_length, batch_size, info=info)
         self.task = task
         labels = task.settings.labels
         if labels is None or len(labels) == 2:  # a relevance score: the value, or the second label's probability
             self.endpoints = ("classify", "rerank", "embed")
-        self.sigmoid_scores = False
+        self.sigmoid_scores = sigmoid_scores
         """Rerank scores of a one-output model pass through a sigmoid (a CrossEncoder directory's activation)."""
 
     def classify(self, texts: Sequence[str], text_pairs: Sequence[str] | None = None, truncate: bool = True,
@@ -365,8 +387,8 @@ class TaggingPredictor(Predictor):
     kind = "tagging"
 
     def __init__(self, model: torch.nn.Module, tokenizer: WordPieceTokenizer, task: TaggingTask,
-                 batch_size: int = 32) -> None:
-        super().__init__(model, tokenizer, task.settings.max_seq_length, batch_size)
+                 batch_size: int = 32, info: ModelInfo = ModelInfo()) -> None:
+        super().__init__(model, tokenizer, task.settings.max_seq_length, batch_size, info=info)
         self.task = task
 
     def tag(self, texts: Sequence[str]) -> list[list[dict[str, Any]]]:
@@ -432,8 +454,8 @@ class QuestionAnsweringPredictor(Predictor):
     kind = "squad"
 
     def __init__(self, model: torch.nn.Module, tokenizer: WordPieceTokenizer, task: SquadTask,
-                 batch_size: int = 32) -> None:
-        super().__init__(model, tokenizer, task.settings.max_seq_length, batch_size)
+                 batch_size: int = 32, info: ModelInfo = ModelInfo()) -> None:
+        super().__init__(model, tokenizer, task.settings.max_seq_length, batch_size, info=info)
         self.task = task
 
     def answer(self, questions: Sequence[str], contexts: Sequence[str]) -> list[dict[str, Any]]:
@@ -471,48 +493,50 @@ class QuestionAnsweringPredictor(Predictor):
 
 def load_predictor(directory: str | Path, batch_size: int = 32, precision: str = "fp32",
                    tokenizer_dir: str | Path | None = None, long_documents: dict[str, Any] | None = None) -> Predictor:
-    """The predictor for a checkpoint directory (see the module docstring for the choice); `precision`
-    is an inference precision (`bertkit.model.for_inference`): fp32 exact, bf16 (results within bf16
-    rounding), int8 (encoder layers quantized), or auto (the faster of fp32 and bf16 as measured here);
+    """The predictor for a checkpoint directory (see the module docstring for the choice), built complete;
+    `precision` is an inference precision (`bertkit.model.for_inference`): fp32 exact, bf16 (results within
+    bf16 rounding), int8 (encoder layers quantized), or auto (the faster of fp32 and bf16 as measured here);
     `tokenizer_dir` is a tokenizer directory to use instead of the checkpoint's; `long_documents` holds
-    a classifier's long-document settings that replace its saved ones (`LongDocumentChoices`)."""
+    a classifier's long-document settings that replace its saved ones (`LongDocumentSettings`)."""
     directory = check_model_directory(directory)
     check_inference_precision(precision)
     config = BertConfig.from_json_file(directory / "config.json")
     settings = read_task_file(directory)
     kind = settings["task"] if settings else _kind_from_architecture(config)
-    predictor = _load_predictor(directory, config, settings, kind, batch_size, precision, tokenizer_dir)
-    predictor.kind, predictor.model_id = kind, directory.name
-    if isinstance(predictor, ClassificationPredictor) and settings is None:
-        predictor.sigmoid_scores = _cross_encoder_sigmoid(directory, config)
-    if long_documents:
-        if not isinstance(predictor, ClassificationPredictor):
-            flag = "--" + next(iter(long_documents)).replace("_", "-")
-            raise BertkitError(f"{flag} applies to classification models; {directory} is a {kind} model")
-        predictor.task = predictor.task.with_long_documents(**long_documents)
-    return predictor
-
-
-def _load_predictor(directory: Path, config: BertConfig, settings: dict[str, Any] | None, kind: str, batch_size: int,
-                    precision: str, tokenizer_dir: str | Path | None) -> Predictor:
+    if long_documents and kind != "classification":
+        flag = "--" + next(iter(long_documents)).replace("_", "-")
+        raise BertkitError(f"{flag} applies to classification models; {directory} is a {kind} model")
     if kind in TASK_PREDICTORS:
-        predictor_class, task_class = TASK_PREDICTORS[kind]
-        stand_in = None if settings else task_class.from_json(_settings_from_config(kind, config, directory),
-                                                              source=str(directory / "config.json"))
-        task, model, tokenizer = load_finetuned(directory, task=stand_in, tokenizer_dir=tokenizer_dir)
-        model, resolved = _for_inference(model, precision)
-        predictor = predictor_class(model, tokenizer, task, batch_size)
-    else:
-        tokenizer = WordPieceTokenizer.from_pretrained(directory if tokenizer_dir is None else tokenizer_dir)
-        check_model_vocabulary(tokenizer, config.vocab_size, directory, tokenizer_dir)
-        sentence = read_sentence_transformers(directory)  # None unless a sentence-transformers directory
-        max_seq_length = int((settings or {}).get("max_seq_length", (sentence and sentence.max_seq_length) or 512))
-        architecture = (config.architectures or ["BertForMaskedLM"])[0] if kind == "fill-mask" else "BertModel"
-        model, resolved = _for_inference(_load(directory, architecture), precision)
-        predictor_class = FillMaskPredictor if kind == "fill-mask" else Predictor
-        predictor = predictor_class(model, tokenizer, max_seq_length, batch_size, sentence)
-    predictor.precision = resolved
-    return predictor
+        return _task_predictor(directory, config, settings, kind, batch_size, precision, tokenizer_dir,
+                               long_documents or {})
+    tokenizer = WordPieceTokenizer.from_pretrained(directory if tokenizer_dir is None else tokenizer_dir)
+    check_model_vocabulary(tokenizer, config.vocab_size, directory, tokenizer_dir)
+    sentence = read_sentence_transformers(directory)  # None unless a sentence-transformers directory
+    max_seq_length = int((settings or {}).get("max_seq_length", (sentence and sentence.max_seq_length) or 512))
+    architecture = (config.architectures or ["BertForMaskedLM"])[0] if kind == "fill-mask" else "BertModel"
+    model, resolved = _for_inference(_load(directory, architecture), precision)
+    predictor_class = FillMaskPredictor if kind == "fill-mask" else Predictor
+    return predictor_class(model, tokenizer, max_seq_length, batch_size, sentence,
+                           ModelInfo(kind, directory.name, resolved))
+
+
+def _task_predictor(directory: Path, config: BertConfig, settings: dict[str, Any] | None, kind: str,
+                    batch_size: int, precision: str, tokenizer_dir: str | Path | None,
+                    long_documents: dict[str, Any]) -> Predictor:
+    """The predictor of a fine-tuned directory (bertkit_task.json), or of a task model fine-tuned elsewhere
+    (its task settings read from config.json)."""
+    predictor_class, task_class = TASK_PREDICTORS[kind]
+    stand_in = None if settings else task_class.from_json(_settings_from_config(kind, config, directory),
+                                                          source=str(directory / "config.json"))
+    task, model, tokenizer = load_finetuned(directory, task=stand_in, tokenizer_dir=tokenizer_dir)
+    model, resolved = _for_inference(model, precision)
+    info = ModelInfo(kind, directory.name, resolved)
+    if predictor_class is not ClassificationPredictor:
+        return predictor_class(model, tokenizer, task, batch_size, info)
+    if long_documents:
+        task = task.with_long_documents(**long_documents)
+    sigmoid = settings is None and cross_encoder_sigmoid(directory, config.num_labels)
+    return ClassificationPredictor(model, tokenizer, task, batch_size, info, sigmoid)
 
 
 def _for_inference(model: torch.nn.Module, precision: str) -> tuple[torch.nn.Module, str]:
@@ -541,8 +565,8 @@ def _settings_from_config(kind: str, config: BertConfig, directory: Path) -> dic
     CrossEncoder's max_length, which sentence-transformers keeps in tokenizer_config.json)."""
     if kind == "classification":
         regression = config.problem_type == "regression" or config.num_labels == 1
-        length = _json_object(directory / "tokenizer_config.json").get("model_max_length") \
-            if _cross_encoder_config(directory) else None
+        length = read_json_object(directory / "tokenizer_config.json", missing={}, damaged={}).get(
+            "model_max_length") if cross_encoder_config(directory) else None
         length = length if isinstance(length, int) and 2 < length <= config.max_position_embeddings else 512
         return {"labels": None if regression else config.label_names, "max_seq_length": length}
     if kind == "tagging":
@@ -555,31 +579,3 @@ def _load(directory: Path, architecture: str) -> torch.nn.Module:
         raise BertkitError(f"{directory}/config.json: unknown architecture {architecture!r}; "
                            f"expected one of {', '.join(MODEL_CLASSES)}")
     return load_weights(directory, MODEL_CLASSES[architecture])
-
-
-def _cross_encoder_config(directory: Path) -> dict[str, Any] | None:
-    """config_sentence_transformers.json of a sentence-transformers CrossEncoder directory, else None."""
-    config = _json_object(directory / "config_sentence_transformers.json")
-    return config if config.get("model_type") == "CrossEncoder" else None
-
-
-def _cross_encoder_sigmoid(directory: Path, config: BertConfig) -> bool:
-    """Whether sentence-transformers' CrossEncoder.predict passes this directory's one output through a
-    sigmoid: the activation it saved (config_sentence_transformers.json since v5, config.json before), or
-    its default for one label when a CrossEncoder saved none."""
-    saved = _json_object(directory / "config.json")
-    activation = ((_cross_encoder_config(directory) or {}).get("activation_fn")
-                  or (saved.get("sentence_transformers") or {}).get("activation_fn")
-                  or saved.get("sbert_ce_default_activation_function"))
-    if activation is None:
-        return _cross_encoder_config(directory) is not None and config.num_labels == 1
-    return str(activation).rpartition(".")[2] == "Sigmoid"
-
-
-def _json_object(path: Path) -> dict[str, Any]:
-    """A JSON object file that may be missing or unreadable (then {}): optional metadata beside a model."""
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return {}
-    return data if isinstance(data, dict) else {}

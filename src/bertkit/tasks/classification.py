@@ -24,10 +24,10 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from bertkit.columnar import is_table_input
 from bertkit.data.glue import TextExample, check_labels, glue_task, read_glue, read_table
-from bertkit.data.textfile import format_suffix
 from bertkit.errors import BertkitError
+from bertkit.io.columnar import is_table_input
+from bertkit.io.textfile import format_suffix
 from bertkit.model import BertForSequenceClassification
 from bertkit.settings import ClassificationSettings
 from bertkit.tasks.long_documents import WindowPlan, aggregate_logits, plan_windows, window_features
@@ -75,7 +75,7 @@ class ClassificationTask(BaseTask):
         """This task reading files by the given column names (the predict/evaluate flags; `header` False:
         numbers, in a file without a header row), the saved settings filling in the rest; a GLUE model
         then reads its files as generic tables too. The long-document choices given (`others`:
-        `LongDocumentChoices`) replace the saved ones; another task's column settings are refused."""
+        `LongDocumentSettings`) replace the saved ones; another task's column settings are refused."""
         choices = {k: others.pop(k) for k in ("long_documents", "doc_stride", "window_aggregation", "max_windows")
                    if others.get(k) is not None}
         refuse_columns(self.kind, others)

@@ -29,9 +29,9 @@ import torch
 from safetensors.torch import load_file, save_file
 from torch import nn
 
-from bertkit.atomic import replace_directory, write_file_atomic, write_text_atomic
 from bertkit.config import BertConfig, check_model_directory
 from bertkit.errors import BertkitError
+from bertkit.io.atomic import replace_directory, write_file_atomic, write_text_atomic
 from bertkit.model import BertModel
 from bertkit.model.feature_based import FeatureBasedModel
 from bertkit.model.pretrained import PreTrainedMixin

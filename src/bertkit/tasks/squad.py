@@ -40,9 +40,9 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from bertkit.atomic import write_text_atomic
 from bertkit.data.squad import SquadExample, read_squad
 from bertkit.errors import BertkitError
+from bertkit.io.atomic import write_text_atomic
 from bertkit.model import BertForQuestionAnswering
 from bertkit.model.feature_based import FeatureHead
 from bertkit.settings import SquadSettings

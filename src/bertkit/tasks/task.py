@@ -7,7 +7,7 @@ files (`score`, `write_predictions`). Its settings dataclass round-trips through
 (`to_json`/`from_json`) by field name; an unknown or missing field in a saved file is the user's error,
 reported with the file.
 
-Design decision: generic code (tasks/finetune.py, tasks/evaluate.py, serve/predictor.py) is typed
+Design decision: generic code (workflows/finetune.py, workflows/predict.py, serve/predictor.py) is typed
 against this protocol and never asks which task it holds; what differs is a method here. Settings that
 one task chooses on the dev set (SQuAD v2.0's null-score threshold) go through `select_on_dev`, which
 the other tasks leave as it is. A task module then reads as its own data, loss and metric code.
@@ -25,8 +25,8 @@ from typing import Any, ClassVar, Protocol, TypeVar, cast, runtime_checkable
 import numpy as np
 import torch
 
-from bertkit.atomic import write_text_atomic
 from bertkit.errors import BertkitError
+from bertkit.io.atomic import write_text_atomic
 from bertkit.model.feature_based import FeatureHead
 from bertkit.tokenizer import WordPieceTokenizer
 

@@ -27,9 +27,10 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from bertkit.errors import BertkitError
+from bertkit.io.textfile import MAX_TEXT_CHARS
 from bertkit.tokenizer import vocab
 from bertkit.tokenizer.encoding import Encoding, truncated_pair_lengths
-from bertkit.tokenizer.engine import MAX_TEXT_CHARS, Engine
+from bertkit.tokenizer.engine import Engine
 from bertkit.tokenizer.google import MAX_INPUT_CHARS_PER_WORD
 from bertkit.tokenizer.training import TrainingStats, train_vocabulary
 from bertkit.tokenizer.vocab import (
@@ -98,7 +99,7 @@ class WordPieceTokenizer:
         Ids 0..4 are [PAD], [UNK], [CLS], [SEP], [MASK]; then the alphabet (at most
         `limit_alphabet` characters, and at most (vocab_size - 5) / 2 so that it and its `##`
         continuation forms fit) and the learned pieces: never more than `vocab_size` tokens.
-        Files are streamed by that reader (`bertkit.textlines.read_documents`): lines cut at
+        Files are streamed by that reader (`bertkit.io.textlines.read_documents`): lines cut at
         MAX_TEXT_CHARS bytes, invalid UTF-8 replaced, empty files counted, binary files and JSONL lines
         without a "text" skipped (`strict` raises instead); words over MAX_INPUT_CHARS_PER_WORD
         characters are left out. All of it is logged.

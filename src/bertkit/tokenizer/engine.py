@@ -35,10 +35,6 @@ from bertkit.tokenizer.encoding import Piece
 from bertkit.tokenizer.google import MAX_INPUT_CHARS_PER_WORD, FullTokenizer
 from bertkit.tokenizer.vocab import UNK
 
-MAX_TEXT_CHARS = 1_000_000
-"""Longest text one call accepts. Bounds time (~1 s on the Rust path, a few seconds in Python) and
-memory (offset tracking costs ~100 bytes per character); longer text raises."""
-
 HAZARD_RANGES: tuple[tuple[int, int], ...] = (
     (0x03A3, 0x03A3), (0x061D, 0x061D), (0x07FD, 0x07FD), (0x0890, 0x0891), (0x0898, 0x089F),
     (0x08CA, 0x08E2), (0x09FD, 0x09FE), (0x0A76, 0x0A76), (0x0AFA, 0x0AFF), (0x0B55, 0x0B55),

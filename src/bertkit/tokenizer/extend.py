@@ -34,7 +34,7 @@ from pathlib import Path
 from tokenizers import pre_tokenizers
 
 from bertkit.errors import BertkitError
-from bertkit.textlines import CorpusStats, expand_inputs, read_documents
+from bertkit.io.textlines import CorpusStats, expand_inputs, read_documents
 from bertkit.tokenizer.engine import bert_normalizer
 from bertkit.tokenizer.google import MAX_INPUT_CHARS_PER_WORD
 from bertkit.tokenizer.training import train_vocabulary

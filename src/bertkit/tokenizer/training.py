@@ -4,7 +4,7 @@
 plain, gzip or zstd; Parquet; `datasets` directories) and returns the tokens in id order: [PAD], [UNK],
 [CLS], [SEP], [MASK], the alphabet, the learned pieces, never more than `vocab_size`.
 
-Design decision: the files are read by `bertkit.textlines.read_documents`, the corpus reader data
+Design decision: the files are read by `bertkit.io.textlines.read_documents`, the corpus reader data
 creation uses, so both see the same text: a JSONL file's "text" fields (never its keys, quotes and
 braces), glob patterns expanded, a byte order mark dropped; and the same rules and counts (lines cut at
 MAX_LINE_BYTES bytes, invalid UTF-8 replaced, binary files, corrupt gzip data and JSONL lines without
@@ -29,7 +29,7 @@ from pathlib import Path
 from tokenizers import Tokenizer, models, pre_tokenizers, trainers
 
 from bertkit.errors import BertkitError
-from bertkit.textlines import MAX_LINE_BYTES, CorpusStats, expand_inputs, read_documents
+from bertkit.io.textlines import MAX_LINE_BYTES, CorpusStats, expand_inputs, read_documents
 from bertkit.tokenizer.engine import bert_normalizer
 from bertkit.tokenizer.google import MAX_INPUT_CHARS_PER_WORD, SEPARATORS
 from bertkit.tokenizer.vocab import SPECIAL_TOKENS, UNK
@@ -40,7 +40,7 @@ logger = logging.getLogger(__name__)
 @dataclass
 class TrainingStats(CorpusStats):
     """What `WordPieceTokenizer.train` read, and what it did about bad input (files, lines and JSONL records
-    counted by `bertkit.textlines`, as for `bertkit data pretraining`)."""
+    counted by `bertkit.io.textlines`, as for `bertkit data pretraining`)."""
 
     long_words: int = 0
     """Words over MAX_INPUT_CHARS_PER_WORD characters, left out (they encode as [UNK])."""

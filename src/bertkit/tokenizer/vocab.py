@@ -18,8 +18,8 @@ import json
 from collections.abc import Sequence
 from pathlib import Path
 
-from bertkit.atomic import write_text_atomic
 from bertkit.errors import BertkitError, where
+from bertkit.io.atomic import write_text_atomic
 
 PAD, UNK, CLS, SEP, MASK = "[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"
 SPECIAL_TOKENS: tuple[str, ...] = (PAD, UNK, CLS, SEP, MASK)

@@ -36,8 +36,8 @@ import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
-from bertkit.atomic import failed_write_advice, fsync_path, replace_directory, write_text_atomic
 from bertkit.errors import BertkitError
+from bertkit.io.atomic import failed_write_advice, fsync_path, replace_directory, write_text_atomic
 from bertkit.train.distributed import DistributedContext, broadcast_object
 
 logger = logging.getLogger(__name__)

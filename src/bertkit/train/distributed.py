@@ -24,7 +24,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from bertkit.runtime import resolve_device
+from bertkit.runtime.device import resolve_device
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,7 @@ from typing import Any
 
 from tqdm.auto import tqdm
 
-from bertkit.atomic import write_text_atomic
+from bertkit.io.atomic import write_text_atomic
 
 METRICS_FILE = "metrics.jsonl"
 PLOT_FILE = "curves.png"

@@ -17,7 +17,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from bertkit import runtime
+from bertkit.runtime import device as runtime
 from bertkit.train.optim import build_optimizer
 
 LossFn = Callable[[nn.Module, Any], "tuple[torch.Tensor, dict[str, float]]"]

@@ -1,0 +1,95 @@
+"""What `bertkit export onnx --output DIR` writes beside model.onnx, so the directory deploys on its own.
+
+    check_output_directory(output, model_dir)      refuse a checkpoint (or the model directory) as the output
+    write_deploy_files(output, model_dir, tokenizer, architecture) -> names written
+
+The directory is the layout Hugging Face's ONNX tooling (optimum's ORTModelFor*, transformers.AutoTokenizer,
+`tokenizers`) reads: model.onnx, config.json (the model's, with `architectures` naming the exported head and
+the label map id2label/label2id where the model has labels), the tokenizer (vocab.txt, tokenizer_config.json,
+special_tokens_map.json, tokenizer.json) and bertkit_task.json where the model was fine-tuned here.
+
+Design decision: the model directory's own tokenizer files are copied as they are (a tokenizer.json or
+tokenizer_config.json written by another tool keeps its fields); what it lacks is written from the
+vocabulary bertkit loaded: tokenizer_config.json and special_tokens_map.json as transformers writes them,
+and tokenizer.json as the `tokenizers` BERT pipeline (BertNormalizer, BertPreTokenizer, WordPiece, the
+[CLS] A [SEP] B [SEP] template). That pipeline is the one bertkit's own tokenizer runs for every text
+except the rare code points where the Rust library departs from Google's rules (tokenizer/engine.py,
+HAZARD_RANGES). A feature-based directory's task file is written without its feature-layer entries: the
+exported graph already holds encoder and head, so nothing may look for feature_head.safetensors.
+
+References: transformers `PreTrainedTokenizerFast.save_pretrained` file layout; optimum ONNX Runtime
+`ORTModel.from_pretrained` (model.onnx + config.json); `tokenizers.processors.TemplateProcessing`.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors
+
+from bertkit.errors import BertkitError
+from bertkit.io.atomic import write_text_atomic
+from bertkit.tasks.finetuned import FEATURE_KEYS, TASK_FILE, read_task_file
+from bertkit.tokenizer import WordPieceTokenizer
+from bertkit.tokenizer.engine import bert_normalizer
+from bertkit.tokenizer.google import MAX_INPUT_CHARS_PER_WORD
+from bertkit.tokenizer.vocab import CLS, MASK, PAD, SEP, UNK
+
+GRAPH_FILE = "model.onnx"
+TOKENIZER_FILES = ("vocab.txt", "tokenizer_config.json", "special_tokens_map.json", "tokenizer.json")
+CHECKPOINT_FILES = ("model.safetensors", "pytorch_model.bin")
+
+
+def check_output_directory(output: Path, model_dir: Path) -> None:
+    """Refuse an --output directory that is the model directory or holds a checkpoint (export would replace
+    its config.json and tokenizer files)."""
+    if output.exists() and not output.is_dir():
+        raise BertkitError(f"--output {output} is a file; give a directory, or a path ending in .onnx for the "
+                           "graph alone")
+    if output.resolve() == model_dir.resolve() or any((output / name).exists() for name in CHECKPOINT_FILES):
+        raise BertkitError(f"--output {output} holds a checkpoint; export writes config.json and tokenizer files "
+                           "there, so give a new directory")
+
+
+def write_deploy_files(output: Path, model_dir: Path, tokenizer: WordPieceTokenizer, architecture: str) -> list[str]:
+    """Write config.json, the tokenizer files and the task file into `output`; return their names."""
+    output.mkdir(parents=True, exist_ok=True)
+    config = json.loads((model_dir / "config.json").read_text(encoding="utf-8"))
+    config["architectures"] = [architecture]
+    if "id2label" in config and "label2id" not in config:
+        config["label2id"] = {label: int(index) for index, label in config["id2label"].items()}
+    write_text_atomic(output / "config.json", json.dumps(config, indent=2, ensure_ascii=False) + "\n")
+    written = ["config.json"]
+    for name in TOKENIZER_FILES:
+        if (model_dir / name).is_file():
+            shutil.copyfile(model_dir / name, output / name)
+        elif name == "vocab.txt" or name == "tokenizer_config.json":
+            tokenizer.save_pretrained(output)  # both files, from the vocabulary bertkit loaded
+        elif name == "special_tokens_map.json":
+            special = {"unk_token": UNK, "sep_token": SEP, "pad_token": PAD, "cls_token": CLS, "mask_token": MASK}
+            write_text_atomic(output / name, json.dumps(special, indent=2) + "\n")
+        else:
+            write_text_atomic(output / name, tokenizer_pipeline(tokenizer).to_str(pretty=True) + "\n")
+        written.append(name)
+    task = read_task_file(model_dir)
+    if task is not None:
+        task = {key: value for key, value in task.items() if key not in FEATURE_KEYS}
+        write_text_atomic(output / TASK_FILE, json.dumps(task, indent=2) + "\n")
+        written.append(TASK_FILE)
+    return written
+
+
+def tokenizer_pipeline(tokenizer: WordPieceTokenizer) -> Tokenizer:
+    """The `tokenizers` pipeline of `tokenizer`'s vocabulary, with BERT's special-token template."""
+    vocab = tokenizer.vocab
+    pipeline = Tokenizer(models.WordPiece(vocab, unk_token=UNK, max_input_chars_per_word=MAX_INPUT_CHARS_PER_WORD,
+                                          continuing_subword_prefix="##"))
+    pipeline.normalizer = bert_normalizer(tokenizer.do_lower_case)
+    pipeline.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    pipeline.post_processor = processors.TemplateProcessing(
+        single=f"{CLS}:0 $A:0 {SEP}:0", pair=f"{CLS}:0 $A:0 {SEP}:0 $B:1 {SEP}:1",
+        special_tokens=[(CLS, vocab[CLS]), (SEP, vocab[SEP])])
+    pipeline.decoder = decoders.WordPiece(prefix="##")
+    return pipeline

@@ -1,0 +1,294 @@
+"""ONNX export of any bertkit head, checked against onnxruntime, optionally fused by ONNX Runtime's BERT
+optimizer and dynamically quantized to int8, written as a directory that deploys on its own.
+
+`export_onnx(ExportSettings(model_dir, output))` writes an ONNX graph with inputs `input_ids`, `token_type_ids`,
+`attention_mask` (int64, dynamic batch and sequence axes; multiple choice adds a dynamic choices axis)
+and the head's outputs under their Hugging Face names. `output` is a directory (model.onnx beside
+config.json with the label map, the tokenizer files and bertkit_task.json: bertkit.export.directory) or,
+when it ends in .onnx, that file alone (the graph only, as earlier versions wrote). It then runs the graph in
+onnxruntime on a sample batch of a *different* shape than the one traced and reports the largest difference
+from PyTorch's padding-free model. `optimize=True` writes ONNX Runtime's fused graph instead
+(bertkit.export.fusion) and reports its fused operators and its own difference from PyTorch.
+`quantize="int8"` applies onnxruntime's dynamic quantization (int8 weights, activations quantized on the
+fly) and measures what it changes on the sample: the largest output difference and how often the top-1
+prediction (argmax of the logits) stays the same.
+
+Design decision: the TorchScript-based exporter (`dynamo=False`): in torch 2.13 the default
+torch.export-based exporter needs the `onnxscript` package, which bertkit does not depend on. The
+graph is traced with the padded layout (`attention = PaddedSDPA()`), since the padding-free path's
+data-dependent gather sizes would be frozen by tracing, and with the encoder in the form ONNX Runtime's
+BERT fusions recognise (`onnx_fusion.fusable_encoder`: separate q/k/v projections, explicit masked
+softmax; same numbers), so the plain graph is fusable by users' own optimizers too; the trace batch is
+padded so the masked-attention branch is the one recorded. A feature-based fine-tuned directory
+(frozen encoder + feature_head.safetensors) is exported whole, encoder and head: it answers as its task's
+model does (e.g. `logits` of BertForSequenceClassification), so its graph has that model's outputs.
+
+References: PyTorch `torch.onnx.export`; onnxruntime `quantization.quantize_dynamic`
+(Zafrir et al. 2019, "Q8BERT", for int8 BERT inference); onnxruntime.transformers.optimizer.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import shutil
+import tempfile
+import warnings
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import cast
+
+import numpy as np
+import torch
+from torch import nn
+
+from bertkit.config import BertConfig, check_model_directory
+from bertkit.data.text_inputs import read_lines
+from bertkit.errors import BertkitError
+from bertkit.export.directory import GRAPH_FILE, check_output_directory, write_deploy_files
+from bertkit.export.fusion import OPT_LEVEL, fusable_encoder, optimize_graph
+from bertkit.inference.batching import pad_batch
+from bertkit.model import MODEL_CLASSES, BertModel
+from bertkit.model.attention import PaddedSDPA
+from bertkit.model.feature_based import FeatureBasedModel
+from bertkit.settings import QUANTIZATIONS, ExportSettings
+from bertkit.tasks.finetuned import load_finetuned, read_task_file
+from bertkit.tokenizer import WordPieceTokenizer, check_model_vocabulary
+
+INPUT_NAMES = ("input_ids", "token_type_ids", "attention_mask")
+OUTPUT_NAMES = {
+    "BertModel": ("last_hidden_state", "pooler_output"),
+    "BertForPreTraining": ("prediction_logits", "seq_relationship_logits"),
+    "BertForMaskedLM": ("logits",),
+    "BertForSequenceClassification": ("logits",),
+    "BertForTokenClassification": ("logits",),
+    "BertForQuestionAnswering": ("start_logits", "end_logits"),
+    "BertForMultipleChoice": ("logits",),
+}
+SAMPLE_TEXTS = (
+    "The quick brown fox jumps over the lazy dog.",
+    "BERT is pre-trained with a masked language model and next sentence prediction.",
+    "Paris is the capital of France.",
+    "Where did the cat sit? It sat on the mat near the door.",
+    "A short one.",
+    "Fine-tuning adds one output layer and trains all parameters end to end on the task.",
+)
+
+
+@dataclass
+class ExportReport:
+    """What was written and how far onnxruntime's outputs are from PyTorch's on the sample batch."""
+
+    path: Path
+    architecture: str
+    outputs: tuple[str, ...]
+    max_abs_diff: float
+    """fp32 ONNX vs PyTorch, largest |difference| over all outputs at real positions."""
+    size_bytes: int
+    sample_size: int
+    quantized: dict[str, float] = field(default_factory=dict)
+    """int8 only: max_abs_diff vs fp32 (the optimized graph with --optimize), top1_agreement (share of equal
+    argmax), fp32_size_bytes."""
+    fused: dict[str, int] = field(default_factory=dict)
+    """--optimize only: count of each fused operator in the ONNX Runtime-optimized graph (onnx_fusion.FUSED_OPS)."""
+    optimized_max_abs_diff: float | None = None
+    """--optimize only: the optimized fp32 graph vs PyTorch, as max_abs_diff."""
+    files: list[str] = field(default_factory=list)
+    """Directory output only: the files written into it."""
+
+    def lines(self) -> list[str]:
+        weights = "int8 (dynamic quantization)" if self.quantized else "fp32"
+        graph = "ONNX Runtime-optimized, " if self.fused else ""
+        lines = [f"wrote {self.path} ({graph}{weights}, {self.architecture}: {', '.join(self.outputs)}; "
+                 f"{self.size_bytes / 1e6:.2f} MB)",
+                 f"onnxruntime vs PyTorch (fp32): max |diff| = {self.max_abs_diff:.2e}"]
+        if self.fused:
+            counts = ", ".join(f"{op} {n}" for op, n in self.fused.items() if n)
+            lines.append(f"fused by onnxruntime.transformers.optimizer (model_type bert, opt_level {OPT_LEVEL}): "
+                         f"{counts or 'nothing'}; optimized vs PyTorch (fp32): max |diff| = "
+                         f"{self.optimized_max_abs_diff:.2e}")
+        if self.quantized:
+            q = self.quantized
+            top1 = (f"top-1 agreement = {q['top1_agreement']:.2%} over {int(q['positions'])} predictions"
+                    if q["positions"] else "no top-1 prediction in these outputs")
+            lines.append(f"int8 dynamic quantization: size {q['fp32_size_bytes'] / 1e6:.2f} MB -> "
+                         f"{self.size_bytes / 1e6:.2f} MB; outputs vs fp32 on {self.sample_size} sample texts: "
+                         f"max |diff| = {q['max_abs_diff']:.3e}, {top1}")
+        if self.files:
+            lines.append(f"directory {self.path.parent}: {', '.join(self.files)} (loads with onnxruntime + "
+                         "transformers.AutoTokenizer or optimum's ORTModel)")
+        elif self.path.suffix.lower() == ".onnx":
+            lines.append("(the graph alone: give --output a directory to write the tokenizer and config.json "
+                         "beside it)")
+        return lines
+
+
+class _TupleOutputs(nn.Module):
+    """The model with positional inputs and a tuple of named outputs (what the ONNX exporter takes)."""
+
+    def __init__(self, model: nn.Module, names: tuple[str, ...]) -> None:
+        super().__init__()
+        self.model, self.names = model, names
+
+    def forward(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor,
+                attention_mask: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        out = self.model(input_ids, token_type_ids, attention_mask)
+        return tuple(getattr(out, name) for name in self.names)
+
+
+def export_onnx(settings: ExportSettings) -> ExportReport:
+    """Export the directory's head to `settings.output` (a directory, or a .onnx file: the graph alone),
+    checked on the lines of `settings.sample` (else SAMPLE_TEXTS); see the module docstring."""
+    quantize, opset = settings.quantize, settings.opset
+    if quantize is not None and quantize not in QUANTIZATIONS:
+        raise BertkitError(f"--quantize {quantize!r}: supported: {', '.join(QUANTIZATIONS)}")
+    model_dir, output = check_model_directory(settings.model), Path(settings.output)
+    directory = output.suffix.lower() != ".onnx"
+    if directory:
+        check_output_directory(output, model_dir)
+    graph = output / GRAPH_FILE if directory else output
+    model, architecture, tokenizer = _load(model_dir)
+    encoder = model if isinstance(model, BertModel) else cast(BertModel, model.get_submodule("bert"))
+    names = OUTPUT_NAMES[architecture]
+    if isinstance(model, BertModel) and model.pooler is None:
+        names = names[:1]
+    texts = list(SAMPLE_TEXTS)
+    if settings.sample is not None:
+        texts = [a for a, _ in read_lines(settings.sample, flag="--sample")]
+    batch = sample_batch(tokenizer, texts, architecture)  # another shape than the traced one
+    with torch.inference_mode():  # the model as bertkit runs it (padding-free), before the export transform
+        expected = [t.float().numpy() for t in _TupleOutputs(model, names).eval()(*batch.values())]
+    encoder.attention = PaddedSDPA()  # the padded layout, which FusableLayer reads
+    fusable_encoder(encoder)
+    wrapper = _TupleOutputs(model, names).eval()  # the exporter restores the mode it finds, so set it here
+    graph.parent.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(dir=graph.parent))
+    try:
+        fp32_path = graph if quantize is None and not settings.optimize else work / "fp32.onnx"
+        _trace(wrapper, sample_batch(tokenizer, texts[:2], architecture, pad_to_length=True), fp32_path,
+               architecture, opset)
+        fp32 = run_onnx(fp32_path, batch)
+        mask = batch["attention_mask"].bool().numpy()
+        shown = f"feature-based {architecture}" if isinstance(model, FeatureBasedModel) else architecture
+        report = ExportReport(graph, shown, names, _max_diff(expected, fp32, mask), fp32_path.stat().st_size,
+                              len(texts))
+        reference_path, reference = fp32_path, fp32
+        if settings.optimize:
+            optimized_path = graph if quantize is None else work / "optimized.onnx"
+            with _root_logger_quiet():
+                report.fused = optimize_graph(fp32_path, optimized_path, encoder.config)
+            reference_path, reference = optimized_path, run_onnx(optimized_path, batch)
+            report.optimized_max_abs_diff = _max_diff(expected, reference, mask)
+            report.size_bytes = optimized_path.stat().st_size
+        if quantize == "int8":
+            report.quantized = _quantize(reference_path, graph, batch, reference, mask, names)
+            report.size_bytes = graph.stat().st_size
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    if directory:
+        report.files = [GRAPH_FILE, *write_deploy_files(output, model_dir, tokenizer, architecture)]
+    return report
+
+
+def _load(model_dir: Path) -> tuple[nn.Module, str, WordPieceTokenizer]:
+    """(model in eval mode, the architecture whose outputs it has, tokenizer) of a checkpoint directory."""
+    task_file = read_task_file(model_dir)
+    if task_file is not None and task_file.get("feature_layers"):
+        task, model, tokenizer = load_finetuned(model_dir)
+        return model, task.model_class.__name__, tokenizer
+    config = BertConfig.from_json_file(model_dir / "config.json")
+    architecture = (config.architectures or ["BertModel"])[0]
+    if architecture not in OUTPUT_NAMES:
+        raise BertkitError(f"{model_dir}/config.json: cannot export architecture {architecture!r}; "
+                           f"supported: {', '.join(OUTPUT_NAMES)}")
+    tokenizer = WordPieceTokenizer.from_pretrained(model_dir)
+    check_model_vocabulary(tokenizer, config.vocab_size, model_dir)
+    model = MODEL_CLASSES[architecture].from_pretrained(model_dir).eval()
+    return model, architecture, tokenizer
+
+
+def sample_batch(tokenizer: WordPieceTokenizer, texts: list[str], architecture: str,
+                 pad_to_length: bool = False) -> dict[str, torch.Tensor]:
+    """A padded (B, T) batch of the texts ((1, B, T) for multiple choice: the texts as the choices);
+    `pad_to_length` adds one longer row, so the others are padded and a trace records the masked
+    attention path."""
+    encodings = tokenizer.encode_batch(texts, max_length=128)
+    features = [{"input_ids": e.input_ids, "token_type_ids": e.token_type_ids, "attention_mask": e.attention_mask}
+                for e in encodings]
+    if pad_to_length:
+        features.append({key: [1] * (max(len(e) for e in encodings) + 2) for key in INPUT_NAMES})
+        features[-1]["token_type_ids"] = [0] * len(features[-1]["input_ids"])
+    batch = pad_batch(features, tokenizer.pad_token_id)
+    if architecture == "BertForMultipleChoice":
+        batch = {k: v.unsqueeze(0) for k, v in batch.items()}
+    return batch
+
+
+def _trace(wrapper: _TupleOutputs, batch: dict[str, torch.Tensor], path: Path, architecture: str, opset: int) -> None:
+    axes = {0: "batch", 1: "choices", 2: "sequence"} if architecture == "BertForMultipleChoice" else \
+        {0: "batch", 1: "sequence"}
+    dynamic = dict.fromkeys(INPUT_NAMES, axes)
+    for name in wrapper.names:
+        dynamic[name] = {0: "batch"} if name in ("pooler_output", "seq_relationship_logits") or \
+            architecture in ("BertForSequenceClassification", "BertForMultipleChoice") else {0: "batch", 1: "sequence"}
+    with warnings.catch_warnings(), torch.inference_mode():
+        # The tracer warns about the Python branches it freezes (output_hidden_states=False, the padded path).
+        warnings.simplefilter("ignore")
+        torch.onnx.export(wrapper, tuple(batch.values()), str(path), dynamo=False, input_names=list(INPUT_NAMES),
+                          output_names=list(wrapper.names), dynamic_axes=dynamic, opset_version=opset)
+
+
+def run_onnx(path: Path, batch: dict[str, torch.Tensor]) -> list[np.ndarray]:
+    """The graph's outputs on `batch`, computed by onnxruntime on CPU."""
+    import onnxruntime
+
+    session = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    return session.run(None, {name: batch[name].numpy() for name in INPUT_NAMES})
+
+
+def _real(array: np.ndarray, mask: np.ndarray) -> np.ndarray:
+    """Values at real positions when the output has the inputs' (B, T) / (1, C, T) leading axes."""
+    return array[mask] if array.shape[:mask.ndim] == mask.shape else array
+
+
+def _max_diff(a: list[np.ndarray], b: list[np.ndarray], mask: np.ndarray) -> float:
+    return max(float(np.abs(_real(x, mask) - _real(y, mask)).max()) for x, y in zip(a, b))
+
+
+@contextlib.contextmanager
+def _root_logger_quiet() -> Iterator[None]:
+    root = logging.getLogger()
+    level = root.level
+    root.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        root.setLevel(level)
+
+
+def _quantize(fp32_path: Path, output: Path, batch: dict[str, torch.Tensor], fp32: list[np.ndarray],
+              mask: np.ndarray, names: tuple[str, ...]) -> dict[str, float]:
+    import onnx
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    # onnxruntime logs advice ("consider pre-processing") on the root logger at WARNING for every model;
+    # it is about static quantization of vision models, not this, and reads like a problem to users.
+    with _root_logger_quiet():
+        # The fused graph's contrib ops (Attention, SkipLayerNormalization) have no ONNX shape inference, so
+        # the quantizer is told the float type it cannot infer.
+        quantize_dynamic(str(fp32_path), str(output), weight_type=QuantType.QInt8,
+                         extra_options={"DefaultTensorType": onnx.TensorProto.FLOAT})
+    int8 = run_onnx(output, batch)
+    agree = total = 0
+    for name, x, y in zip(names, fp32, int8):
+        if not name.endswith("logits") or x.shape[-1] == 1:  # hidden states and regression have no top-1
+            continue
+        if x.shape == mask.shape:  # per-position scores (QA start/end): the best real position of each row
+            x, y = np.where(mask, x, -np.inf), np.where(mask, y, -np.inf)
+        else:
+            x, y = _real(x, mask), _real(y, mask)
+        agree += int((x.argmax(-1) == y.argmax(-1)).sum())
+        total += x.argmax(-1).size
+    return {"max_abs_diff": _max_diff(fp32, int8, mask), "top1_agreement": agree / total if total else float("nan"),
+            "positions": float(total), "fp32_size_bytes": float(fp32_path.stat().st_size)}

@@ -1,0 +1,192 @@
+"""Reading a user's text file whole, with the one set of error messages every reader gives: the file,
+its lines, its delimited records, JSON, and the length check on each text.
+
+Design decision: the fine-tuning readers (GLUE/tables, CoNLL, SQuAD, SWAG) and feature extraction
+read small files whole and strictly as UTF-8; a missing, unreadable or non-UTF-8 file is the user's
+error, reported as `BertkitError` naming the file (and the flag, where one is given). Lines end at
+line feeds only (`str.splitlines` would also cut at U+2028, U+0085 and form feeds, which occur inside
+real text and would split a row in two); a carriage return before a line feed (Windows' CRLF) is not
+part of the line, and a leading UTF-8 byte order mark (Excel and Notepad write one) is not text, so
+U+FEFF never reaches a column name or a JSON parser. `.tsv` records are split on tabs with no quote
+processing, as GLUE's files are written and Google's `run_classifier.py` reads them (`csv.QUOTE_NONE`):
+a field that starts with `"` is plain text. `.csv` records use standard CSV quoting, read strictly, so
+a quote left open is an error naming its line instead of silently joining the rows after it. The
+pre-training corpus reader streams instead and has its own replace-and-count policy (`bertkit.data.corpus`).
+A file whose name ends in .gz or .zst is decompressed first (`format_suffix` names its format:
+train.jsonl.zst is JSONL); tables (Parquet, `datasets` directories) are read by `bertkit.io.columnar`.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import logging
+from pathlib import Path
+from typing import Any
+
+from bertkit.errors import BertkitError, where
+from bertkit.io.textlines import COMPRESSION_SUFFIXES, DECOMPRESSION_ERRORS, open_decompressed
+
+log = logging.getLogger(__name__)
+
+MAX_TEXT_CHARS = 1_000_000
+"""Longest text read or encoded in one piece (the tokenizer's limit per call, `bertkit.tokenizer.MAX_TEXT_CHARS`).
+Bounds time (~1 s on the Rust path, a few seconds in Python) and memory (offset tracking costs ~100 bytes per
+character); longer text raises."""
+
+
+def format_suffix(path: Path) -> str:
+    """The ending that names the file's format, in lower case, under a .gz or .zst one (train.jsonl.zst: .jsonl)."""
+    suffixes = [suffix.lower() for suffix in path.suffixes[-2:]]
+    if suffixes and suffixes[-1] in COMPRESSION_SUFFIXES:
+        suffixes.pop()
+    return suffixes[-1] if suffixes else ""
+
+
+def read_text(path: str | Path, flag: str | None = None) -> str:
+    """The whole file as a str (decompressed when its name ends in .gz or .zst), without a leading byte order
+    mark; `flag` (e.g. "--input") is named in error messages."""
+    path = Path(path)
+    label = f"{flag} {path}" if flag else str(path)
+    try:
+        if path.suffix in COMPRESSION_SUFFIXES:
+            with open_decompressed(path) as stream:  # decoded as read_text does below (newlines, BOM)
+                return io.TextIOWrapper(io.BytesIO(stream.read()), encoding="utf-8-sig").read()
+        return path.read_text(encoding="utf-8-sig")  # utf-8, a BOM at the start dropped
+    except DECOMPRESSION_ERRORS as exc:
+        raise BertkitError(f"{label}: corrupt {path.suffix[1:]} data ({exc}); fix or replace the file") from None
+    except FileNotFoundError:
+        raise BertkitError(f"{label}: file not found") from None
+    except IsADirectoryError:
+        raise BertkitError(f"{label}: is a directory; give a file") from None
+    except OSError as exc:
+        raise BertkitError(f"{label}: cannot be read ({exc.strerror})") from None
+    except UnicodeDecodeError as exc:
+        raise BertkitError(f"{label}: not valid UTF-8 (byte {exc.start}); convert the file to UTF-8") from None
+
+
+def text_lines(text: str) -> list[str]:
+    """The lines of a file's text, cut at line feeds only, each without the carriage return of a CRLF
+    ending (see the module docstring)."""
+    lines = [line.removesuffix("\r") for line in text.split("\n")]
+    return lines[:-1] if lines and not lines[-1] else lines
+
+
+def parse_json(text: str, location: str, expected: str) -> Any:
+    """`json.loads` with its failures (bad syntax, nesting deeper than Python's recursion limit, huge
+    integers) as one `BertkitError` naming `location` and what the file should hold (`expected`)."""
+    try:
+        return json.loads(text)
+    except RecursionError:
+        raise BertkitError(f"{location}: JSON nested too deeply to read; {expected}") from None
+    except ValueError as exc:  # json.JSONDecodeError, or an integer too long to convert
+        raise BertkitError(f"{location}: not valid JSON ({exc}); {expected}") from None
+
+
+def read_json_rows(path: Path) -> list[tuple[int, dict]]:
+    """(line, object) of a JSONL file, or of a JSON file holding one array of objects (`[{...}, ...]`, as
+    `json.dump` and pandas' `to_json(orient="records")` write them), told apart by the first character."""
+    text = read_text(path)
+    if text.lstrip().startswith("["):
+        return _json_array_rows(path, text)
+    rows = []
+    for number, line in enumerate(text_lines(text), start=1):
+        if not line.strip():
+            continue
+        row = parse_json(line, where(path, number), "JSONL needs one JSON object per line")
+        if not isinstance(row, dict):
+            raise BertkitError(f"{where(path, number)}: expected a JSON object, got {type(row).__name__}")
+        rows.append((number, row))
+    return rows
+
+
+def _json_array_rows(path: Path, text: str) -> list[tuple[int, dict]]:
+    """The objects of a JSON array, each with the line where it starts (read one element at a time, so an
+    error names the element's line)."""
+    decoder = json.JSONDecoder()
+    expected = "a JSON file needs one array of objects, [{...}, {...}], or one object per line (JSONL)"
+    rows: list[tuple[int, dict]] = []
+    index = text.index("[") + 1
+    while True:
+        index = _skip_space(text, index)
+        if text.startswith("]", index) and not rows:
+            break
+        number = text.count("\n", 0, index) + 1
+        try:
+            row, index = decoder.raw_decode(text, index)
+        except RecursionError:
+            raise BertkitError(f"{where(path, number)}: JSON nested too deeply to read; {expected}") from None
+        except ValueError as exc:
+            raise BertkitError(f"{where(path, number)}: not valid JSON ({exc}); {expected}") from None
+        if not isinstance(row, dict):
+            raise BertkitError(f"{where(path, number)}: expected a JSON object in the array, got {type(row).__name__}")
+        rows.append((number, row))
+        index = _skip_space(text, index)
+        if text.startswith(",", index):
+            index += 1
+        elif text.startswith("]", index):
+            break
+        else:
+            raise BertkitError(f"{where(path, text.count(chr(10), 0, index) + 1)}: expected ',' or ']' after the "
+                               f"array's element {len(rows)}; {expected}")
+    if _skip_space(text, index + 1) != len(text):
+        raise BertkitError(f"{where(path, text.count(chr(10), 0, index) + 1)}: text after the array's closing "
+                           f"']'; {expected}")
+    return rows
+
+
+def _skip_space(text: str, index: int) -> int:
+    while index < len(text) and text[index] in " \t\r\n":
+        index += 1
+    return index
+
+
+def check_length(text: str, location: str, what: str = "text") -> str:
+    """`text` unchanged, or a `BertkitError` naming `location` when it is longer than the tokenizer takes."""
+    if len(text) > MAX_TEXT_CHARS:
+        raise BertkitError(f"{location}: the {what} has {len(text):,} characters, over the {MAX_TEXT_CHARS:,} "
+                           "one text may have; split it into shorter examples")
+    return text
+
+
+def read_records(path: Path) -> list[tuple[int, list[str]]]:
+    """Non-blank records of a .tsv or .csv file (also .gz or .zst) as (line number where the record starts,
+    fields)."""
+    text = read_text(path)
+    if format_suffix(path) == ".tsv":
+        return [(number, line.split("\t")) for number, line in enumerate(text_lines(text), start=1)
+                if line.strip()]
+    return _csv_records(path, text)
+
+
+def _csv_records(path: Path, text: str) -> list[tuple[int, list[str]]]:
+    records: list[tuple[int, list[str]]] = []
+    multiline: list[int] = []
+    reader = csv.reader(io.StringIO(text, newline=""), strict=True)
+    previous_limit = csv.field_size_limit(MAX_TEXT_CHARS)  # the default, 128 KiB, is below a text's limit
+    start = 1
+    try:
+        for fields in reader:
+            if any(field.strip() for field in fields):
+                records.append((start, fields))
+                if reader.line_num > start:
+                    multiline.append(start)
+            start = reader.line_num + 1
+    except csv.Error as exc:
+        raise BertkitError(_csv_problem(path, start, reader.line_num, str(exc))) from None
+    finally:
+        csv.field_size_limit(previous_limit)
+    if multiline:
+        log.warning("%s: %d records hold line breaks inside quoted fields (the first starts at line %d); if "
+                    "that is not intended, a quote left open joined rows", path, len(multiline), multiline[0])
+    return records
+
+
+def _csv_problem(path: Path, start: int, end: int, error: str) -> str:
+    if "field larger than field limit" in error:
+        return (f"{where(path, end)}: a field over {MAX_TEXT_CHARS:,} characters, the most one text may have; "
+                "split it into shorter examples")
+    return (f"{where(path, start)}: malformed CSV quoting in the record starting here (read up to line {end}: "
+            f"{error}); a quoted field must end with a quote and double the quotes inside it (\"\"), or save "
+            "the file as tab-separated .tsv, which is read without quote processing")

@@ -1,0 +1,106 @@
+"""int8 dense layers on oneDNN's int8 matrix multiply: the kernel, torch only (so the probe in
+`bertkit.runtime.probe` and `bertkit.runtime.device`'s checks can use it; `bertkit.model.accelerate.Int8Linear` is the
+module `--precision int8` swaps into the encoder).
+
+The kernel is `torch.ops.onednn.qlinear_pointwise`, the one torch.compile's x86 int8 path emits, part of
+PyTorch itself; torch.ao's eager quantization and the quantized tensor dtypes are deprecated, so neither is
+used. How it quantizes:
+
+- weights (`pack`): int8, symmetric, one scale per output channel, packed once into oneDNN's layout;
+- activations (`quantize_rows`, at each call): one scale per row (token), symmetric around a zero point
+  shared by all rows, so the kernel's one zero point serves every row and each row's scale multiplies its
+  output afterwards. A scale per tensor lets BERT's outlier channels in one token coarsen every token: on
+  a fine-tuned MiniLM classifier it kept 92.7% of fp32's labels, per row 96.9% (docs/performance.md);
+- 7 or 8 bits (`activation_bits`, measured once): without VNNI the kernel adds u8 x s8 products in pairs
+  into int16, which 8-bit activations overflow;
+- output (`linear`): the row scales and the bias applied in fp32, then GELU or ReLU, or a residual added;
+  returned in the input's dtype.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+
+import torch
+
+MISSING = ("--precision int8 needs oneDNN's int8 kernels, which this PyTorch build or CPU lacks; "
+           "use --precision fp32 or bf16")
+
+
+@dataclass(frozen=True)
+class PackedWeight:
+    """A dense layer's weight in int8, packed for the kernel, with its per-channel scales and bias."""
+
+    weight: torch.Tensor
+    scale: torch.Tensor
+    zero_point: torch.Tensor
+    bias: torch.Tensor | None
+    in_features: int
+    out_features: int
+
+
+def pack(weight: torch.Tensor, bias: torch.Tensor | None) -> PackedWeight:
+    """(out, in) float weight -> int8, one symmetric scale per output channel, packed once."""
+    weight = weight.detach().float()
+    scale = (weight.abs().amax(dim=1) / 127).clamp(min=torch.finfo(torch.float32).tiny)
+    quantized = torch.round(weight / scale[:, None]).clamp(-127, 127).to(torch.int8)
+    return PackedWeight(torch.ops.onednn.qlinear_prepack(quantized, None), scale,
+                        torch.zeros(weight.shape[0], dtype=torch.int64),
+                        None if bias is None else bias.detach().float(), weight.shape[1], weight.shape[0])
+
+
+def linear(x: torch.Tensor, packed: PackedWeight, post_op: tuple[str, str] = ("none", ""),
+           residual: torch.Tensor | None = None) -> torch.Tensor:
+    """post_op(x W^T + b) [+ residual] in int8, x quantized here by rows; fp32 out, x's leading shape."""
+    zero_point = 2 ** (activation_bits() - 1)
+    q, scale = quantize_rows(x.float().reshape(-1, packed.in_features), zero_point)
+    y = torch.ops.onednn.qlinear_pointwise(q, 1.0, zero_point, packed.weight, packed.scale, packed.zero_point,
+                                           None, 1.0, 0, torch.float32, "none", [], "")
+    y = y.mul_(scale) if packed.bias is None else torch.addcmul(packed.bias, y, scale)
+    name, algorithm = post_op
+    if name == "gelu":
+        y = torch.ops.aten.gelu_(y, approximate=algorithm)
+    elif name == "relu":
+        y = y.relu_()
+    y = y.view(*x.shape[:-1], packed.out_features)
+    y = y if residual is None else y.add_(residual)
+    return y if x.dtype == torch.float32 else y.to(x.dtype)  # a bf16 module's next layer expects bf16
+
+
+def quantize_rows(x: torch.Tensor, zero_point: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(N, K) fp32 rows as unsigned integers zero_point +- (zero_point - 1), one scale per row: x ~ scale *
+    (q - zero_point). Plain tensor ops, chosen by measurement on (4096, 768): amax and amin apart (0.7 ms;
+    aminmax along a dim 5.2 ms), then q = x / scale + zero_point + 0.5 in one addcmul with a per-column
+    offset (1.1 ms; with a 0-d one 7 ms), truncated: rounded half up. No clamp: |x / scale| <= zero_point
+    - 1 by construction, so q stays within 1 .. 2 * zero_point - 1."""
+    high, low = x.amax(dim=-1, keepdim=True), x.amin(dim=-1, keepdim=True)
+    scale = torch.maximum(high, low.neg()).div_(zero_point - 1).clamp_(min=torch.finfo(torch.float32).tiny)
+    offset = torch.full((x.shape[-1],), zero_point + 0.5)
+    return torch.addcmul(offset, x, scale.reciprocal()).to(torch.uint8), scale
+
+
+@functools.cache
+def activation_bits() -> int:
+    """8 where the kernel sums u8 x s8 products exactly at full range, else 7: without VNNI (or AMX) it adds
+    them in pairs into int16, which 255 * 127 * 2 overflows. Measured once, on the worst case."""
+    weight = torch.ops.onednn.qlinear_prepack(torch.full((8, 64), 127, dtype=torch.int8), None)
+    ones, zeros = torch.ones(8), torch.zeros(8, dtype=torch.int64)
+    y = torch.ops.onednn.qlinear_pointwise(torch.full((4, 64), 255, dtype=torch.uint8), 1.0, 0, weight, ones, zeros,
+                                           None, 1.0, 0, torch.float32, "none", [], "")
+    return 8 if bool((y == 255 * 127 * 64).all()) else 7
+
+
+@functools.cache
+def works() -> bool:
+    """Whether this PyTorch build runs the kernel and gets the dequantized product's numbers: probed once
+    on a tiny layer, without drawing from the global RNG."""
+    try:
+        with torch.autocast("cpu", enabled=False), torch.no_grad():
+            generator = torch.Generator().manual_seed(0)
+            weight, x = torch.randn(8, 16, generator=generator), torch.randn(3, 16, generator=generator)
+            expected = x @ weight.T
+            got = linear(x, pack(weight, None))
+            return torch.allclose(got, expected, atol=0.1 * float(expected.abs().max()))
+    except (AttributeError, RuntimeError, NotImplementedError):
+        return False

@@ -1,0 +1,140 @@
+"""The settings of every run: one dataclass per thing a command configures, and the values they accept, by group.
+
+- `fields`: the `Settings` base (bounds, choices and a class's own rules checked when an object is made), the
+  settings several commands share (`TorchThreads`, `DeviceChoice`), flag names for messages.
+- `training`: `TrainConfig` (the loop's run description), `PretrainSettings`, `FinetuneSettings` (holding a
+  TrainConfig with fine-tuning's defaults, `finetune_training`), `GlueSettings`.
+- `tasks`: a fine-tuned task's own settings (saved in bertkit_task.json): `ClassificationSettings`,
+  `TaggingSettings`, `SquadSettings`, `MultipleChoiceSettings`, `LongDocumentSettings`; and `EmbeddingSettings`.
+- `data`: `InstanceSettings` (what changes pre-training data, recorded in the manifest) and
+  `PretrainingDataSettings` (`bertkit data pretraining`'s files and workers); `TokenizerTrainSettings`,
+  `TokenizerExtendSettings`, `TokenizerEncodeSettings`.
+- `inference`: `ExtractSettings`, `ExportSettings`, `PredictSettings`.
+- `serving`: `Limits`, `ServerSettings`, `ServeSettings`.
+
+(`bertkit quickstart`'s QuickstartSettings and Recipe live in bertkit.quickstart.config: their defaults come
+from bertkit.workflows.recipes.)
+
+Design decision: these dataclasses are the one source of each setting. The command line is generated from
+them (`bertkit.cli.options`: a field is a flag, its docstring the help, its `choices` metadata the accepted
+values, `min`/`max` its bounds), the library functions take them, and a settings object checks itself when it
+is made (`fields.Settings`). The choices are what the implementing modules check against (a test asserts that
+each implements exactly these). No module here imports torch, numpy or starlette, so every command's `--help`
+answers at once. This package re-exports every group's names: `from bertkit.settings import TrainConfig`.
+"""
+
+from bertkit.settings.data import (
+    DATA_RNGS,
+    MASKINGS,
+    PACKINGS,
+    InstanceSettings,
+    PretrainingDataSettings,
+    TokenizerEncodeSettings,
+    TokenizerExtendSettings,
+    TokenizerTrainSettings,
+)
+from bertkit.settings.fields import (
+    DEVICES,
+    INFERENCE_PRECISIONS,
+    PRECISIONS,
+    DeviceChoice,
+    Settings,
+    TorchThreads,
+    check_fields,
+    field_flag,
+    flag_of,
+)
+from bertkit.settings.inference import (
+    POOLINGS,
+    QUANTIZATIONS,
+    ExportSettings,
+    ExtractSettings,
+    PredictSettings,
+)
+from bertkit.settings.serving import (
+    LOG_LEVELS,
+    Limits,
+    ServerSettings,
+    ServeSettings,
+)
+from bertkit.settings.tasks import (
+    EMBEDDING_POOLINGS,
+    LONG_DOCUMENTS,
+    TAG_SCHEMES,
+    WINDOW_AGGREGATIONS,
+    ClassificationSettings,
+    EmbeddingSettings,
+    LongDocumentSettings,
+    MultipleChoiceSettings,
+    SquadSettings,
+    TaggingSettings,
+)
+from bertkit.settings.training import (
+    DEFAULT_GLOBAL_BATCH_SIZE,
+    FEATURE_COMBINES,
+    GLUE_LEARNING_RATES,
+    GLUE_SEEDS,
+    LR_SCHEDULES,
+    OPTIMIZERS,
+    RECIPES,
+    RESUME_EXACT_SETTINGS,
+    BatchSizes,
+    FinetuneSettings,
+    GlueSettings,
+    PretrainSettings,
+    TrainConfig,
+    finetune_training,
+)
+
+__all__ = [
+    "DATA_RNGS",
+    "DEFAULT_GLOBAL_BATCH_SIZE",
+    "DEVICES",
+    "EMBEDDING_POOLINGS",
+    "FEATURE_COMBINES",
+    "GLUE_LEARNING_RATES",
+    "GLUE_SEEDS",
+    "INFERENCE_PRECISIONS",
+    "LOG_LEVELS",
+    "LONG_DOCUMENTS",
+    "LR_SCHEDULES",
+    "MASKINGS",
+    "OPTIMIZERS",
+    "PACKINGS",
+    "POOLINGS",
+    "PRECISIONS",
+    "QUANTIZATIONS",
+    "RECIPES",
+    "RESUME_EXACT_SETTINGS",
+    "TAG_SCHEMES",
+    "WINDOW_AGGREGATIONS",
+    "BatchSizes",
+    "ClassificationSettings",
+    "DeviceChoice",
+    "EmbeddingSettings",
+    "ExportSettings",
+    "ExtractSettings",
+    "FinetuneSettings",
+    "GlueSettings",
+    "InstanceSettings",
+    "Limits",
+    "LongDocumentSettings",
+    "MultipleChoiceSettings",
+    "PredictSettings",
+    "PretrainSettings",
+    "PretrainingDataSettings",
+    "ServeSettings",
+    "ServerSettings",
+    "Settings",
+    "SquadSettings",
+    "TaggingSettings",
+    "TokenizerEncodeSettings",
+    "TokenizerExtendSettings",
+    "TokenizerTrainSettings",
+    "TorchThreads",
+    "TrainConfig",
+    "check_fields",
+    "field_flag",
+    "finetune_training",
+    "flag_of",
+]

@@ -1,0 +1,221 @@
+"""What a training checkpoint holds and the rules for continuing one: the loop's state bundle (`Checkpointed`),
+writing it (`save_checkpoint`), and restoring it (`restore`) under the resume rules.
+
+Exact resume means the restored state is *all* the state: weights, optimizer moments, grad-scaler scale, every
+RNG (python, numpy, torch CPU and CUDA, per rank) and the data position (epoch + samples consumed; see
+`batches.py`); a resumed run then produces bit-identical losses on CPU. The learning rate is not state: it is
+computed from the step and the run's settings before every step (`optim.LearningRateSchedule`).
+
+Resume rules (docs/pretraining.md, "Resuming, extending, branching"): the settings saved in the checkpoint are
+compared with the new ones; a change that breaks exactness (a setting in RESUME_EXACT_SETTINGS: seed, data
+order, global batch, and the caller's `identity`: data, model) is refused unless `--allow-change` names it;
+every other change (learning rate, budget, cadence, precision, how the global batch is split) is applied from
+the next step and listed in the log and in metrics.jsonl (a "resume" record). Resuming from a checkpoint older
+than the newest moves the newer ones aside (`checkpoint.move_newer_aside`), so later saves and `--resume auto`
+follow the new branch.
+
+Design decision: one bundle (torchtitan's `Stateful` idea) names everything a checkpoint holds, so writing and
+restoring cannot drift apart; the loop only says when.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from bertkit.errors import BertkitError
+from bertkit.runtime.device import seed_everything
+from bertkit.settings import RESUME_EXACT_SETTINGS, TrainConfig
+from bertkit.train import checkpoint as ckpt
+from bertkit.train.batches import EpochBatches
+from bertkit.train.distributed import DistributedContext, all_gather_objects, barrier
+from bertkit.train.optim import LearningRateSchedule, apply_hyperparameters
+
+logger = logging.getLogger(__name__)
+
+UNCOMPARED = ("allow_change",)
+"""TrainConfig settings a resumed run never reports as changed (how to resume, not what the run is)."""
+
+
+@dataclass
+class Resume:
+    """Where a run starts: a fresh run, or the continuation of a checkpoint in its run directory."""
+
+    checkpoint: str | Path | None = None
+    """None (start at step 0; a directory with checkpoints is refused), 'auto' (the newest valid checkpoint in
+    OUTPUT/checkpoints, if any) or a checkpoint directory."""
+    overwrite: bool = False
+    """Delete earlier checkpoints and start at step 0 (`checkpoint.resolve_resume`)."""
+    identity: dict[str, Any] = dataclasses.field(default_factory=dict)
+    """JSON values a resumed run must share with its checkpoint beyond TrainConfig (e.g. the data's and the
+    model's fingerprints); each name is refused on change unless --allow-change names it."""
+
+    @classmethod
+    def of(cls, request: Resume | str | Path | None) -> Resume:
+        """`request` as a Resume: a checkpoint given alone ('auto' or a directory) is one."""
+        return request if isinstance(request, Resume) else cls(request)
+
+
+@dataclass
+class Counters:
+    """The loop's own counters; saved in trainer_state.json."""
+
+    step: int = 0
+    elapsed_s: float = 0.0
+    consecutive_nonfinite: int = 0
+    skipped_steps: int = 0
+    best: dict[str, Any] | None = None
+    last_eval_step: int = -1
+    evals_since_best: int = 0
+
+
+@dataclass
+class Checkpointed:
+    """Everything a checkpoint holds, in one place."""
+
+    model: nn.Module
+    """The plain model (never its DDP wrapper: the checkpoint's names are the model's own)."""
+    optimizer: torch.optim.Optimizer
+    schedule: LearningRateSchedule
+    scaler: torch.amp.GradScaler | None
+    batches: EpochBatches
+    counters: Counters
+    save_weights: Callable[[nn.Module, Path], object]  # return values are ignored (load_model returns
+    load_weights: Callable[[nn.Module, Path], object]  # the missing and unexpected keys)
+    identity: dict[str, Any]
+
+
+def save_checkpoint(parts: Checkpointed, root: Path, config: TrainConfig, ctx: DistributedContext) -> Path | None:
+    """Write checkpoint step-NNNNNNNN (rank 0, with every rank's RNG state); prune to keep_last."""
+    if parts.counters.consecutive_nonfinite:
+        logger.warning("step %d is in a run of non-finite steps; no checkpoint is written from it",
+                       parts.counters.step)
+        return None
+    rng_states = all_gather_objects(ckpt.capture_rng_state(), ctx)
+    target = root / ckpt.checkpoint_name(parts.counters.step)
+    written = None
+    if ctx.is_main and ckpt.verify_checkpoint(target) is not None:
+        for name, tensor in parts.model.state_dict().items():
+            if tensor.is_floating_point() and not torch.isfinite(tensor).all():
+                raise BertkitError(f"parameter {name} is not finite at step {parts.counters.step}; refusing to "
+                                   "save a poisoned checkpoint; resume from the last one with a lower "
+                                   "--learning-rate")
+        written = ckpt.save_atomically(root, target.name, lambda d: _write(parts, d, rng_states, config),
+                                       meta={"step": parts.counters.step})
+        ckpt.prune_checkpoints(root, config.keep_last)
+    barrier(ctx)
+    return written or (target if ctx.is_main else None)
+
+
+def _write(parts: Checkpointed, directory: Path, rng_states: list[dict], config: TrainConfig) -> None:
+    parts.save_weights(parts.model, directory)
+    ckpt.save_optimizer(parts.optimizer, directory)
+    ckpt.write_json(directory / "rng.json", {"ranks": rng_states})
+    ckpt.write_json(directory / "trainer_state.json", {
+        "state": dataclasses.asdict(parts.counters),
+        # For the resume log only: the learning rate is recomputed from the settings, never restored.
+        "schedule": {"lr_last_step": parts.schedule(parts.counters.step - 1) if parts.counters.step else 0.0},
+        "identity": parts.identity,
+        "scaler": parts.scaler.state_dict() if parts.scaler is not None else None,
+        "data": parts.batches.position(),
+        "world_size": len(rng_states),
+        "config": dataclasses.asdict(config),
+    })
+
+
+def restore(parts: Checkpointed, request: Resume, root: Path, config: TrainConfig, ctx: DistributedContext
+            ) -> tuple[Path | None, dict[str, Any] | None]:
+    """Restore every part from the chosen checkpoint (rank 0 picks it, all ranks load it); returns it and the
+    metrics.jsonl record of the resume (None when starting at step 0)."""
+    chosen = ckpt.choose_checkpoint(request.checkpoint, request.overwrite, root, ctx)
+    if chosen is None:
+        return None, None
+    with ckpt.restoring(chosen):
+        trainer = ckpt.read_trainer_state(chosen)
+        changes = compare_settings(chosen, trainer, config, parts)
+        parts.load_weights(parts.model, chosen)
+        ckpt.load_optimizer(parts.optimizer, chosen)
+        apply_hyperparameters(parts.optimizer, parts.model, config.weight_decay, config.betas, config.adam_epsilon)
+        if parts.scaler is not None and trainer["scaler"] is not None:
+            parts.scaler.load_state_dict(trainer["scaler"])
+        parts.batches.restore(trainer["data"])
+        _restore_rng(ckpt.read_rng_states(chosen), config, trainer["state"]["step"], ctx)
+    if ctx.is_main:  # only now: a refused resume (above) leaves the run directory as it was
+        ckpt.move_newer_aside(chosen, root)
+    barrier(ctx)
+    saved = trainer["state"]
+    parts.counters.__dict__.update({k: v for k, v in saved.items() if k in parts.counters.__dict__})
+    step = parts.counters.step
+    lr_before = (trainer.get("schedule") or {}).get("lr_last_step")
+    lr_now = parts.schedule(step)
+    if ctx.is_main:
+        logger.info("resumed from %s at step %d%s", chosen, step, _describe_changes(changes, lr_before, lr_now))
+    return chosen, {"kind": "resume", "step": step, "checkpoint": str(chosen), "lr_last_step": lr_before,
+                    "lr": lr_now, "changed": {name: [old, new] for name, (old, new) in changes.items()}}
+
+
+# Older checkpoints saved some settings under another name; compared under today's.
+_RENAMED = {"eps": "adam_epsilon"}
+
+
+def compare_settings(chosen: Path, trainer: dict[str, Any], config: TrainConfig, parts: Checkpointed
+                     ) -> dict[str, tuple[Any, Any]]:
+    """{setting: (checkpoint's value, this run's)} of every setting that differs; a BertkitError for the first
+    one that breaks exactness and --allow-change does not name. Checkpoints of older versions lack some
+    entries: what was not saved is not compared."""
+    saved = {_RENAMED.get(name, name): value for name, value in _section(trainer, "config").items()}
+    now = json.loads(json.dumps(dataclasses.asdict(config)))  # tuples as lists, as saved
+    changes = {name: (saved[name], now[name]) for name in now
+               if name in saved and name not in UNCOMPARED and saved[name] != now[name]}
+    old_global = trainer["data"]["global_batch_size"]
+    if old_global != parts.batches.global_batch_size:
+        changes["global_batch_size"] = (old_global, parts.batches.global_batch_size)
+    elif "global_batch_size" in changes:  # spelled differently, the same batch
+        del changes["global_batch_size"]
+    saved_identity = _section(trainer, "identity")
+    changes |= {name: (saved_identity[name], value) for name, value in parts.identity.items()
+                if name in saved_identity and saved_identity[name] != value}
+    for name, (old, new) in changes.items():
+        exact = name in RESUME_EXACT_SETTINGS or name in parts.identity
+        if exact and name not in config.allow_change:
+            raise BertkitError(
+                f"--resume {chosen}: {name} was {_short(old)} in the run being resumed and is {_short(new)} now; "
+                f"a resumed run with another {name} is no longer exact. Resume with the run's own {name}, "
+                f"continue anyway with --allow-change {name}, or start a new run in another --output directory")
+    return changes
+
+
+def _section(trainer: dict[str, Any], name: str) -> dict[str, Any]:
+    section = trainer.get(name)
+    return section if isinstance(section, dict) else {}
+
+
+def _short(value: Any, limit: int = 80) -> str:
+    text = json.dumps(value) if not isinstance(value, str) else repr(value)
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
+def _describe_changes(changes: dict[str, tuple[Any, Any]], lr_before: float | None, lr_now: float) -> str:
+    if not changes:
+        return ""
+    listed = ", ".join(f"{name} {_short(old, 40)} -> {_short(new, 40)}" for name, (old, new) in changes.items())
+    lr = f"{lr_before:.3g} at the last step, {lr_now:.3g} now" if lr_before is not None else f"{lr_now:.3g} now"
+    return f"; settings changed since the checkpoint, applied from this step: {listed} (learning rate {lr})"
+
+
+def _restore_rng(rank_states: list[dict], config: TrainConfig, step: int, ctx: DistributedContext) -> None:
+    if len(rank_states) != ctx.world_size:
+        logger.warning("checkpoint saved by %d processes, resuming with %d: RNG streams (dropout) of "
+                       "ranks without a saved state are reseeded", len(rank_states), ctx.world_size)
+    if ctx.rank < len(rank_states):
+        ckpt.restore_rng_state(rank_states[ctx.rank])
+    else:
+        seed_everything(config.seed + ctx.rank + 1_000_003 * step)

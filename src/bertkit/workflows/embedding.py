@@ -1,0 +1,234 @@
+"""Training sentence embeddings (`bertkit finetune embedding`): the encoder of `bertkit.tasks.embedding` trained
+on (anchor, positive[, negative]) pairs once per seed, scored by retrieval before training and at every
+evaluation, the best kept as a sentence-transformers directory.
+
+    run_embedding_training(train_path, dev_paths, settings, embedding) -> results   files in, OUTPUT/best out
+    save_sentence_transformers(model, tokenizer, max_seq_length, directory)
+
+Design decision: one run per seed through the same pieces as the other fine-tuning tasks (`fit_seed` with
+`seed_training`'s TrainConfig, the learning-rate rule and the run bookkeeping of `workflows.run_output`:
+--seeds, --resume auto, early stopping, best seed kept as OUTPUT/best). OUTPUT/best is a plain Hugging Face
+BERT checkpoint (`BertModel`, vocab.txt) with the sentence-transformers module files beside it
+(`bertkit.interop.sentence_transformers`), so `SentenceTransformer(dir)`, `bertkit extract` and `bertkit serve`
+compute the same vectors, which are the vectors trained here. In-batch negatives come from one micro-batch on
+one process, so a micro-batch of one pair is refused; training runs in one process.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import shutil
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, cast
+
+import torch
+from torch import nn
+
+from bertkit.config import PRESETS, check_model_directory, preset
+from bertkit.data.pairs import PairExample, read_pairs
+from bertkit.errors import BertkitError
+from bertkit.interop.sentence_transformers import write_module_files
+from bertkit.io.atomic import replace_directory
+from bertkit.model import BertModel, accelerate_for_inference, compile_model, enable_gradient_checkpointing
+from bertkit.runtime.device import peak_memory, seed_everything
+from bertkit.settings import EmbeddingSettings, FinetuneSettings
+from bertkit.tasks.embedding import (
+    METRIC_NAMES,
+    DevPairs,
+    SentenceEncoder,
+    evaluate_retrieval,
+    pair_features,
+    pair_loss,
+)
+from bertkit.tasks.task import warn_skipped
+from bertkit.tokenizer import WordPieceTokenizer
+from bertkit.train import Hooks
+from bertkit.train.distributed import DistributedContext, setup_distributed, teardown_distributed
+from bertkit.workflows.finetune import (
+    fit_seed,
+    load_tokenizer,
+    resolve_learning_rate,
+    run_settings,
+    seed_training,
+    step_shape,
+    training_data,
+)
+from bertkit.workflows.predict import RESULTS_FILE, write_results
+from bertkit.workflows.prepare import prepare_training
+from bertkit.workflows.run_output import finished_seed, keep_best_seed, mark_seed_done, prepare_output, seed_summary
+
+log = logging.getLogger(__name__)
+
+
+# --- the sentence-transformers directory ----------------------------------------------------------------
+
+def save_sentence_transformers(model: SentenceEncoder, tokenizer: WordPieceTokenizer, max_seq_length: int,
+                               directory: Path) -> None:
+    """Write `directory` (replacing an older one only once complete): the encoder as a Hugging Face BertModel
+    checkpoint with its vocabulary, and the sentence-transformers module files beside it
+    (`bertkit.interop.sentence_transformers.write_module_files`)."""
+    staging = directory.with_name(f".{directory.name}.{os.getpid()}.tmp")
+    shutil.rmtree(staging, ignore_errors=True)
+    model.bert.save_pretrained(staging, tokenizer=tokenizer)
+    write_module_files(staging, model.bert.config.hidden_size, model.pooling, model.normalize, max_seq_length,
+                       torch.__version__)
+    replace_directory(staging, directory)
+
+
+# --- the run ------------------------------------------------------------------------------------------------
+
+def build_encoder(settings: FinetuneSettings, embedding: EmbeddingSettings, tokenizer: WordPieceTokenizer
+                  ) -> SentenceEncoder:
+    """The encoder to train: a preset (random initialisation) or a checkpoint's BERT, with --dropout."""
+    dropout = {"hidden_dropout_prob": settings.dropout, "attention_probs_dropout_prob": settings.dropout}
+    if settings.model in PRESETS:
+        bert = BertModel(preset(settings.model, vocab_size=tokenizer.vocab_size, **dropout))
+    else:
+        bert = BertModel.from_pretrained(check_model_directory(settings.model, presets=True), **dropout)
+    if embedding.max_seq_length > bert.config.max_position_embeddings:
+        raise BertkitError(f"--max-seq-length {embedding.max_seq_length} exceeds the model's max_position_embeddings "
+                           f"({bert.config.max_position_embeddings}); lower it")
+    model = SentenceEncoder(bert, embedding.pooling, embedding.normalize)
+    if settings.train.compile:
+        compile_model(model)
+    if settings.train.gradient_checkpointing:
+        enable_gradient_checkpointing(model)
+    return model
+
+
+def check_settings(settings: FinetuneSettings, train: Sequence[PairExample]) -> None:
+    """Refuse what cannot train a sentence encoder: no in-batch negatives, or a head-only setting."""
+    if settings.freeze_encoder or settings.feature_layers:
+        flag = "--freeze-encoder" if settings.freeze_encoder else "--feature-layers"
+        raise BertkitError(f"{flag} trains a task head on a frozen encoder; a sentence encoder has no head, so the "
+                           "encoder itself must train: leave it out")
+    _, micro, _ = settings.train.batch_plan(1)
+    if micro < 2:
+        batch = settings.train
+        given = next((f"--{n.replace('_', '-')} {getattr(batch, n)}" for n in ("batch_size", "micro_batch_size",
+                     "global_batch_size") if getattr(batch, n) is not None), "the batch flags")
+        raise BertkitError(f"{given} gives micro-batches of 1 pair: the loss takes the other pairs of a micro-batch "
+                           "as negatives, so it needs at least 2 (32 or more is usual); raise it")
+    if len(train) < 2:
+        raise BertkitError(f"{train[0].guid.rpartition(':')[0]}: 1 pair; in-batch negatives need at least 2")
+
+
+class EmbeddingRun:
+    """One seed's evaluation hook and best-evaluation saving (the loop tracks the best and early stopping)."""
+
+    def __init__(self, tokenizer: WordPieceTokenizer, dev_sets: list[DevPairs], embedding: EmbeddingSettings,
+                 eval_batch_size: int, directory: Path, device: torch.device) -> None:
+        self.tokenizer, self.dev_sets, self.embedding = tokenizer, dev_sets, embedding
+        self.eval_batch_size, self.directory, self.device = eval_batch_size, directory, device
+
+    def hooks(self) -> Hooks:
+        return Hooks(evaluate=self.evaluate, on_best=self.on_best)
+
+    def evaluate(self, model: nn.Module) -> dict[str, float]:
+        fast = accelerate_for_inference(model)  # a copy with this machine's inference kernels, fp32
+        return evaluate_retrieval(fast, self.tokenizer, self.dev_sets, self.embedding, self.eval_batch_size,
+                                  self.device)
+
+    def on_best(self, model: nn.Module, step: int, metrics: dict[str, float]) -> None:
+        save_sentence_transformers(cast(SentenceEncoder, model), self.tokenizer, self.embedding.max_seq_length,
+                                   self.directory / "best")
+        write_results(self.directory / RESULTS_FILE, {**metrics, "step": step})
+
+
+def _train_seed(settings: FinetuneSettings, embedding: EmbeddingSettings, tokenizer: WordPieceTokenizer,
+                features: list[dict[str, Any]], dev_sets: list[DevPairs], seed: int,
+                ctx: DistributedContext) -> dict[str, float]:
+    """Train one seed (continuing its checkpoint when resuming); its best dev metrics with their step, and the
+    metrics of the model before training (before_*)."""
+    directory = settings.output / f"seed-{seed}"
+    resuming = settings.resume and any((directory / "checkpoints").glob("step-*"))
+    if not resuming:
+        shutil.rmtree(directory, ignore_errors=True)  # a partial seed without a checkpoint starts fresh
+    directory.mkdir(parents=True, exist_ok=True)
+    seed_everything(seed)
+    model, train = prepare_training(build_encoder(settings, embedding, tokenizer),
+                                    seed_training(settings, seed, METRIC_NAMES[0]), ctx,
+                                    *step_shape(settings, features, ctx))
+    run = EmbeddingRun(tokenizer, dev_sets, embedding, settings.eval_batch_size, directory, ctx.device)
+    before = run.evaluate(model)
+    log.info("seed %d: before training %s; precision %s%s", seed, _shown(before), train.precision,
+             ", resuming" if resuming else "")
+    start = time.perf_counter()
+    best = fit_seed(model, pair_loss(embedding.scale), training_data(features, tokenizer, settings.group_by_length),
+                    train, run, ctx, resuming, f"embedding training seed {seed}")
+    return {**best, "train_seconds": time.perf_counter() - start,
+            **{f"before_{k}": v for k, v in before.items()}}
+
+
+def _shown(metrics: dict[str, float]) -> str:
+    return ", ".join(f"{k} {v:.4f}" for k, v in metrics.items())
+
+
+def _read(path: str | Path, embedding: EmbeddingSettings, negatives: bool, report: dict[str, Any],
+          key: str) -> list[PairExample]:
+    pairs, skipped = read_pairs(path, embedding.anchor_column, embedding.positive_column,
+                                embedding.negative_column if negatives else None, embedding.header)
+    report[f"skipped_{key}"] = len(skipped)
+    warn_skipped(path, pairs, skipped)
+    return pairs
+
+
+def run_embedding_training(train_path: str | Path, dev_paths: Sequence[str | Path], settings: FinetuneSettings,
+                           embedding: EmbeddingSettings) -> dict[str, Any]:
+    """Read the files, train once per seed, keep the best seed's best evaluation as OUTPUT/best (a
+    sentence-transformers directory) and return eval_results.json's content (also written)."""
+    if not dev_paths:
+        raise BertkitError("no --dev file: training evaluates retrieval on it and keeps the best model")
+    tokenizer = load_tokenizer(settings)
+    report: dict[str, Any] = {}
+    train = _read(train_path, embedding, True, report, "train")
+    check_settings(settings, train)
+    dev_sets: list[DevPairs] = []
+    for index, path in enumerate(dev_paths):
+        name = "" if index == 0 else Path(path).stem
+        if name and any(name == other.name for other in dev_sets):
+            name = f"{name}{index}"
+        pairs = _read(path, embedding, False, report, f"dev{'_' + name if name else ''}")  # dev negatives: unused
+        dev_sets.append(DevPairs.of(name, pairs))
+    report.update(train_pairs=len(train), dev_pairs=len(dev_sets[0].anchors),
+                  dev_candidates=len(dev_sets[0].candidates))
+    ctx = setup_distributed(settings.train.device)
+    try:
+        if ctx.world_size > 1:
+            raise BertkitError(f"embedding training runs in one process (in-batch negatives come from one "
+                               f"micro-batch); run it without torchrun (WORLD_SIZE is {ctx.world_size})")
+        return _train_seeds(settings, embedding, tokenizer, train, dev_sets, report, ctx)
+    finally:
+        teardown_distributed()
+
+
+def _train_seeds(settings: FinetuneSettings, embedding: EmbeddingSettings, tokenizer: WordPieceTokenizer,
+                 train: list[PairExample], dev_sets: list[DevPairs], report: dict[str, Any],
+                 ctx: DistributedContext) -> dict[str, Any]:
+    prepare_output(settings.output, settings.resume, settings.overwrite,
+                   {**run_settings(settings), **dataclasses.asdict(embedding)})
+    rate = resolve_learning_rate(settings)
+    settings = dataclasses.replace(settings, train=dataclasses.replace(settings.train, learning_rate=rate))
+    features, report["truncated_train_texts"] = pair_features(train, tokenizer, embedding.max_seq_length)
+    report.update(learning_rate=rate, **dataclasses.asdict(embedding))
+    main = METRIC_NAMES[0]
+    per_seed: dict[int, dict[str, float]] = {}
+    for seed in settings.seeds:
+        seed_dir = settings.output / f"seed-{seed}"
+        finished = finished_seed(seed_dir) if settings.resume else None
+        if finished is None:
+            finished = _train_seed(settings, embedding, tokenizer, features, dev_sets, seed, ctx)
+            mark_seed_done(seed_dir, finished)
+        log.info("seed %d: best %s = %.4f", seed, main, finished[main])
+        per_seed[seed] = finished
+        shutil.rmtree(seed_dir / "checkpoints", ignore_errors=True)
+        keep_best_seed(settings.output, per_seed, seed, main)
+    best_seed = max(per_seed, key=lambda s: per_seed[s][main])
+    results = {**per_seed[best_seed], "best_seed": best_seed, "seeds": {str(s): m for s, m in per_seed.items()},
+               "summary": seed_summary(per_seed, METRIC_NAMES), "peak_memory": peak_memory(ctx.device), **report}
+    write_results(settings.output / RESULTS_FILE, results)
+    return results

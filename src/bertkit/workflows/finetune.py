@@ -1,0 +1,376 @@
+"""Fine-tuning: one run per seed through `bertkit.train.loop.fit`, evaluated on dev every epoch, the best
+evaluation of the best seed kept as OUTPUT/best, and the run's eval_results.json.
+
+    run_finetuning(kind, train_path, dev_paths, settings, task_settings) -> results   files in, OUTPUT/best out
+    finetune(task, settings, tokenizer, train_examples, dev_sets, report) -> results
+    build_model(task, settings, tokenizer, max_seq_length) -> model          the task model (or feature-based)
+    fit_seed(model, loss, data, train, run, ctx, resuming, what) -> best     one seed's `fit` (embedding's too)
+
+The task (`bertkit.tasks.task.Task`, made by `bertkit.tasks.kinds.build_task`) supplies everything
+task-specific; evaluation is `bertkit.workflows.predict.predict_features`, the fine-tuned directory format
+`bertkit.tasks.finetuned`, the run's OUTPUT bookkeeping `bertkit.workflows.run_output`, batches
+`bertkit.inference.batching`, the feature-based model `bertkit.model.feature_based`, the model made ready to
+train `bertkit.workflows.prepare`.
+
+Design decision: one fine-tuning run per seed, each evaluated on dev at the end of every epoch (or every
+`eval_every` steps) and checkpointed at each evaluation: the seed's TrainConfig is the run's
+(`FinetuneSettings.train`) with what fine-tuning derives from it (`seed_training`: the seed, evaluation every
+epoch, checkpoints at evaluations, the dev metric to keep the best of);
+the loop tracks the best evaluation and stops early (`TrainConfig.best_metric`, `early_stopping_patience`),
+and only the best evaluation of the best seed is kept as `OUTPUT/best` (a
+directory that `predict`, `evaluate` and the server load with nothing else). A seed keeps the loop's
+resumable checkpoints in `OUTPUT/seed-N/checkpoints` until it finishes, so an interrupted run continues
+with `resume="auto"` exactly where it stopped (bit-identical losses on CPU); a finished seed is marked by
+`seed-N/seed_results.json` and is never trained again, and its checkpoints are then deleted, since a
+fine-tuning run's result is its best evaluation.
+
+The feature-based approach (paper section 5.3): `freeze_encoder` trains only the head; with
+`feature_layers` the head reads a combination (concat, sum or mean) of the chosen layers' hidden states
+of the frozen encoder instead of the last layer (`bertkit.model.feature_based`).
+
+References: Devlin et al. (2018), sections 4 and 5.3 and appendix A.3 (lr 5e-5/3e-5/2e-5, batch 32,
+3 epochs, warmup 10%, dropout 0.1, best of several restarts on dev).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import json
+import logging
+import math
+import shutil
+import signal
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, cast
+
+import torch
+from torch import nn
+from torch.utils.data import Dataset
+
+from bertkit.config import PRESETS, BertConfig, check_model_directory, preset
+from bertkit.errors import BertkitError, Interrupted
+from bertkit.inference.batching import feature_length, pad_batch
+from bertkit.io.jsonfile import read_json_object
+from bertkit.model import accelerate_for_inference, compile_model, enable_gradient_checkpointing
+from bertkit.model.feature_based import FeatureBasedModel
+from bertkit.runtime.device import peak_memory, seed_everything
+from bertkit.settings import FinetuneSettings, TrainConfig
+from bertkit.tasks.finetuned import feature_based_model, save_finetuned
+from bertkit.tasks.kinds import build_task
+from bertkit.tasks.task import Task, warn_skipped
+from bertkit.tokenizer import WordPieceTokenizer, check_model_vocabulary
+from bertkit.train import FitResult, Hooks, TrainingData, fit
+from bertkit.train.distributed import DistributedContext, barrier, setup_distributed, teardown_distributed
+from bertkit.workflows.predict import RESULTS_FILE, predict_features, write_results
+from bertkit.workflows.prepare import prepare_training
+from bertkit.workflows.recipes import PRETRAINING_FILE, finetune_learning_rate
+from bertkit.workflows.run_output import finished_seed, keep_best_seed, mark_seed_done, prepare_output, seed_summary
+
+log = logging.getLogger(__name__)
+
+# --- the model -------------------------------------------------------------------------------------
+
+def load_tokenizer(settings: FinetuneSettings) -> WordPieceTokenizer:
+    """The run's vocabulary, checked against the model before any data is read: --model first (a directory
+    with config.json, or a preset), then the vocabulary (`check_model_vocabulary`: what serve refuses is
+    refused here, not after training)."""
+    if settings.model in PRESETS:
+        if settings.tokenizer is None:
+            raise BertkitError(f"--model {settings.model} is a preset (random initialisation); give --tokenizer DIR "
+                               "with the vocab.txt to use")
+        return WordPieceTokenizer.from_pretrained(settings.tokenizer)
+    model_dir = check_model_directory(settings.model, presets=True)
+    tokenizer = WordPieceTokenizer.from_pretrained(settings.tokenizer or model_dir)
+    vocab_size = BertConfig.from_json_file(model_dir / "config.json").vocab_size
+    check_model_vocabulary(tokenizer, vocab_size, model_dir, settings.tokenizer)
+    return tokenizer
+
+
+def build_model(task: Task, settings: FinetuneSettings, tokenizer: WordPieceTokenizer, max_seq_length: int
+                ) -> nn.Module:
+    """A fresh task model (preset) or one loaded from a checkpoint, with the task's head and dropout, compiled
+    or checkpointing its layers as the run asks."""
+    overrides = {**task.config_overrides(), "hidden_dropout_prob": settings.dropout,
+                 "attention_probs_dropout_prob": settings.dropout}
+    if settings.model in PRESETS:
+        model = task.model_class(preset(settings.model, vocab_size=tokenizer.vocab_size, **overrides))
+    else:
+        model = task.model_class.from_pretrained(check_model_directory(settings.model, presets=True), **overrides)
+        check_model_vocabulary(tokenizer, model.config.vocab_size, settings.model, settings.tokenizer)
+    config = model.config
+    if max_seq_length > config.max_position_embeddings:
+        raise BertkitError(f"--max-seq-length {max_seq_length} exceeds the model's max_position_embeddings "
+                           f"({config.max_position_embeddings}); lower it")
+    if settings.train.compile:
+        compile_model(model)
+    if settings.train.gradient_checkpointing:
+        enable_gradient_checkpointing(model)
+    if settings.feature_layers:
+        return feature_based_model(task, model.bert, settings.feature_layers, settings.feature_combine,
+                                   settings.dropout)
+    if settings.freeze_encoder:
+        for parameter in model.bert.parameters():
+            parameter.requires_grad_(False)
+    return model
+
+
+# --- training ----------------------------------------------------------------------------------------
+
+@dataclass
+class DevSet:
+    name: str
+    """'' for the first --dev file, else the file's stem (prefix of its metrics and predictions)."""
+    examples: Sequence[Any]
+    features: list[dict[str, Any]]
+
+
+class SeedRun:
+    """One seed's evaluation hook and best-evaluation saving (the loop tracks the best and early stopping).
+    Under torchrun every process scores its share of the dev set (gathered); rank 0 alone writes.
+
+    The first dev set selects the best evaluation; the others are scored only when it improves, since
+    what is reported for them is their score at the selected evaluation (and scoring them every time
+    doubled the quickstart's evaluation cost)."""
+
+    def __init__(self, task: Task, tokenizer: WordPieceTokenizer, dev_sets: list[DevSet], eval_batch_size: int,
+                 directory: Path, ctx: DistributedContext) -> None:
+        self.task, self.tokenizer, self.dev_sets, self.eval_batch_size = task, tokenizer, dev_sets, eval_batch_size
+        self.directory, self.ctx = directory, ctx
+        self.latest: list[tuple[DevSet, Any]] = []
+        self.best_main: float | None = None  # of the evaluations of this process (a resumed run starts again)
+
+    def hooks(self) -> Hooks:
+        return Hooks(evaluate=self.evaluate, on_best=self.on_best)
+
+    def evaluate(self, model: nn.Module) -> dict[str, float]:
+        self.latest = []
+        first, *others = self.dev_sets
+        model = accelerate_for_inference(model)  # fp32: predict_features turns autocast off
+        metrics = self._score(model, first)
+        if others and self._improved(metrics[self.task.metric_names[0]]):
+            for dev in others:
+                metrics.update(self._score(model, dev))
+        return metrics
+
+    def _score(self, model: nn.Module, dev: DevSet) -> dict[str, float]:
+        decoded = predict_features(model, self.task, dev.examples, dev.features, self.tokenizer.pad_token_id,
+                                   self.eval_batch_size, self.ctx.device, self.ctx)
+        if not dev.name:  # settings chosen on the (first) dev set, e.g. SQuAD v2.0's null threshold
+            decoded = self.task.select_on_dev(dev.examples, decoded)
+        self.latest.append((dev, decoded))
+        scores = self.task.score(dev.examples, decoded)
+        return {(f"{dev.name}_{k}" if dev.name else k): float(v) for k, v in scores.items()}
+
+    def _improved(self, value: float) -> bool:
+        """Whether the first dev set's main metric beats every earlier evaluation (as the loop will judge)."""
+        if not math.isfinite(value) or (self.best_main is not None and not value > self.best_main):
+            return False
+        self.best_main = value
+        return True
+
+    def on_best(self, model: nn.Module, step: int, metrics: dict[str, float]) -> None:
+        save_finetuned(model, self.task, self.tokenizer, self.directory / "best")
+        for dev, decoded in self.latest:
+            self.task.write_predictions(dev.examples, decoded, self.directory, f"{dev.name}_" if dev.name else "")
+        write_results(self.directory / RESULTS_FILE, {**metrics, "step": step})
+
+
+def resolve_learning_rate(settings: FinetuneSettings, log_choice: bool = True) -> float:
+    """The run's peak learning rate: the given one, or the rule's for this model (logged with why)."""
+    if settings.train.learning_rate is not None:
+        return settings.train.learning_rate
+    if settings.model in PRESETS:
+        hidden_size, pretraining = preset(settings.model).hidden_size, None
+    else:
+        hidden_size = BertConfig.from_json_file(Path(settings.model) / "config.json").hidden_size
+        pretraining = _pretraining_record(Path(settings.model))
+    rate, reason = finetune_learning_rate(hidden_size, pretraining)
+    if log_choice:
+        log.info("learning rate auto: %.2g (%s); --learning-rate overrides it", rate, reason)
+    return rate
+
+
+def _pretraining_record(directory: Path) -> dict[str, Any]:
+    """What bertkit recorded of a model's pre-training ({} for a checkpoint made elsewhere)."""
+    record = read_json_object(directory / PRETRAINING_FILE, missing={}, damaged={})
+    steps = record.get("steps")
+    return {"steps": steps} if isinstance(steps, int) and steps >= 0 else {}
+
+
+def seed_training(settings: FinetuneSettings, seed: int, main_metric: str) -> TrainConfig:
+    """One seed's TrainConfig: the run's, with what fine-tuning derives from it: --max-steps replaces --epochs
+    (transformers' Trainer's rule), evaluation at every epoch end unless --eval-every, a checkpoint at every
+    evaluation unless --save-every (only the last kept), the dev metric whose best is kept."""
+    train = settings.train
+    return dataclasses.replace(train, seed=seed, num_epochs=None if train.max_steps else train.num_epochs,
+                               eval_every_epoch=train.eval_every is None, save_on_eval=train.save_every is None,
+                               keep_last=1, log_every=None, best_metric=main_metric)
+
+
+def training_data(features: list[dict], tokenizer: WordPieceTokenizer, group_by_length: bool) -> TrainingData:
+    """Encoded examples as the loop draws batches from them: padded per micro-batch, grouped by length if asked."""
+    # A list of feature dicts is a map-style dataset (sized, indexable), which is all fit needs.
+    return TrainingData(cast(Dataset, features), lambda items: pad_batch(items, tokenizer.pad_token_id),
+                        [feature_length(f) for f in features] if group_by_length else None)
+
+
+def _train_seed(task: Task, settings: FinetuneSettings, tokenizer: WordPieceTokenizer, train_features: list[dict],
+                dev_sets: list[DevSet], seed: int, ctx: DistributedContext) -> dict[str, float]:
+    """Train one seed (continuing its checkpoint when resuming); its best dev metrics with their step."""
+    directory = settings.output / f"seed-{seed}"
+    resuming = settings.resume and any((directory / "checkpoints").glob("step-*"))
+    barrier(ctx)  # every rank has looked before rank 0 clears the directory
+    if ctx.is_main and not resuming:
+        shutil.rmtree(directory, ignore_errors=True)  # a partial seed without a checkpoint starts fresh
+    if ctx.is_main:
+        directory.mkdir(parents=True, exist_ok=True)
+    barrier(ctx)
+    seed_everything(seed)  # the head's initialisation depends on the seed too (the same on every rank)
+    model = build_model(task, settings, tokenizer, task.settings.max_seq_length)
+    plain = model
+    model, train = prepare_training(model, seed_training(settings, seed, task.metric_names[0]), ctx,
+                                    *step_shape(settings, train_features, ctx))
+    if isinstance(plain, FeatureBasedModel) and ctx.device.type == "cpu" and not train.compile:
+        # Frozen features with prediction's kernels (with --compile, the compiled encoder computes them).
+        plain.use_encoder_copy(functools.partial(accelerate_for_inference, autocast=train.precision == "bf16"))
+    run = SeedRun(task, tokenizer, dev_sets, settings.eval_batch_size, directory, ctx)
+    every = f"{train.eval_every} steps" if train.eval_every else "epoch"
+    log.info("seed %d: evaluation every %s, precision %s%s", seed, every, train.precision,
+             ", resuming" if resuming else "")
+    data = training_data(train_features, tokenizer, settings.group_by_length)
+    return fit_seed(model, task.training_loss(), data, train, run, ctx, resuming, f"fine-tuning seed {seed}")
+
+
+def fit_seed(model: nn.Module, loss: Any, data: TrainingData, train: TrainConfig, run: Any, ctx: DistributedContext,
+             resuming: bool, what: str) -> dict[str, float]:
+    """Train one seed's prepared model with `fit` (its checkpoints in `run.directory`, dev scored and the best
+    kept by `run.hooks()`); its best dev metrics with their step. Shared by every fine-tuning task and by
+    sentence-embedding training."""
+    result = fit(model, loss, data, train, run.directory, ctx=ctx, hooks=run.hooks(),
+                 resume="auto" if resuming else None)
+    if result.stop_reason == "signal":
+        raise _interrupted(result, what, run.directory)
+    if result.best is None:
+        raise BertkitError(f"seed {train.seed}: no evaluation produced a finite {train.best_metric}; "
+                           "check the dev file and the learning rate")
+    return {**result.best["metrics"], "step": result.best["step"]}
+
+
+def step_shape(settings: FinetuneSettings, features: list[dict], ctx: DistributedContext) -> tuple[int, int]:
+    """(rows, tokens) of a typical training micro-batch, for `--precision auto`'s step timing: the
+    micro-batch, and the mean example length (batches are grouped by length, so a batch is about as long
+    as its examples)."""
+    lengths = [feature_length(f) for f in features[:2048]] or [128]
+    return settings.train.batch_plan(ctx.world_size)[1], round(sum(lengths) / len(lengths))
+
+
+def _interrupted(result: FitResult, what: str, directory: Path) -> Interrupted:
+    assert result.signal is not None  # fit sets it whenever it stops for a signal
+    saved = f"saved {result.checkpoint}" if result.checkpoint else f"the newest checkpoint in {directory} is kept"
+    return Interrupted(f"{what} stopped by {signal.Signals(result.signal).name} at step {result.step}; {saved}",
+                       result.signal, "--resume auto")
+
+
+def finetune(task: Task, settings: FinetuneSettings, tokenizer: WordPieceTokenizer, train_examples: Sequence[Any],
+             dev_sets: list[tuple[str, Sequence[Any]]], report: dict[str, Any]) -> dict[str, Any]:
+    """Fine-tune once per seed; keep the best seed's best evaluation in OUTPUT/best; write eval_results.json.
+
+    `dev_sets` are (name, examples) with '' naming the first (selection) set; `report` holds counts of
+    skipped/truncated inputs, written into eval_results.json. With `settings.resume`, seeds finished earlier
+    are read back and an interrupted seed continues from its checkpoint.
+    """
+    ctx = setup_distributed(settings.train.device)
+    try:
+        return _finetune_seeds(task, settings, tokenizer, train_examples, dev_sets, report, ctx)
+    finally:
+        teardown_distributed()
+
+
+def _finetune_seeds(task: Task, settings: FinetuneSettings, tokenizer: WordPieceTokenizer,
+                    train_examples: Sequence[Any], dev_sets: list[tuple[str, Sequence[Any]]], report: dict[str, Any],
+                    ctx: DistributedContext) -> dict[str, Any]:
+    """`finetune` inside its process group: every rank trains each seed, rank 0 writes the run's files."""
+    settings.train.batch_plan(ctx.world_size)  # a batch that cannot be split says so before any work
+    if ctx.is_main:
+        prepare_output(settings.output, settings.resume, settings.overwrite, run_settings(settings))
+    barrier(ctx)
+    rate = resolve_learning_rate(settings, ctx.is_main)
+    settings = dataclasses.replace(settings, train=dataclasses.replace(settings.train, learning_rate=rate))
+    report["learning_rate"] = rate
+    train_features = task.features(train_examples, tokenizer, training=True)
+    report["truncated_train_examples"] = task.last_truncated
+    sets = [DevSet(name, examples, task.features(examples, tokenizer)) for name, examples in dev_sets]
+    report["truncated_dev_examples"] = task.last_truncated
+    main = task.metric_names[0]
+    per_seed: dict[int, dict[str, float]] = {}
+    for seed in settings.seeds:
+        seed_dir = settings.output / f"seed-{seed}"
+        finished = finished_seed(seed_dir) if settings.resume else None
+        if finished is None:
+            finished = _train_seed(task, settings, tokenizer, train_features, sets, seed, ctx)
+            if ctx.is_main:
+                mark_seed_done(seed_dir, finished)
+            log.info("seed %d: best %s = %.4f", seed, main, finished[main])
+        else:
+            log.info("seed %d: finished earlier, best %s = %.4f (kept)", seed, main, finished[main])
+        per_seed[seed] = finished
+        if ctx.is_main:
+            shutil.rmtree(seed_dir / "checkpoints", ignore_errors=True)
+            keep_best_seed(settings.output, per_seed, seed, main)
+        barrier(ctx)
+    best_seed = max(per_seed, key=lambda s: per_seed[s][main])  # the first of equals, in seed order
+    results = {**per_seed[best_seed], "best_seed": best_seed, "seeds": {str(s): m for s, m in per_seed.items()},
+               "summary": seed_summary(per_seed, task.metric_names), "world_size": ctx.world_size,
+               "threads": torch.get_num_threads(),
+               "peak_memory": peak_memory(ctx.device), **report}
+    if ctx.is_main:
+        write_results(settings.output / RESULTS_FILE, results)
+    barrier(ctx)
+    return results
+
+
+_BATCH_FIELDS = ("global_batch_size", "micro_batch_size", "gradient_accumulation_steps", "batch_size")
+# Settings a resumed run must share with the run it continues (others, e.g. --device, may change), by the names
+# OUTPUT/finetune_run.json has always recorded them under (so runs written before still resume).
+_RUN_SETTINGS = ("model", "tokenizer", "dropout", "freeze_encoder", "feature_layers", "feature_combine",
+                 "group_by_length")
+_RUN_TRAINING = {"epochs": "num_epochs", "max_steps": "max_steps", "eval_every": "eval_every",
+                 **{name: name for name in _BATCH_FIELDS}, "learning_rate": "learning_rate",
+                 "warmup_ratio": "warmup_ratio", "lr_schedule": "lr_schedule", "weight_decay": "weight_decay",
+                 "adam_epsilon": "adam_epsilon", "early_stopping_patience": "early_stopping_patience"}
+
+
+def run_settings(settings: FinetuneSettings) -> dict[str, Any]:
+    """The settings recorded in OUTPUT/finetune_run.json, as JSON values (tuples as lists)."""
+    values = {key: getattr(settings, key) for key in _RUN_SETTINGS}
+    values |= {key: getattr(settings.train, name) for key, name in _RUN_TRAINING.items()}
+    return json.loads(json.dumps(values))
+
+
+def _read_reporting(task: Task, path: str | Path, training: bool, report: dict[str, Any], key: str) -> list[Any]:
+    examples, skipped = task.read(path, labelled=True, training=training)
+    report[f"skipped_{key}"] = len(skipped)
+    warn_skipped(path, examples, skipped)
+    return examples
+
+
+def run_finetuning(kind: str, train_path: str | Path, dev_paths: list[str | Path], settings: FinetuneSettings,
+                   task_settings: dict[str, Any]) -> dict[str, Any]:
+    """Read the files, fine-tune (see `finetune`) and return eval_results.json's content. `task_settings` are
+    the task kind's own (bertkit.settings.tasks, as keyword values)."""
+    if not dev_paths:
+        raise BertkitError("no --dev file: fine-tuning evaluates every epoch and keeps the best, so it needs one")
+    tokenizer = load_tokenizer(settings)
+    task = build_task(kind, train_path, task_settings)
+    report: dict[str, Any] = {}
+    train = _read_reporting(task, train_path, True, report, "train")
+    dev_sets: list[tuple[str, Sequence[Any]]] = []
+    for index, path in enumerate(dev_paths):
+        name = "" if index == 0 else Path(path).stem
+        if name and any(name == other for other, _ in dev_sets):
+            name = f"{name}{index}"
+        dev_sets.append((name, _read_reporting(task, path, False, report, f"dev{'_' + name if name else ''}")))
+    return finetune(task, settings, tokenizer, train, dev_sets, report)

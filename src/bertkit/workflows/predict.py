@@ -1,0 +1,92 @@
+"""Predictions and scores of a fine-tuned model: dev evaluation during fine-tuning, and `bertkit predict` /
+`bertkit evaluate` on a file with a fine-tuned directory.
+
+    predict_features(model, task, examples, features, pad_token_id, batch_size, device) -> decoded
+    predict_file(PredictSettings(model_dir, input_path, output_dir, ...)) -> counts (+ metrics)
+    write_results(path, results)                         eval_results.json
+
+Design decision: one path from features to predictions (`predict_features`: length-sorted batches of
+`bertkit.inference.batching`, then the task's `decode`), so the dev scores of fine-tuning are what
+`bertkit evaluate` reproduces from the saved directory. Everything task-specific is a method of the
+`bertkit.tasks.task.Task` protocol; nothing here asks which task it holds.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from bertkit.inference.batching import model_outputs
+from bertkit.io.atomic import write_text_atomic
+from bertkit.model import for_inference
+from bertkit.runtime.device import resolve_device
+from bertkit.settings import PredictSettings
+from bertkit.tasks.finetuned import load_finetuned
+from bertkit.tasks.task import Task, warn_skipped
+from bertkit.train.distributed import DistributedContext, all_gather_objects
+
+RESULTS_FILE = "eval_results.json"
+
+
+def predict_features(model: nn.Module, task: Task, examples: Sequence[Any], features: Sequence[dict[str, Any]],
+                     pad_token_id: int, batch_size: int, device: torch.device,
+                     ctx: DistributedContext | None = None) -> Any:
+    """The task's decoded predictions for `features`: the one path behind dev evaluation during fine-tuning
+    and `predict` / `evaluate`, so both give the same predictions for the same model and file.
+
+    The forward pass runs in the model's own precision (fp32) with autocast off, also inside the training
+    loop's bf16/fp16 autocast: reduced-precision logits would move near-tied answers, and a dev score
+    that `bertkit evaluate` cannot reproduce from the saved model is not worth the faster evaluation.
+    Gradients are off with `torch.no_grad` (not inference mode): the model trains again afterwards.
+
+    Under torchrun (`ctx`), each process runs its contiguous share of the features and the outputs are
+    gathered in order, so every process decodes the whole set exactly as one process would."""
+    ctx = ctx or DistributedContext()
+    first, last = len(features) * ctx.rank // ctx.world_size, len(features) * (ctx.rank + 1) // ctx.world_size
+    was_training = model.training
+    model.eval()
+    with torch.autocast(device.type, enabled=False):
+        outputs = model_outputs(model, features[first:last], task.output_names, task.token_level_outputs,
+                                batch_size, pad_token_id, device, grad_free=torch.no_grad)
+    model.train(was_training)
+    if ctx.distributed:
+        shares = all_gather_objects(outputs, ctx)
+        outputs = {name: [row for share in shares for row in share[name]] for name in task.output_names}
+    return task.decode(examples, features, outputs)
+
+
+def write_results(path: Path, results: dict[str, Any]) -> None:
+    write_text_atomic(path, json.dumps(results, indent=2, sort_keys=True) + "\n")
+
+
+def predict_file(settings: PredictSettings) -> dict[str, Any]:
+    """Predict (and with `settings.evaluate`, score) a file with a fine-tuned directory; writes predictions
+    (and eval_results.json) into `settings.output` and returns the counts of examples and skipped records,
+    plus the metrics when evaluating. The column settings given override the saved reading settings of a
+    classification model for this file. `precision` is an inference precision (`bertkit.model.for_inference`);
+    fp32 reproduces the dev scores of fine-tuning exactly."""
+    torch_device = resolve_device(settings.device)
+    task, model, tokenizer = load_finetuned(settings.model, torch_device)
+    model = for_inference(model, settings.precision, torch_device)
+    if settings.columns():
+        task = task.with_columns(**settings.columns())
+    input_path, evaluate = settings.input, settings.evaluate
+    examples, skipped = task.read(input_path, labelled=evaluate)
+    warn_skipped(input_path, examples, skipped)
+    features = task.features(examples, tokenizer)
+    decoded = predict_features(model, task, examples, features, tokenizer.pad_token_id, settings.batch_size,
+                               torch_device)
+    output_dir = Path(settings.output)
+    output_dir.mkdir(parents=True, exist_ok=True)
+    task.write_predictions(examples, decoded, output_dir, "")
+    counts = {"examples": len(examples), "skipped": len(skipped), "truncated": task.last_truncated}
+    if not evaluate:
+        return counts
+    metrics = {**task.score(examples, decoded), **counts}
+    write_results(output_dir / RESULTS_FILE, metrics)
+    return metrics

@@ -1,0 +1,118 @@
+"""The fine-tuning run's output directory (OUTPUT): what a run writes there, when an existing one may be
+continued or replaced, the per-seed results, and the promotion of the best seed's model to OUTPUT/best.
+
+    prepare_output(output, resume, overwrite, settings)   create, check resume/overwrite, record settings
+    finished_seed(seed_dir) -> results | None              a seed finished by an earlier run
+    mark_seed_done(seed_dir, results)                      seed-N/seed_results.json
+    keep_best_seed(output, per_seed, seed, main_metric)    OUTPUT/best = the best seed's best evaluation
+    seed_summary(per_seed, metric_names)                   mean, std, max across seeds
+
+Design decision: every step is idempotent and marked on disk, so a run killed anywhere (mid-seed, between
+seeds, half-way through a promotion) continues with `--resume auto` and repairs itself; `--overwrite`
+deletes only what a fine-tuning run writes and refuses a directory holding anything else.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import statistics
+from pathlib import Path
+from typing import Any
+
+from bertkit.errors import BertkitError
+from bertkit.io.atomic import replace_directory, write_text_atomic
+from bertkit.workflows.predict import RESULTS_FILE, write_results
+
+SEED_DONE_FILE = "seed_results.json"
+RUN_FILE = "finetune_run.json"
+
+
+def prepare_output(output: Path, resume: bool, overwrite: bool, settings: dict[str, Any]) -> None:
+    """Create --output; a non-empty one needs --resume auto (continue) or --overwrite (start over). `settings`
+    are recorded in RUN_FILE; on resume they must equal the interrupted run's."""
+    if output.exists() and not output.is_dir():
+        raise BertkitError(f"--output {output} is a file; give a directory")
+    if resume and overwrite:
+        raise BertkitError("--resume and --overwrite contradict each other; pick one")
+    if output.is_dir() and any(output.iterdir()) and not resume:
+        if not overwrite:
+            raise BertkitError(f"--output {output} is not empty; pass --resume auto to continue the run in it, "
+                               "--overwrite to start over, or choose another directory")
+        _remove_run(output)
+    output.mkdir(parents=True, exist_ok=True)
+    _check_same_run(output, resume, settings)
+
+
+def _remove_run(output: Path) -> None:
+    """Delete an earlier fine-tuning run; refuse a directory holding anything a run does not write."""
+    def ours(path: Path) -> bool:
+        return (path.name in ("best", RESULTS_FILE, RUN_FILE, "tensorboard") or path.name.startswith("seed-")
+                or "predictions" in path.name or path.name.endswith("null_odds.json"))
+    foreign = sorted(p.name for p in output.iterdir() if not ours(p))
+    if foreign:
+        raise BertkitError(f"--overwrite: {output} holds files fine-tuning does not write ({', '.join(foreign[:5])}); "
+                           "remove them yourself or choose another --output")
+    for path in output.iterdir():
+        shutil.rmtree(path) if path.is_dir() else path.unlink()
+
+
+def _check_same_run(output: Path, resume: bool, settings: dict[str, Any]) -> None:
+    """Record the run's settings; on resume, refuse settings that differ from the interrupted run's."""
+    path = output / RUN_FILE
+    if resume and path.is_file():
+        try:
+            earlier = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, json.JSONDecodeError) as exc:
+            raise BertkitError(f"{path}: unreadable ({exc}); start over with --overwrite") from None
+        changed = [k for k in settings if k in earlier and earlier[k] != settings[k]]
+        if changed:
+            details = ", ".join(f"{k}: {earlier[k]!r} then, {settings[k]!r} now" for k in changed)
+            raise BertkitError(f"--resume: the run in {output} used other settings ({details}); resume "
+                               "with the same flags, or start over with --overwrite")
+    write_text_atomic(path, json.dumps(settings, indent=2) + "\n")
+
+
+def finished_seed(seed_dir: Path) -> dict[str, float] | None:
+    """The results of a seed that finished in an earlier run, or None."""
+    path = seed_dir / SEED_DONE_FILE
+    if not path.is_file():
+        return None
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError):
+        return None  # a damaged marker: train the seed again
+
+
+def mark_seed_done(seed_dir: Path, results: dict[str, float]) -> None:
+    """Record a finished seed's best metrics (it is never trained again)."""
+    write_results(seed_dir / SEED_DONE_FILE, results)
+
+
+def keep_best_seed(output: Path, per_seed: dict[int, dict[str, float]], seed: int, main: str) -> None:
+    """Make `seed` the run's best (OUTPUT/best, its predictions) if it is, else drop its best/ copy.
+    Idempotent, so a run killed half-way through this repairs itself when resumed."""
+    best_seed = max(per_seed, key=lambda s: per_seed[s][main])
+    seed_dir = output / f"seed-{seed}"
+    if seed != best_seed:
+        shutil.rmtree(seed_dir / "best", ignore_errors=True)
+    elif (seed_dir / "best").is_dir():  # not yet promoted
+        _promote(output, seed_dir)
+
+
+def _promote(output: Path, seed_dir: Path) -> None:
+    """Make this seed's best model and dev predictions the run's (OUTPUT/best, OUTPUT/predictions...)."""
+    for path in seed_dir.iterdir():
+        if "predictions" in path.name or path.name.endswith("null_odds.json"):
+            shutil.copyfile(path, output / path.name)
+    replace_directory(seed_dir / "best", output / "best")
+
+
+def seed_summary(per_seed: dict[int, dict[str, float]], names: tuple[str, ...]) -> dict[str, dict[str, float]]:
+    """Mean, sample standard deviation (0 for one seed), and max of each metric across seeds."""
+    summary = {}
+    for name in names:
+        values = [m[name] for m in per_seed.values()]
+        summary[name] = {"mean": statistics.fmean(values),
+                         "std": statistics.stdev(values) if len(values) > 1 else 0.0, "max": max(values)}
+    return summary

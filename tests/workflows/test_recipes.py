@@ -1,0 +1,172 @@
+"""Recipes that follow the budget: the pre-training recipe as a pure function of the budget and the
+measured throughput (injected here), the fine-tuning learning rate as one of the model's width and
+pre-training, truncation of longer instances at load, and a tiny `bertkit pretrain` end to end whose
+recipe is chosen, printed, overridable by flag and kept on resume."""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from bertkit.cli import main
+from bertkit.data import InstanceSettings, PretrainingDataset, build_pretraining_data
+from bertkit.errors import BertkitError
+from bertkit.tokenizer import WordPieceTokenizer
+from bertkit.workflows import pretrain as pretraining
+from bertkit.workflows.recipes import PAPER_MIN_STEPS, budget_steps, choose_recipe, finetune_learning_rate, short_recipe
+
+
+@pytest.mark.parametrize(("max_steps", "max_time_s", "rate", "expected"), [
+    (None, 600, 4.4, 2640.0),  # ten minutes of bert-mini on 2 CPU cores
+    (5000, 600, 4.4, 2640.0),  # the smaller of the two budgets
+    (5000, None, None, 5000.0),
+    (None, 600, None, None),  # a time budget without a measurement: unknown
+    (None, None, None, None),
+])
+def test_budget_in_steps(max_steps, max_time_s, rate, expected):
+    assert budget_steps(max_steps, max_time_s, rate) == expected
+
+
+def test_auto_picks_the_short_recipe_below_the_papers_budget_and_the_paper_above():
+    ten_cpu_minutes = choose_recipe("auto", 256, budget_steps(None, 600, 4.4))
+    assert (ten_cpu_minutes.name, ten_cpu_minutes.max_seq_length, ten_cpu_minutes.dropout) == ("short", 64, 0.0)
+    assert ten_cpu_minutes.learning_rate == pytest.approx(5e-4) and ten_cpu_minutes.warmup_ratio == 0.05
+    assert "~2,640 steps: too few for the paper's schedule" in ten_cpu_minutes.reason
+    a_gpu_day = choose_recipe("auto", 768, budget_steps(None, 86_400, 12.0))  # ~1M steps
+    assert (a_gpu_day.name, a_gpu_day.learning_rate, a_gpu_day.max_seq_length) == ("paper", 1e-4, None)
+    assert choose_recipe("auto", 256, PAPER_MIN_STEPS - 1).name == "short"
+    assert choose_recipe("auto", 256, PAPER_MIN_STEPS).name == "paper"
+    assert choose_recipe("auto", 256, None).name == "paper"  # an epoch budget: nothing to shorten
+    assert choose_recipe("paper", 256, 100).name == "paper" and choose_recipe("short", 256, 10**7).name == "short"
+    with pytest.raises(BertkitError, match="--recipe 'fast'"):
+        choose_recipe("fast", 256, 100)
+
+
+def test_learning_rates_scale_with_width():
+    assert short_recipe(256).learning_rate == pytest.approx(5e-4)
+    assert short_recipe(768).learning_rate == pytest.approx(5e-4 / math.sqrt(3))
+    assert finetune_learning_rate(768, {})[0] == pytest.approx(5e-5)  # BERT-Base from elsewhere: the paper's
+    assert finetune_learning_rate(256, {})[0] == pytest.approx(5e-5 * math.sqrt(3))
+    assert finetune_learning_rate(256, None)[0] == pytest.approx(3e-4)  # random initialisation
+    rate, reason = finetune_learning_rate(256, {"steps": 2600})
+    assert rate == pytest.approx(3e-4) and "pre-trained only 2,600 steps" in reason
+    assert finetune_learning_rate(256, {"steps": 10**6})[0] == pytest.approx(5e-5 * math.sqrt(3))
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory, write_toy_corpus) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("recipe")
+    corpus = write_toy_corpus(root / "corpus.txt", documents=30, sentences=(3, 8), words=(6, 20))
+    tokenizer = WordPieceTokenizer.train([corpus], vocab_size=120, min_frequency=1)
+    tokenizer.save_pretrained(root / "tok")
+    for masking in ("static", "dynamic"):
+        build_pretraining_data([str(corpus)], tokenizer, root / masking,
+                               InstanceSettings(max_seq_length=96, dupe_factor=1, masking=masking),
+                               workers=1, progress=False)
+    return {"root": root, "tok": root / "tok", "static": root / "static", "dynamic": root / "dynamic"}
+
+
+@pytest.mark.parametrize("masking", ["static", "dynamic"])
+def test_instances_are_cut_at_load_by_the_pair_rule(data, masking):
+    full, cut = PretrainingDataset(data[masking]), PretrainingDataset(data[masking], max_seq_length=40)
+    longer = [i for i in range(len(full)) if len(full[i]["input_ids"]) > 40]
+    assert longer, "the corpus must have instances over 40 tokens"
+    for index in longer[:20]:
+        whole, short = full[index], cut[index]
+        ids, types = short["input_ids"].numpy(), short["token_type_ids"].numpy()
+        assert len(ids) == 40 and short["nsp_labels"] == whole["nsp_labels"]
+        a_length = int(np.argmax(types))  # [CLS] A [SEP] then B
+        cls, sep = int(whole["input_ids"][0]), int(whole["input_ids"][-1])
+        assert ids[0] == cls and ids[a_length - 1] == ids[-1] == sep  # [CLS] A [SEP] B [SEP] again
+        if masking == "static":  # static masks are kept where their tokens are kept
+            kept_labels = short["mlm_labels"].numpy()
+            assert set(kept_labels[kept_labels != -100]) <= set(whole["mlm_labels"].numpy())
+    with pytest.raises(BertkitError, match="statically masked"):
+        PretrainingDataset(data["static"], masked_lm_prob=0.3)
+    assert PretrainingDataset(data["dynamic"], masked_lm_prob=0.3).options["masked_lm_prob"] == 0.3
+
+
+def _pretrain(data: dict[str, Path], output: Path, *extra: str) -> int:
+    return main(["pretrain", "--data", str(data["dynamic"]), "--tokenizer", str(data["tok"]), "--model", "bert-debug",
+                 "--output", str(output), "--eval-examples", "8", "--eval-every", "50", "--device", "cpu",
+                 "--precision", "fp32", *extra])
+
+
+def test_pretrain_chooses_prints_and_records_the_recipe_and_flags_override_it(data, tmp_path, monkeypatch, caplog):
+    measured = []
+    monkeypatch.setattr(pretraining, "measure_steps_per_second", lambda *a, **k: measured.append(a) or 0.05)
+    with caplog.at_level(logging.INFO):
+        assert _pretrain(data, tmp_path / "auto", "--max-time", "60", "--max-steps", "3") == 0
+    record = next(r for r in caplog.records if r.getMessage().startswith("recipe "))
+    assert record.levelno == logging.INFO  # information, not a warning
+    line = record.getMessage()
+    assert line.startswith("recipe short (~3 steps: too few for the paper's schedule")
+    assert "0.05 steps/s measured at 64 tokens x 32 on this machine" in line
+    assert "instances of 96 tokens are cut to 64 at load" in line and "--max-seq-length 64 --masking dynamic" in line
+    assert measured and measured[0][1:3] == (64, 32)  # measured at the short recipe's shape
+    saved = json.loads((tmp_path / "auto" / "pretrain_settings.json").read_text())
+    assert saved["recipe"]["name"] == "short" and saved["train"]["learning_rate"] == pytest.approx(5e-4 * math.sqrt(8))
+    settings, train = saved["settings"], saved["train"]
+    assert (settings["max_seq_length"], settings["dropout"], train["warmup_ratio"]) == (64, 0.0, 0.05)
+    assert saved["train"]["adam_epsilon"] == 1e-6  # the original BERT optimizer's (--adam-epsilon)
+    final = json.loads((tmp_path / "auto" / "final" / "bertkit_pretraining.json").read_text())
+    assert final["steps"] == 3 and final["recipe"] == "auto" and "mlm_accuracy" in final["last_eval"]
+    caplog.clear()
+    with caplog.at_level(logging.INFO):
+        assert _pretrain(data, tmp_path / "mine", "--max-steps", "2", "--learning-rate", "1e-3", "--batch-size", "4",
+                     "--adam-epsilon", "1e-8") == 0
+    line = next(r.getMessage() for r in caplog.records if r.getMessage().startswith("recipe "))
+    assert "your flags kept: learning_rate, batch_size" in line
+    saved = json.loads((tmp_path / "mine" / "pretrain_settings.json").read_text())
+    assert saved["train"]["learning_rate"] == 1e-3
+    assert saved["batch"] == {"global": 4, "micro": 4, "accumulation": 1}  # --batch-size: one process, no accumulation
+    assert saved["settings"]["max_seq_length"] == 64  # the rest from the recipe
+    assert saved["train"]["adam_epsilon"] == 1e-8
+    assert _pretrain(data, tmp_path / "paper", "--max-steps", "2", "--recipe", "paper") == 0
+    saved = json.loads((tmp_path / "paper" / "pretrain_settings.json").read_text())
+    assert (saved["train"]["learning_rate"], saved["settings"]["max_seq_length"]) == (1e-4, None)
+
+
+def test_a_resumed_run_keeps_its_recipe(data, tmp_path, monkeypatch):
+    rates = iter([0.05, 1000.0])  # a second measurement would pick the paper's recipe
+    monkeypatch.setattr(pretraining, "measure_steps_per_second", lambda *a, **k: next(rates))
+    assert _pretrain(data, tmp_path / "run", "--max-time", "60", "--max-steps", "2") == 0
+    assert _pretrain(data, tmp_path / "run", "--max-time", "60", "--max-steps", "4", "--resume", "auto") == 0
+    saved = json.loads((tmp_path / "run" / "pretrain_settings.json").read_text())
+    assert saved["recipe"]["name"] == "short"
+
+
+def test_the_measurement_is_real_and_leaves_the_rng_alone():
+    import torch
+
+    from bertkit.config import preset
+
+    torch.manual_seed(3)
+    before = torch.get_rng_state()
+    rate = pretraining.measure_steps_per_second(preset("bert-debug", vocab_size=100), 16, 4, "fp32", "cpu", seconds=0.1)
+    assert rate > 0 and torch.equal(torch.get_rng_state(), before)
+
+
+def test_finetune_learning_rate_auto_reads_the_pretraining_record(tmp_path, caplog):
+    from bertkit.config import preset
+    from bertkit.data.glue import TextExample
+    from bertkit.model import BertForPreTraining
+    from bertkit.tasks.classification import ClassificationSettings, ClassificationTask
+    from bertkit.workflows.finetune import FinetuneSettings, finetune
+
+    tokenizer = WordPieceTokenizer(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "good", "bad"])
+    BertForPreTraining(preset("bert-debug", vocab_size=7)).save_pretrained(tmp_path / "model", tokenizer=tokenizer)
+    (tmp_path / "model" / "bertkit_pretraining.json").write_text(json.dumps({"steps": 40}))
+    examples = [TextExample(f"x:{i}", ("good", "bad")[i % 2], None, ("good", "bad")[i % 2]) for i in range(8)]
+    task = ClassificationTask(ClassificationSettings(labels=["bad", "good"], max_seq_length=8))
+    cfg = FinetuneSettings.of(model=str(tmp_path / "model"), output=tmp_path / "out", max_steps=1, precision="fp32",
+                         device="cpu")
+    with caplog.at_level(logging.INFO):  # information, not a warning
+        results = finetune(task, cfg, tokenizer, examples, [("", examples)], {})
+    assert results["learning_rate"] == pytest.approx(3e-4 * math.sqrt(256 / 32))
+    assert any("learning rate auto: 0.00085 (pre-trained only 40 steps" in r.getMessage() for r in caplog.records)
