@@ -5,7 +5,7 @@ machine (bertkit.runtime.probe). Under tests they read BERTKIT_PROBE_FILE instea
 runs and inherited by the commands tests start in subprocesses, so every test is fast and gets the same
 choices on any machine: those of the 2-core AMD EPYC the kernels were tuned on
 (tests/assets/probe/amd-epyc.json). The probe cache goes to a temporary directory, never the user's.
-tests/test_hardware.py runs the real probe once.
+tests/runtime/test_probe.py runs the real probe once.
 
 Also the fixtures several directories share: `use_profile` (another machine's measurements for one
 test) and `write_toy_corpus` (a small seeded corpus of documents for pre-training runs).

@@ -294,3 +294,49 @@ def test_the_help_of_every_command_imports_no_torch():
             "print(sorted({'torch', 'numpy'} & set(sys.modules)))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip().endswith("[]")
+
+
+@dataclass
+class Inner:
+    """A nested run description, as TrainConfig inside FinetuneSettings."""
+
+    steps: int | None = None
+    """Steps to run."""
+    rate: float = 0.1
+    """A rate."""
+    hidden: str = "kept"
+    """Not a flag of the outer command."""
+
+
+@dataclass
+class Outer:
+    """A command's settings holding a nested one with defaults of its own."""
+
+    name: str
+    """The name."""
+    inner: Inner = field(default_factory=lambda: Inner(steps=3, rate=0.5))
+    """The nested settings."""
+
+
+def test_a_nested_settings_field_becomes_its_fields_flags_with_the_holders_defaults():
+    command = _command(Outer, exclude=("hidden",))
+    help_text = " ".join(CliRunner().invoke(command, ["--help"]).output.split())
+    assert "--steps INTEGER Steps to run. [default: 3]" in help_text
+    assert "--rate FLOAT A rate. [default: 0.5]" in help_text
+    assert "--inner" not in help_text and "--hidden" not in help_text
+    result = CliRunner().invoke(command, ["--name", "n", "--rate", "0.25"])
+    assert result.output.strip() == repr(Outer("n", Inner(steps=3, rate=0.25, hidden="kept")))
+
+
+def test_a_name_declared_at_two_levels_is_refused():
+    @dataclass
+    class Clash:
+        """Two settings of one name."""
+
+        rate: float = 1.0
+        """A rate."""
+        inner: Inner = field(default_factory=Inner)
+        """Nested."""
+
+    with pytest.raises(TypeError, match=r"\['rate'\] declared at two levels"):
+        settings_options(Clash)

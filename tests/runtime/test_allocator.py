@@ -10,6 +10,7 @@ import torch
 
 import bertkit.cli
 from bertkit.runtime import allocator
+from bertkit.train import DistributedContext, TrainConfig
 
 linux = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's mallopt")
 
@@ -51,13 +52,25 @@ def test_the_environment_turns_it_off(monkeypatch):
         allocator.keep_freed_memory.cache_clear()
 
 
-def test_every_command_and_inference_copy_sets_it(monkeypatch):
+def test_every_command_and_inference_entry_point_sets_it(monkeypatch, tmp_path):
+    """The commands, the predictors a library caller loads, and training (workflows.prepare) set it; a model
+    transform (accelerate_for_inference) changes no process-wide setting."""
     calls = []
     monkeypatch.setattr(bertkit.cli, "keep_freed_memory", lambda: calls.append("cli"))
     assert bertkit.cli.main(["--help"]) == 0
     from bertkit.config import preset
     from bertkit.model import BertModel, accelerate, for_inference
+    from bertkit.serve import predictor
+    from bertkit.tokenizer import WordPieceTokenizer
+    from bertkit.workflows import prepare
 
-    monkeypatch.setattr(accelerate, "keep_freed_memory", lambda: calls.append("inference"))
+    monkeypatch.setattr(predictor, "keep_freed_memory", lambda: calls.append("predictor"))
+    monkeypatch.setattr(prepare, "keep_freed_memory", lambda: calls.append("training"))
+    assert not hasattr(accelerate, "keep_freed_memory")
+    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "cat"]
+    BertModel(preset("bert-debug", vocab_size=len(vocab))).save_pretrained(
+        tmp_path, tokenizer=WordPieceTokenizer(vocab))
+    predictor.load_predictor(tmp_path)
     for_inference(BertModel(preset("bert-debug")), "fp32")
-    assert calls == ["cli", "inference"]
+    prepare.prepare_training(torch.nn.Linear(2, 2), TrainConfig(max_steps=1, precision="fp32"), DistributedContext())
+    assert calls == ["cli", "predictor", "training"]

@@ -171,3 +171,17 @@ def test_allow_change_names_are_checked():
 def test_pretrain_help_lists_allow_change(capsys):
     assert main(["pretrain", "--help"]) == 0
     assert "--allow-change" in capsys.readouterr().out
+
+
+def test_a_checkpoint_written_before_the_rename_of_eps_resumes_and_reports_the_change(tmp_path):
+    """Issue 36 gave the AdamW epsilon one name (adam_epsilon); checkpoints saved it as `eps` and still resume."""
+    fit(toy_model(), toy_loss, toy_data(), config(max_steps=2), tmp_path)
+    checkpoint = ckpt.list_checkpoints(tmp_path / "checkpoints")[-1]
+    state = ckpt.read_json(checkpoint / "trainer_state.json")
+    state["config"].pop("adam_epsilon")
+    state["config"]["eps"] = 1e-5  # as an older bertkit wrote it, and another value
+    ckpt.write_json(checkpoint / "trainer_state.json", state)
+    (checkpoint / ckpt.MANIFEST).unlink()
+    ckpt.write_manifest(checkpoint)
+    fit(toy_model(), toy_loss, toy_data(), config(max_steps=3), tmp_path, resume="auto")
+    assert resume_records(tmp_path)[-1]["changed"] == {"adam_epsilon": [1e-5, 1e-6], "max_steps": [2, 3]}

@@ -8,15 +8,18 @@ is the field's default (no default: a required option), whose type follows the a
 comma-separated integers, `tuple[str, ...]` / `tuple[Path, ...]` -> a repeatable option, `X | None` -> X).
 A field's metadata says the rest, so the library and the command line read it from one place:
 `choices` (the constant the library itself validates against, so a choice is added in one place),
-`min`/`max` (a click.IntRange/FloatRange; `check_bounds` in bertkit.settings holds Python callers to the
-same bounds), `flag` (another flag name, e.g. `--timeout` for `timeout_s`; `--a/--b` names both sides of
-an on/off flag) and `path` ("file" or "dir", with `exists`: a click.Path that checks it). A command
+`min`/`max` (a click.IntRange/FloatRange; `bertkit.settings.Settings` checks the same bounds and choices for
+Python callers when an object is made), `flag` (another flag name, e.g. `--timeout` for `timeout_s`;
+`--a/--b` names both sides of an on/off flag) and `path` ("file" or "dir", with `exists`: a click.Path that checks it). A command
 changes an option only where the command really differs from the library (a CLI-only default, a
 callback) through `overrides`: click.option keyword arguments per field, plus `flag` and `default_text`
 (what `[default: ...]` says when the default is decided later, e.g. by a recipe). A docstring says what
 None means in a clause `; unset: ...` to the end of its sentence; where the command's flag cannot be
 unset (a default that is not None, a `default_text`, a required flag), the help leaves that clause out,
-so `--help` never offers what the flag cannot do next to the default it shows (tests/cli/test_help.py).
+so `--help` never offers what the flag cannot do next to the default it shows (tests/cli/test_options.py).
+A field whose type is itself a settings dataclass (FinetuneSettings.train, ServerSettings.limits) stands for
+its fields: their flags take its place, with the holder's defaults, so one run description has one set of
+flags in every command that holds it.
 
 Help lives in docstrings rather than in `field(metadata={"help": ...})` because every bertkit dataclass
 already documents each field that way (DESIGN.md), a reader of the source sees the text beside the

@@ -38,6 +38,7 @@ import numpy as np
 
 from bertkit.errors import BertkitError
 from bertkit.io.atomic import AtomicFile, temp_glob, write_text_atomic
+from bertkit.io.jsonfile import read_json_object
 
 FORMAT_NAME = "bertkit-pretraining-data"
 FORMAT_VERSION = 1
@@ -155,10 +156,7 @@ def read_manifest(directory: Path) -> dict:
     if not path.is_file():
         raise BertkitError(f"{directory}: no {MANIFEST}; not a bertkit pre-training data directory, or "
                            "its creation did not finish - run `bertkit data pretraining` again")
-    try:
-        manifest = json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise BertkitError(f"{path}: unreadable manifest ({exc}); re-create the data") from None
+    manifest = read_json_object(path, fix="re-create the data")
     if manifest.get("format") != FORMAT_NAME or manifest.get("format_version") != FORMAT_VERSION:
         raise BertkitError(f"{path}: format {manifest.get('format')!r} version {manifest.get('format_version')!r}"
                            f" is not {FORMAT_NAME!r} version {FORMAT_VERSION}; re-create the data with this bertkit")

@@ -31,6 +31,7 @@ from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors
 
 from bertkit.errors import BertkitError
 from bertkit.io.atomic import write_text_atomic
+from bertkit.io.jsonfile import read_json_object
 from bertkit.tasks.finetuned import FEATURE_KEYS, TASK_FILE, read_task_file
 from bertkit.tokenizer import WordPieceTokenizer
 from bertkit.tokenizer.engine import bert_normalizer
@@ -56,7 +57,7 @@ def check_output_directory(output: Path, model_dir: Path) -> None:
 def write_deploy_files(output: Path, model_dir: Path, tokenizer: WordPieceTokenizer, architecture: str) -> list[str]:
     """Write config.json, the tokenizer files and the task file into `output`; return their names."""
     output.mkdir(parents=True, exist_ok=True)
-    config = json.loads((model_dir / "config.json").read_text(encoding="utf-8"))
+    config = read_json_object(model_dir / "config.json")
     config["architectures"] = [architecture]
     if "id2label" in config and "label2id" not in config:
         config["label2id"] = {label: int(index) for index, label in config["id2label"].items()}

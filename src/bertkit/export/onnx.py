@@ -17,7 +17,7 @@ Design decision: the TorchScript-based exporter (`dynamo=False`): in torch 2.13 
 torch.export-based exporter needs the `onnxscript` package, which bertkit does not depend on. The
 graph is traced with the padded layout (`attention = PaddedSDPA()`), since the padding-free path's
 data-dependent gather sizes would be frozen by tracing, and with the encoder in the form ONNX Runtime's
-BERT fusions recognise (`onnx_fusion.fusable_encoder`: separate q/k/v projections, explicit masked
+BERT fusions recognise (`export.fusion.fusable_encoder`: separate q/k/v projections, explicit masked
 softmax; same numbers), so the plain graph is fusable by users' own optimizers too; the trace batch is
 padded so the masked-attention branch is the one recorded. A feature-based fine-tuned directory
 (frozen encoder + feature_head.safetensors) is exported whole, encoder and head: it answers as its task's
@@ -91,7 +91,7 @@ class ExportReport:
     """int8 only: max_abs_diff vs fp32 (the optimized graph with --optimize), top1_agreement (share of equal
     argmax), fp32_size_bytes."""
     fused: dict[str, int] = field(default_factory=dict)
-    """--optimize only: count of each fused operator in the ONNX Runtime-optimized graph (onnx_fusion.FUSED_OPS)."""
+    """--optimize only: count of each fused operator in the ONNX Runtime-optimized graph (export.fusion.FUSED_OPS)."""
     optimized_max_abs_diff: float | None = None
     """--optimize only: the optimized fp32 graph vs PyTorch, as max_abs_diff."""
     files: list[str] = field(default_factory=list)

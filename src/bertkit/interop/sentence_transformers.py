@@ -2,7 +2,7 @@
 is a BERT checkpoint with module files beside it: modules.json (Transformer, Pooling, optionally Normalize),
 1_Pooling/config.json, 2_Normalize/, sentence_bert_config.json and config_sentence_transformers.json.
 
-    read_sentence_transformers(directory) -> SentenceSettings | None    what `encode` computes there
+    read_sentence_transformers(directory) -> SentenceModules | None    what `encode` computes there
     choose_pooling(pooling, normalize, settings) -> (modes, normalize)   "auto" resolved with them
     write_module_files(directory, hidden_size, pooling, normalize, max_seq_length)   beside a BertModel checkpoint
     copy_module_files(source, target) -> bool                           a continued model stays a sentence encoder
@@ -44,7 +44,7 @@ LEGACY_POOLING_KEYS = {"pooling_mode_cls_token": "cls", "pooling_mode_max_tokens
 
 
 @dataclass(frozen=True)
-class SentenceSettings:
+class SentenceModules:
     """How a sentence-transformers directory turns texts into sentence vectors."""
 
     poolings: tuple[str, ...]
@@ -63,7 +63,7 @@ class SentenceSettings:
         return (self.prompt if prompt else "") + (text.lower() if self.do_lower_case else text)
 
 
-def choose_pooling(pooling: str, normalize: bool | None, settings: SentenceSettings | None,
+def choose_pooling(pooling: str, normalize: bool | None, settings: SentenceModules | None,
                    name: str = "pooling") -> tuple[tuple[str, ...], bool]:
     """(modes, normalize): "auto" is the directory's sentence-transformers pooling, else [CLS];
     `normalize` None follows the directory's Normalize module (off without one)."""
@@ -76,7 +76,7 @@ def choose_pooling(pooling: str, normalize: bool | None, settings: SentenceSetti
     return modes, (settings.normalize if settings else False) if normalize is None else normalize
 
 
-def read_sentence_transformers(directory: str | Path) -> SentenceSettings | None:
+def read_sentence_transformers(directory: str | Path) -> SentenceModules | None:
     """The settings of a sentence-transformers directory, or None when it has no modules.json."""
     directory = Path(directory)
     modules_path = directory / MODULES_FILE
@@ -100,7 +100,7 @@ def read_sentence_transformers(directory: str | Path) -> SentenceSettings | None
     if prompt and not include_prompt:
         raise BertkitError(f"{directory}: the pooling excludes the default prompt's tokens (include_prompt "
                            "false), which bertkit does not implement; use sentence-transformers for this model")
-    return SentenceSettings(poolings, len(kinds) == 3, _max_seq_length(directory, transformer),
+    return SentenceModules(poolings, len(kinds) == 3, _max_seq_length(directory, transformer),
                             bool(transformer.get("do_lower_case", False)), prompt)
 
 

@@ -17,10 +17,9 @@ Why packed oneDNN dense layers (`torch.ops.mkldnn._linear_pointwise`, the kernel
 backend emits) instead of `F.linear` followed by separate passes for GELU or the residual add:
 
 - fp32: `F.linear` runs on MKL's sgemm, which on AMD CPUs does not use AVX-512; oneDNN does.
-  Measured on a 2-core AMD EPYC (avx512_bf16), bert-base shapes, 1,100 rows: 0.17-0.19 TFLOP/s for
-  `F.linear` + GELU against 0.40-0.41 for the fused oneDNN call.
 - bf16: both use oneDNN, but `F.linear` hands over a plain weight that oneDNN reorders into its
-  blocked layout on every call; a weight packed once saves that (0.65 -> 0.83 TFLOP/s with GELU fused).
+  blocked layout on every call; a weight packed once saves that.
+  (What each measured on the machines we have: docs/performance.md, "What is done, and why".)
 - GELU (exact erf, or tanh) and ReLU are applied in the GEMM's epilogue (the layer's `act` becomes
   nn.Identity), and the residual add too (`ResidualDense`), so the (N, 4D) intermediate and the sum
   are not written and read again.
@@ -50,7 +49,6 @@ from bertkit.kernels import int8
 from bertkit.model.attention import Dispatch, PaddedSDPA
 from bertkit.model.bert import BertLayer, BertModel, ResidualDense
 from bertkit.runtime import probe
-from bertkit.runtime.allocator import keep_freed_memory
 from bertkit.runtime.device import inference_precision
 
 DENSE_LAYERS = ("qkv", "attn_out", "ffn_in", "ffn_out")  # the encoder layer's nn.Linear modules
@@ -85,7 +83,6 @@ def accelerate_for_inference(model: nn.Module, precision: str = "fp32", *, autoc
         raise ValueError(f"autocast=True is for an fp32 model under bf16 autocast, not {precision}")
     if any(isinstance(m, _Frozen) for m in model.modules()):
         raise ValueError("this model is already accelerated for inference; accelerate the original")
-    keep_freed_memory()  # the process reuses large activations from here on (bertkit.runtime.allocator)
     accelerated = _copy_sharing_tensors(model, torch.bfloat16 if precision == "bf16" else torch.float32)
     for bert in [m for m in accelerated.modules() if isinstance(m, BertModel)]:
         # a list, not a generator: every layer's compiled forward (bound to the original) must be popped
@@ -287,9 +284,8 @@ def compile_model(model: nn.Module) -> nn.Module:
     all layers), in place; weights and state_dict keys unchanged, so checkpoints are the same.
 
     It fuses what eager mode runs as separate passes over memory (dtype casts, dropout, GELU, residual +
-    LayerNorm). Measured on a 2-core CPU (docs/performance.md): ~1.2-1.5x faster bf16 training steps when
-    the cores are shared with other jobs, no gain for bert-base on idle cores or for inference. The
-    first steps pay the compilation (~30-60 s). Attention is set to the padded backend (`PaddedSDPA`),
+    LayerNorm); where that pays, and what the first steps pay for compiling, is measured in
+    docs/performance.md. Attention is set to the padded backend (`PaddedSDPA`),
     since the padding-free one loops over the batch's sequences in Python."""
     for bert in [m for m in model.modules() if isinstance(m, BertModel)]:
         bert.attention = PaddedSDPA()

@@ -14,7 +14,6 @@ is one error rather than a failed allocation or the OOM killer.
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import os
 from pathlib import Path
@@ -28,6 +27,7 @@ from torch import nn
 from bertkit.config import BertConfig
 from bertkit.errors import BertkitError
 from bertkit.io.atomic import failed_write_advice, write_file_atomic
+from bertkit.io.jsonfile import read_json
 from bertkit.model.hf_names import REDUNDANT_HF_KEYS, from_hf, to_hf
 
 log = logging.getLogger(__name__)
@@ -74,10 +74,7 @@ def _read_torch_bin(path: Path) -> dict[str, torch.Tensor]:
 
 
 def _read_sharded(index: Path, reader: Any) -> dict[str, torch.Tensor]:
-    try:
-        data = json.loads(index.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        raise BertkitError(f"{index}: unreadable shard index ({exc})") from None
+    data = read_json(index, fix="the shard index is damaged; download the model again")
     weight_map = data.get("weight_map") if isinstance(data, dict) else None
     if not isinstance(weight_map, dict) or not all(isinstance(v, str) for v in weight_map.values()):
         raise BertkitError(f'{index}: not a shard index; expected {{"weight_map": {{"tensor name": "shard file"}}}}')

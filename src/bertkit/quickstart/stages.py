@@ -38,6 +38,7 @@ import torch
 from bertkit.assets import kjv_path
 from bertkit.errors import BertkitError, Interrupted
 from bertkit.io.atomic import write_text_atomic
+from bertkit.io.jsonfile import read_json_object
 from bertkit.quickstart.config import MODEL, QuickstartSettings
 from bertkit.quickstart.load import fastest_rates, machine_load
 from bertkit.quickstart.plan import FinetuneWork, Rates, TimePlan, plan_time
@@ -70,15 +71,15 @@ Echo = Callable[[str], None]
 
 # --- stages ---------------------------------------------------------------------------------------
 
-def prepare_output(cfg: QuickstartSettings) -> None:
+def prepare_output(settings: QuickstartSettings) -> None:
     """Create the output directory; refuse a non-empty one unless overwriting or resuming."""
-    output = cfg.output
+    output = settings.output
     if output.exists() and not output.is_dir():
         raise BertkitError(f"--output {output} is a file; give a directory")
     if output.is_dir() and any(output.iterdir()):
-        if cfg.overwrite:
+        if settings.overwrite:
             _remove_stage_outputs(output)
-        elif not cfg.resume:
+        elif not settings.resume:
             raise BertkitError(f"--output {output} is not empty; pass --resume to continue the run in it, "
                                "--overwrite to start over, or choose another directory")
     output.mkdir(parents=True, exist_ok=True)
@@ -95,84 +96,85 @@ def _remove_stage_outputs(output: Path) -> None:
         shutil.rmtree(path) if path.is_dir() else path.unlink()
 
 
-def train_vocabulary(cfg: QuickstartSettings, echo: Echo) -> Any:
+def train_vocabulary(settings: QuickstartSettings, echo: Echo) -> Any:
     """vocab/: a WordPiece vocabulary trained on the bundled corpus (kept when resuming)."""
     from bertkit.tokenizer import WordPieceTokenizer
 
-    directory = cfg.output / "vocab"
-    if cfg.resume and (directory / "vocab.txt").is_file():
+    directory = settings.output / "vocab"
+    if settings.resume and (directory / "vocab.txt").is_file():
         echo(f"[1/5] vocabulary: kept {directory}")
         return WordPieceTokenizer.from_pretrained(directory)
-    echo(f"[1/5] vocabulary: training {cfg.recipe.vocab_size:,} WordPiece tokens on the bundled corpus")
-    tokenizer = WordPieceTokenizer.train([kjv_path("corpus.txt.gz")], vocab_size=cfg.recipe.vocab_size)
+    echo(f"[1/5] vocabulary: training {settings.recipe.vocab_size:,} WordPiece tokens on the bundled corpus")
+    tokenizer = WordPieceTokenizer.train([kjv_path("corpus.txt.gz")], vocab_size=settings.recipe.vocab_size)
     tokenizer.save_pretrained(directory)
     return tokenizer
 
 
-def build_data(cfg: QuickstartSettings, tokenizer: Any, echo: Echo) -> Path:
+def build_data(settings: QuickstartSettings, tokenizer: Any, echo: Echo) -> Path:
     """data/: dynamically masked pre-training instances (kept when resuming)."""
     from bertkit.data import InstanceSettings, build_pretraining_data
 
-    directory, recipe = cfg.output / "data", cfg.recipe
-    if cfg.resume and (directory / "manifest.json").is_file():
+    directory, recipe = settings.output / "data", settings.recipe
+    if settings.resume and (directory / "manifest.json").is_file():
         echo(f"[2/5] pre-training data: kept {directory}")
         return directory
     echo(f"[2/5] pre-training data: instances of up to {recipe.max_seq_length} tokens, "
          f"{recipe.masked_lm_prob:.0%} masked dynamically")
     options = InstanceSettings(
         max_seq_length=recipe.max_seq_length, masked_lm_prob=recipe.masked_lm_prob,
-        max_predictions_per_seq=recipe.max_predictions_per_seq, dupe_factor=1, masking="dynamic", seed=cfg.seed)
+        max_predictions_per_seq=recipe.max_predictions_per_seq, dupe_factor=1, masking="dynamic", seed=settings.seed)
     build_pretraining_data([str(kjv_path("corpus.txt.gz"))], tokenizer, directory, options,
-                           workers=cfg.workers, overwrite=cfg.resume)
+                           workers=settings.workers, overwrite=settings.resume)
     return directory
 
 
-def pretrain_model(cfg: QuickstartSettings, echo: Echo, seconds: float | None = None) -> Path:
-    """pretrain/: bert-mini pre-trained for `seconds` (the plan's share) or cfg.max_steps; returns
+def pretrain_model(settings: QuickstartSettings, echo: Echo, seconds: float | None = None) -> Path:
+    """pretrain/: bert-mini pre-trained for `seconds` (the plan's share) or settings.max_steps; returns
     pretrain/final (kept when resuming; an interrupted run continues from its newest checkpoint)."""
     from bertkit.settings import PretrainSettings
     from bertkit.train import TrainConfig
     from bertkit.workflows.pretrain import pretrain
 
-    run, recipe = cfg.output / "pretrain", cfg.recipe
+    run, recipe = settings.output / "pretrain", settings.recipe
     final = run / "final"
-    if cfg.resume and (final / "model.safetensors").is_file():
+    if settings.resume and (final / "model.safetensors").is_file():
         echo(f"[3/5] pre-training: kept {final}")
         return final
-    budget = f"{cfg.max_steps} steps" if cfg.max_steps else f"{seconds:.0f} s"
+    budget = f"{settings.max_steps} steps" if settings.max_steps else f"{seconds:.0f} s"
     echo(f"[3/5] pre-training {MODEL} for {budget}: batch {recipe.batch_size}, peak lr {recipe.learning_rate:g}, "
          f"{'MLM + NSP' if recipe.nsp else 'MLM only'}, dropout {recipe.dropout:g}")
-    settings = PretrainSettings(data=str(cfg.output / "data"), model=MODEL, output=str(run),
-                                tokenizer=str(cfg.output / "vocab"), nsp=recipe.nsp, dropout=recipe.dropout,
-                                eval_examples=cfg.eval_examples, resume="auto" if cfg.resume else None)
+    what = PretrainSettings(data=str(settings.output / "data"), model=MODEL, output=str(run),
+                            tokenizer=str(settings.output / "vocab"), nsp=recipe.nsp, dropout=recipe.dropout,
+                            eval_examples=settings.eval_examples, resume="auto" if settings.resume else None)
     train = TrainConfig(
-        max_steps=cfg.max_steps, max_time_s=None if cfg.max_steps else seconds,
+        max_steps=settings.max_steps, max_time_s=None if settings.max_steps else seconds,
         micro_batch_size=recipe.batch_size, learning_rate=recipe.learning_rate, warmup_ratio=recipe.warmup_ratio,
-        seed=cfg.seed, eval_every=cfg.eval_every, save_every=max(cfg.eval_every, 200), keep_last=1, device=cfg.device)
-    result = pretrain(settings, train)
+        seed=settings.seed, eval_every=settings.eval_every, save_every=max(settings.eval_every, 200), keep_last=1,
+        device=settings.device)
+    result = pretrain(what, train)
     if result.stop_reason == "signal" and result.signal is not None:
         raise Interrupted(f"quickstart stopped by {signal.Signals(result.signal).name} while pre-training, at "
                           f"step {result.step}; saved {result.checkpoint}", result.signal, "--resume")
     return final
 
 
-def label_files(cfg: QuickstartSettings) -> tuple[Path, Path, Path]:
+def label_files(settings: QuickstartSettings) -> tuple[Path, Path, Path]:
     """(train, dev, test) TSV paths; with recipe.train_examples, a seeded subset of train in labels/."""
     train, dev, test = (kjv_path(name) for name in ("train.tsv", "dev.tsv", "test.tsv"))
-    count = cfg.recipe.train_examples
+    count = settings.recipe.train_examples
     if count is None:
         return train, dev, test
     header, *rows = train.read_text(encoding="utf-8").splitlines(keepends=True)
     if count > len(rows):
         raise BertkitError(f"--train-examples {count}: the bundled train.tsv has only {len(rows)} examples")
-    subset = cfg.output / "labels" / f"train-{count}.tsv"
+    subset = settings.output / "labels" / f"train-{count}.tsv"
     subset.parent.mkdir(parents=True, exist_ok=True)
     chosen = sorted(random.Random(0).sample(range(len(rows)), count))  # the same subset in every run
     subset.write_text(header + "".join(rows[i] for i in chosen), encoding="utf-8")
     return subset, dev, test
 
 
-def finetune_model(cfg: QuickstartSettings, model: str, name: str, echo: Echo, epochs: float | None = None,
+def finetune_model(settings: QuickstartSettings, model: str, name: str, echo: Echo, epochs: float | None = None,
                    seeds: tuple[int, ...] | None = None) -> dict[str, Any]:
     """finetune-NAME/: the bundled classification task fine-tuned from `model` (a directory or the preset
     for random initialisation) once per seed, test accuracy at each seed's best dev epoch; `epochs` and
@@ -180,19 +182,19 @@ def finetune_model(cfg: QuickstartSettings, model: str, name: str, echo: Echo, e
     from bertkit.settings import FinetuneSettings, finetune_training
     from bertkit.workflows.finetune import RESULTS_FILE, run_finetuning
 
-    output, recipe = cfg.output / f"finetune-{name}", cfg.recipe
-    if cfg.resume and (output / RESULTS_FILE).is_file() and (output / "best").is_dir():
+    output, recipe = settings.output / f"finetune-{name}", settings.recipe
+    if settings.resume and (output / RESULTS_FILE).is_file() and (output / "best").is_dir():
         echo(f"      kept {output}")
-        return json.loads((output / RESULTS_FILE).read_text(encoding="utf-8"))
-    train, dev, test = label_files(cfg)
-    settings = FinetuneSettings(
-        model=model, output=output, tokenizer=str(cfg.output / "vocab"), seeds=seeds or cfg.seeds,
-        resume=cfg.resume,  # finished seeds kept, an interrupted one continued
+        return read_json_object(output / RESULTS_FILE)
+    train, dev, test = label_files(settings)
+    how = FinetuneSettings(
+        model=model, output=output, tokenizer=str(settings.output / "vocab"), seeds=seeds or settings.seeds,
+        resume=settings.resume,  # finished seeds kept, an interrupted one continued
         train=finetune_training(num_epochs=epochs or recipe.finetune_epochs, batch_size=recipe.finetune_batch_size,
-                                learning_rate=recipe.finetune_learning_rate, device=cfg.device))
+                                learning_rate=recipe.finetune_learning_rate, device=settings.device))
     task_settings = {"text_column": "text", "label_column": "label", "max_seq_length": 128}
     try:
-        return run_finetuning("classification", train, [dev, test], settings, task_settings)
+        return run_finetuning("classification", train, [dev, test], how, task_settings)
     except Interrupted as exc:  # the whole quickstart stops; its own --resume continues it
         raise Interrupted(f"quickstart stopped: {exc}", exc.signum, "--resume") from None
 
@@ -210,34 +212,34 @@ def fill_mask_examples(final: Path, sentences: Sequence[str] = FILL_MASK_SENTENC
 
 # --- the whole run --------------------------------------------------------------------------------
 
-def run_quickstart(cfg: QuickstartSettings, echo: Echo = print) -> dict[str, Any]:
+def run_quickstart(settings: QuickstartSettings, echo: Echo = print) -> dict[str, Any]:
     """Every stage in order; writes quickstart.json, the figures and report.md; returns the summary."""
     started = time.perf_counter()
-    machine = machine_info(cfg.device)  # before any stage can change the process (threads, device state)
-    prepare_output(cfg)
-    label_files(cfg)  # a bad --train-examples fails now, not after pre-training
-    timings = StageClock(cfg.output / TIMINGS_FILE)
+    machine = machine_info(settings.device)  # before any stage can change the process (threads, device state)
+    prepare_output(settings)
+    label_files(settings)  # a bad --train-examples fails now, not after pre-training
+    timings = StageClock(settings.output / TIMINGS_FILE)
     with timings.stage("vocabulary_and_data_s"):
-        tokenizer = train_vocabulary(cfg, echo)
-        build_data(cfg, tokenizer, echo)
-    plan = None if cfg.max_steps else time_plan(cfg, tokenizer, timings.totals["vocabulary_and_data_s"], echo)
-    epochs, seeds = (plan.finetune_epochs, plan.seeds) if plan else (cfg.recipe.finetune_epochs, cfg.seeds)
+        tokenizer = train_vocabulary(settings, echo)
+        build_data(settings, tokenizer, echo)
+    plan = None if settings.max_steps else time_plan(settings, tokenizer, timings.totals["vocabulary_and_data_s"], echo)
+    epochs, seeds = (plan.finetune_epochs, plan.seeds) if plan else (settings.recipe.finetune_epochs, settings.seeds)
     with timings.stage("pretraining_s"):
-        final = pretrain_model(cfg, echo, plan.pretrain_s if plan else None)
-    runs = "from the pre-trained model" + (" and from random initialisation" if cfg.random_baseline else "")
+        final = pretrain_model(settings, echo, plan.pretrain_s if plan else None)
+    runs = "from the pre-trained model" + (" and from random initialisation" if settings.random_baseline else "")
     echo(f"[4/5] fine-tuning on the bundled task, {epochs:g} epochs, {plural(len(seeds), 'seed')} "
          f"{', '.join(map(str, seeds))}: {runs}")
     with timings.stage("finetuning_s"):
-        finetuned = {"pretrained": finetune_model(cfg, str(final), "pretrained", echo, epochs, seeds)}
-        if cfg.random_baseline:
-            finetuned["random"] = finetune_model(cfg, MODEL, "random", echo, epochs, seeds)
+        finetuned = {"pretrained": finetune_model(settings, str(final), "pretrained", echo, epochs, seeds)}
+        if settings.random_baseline:
+            finetuned["random"] = finetune_model(settings, MODEL, "random", echo, epochs, seeds)
     echo("[5/5] fill-mask examples and report")
     with timings.stage("report_s"):
-        summary = summarize(cfg, finetuned, fill_mask_examples(final), timings.totals, machine, plan, epochs)
-    (cfg.output / SUMMARY_FILE).write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
-    report = write_report(cfg.output, summary)
+        summary = summarize(settings, finetuned, fill_mask_examples(final), timings.totals, machine, plan, epochs)
+    (settings.output / SUMMARY_FILE).write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
+    report = write_report(settings.output, summary)
     echo(comparison_lines(summary))
-    budget = f" of the {cfg.minutes:g}-minute budget" if plan else ""
+    budget = f" of the {settings.minutes:g}-minute budget" if plan else ""
     echo(f"report: {report} (whole command {sum(timings.totals.values()) / 60:.1f} min{budget}, this run "
          f"{(time.perf_counter() - started) / 60:.1f} min)")
     return summary
@@ -249,10 +251,7 @@ class StageClock:
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        try:
-            self.totals: dict[str, float] = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            self.totals = {}
+        self.totals: dict[str, float] = read_json_object(path, missing={}, damaged={})
 
     @contextlib.contextmanager
     def stage(self, name: str) -> Iterator[None]:
@@ -264,25 +263,27 @@ class StageClock:
             write_text_atomic(self.path, json.dumps(self.totals, indent=2) + "\n")
 
 
-def time_plan(cfg: QuickstartSettings, tokenizer: Any, spent_s: float, echo: Echo) -> TimePlan:
+def time_plan(settings: QuickstartSettings, tokenizer: Any, spent_s: float, echo: Echo) -> TimePlan:
     """The split of --minutes (plan.py), from rates measured now; a resumed run keeps its first plan."""
-    path = cfg.output / PLAN_FILE
-    if cfg.resume and path.is_file():
-        with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
-            plan = TimePlan.from_json(json.loads(path.read_text(encoding="utf-8")))
+    path = settings.output / PLAN_FILE
+    if settings.resume and path.is_file():
+        with contextlib.suppress(BertkitError, KeyError, TypeError):
+            plan = TimePlan.from_json(read_json_object(path))
             echo(f"      time plan (kept from the first run): {plan.describe()}")
             return plan
-    train, dev, test = label_files(cfg)
+    train, dev, test = label_files(settings)
     lengths = [len(ids) + 2 for ids in tokenizer.encode_ids(_texts(train))]  # + [CLS], [SEP]
     started, cpu = time.perf_counter(), time.process_time()
-    rates = measure_rates(cfg, tokenizer.vocab_size, int(min(128, sorted(lengths)[3 * len(lengths) // 4])))
+    rates = measure_rates(settings, tokenizer.vocab_size, int(min(128, sorted(lengths)[3 * len(lengths) // 4])))
     probe_s = time.perf_counter() - started
     load = machine_load(time.process_time() - cpu, probe_s, torch.get_num_threads())
-    work = FinetuneWork(runs_per_seed=2 if cfg.random_baseline else 1, train_examples=len(lengths),
-                        batch_size=cfg.recipe.finetune_batch_size, eval_examples=len(_texts(dev)) + len(_texts(test)))
-    assert cfg.minutes is not None, "a time plan is made only without --max-steps (validate: then minutes)"
-    plan = plan_time(cfg.minutes * 60, spent_s + probe_s, rates, work, cfg.recipe.finetune_epochs, cfg.seeds,
-                     cfg.epochs_fixed, cfg.seeds_fixed, uncertainty=load.uncertainty, load=load.describe())
+    work = FinetuneWork(runs_per_seed=2 if settings.random_baseline else 1, train_examples=len(lengths),
+                        batch_size=settings.recipe.finetune_batch_size,
+                        eval_examples=len(_texts(dev)) + len(_texts(test)))
+    assert settings.minutes is not None, "a time plan is made only without --max-steps (validate: then minutes)"
+    plan = plan_time(settings.minutes * 60, spent_s + probe_s, rates, work, settings.recipe.finetune_epochs,
+                     settings.seeds, settings.epochs_fixed, settings.seeds_fixed, uncertainty=load.uncertainty,
+                     load=load.describe())
     write_text_atomic(path, json.dumps(plan.to_json(), indent=2) + "\n")
     echo(f"      time plan: {plan.describe()}")
     if plan.warning:
@@ -300,13 +301,13 @@ def _column(tsv: Path, index: int) -> list[str]:
     return [line.split("\t")[index] for line in tsv.read_text(encoding="utf-8").splitlines()[1:] if line]
 
 
-def measure_rates(cfg: QuickstartSettings, vocab_size: int, finetune_length: int) -> Rates:
+def measure_rates(settings: QuickstartSettings, vocab_size: int, finetune_length: int) -> Rates:
     """Pre-training steps/s at the recipe's shape, fine-tuning steps/s and evaluation examples/s at the
     task's typical length, on this machine now: each the fastest of a few short probes (quickstart/load.py)."""
-    return fastest_rates(lambda: probe_rates(cfg, vocab_size, finetune_length))
+    return fastest_rates(lambda: probe_rates(settings, vocab_size, finetune_length))
 
 
-def probe_rates(cfg: QuickstartSettings, vocab_size: int, finetune_length: int, seconds: float = 0.75) -> Rates:
+def probe_rates(settings: QuickstartSettings, vocab_size: int, finetune_length: int, seconds: float = 0.75) -> Rates:
     """One probe of measure_rates' three rates, timing each for about `seconds` (evaluation a third)."""
     import torch.nn.functional as F
 
@@ -316,9 +317,9 @@ def probe_rates(cfg: QuickstartSettings, vocab_size: int, finetune_length: int, 
     from bertkit.train.throughput import inference_batches_per_second, training_steps_per_second
     from bertkit.workflows.pretrain import measure_steps_per_second
 
-    recipe, device = cfg.recipe, resolve_device(cfg.device)
+    recipe, device = settings.recipe, resolve_device(settings.device)
     pretrain = measure_steps_per_second(preset(MODEL, vocab_size=vocab_size), recipe.max_seq_length,
-                                        recipe.batch_size, "auto", cfg.device, seconds)
+                                        recipe.batch_size, "auto", settings.device, seconds)
     config = preset(MODEL, vocab_size=vocab_size, num_labels=6)
     ids = torch.randint(5, vocab_size, (recipe.finetune_batch_size, finetune_length),
                         generator=torch.Generator().manual_seed(0))
@@ -335,21 +336,21 @@ def probe_rates(cfg: QuickstartSettings, vocab_size: int, finetune_length: int, 
     return Rates(pretrain, finetune, evaluate * len(ids))
 
 
-def summarize(cfg: QuickstartSettings, finetuned: dict[str, dict[str, Any]], fill_mask: list[dict[str, Any]],
+def summarize(settings: QuickstartSettings, finetuned: dict[str, dict[str, Any]], fill_mask: list[dict[str, Any]],
               timings: dict[str, float], machine: dict[str, Any] | None = None, plan: TimePlan | None = None,
               finetune_epochs: float | None = None) -> dict[str, Any]:
     """Everything the report shows, as JSON-ready data (quickstart.json)."""
     from bertkit.train.reporting import read_metrics
 
-    records = read_metrics(cfg.output / "pretrain" / "metrics.jsonl")
+    records = read_metrics(settings.output / "pretrain" / "metrics.jsonl")
     train = [r for r in records if r.get("kind") == "train"]
     evals = [r for r in records if r.get("kind") == "eval"]
-    manifest = json.loads((cfg.output / "data" / "manifest.json").read_text(encoding="utf-8"))
+    manifest = read_json_object(settings.output / "data" / "manifest.json")
     return {
         "model": MODEL,
-        "config": {**{k: v for k, v in asdict(cfg).items() if k not in ("output", "recipe")},
-                   "output": str(cfg.output)},
-        "recipe": {**asdict(cfg.recipe), "finetune_epochs": finetune_epochs or cfg.recipe.finetune_epochs},
+        "config": {**{k: v for k, v in asdict(settings).items() if k not in ("output", "recipe")},
+                   "output": str(settings.output)},
+        "recipe": {**asdict(settings.recipe), "finetune_epochs": finetune_epochs or settings.recipe.finetune_epochs},
         "plan": plan.to_json() if plan else None,
         "machine": machine or machine_info(),
         "timings": {k: round(v, 1) for k, v in timings.items()},

@@ -4,25 +4,23 @@ glibc's malloc serves each allocation above its mmap threshold (at most 32 MiB b
 `mmap` and hands it back to the kernel on `free`. A bert-base forward over 32 x 128 tokens allocates
 dozens of such tensors (the (4096, 3072) feed-forward activation alone is 48 MiB in fp32), so every
 forward and every training step touches new pages, and the kernel zeroes each one on first touch. The
-time shows up in whatever op writes the tensor first: measured on a 2-core AMD EPYC, an exact GELU over
-(4096, 3072) took 36 ms in a fresh mapping and 15 ms in reused memory, and a bert-base fp32 forward's
-GELU, bias copies, residual adds and LayerNorms together went from ~800 to ~330 ms (docs/performance.md,
-"Full rows").
+time shows up in whatever op writes the tensor first (measured: docs/performance.md, "Full rows").
 
 `keep_freed_memory()` raises glibc's mmap threshold to 1 GiB and its trim threshold likewise, with
 `mallopt`, so large blocks come from the heap and freed ones are reused. The cost: the process keeps
 its peak memory after the peak (freed blocks stay mapped, and are reused by the next step), which is
-what a training run or a server does anyway: measured, a bert-base forward's process held ~270 MiB more
-after its forwards, at the same peak. Reuse is not guaranteed: small allocations between two big ones
-can split a freed block, and the heap grows instead (a 64 MiB loop held up to 450 MiB, bounded).
+what a training run or a server does anyway (the measured cost: docs/performance.md, "Full rows"). Reuse is
+not guaranteed: small allocations between two big ones can split a freed block, and the heap grows instead
+(bounded).
 PyTorch's CPU tuning guide recommends jemalloc or tcmalloc (LD_PRELOAD) for the same reason; this is
 the step that needs no preload (not measured against them).
 
-It is called by every `bertkit` command, `accelerate_for_inference` (so every inference copy) and `fit`;
-`BERTKIT_KEEP_FREED_MEMORY=0` in the environment turns it off. Elsewhere than glibc (macOS, musl,
-Windows) it does nothing, and under a preloaded jemalloc or tcmalloc it changes nothing (those
-allocators reuse memory already). This module imports no torch, so the CLI can call it before any
-command loads.
+It is called by every `bertkit` command and by the library's entry points that run a model: predictors
+(`load_predictor`), `extract_features`, `predict_file` and training (`workflows.prepare.prepare_training`);
+a model transform never changes it. `BERTKIT_KEEP_FREED_MEMORY=0` in the environment turns it off.
+Elsewhere than glibc (macOS, musl, Windows) it does nothing, and under a preloaded jemalloc or tcmalloc it
+changes nothing (those allocators reuse memory already). This module imports no torch, so the CLI can call it
+before any command loads.
 """
 
 from __future__ import annotations

@@ -13,8 +13,9 @@ rewritten. `decide` turns numbers into choices and is a pure function, so its ru
 injected timings: bf16 only when it is at least 1.2x fp32; a kernel fast path only where it measured
 at least 1.1x faster. CUDA is not probed: bf16 where the GPU supports it.
 
-Every layer of bertkit imports this module, so it imports only torch: the probe times torch's kernels
-itself (the same calls bertkit.model.accelerate makes; tests/test_hardware.py checks they agree).
+It sits below the model (the model and training read its choices), so it imports only torch and bertkit's
+lowest packages (kernels, io, config): the probe times the kernels itself (the same calls
+bertkit.model.accelerate makes; tests/runtime/test_probe.py checks they agree).
 
 Environment: BERTKIT_CACHE_DIR (default $XDG_CACHE_HOME/bertkit, else ~/.cache/bertkit);
 BERTKIT_PROBE_FILE=path takes the measurements from that file (`bertkit doctor --json` writes one)

@@ -34,11 +34,12 @@ from collections.abc import Callable
 from copy import deepcopy
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 import torch
 from torch import nn
 
+from bertkit.config import BertConfig
 from bertkit.io.atomic import write_text_atomic
 from bertkit.runtime import probe
 
@@ -80,11 +81,24 @@ class StepTimings:
                 f"{self.rows} x {self.length} tokens: {times}, bf16 {self.speedup:.2f}x; bf16 needs {MIN_SPEEDUP}x)")
 
 
-def find_encoder(model: nn.Module) -> Any:
-    """The first BERT encoder inside `model` (a module with `config`, `embeddings` and `layers`, as
-    bertkit.model.BertModel; found by its shape so that this module, which runtime imports, needs no
-    bertkit.model), or None."""
-    return next((m for m in model.modules() if all(hasattr(m, a) for a in ("config", "embeddings", "layers"))
+@runtime_checkable
+class Encoder(Protocol):
+    """What the step probe needs of a BERT encoder: `bertkit.model.BertModel` is one (tests check it). Named by
+    its shape because the model layer imports runtime, not the other way round."""
+
+    @property
+    def config(self) -> BertConfig: ...
+
+    @property
+    def embeddings(self) -> nn.Module: ...
+
+    @property
+    def layers(self) -> nn.ModuleList: ...
+
+
+def find_encoder(model: nn.Module) -> Encoder | None:
+    """The first BERT encoder inside `model` (the task models keep it as `.bert`), or None."""
+    return next((m for m in model.modules() if isinstance(m, Encoder) and isinstance(m.config, BertConfig)
                  and isinstance(m.layers, nn.ModuleList) and len(m.layers) > 0), None)
 
 
@@ -95,7 +109,7 @@ def auto_precision(model: nn.Module, purpose: str = "training", rows: int | None
     stands. The step is timed only where the dense probe found bf16's matrix multiplies faster: where
     they are not, bf16 cannot win the step (its other work does not speed up either), and on CPUs without
     bf16 instructions one bf16 step can take tens of times an fp32 one, too long to time."""
-    encoder: Any = find_encoder(model)
+    encoder = find_encoder(model)
     if encoder is None or os.environ.get("BERTKIT_PROBE_FILE"):
         return None
     config = encoder.config
@@ -115,7 +129,7 @@ def auto_precision(model: nn.Module, purpose: str = "training", rows: int | None
 _measured: dict[str, tuple[StepTimings, str]] = {}
 
 
-def step_timings(encoder: Any, purpose: str = "training", rows: int | None = None, length: int | None = None,
+def step_timings(encoder: Encoder, purpose: str = "training", rows: int | None = None, length: int | None = None,
                  refresh: bool = False) -> tuple[StepTimings, str]:
     """(timings of `encoder`'s step, where they came from): this process's memory, the cache, or a probe now."""
     if purpose not in PURPOSES:
@@ -143,7 +157,7 @@ def step_timings(encoder: Any, purpose: str = "training", rows: int | None = Non
     return _measured[digest]
 
 
-def probe_shape(config: Any, rows: int | None, length: int | None) -> tuple[int, int]:
+def probe_shape(config: BertConfig, rows: int | None, length: int | None) -> tuple[int, int]:
     """The run's rows and length (defaults 8 x 128), the length within the model's positions, the rows cut
     so that the probe holds at most MAX_TOKENS tokens."""
     length = max(8, min(length or DEFAULT_LENGTH, config.max_position_embeddings))
@@ -151,7 +165,7 @@ def probe_shape(config: Any, rows: int | None, length: int | None) -> tuple[int,
     return rows, length
 
 
-def cache_key(config: Any, purpose: str, rows: int, length: int) -> dict:
+def cache_key(config: BertConfig, purpose: str, rows: int, length: int) -> dict:
     shape = {k: getattr(config, k) for k in ("hidden_size", "num_attention_heads", "intermediate_size", "hidden_act",
                                              "hidden_dropout_prob", "attention_probs_dropout_prob")}
     return {**probe.cache_key(config.hidden_size), "step_probe": STEP_PROBE_VERSION, "purpose": purpose,
@@ -159,11 +173,11 @@ def cache_key(config: Any, purpose: str, rows: int, length: int) -> dict:
             **shape}
 
 
-def probe_layers(config: Any) -> int:
+def probe_layers(config: BertConfig) -> int:
     return min(PROBE_LAYERS, config.num_hidden_layers)
 
 
-def measure(encoder: Any, purpose: str, rows: int, length: int) -> StepTimings:
+def measure(encoder: Encoder, purpose: str, rows: int, length: int) -> StepTimings:
     """Time the step of a copy of `encoder` cut to its first layers (see the module docstring); the
     encoder itself, the global RNG and the grad mode are left as they were."""
     config = encoder.config
@@ -189,9 +203,10 @@ def measure(encoder: Any, purpose: str, rows: int, length: int) -> StepTimings:
     return StepTimings(purpose, rows, length, probe_layers(config), seconds, steady)
 
 
-def _cut(encoder: Any, layers: int) -> Any:
-    """A copy of `encoder` with its first `layers` layers and no pooler, its embeddings frozen (their
+def _cut(found: Encoder, layers: int) -> nn.Module:
+    """A copy of the encoder with its first `layers` layers and no pooler, its embeddings frozen (their
     gradient costs the same in either precision), on the CPU."""
+    encoder: Any = found  # the module itself: its layers and pooler are swapped for the copy
     pooler, encoder.pooler = getattr(encoder, "pooler", None), None
     kept, encoder.layers = encoder.layers, nn.ModuleList(list(encoder.layers)[:layers])
     try:

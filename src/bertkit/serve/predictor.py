@@ -42,7 +42,7 @@ from bertkit.errors import BertkitError
 from bertkit.inference.batching import model_outputs, run_sorted
 from bertkit.inference.pooling import sentence_vectors
 from bertkit.interop.sentence_transformers import (
-    SentenceSettings,
+    SentenceModules,
     choose_pooling,
     cross_encoder_config,
     cross_encoder_sigmoid,
@@ -50,6 +50,7 @@ from bertkit.interop.sentence_transformers import (
 )
 from bertkit.io.jsonfile import read_json_object
 from bertkit.model import MODEL_CLASSES, BertModel, accelerate_for_inference
+from bertkit.runtime.allocator import keep_freed_memory
 from bertkit.runtime.device import check_inference_precision, inference_precision
 from bertkit.tasks.classification import ClassificationTask
 from bertkit.tasks.finetuned import load_finetuned, load_weights, read_task_file
@@ -96,7 +97,7 @@ class Predictor:
     """What the directory holds: fill-mask, classification, tagging, squad, multiple-choice or embed."""
 
     def __init__(self, model: torch.nn.Module, tokenizer: WordPieceTokenizer, max_seq_length: int,
-                 batch_size: int = 32, sentence: SentenceSettings | None = None, info: ModelInfo = ModelInfo()
+                 batch_size: int = 32, sentence: SentenceModules | None = None, info: ModelInfo = ModelInfo()
                  ) -> None:
         # Every bertkit model (FeatureBasedModel too) carries its BertConfig; nn.Module's stubs type attributes
         # as Tensor | Module.
@@ -500,6 +501,7 @@ def load_predictor(directory: str | Path, batch_size: int = 32, precision: str =
     a classifier's long-document settings that replace its saved ones (`LongDocumentSettings`)."""
     directory = check_model_directory(directory)
     check_inference_precision(precision)
+    keep_freed_memory()  # the process reuses large activations from here on (bertkit.runtime.allocator)
     config = BertConfig.from_json_file(directory / "config.json")
     settings = read_task_file(directory)
     kind = settings["task"] if settings else _kind_from_architecture(config)
@@ -531,11 +533,11 @@ def _task_predictor(directory: Path, config: BertConfig, settings: dict[str, Any
     task, model, tokenizer = load_finetuned(directory, task=stand_in, tokenizer_dir=tokenizer_dir)
     model, resolved = _for_inference(model, precision)
     info = ModelInfo(kind, directory.name, resolved)
-    if predictor_class is not ClassificationPredictor:
+    if not isinstance(task, ClassificationTask):
         return predictor_class(model, tokenizer, task, batch_size, info)
     if long_documents:
         task = task.with_long_documents(**long_documents)
-    sigmoid = settings is None and cross_encoder_sigmoid(directory, config.num_labels)
+    sigmoid = settings is None and cross_encoder_sigmoid(directory, config.num_labels or 0)
     return ClassificationPredictor(model, tokenizer, task, batch_size, info, sigmoid)
 
 

@@ -32,6 +32,7 @@ from torch import nn
 from bertkit.config import BertConfig, check_model_directory
 from bertkit.errors import BertkitError
 from bertkit.io.atomic import replace_directory, write_file_atomic, write_text_atomic
+from bertkit.io.jsonfile import read_json
 from bertkit.model import BertModel
 from bertkit.model.feature_based import FeatureBasedModel
 from bertkit.model.pretrained import PreTrainedMixin
@@ -72,12 +73,9 @@ def save_finetuned(model: nn.Module, task: Task, tokenizer: WordPieceTokenizer, 
 def read_task_file(directory: str | Path) -> dict[str, Any] | None:
     """bertkit_task.json as a dict, or None when the directory has none (a model not fine-tuned here)."""
     path = Path(directory) / TASK_FILE
-    if not path.exists():
+    data = read_json(path, missing=None, fix="re-run fine-tuning or fix the file")
+    if data is None:
         return None
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise BertkitError(f"{path}: not valid JSON ({exc}); re-run fine-tuning or fix the file") from None
     if not isinstance(data, dict) or "task" not in data:
         raise BertkitError(f"{path}: expected a JSON object with a 'task' key "
                            "(classification, tagging, squad or multiple-choice)")

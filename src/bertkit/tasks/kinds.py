@@ -1,7 +1,7 @@
 """The fine-tuning task kinds by name, and the task of a `bertkit finetune` command.
 
 `TASK_CLASSES` maps the `task` value of bertkit_task.json (and the `bertkit finetune` subcommand) to its
-class; `build_task(kind, train_path, options)` makes the task from the command's options, taking the
+class; `build_task(kind, train_path, task_settings)` makes the task from the command's task settings, taking the
 label sets that the task does not fix from the training file.
 
 Design decision: the only place that lists the task classes; generic code reaches a task through the
@@ -32,10 +32,10 @@ def task_class(kind: str, source: str = "--task") -> type[Task]:
     return TASK_CLASSES[kind]
 
 
-def build_task(kind: str, train_path: str | Path, options: dict[str, Any]) -> Task:
+def build_task(kind: str, train_path: str | Path, task_settings: dict[str, Any]) -> Task:
     """The task object for `kind` with its settings; label sets not fixed by the task come from the
     training file (classification without --task, tagging)."""
-    options = dict(options)
+    options = dict(task_settings)
     if kind == "classification":
         regression = options.pop("regression", False)
         glue = glue_task(options["glue_task"]) if options.get("glue_task") else None

@@ -20,6 +20,7 @@ from pathlib import Path
 
 from bertkit.errors import BertkitError, where
 from bertkit.io.atomic import write_text_atomic
+from bertkit.io.jsonfile import read_json_object
 
 PAD, UNK, CLS, SEP, MASK = "[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"
 SPECIAL_TOKENS: tuple[str, ...] = (PAD, UNK, CLS, SEP, MASK)
@@ -120,25 +121,15 @@ def _read_do_lower_case(config_path: Path) -> bool | None:
     """do_lower_case from tokenizer_config.json, None when the file or the key is absent."""
     if not config_path.is_file():
         return None
-    value = _read_json_object(config_path).get("do_lower_case")
+    value = read_json_object(config_path, fix="fix or delete the file").get("do_lower_case")
     if value is not None and not isinstance(value, bool):
         raise BertkitError(f"{config_path}: do_lower_case must be true or false, got {value!r}")
     return value
 
 
-def _read_json_object(path: Path) -> dict:
-    try:
-        value = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        raise BertkitError(f"{path}: not readable JSON ({exc}); fix or delete the file") from exc
-    if not isinstance(value, dict):
-        raise BertkitError(f"{path}: not a JSON object; fix or delete the file")
-    return value
-
-
 def _read_tokenizer_json(path: Path) -> tuple[list[str], bool | None]:
     """(tokens in id order, lower-casing of its normalizer or None) of a Hugging Face tokenizer.json."""
-    spec = _read_json_object(path)
+    spec = read_json_object(path)
     model = spec.get("model") or {}
     if model.get("type") != "WordPiece" or model.get("continuing_subword_prefix", "##") != "##":
         raise BertkitError(f"{path}: the tokenizer's model is {model.get('type')!r} (prefix "

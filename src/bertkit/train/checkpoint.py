@@ -38,6 +38,7 @@ from safetensors.torch import load_file, save_file
 
 from bertkit.errors import BertkitError
 from bertkit.io.atomic import failed_write_advice, fsync_path, replace_directory, write_text_atomic
+from bertkit.io.jsonfile import read_json
 from bertkit.train.distributed import DistributedContext, broadcast_object
 
 logger = logging.getLogger(__name__)
@@ -105,10 +106,9 @@ def verify_checkpoint(directory: Path) -> str | None:
     manifest_path = directory / MANIFEST
     if not manifest_path.is_file():
         return "no manifest.json (the save was interrupted)"
-    try:
-        manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        return f"unreadable manifest.json ({exc})"
+    manifest = read_json(manifest_path, damaged=None)
+    if manifest is None:
+        return "unreadable manifest.json (not UTF-8 JSON)"
     files = manifest.get("files") if isinstance(manifest, dict) else None
     if not isinstance(files, dict) or not all(isinstance(v, str) for v in files.values()):
         return 'manifest.json is not an object {"files": {name: sha256, ...}}'
@@ -265,10 +265,6 @@ def write_json(path: Path, data: Any) -> None:
     path.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n", encoding="utf-8")
 
 
-def read_json(path: Path) -> Any:
-    return json.loads(path.read_text(encoding="utf-8"))
-
-
 # What the loop writes to trainer_state.json: section -> key -> allowed types (bool is refused where int is).
 _COUNT, _NUMBER = (int,), (int, float)
 TRAINER_STATE_FIELDS: dict[str, dict[str, tuple[type, ...]]] = {
@@ -289,10 +285,13 @@ def _foreign(path: Path, problem: str) -> BertkitError:
 
 
 def _read_state_json(directory: Path, name: str) -> Any:
-    try:
-        return read_json(directory / name)
-    except (OSError, ValueError) as exc:
-        raise _foreign(directory / name, f"unreadable ({exc})") from None
+    value = read_json(directory / name, missing=_UNREADABLE, damaged=_UNREADABLE)
+    if value is _UNREADABLE:
+        raise _foreign(directory / name, "unreadable (missing, not UTF-8 or not JSON)")
+    return value
+
+
+_UNREADABLE = object()
 
 
 def read_trainer_state(directory: Path) -> dict[str, Any]:

@@ -5,7 +5,7 @@ or a table (the same VM type has been a CPU where bf16 is 4.7x fp32 and one wher
 measurement times real optimizer steps (forward, loss, backward, AdamW) of the caller's model on a
 batch of the caller's shape, after one warm-up step, and leaves the global RNG state as it found it, so
 measuring before a run does not change the run. Callers build the model and the batch (this module knows
-nothing about BERT): `bertkit.tasks.pretraining` and the quickstart use it to turn a time budget into steps.
+nothing about BERT): `bertkit.workflows.pretrain` and the quickstart use it to turn a time budget into steps.
 """
 
 from __future__ import annotations

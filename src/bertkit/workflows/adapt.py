@@ -36,6 +36,7 @@ from safetensors.torch import load_file, save_file
 
 from bertkit.errors import BertkitError
 from bertkit.io.atomic import write_file_atomic, write_text_atomic
+from bertkit.io.jsonfile import read_json, read_json_object
 from bertkit.model.pretrained import read_state_dict
 from bertkit.tokenizer import TOKENIZER_JSON, VOCAB_FILE, WordPieceTokenizer
 from bertkit.tokenizer.extend import Extension, choose_new_pieces, measure, wordpiece
@@ -91,13 +92,10 @@ def extend_model(model_dir: str | Path, corpus: Sequence[str | Path], add: int, 
 def _bert_config(model_dir: Path) -> dict[str, Any]:
     """config.json of a BERT directory, as a dict (every key kept for the copy)."""
     path = model_dir / "config.json"
-    try:
-        config = json.loads(path.read_text(encoding="utf-8"))
-    except OSError:
+    if not path.is_file():
         raise BertkitError(f"--model {model_dir}: no config.json there; give a BERT model directory (one that "
-                           "transformers' BertModel or bertkit loads)") from None
-    except ValueError as exc:
-        raise BertkitError(f"{path}: not readable JSON ({exc})") from None
+                           "transformers' BertModel or bertkit loads)")
+    config = read_json(path)
     if not isinstance(config, dict) or config.get("model_type", "bert") != "bert" or "hidden_size" not in config:
         kind = config.get("model_type") if isinstance(config, dict) else None
         raise BertkitError(f"--model {model_dir}: not a BERT directory (config.json model_type {kind!r}); "
@@ -168,7 +166,7 @@ def _write_directory(source: Path, output: Path, state: dict[str, torch.Tensor],
 
 def _extend_tokenizer_json(source: Path, target: Path, tokens: list[str]) -> None:
     """tokenizer.json with the vocabulary `tokens` (old ids unchanged, new ones after them)."""
-    spec = json.loads(source.read_text(encoding="utf-8"))
+    spec = read_json_object(source)
     spec["model"]["vocab"] = {token: i for i, token in enumerate(tokens)}
     write_text_atomic(target, json.dumps(spec, ensure_ascii=False) + "\n")
 

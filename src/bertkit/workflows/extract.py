@@ -40,6 +40,7 @@ from bertkit.inference.batching import sorted_batches
 from bertkit.inference.pooling import sentence_vectors
 from bertkit.interop.sentence_transformers import choose_pooling, read_sentence_transformers
 from bertkit.model import BertModel, for_inference
+from bertkit.runtime.allocator import keep_freed_memory
 from bertkit.runtime.device import check_inference_precision
 from bertkit.settings import ExtractSettings
 from bertkit.tokenizer import WordPieceTokenizer, check_model_vocabulary
@@ -74,6 +75,7 @@ def extract_features(settings: ExtractSettings) -> int:
     `precision` is an inference precision (`bertkit.model.for_inference`): fp32, bf16 (values within bf16
     rounding), int8 (encoder layers quantized) or auto (the faster of fp32 and bf16 as measured here)."""
     model_dir, output_path, precision = check_model_directory(settings.model), Path(settings.output), settings.precision
+    keep_freed_memory()  # the process reuses large activations from here on (bertkit.runtime.allocator)
     config = BertConfig.from_json_file(model_dir / "config.json")
     vocabulary = WordPieceTokenizer.from_pretrained(settings.tokenizer or model_dir)
     check_model_vocabulary(vocabulary, config.vocab_size, model_dir, settings.tokenizer)

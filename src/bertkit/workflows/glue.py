@@ -39,6 +39,7 @@ from typing import Any
 from bertkit.data.glue import GLUE_TASKS, glue_task
 from bertkit.errors import BertkitError
 from bertkit.io.atomic import write_text_atomic
+from bertkit.io.jsonfile import read_json_object
 from bertkit.settings import FinetuneSettings, GlueSettings
 from bertkit.tasks.kinds import build_task
 from bertkit.tasks.metrics import GLUE_METRICS
@@ -208,8 +209,8 @@ def _run_one(found: FoundTask, rate: float, settings: GlueSettings, finetune: Fi
     results = _finished(directory, one_run) if finetune.resume else None
     if results is None:
         start = time.perf_counter()
-        options = {"glue_task": found.spec.key, "max_seq_length": settings.max_seq_length}
-        results = run_finetuning("classification", found.train, list(found.devs), one_run, options)
+        task_settings = {"glue_task": found.spec.key, "max_seq_length": settings.max_seq_length}
+        results = run_finetuning("classification", found.train, list(found.devs), one_run, task_settings)
         wall = time.perf_counter() - start
         sweep["runs"][name] = {"wall_s": round(wall, 1)}
         write_text_atomic(out / SWEEP_FILE, json.dumps(sweep, indent=2) + "\n")
@@ -227,12 +228,9 @@ def _run_one(found: FoundTask, rate: float, settings: GlueSettings, finetune: Fi
 
 def _finished(directory: Path, one_run: FinetuneSettings) -> dict[str, Any] | None:
     """The eval_results.json of a run that finished with these settings and every requested seed, or None."""
-    try:
-        results = json.loads((directory / RESULTS_FILE).read_text(encoding="utf-8"))
-        recorded = json.loads((directory / RUN_FILE).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    if recorded != run_settings(one_run) or not isinstance(results, dict):
+    results = read_json_object(directory / RESULTS_FILE, missing=None, damaged=None)
+    recorded = read_json_object(directory / RUN_FILE, missing=None, damaged=None)
+    if results is None or recorded != run_settings(one_run):
         return None
     seeds = results.get("seeds")
     if not isinstance(seeds, dict) or not all(str(seed) in seeds for seed in one_run.seeds):
@@ -260,10 +258,8 @@ def _prepare_output(out: Path, resume: bool, overwrite: bool, settings: GlueSett
         if overwrite:
             _remove_sweep(out)
         else:
-            try:
-                earlier = json.loads(marker.read_text(encoding="utf-8"))
-            except (OSError, ValueError):
-                earlier = {}  # only the run times are lost; each run's own files decide what is finished
+            # a damaged record loses only the run times; each run's own files decide what is finished
+            earlier = read_json_object(marker, missing={}, damaged={})
     out.mkdir(parents=True, exist_ok=True)
     runs = earlier.get("runs") if isinstance(earlier.get("runs"), dict) else {}
     sweep = {"model": finetune.model, "data": str(settings.data), "learning_rates": list(settings.learning_rates),

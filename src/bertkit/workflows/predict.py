@@ -24,6 +24,7 @@ from torch import nn
 from bertkit.inference.batching import model_outputs
 from bertkit.io.atomic import write_text_atomic
 from bertkit.model import for_inference
+from bertkit.runtime.allocator import keep_freed_memory
 from bertkit.runtime.device import resolve_device
 from bertkit.settings import PredictSettings
 from bertkit.tasks.finetuned import load_finetuned
@@ -71,6 +72,7 @@ def predict_file(settings: PredictSettings) -> dict[str, Any]:
     classification model for this file. `precision` is an inference precision (`bertkit.model.for_inference`);
     fp32 reproduces the dev scores of fine-tuning exactly."""
     torch_device = resolve_device(settings.device)
+    keep_freed_memory()  # the process reuses large activations from here on (bertkit.runtime.allocator)
     task, model, tokenizer = load_finetuned(settings.model, torch_device)
     model = for_inference(model, settings.precision, torch_device)
     if settings.columns():

@@ -120,17 +120,17 @@ class _Split(Dataset):
         return self.dataset[int(self.indices[index])]
 
 
-def split_held_out(data_dir: Path, eval_examples: int, seed: int, **options: Any) -> tuple[_Split, _Split]:
+def split_held_out(data_dir: Path, eval_examples: int, seed: int, **loading: Any) -> tuple[_Split, _Split]:
     """(train, held-out) from one data directory: `eval_examples` random instances (at most a tenth)
     are held out and never trained on; the held-out copy keeps epoch 0's masks so evaluations compare.
-    `options` go to PretrainingDataset (max_seq_length, masked_lm_prob)."""
-    train = PretrainingDataset(data_dir, **options)
+    `loading` goes to PretrainingDataset (max_seq_length, masked_lm_prob)."""
+    train = PretrainingDataset(data_dir, **loading)
     count = min(eval_examples, len(train) // 10)
     order = np.random.default_rng([seed, 7]).permutation(len(train))
     held_out = np.sort(order[:count])
     keep = np.sort(order[count:])
     logger.info("holding out %d of %d instances of %s for evaluation", count, len(train), data_dir)
-    return _Split(train, keep), _Split(PretrainingDataset(data_dir, **options), held_out)
+    return _Split(train, keep), _Split(PretrainingDataset(data_dir, **loading), held_out)
 
 
 # --- the run --------------------------------------------------------------------------------------
@@ -229,7 +229,8 @@ def pretrain(settings: PretrainSettings, train: TrainConfig) -> FitResult:
         teardown_distributed()
 
 
-def _write_final(settings: PretrainSettings, train: TrainConfig, model: nn.Module, tokenizer: WordPieceTokenizer,
+def _write_final(settings: PretrainSettings, train: TrainConfig, model: BertForPreTraining | BertForMaskedLM,
+                 tokenizer: WordPieceTokenizer,
                  output: Path, steps: int) -> None:
     """OUTPUT/final: the model as a Hugging Face directory (never the DDP wrapper), what it keeps of --init-from,
     and bertkit_pretraining.json (the record the fine-tuning learning-rate rule and a later recipe read)."""
@@ -260,11 +261,11 @@ def run_identity(settings: PretrainSettings, data: PretrainingDataset, model: Be
 
 
 def _datasets(settings: PretrainSettings, seed: int) -> tuple[_Split, _Split | PretrainingDataset]:
-    options: dict[str, Any] = {"max_seq_length": settings.max_seq_length, "masked_lm_prob": settings.masked_lm_prob}
+    loading: dict[str, Any] = {"max_seq_length": settings.max_seq_length, "masked_lm_prob": settings.masked_lm_prob}
     if settings.eval_data is None:
-        return split_held_out(Path(settings.data), settings.eval_examples, seed, **options)
-    train = PretrainingDataset(settings.data, **options)
-    return _Split(train, np.arange(len(train))), PretrainingDataset(settings.eval_data, **options)
+        return split_held_out(Path(settings.data), settings.eval_examples, seed, **loading)
+    train = PretrainingDataset(settings.data, **loading)
+    return _Split(train, np.arange(len(train))), PretrainingDataset(settings.eval_data, **loading)
 
 
 def _last_eval(output: Path) -> dict[str, float]:

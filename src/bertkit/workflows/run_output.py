@@ -22,6 +22,7 @@ from typing import Any
 
 from bertkit.errors import BertkitError
 from bertkit.io.atomic import replace_directory, write_text_atomic
+from bertkit.io.jsonfile import read_json_object
 from bertkit.workflows.predict import RESULTS_FILE, write_results
 
 SEED_DONE_FILE = "seed_results.json"
@@ -61,10 +62,7 @@ def _check_same_run(output: Path, resume: bool, settings: dict[str, Any]) -> Non
     """Record the run's settings; on resume, refuse settings that differ from the interrupted run's."""
     path = output / RUN_FILE
     if resume and path.is_file():
-        try:
-            earlier = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, json.JSONDecodeError) as exc:
-            raise BertkitError(f"{path}: unreadable ({exc}); start over with --overwrite") from None
+        earlier = read_json_object(path, fix="start over with --overwrite")
         changed = [k for k in settings if k in earlier and earlier[k] != settings[k]]
         if changed:
             details = ", ".join(f"{k}: {earlier[k]!r} then, {settings[k]!r} now" for k in changed)
@@ -78,10 +76,7 @@ def finished_seed(seed_dir: Path) -> dict[str, float] | None:
     path = seed_dir / SEED_DONE_FILE
     if not path.is_file():
         return None
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError):
-        return None  # a damaged marker: train the seed again
+    return read_json_object(path, damaged=None)  # a damaged marker: train the seed again
 
 
 def mark_seed_done(seed_dir: Path, results: dict[str, float]) -> None:

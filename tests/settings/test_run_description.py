@@ -1,0 +1,75 @@
+"""One run description (issue 36): a settings object checks itself when it is made, every setting has one name
+and one declaration, and fine-tuning's settings hold a TrainConfig instead of re-declaring its fields."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+
+from bertkit import settings
+from bertkit.errors import BertkitError
+from bertkit.settings import (
+    FinetuneSettings,
+    InstanceSettings,
+    PretrainSettings,
+    TorchThreads,
+    TrainConfig,
+    finetune_training,
+)
+
+
+def _settings_classes() -> list[type]:
+    return [value for name in settings.__all__ if isinstance(value := getattr(settings, name), type)
+            and dataclasses.is_dataclass(value)]
+
+
+@pytest.mark.parametrize(("make", "message"), [
+    (lambda: InstanceSettings(max_seq_length=3), "--max-seq-length must be in"),  # once checked only by its caller
+    (lambda: InstanceSettings(masking="sometimes"), "--masking 'sometimes': use one of static, dynamic"),
+    (lambda: TrainConfig(max_steps=1, optimizer="sgd"), "--optimizer 'sgd': use one of adamw, lamb"),
+    (lambda: TrainConfig(max_steps=1, threads=0), "--threads must be >= 1"),
+    (lambda: PretrainSettings(data="d", model="m", output="o", dropout=1.0), "--dropout must be in"),
+    (lambda: FinetuneSettings.of(model="m", output=Path("o"), num_epochs=0), "--epochs must be positive"),
+])
+def test_a_settings_object_checks_itself_when_made(make, message):
+    with pytest.raises(BertkitError, match=message):
+        make()
+
+
+def test_replace_checks_again():
+    with pytest.raises(BertkitError, match="--warmup-ratio"):
+        dataclasses.replace(TrainConfig(max_steps=1), warmup_ratio=2.0)
+
+
+def test_finetune_settings_hold_a_train_config_and_share_no_field_with_it():
+    own = {field.name for field in dataclasses.fields(FinetuneSettings)}
+    assert own.isdisjoint(field.name for field in dataclasses.fields(TrainConfig))
+    assert FinetuneSettings(model="m", output=Path("o")).train == finetune_training()
+    defaults = finetune_training()  # the paper's fine-tuning recipe
+    assert (defaults.num_epochs, defaults.warmup_ratio, defaults.learning_rate, defaults.adam_epsilon) == (
+        3.0, 0.1, None, 1e-8)
+    assert (defaults.save_every, defaults.compile) == (None, False)
+    flat = FinetuneSettings.of(model="m", output=Path("o"), seeds=(1, 2), num_epochs=1.0, batch_size=4)
+    assert flat.seeds == (1, 2) and (flat.train.num_epochs, flat.train.batch_size) == (1.0, 4)
+    assert flat.train.warmup_ratio == 0.1  # fine-tuning's default, not the loop's 0.01
+
+
+def test_a_setting_several_commands_take_is_declared_once():
+    """--threads (torch's) is TorchThreads's field wherever it appears, one docstring, one help text."""
+    declared = TorchThreads.__dataclass_fields__["threads"]
+    holders = [cls for cls in _settings_classes() if "threads" in cls.__dataclass_fields__
+               and cls.__name__ != "TokenizerTrainSettings"]  # the tokenizers library's pool: another setting
+    assert {cls.__name__ for cls in holders} >= {"TrainConfig", "ExtractSettings", "PredictSettings", "ServeSettings"}
+    assert all(cls.__dataclass_fields__["threads"] is declared for cls in holders)
+
+
+def test_one_suffix_per_role():
+    """*Config: what a model or the loop is built from and saved with (config.json, trainer_state.json);
+    *Settings: what a command is generated from."""
+    for cls in _settings_classes():
+        if cls.__name__ in ("TrainConfig", "Limits"):
+            continue
+        assert cls.__name__.endswith("Settings") or cls.__name__ in ("BatchSizes", "TorchThreads", "DeviceChoice"), \
+            cls.__name__
