@@ -10,8 +10,8 @@ A field's metadata says the rest, so the library and the command line read it fr
 `choices` (the constant the library itself validates against, so a choice is added in one place),
 `min`/`max` (a click.IntRange/FloatRange; `bertkit.settings.Settings` checks the same bounds and choices for
 Python callers when an object is made), `flag` (another flag name, e.g. `--timeout` for `timeout_s`;
-`--a/--b` names both sides of an on/off flag) and `path` ("file" or "dir", with `exists`: a click.Path that checks it). A command
-changes an option only where the command really differs from the library (a CLI-only default, a
+`--a/--b` names both sides of an on/off flag) and `path` ("file" or "dir", with `exists`: a click.Path that
+checks it). A command changes an option only where the command really differs from the library (a CLI-only default, a
 callback) through `overrides`: click.option keyword arguments per field, plus `flag` and `default_text`
 (what `[default: ...]` says when the default is decided later, e.g. by a recipe). A docstring says what
 None means in a clause `; unset: ...` to the end of its sentence; where the command's flag cannot be

@@ -34,7 +34,7 @@ from bertkit.errors import BertkitError
 from bertkit.interop.sentence_transformers import write_module_files
 from bertkit.io.atomic import replace_directory
 from bertkit.model import BertModel, accelerate_for_inference, compile_model, enable_gradient_checkpointing
-from bertkit.runtime.device import peak_memory, seed_everything
+from bertkit.runtime.device import seed_everything
 from bertkit.settings import EmbeddingSettings, FinetuneSettings
 from bertkit.tasks.embedding import (
     METRIC_NAMES,
@@ -51,15 +51,16 @@ from bertkit.train.distributed import DistributedContext, setup_distributed, tea
 from bertkit.workflows.finetune import (
     fit_seed,
     load_tokenizer,
-    resolve_learning_rate,
     run_settings,
     seed_training,
     step_shape,
+    train_seeds,
     training_data,
+    with_learning_rate,
 )
 from bertkit.workflows.predict import RESULTS_FILE, write_results
 from bertkit.workflows.prepare import prepare_training
-from bertkit.workflows.run_output import finished_seed, keep_best_seed, mark_seed_done, prepare_output, seed_summary
+from bertkit.workflows.run_output import prepare_output
 
 log = logging.getLogger(__name__)
 
@@ -211,24 +212,8 @@ def _train_seeds(settings: FinetuneSettings, embedding: EmbeddingSettings, token
                  ctx: DistributedContext) -> dict[str, Any]:
     prepare_output(settings.output, settings.resume, settings.overwrite,
                    {**run_settings(settings), **dataclasses.asdict(embedding)})
-    rate = resolve_learning_rate(settings)
-    settings = dataclasses.replace(settings, train=dataclasses.replace(settings.train, learning_rate=rate))
+    settings = with_learning_rate(settings)
     features, report["truncated_train_texts"] = pair_features(train, tokenizer, embedding.max_seq_length)
-    report.update(learning_rate=rate, **dataclasses.asdict(embedding))
-    main = METRIC_NAMES[0]
-    per_seed: dict[int, dict[str, float]] = {}
-    for seed in settings.seeds:
-        seed_dir = settings.output / f"seed-{seed}"
-        finished = finished_seed(seed_dir) if settings.resume else None
-        if finished is None:
-            finished = _train_seed(settings, embedding, tokenizer, features, dev_sets, seed, ctx)
-            mark_seed_done(seed_dir, finished)
-        log.info("seed %d: best %s = %.4f", seed, main, finished[main])
-        per_seed[seed] = finished
-        shutil.rmtree(seed_dir / "checkpoints", ignore_errors=True)
-        keep_best_seed(settings.output, per_seed, seed, main)
-    best_seed = max(per_seed, key=lambda s: per_seed[s][main])
-    results = {**per_seed[best_seed], "best_seed": best_seed, "seeds": {str(s): m for s, m in per_seed.items()},
-               "summary": seed_summary(per_seed, METRIC_NAMES), "peak_memory": peak_memory(ctx.device), **report}
-    write_results(settings.output / RESULTS_FILE, results)
-    return results
+    report.update(learning_rate=settings.train.learning_rate, **dataclasses.asdict(embedding))
+    return train_seeds(settings, METRIC_NAMES, ctx, report,
+                       lambda seed: _train_seed(settings, embedding, tokenizer, features, dev_sets, seed, ctx))

@@ -41,7 +41,7 @@ import logging
 import math
 import shutil
 import signal
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
@@ -297,20 +297,35 @@ def _finetune_seeds(task: Task, settings: FinetuneSettings, tokenizer: WordPiece
     if ctx.is_main:
         prepare_output(settings.output, settings.resume, settings.overwrite, run_settings(settings))
     barrier(ctx)
-    rate = resolve_learning_rate(settings, ctx.is_main)
-    settings = dataclasses.replace(settings, train=dataclasses.replace(settings.train, learning_rate=rate))
-    report["learning_rate"] = rate
+    settings = with_learning_rate(settings, ctx.is_main)
+    report["learning_rate"] = settings.train.learning_rate
     train_features = task.features(train_examples, tokenizer, training=True)
     report["truncated_train_examples"] = task.last_truncated
     sets = [DevSet(name, examples, task.features(examples, tokenizer)) for name, examples in dev_sets]
     report["truncated_dev_examples"] = task.last_truncated
-    main = task.metric_names[0]
+    return train_seeds(settings, task.metric_names, ctx, report,
+                       lambda seed: _train_seed(task, settings, tokenizer, train_features, sets, seed, ctx))
+
+
+def with_learning_rate(settings: FinetuneSettings, log_choice: bool = True) -> FinetuneSettings:
+    """`settings` with the run's learning rate resolved (`resolve_learning_rate`)."""
+    rate = resolve_learning_rate(settings, log_choice)
+    return dataclasses.replace(settings, train=dataclasses.replace(settings.train, learning_rate=rate))
+
+
+def train_seeds(settings: FinetuneSettings, metric_names: tuple[str, ...], ctx: DistributedContext,
+                report: dict[str, Any], train_one: Callable[[int], dict[str, float]]) -> dict[str, Any]:
+    """Each seed of the run once: one finished earlier is kept (with --resume), the others are trained by
+    `train_one(seed)` and marked done; after each, the best seed's best evaluation is OUTPUT/best. Writes and
+    returns eval_results.json: every seed's best metrics, their mean ± std, the best seed's, and `report`.
+    Shared by fine-tuning and embedding training."""
+    main = metric_names[0]
     per_seed: dict[int, dict[str, float]] = {}
     for seed in settings.seeds:
         seed_dir = settings.output / f"seed-{seed}"
         finished = finished_seed(seed_dir) if settings.resume else None
         if finished is None:
-            finished = _train_seed(task, settings, tokenizer, train_features, sets, seed, ctx)
+            finished = train_one(seed)
             if ctx.is_main:
                 mark_seed_done(seed_dir, finished)
             log.info("seed %d: best %s = %.4f", seed, main, finished[main])
@@ -323,9 +338,8 @@ def _finetune_seeds(task: Task, settings: FinetuneSettings, tokenizer: WordPiece
         barrier(ctx)
     best_seed = max(per_seed, key=lambda s: per_seed[s][main])  # the first of equals, in seed order
     results = {**per_seed[best_seed], "best_seed": best_seed, "seeds": {str(s): m for s, m in per_seed.items()},
-               "summary": seed_summary(per_seed, task.metric_names), "world_size": ctx.world_size,
-               "threads": torch.get_num_threads(),
-               "peak_memory": peak_memory(ctx.device), **report}
+               "summary": seed_summary(per_seed, metric_names), "world_size": ctx.world_size,
+               "threads": torch.get_num_threads(), "peak_memory": peak_memory(ctx.device), **report}
     if ctx.is_main:
         write_results(settings.output / RESULTS_FILE, results)
     barrier(ctx)
