@@ -17,7 +17,7 @@ def test_a_file_reads_as_its_value(tmp_path):
     (None, "b.json: not found; do this"),
     (b"{oops", "b.json: not valid JSON .*; do this"),
     (b"\xff\xfe{}", "b.json: unreadable .*; do this"),
-    (b"[1, 2]", "b.json: expected a JSON object, found list; do this"),
+    (b"[1, 2]", r"b.json: not a JSON object \(found list\); do this"),
 ])
 def test_a_missing_or_damaged_file_is_an_error_naming_it(tmp_path, content, message):
     if content is not None:

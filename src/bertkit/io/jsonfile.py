@@ -51,7 +51,7 @@ def read_json_object(path: str | Path, *, missing: Any = RAISE, damaged: Any = R
     value = read_json(path, missing=missing, damaged=damaged, fix=fix)
     if isinstance(value, dict) or value is missing or value is damaged:
         return value
-    return _fail(damaged, f"{path}: expected a JSON object, found {type(value).__name__}", fix)
+    return _fail(damaged, f"{path}: not a JSON object (found {type(value).__name__})", fix)
 
 
 def _fail(default: Any, message: str, fix: str) -> Any:

@@ -129,7 +129,7 @@ def _read_do_lower_case(config_path: Path) -> bool | None:
 
 def _read_tokenizer_json(path: Path) -> tuple[list[str], bool | None]:
     """(tokens in id order, lower-casing of its normalizer or None) of a Hugging Face tokenizer.json."""
-    spec = read_json_object(path)
+    spec = read_json_object(path, fix="fix or delete the file")
     model = spec.get("model") or {}
     if model.get("type") != "WordPiece" or model.get("continuing_subword_prefix", "##") != "##":
         raise BertkitError(f"{path}: the tokenizer's model is {model.get('type')!r} (prefix "
