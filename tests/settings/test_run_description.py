@@ -10,8 +10,11 @@ import pytest
 
 from bertkit import settings
 from bertkit.errors import BertkitError
+from bertkit.quickstart.config import QuickstartSettings
 from bertkit.settings import (
+    DeviceChoice,
     FinetuneSettings,
+    InferencePrecision,
     InstanceSettings,
     PretrainSettings,
     TorchThreads,
@@ -56,13 +59,25 @@ def test_finetune_settings_hold_a_train_config_and_share_no_field_with_it():
     assert flat.train.warmup_ratio == 0.1  # fine-tuning's default, not the loop's 0.01
 
 
-def test_a_setting_several_commands_take_is_declared_once():
-    """--threads (torch's) is TorchThreads's field wherever it appears, one docstring, one help text."""
-    declared = TorchThreads.__dataclass_fields__["threads"]
-    holders = [cls for cls in _settings_classes() if "threads" in cls.__dataclass_fields__
-               and cls.__name__ != "TokenizerTrainSettings"]  # the tokenizers library's pool: another setting
-    assert {cls.__name__ for cls in holders} >= {"TrainConfig", "ExtractSettings", "PredictSettings", "ServeSettings"}
-    assert all(cls.__dataclass_fields__["threads"] is declared for cls in holders)
+@pytest.mark.parametrize(("name", "mixin", "expected"), [
+    ("threads", TorchThreads, {"TrainConfig", "ExtractSettings", "PredictSettings", "ServeSettings"}),
+    ("device", DeviceChoice, {"TrainConfig", "PredictSettings", "QuickstartSettings"}),
+    ("precision", InferencePrecision, {"ExtractSettings", "PredictSettings", "ServeSettings"}),
+])
+def test_a_setting_several_commands_take_is_declared_once(name, mixin, expected):
+    """--threads, --device and the inference --precision are one field each wherever they appear: one
+    docstring, one help text (training's --precision is TrainConfig's, which every training command holds)."""
+    declared = mixin.__dataclass_fields__[name]
+    holders = {cls.__name__: cls for cls in [*_settings_classes(), QuickstartSettings]
+               if name in cls.__dataclass_fields__ and not issubclass(cls, mixin)}
+    holders.pop("TokenizerTrainSettings", None)  # its threads are the tokenizers library's pool: another setting
+    if name == "precision":
+        holders.pop("TrainConfig")  # training precisions (fp16 with a scaler), the one training declaration
+    assert not holders, f"{name} declared again in {sorted(holders)}"
+    users = {cls.__name__ for cls in [*_settings_classes(), QuickstartSettings] if issubclass(cls, mixin)}
+    assert users >= expected
+    assert all(cls.__dataclass_fields__[name] is declared for cls in [*_settings_classes(), QuickstartSettings]
+               if issubclass(cls, mixin))
 
 
 def test_one_suffix_per_role():
@@ -71,5 +86,6 @@ def test_one_suffix_per_role():
     for cls in _settings_classes():
         if cls.__name__ in ("TrainConfig", "Limits"):
             continue
-        assert cls.__name__.endswith("Settings") or cls.__name__ in ("BatchSizes", "TorchThreads", "DeviceChoice"), \
+        assert cls.__name__.endswith("Settings") or cls.__name__ in ("BatchSizes", "TorchThreads", "DeviceChoice",
+                                                                     "InferencePrecision"), \
             cls.__name__

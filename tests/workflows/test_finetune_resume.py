@@ -217,3 +217,17 @@ def test_other_dev_sets_are_scored_when_the_first_improves(tmp_path):
              if json.loads(line)["kind"] == "eval"]
     assert ["test_accuracy" in e for e in evals] == [True, False, False]  # scored at the first (the best) only
     assert results["step"] == evals[0]["step"] and "test_accuracy" in results
+
+
+def test_the_run_record_keeps_the_names_runs_written_before_were_recorded_under(tmp_path):
+    """finetune_run.json is compared on --resume auto; its keys stay those older runs wrote (issue 36 moved
+    the training settings into FinetuneSettings.train), so a run directory written before still resumes."""
+    from bertkit.workflows.finetune import run_settings
+
+    written_before = {"model", "tokenizer", "epochs", "max_steps", "eval_every", "global_batch_size",
+                      "micro_batch_size", "gradient_accumulation_steps", "batch_size", "learning_rate", "warmup_ratio",
+                      "lr_schedule", "weight_decay", "adam_epsilon", "dropout", "freeze_encoder", "feature_layers",
+                      "feature_combine", "group_by_length", "early_stopping_patience"}
+    recorded = run_settings(FinetuneSettings.of(model="m", output=tmp_path, num_epochs=2.0, adam_epsilon=1e-7))
+    assert set(recorded) == written_before
+    assert (recorded["epochs"], recorded["adam_epsilon"], recorded["learning_rate"]) == (2.0, 1e-7, None)

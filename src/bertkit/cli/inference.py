@@ -59,7 +59,7 @@ def onnx(**flags: Any) -> None:
 
 
 @click.command(context_settings=CONTEXT)
-@settings_options(ServeSettings)
+@settings_options(ServeSettings, overrides={"precision": {"default": "auto"}})
 @settings_options(ServerSettings, overrides={"api_key": {"envvar": "BERTKIT_API_KEY", "show_envvar": True}})
 @settings_options(LongDocumentSettings)
 def serve(**flags: Any) -> None:

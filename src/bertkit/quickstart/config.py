@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from bertkit.errors import BertkitError
-from bertkit.settings import DEVICES, Settings
+from bertkit.settings import DeviceChoice
 from bertkit.workflows.recipes import REFERENCE_WIDTH, finetune_learning_rate, short_recipe
 
 MODEL = "bert-mini"
@@ -61,7 +61,7 @@ class Recipe:
 
 
 @dataclass
-class QuickstartSettings(Settings):
+class QuickstartSettings(DeviceChoice):
     """Where and how long; `recipe` says how."""
 
     output: Path = field(metadata={"path": "dir"})
@@ -95,8 +95,6 @@ class QuickstartSettings(Settings):
     """Seed of pre-training (initialisation, data order, masks)."""
     workers: int = 1
     """Processes for data creation."""
-    device: str = field(default="auto", metadata={"choices": DEVICES})
-    """auto (CUDA when there is a GPU), cpu or cuda."""
 
     def check(self) -> None:
         if self.minutes is None and self.max_steps is None:

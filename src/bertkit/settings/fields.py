@@ -4,7 +4,8 @@
   `dataclasses.replace`): each field's bounds and choices from its metadata (`min`, `max`, `choices`: the
   same metadata the command line turns into click ranges and choices), then the class's own rules
   (`check`). A settings object that exists is valid; no caller has to remember to validate it.
-- `TorchThreads`, `DeviceChoice`: fields several commands take, each with its one docstring (its `--help`).
+- `TorchThreads`, `DeviceChoice`, `InferencePrecision`: fields several commands take, each with its one
+  docstring (its `--help`); a command whose default differs says so in its command line's overrides.
 - `flag_of`, `field_flag`: the command-line flag of a field, for messages.
 - `DEVICES`, `PRECISIONS`, `INFERENCE_PRECISIONS`: the values those flags accept.
 
@@ -55,6 +56,16 @@ class DeviceChoice(Settings):
 
     device: str = dataclasses.field(default="auto", metadata={"choices": DEVICES})
     """auto (CUDA when there is a GPU), cpu or cuda."""
+
+
+@dataclass(kw_only=True)
+class InferencePrecision(Settings):
+    """The `--precision` of every command that runs a trained model (extract, predict, evaluate, serve)."""
+
+    precision: str = dataclasses.field(default="fp32", metadata={"choices": INFERENCE_PRECISIONS})
+    """fp32: exact (predict and evaluate reproduce fine-tuning's dev scores); auto: the faster of fp32 and bf16 as
+    measured on this machine (`bertkit doctor`); bf16: results within bf16 rounding; int8: encoder layers
+    quantized, CPU only."""
 
 
 def flag_of(settings: object, name: str) -> str:

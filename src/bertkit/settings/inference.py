@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bertkit.settings.fields import INFERENCE_PRECISIONS, DeviceChoice, Settings, TorchThreads
+from bertkit.settings.fields import DeviceChoice, InferencePrecision, Settings, TorchThreads
 from bertkit.settings.tasks import LongDocumentSettings
 
 # --- inference (bertkit extract, export onnx, predict, evaluate) ---------------------------------------
@@ -20,7 +20,7 @@ QUANTIZATIONS = ("int8",)
 
 
 @dataclass
-class ExtractSettings(TorchThreads):
+class ExtractSettings(InferencePrecision, TorchThreads):
     """What `bertkit extract` reads and writes, and how (bertkit.workflows.extract.extract_features)."""
 
     model: Path = dataclasses.field(metadata={"path": "any"})  # checked by check_model_directory
@@ -50,9 +50,6 @@ class ExtractSettings(TorchThreads):
     """Parquet/`datasets` input: the column of the text."""
     text_pair_column: str | None = None
     """Parquet/`datasets` input: the column of the second text of a pair; unset: single texts."""
-    precision: str = dataclasses.field(default="fp32", metadata={"choices": INFERENCE_PRECISIONS})
-    """auto: the faster of fp32 and bf16 as measured on this machine (`bertkit doctor`); bf16 values are
-    within bf16 rounding; int8: encoder layers quantized, CPU only."""
 
 
 @dataclass
@@ -77,7 +74,7 @@ class ExportSettings(Settings):
 
 
 @dataclass
-class PredictSettings(LongDocumentSettings, DeviceChoice, TorchThreads):
+class PredictSettings(LongDocumentSettings, InferencePrecision, DeviceChoice, TorchThreads):
     """A fine-tuned directory on a file: `bertkit predict` / `bertkit evaluate`
     (bertkit.workflows.predict.predict_file)."""
 
@@ -101,10 +98,6 @@ class PredictSettings(LongDocumentSettings, DeviceChoice, TorchThreads):
     """Classification: column/key of the gold label; unset: the one the model was fine-tuned with."""
     batch_size: int = dataclasses.field(default=64, metadata={"min": 1})
     """Inference batch size."""
-    precision: str = dataclasses.field(default="fp32", metadata={"choices": INFERENCE_PRECISIONS})
-    """fp32 reproduces the dev scores of fine-tuning exactly; auto: the faster of fp32 and bf16 as measured
-    on this machine (`bertkit doctor`); bf16, or int8 (encoder layers quantized, CPU only), score the faster
-    model."""
     evaluate: bool = False
     """Score the predictions against the file's labels too (eval_results.json)."""
     header: bool | None = None

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bertkit.errors import BertkitError
-from bertkit.settings.fields import INFERENCE_PRECISIONS, Settings, TorchThreads
+from bertkit.settings.fields import InferencePrecision, Settings, TorchThreads
 
 # --- serving (bertkit serve) ---------------------------------------------------------------------------
 
@@ -71,7 +71,7 @@ class ServerSettings(Settings):
 
 
 @dataclass
-class ServeSettings(TorchThreads):
+class ServeSettings(InferencePrecision, TorchThreads):
     """What `bertkit serve` serves and where, beside the ServerSettings of the app
     (bertkit.serve.predictor.load_predictor, bertkit.serve.app.run_server)."""
 
@@ -86,9 +86,6 @@ class ServeSettings(TorchThreads):
     """TCP port."""
     drain_timeout_s: float = dataclasses.field(default=30.0, metadata={"min": 0, "flag": "--drain-timeout"})
     """Seconds to finish in-flight requests after SIGTERM/SIGINT."""
-    precision: str = dataclasses.field(default="auto", metadata={"choices": INFERENCE_PRECISIONS})
-    """auto: the faster of fp32 and bf16 as measured on this machine (`bertkit doctor`); bf16 scores are
-    within bf16 rounding; int8: encoder layers quantized, CPU only."""
     log_level: str = dataclasses.field(default="info", metadata={"choices": LOG_LEVELS})
     """Server log level."""
 
