@@ -86,6 +86,16 @@ def run(options: dict[str, Any]) -> tuple[str, dict[str, Any], str | None]:
             problems.append("no evaluation was logged")
         if not saved or any(ckpt.verify_checkpoint(p) for p in saved):
             problems.append(f"checkpoints: {details['checkpoints']}")
+        # A second training in the same process and group, as `bertkit glue` and the quickstart run (issue 38):
+        # setup_distributed reuses the group; a second init_process_group would fail (gloo) or hang (NCCL).
+        again = setup_distributed(device)
+        second = fit(wrap_model(tiny_model().to(again.device), again), pretraining_loss,
+                     TrainingData(pretraining_items(64), collate_pretraining), config, run_dir.with_name("second-run"),
+                     ctx=again)
+        details["second_training"] = {"steps": second.step, "stop_reason": second.stop_reason}
+        if second.step != STEPS or second.stop_reason != "budget":
+            problems.append(f"the second training in the same group stopped at step {second.step} "
+                            f"({second.stop_reason})")
     except Exception:  # noqa: BLE001 - the error text is the result; what was found so far is kept
         problems.append(traceback.format_exc()[-3000:])
     finally:

@@ -44,3 +44,31 @@ def test_unset_log_every_refreshes_ten_times_per_epoch_or_evaluation(eval_every,
     config = TrainConfig(max_steps=10, eval_every=eval_every, log_every=None)
     assert _Cadence(config, steps_per_epoch, Counters()).log_every == expected
     assert _Cadence(TrainConfig(max_steps=10, log_every=7), steps_per_epoch, Counters()).log_every == 7
+
+
+def test_a_run_resumed_with_another_split_evaluates_where_each_epoch_ends(tmp_path, caplog):
+    """22 examples, global batch 4: split 4 ways (4 processes, or 4 micro-steps) the tail of 2 cannot give every
+    part a sample, so an epoch is 5 steps; in one piece it is 6. Resumed from the first split into the second
+    (issue 38), end-of-epoch evaluations follow the epochs the data makes, not multiples of the new length."""
+    import os
+    import signal
+
+    calls = {"n": 0}
+
+    def stop_at_step_7(model, batch):  # 4 micro-batches a step: the 25th call is step 7's first
+        calls["n"] += 1
+        if calls["n"] == 25:
+            os.kill(os.getpid(), signal.SIGTERM)
+        return toy_loss(model, batch)
+
+    common = {"num_epochs": 3, "learning_rate": 1e-2, "precision": "fp32", "eval_every_epoch": True,
+              "save_every": None, "global_batch_size": 4}
+    evaluate = Hooks(evaluate=lambda model: {"score": 0.0})
+    first = fit(toy_model(), stop_at_step_7, toy_data(22), TrainConfig(**common, micro_batch_size=1), tmp_path,
+                hooks=evaluate)
+    assert (first.stop_reason, first.step) == ("signal", 7)
+    fit(toy_model(), toy_loss, toy_data(22), TrainConfig(**common, micro_batch_size=4), tmp_path, hooks=evaluate,
+        resume="auto")
+    evals = [r["step"] for r in read_metrics(tmp_path / METRICS_FILE) if r["kind"] == "eval"]
+    assert evals[:3] == [5, 11, 17]  # epoch 0: 5 steps; epoch 1: steps 8-11 after the resume; epoch 2: 6 steps
+    assert "an epoch is 6 optimizer steps with 1 process(es) x 1 micro-step(s) and was 5" in caplog.text

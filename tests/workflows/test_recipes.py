@@ -170,3 +170,20 @@ def test_finetune_learning_rate_auto_reads_the_pretraining_record(tmp_path, capl
         results = finetune(task, cfg, tokenizer, examples, [("", examples)], {})
     assert results["learning_rate"] == pytest.approx(3e-4 * math.sqrt(256 / 32))
     assert any("learning rate auto: 0.00085 (pre-trained only 40 steps" in r.getMessage() for r in caplog.records)
+
+
+def test_the_time_budget_counts_every_process(data, monkeypatch):
+    """Under torchrun each process runs its share of the global batch, so an hour buys world-size times the steps
+    one process measured at the whole batch would (issue 38: the budget was one GPU's on sixteen)."""
+    from bertkit.settings import PretrainSettings, TrainConfig
+
+    measured = []
+    # one process: 1 step/s at the whole batch; each of 4 processes: 4 steps/s at its quarter
+    monkeypatch.setattr(pretraining, "measure_steps_per_second", lambda config, length, rows, *a, **k:
+                        measured.append(rows) or 32 / rows)
+    settings = PretrainSettings(data=str(data["dynamic"]), model="bert-mini", output="unused", recipe="auto")
+    train = TrainConfig(max_time_s=3600)
+    alone, four = pretraining._choose(settings, train, 1), pretraining._choose(settings, train, 4)
+    assert measured == [32, 8]
+    assert "3,600 steps" in alone.reason or "~3,600 steps" in alone.reason, alone.reason
+    assert "~14,400 steps" in four.reason and "each of 4 processes' share of 32" in four.reason, four.reason

@@ -26,6 +26,7 @@ Fisher-Yates shuffle, kept because it is the order earlier runs were trained and
 from __future__ import annotations
 
 import logging
+import signal
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -77,6 +78,8 @@ class StepBatch:
     """Number of samples in each micro-batch."""
     global_size: int
     """Number of samples in the whole global batch (all processes, all micro-steps)."""
+    ends_epoch: bool = False
+    """Whether this is the epoch's last step (where end-of-epoch evaluations happen, whatever the world size)."""
 
 
 class EpochBatches:
@@ -106,11 +109,19 @@ class EpochBatches:
     def position(self) -> dict[str, int]:
         """The data position after the last step handed out (JSON-able)."""
         return {"epoch": self.epoch, "samples_in_epoch": self.samples_in_epoch,
-                "global_batch_size": self.global_batch_size, "skipped_samples": self.skipped_samples}
+                "global_batch_size": self.global_batch_size, "skipped_samples": self.skipped_samples,
+                "steps_per_epoch": self.steps_per_epoch}
 
     def restore(self, position: dict[str, int]) -> None:
         self.epoch, self.samples_in_epoch = position["epoch"], position["samples_in_epoch"]
         self.skipped_samples = position.get("skipped_samples", 0)
+        before = position.get("steps_per_epoch")  # checkpoints of older versions lack it
+        if before is not None and before != self.steps_per_epoch:
+            logger.warning("an epoch is %d optimizer steps with %d process(es) x %d micro-step(s) and was %d where "
+                           "the run was saved: an epoch's last global batch is skipped when it cannot give every "
+                           "micro-step a sample, so --epochs budgets count the new steps (end-of-epoch "
+                           "evaluations still happen where each epoch ends)", self.steps_per_epoch,
+                           self.world_size, self.accumulation, before)
 
     def permutation(self, epoch: int) -> np.ndarray:
         """The sample order of `epoch`, the same on every process and every run."""
@@ -133,7 +144,8 @@ class EpochBatches:
         # A seeded generator keeps DataLoader from drawing from the global torch RNG (exact resume).
         generator = torch.Generator().manual_seed(self.seed * 1_000_003 + epoch)
         return DataLoader(self.dataset, batch_sampler=batch_sampler, collate_fn=self.collate_fn,
-                          num_workers=self.num_workers, generator=generator)
+                          num_workers=self.num_workers, generator=generator,
+                          worker_init_fn=ignore_stop_signals if self.num_workers else None)
 
     def __iter__(self) -> Iterator[StepBatch]:
         while True:
@@ -141,10 +153,12 @@ class EpochBatches:
                 self.dataset.set_epoch(self.epoch)
             plan = self._plan(self.epoch)
             loader = iter(self._loader(_MicroBatchSampler(plan), self.epoch))
-            for pieces, global_size in plan.steps():
+            remaining = len(plan)
+            for index, (pieces, global_size) in enumerate(plan.steps()):
                 micro_batches = [next(loader) for _ in pieces]
                 self.samples_in_epoch += global_size
-                yield StepBatch(micro_batches, [piece.stop - piece.start for piece in pieces], global_size)
+                yield StepBatch(micro_batches, [piece.stop - piece.start for piece in pieces], global_size,
+                                ends_epoch=index == remaining - 1)
             tail = self.num_examples - self.samples_in_epoch
             if tail:
                 self.skipped_samples += tail
@@ -200,3 +214,11 @@ class _MicroBatchSampler:
 
     def __len__(self) -> int:
         return len(self.plan) * len(self.plan.mine)
+
+
+def ignore_stop_signals(worker_id: int) -> None:
+    """A DataLoader worker ignores SIGTERM and SIGINT: its training process decides when to stop. torchrun stops a
+    job with `killpg(SIGTERM)` and a terminal's Ctrl-C reaches the whole process group, so without this the
+    workers die first and the DataLoader raises in the training process before it can save the step."""
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)

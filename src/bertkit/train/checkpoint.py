@@ -39,7 +39,7 @@ from safetensors.torch import load_file, save_file
 from bertkit.errors import BertkitError
 from bertkit.io.atomic import failed_write_advice, fsync_path, replace_directory, write_text_atomic
 from bertkit.io.jsonfile import read_json
-from bertkit.train.distributed import DistributedContext, broadcast_object
+from bertkit.train.distributed import DistributedContext, rank0_decides
 
 logger = logging.getLogger(__name__)
 
@@ -225,18 +225,13 @@ def choose_checkpoint(resume: str | Path | None, overwrite: bool, root: Path,
                       ctx: DistributedContext) -> Path | None:
     """Rank 0 removes stale temporary directories and resolves `resume`; every rank gets its answer, or its
     BertkitError (raised on every rank, so none is left waiting for a broadcast that never comes)."""
-    answer: Path | BertkitError | None = None
-    if ctx.is_main:
+    def decide() -> Path | None:
         removed = remove_stale_temps(root)
         if removed:
             logger.warning("removed %d temporary checkpoint directories left by interrupted saves", removed)
-        try:
-            answer = resolve_resume(resume, root, overwrite)
-        except BertkitError as exc:
-            answer = exc
-    answer = broadcast_object(answer, ctx)
-    if isinstance(answer, BertkitError):
-        raise answer
+        return resolve_resume(resume, root, overwrite)
+
+    answer = rank0_decides(decide, ctx)
     return None if answer is None else Path(answer)
 
 

@@ -7,6 +7,16 @@ one CPU process, several CPU processes (gloo) and many GPUs over many nodes (NCC
 rendezvous left entirely to torchrun. Every collective here is a no-op outside a process group, so the
 loop never branches on "am I distributed" except to wrap the model.
 
+One process group per process: joined on first need and left when the process exits, never in between. A
+command that trains several times in one process (`bertkit glue`, the quickstart, several seeds, a library
+caller chaining pretrain and finetune) reuses it: a second `init_process_group` under torchrun reuses the
+rendezvous store's keys while the old ones are still there (gloo: "connectFullMesh failed"; NCCL exchanges
+its unique id through the same store).
+
+Every question whose answer comes from a file, a clock or a measurement is asked on rank 0 and its answer
+broadcast (`rank0_decides`): ranks that read the same path a moment apart can see different files (rank 0
+writing it), and a rank that then skips a collective the others enter leaves them waiting forever.
+
 Tensor collectives take tensors on the training device (`DistributedContext.device`): NCCL serves CUDA
 tensors only, so a CPU tensor sent through it fails ("No backend type associated with device type cpu");
 `all_reduce_sum` refuses a tensor on another device before it gets there.
@@ -16,15 +26,20 @@ References: PyTorch DDP tutorial and torchrun docs (https://pytorch.org/docs/sta
 
 from __future__ import annotations
 
+import atexit
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 import torch.distributed as dist
 from torch import nn
 
+from bertkit.errors import BertkitError
 from bertkit.runtime.device import resolve_device
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -52,7 +67,9 @@ class DistributedContext:
 
 
 def setup_distributed(device: str = "auto") -> DistributedContext:
-    """Join the torchrun job described by the environment (gloo on CPU, NCCL on CUDA), or run alone."""
+    """This process's place in the torchrun job described by the environment (gloo on CPU, NCCL on CUDA), or
+    alone. The process group is joined on the first call and kept until the process exits; later calls (the
+    next training of a command that trains several times) reuse it."""
     world_size = int(os.environ.get("WORLD_SIZE", "1"))
     if world_size <= 1 and "RANK" not in os.environ:
         return DistributedContext(device=resolve_device(device))
@@ -60,16 +77,22 @@ def setup_distributed(device: str = "auto") -> DistributedContext:
     torch_device = resolve_device(device, local_rank)
     if torch_device.type == "cuda":
         torch.cuda.set_device(torch_device)
+    backend = "nccl" if torch_device.type == "cuda" else "gloo"
     if not dist.is_initialized():
-        backend = "nccl" if torch_device.type == "cuda" else "gloo"
         dist.init_process_group(backend=backend, rank=rank, world_size=world_size,
                                 device_id=torch_device if torch_device.type == "cuda" else None)
+        atexit.register(teardown_distributed)
+    elif dist.get_backend() != backend:
+        raise BertkitError(f"--device {device}: this process already trains in a {dist.get_backend()} process "
+                           f"group, and {torch_device.type} needs {backend}; one process group per process, so "
+                           "give every training of this job the same --device")
     return DistributedContext(rank=rank, local_rank=local_rank, world_size=world_size, device=torch_device,
                               in_group=True)
 
 
 def teardown_distributed() -> None:
-    """Leave the process group (safe to call when none was joined)."""
+    """Leave the process group (safe to call when none was joined): at the process's exit, or from a test that
+    joined one."""
     if dist.is_initialized():
         dist.destroy_process_group()
 
@@ -117,6 +140,21 @@ def all_gather_objects(obj: Any, ctx: DistributedContext) -> list[Any]:
     gathered: list[Any] = [None] * ctx.world_size
     dist.all_gather_object(gathered, obj)
     return gathered
+
+
+def rank0_decides(decide: Callable[[], T], ctx: DistributedContext) -> T:
+    """`decide()` asked on rank 0 alone (a file read, a clock, a measurement) and its answer on every rank; a
+    BertkitError it raises is raised on every rank, so none is left waiting in a collective the others skip."""
+    answer: Any = None
+    if ctx.is_main:
+        try:
+            answer = decide()
+        except BertkitError as exc:
+            answer = exc
+    answer = broadcast_object(answer, ctx)
+    if isinstance(answer, BertkitError):
+        raise answer
+    return answer
 
 
 def broadcast_object(obj: Any, ctx: DistributedContext) -> Any:

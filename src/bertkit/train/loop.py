@@ -162,19 +162,19 @@ class _Budget:
 
 
 class _Cadence:
-    """When the loop refreshes the progress bar, evaluates and saves: steps, epochs resolved to steps.
-
-    An epoch is `steps_per_epoch` optimizer steps (every epoch has that many, the short tail rule being
-    the same each epoch), so "the end of every epoch" is every multiple of it, resumed runs included."""
+    """When the loop refreshes the progress bar, evaluates and saves: every N steps, and at the end of every
+    epoch as the data source marks it (the step that consumed the epoch's last global batch), so a run resumed
+    with another number of processes, whose epochs may have one step more or fewer, still evaluates where
+    each epoch ends."""
 
     def __init__(self, config: TrainConfig, steps_per_epoch: int, counters: Counters) -> None:
         self.config, self.steps_per_epoch, self.counters = config, steps_per_epoch, counters
         shortest = min(config.eval_every or steps_per_epoch, steps_per_epoch)
         self.log_every = config.log_every or max(1, shortest // 10)
 
-    def evaluates(self, step: int) -> bool:
+    def evaluates(self, step: int, ends_epoch: bool) -> bool:
         every, epochs = self.config.eval_every, self.config.eval_every_epoch
-        return bool(every and step % every == 0) or (epochs and step % self.steps_per_epoch == 0)
+        return bool(every and step % every == 0) or (epochs and ends_epoch)
 
     def saves(self, step: int) -> bool:
         every, on_eval = self.config.save_every, self.config.save_on_eval
@@ -199,6 +199,11 @@ def _check_prepared(model: nn.Module, config: TrainConfig, ctx: DistributedConte
         raise ValueError("fit under torchrun needs the model wrapped for DDP (bertkit.train.distributed.wrap_model)")
 
 
+def _any_rank(flag: bool, ctx: DistributedContext) -> bool:
+    """Whether `flag` is set on any process (one all-reduce on the training device; every rank asks)."""
+    return bool(all_reduce_sum(torch.tensor([float(flag)], device=ctx.device), ctx).item() > 0)
+
+
 def _to_device(batch: Any, device: torch.device) -> Any:
     if isinstance(batch, torch.Tensor):
         return batch.to(device, non_blocking=True)
@@ -216,20 +221,30 @@ def _count_tokens(batch: Any, size: int) -> int:
     return size
 
 
+SIGNAL_WINDOW_S = 5.0
+"""Signals this close to the first are the same request: under `srun torchrun` every process gets SIGTERM from
+the scheduler and again from torchrun, milliseconds apart, and a Ctrl-C reaches every process of the group."""
+
+
 class _StopSignal:
-    """SIGTERM/SIGINT set a flag; the loop finishes its step, saves and returns. A second one aborts."""
+    """SIGTERM/SIGINT set a flag; the loop finishes its step, saves and returns. The same request again within
+    SIGNAL_WINDOW_S changes nothing; a later one aborts (a user who insists), leaving the newest checkpoint on
+    disk as it was."""
 
     def __init__(self) -> None:
         self.requested = False
         self.signum: int | None = None
+        self.first_at = 0.0
         self.previous: dict[int, Any] = {}
 
     def _handle(self, signum: int, frame: Any) -> None:
+        if self.requested and time.monotonic() - self.first_at < SIGNAL_WINDOW_S:
+            return  # the request already being served (a scheduler and torchrun both signal)
         if self.requested:
             signal.signal(signum, self.previous.get(signum, signal.SIG_DFL))
             raise Interrupted(f"stopped by a second {signal.Signals(signum).name} before the checkpoint of this "
                               "step was written; the newest checkpoint on disk is the one before", signum)
-        self.requested, self.signum = True, signum
+        self.requested, self.signum, self.first_at = True, signum, time.monotonic()
         logger.warning("received %s: finishing this step, saving a checkpoint, then stopping",
                        signal.Signals(signum).name)
 
@@ -298,8 +313,8 @@ def fit(model: nn.Module, loss_fn: LossFn, data: TrainingData | Dataset, config:
             if stop_reason == "budget" and hooks.evaluate is not None and counters.last_eval_step != counters.step:
                 _evaluate(parts, hooks, config, autocast, reporter, ctx)
             last_checkpoint = save_checkpoint(parts, checkpoints, config, ctx) or last_checkpoint
-            if stop.requested:  # arrived during the last evaluation or save: the run is complete, but the
-                stop_reason = "signal"  # user asked the command to stop, so the caller must not go on
+            if _any_rank(stop.requested, ctx):  # arrived during the last evaluation or save, on any rank: the
+                stop_reason = "signal"  # run is complete, but the job was asked to stop, so no caller may go on
         peak = peak_memory(ctx.device)
         reporter.record({"kind": "memory", "step": counters.step, **peak})
     finally:
@@ -322,18 +337,16 @@ def _train(model: nn.Module, loss_fn: LossFn, parts: Checkpointed, config: Train
     data: Iterator[StepBatch] = iter(parts.batches)
     while True:
         lr = parts.schedule.apply(parts.optimizer, state.step)  # skipped steps count: see optim.py
-        local = _forward_backward(model, loss_fn, next(data), autocast, parts.scaler, ctx)
+        batch = next(data)
+        local = _forward_backward(model, loss_fn, batch, autocast, parts.scaler, ctx)
         clock = time.perf_counter() - started + elapsed_before
         loss, metrics, tokens, stop_requested, elapsed = _reduce(*local, stop.requested, clock, ctx)
         state.elapsed_s = elapsed
-        grad_norm = _optimizer_step(parts, config, loss)
+        grad_norm, overflow = _optimizer_step(parts, config, loss)
         state.step += 1
         record = {"kind": "train", "step": state.step, "loss": loss, **metrics, "lr": lr,
                   "grad_norm": grad_norm, "epoch": parts.batches.epoch, "elapsed_s": round(elapsed, 3)}
-        if not math.isfinite(loss) or not math.isfinite(grad_norm):
-            _count_nonfinite(state, record, reporter)
-        else:
-            state.consecutive_nonfinite = 0
+        _tally(state, record, overflow, reporter)
         reporter.train_step(record, tokens, show=state.step % cadence.log_every == 0)
         if state.consecutive_nonfinite >= config.max_nonfinite_steps:
             raise BertkitError(
@@ -341,10 +354,10 @@ def _train(model: nn.Module, loss_fn: LossFn, parts: Checkpointed, config: Train
                 "non-finite loss or gradient norm, so training stopped without saving the poisoned state; "
                 "lower --learning-rate, use --precision fp32 or bf16, check the data, and resume from the "
                 "last checkpoint with --resume auto")
-        if hooks.evaluate is not None and cadence.evaluates(state.step):
-            _evaluate(parts, hooks, config, autocast, reporter, ctx)
-        if stop_requested:
+        if stop_requested:  # before a pending evaluation: a scheduler's grace period is for the save
             return "signal"
+        if hooks.evaluate is not None and cadence.evaluates(state.step, batch.ends_epoch):
+            _evaluate(parts, hooks, config, autocast, reporter, ctx)
         if config.early_stopping_patience and state.evals_since_best >= config.early_stopping_patience:
             reporter.message(f"early stopping at step {state.step}: {config.best_metric} has not improved for "
                              f"{state.evals_since_best} evaluations")
@@ -423,14 +436,17 @@ def _reduce(loss_sum: torch.Tensor, sums: dict[str, Any], tokens: int, stop_requ
     return values[0], reduced, int(values[-3]), values[-2] > 0, values[-1]
 
 
-def _optimizer_step(parts: Checkpointed, config: TrainConfig, loss: float) -> float:
-    """Unscale, clip, and step the optimizer only when everything is finite; returns the grad norm."""
+def _optimizer_step(parts: Checkpointed, config: TrainConfig, loss: float) -> tuple[float, bool]:
+    """Unscale, clip, and step the optimizer only when everything is finite; returns (the grad norm, whether
+    it was the grad scaler's overflow: a finite loss whose fp16-scaled gradients overflowed, which the scaler
+    answers by skipping the step and lowering its scale - routine at the start and at every growth probe)."""
     params = [p for p in parts.model.parameters() if p.grad is not None]
     if parts.scaler is not None:
         parts.scaler.unscale_(parts.optimizer)
     max_norm = config.max_grad_norm if config.max_grad_norm > 0 else math.inf
     grad_norm = float(torch.nn.utils.clip_grad_norm_(params, max_norm)) if params else 0.0
-    if math.isfinite(loss) and math.isfinite(grad_norm):
+    finite = math.isfinite(loss) and math.isfinite(grad_norm)
+    if finite:
         if parts.scaler is not None:
             parts.scaler.step(parts.optimizer)
         else:
@@ -438,7 +454,18 @@ def _optimizer_step(parts: Checkpointed, config: TrainConfig, loss: float) -> fl
     if parts.scaler is not None:
         parts.scaler.update()
     parts.optimizer.zero_grad(set_to_none=True)
-    return grad_norm
+    return grad_norm, parts.scaler is not None and math.isfinite(loss) and not finite
+
+
+def _tally(state: Counters, record: dict[str, Any], overflow: bool, reporter: Reporter) -> None:
+    """Count the step: a clean one ends a run of non-finite ones; the scaler's overflow is the scaler's business
+    (marked in the record, neither counted toward the abort nor blocking checkpoints); else non-finite."""
+    if overflow:
+        record["scaler_overflow"] = True
+    elif math.isfinite(record["loss"]) and math.isfinite(record["grad_norm"]):
+        state.consecutive_nonfinite = 0
+    else:
+        _count_nonfinite(state, record, reporter)
 
 
 def _count_nonfinite(state: Counters, record: dict[str, Any], reporter: Reporter) -> None:

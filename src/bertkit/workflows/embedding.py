@@ -47,7 +47,7 @@ from bertkit.tasks.embedding import (
 from bertkit.tasks.task import warn_skipped
 from bertkit.tokenizer import WordPieceTokenizer
 from bertkit.train import Hooks
-from bertkit.train.distributed import DistributedContext, setup_distributed, teardown_distributed
+from bertkit.train.distributed import DistributedContext, setup_distributed
 from bertkit.workflows.finetune import (
     fit_seed,
     load_tokenizer,
@@ -198,13 +198,10 @@ def run_embedding_training(train_path: str | Path, dev_paths: Sequence[str | Pat
     report.update(train_pairs=len(train), dev_pairs=len(dev_sets[0].anchors),
                   dev_candidates=len(dev_sets[0].candidates))
     ctx = setup_distributed(settings.train.device)
-    try:
-        if ctx.world_size > 1:
-            raise BertkitError(f"embedding training runs in one process (in-batch negatives come from one "
-                               f"micro-batch); run it without torchrun (WORLD_SIZE is {ctx.world_size})")
-        return _train_seeds(settings, embedding, tokenizer, train, dev_sets, report, ctx)
-    finally:
-        teardown_distributed()
+    if ctx.world_size > 1:
+        raise BertkitError(f"embedding training runs in one process (in-batch negatives come from one "
+                           f"micro-batch); run it without torchrun (WORLD_SIZE is {ctx.world_size})")
+    return _train_seeds(settings, embedding, tokenizer, train, dev_sets, report, ctx)
 
 
 def _train_seeds(settings: FinetuneSettings, embedding: EmbeddingSettings, tokenizer: WordPieceTokenizer,

@@ -63,7 +63,7 @@ from bertkit.tasks.kinds import build_task
 from bertkit.tasks.task import Task, warn_skipped
 from bertkit.tokenizer import WordPieceTokenizer, check_model_vocabulary
 from bertkit.train import FitResult, Hooks, TrainingData, fit
-from bertkit.train.distributed import DistributedContext, barrier, setup_distributed, teardown_distributed
+from bertkit.train.distributed import DistributedContext, barrier, rank0_decides, setup_distributed
 from bertkit.workflows.predict import RESULTS_FILE, predict_features, write_results
 from bertkit.workflows.prepare import prepare_training
 from bertkit.workflows.recipes import PRETRAINING_FILE, finetune_learning_rate
@@ -221,8 +221,7 @@ def _train_seed(task: Task, settings: FinetuneSettings, tokenizer: WordPieceToke
                 dev_sets: list[DevSet], seed: int, ctx: DistributedContext) -> dict[str, float]:
     """Train one seed (continuing its checkpoint when resuming); its best dev metrics with their step."""
     directory = settings.output / f"seed-{seed}"
-    resuming = settings.resume and any((directory / "checkpoints").glob("step-*"))
-    barrier(ctx)  # every rank has looked before rank 0 clears the directory
+    resuming = rank0_decides(lambda: settings.resume and any((directory / "checkpoints").glob("step-*")), ctx)
     if ctx.is_main and not resuming:
         shutil.rmtree(directory, ignore_errors=True)  # a partial seed without a checkpoint starts fresh
     if ctx.is_main:
@@ -282,11 +281,8 @@ def finetune(task: Task, settings: FinetuneSettings, tokenizer: WordPieceTokeniz
     skipped/truncated inputs, written into eval_results.json. With `settings.resume`, seeds finished earlier
     are read back and an interrupted seed continues from its checkpoint.
     """
-    ctx = setup_distributed(settings.train.device)
-    try:
-        return _finetune_seeds(task, settings, tokenizer, train_examples, dev_sets, report, ctx)
-    finally:
-        teardown_distributed()
+    ctx = setup_distributed(settings.train.device)  # the process's group, kept for whatever trains next
+    return _finetune_seeds(task, settings, tokenizer, train_examples, dev_sets, report, ctx)
 
 
 def _finetune_seeds(task: Task, settings: FinetuneSettings, tokenizer: WordPieceTokenizer,
@@ -294,9 +290,8 @@ def _finetune_seeds(task: Task, settings: FinetuneSettings, tokenizer: WordPiece
                     ctx: DistributedContext) -> dict[str, Any]:
     """`finetune` inside its process group: every rank trains each seed, rank 0 writes the run's files."""
     settings.train.batch_plan(ctx.world_size)  # a batch that cannot be split says so before any work
-    if ctx.is_main:
-        prepare_output(settings.output, settings.resume, settings.overwrite, run_settings(settings))
-    barrier(ctx)
+    rank0_decides(lambda: prepare_output(settings.output, settings.resume, settings.overwrite, run_settings(settings)),
+                  ctx)
     settings = with_learning_rate(settings, ctx.is_main)
     report["learning_rate"] = settings.train.learning_rate
     train_features = task.features(train_examples, tokenizer, training=True)
@@ -323,7 +318,7 @@ def train_seeds(settings: FinetuneSettings, metric_names: tuple[str, ...], ctx: 
     per_seed: dict[int, dict[str, float]] = {}
     for seed in settings.seeds:
         seed_dir = settings.output / f"seed-{seed}"
-        finished = finished_seed(seed_dir) if settings.resume else None
+        finished = rank0_decides(lambda: finished_seed(seed_dir) if settings.resume else None, ctx)  # noqa: B023
         if finished is None:
             finished = train_one(seed)
             if ctx.is_main:

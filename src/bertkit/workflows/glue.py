@@ -43,6 +43,7 @@ from bertkit.io.jsonfile import read_json_object
 from bertkit.settings import FinetuneSettings, GlueSettings
 from bertkit.tasks.kinds import build_task
 from bertkit.tasks.metrics import GLUE_METRICS
+from bertkit.train.distributed import DistributedContext, barrier, rank0_decides, setup_distributed
 from bertkit.workflows.finetune import run_finetuning, run_settings
 from bertkit.workflows.predict import RESULTS_FILE
 from bertkit.workflows.run_output import RUN_FILE
@@ -162,10 +163,14 @@ def run_glue(settings: GlueSettings, finetune: FinetuneSettings, progress: Calla
              ) -> dict[str, Any]:
     """Fine-tune every usable task of `settings.data` at every learning rate of the grid, `finetune.seeds` each,
     into `finetune.output`; write the table after every task and return its JSON (see module docstring).
-    `finetune.resume` keeps finished runs and continues interrupted ones; `finetune.overwrite` starts over."""
+    `finetune.resume` keeps finished runs and continues interrupted ones; `finetune.overwrite` starts over.
+    Under torchrun every process takes part in every run (one process group for the whole sweep); rank 0
+    alone reads and writes the sweep's files and reports progress."""
+    ctx = setup_distributed(finetune.train.device)
+    progress = progress if ctx.is_main else _silent
     tasks, problems = find_tasks(Path(settings.data), settings.tasks, settings.max_seq_length)
     out = Path(finetune.output)
-    sweep = _prepare_output(out, finetune.resume, finetune.overwrite, settings, finetune)
+    sweep = rank0_decides(lambda: _prepare_output(out, finetune.resume, finetune.overwrite, settings, finetune), ctx)
     for line in problems:
         progress(line)
     tasks.sort(key=lambda t: t.train.stat().st_size)  # small tasks first: early results, early failures
@@ -181,7 +186,7 @@ def run_glue(settings: GlueSettings, finetune: FinetuneSettings, progress: Calla
             done += 1
             counter = f"[{done}/{total}] {found.spec.folder} lr {rate:g}"
             try:
-                runs[rate] = _run_one(found, rate, settings, finetune, sweep, out, counter, progress)
+                runs[rate] = _run_one(found, rate, settings, finetune, sweep, out, counter, progress, ctx)
             except BertkitError as exc:  # e.g. a rate that diverged: the other runs still count
                 failed.append(f"{counter}: failed: {exc}")
                 progress(failed[-1])
@@ -189,31 +194,39 @@ def run_glue(settings: GlueSettings, finetune: FinetuneSettings, progress: Calla
             per_task[found.spec.key] = chosen = _choose(found, runs, finetune.seeds)
             progress(f"{found.spec.folder}: learning rate {chosen['learning_rate']:g} chosen on dev "
                      f"({_score_line(chosen['metrics'], found.spec)})")
-            _write_tables(out, _results(per_task, problems, failed, settings, finetune))
+            if ctx.is_main:
+                _write_tables(out, _results(per_task, problems, failed, settings, finetune))
     if not per_task:
         raise BertkitError(f"every GLUE run failed ({len(failed)}), first: {failed[0]}")
     results = _results(per_task, problems, failed, settings, finetune)
-    _write_tables(out, results)
+    if ctx.is_main:
+        _write_tables(out, results)
+    barrier(ctx)
     return results
 
 
+def _silent(line: str) -> None:
+    """The progress of ranks other than 0 (rank 0 reports the sweep once)."""
+
+
 def _run_one(found: FoundTask, rate: float, settings: GlueSettings, finetune: FinetuneSettings, sweep: dict[str, Any],
-             out: Path, label: str, progress: Callable[[str], None]) -> dict[str, Any]:
+             out: Path, label: str, progress: Callable[[str], None], ctx: DistributedContext) -> dict[str, Any]:
     """One (task, learning rate) run: kept when an earlier sweep finished it, else fine-tuned (continued
     from its checkpoints when resuming); its per-seed metrics and wall time."""
     name = f"{found.spec.key}/lr-{rate:g}"
     directory = out / name
-    one_run = dataclasses.replace(finetune, output=directory, overwrite=False,
-                                  resume=finetune.resume and directory.is_dir(),
+    continuing = rank0_decides(lambda: finetune.resume and directory.is_dir(), ctx)
+    one_run = dataclasses.replace(finetune, output=directory, overwrite=False, resume=continuing,
                                   train=dataclasses.replace(finetune.train, learning_rate=rate))
-    results = _finished(directory, one_run) if finetune.resume else None
+    results = rank0_decides(lambda: _finished(directory, one_run) if finetune.resume else None, ctx)
     if results is None:
         start = time.perf_counter()
         task_settings = {"glue_task": found.spec.key, "max_seq_length": settings.max_seq_length}
         results = run_finetuning("classification", found.train, list(found.devs), one_run, task_settings)
         wall = time.perf_counter() - start
         sweep["runs"][name] = {"wall_s": round(wall, 1)}
-        write_text_atomic(out / SWEEP_FILE, json.dumps(sweep, indent=2) + "\n")
+        if ctx.is_main:
+            write_text_atomic(out / SWEEP_FILE, json.dumps(sweep, indent=2) + "\n")
         status = f"{wall:,.0f} s"
     else:
         wall = sweep["runs"].get(name, {}).get("wall_s")

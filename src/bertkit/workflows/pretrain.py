@@ -51,8 +51,8 @@ from bertkit.runtime.device import resolve_device
 from bertkit.settings import PretrainSettings, TrainConfig
 from bertkit.tasks.pretraining import IGNORE_INDEX, PretrainingObjective, mlm_logits_and_targets, pretraining_loss
 from bertkit.tokenizer import WordPieceTokenizer
-from bertkit.train import FitResult, Hooks, Resume, TrainingData, fit, setup_distributed, teardown_distributed
-from bertkit.train.distributed import DistributedContext, all_reduce_sum, broadcast_object
+from bertkit.train import FitResult, Hooks, Resume, TrainingData, fit, setup_distributed
+from bertkit.train.distributed import DistributedContext, all_reduce_sum, barrier, rank0_decides
 from bertkit.train.throughput import training_steps_per_second
 from bertkit.workflows.adapt import carry_pooler
 from bertkit.workflows.prepare import prepare_training, sample_length
@@ -190,43 +190,41 @@ def _compile_by_default(train: TrainConfig, device: torch.device, log_it: bool) 
 def pretrain(settings: PretrainSettings, train: TrainConfig) -> FitResult:
     """Pre-train with MLM (+ NSP) under torchrun or alone; writes `final/` (save_pretrained + vocab, and
     bertkit_pretraining.json: steps, recipe, last held-out metrics)."""
-    ctx = setup_distributed(train.device)
-    try:
-        output = Path(settings.output)
-        settings, train, recipe = plan_recipe(settings, train, ctx)
-        train_set, eval_set = _datasets(settings, train.seed)
-        if settings.nsp and not train_set.dataset.nsp:
-            raise BertkitError(f"--data {settings.data}: masked-LM-only data ({train_set.dataset.layout}, made with "
-                               "`bertkit data pretraining --no-nsp`) has no sentence pairs to learn next sentence "
-                               "prediction from; pass --no-nsp")
-        tokenizer = _tokenizer(settings, train_set.dataset.vocab_hash)
-        train = _compile_by_default(train, ctx.device, ctx.is_main)
-        torch.manual_seed(train.seed)  # same initial weights on every rank
-        model = build_model(settings, train, tokenizer, int(train_set.dataset.options["max_seq_length"]))
-        micro_batch = train.batch_plan(ctx.world_size)[1]
-        prepared, train = prepare_training(model, train, ctx, micro_batch, sample_length(train_set, micro_batch))
-        if ctx.is_main:
-            output.mkdir(parents=True, exist_ok=True)
-            write_text_atomic(output / "pretrain_settings.json", json.dumps(
-                {"settings": asdict(settings), "train": asdict(train), "world_size": ctx.world_size,
-                 "batch": dict(zip(("global", "micro", "accumulation"), train.batch_plan(ctx.world_size))),
-                 "recipe": asdict(recipe) if recipe else None},
-                indent=2) + "\n")
-        pad = tokenizer.pad_token_id
-        evaluate = functools.partial(evaluate_pretraining, dataset=eval_set, nsp=settings.nsp, pad_token_id=pad,
-                                     batch_size=micro_batch, ctx=ctx)
-        hooks = Hooks(evaluate=evaluate if len(eval_set) else None,
-                      save_weights=lambda _, d: model.save_pretrained(d, tokenizer=tokenizer),
-                      load_weights=lambda _, d: model.load_hf_state_dict(read_state_dict(d), source=str(d)))
-        result = fit(prepared, PretrainingObjective(nsp=settings.nsp),
-                     TrainingData(train_set, functools.partial(collate_pretraining, pad_token_id=pad)), train, output,
-                     ctx=ctx, hooks=hooks, resume=Resume(settings.resume, settings.overwrite,
-                                                         run_identity(settings, train_set.dataset, model)))
-        if ctx.is_main and result.stop_reason == "budget":
-            _write_final(settings, train, model, tokenizer, output, result.step)
-        return result
-    finally:
-        teardown_distributed()
+    ctx = setup_distributed(train.device)  # the process's group, kept for whatever trains next
+    output = Path(settings.output)
+    settings, train, recipe = plan_recipe(settings, train, ctx)
+    train_set, eval_set = _datasets(settings, train.seed)
+    if settings.nsp and not train_set.dataset.nsp:
+        raise BertkitError(f"--data {settings.data}: masked-LM-only data ({train_set.dataset.layout}, made with "
+                           "`bertkit data pretraining --no-nsp`) has no sentence pairs to learn next sentence "
+                           "prediction from; pass --no-nsp")
+    tokenizer = _tokenizer(settings, train_set.dataset.vocab_hash)
+    train = _compile_by_default(train, ctx.device, ctx.is_main)
+    torch.manual_seed(train.seed)  # same initial weights on every rank
+    model = build_model(settings, train, tokenizer, int(train_set.dataset.options["max_seq_length"]))
+    micro_batch = train.batch_plan(ctx.world_size)[1]
+    prepared, train = prepare_training(model, train, ctx, micro_batch, sample_length(train_set, micro_batch))
+    if ctx.is_main:
+        output.mkdir(parents=True, exist_ok=True)
+        write_text_atomic(output / "pretrain_settings.json", json.dumps(
+            {"settings": asdict(settings), "train": asdict(train), "world_size": ctx.world_size,
+             "batch": dict(zip(("global", "micro", "accumulation"), train.batch_plan(ctx.world_size))),
+             "recipe": asdict(recipe) if recipe else None},
+            indent=2) + "\n")
+    pad = tokenizer.pad_token_id
+    evaluate = functools.partial(evaluate_pretraining, dataset=eval_set, nsp=settings.nsp, pad_token_id=pad,
+                                 batch_size=micro_batch, ctx=ctx)
+    hooks = Hooks(evaluate=evaluate if len(eval_set) else None,
+                  save_weights=lambda _, d: model.save_pretrained(d, tokenizer=tokenizer),
+                  load_weights=lambda _, d: model.load_hf_state_dict(read_state_dict(d), source=str(d)))
+    result = fit(prepared, PretrainingObjective(nsp=settings.nsp),
+                 TrainingData(train_set, functools.partial(collate_pretraining, pad_token_id=pad)), train, output,
+                 ctx=ctx, hooks=hooks, resume=Resume(settings.resume, settings.overwrite,
+                                                     run_identity(settings, train_set.dataset, model)))
+    if ctx.is_main and result.stop_reason == "budget":
+        _write_final(settings, train, model, tokenizer, output, result.step)
+    barrier(ctx)  # final/ is complete before any rank goes on (a command may fine-tune from it next)
+    return result
 
 
 def _write_final(settings: PretrainSettings, train: TrainConfig, model: BertForPreTraining | BertForMaskedLM,
@@ -290,9 +288,9 @@ def plan_recipe(settings: PretrainSettings, config: TrainConfig, ctx: Any
     A resumed run keeps the recipe it started with (its pretrain_settings.json), so it never changes mid-run."""
     if settings.recipe is None:
         return settings, config, None
-    recipe = _resumed_recipe(settings) if settings.resume else None
-    if recipe is None:
-        recipe = broadcast_object(_choose(settings, config) if ctx.is_main else None, ctx)
+    # Rank 0 reads the run's record (which it also writes) and measures; every rank applies its answer.
+    recipe = rank0_decides(lambda: (_resumed_recipe(settings) if settings.resume else None)
+                           or _choose(settings, config, ctx.world_size), ctx)
     data = PretrainingDataset(settings.data)
     values = {name: getattr(recipe, name) for name in _RECIPE_TARGETS
               if _RECIPE_TARGETS[name][1] not in settings.given}
@@ -335,8 +333,10 @@ def _recipe_micro_batch(config: TrainConfig, recipe: PretrainRecipe, world_size:
     return dataclasses.replace(config, micro_batch_size=recipe.micro_batch_size)
 
 
-def _choose(settings: PretrainSettings, config: TrainConfig) -> PretrainRecipe:
-    """The recipe for the budget: a time budget is turned into steps at the throughput measured here."""
+def _choose(settings: PretrainSettings, config: TrainConfig, world_size: int = 1) -> PretrainRecipe:
+    """The recipe for the budget: a time budget is turned into steps at the throughput measured here, a step
+    being each of the `world_size` processes' share of the global batch (the all-reduce's cost is not
+    measured, so on many processes this is an upper bound on the rate)."""
     model_config = _model_config(settings)
     init = _init_kind(settings.init_from)
     rate = None
@@ -346,15 +346,18 @@ def _choose(settings: PretrainSettings, config: TrainConfig) -> PretrainRecipe:
         assert short.max_seq_length is not None  # the short recipe fixes it
         continuing = settings.recipe == "continue" or init == "released"  # at the data's length
         length = data.built_seq_length if continuing else min(short.max_seq_length, data.built_seq_length)
+        share = -(-short.batch_size // world_size)  # each process's rows of the global batch, rounded up
         rate = measure_steps_per_second(model_config.replace(vocab_size=int(data.manifest["tokenizer"]["vocab_size"])),
-                                        length, short.batch_size, config.precision, config.device)
+                                        length, share, config.precision, config.device)
     steps = budget_steps(config.max_steps, config.max_time_s, rate)
     assert settings.recipe is not None  # plan_recipe chooses only when one is asked for
     nsp_head = settings.init_from is None or _has_nsp_head(Path(settings.init_from))
     recipe = choose_recipe(settings.recipe, model_config.hidden_size, steps, init, nsp_head)
     if rate is not None:
-        recipe = dataclasses.replace(recipe, reason=f"{recipe.reason}; {rate:.2f} steps/s measured at "
-                                                    f"{length} tokens x {short.batch_size} on this machine")
+        shape = f"{length} tokens x {share}" + (f" (each of {world_size} processes' share of {short.batch_size})"
+                                                if world_size > 1 else "")
+        recipe = dataclasses.replace(recipe, reason=f"{recipe.reason}; {rate:.2f} steps/s measured at {shape} on "
+                                                    "this machine")
     return recipe
 
 
