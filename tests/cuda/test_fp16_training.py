@@ -55,7 +55,9 @@ def losses(run_dir: Path) -> list[float]:
 
 def test_fp16_grad_scaler_state_is_saved_and_resumed(tmp_path):
     straight = train(tmp_path / "straight")
-    assert straight.step == STEPS and straight.skipped_steps <= 2  # an overflow or two while the scale settles
+    # The scaler's overflows while its scale settles are its own business (issue 38): marked, not non-finite
+    # steps, and no checkpoint is held back after one.
+    assert straight.step == STEPS and straight.skipped_steps == 0
     assert len(losses(tmp_path / "straight")) == STEPS and all(math.isfinite(x) for x in losses(tmp_path / "straight"))
     states = scaler_states(tmp_path / "straight")
     assert set(states) == {"step-00000003", "step-00000006"}
