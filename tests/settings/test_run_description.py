@@ -41,6 +41,11 @@ def test_a_settings_object_checks_itself_when_made(make, message):
         make()
 
 
+def test_a_list_where_a_tuple_is_declared_is_taken_as_the_tuple():  # as JSON and library callers give them
+    config = TrainConfig(max_steps=1, allow_change=["seed", "data"], betas=[0.9, 0.98])
+    assert (config.allow_change, config.betas) == (("seed", "data"), (0.9, 0.98))
+
+
 def test_replace_checks_again():
     with pytest.raises(BertkitError, match="--warmup-ratio"):
         dataclasses.replace(TrainConfig(max_steps=1), warmup_ratio=2.0)

@@ -50,3 +50,14 @@ def test_prepare_resolves_places_and_fit_runs_it(tmp_path):
     assert fit(model, toy_loss, toy_data(), config, tmp_path).step == 1
     with pytest.raises(ValueError, match="resolve the learning rate first"):
         prepare_training(toy_model(), TrainConfig(**{**READY, "learning_rate": None}), DistributedContext())
+
+
+def test_rank0_decides_raises_what_rank_0_met():
+    from bertkit.train.distributed import rank0_decides
+
+    alone = DistributedContext()
+    assert rank0_decides(lambda: {"seed": 1}, alone) == {"seed": 1}
+    with pytest.raises(BertkitError, match="no such run"):
+        rank0_decides(lambda: (_ for _ in ()).throw(BertkitError("no such run")), alone)
+    with pytest.raises(PermissionError):  # not only BertkitError: any error is every rank's
+        rank0_decides(lambda: (_ for _ in ()).throw(PermissionError("read-only")), alone)

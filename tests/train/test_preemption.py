@@ -13,7 +13,7 @@ import pytest
 import torch
 from toy_training import toy_data, toy_loss, toy_model, train_losses
 
-from bertkit.errors import Interrupted
+from bertkit.errors import BertkitError, Interrupted
 from bertkit.train import Hooks, TrainConfig, fit, loop
 from bertkit.train import checkpoint as ckpt
 from bertkit.train.reporting import METRICS_FILE, read_metrics
@@ -73,6 +73,12 @@ def test_a_stop_skips_the_pending_evaluation_and_saves_that_step(tmp_path):
     assert not [r for r in read_metrics(tmp_path / METRICS_FILE) if r["kind"] == "eval"]
     assert [p.name for p in ckpt.list_checkpoints(tmp_path / "checkpoints")] == ["step-00000002"]
     assert len(train_losses(tmp_path)) == 2
+    # The resumed run owes that evaluation and makes it first, then goes on as an uninterrupted run would.
+    fit(toy_model(), toy_loss, toy_data(), TrainConfig(**BASE, max_steps=6, eval_every=2), tmp_path,
+        hooks=Hooks(evaluate=lambda model: {"score": 0.0}), resume="auto")
+    records = [r for r in read_metrics(tmp_path / METRICS_FILE) if r["kind"] in ("train", "eval")]
+    assert [(r["kind"], r["step"]) for r in records][2:4] == [("eval", 2), ("train", 3)]
+    assert [r["step"] for r in records if r["kind"] == "eval"] == [2, 4, 6]
 
 
 def _overflowed(scaler):
@@ -96,6 +102,15 @@ def test_a_grad_scaler_overflow_is_not_a_non_finite_step():
     counters, record = Counters(consecutive_nonfinite=0), {"loss": 0.5, "grad_norm": float("inf")}
     loop._tally(counters, record, overflow, reporter=None)
     assert counters.consecutive_nonfinite == 0 and counters.skipped_steps == 0 and record["scaler_overflow"]
+
+
+def test_a_scale_halved_below_one_stops_the_run_as_the_non_finite_guard_would():
+    scaler = torch.amp.GradScaler("cpu", init_scale=2.0)
+    _overflowed(scaler)
+    loop._check_loss_scale(scaler, step=1)  # 1.0: the scaler settling
+    _overflowed(scaler)
+    with pytest.raises(BertkitError, match="lowered its loss scale below 1 by step 2"):
+        loop._check_loss_scale(scaler, step=2)
 
 
 def test_without_a_scaler_an_infinite_gradient_is_a_non_finite_step():

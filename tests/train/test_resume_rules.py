@@ -185,3 +185,16 @@ def test_a_checkpoint_written_before_the_rename_of_eps_resumes_and_reports_the_c
     ckpt.write_manifest(checkpoint)
     fit(toy_model(), toy_loss, toy_data(), config(max_steps=3), tmp_path, resume="auto")
     assert resume_records(tmp_path)[-1]["changed"] == {"adam_epsilon": [1e-5, 1e-6], "max_steps": [2, 3]}
+
+
+def test_a_checkpoint_that_saved_precision_auto_is_not_reported_as_changed(tmp_path):
+    """Older runs saved the --precision setting (auto); runs now save what it resolved to."""
+    fit(toy_model(), toy_loss, toy_data(), config(max_steps=2), tmp_path)
+    checkpoint = ckpt.list_checkpoints(tmp_path / "checkpoints")[-1]
+    state = ckpt.read_json(checkpoint / "trainer_state.json")
+    state["config"]["precision"] = "auto"
+    ckpt.write_json(checkpoint / "trainer_state.json", state)
+    (checkpoint / ckpt.MANIFEST).unlink()
+    ckpt.write_manifest(checkpoint)
+    fit(toy_model(), toy_loss, toy_data(), config(max_steps=3), tmp_path, resume="auto")
+    assert resume_records(tmp_path)[-1]["changed"] == {"max_steps": [2, 3]}

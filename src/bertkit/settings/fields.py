@@ -34,8 +34,13 @@ class Settings:
     `check` (the class's own rules), whenever an object is made."""
 
     def __post_init__(self) -> None:
+        self.coerce_types()
         check_fields(self)
         self.check()
+
+    def coerce_types(self) -> None:
+        """Bring values to their declared types before they are checked (a list from JSON or a caller where a
+        tuple is declared); settings classes with such fields override it."""
 
     def check(self) -> None:
         """Raise BertkitError naming the flag of the first setting that makes no sense (beyond bounds and

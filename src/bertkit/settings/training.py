@@ -179,10 +179,12 @@ class TrainConfig(BatchSizes, DeviceChoice, TorchThreads):
     """Recompute each encoder layer in the backward instead of keeping its activations: activation memory
     of about one layer instead of L, for more step time (docs/performance.md)."""
 
-    def check(self) -> None:
-        """Raise BertkitError naming the first setting that makes no sense."""
+    def coerce_types(self) -> None:
         self.betas = tuple(self.betas)  # type: ignore[assignment]  # a list from JSON or a caller
         self.allow_change = tuple(self.allow_change)
+
+    def check(self) -> None:
+        """Raise BertkitError naming the first setting that makes no sense."""
         if self.max_steps is None and self.max_time_s is None and self.num_epochs is None:
             raise BertkitError("no training budget: give --max-steps, --max-time or --epochs")
         positive = {"max_steps": self.max_steps, "max_time_s": self.max_time_s, "num_epochs": self.num_epochs,

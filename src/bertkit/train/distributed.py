@@ -143,18 +143,31 @@ def all_gather_objects(obj: Any, ctx: DistributedContext) -> list[Any]:
 
 
 def rank0_decides(decide: Callable[[], T], ctx: DistributedContext) -> T:
-    """`decide()` asked on rank 0 alone (a file read, a clock, a measurement) and its answer on every rank; a
-    BertkitError it raises is raised on every rank, so none is left waiting in a collective the others skip."""
+    """`decide()` asked on rank 0 alone (a file read, a clock, a measurement) and its answer on every rank; an
+    error it raises is raised on every rank (a BertkitError as it is; another error as itself on rank 0 and a
+    RuntimeError naming it elsewhere), so none is left waiting in a collective the others skip."""
     answer: Any = None
+    failure: BaseException | None = None
     if ctx.is_main:
         try:
             answer = decide()
         except BertkitError as exc:
             answer = exc
+        except Exception as exc:  # noqa: BLE001  # shared with the other ranks, then raised here as it was
+            failure, answer = exc, _RankZeroFailure(f"{type(exc).__name__}: {exc}")
     answer = broadcast_object(answer, ctx)
     if isinstance(answer, BertkitError):
         raise answer
+    if isinstance(answer, _RankZeroFailure):
+        if failure is not None:
+            raise failure
+        raise RuntimeError(f"rank 0 failed while deciding for every rank: {answer.text}")
     return answer
+
+
+@dataclass(frozen=True)
+class _RankZeroFailure:
+    text: str
 
 
 def broadcast_object(obj: Any, ctx: DistributedContext) -> Any:

@@ -221,6 +221,9 @@ def _count_tokens(batch: Any, size: int) -> int:
     return size
 
 
+MIN_LOSS_SCALE = 1.0
+"""Below it, the fp16 grad scaler has halved its scale (from 65,536) over about sixteen overflowing steps in a row
+with no growth: the gradients are not finite at any scale, a failed run rather than the scaler settling."""
 SIGNAL_WINDOW_S = 5.0
 """Signals this close to the first are the same request: under `srun torchrun` every process gets SIGTERM from
 the scheduler and again from torchrun, milliseconds apart, and a Ctrl-C reaches every process of the group."""
@@ -332,6 +335,12 @@ def _train(model: nn.Module, loss_fn: LossFn, parts: Checkpointed, config: Train
     state = parts.counters
     if budget.done(state.step):
         return "budget"
+    if state.eval_pending:  # a stop skipped this step's evaluation to save at once: it is owed first
+        state.eval_pending = False
+        if hooks.evaluate is not None:
+            _evaluate(parts, hooks, config, autocast, reporter, ctx)
+        if _patience_spent(state, config, reporter):
+            return "early_stop"
     started, elapsed_before = time.perf_counter(), state.elapsed_s
     cadence = _Cadence(config, parts.batches.steps_per_epoch, state)
     data: Iterator[StepBatch] = iter(parts.batches)
@@ -348,24 +357,35 @@ def _train(model: nn.Module, loss_fn: LossFn, parts: Checkpointed, config: Train
                   "grad_norm": grad_norm, "epoch": parts.batches.epoch, "elapsed_s": round(elapsed, 3)}
         _tally(state, record, overflow, reporter)
         reporter.train_step(record, tokens, show=state.step % cadence.log_every == 0)
+        if overflow:
+            _check_loss_scale(parts.scaler, state.step)
         if state.consecutive_nonfinite >= config.max_nonfinite_steps:
             raise BertkitError(
                 f"{state.consecutive_nonfinite} optimizer steps in a row (up to step {state.step}) had a "
                 "non-finite loss or gradient norm, so training stopped without saving the poisoned state; "
                 "lower --learning-rate, use --precision fp32 or bf16, check the data, and resume from the "
                 "last checkpoint with --resume auto")
-        if stop_requested:  # before a pending evaluation: a scheduler's grace period is for the save
+        due = hooks.evaluate is not None and cadence.evaluates(state.step, batch.ends_epoch)
+        if stop_requested:  # save at once (a scheduler's grace period is for the save); the resumed run evaluates
+            state.eval_pending = due
             return "signal"
-        if hooks.evaluate is not None and cadence.evaluates(state.step, batch.ends_epoch):
+        if due:
             _evaluate(parts, hooks, config, autocast, reporter, ctx)
-        if config.early_stopping_patience and state.evals_since_best >= config.early_stopping_patience:
-            reporter.message(f"early stopping at step {state.step}: {config.best_metric} has not improved for "
-                             f"{state.evals_since_best} evaluations")
+        if _patience_spent(state, config, reporter):
             return "early_stop"
         if budget.done(state.step):
             return "budget"
         if cadence.saves(state.step):
             save_checkpoint(parts, checkpoints, config, ctx)
+
+
+def _patience_spent(state: Counters, config: TrainConfig, reporter: Reporter) -> bool:
+    """Whether early stopping ends the run here (no new best for `early_stopping_patience` evaluations)."""
+    if not config.early_stopping_patience or state.evals_since_best < config.early_stopping_patience:
+        return False
+    reporter.message(f"early stopping at step {state.step}: {config.best_metric} has not improved for "
+                     f"{state.evals_since_best} evaluations")
+    return True
 
 
 def _forward_backward(model: nn.Module, loss_fn: LossFn, step: StepBatch, autocast: Callable[[], Any],
@@ -455,6 +475,16 @@ def _optimizer_step(parts: Checkpointed, config: TrainConfig, loss: float) -> tu
         parts.scaler.update()
     parts.optimizer.zero_grad(set_to_none=True)
     return grad_norm, parts.scaler is not None and math.isfinite(loss) and not finite
+
+
+def _check_loss_scale(scaler: Any, step: int) -> None:
+    """After an overflow: a scale the scaler has halved below MIN_LOSS_SCALE is a run whose gradients are not
+    finite at any scale, stopped as the non-finite guard stops one (the scaler would go on to a zero scale)."""
+    if scaler.get_scale() < MIN_LOSS_SCALE:
+        raise BertkitError(
+            f"the fp16 grad scaler lowered its loss scale below {MIN_LOSS_SCALE:g} by step {step}: the gradients "
+            "overflow at any scale (not finite), so training stopped; use --precision bf16 or fp32, lower "
+            "--learning-rate, check the data, and resume from the last checkpoint with --resume auto")
 
 
 def _tally(state: Counters, record: dict[str, Any], overflow: bool, reporter: Reporter) -> None:

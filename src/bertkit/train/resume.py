@@ -75,6 +75,8 @@ class Counters:
     best: dict[str, Any] | None = None
     last_eval_step: int = -1
     evals_since_best: int = 0
+    eval_pending: bool = False
+    """A stop skipped this step's evaluation to save at once; the resumed run evaluates first."""
 
 
 @dataclass
@@ -173,6 +175,8 @@ def compare_settings(chosen: Path, trainer: dict[str, Any], config: TrainConfig,
     entries: what was not saved is not compared."""
     saved = {_RENAMED.get(name, name): value for name, value in _section(trainer, "config").items()}
     now = json.loads(json.dumps(dataclasses.asdict(config)))  # tuples as lists, as saved
+    if saved.get("precision") == "auto":  # older runs saved the setting; now the precision it resolved to
+        saved.pop("precision")
     changes = {name: (saved[name], now[name]) for name in now
                if name in saved and name not in UNCOMPARED and saved[name] != now[name]}
     old_global = trainer["data"]["global_batch_size"]

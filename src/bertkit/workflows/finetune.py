@@ -292,7 +292,7 @@ def _finetune_seeds(task: Task, settings: FinetuneSettings, tokenizer: WordPiece
     settings.train.batch_plan(ctx.world_size)  # a batch that cannot be split says so before any work
     rank0_decides(lambda: prepare_output(settings.output, settings.resume, settings.overwrite, run_settings(settings)),
                   ctx)
-    settings = with_learning_rate(settings, ctx.is_main)
+    settings = rank0_decides(lambda: with_learning_rate(settings), ctx)  # it may read the model's record
     report["learning_rate"] = settings.train.learning_rate
     train_features = task.features(train_examples, tokenizer, training=True)
     report["truncated_train_examples"] = task.last_truncated

@@ -168,7 +168,8 @@ def run_glue(settings: GlueSettings, finetune: FinetuneSettings, progress: Calla
     alone reads and writes the sweep's files and reports progress."""
     ctx = setup_distributed(finetune.train.device)
     progress = progress if ctx.is_main else _silent
-    tasks, problems = find_tasks(Path(settings.data), settings.tasks, settings.max_seq_length)
+    tasks, problems = rank0_decides(lambda: find_tasks(Path(settings.data), settings.tasks, settings.max_seq_length),
+                                    ctx)
     out = Path(finetune.output)
     sweep = rank0_decides(lambda: _prepare_output(out, finetune.resume, finetune.overwrite, settings, finetune), ctx)
     for line in problems:
@@ -188,6 +189,8 @@ def run_glue(settings: GlueSettings, finetune: FinetuneSettings, progress: Calla
             try:
                 runs[rate] = _run_one(found, rate, settings, finetune, sweep, out, counter, progress, ctx)
             except BertkitError as exc:  # e.g. a rate that diverged: the other runs still count
+                if ctx.distributed:  # an error may be rank 0's alone (a full disk); the others wait in a collective
+                    raise
                 failed.append(f"{counter}: failed: {exc}")
                 progress(failed[-1])
         if runs:
