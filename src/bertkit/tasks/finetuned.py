@@ -89,15 +89,12 @@ def load_finetuned(directory: str | Path, device: torch.device = torch.device("c
     (`check_model_vocabulary` decides whether it fits)."""
     directory = check_model_directory(directory)
     settings = read_task_file(directory)
-    if settings is None and task is None:
+    if settings is not None:
+        task = load_task(directory)
+    elif task is None:
         raise BertkitError(f"{directory}: no {TASK_FILE}; --model must be a directory written by "
                            "`bertkit finetune` (OUTPUT/best)")
-    features: dict[str, Any] = {}
-    if settings is not None:
-        features = {key: settings.pop(key) for key in FEATURE_KEYS if key in settings}
-        source = str(directory / TASK_FILE)
-        task = task_class(settings["task"], source).from_json(settings, source=source)
-    assert task is not None
+    features = {key: settings[key] for key in FEATURE_KEYS if key in settings} if settings else {}
     tokenizer = WordPieceTokenizer.from_pretrained(directory if tokenizer_dir is None else tokenizer_dir)
     vocab_size = BertConfig.from_json_file(directory / "config.json").vocab_size
     check_model_vocabulary(tokenizer, vocab_size, directory, tokenizer_dir)  # before the weights are read
@@ -107,6 +104,20 @@ def load_finetuned(directory: str | Path, device: torch.device = torch.device("c
     else:
         model = load_weights(directory, task.model_class)
     return task, model.to(device).eval(), tokenizer
+
+
+def load_task(directory: str | Path) -> Task:
+    """The task of a fine-tuned directory from its bertkit_task.json alone (no weights read): what a command
+    needs to read and check its input before it loads the model."""
+    directory = check_model_directory(directory)
+    settings = read_task_file(directory)
+    if settings is None:
+        raise BertkitError(f"{directory}: no {TASK_FILE}; --model must be a directory written by "
+                           "`bertkit finetune` (OUTPUT/best)")
+    for key in FEATURE_KEYS:
+        settings.pop(key, None)
+    source = str(directory / TASK_FILE)
+    return task_class(settings["task"], source).from_json(settings, source=source)
 
 
 def _load_feature_based(directory: Path, task: Task, layers: tuple[int, ...], combine: str) -> FeatureBasedModel:

@@ -49,6 +49,7 @@ from bertkit.tokenizer import WordPieceTokenizer
 from bertkit.train import Hooks
 from bertkit.train.distributed import DistributedContext, setup_distributed
 from bertkit.workflows.finetune import (
+    check_length_fits,
     fit_seed,
     load_tokenizer,
     run_settings,
@@ -207,6 +208,7 @@ def run_embedding_training(train_path: str | Path, dev_paths: Sequence[str | Pat
 def _train_seeds(settings: FinetuneSettings, embedding: EmbeddingSettings, tokenizer: WordPieceTokenizer,
                  train: list[PairExample], dev_sets: list[DevPairs], report: dict[str, Any],
                  ctx: DistributedContext) -> dict[str, Any]:
+    check_length_fits(settings, embedding.max_seq_length)  # before anything is written
     prepare_output(settings.output, settings.resume, settings.overwrite,
                    {**run_settings(settings), **dataclasses.asdict(embedding)})
     settings = with_learning_rate(settings)

@@ -89,6 +89,16 @@ def load_tokenizer(settings: FinetuneSettings) -> WordPieceTokenizer:
     return tokenizer
 
 
+def check_length_fits(settings: FinetuneSettings, max_seq_length: int) -> None:
+    """Refuse a --max-seq-length longer than the model's positions before anything is written (a corrected
+    command then finds --output as it was)."""
+    positions = (preset(settings.model) if settings.model in PRESETS else BertConfig.from_json_file(
+        check_model_directory(settings.model, presets=True) / "config.json")).max_position_embeddings
+    if max_seq_length > positions:
+        raise BertkitError(f"--max-seq-length {max_seq_length} exceeds the model's max_position_embeddings "
+                           f"({positions}); lower it")
+
+
 def build_model(task: Task, settings: FinetuneSettings, tokenizer: WordPieceTokenizer, max_seq_length: int
                 ) -> nn.Module:
     """A fresh task model (preset) or one loaded from a checkpoint, with the task's head and dropout, compiled
@@ -290,6 +300,7 @@ def _finetune_seeds(task: Task, settings: FinetuneSettings, tokenizer: WordPiece
                     ctx: DistributedContext) -> dict[str, Any]:
     """`finetune` inside its process group: every rank trains each seed, rank 0 writes the run's files."""
     settings.train.batch_plan(ctx.world_size)  # a batch that cannot be split says so before any work
+    check_length_fits(settings, task.settings.max_seq_length)
     rank0_decides(lambda: prepare_output(settings.output, settings.resume, settings.overwrite, run_settings(settings)),
                   ctx)
     settings = rank0_decides(lambda: with_learning_rate(settings), ctx)  # it may read the model's record

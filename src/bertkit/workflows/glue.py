@@ -44,7 +44,7 @@ from bertkit.settings import FinetuneSettings, GlueSettings
 from bertkit.tasks.kinds import build_task
 from bertkit.tasks.metrics import GLUE_METRICS
 from bertkit.train.distributed import DistributedContext, barrier, rank0_decides, setup_distributed
-from bertkit.workflows.finetune import run_finetuning, run_settings
+from bertkit.workflows.finetune import check_length_fits, run_finetuning, run_settings
 from bertkit.workflows.predict import RESULTS_FILE
 from bertkit.workflows.run_output import RUN_FILE
 
@@ -171,6 +171,7 @@ def run_glue(settings: GlueSettings, finetune: FinetuneSettings, progress: Calla
     tasks, problems = rank0_decides(lambda: find_tasks(Path(settings.data), settings.tasks, settings.max_seq_length),
                                     ctx)
     out = Path(finetune.output)
+    check_length_fits(finetune, settings.max_seq_length)  # before the sweep's files are written
     sweep = rank0_decides(lambda: _prepare_output(out, finetune.resume, finetune.overwrite, settings, finetune), ctx)
     for line in problems:
         progress(line)

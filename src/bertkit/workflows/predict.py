@@ -25,9 +25,9 @@ from bertkit.inference.batching import model_outputs
 from bertkit.io.atomic import write_text_atomic
 from bertkit.model import for_inference
 from bertkit.runtime.allocator import keep_freed_memory
-from bertkit.runtime.device import resolve_device
+from bertkit.runtime.device import check_inference_precision, resolve_device
 from bertkit.settings import PredictSettings
-from bertkit.tasks.finetuned import load_finetuned
+from bertkit.tasks.finetuned import load_finetuned, load_task
 from bertkit.tasks.task import Task, warn_skipped
 from bertkit.train.distributed import DistributedContext, all_gather_objects
 
@@ -72,14 +72,16 @@ def predict_file(settings: PredictSettings) -> dict[str, Any]:
     classification model for this file. `precision` is an inference precision (`bertkit.model.for_inference`);
     fp32 reproduces the dev scores of fine-tuning exactly."""
     torch_device = resolve_device(settings.device)
-    keep_freed_memory()  # the process reuses large activations from here on (bertkit.runtime.allocator)
-    task, model, tokenizer = load_finetuned(settings.model, torch_device)
-    model = for_inference(model, settings.precision, torch_device)
+    check_inference_precision(settings.precision)
+    task = load_task(settings.model)  # the input is read and checked before the model is loaded and timed
     if settings.columns():
         task = task.with_columns(**settings.columns())
     input_path, evaluate = settings.input, settings.evaluate
     examples, skipped = task.read(input_path, labelled=evaluate)
     warn_skipped(input_path, examples, skipped)
+    keep_freed_memory()  # the process reuses large activations from here on (bertkit.runtime.allocator)
+    _, model, tokenizer = load_finetuned(settings.model, torch_device)
+    model = for_inference(model, settings.precision, torch_device)
     features = task.features(examples, tokenizer)
     decoded = predict_features(model, task, examples, features, tokenizer.pad_token_id, settings.batch_size,
                                torch_device)
