@@ -48,7 +48,7 @@ def _auto(ctx: click.Context, param: click.Parameter, value: str | None) -> bool
 
 NOT_FLAGS = ("max_time_s", "warmup_steps", "betas", "max_grad_norm", "optimizer", "seed", "shuffle", "num_workers",
              "log_every", "eval_every_epoch", "save_on_eval", "keep_last", "max_nonfinite_steps", "best_metric",
-             "greater_is_better", "allow_change")
+             "greater_is_better")
 """TrainConfig settings fine-tuning decides itself (a seed per --seeds, evaluation and checkpoints on dev, the
 best dev metric) or keeps at the paper's (AdamW, clipping at 1.0)."""
 

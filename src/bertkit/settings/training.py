@@ -98,10 +98,11 @@ def _legacy_batch_size(size: int, total: int | None, micro: int | None, steps: i
 
 
 RESUME_EXACT_SETTINGS = ("seed", "shuffle", "optimizer", "global_batch_size", "data", "model", "tokenizer",
-                         "max_seq_length", "masked_lm_prob", "nsp", "dropout")
+                         "max_seq_length", "masked_lm_prob", "nsp", "dropout", "task")
 """Settings a resumed run must share with its checkpoint (a change breaks its exactness: another data order,
-another model or objective) unless --allow-change names them; the last seven are pre-training's (`fit`'s
-`identity`)."""
+another model or objective) unless --allow-change names them: data, model, tokenizer and max_seq_length for
+pre-training and fine-tuning alike, masked_lm_prob, nsp and dropout pre-training's (`fit`'s `identity`), task
+fine-tuning's (its kind, columns and labels: finetune_run.json)."""
 
 
 @dataclass

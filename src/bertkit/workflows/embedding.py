@@ -61,7 +61,7 @@ from bertkit.workflows.finetune import (
 )
 from bertkit.workflows.predict import RESULTS_FILE, write_results
 from bertkit.workflows.prepare import prepare_training
-from bertkit.workflows.run_output import prepare_output
+from bertkit.workflows.run_output import data_fingerprint, prepare_output
 
 log = logging.getLogger(__name__)
 
@@ -202,15 +202,17 @@ def run_embedding_training(train_path: str | Path, dev_paths: Sequence[str | Pat
     if ctx.world_size > 1:
         raise BertkitError(f"embedding training runs in one process (in-batch negatives come from one "
                            f"micro-batch); run it without torchrun (WORLD_SIZE is {ctx.world_size})")
-    return _train_seeds(settings, embedding, tokenizer, train, dev_sets, report, ctx)
+    data = {"train": data_fingerprint(train_path), "dev": [data_fingerprint(p) for p in dev_paths]}
+    return _train_seeds(settings, embedding, tokenizer, train, dev_sets, report, ctx, data)
 
 
 def _train_seeds(settings: FinetuneSettings, embedding: EmbeddingSettings, tokenizer: WordPieceTokenizer,
                  train: list[PairExample], dev_sets: list[DevPairs], report: dict[str, Any],
-                 ctx: DistributedContext) -> dict[str, Any]:
+                 ctx: DistributedContext, data: dict[str, Any]) -> dict[str, Any]:
     check_length_fits(settings, embedding.max_seq_length)  # before anything is written
     prepare_output(settings.output, settings.resume, settings.overwrite,
-                   {**run_settings(settings), **dataclasses.asdict(embedding)})
+                   {**run_settings(settings), **dataclasses.asdict(embedding), "data": data},
+                   settings.train.allow_change)
     settings = with_learning_rate(settings)
     features, report["truncated_train_texts"] = pair_features(train, tokenizer, embedding.max_seq_length)
     report.update(learning_rate=settings.train.learning_rate, **dataclasses.asdict(embedding))

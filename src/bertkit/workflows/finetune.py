@@ -67,7 +67,14 @@ from bertkit.train.distributed import DistributedContext, barrier, rank0_decides
 from bertkit.workflows.predict import RESULTS_FILE, predict_features, write_results
 from bertkit.workflows.prepare import prepare_training
 from bertkit.workflows.recipes import PRETRAINING_FILE, finetune_learning_rate
-from bertkit.workflows.run_output import finished_seed, keep_best_seed, mark_seed_done, prepare_output, seed_summary
+from bertkit.workflows.run_output import (
+    data_fingerprint,
+    finished_seed,
+    keep_best_seed,
+    mark_seed_done,
+    prepare_output,
+    seed_summary,
+)
 
 log = logging.getLogger(__name__)
 
@@ -284,25 +291,29 @@ def _interrupted(result: FitResult, what: str, directory: Path) -> Interrupted:
 
 
 def finetune(task: Task, settings: FinetuneSettings, tokenizer: WordPieceTokenizer, train_examples: Sequence[Any],
-             dev_sets: list[tuple[str, Sequence[Any]]], report: dict[str, Any]) -> dict[str, Any]:
+             dev_sets: list[tuple[str, Sequence[Any]]], report: dict[str, Any],
+             inputs: dict[str, Any] | None = None) -> dict[str, Any]:
     """Fine-tune once per seed; keep the best seed's best evaluation in OUTPUT/best; write eval_results.json.
 
     `dev_sets` are (name, examples) with '' naming the first (selection) set; `report` holds counts of
     skipped/truncated inputs, written into eval_results.json. With `settings.resume`, seeds finished earlier
-    are read back and an interrupted seed continues from its checkpoint.
+    are read back and an interrupted seed continues from its checkpoint; the run's settings, its task and
+    `inputs` (what `run_finetuning` records of the files) must then be those of the interrupted run, except
+    what --allow-change names.
     """
     ctx = setup_distributed(settings.train.device)  # the process's group, kept for whatever trains next
-    return _finetune_seeds(task, settings, tokenizer, train_examples, dev_sets, report, ctx)
+    record = {**run_settings(settings), **run_task(task), **(inputs or {})}
+    return _finetune_seeds(task, settings, tokenizer, train_examples, dev_sets, report, ctx, record)
 
 
 def _finetune_seeds(task: Task, settings: FinetuneSettings, tokenizer: WordPieceTokenizer,
                     train_examples: Sequence[Any], dev_sets: list[tuple[str, Sequence[Any]]], report: dict[str, Any],
-                    ctx: DistributedContext) -> dict[str, Any]:
+                    ctx: DistributedContext, record: dict[str, Any]) -> dict[str, Any]:
     """`finetune` inside its process group: every rank trains each seed, rank 0 writes the run's files."""
     settings.train.batch_plan(ctx.world_size)  # a batch that cannot be split says so before any work
     check_length_fits(settings, task.settings.max_seq_length)
-    rank0_decides(lambda: prepare_output(settings.output, settings.resume, settings.overwrite, run_settings(settings)),
-                  ctx)
+    rank0_decides(lambda: prepare_output(settings.output, settings.resume, settings.overwrite, record,
+                                         settings.train.allow_change), ctx)
     settings = rank0_decides(lambda: with_learning_rate(settings), ctx)  # it may read the model's record
     report["learning_rate"] = settings.train.learning_rate
     train_features = task.features(train_examples, tokenizer, training=True)
@@ -363,6 +374,12 @@ _RUN_TRAINING = {"epochs": "num_epochs", "max_steps": "max_steps", "eval_every":
                  "adam_epsilon": "adam_epsilon", "early_stopping_patience": "early_stopping_patience"}
 
 
+def run_task(task: Task) -> dict[str, Any]:
+    """What finetune_run.json records of the task: its kind, columns and labels ("task"), and its length."""
+    described = task.to_json()
+    return {"max_seq_length": described.pop("max_seq_length", None), "task": described}
+
+
 def run_settings(settings: FinetuneSettings) -> dict[str, Any]:
     """The settings recorded in OUTPUT/finetune_run.json, as JSON values (tuples as lists)."""
     values = {key: getattr(settings, key) for key in _RUN_SETTINGS}
@@ -393,4 +410,5 @@ def run_finetuning(kind: str, train_path: str | Path, dev_paths: list[str | Path
         if name and any(name == other for other, _ in dev_sets):
             name = f"{name}{index}"
         dev_sets.append((name, _read_reporting(task, path, False, report, f"dev{'_' + name if name else ''}")))
-    return finetune(task, settings, tokenizer, train, dev_sets, report)
+    inputs = {"data": {"train": data_fingerprint(train_path), "dev": [data_fingerprint(p) for p in dev_paths]}}
+    return finetune(task, settings, tokenizer, train, dev_sets, report, inputs)

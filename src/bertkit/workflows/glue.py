@@ -247,7 +247,7 @@ def _finished(directory: Path, one_run: FinetuneSettings) -> dict[str, Any] | No
     """The eval_results.json of a run that finished with these settings and every requested seed, or None."""
     results = read_json_object(directory / RESULTS_FILE, missing=None, damaged=None)
     recorded = read_json_object(directory / RUN_FILE, missing=None, damaged=None)
-    if results is None or recorded != run_settings(one_run):
+    if results is None or recorded is None or any(recorded.get(k) != v for k, v in run_settings(one_run).items()):
         return None
     seeds = results.get("seeds")
     if not isinstance(seeds, dict) or not all(str(seed) in seeds for seed in one_run.seeds):

@@ -14,9 +14,11 @@ deletes only what a fine-tuning run writes and refuses a directory holding anyth
 
 from __future__ import annotations
 
+import hashlib
 import json
 import shutil
 import statistics
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -29,9 +31,11 @@ SEED_DONE_FILE = "seed_results.json"
 RUN_FILE = "finetune_run.json"
 
 
-def prepare_output(output: Path, resume: bool, overwrite: bool, settings: dict[str, Any]) -> None:
+def prepare_output(output: Path, resume: bool, overwrite: bool, settings: dict[str, Any],
+                   allow_change: Sequence[str] = ()) -> None:
     """Create --output; a non-empty one needs --resume auto (continue) or --overwrite (start over). `settings`
-    are recorded in RUN_FILE; on resume they must equal the interrupted run's."""
+    are recorded in RUN_FILE; on resume they must equal the interrupted run's, except those `allow_change`
+    names (--allow-change: data, task, max_seq_length, model, tokenizer)."""
     if output.exists() and not output.is_dir():
         raise BertkitError(f"--output {output} is a file; give a directory")
     if resume and overwrite:
@@ -42,7 +46,7 @@ def prepare_output(output: Path, resume: bool, overwrite: bool, settings: dict[s
                                "--overwrite to start over, or choose another directory")
         _remove_run(output)
     output.mkdir(parents=True, exist_ok=True)
-    _check_same_run(output, resume, settings)
+    _check_same_run(output, resume, settings, set(allow_change))
 
 
 def _remove_run(output: Path) -> None:
@@ -58,17 +62,44 @@ def _remove_run(output: Path) -> None:
         shutil.rmtree(path) if path.is_dir() else path.unlink()
 
 
-def _check_same_run(output: Path, resume: bool, settings: dict[str, Any]) -> None:
-    """Record the run's settings; on resume, refuse settings that differ from the interrupted run's."""
+def _check_same_run(output: Path, resume: bool, settings: dict[str, Any], allowed: set[str]) -> None:
+    """Record the run's settings; on resume, refuse settings that differ from the interrupted run's (runs
+    written before a setting was recorded are not compared on it)."""
     path = output / RUN_FILE
     if resume and path.is_file():
         earlier = read_json_object(path, fix="start over with --overwrite")
-        changed = [k for k in settings if k in earlier and earlier[k] != settings[k]]
+        changed = [k for k in settings if k in earlier and earlier[k] != settings[k] and k not in allowed]
         if changed:
-            details = ", ".join(f"{k}: {earlier[k]!r} then, {settings[k]!r} now" for k in changed)
+            details = "; ".join(f"{k}: {_short(earlier[k])} then, {_short(settings[k])} now" for k in changed)
+            allowable = [k for k in changed if k in ALLOWABLE]
+            hint = f", accept the change with --allow-change {' --allow-change '.join(allowable)}" if allowable else ""
             raise BertkitError(f"--resume: the run in {output} used other settings ({details}); resume "
-                               "with the same flags, or start over with --overwrite")
+                               f"with the same flags and files{hint}, or start over with --overwrite")
     write_text_atomic(path, json.dumps(settings, indent=2) + "\n")
+
+
+ALLOWABLE = ("data", "task", "max_seq_length", "model", "tokenizer")
+"""What a resumed fine-tuning may change with --allow-change (the run is then no longer the one it continues)."""
+
+
+def _short(value: Any, limit: int = 120) -> str:
+    text = json.dumps(value)
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
+def data_fingerprint(path: str | Path) -> str:
+    """The sha256 (first 16 hex digits) of a data file's bytes, or of a directory's files (`datasets`
+    save_to_disk: names and bytes, in sorted order): what a resumed run compares, wherever the files moved."""
+    path = Path(path)
+    digest = hashlib.sha256()
+    files = sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else [path]
+    for file in files:
+        if path.is_dir():
+            digest.update(str(file.relative_to(path)).encode())
+        with file.open("rb") as handle:
+            for block in iter(lambda: handle.read(1 << 20), b""):
+                digest.update(block)
+    return digest.hexdigest()[:16]
 
 
 def finished_seed(seed_dir: Path) -> dict[str, float] | None:

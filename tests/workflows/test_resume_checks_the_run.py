@@ -1,0 +1,63 @@
+"""`finetune --resume auto` continues the run it was given, not another one (issue 40): other training or
+dev files, other columns or labels, another --max-seq-length are refused, each named, unless --allow-change
+accepts it; a run directory written before these were recorded still resumes."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from bertkit.cli import main
+from bertkit.config import preset
+from bertkit.model import BertForPreTraining
+from bertkit.tokenizer import WordPieceTokenizer
+
+WORDS = ["good", "bad", "film", "plot", "great", "awful"]
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("resume-checks")
+    tokens = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *WORDS]
+    BertForPreTraining(preset("bert-debug", vocab_size=len(tokens))).save_pretrained(
+        root / "model", tokenizer=WordPieceTokenizer(tokens))
+    for name, offset in (("train", 0), ("other", 1)):
+        rows = [f"{WORDS[(i + offset) % 6]} {WORDS[(i + 1) % 6]}\t{WORDS[i % 3]}\t{'good' if i % 2 else 'bad'}"
+                for i in range(8)]
+        (root / f"{name}.tsv").write_text("text\tsecond\tlabel\n" + "\n".join(rows) + "\n", encoding="utf-8")
+    return {"model": root / "model", "train": root / "train.tsv", "other": root / "other.tsv"}
+
+
+def _finetune(files: dict[str, Path], out: Path, *extra: str, train: str = "train") -> int:
+    return main(["finetune", "classification", "--model", str(files["model"]), "--train", str(files[train]),
+                 "--dev", str(files["train"]), "--output", str(out), "--max-steps", "1", "--device", "cpu",
+                 "--precision", "fp32", "--max-seq-length", "16", "--seeds", "1,2", *extra])
+
+
+@pytest.mark.parametrize(("change", "extra", "named"), [
+    ("data", ("--train", "other"), "data"),
+    ("columns", ("--text-column", "second"), "task"),
+    ("length", ("--max-seq-length", "24"), "max_seq_length"),
+])
+def test_a_resumed_run_with_other_inputs_is_refused_then_allowed(files, tmp_path, capsys, change, extra, named):
+    out = tmp_path / "run"
+    assert _finetune(files, out) == 0
+    train = extra[1] if extra[0] == "--train" else "train"
+    given = () if extra[0] == "--train" else extra
+    assert _finetune(files, out, *given, "--resume", "auto", train=train) == 2
+    err = capsys.readouterr().err
+    assert f"used other settings ({named}:" in err and f"--allow-change {named}" in err
+    assert _finetune(files, out, *given, "--resume", "auto", "--allow-change", named, train=train) == 0
+    assert json.loads((out / "finetune_run.json").read_text())[named] != {}
+
+
+def test_a_run_recorded_before_these_checks_still_resumes(files, tmp_path):
+    out = tmp_path / "run"
+    assert _finetune(files, out) == 0
+    record = json.loads((out / "finetune_run.json").read_text())
+    for key in ("data", "task", "max_seq_length"):  # what older runs did not record
+        record.pop(key)
+    (out / "finetune_run.json").write_text(json.dumps(record), encoding="utf-8")
+    assert _finetune(files, out, "--resume", "auto") == 0
