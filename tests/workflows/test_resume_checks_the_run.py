@@ -61,3 +61,35 @@ def test_a_run_recorded_before_these_checks_still_resumes(files, tmp_path):
         record.pop(key)
     (out / "finetune_run.json").write_text(json.dumps(record), encoding="utf-8")
     assert _finetune(files, out, "--resume", "auto") == 0
+
+
+def test_finetuning_without_a_dev_set_trains_and_writes_best(files, tmp_path, capsys):
+    """Issue 40: a user with only training data (the final run after model selection) can train; what needs a dev
+    set is refused in one line."""
+    out = tmp_path / "no-dev"
+    assert main(["finetune", "classification", "--model", str(files["model"]), "--train", str(files["train"]),
+                 "--output", str(out), "--max-steps", "2", "--device", "cpu", "--precision", "fp32",
+                 "--max-seq-length", "16"]) == 0
+    assert (out / "best" / "model.safetensors").is_file() and (out / "best" / "bertkit_task.json").is_file()
+    assert json.loads((out / "eval_results.json").read_text())["step"] == 2
+    assert main(["predict", "--model", str(out / "best"), "--input", str(files["other"]), "--output",
+                 str(tmp_path / "pred"), "--precision", "fp32"]) == 0
+    capsys.readouterr()
+    for flags, message in ((["--seeds", "1,2"], "keeping the best of several seeds needs a dev set"),
+                           (["--eval-every", "1"], "--eval-every evaluates on --dev"),
+                           (["--early-stopping-patience", "2"], "--early-stopping-patience watches the dev score")):
+        assert main(["finetune", "classification", "--model", str(files["model"]), "--train", str(files["train"]),
+                     "--output", str(tmp_path / "refused"), "--max-steps", "1", "--device", "cpu", *flags]) == 2
+        assert message in capsys.readouterr().err
+        assert not (tmp_path / "refused").exists()
+
+
+def test_embedding_training_without_a_dev_set_writes_a_sentence_transformers_directory(files, tmp_path):
+    pairs = tmp_path / "pairs.jsonl"
+    pairs.write_text("\n".join(json.dumps({"anchor": WORDS[i % 6], "positive": WORDS[(i + 2) % 6]})
+                               for i in range(8)) + "\n", encoding="utf-8")
+    out = tmp_path / "embed"
+    assert main(["finetune", "embedding", "--model", str(files["model"]), "--train", str(pairs), "--output",
+                 str(out), "--max-steps", "2", "--batch-size", "4", "--device", "cpu", "--precision", "fp32",
+                 "--max-seq-length", "8"]) == 0
+    assert (out / "best" / "modules.json").is_file() and (out / "best" / "model.safetensors").is_file()

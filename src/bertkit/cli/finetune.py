@@ -77,9 +77,11 @@ def _finetune_flags(settings_class: type, exclude: tuple[str, ...] = (), **overr
     def decorate(function: Callable) -> Callable:
         function = settings_options(settings_class, exclude=exclude, overrides=overrides)(function)
         function = settings_options(FinetuneSettings, exclude=NOT_FLAGS, overrides=FINETUNE)(function)
-        function = click.option("--dev", "dev_files", required=True, multiple=True, type=click.Path(),
+        function = click.option("--dev", "dev_files", multiple=True, type=click.Path(),
                                 help="Dev file (or `datasets` directory), evaluated every epoch; repeat for more "
-                                     "(the first selects the best epoch, e.g. MNLI matched then mismatched).")(function)
+                                     "(the first selects the best epoch, e.g. MNLI matched then mismatched). "
+                                     "Without one: one seed trains its whole budget and its model is "
+                                     "OUTPUT/best.")(function)
         return click.option("--train", "train_file", required=True, type=click.Path(),
                             help="Training file, or a `datasets` save_to_disk directory (one split's).")(function)
     return decorate
@@ -168,7 +170,8 @@ def embedding(**flags: Any) -> None:
     embedding_settings = settings_from_flags(EmbeddingSettings, flags)
     results = run_embedding_training(flags.pop("train_file"), list(flags.pop("dev_files")), settings,
                                      embedding_settings)
-    click.echo("before training: " + ", ".join(f"{k} {results['before_' + k]:.4f}" for k in METRIC_NAMES))
+    if "before_" + METRIC_NAMES[0] in results:
+        click.echo("before training: " + ", ".join(f"{k} {results['before_' + k]:.4f}" for k in METRIC_NAMES))
     _print_summary({**results, "seeds": {s: {k: v for k, v in m.items() if not k.startswith("before_")}
                                          for s, m in results["seeds"].items()}}, settings.output)
     if results["truncated_train_texts"]:

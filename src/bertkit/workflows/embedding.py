@@ -50,6 +50,7 @@ from bertkit.train import Hooks
 from bertkit.train.distributed import DistributedContext, setup_distributed
 from bertkit.workflows.finetune import (
     check_length_fits,
+    check_without_dev,
     fit_seed,
     load_tokenizer,
     run_settings,
@@ -128,7 +129,13 @@ class EmbeddingRun:
         self.eval_batch_size, self.directory, self.device = eval_batch_size, directory, device
 
     def hooks(self) -> Hooks:
-        return Hooks(evaluate=self.evaluate, on_best=self.on_best)
+        return Hooks(evaluate=self.evaluate, on_best=self.on_best) if self.dev_sets else Hooks()
+
+    def on_final(self, model: nn.Module, step: int) -> None:
+        """Without a dev set: the trained encoder is the seed's result."""
+        save_sentence_transformers(cast(SentenceEncoder, model), self.tokenizer, self.embedding.max_seq_length,
+                                   self.directory / "best")
+        write_results(self.directory / RESULTS_FILE, {"step": step})
 
     def evaluate(self, model: nn.Module) -> dict[str, float]:
         fast = accelerate_for_inference(model)  # a copy with this machine's inference kernels, fp32
@@ -153,10 +160,10 @@ def _train_seed(settings: FinetuneSettings, embedding: EmbeddingSettings, tokeni
     directory.mkdir(parents=True, exist_ok=True)
     seed_everything(seed)
     model, train = prepare_training(build_encoder(settings, embedding, tokenizer),
-                                    seed_training(settings, seed, METRIC_NAMES[0]), ctx,
+                                    seed_training(settings, seed, METRIC_NAMES[0] if dev_sets else None), ctx,
                                     *step_shape(settings, features, ctx))
     run = EmbeddingRun(tokenizer, dev_sets, embedding, settings.eval_batch_size, directory, ctx.device)
-    before = run.evaluate(model)
+    before = run.evaluate(model) if dev_sets else {}
     log.info("seed %d: before training %s; precision %s%s", seed, _shown(before), train.precision,
              ", resuming" if resuming else "")
     start = time.perf_counter()
@@ -184,7 +191,7 @@ def run_embedding_training(train_path: str | Path, dev_paths: Sequence[str | Pat
     """Read the files, train once per seed, keep the best seed's best evaluation as OUTPUT/best (a
     sentence-transformers directory) and return eval_results.json's content (also written)."""
     if not dev_paths:
-        raise BertkitError("no --dev file: training evaluates retrieval on it and keeps the best model")
+        check_without_dev(settings)
     tokenizer = load_tokenizer(settings)
     report: dict[str, Any] = {}
     train = _read(train_path, embedding, True, report, "train")
@@ -196,8 +203,8 @@ def run_embedding_training(train_path: str | Path, dev_paths: Sequence[str | Pat
             name = f"{name}{index}"
         pairs = _read(path, embedding, False, report, f"dev{'_' + name if name else ''}")  # dev negatives: unused
         dev_sets.append(DevPairs.of(name, pairs))
-    report.update(train_pairs=len(train), dev_pairs=len(dev_sets[0].anchors),
-                  dev_candidates=len(dev_sets[0].candidates))
+    report.update(train_pairs=len(train), dev_pairs=len(dev_sets[0].anchors) if dev_sets else 0,
+                  dev_candidates=len(dev_sets[0].candidates) if dev_sets else 0)
     ctx = setup_distributed(settings.train.device)
     if ctx.world_size > 1:
         raise BertkitError(f"embedding training runs in one process (in-batch negatives come from one "
@@ -216,5 +223,5 @@ def _train_seeds(settings: FinetuneSettings, embedding: EmbeddingSettings, token
     settings = with_learning_rate(settings)
     features, report["truncated_train_texts"] = pair_features(train, tokenizer, embedding.max_seq_length)
     report.update(learning_rate=settings.train.learning_rate, **dataclasses.asdict(embedding))
-    return train_seeds(settings, METRIC_NAMES, ctx, report,
+    return train_seeds(settings, METRIC_NAMES if dev_sets else (), ctx, report,
                        lambda seed: _train_seed(settings, embedding, tokenizer, features, dev_sets, seed, ctx))

@@ -63,7 +63,7 @@ from bertkit.tasks.kinds import build_task
 from bertkit.tasks.task import Task, warn_skipped
 from bertkit.tokenizer import WordPieceTokenizer, check_model_vocabulary
 from bertkit.train import FitResult, Hooks, TrainingData, fit
-from bertkit.train.distributed import DistributedContext, barrier, rank0_decides, setup_distributed
+from bertkit.train.distributed import DistributedContext, barrier, rank0_decides, setup_distributed, unwrap_model
 from bertkit.workflows.predict import RESULTS_FILE, predict_features, write_results
 from bertkit.workflows.prepare import prepare_training
 from bertkit.workflows.recipes import PRETRAINING_FILE, finetune_learning_rate
@@ -160,7 +160,12 @@ class SeedRun:
         self.best_main: float | None = None  # of the evaluations of this process (a resumed run starts again)
 
     def hooks(self) -> Hooks:
-        return Hooks(evaluate=self.evaluate, on_best=self.on_best)
+        return Hooks(evaluate=self.evaluate, on_best=self.on_best) if self.dev_sets else Hooks()
+
+    def on_final(self, model: nn.Module, step: int) -> None:
+        """Without a dev set: the trained model is the seed's result."""
+        save_finetuned(model, self.task, self.tokenizer, self.directory / "best")
+        write_results(self.directory / RESULTS_FILE, {"step": step})
 
     def evaluate(self, model: nn.Module) -> dict[str, float]:
         self.latest = []
@@ -217,14 +222,16 @@ def _pretraining_record(directory: Path) -> dict[str, Any]:
     return {"steps": steps} if isinstance(steps, int) and steps >= 0 else {}
 
 
-def seed_training(settings: FinetuneSettings, seed: int, main_metric: str) -> TrainConfig:
+def seed_training(settings: FinetuneSettings, seed: int, main_metric: str | None) -> TrainConfig:
     """One seed's TrainConfig: the run's, with what fine-tuning derives from it: --max-steps replaces --epochs
     (transformers' Trainer's rule), evaluation at every epoch end unless --eval-every, a checkpoint at every
-    evaluation unless --save-every (only the last kept), the dev metric whose best is kept."""
+    evaluation unless --save-every (only the last kept), the dev metric whose best is kept (None: no dev set,
+    so no evaluation; checkpoints every --save-every steps and at the end)."""
     train = settings.train
     return dataclasses.replace(train, seed=seed, num_epochs=None if train.max_steps else train.num_epochs,
-                               eval_every_epoch=train.eval_every is None, save_on_eval=train.save_every is None,
-                               keep_last=1, log_every=None, best_metric=main_metric)
+                               eval_every_epoch=train.eval_every is None and main_metric is not None,
+                               save_on_eval=train.save_every is None, keep_last=1, log_every=None,
+                               best_metric=main_metric)
 
 
 def training_data(features: list[dict], tokenizer: WordPieceTokenizer, group_by_length: bool) -> TrainingData:
@@ -247,15 +254,16 @@ def _train_seed(task: Task, settings: FinetuneSettings, tokenizer: WordPieceToke
     seed_everything(seed)  # the head's initialisation depends on the seed too (the same on every rank)
     model = build_model(task, settings, tokenizer, task.settings.max_seq_length)
     plain = model
-    model, train = prepare_training(model, seed_training(settings, seed, task.metric_names[0]), ctx,
+    metric = task.metric_names[0] if dev_sets else None
+    model, train = prepare_training(model, seed_training(settings, seed, metric), ctx,
                                     *step_shape(settings, train_features, ctx))
     if isinstance(plain, FeatureBasedModel) and ctx.device.type == "cpu" and not train.compile:
         # Frozen features with prediction's kernels (with --compile, the compiled encoder computes them).
         plain.use_encoder_copy(functools.partial(accelerate_for_inference, autocast=train.precision == "bf16"))
     run = SeedRun(task, tokenizer, dev_sets, settings.eval_batch_size, directory, ctx)
     every = f"{train.eval_every} steps" if train.eval_every else "epoch"
-    log.info("seed %d: evaluation every %s, precision %s%s", seed, every, train.precision,
-             ", resuming" if resuming else "")
+    log.info("seed %d: %s, precision %s%s", seed, f"evaluation every {every}" if dev_sets else "no dev set",
+             train.precision, ", resuming" if resuming else "")
     data = training_data(train_features, tokenizer, settings.group_by_length)
     return fit_seed(model, task.training_loss(), data, train, run, ctx, resuming, f"fine-tuning seed {seed}")
 
@@ -269,6 +277,11 @@ def fit_seed(model: nn.Module, loss: Any, data: TrainingData, train: TrainConfig
                  resume="auto" if resuming else None)
     if result.stop_reason == "signal":
         raise _interrupted(result, what, run.directory)
+    if train.best_metric is None:  # no dev set: the trained model is the result
+        if ctx.is_main:
+            run.on_final(unwrap_model(model), result.step)
+        barrier(ctx)
+        return {"step": result.step}
     if result.best is None:
         raise BertkitError(f"seed {train.seed}: no evaluation produced a finite {train.best_metric}; "
                            "check the dev file and the learning rate")
@@ -319,8 +332,8 @@ def _finetune_seeds(task: Task, settings: FinetuneSettings, tokenizer: WordPiece
     train_features = task.features(train_examples, tokenizer, training=True)
     report["truncated_train_examples"] = task.last_truncated
     sets = [DevSet(name, examples, task.features(examples, tokenizer)) for name, examples in dev_sets]
-    report["truncated_dev_examples"] = task.last_truncated
-    return train_seeds(settings, task.metric_names, ctx, report,
+    report["truncated_dev_examples"] = task.last_truncated if sets else 0
+    return train_seeds(settings, task.metric_names if sets else (), ctx, report,
                        lambda seed: _train_seed(task, settings, tokenizer, train_features, sets, seed, ctx))
 
 
@@ -336,24 +349,24 @@ def train_seeds(settings: FinetuneSettings, metric_names: tuple[str, ...], ctx: 
     `train_one(seed)` and marked done; after each, the best seed's best evaluation is OUTPUT/best. Writes and
     returns eval_results.json: every seed's best metrics, their mean ± std, the best seed's, and `report`.
     Shared by fine-tuning and embedding training."""
-    main = metric_names[0]
+    main = metric_names[0] if metric_names else None  # None: no dev set (one seed, its trained model)
     per_seed: dict[int, dict[str, float]] = {}
     for seed in settings.seeds:
         seed_dir = settings.output / f"seed-{seed}"
         finished = rank0_decides(lambda: finished_seed(seed_dir) if settings.resume else None, ctx)  # noqa: B023
+        result = "trained" if finished is None else "finished earlier"
         if finished is None:
             finished = train_one(seed)
             if ctx.is_main:
                 mark_seed_done(seed_dir, finished)
-            log.info("seed %d: best %s = %.4f", seed, main, finished[main])
-        else:
-            log.info("seed %d: finished earlier, best %s = %.4f (kept)", seed, main, finished[main])
+        log.info("seed %d: %s, %s", seed, result, f"best {main} = {finished[main]:.4f}" if main else
+                 f"{finished['step']} steps")
         per_seed[seed] = finished
         if ctx.is_main:
             shutil.rmtree(seed_dir / "checkpoints", ignore_errors=True)
             keep_best_seed(settings.output, per_seed, seed, main)
         barrier(ctx)
-    best_seed = max(per_seed, key=lambda s: per_seed[s][main])  # the first of equals, in seed order
+    best_seed = max(per_seed, key=lambda s: per_seed[s][main] if main else 0.0)  # the first of equals
     results = {**per_seed[best_seed], "best_seed": best_seed, "seeds": {str(s): m for s, m in per_seed.items()},
                "summary": seed_summary(per_seed, metric_names), "world_size": ctx.world_size,
                "threads": torch.get_num_threads(), "peak_memory": peak_memory(ctx.device), **report}
@@ -372,6 +385,17 @@ _RUN_TRAINING = {"epochs": "num_epochs", "max_steps": "max_steps", "eval_every":
                  **{name: name for name in _BATCH_FIELDS}, "learning_rate": "learning_rate",
                  "warmup_ratio": "warmup_ratio", "lr_schedule": "lr_schedule", "weight_decay": "weight_decay",
                  "adam_epsilon": "adam_epsilon", "early_stopping_patience": "early_stopping_patience"}
+
+
+def check_without_dev(settings: FinetuneSettings) -> None:
+    """Refuse, in one line, what only a dev set can do: choose among seeds, evaluate, stop early."""
+    if len(settings.seeds) > 1:
+        raise BertkitError(f"--seeds {','.join(map(str, settings.seeds))}: keeping the best of several seeds needs "
+                           "a dev set; give --dev, or one seed")
+    if settings.train.eval_every is not None:
+        raise BertkitError("--eval-every evaluates on --dev; give --dev or leave --eval-every out")
+    if settings.train.early_stopping_patience is not None:
+        raise BertkitError("--early-stopping-patience watches the dev score; give --dev or leave it out")
 
 
 def run_task(task: Task) -> dict[str, Any]:
@@ -397,9 +421,10 @@ def _read_reporting(task: Task, path: str | Path, training: bool, report: dict[s
 def run_finetuning(kind: str, train_path: str | Path, dev_paths: list[str | Path], settings: FinetuneSettings,
                    task_settings: dict[str, Any]) -> dict[str, Any]:
     """Read the files, fine-tune (see `finetune`) and return eval_results.json's content. `task_settings` are
-    the task kind's own (bertkit.settings.tasks, as keyword values)."""
+    the task kind's own (bertkit.settings.tasks, as keyword values). Without dev files, one seed trains for
+    its whole budget and its model is OUTPUT/best."""
     if not dev_paths:
-        raise BertkitError("no --dev file: fine-tuning evaluates every epoch and keeps the best, so it needs one")
+        check_without_dev(settings)
     tokenizer = load_tokenizer(settings)
     task = build_task(kind, train_path, task_settings)
     report: dict[str, Any] = {}

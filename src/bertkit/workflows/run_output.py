@@ -115,10 +115,11 @@ def mark_seed_done(seed_dir: Path, results: dict[str, float]) -> None:
     write_results(seed_dir / SEED_DONE_FILE, results)
 
 
-def keep_best_seed(output: Path, per_seed: dict[int, dict[str, float]], seed: int, main: str) -> None:
-    """Make `seed` the run's best (OUTPUT/best, its predictions) if it is, else drop its best/ copy.
-    Idempotent, so a run killed half-way through this repairs itself when resumed."""
-    best_seed = max(per_seed, key=lambda s: per_seed[s][main])
+def keep_best_seed(output: Path, per_seed: dict[int, dict[str, float]], seed: int, main: str | None) -> None:
+    """Make `seed` the run's best (OUTPUT/best, its predictions) if it is, else drop its best/ copy (`main`
+    None: no dev set, one seed, the best). Idempotent, so a run killed half-way through this repairs itself
+    when resumed."""
+    best_seed = max(per_seed, key=lambda s: per_seed[s][main] if main else 0.0)
     seed_dir = output / f"seed-{seed}"
     if seed != best_seed:
         shutil.rmtree(seed_dir / "best", ignore_errors=True)
