@@ -93,3 +93,33 @@ def test_embedding_training_without_a_dev_set_writes_a_sentence_transformers_dir
                  str(out), "--max-steps", "2", "--batch-size", "4", "--device", "cpu", "--precision", "fp32",
                  "--max-seq-length", "8"]) == 0
     assert (out / "best" / "modules.json").is_file() and (out / "best" / "model.safetensors").is_file()
+
+
+def test_embedding_training_keeps_what_its_starting_directory_says(files, tmp_path):
+    """Issue 40: an all-MiniLM-L6-v2 fine-tuned without flags keeps its Normalize module, its pooling and its length;
+    a flag still overrides each."""
+    from bertkit.model import BertModel
+    from bertkit.tasks.embedding import SentenceEncoder
+    from bertkit.workflows.embedding import save_sentence_transformers
+
+    tokens = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *WORDS]
+    start = tmp_path / "st"
+    save_sentence_transformers(SentenceEncoder(BertModel(preset("bert-debug", vocab_size=len(tokens))), "cls", True),
+                               WordPieceTokenizer(tokens), 12, start)
+    pairs = tmp_path / "pairs.jsonl"
+    pairs.write_text("\n".join(json.dumps({"anchor": WORDS[i % 6], "positive": WORDS[(i + 2) % 6]})
+                               for i in range(8)) + "\n", encoding="utf-8")
+
+    def train(out: Path, *flags: str) -> Path:
+        assert main(["finetune", "embedding", "--model", str(start), "--train", str(pairs), "--output", str(out),
+                     "--max-steps", "1", "--batch-size", "4", "--device", "cpu", "--precision", "fp32", *flags]) == 0
+        return out / "best"
+
+    kept = train(tmp_path / "kept")
+    assert (kept / "2_Normalize").is_dir()
+    assert json.loads((kept / "sentence_bert_config.json").read_text())["max_seq_length"] == 12
+    assert json.loads((kept / "1_Pooling" / "config.json").read_text())["pooling_mode"] == "cls"
+    changed = train(tmp_path / "changed", "--no-normalize", "--max-seq-length", "10", "--pooling", "mean")
+    assert not (changed / "2_Normalize").exists()
+    assert json.loads((changed / "sentence_bert_config.json").read_text())["max_seq_length"] == 10
+    assert json.loads((changed / "1_Pooling" / "config.json").read_text())["pooling_mode"] == "mean"

@@ -156,8 +156,17 @@ def multiple_choice(**flags: Any) -> None:
     _run("multiple-choice", MultipleChoiceSettings, flags)
 
 
+KEPT_FROM_DIRECTORY = {
+    "max_seq_length": "the starting sentence-transformers directory's, else 128",
+    "pooling": "the starting sentence-transformers directory's, else mean",
+    "normalize": "as the starting sentence-transformers directory (its Normalize module), else off",
+}
+"""`finetune embedding` settings a starting sentence-transformers directory decides unless their flag is given."""
+
+
 @finetune.command()
-@_finetune_flags(EmbeddingSettings)
+@_finetune_flags(EmbeddingSettings, ("given",), **{name: {"default": None, "default_text": text}
+                                                   for name, text in KEPT_FROM_DIRECTORY.items()})
 def embedding(**flags: Any) -> None:
     """Sentence embeddings from (anchor, positive[, negative]) pairs: in-batch negatives (multiple negatives
     ranking loss), retrieval scored on --dev before and after; OUTPUT/best is a sentence-transformers directory
@@ -167,7 +176,8 @@ def embedding(**flags: Any) -> None:
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     settings = settings_from_flags(FinetuneSettings, flags)
     use_threads(settings.train.threads)
-    embedding_settings = settings_from_flags(EmbeddingSettings, flags)
+    given = tuple(name for name in KEPT_FROM_DIRECTORY if flags[name] is not None)
+    embedding_settings = settings_from_flags(EmbeddingSettings, flags, drop_none=KEPT_FROM_DIRECTORY, given=given)
     results = run_embedding_training(flags.pop("train_file"), list(flags.pop("dev_files")), settings,
                                      embedding_settings)
     if "before_" + METRIC_NAMES[0] in results:

@@ -149,6 +149,9 @@ class EmbeddingSettings(Settings):
     header: bool = True
     """CSV/TSV: the first row names the columns; --no-header: it is data, and the column flags are column
     numbers (0 the first, -1 the last)."""
+    given: tuple[str, ...] = ()
+    """Which of max_seq_length, pooling and normalize the user chose (by flag); the others follow the starting
+    directory's sentence-transformers files when it has them (its length, its pooling, its Normalize module)."""
 
     def check(self) -> None:
         if not 0 < self.scale < float("inf"):  # (also NaN)

@@ -31,11 +31,11 @@ from torch import nn
 from bertkit.config import PRESETS, check_model_directory, preset
 from bertkit.data.pairs import PairExample, read_pairs
 from bertkit.errors import BertkitError
-from bertkit.interop.sentence_transformers import write_module_files
+from bertkit.interop.sentence_transformers import read_sentence_transformers, write_module_files
 from bertkit.io.atomic import replace_directory
 from bertkit.model import BertModel, accelerate_for_inference, compile_model, enable_gradient_checkpointing
 from bertkit.runtime.device import seed_everything
-from bertkit.settings import EmbeddingSettings, FinetuneSettings
+from bertkit.settings import EMBEDDING_POOLINGS, EmbeddingSettings, FinetuneSettings
 from bertkit.tasks.embedding import (
     METRIC_NAMES,
     DevPairs,
@@ -101,6 +101,24 @@ def build_encoder(settings: FinetuneSettings, embedding: EmbeddingSettings, toke
     if settings.train.gradient_checkpointing:
         enable_gradient_checkpointing(model)
     return model
+
+
+def as_starting_directory(embedding: EmbeddingSettings, model: str) -> EmbeddingSettings:
+    """`embedding` with the length, pooling and normalisation of the starting sentence-transformers directory
+    where no flag chose them (`embedding.given`): training an all-MiniLM-L6-v2 keeps its Normalize module and its
+    256 tokens unless told otherwise. A plain BERT directory or a preset keeps the settings' defaults."""
+    sentence = read_sentence_transformers(model) if Path(model).is_dir() else None
+    if sentence is None:
+        return embedding
+    kept: dict[str, Any] = {"normalize": sentence.normalize}
+    if sentence.max_seq_length is not None:
+        kept["max_seq_length"] = sentence.max_seq_length
+    if len(sentence.poolings) == 1 and sentence.poolings[0] in EMBEDDING_POOLINGS:
+        kept["pooling"] = sentence.poolings[0]
+    kept = {name: value for name, value in kept.items() if name not in embedding.given}
+    if kept:
+        log.info("kept from %s: %s (a flag overrides each)", model, ", ".join(f"{k} {v}" for k, v in kept.items()))
+    return dataclasses.replace(embedding, **kept)
 
 
 def check_settings(settings: FinetuneSettings, train: Sequence[PairExample]) -> None:
@@ -192,6 +210,7 @@ def run_embedding_training(train_path: str | Path, dev_paths: Sequence[str | Pat
     sentence-transformers directory) and return eval_results.json's content (also written)."""
     if not dev_paths:
         check_without_dev(settings)
+    embedding = as_starting_directory(embedding, settings.model)
     tokenizer = load_tokenizer(settings)
     report: dict[str, Any] = {}
     train = _read(train_path, embedding, True, report, "train")
