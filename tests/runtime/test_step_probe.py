@@ -139,3 +139,19 @@ def test_training_asks_for_the_runs_micro_batch_and_length(live, monkeypatch, tm
     prepared, resolved = prepare_training(model, config, DistributedContext(), 3, sample_length(items, 3))
     fit(prepared, loss_fn, TrainingData(items, collate), resolved, tmp_path / "run")
     assert asked == [("training", 3, 13)]
+
+
+def test_a_probe_that_got_little_cpu_is_not_cached(live, monkeypatch):
+    """Issue 40: under load every round is alike slow (bert-tiny inference cached 264 ms a step, 18 ms idle), so
+    agreement between rounds does not show it; the CPU share the probe's threads got does."""
+    real = step_probe.time.process_time
+    started = real()
+    monkeypatch.setattr(probe.time, "process_time", lambda: started + (real() - started) * 0.2)  # 20% of the CPU
+    model = BertForPreTraining(preset("bert-debug", vocab_size=64))
+    first, source = step_probe.step_timings(model.bert, "inference", 2, 16)
+    assert not first.steady and source == "measured now, unsteady (not cached)"
+    assert not list((live / "cache").rglob("*.json"))  # nothing written that a later run would trust
+    monkeypatch.setattr(probe.time, "process_time", real)
+    monkeypatch.setattr(step_probe, "_measured", {})
+    _, source = step_probe.step_timings(model.bert, "inference", 2, 16)
+    assert source.startswith("measured now")  # measured again, not read from a cache written under load

@@ -241,6 +241,7 @@ def measure(width: int = DEFAULT_WIDTH) -> Measurements:
     flops = 2 * PROBE_TOKENS * width * 4 * width
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
+    cpu = CpuShare(1)
     try:
         with torch.autocast("cpu", enabled=False), torch.inference_mode(False):
             train_s, train_steady = _fastest(_training_steps(x, weight, bias))
@@ -255,7 +256,29 @@ def measure(width: int = DEFAULT_WIDTH) -> Measurements:
                         linear={p: inference.get(f"linear {p}", 0.0) for p in FLOAT_PRECISIONS},
                         packed={p: inference.get(f"packed {p}", 0.0) for p in FLOAT_PRECISIONS},
                         int8=inference.get("int8", 0.0), attention=attention, seconds=time.perf_counter() - start,
-                        steady=train_steady and inference_steady)
+                        steady=train_steady and inference_steady and not cpu.busy())
+
+
+BUSY_CPU_SHARE = 0.5
+"""A probe whose threads got less than this share of its wall time on a CPU ran on a busy machine: its timings
+serve the run that took them and are not cached (a machine consistently busy times every candidate slow, and
+alike, so agreement between rounds alone does not show it)."""
+
+
+class CpuShare:
+    """The share of wall time this process's `threads` spent on a CPU between `start()` and `share()`:
+    process CPU time / (wall time x threads)."""
+
+    def __init__(self, threads: int) -> None:
+        self.threads = max(1, threads)
+        self.cpu, self.wall = time.process_time(), time.perf_counter()
+
+    def share(self) -> float:
+        wall = time.perf_counter() - self.wall
+        return (time.process_time() - self.cpu) / (wall * self.threads) if wall > 0 else 1.0
+
+    def busy(self) -> bool:
+        return self.share() < BUSY_CPU_SHARE
 
 
 def _fastest(candidates: dict[str, Callable[[], object]]) -> tuple[dict[str, float], bool]:

@@ -19,7 +19,8 @@ tokens: a few seconds at bert-base's width on 2 cores, once per machine and shap
 
 Timings are cached like the dense probe's (bertkit.runtime.probe.cache_dir, keyed by the machine, the versions,
 the torch threads, the model's shape, rows, length and purpose); an unsteady probe (the two fastest rounds
-more than 10% apart: a busy machine) serves its run and is not cached. With BERTKIT_PROBE_FILE set (fixed
+more than 10% apart, or its threads on a CPU less than half its wall time, `probe.CpuShare`: a busy machine)
+serves its run and is not cached. With BERTKIT_PROBE_FILE set (fixed
 choices: identical machines, the test suite) no step is timed and the dense probe's choice stands.
 """
 
@@ -193,13 +194,14 @@ def measure(encoder: Encoder, purpose: str, rows: int, length: int) -> StepTimin
             except (RuntimeError, NotImplementedError) as exc:
                 log.debug("step probe: %s does not run here (%s)", precision, exc)
         samples: dict[str, list[float]] = {p: [] for p in working}
+        cpu = probe.CpuShare(torch.get_num_threads())
         for _ in range(ROUNDS):
             for precision, step in working.items():
                 started = time.perf_counter()
                 step()
                 samples[precision].append(time.perf_counter() - started)
     seconds = {p: min(samples.get(p) or [0.0]) for p in probe.FLOAT_PRECISIONS}
-    steady = all(sorted(times)[1] <= 1.1 * sorted(times)[0] for times in samples.values())
+    steady = all(sorted(times)[1] <= 1.1 * sorted(times)[0] for times in samples.values()) and not cpu.busy()
     return StepTimings(purpose, rows, length, probe_layers(config), seconds, steady)
 
 
