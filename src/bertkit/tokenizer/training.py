@@ -2,7 +2,14 @@
 
 `train_vocabulary` runs the `tokenizers` WordPiece trainer over the sentences of a corpus (text or JSONL,
 plain, gzip or zstd; Parquet; `datasets` directories) and returns the tokens in id order: [PAD], [UNK],
-[CLS], [SEP], [MASK], the alphabet, the learned pieces, never more than `vocab_size`.
+[CLS], [SEP], [MASK], the alphabet sorted by code point, then every other piece by how often it occurs in the
+corpus (most often first, ties by the piece itself), never more than `vocab_size`.
+
+The order is a function of the corpus and the settings alone. The trainer's own order is not (the same
+pieces came out in another order from run to run: huggingface/tokenizers#1794, ties between merges), and ids
+are what a model is trained on, so a vocabulary rebuilt from the same corpus must be the same file. The
+counts come from a second pass that encodes the corpus with the learned pieces (the Rust pipeline, about the
+trainer's own cost again).
 
 Design decision: the files are read by `bertkit.io.textlines.read_documents`, the corpus reader data
 creation uses, so both see the same text: a JSONL file's "text" fields (never its keys, quotes and
@@ -20,12 +27,14 @@ References: Schuster & Nakajima 2012 (WordPiece); Hugging Face `tokenizers` docu
 
 from __future__ import annotations
 
+import itertools
 import logging
 import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 from tokenizers import Tokenizer, models, pre_tokenizers, trainers
 
 from bertkit.errors import BertkitError
@@ -71,8 +80,8 @@ def train_vocabulary(files: Sequence[str | Path], vocab_size: int, do_lower_case
     lines = _training_lines(paths, stats, strict, _ShortWords(do_lower_case), text_column)
     pipeline.train_from_iterator(lines, trainer=trainer)
     _report_training(stats)
-    learned = pipeline.get_vocab()
-    tokens = sorted(learned, key=learned.__getitem__)
+    tokens = _canonical_order(pipeline, _training_lines(paths, TrainingStats(), strict, _ShortWords(do_lower_case),
+                                                        text_column))
     if len(tokens) <= len(SPECIAL_TOKENS) and stats.text_bytes and alphabet < 1:
         raise BertkitError(f"--vocab-size {vocab_size} with --limit-alphabet {limit_alphabet} leaves no room for "
                            "a single base character beside the 5 special tokens; use --vocab-size 7 or more and "
@@ -83,6 +92,31 @@ def train_vocabulary(files: Sequence[str | Path], vocab_size: int, do_lower_case
                            f"{'binary (skipped: ' + ', '.join(skipped) + '), ' if skipped else ''}"
                            "or hold only whitespace and control characters")
     return tokens
+
+
+COUNT_BATCH_LINES = 10_000
+"""Lines encoded at a time when counting pieces (bounded memory, the Rust pipeline's parallelism)."""
+
+
+def _canonical_order(pipeline: Tokenizer, lines: Iterator[str]) -> list[str]:
+    """The learned pieces in an order that depends on the corpus alone: the special tokens, the alphabet (single
+    characters) by code point, then the rest by their count in `lines` encoded with them (descending), ties by
+    the piece."""
+    learned = pipeline.get_vocab()
+    counts = np.zeros(len(learned), dtype=np.int64)
+    batch: list[str] = []
+    for line in itertools.chain(lines, [None]):
+        if line is not None:
+            batch.append(line)
+        if batch and (line is None or len(batch) >= COUNT_BATCH_LINES):
+            for encoding in pipeline.encode_batch(batch, add_special_tokens=False):
+                np.add.at(counts, np.asarray(encoding.ids, dtype=np.int64), 1)
+            batch = []
+    specials = [token for token in SPECIAL_TOKENS if token in learned]
+    alphabet = sorted(token for token in learned if len(token) == 1 and token not in specials)
+    rest = sorted((token for token in learned if token not in specials and token not in alphabet),
+                  key=lambda token: (-int(counts[learned[token]]), token))
+    return [*specials, *alphabet, *rest]
 
 
 def _training_lines(paths: Sequence[Path], stats: TrainingStats, strict: bool, words: _ShortWords,
