@@ -37,6 +37,9 @@ TEXTS = ["the cat sat on the mat.", "John Smith lives in London, in a big red ho
 QUERY = "where did the dog go?"
 LONG = "the cat sat on the mat " * 6  # 36 tokens
 
+EVERY_MODEL = ("/v1/embeddings", "/tokenize", "/info", "/metrics", "/ready", "/health")
+"""What every model serves beside its task endpoints (the 404 body and /info list them)."""
+
 
 def _free_port() -> int:
     with socket.socket() as sock:
@@ -210,7 +213,7 @@ def test_rerank_of_a_regression_model_is_its_score_and_a_three_label_model_has_n
         assert "/rerank" in client.get("/openapi.json").json()["paths"]
     with _client(classifier_dir) as client:  # negative, positive, neutral: no relevance score among them
         body = _clean(client.post("/rerank", json={"query": QUERY, "texts": texts}), 404, "not_found")
-        assert body["endpoints"] == ["/classify", "/embed", "/v1/embeddings", "/tokenize", "/info"]
+        assert body["endpoints"] == ["/classify", "/embed", *EVERY_MODEL]
 
 
 def test_rerank_equals_a_sentence_transformers_cross_encoder(bert_dir, tmp_path):
@@ -255,7 +258,7 @@ def test_info_describes_the_model_and_the_limits(classifier_dir, sentence_dir):
     assert info["labels"] == ["negative", "positive", "neutral"] and info["max_input_length"] == 16
     assert info["precision"] == "fp32" and info["truncate_default"] is True
     assert info["limits"]["max_batch_size"] == 7 and info["limits"]["max_client_batch_size"] == 5
-    assert info["endpoints"] == ["/classify", "/embed", "/v1/embeddings", "/tokenize", "/info"]
+    assert info["endpoints"] == ["/classify", "/embed", *EVERY_MODEL]
     assert info["model_id"] == classifier_dir.name and "/" not in info["model_id"]
     directory, _ = sentence_dir
     with _client(directory) as client:

@@ -19,6 +19,9 @@ from bertkit.settings import Limits, ServerSettings
 
 LIMITS = Limits(max_body_bytes=4096, max_inputs=4, max_input_chars=200)
 
+EVERY_MODEL = ("/v1/embeddings", "/tokenize", "/info", "/metrics", "/ready", "/health")
+"""What every model serves beside its task endpoints (the 404 body and /info list them)."""
+
 
 def _client(directory, **settings) -> TestClient:
     predictor = load_predictor(directory)
@@ -96,7 +99,7 @@ def test_the_docs_pages_load_everything_from_this_server(mlm):
 
 def test_other_endpoints_404_with_what_this_model_serves(mlm):
     body = _assert_clean_error(mlm.post("/classify", json={"inputs": ["x"]}), 404, "not_found")
-    assert body["endpoints"] == ["/fill-mask", "/embed", "/v1/embeddings", "/tokenize", "/info"]
+    assert body["endpoints"] == ["/fill-mask", "/embed", *EVERY_MODEL]
     _assert_clean_error(mlm.get("/fill-mask"), 405, "method_not_allowed")
 
 

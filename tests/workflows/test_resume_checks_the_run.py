@@ -123,3 +123,12 @@ def test_embedding_training_keeps_what_its_starting_directory_says(files, tmp_pa
     assert not (changed / "2_Normalize").exists()
     assert json.loads((changed / "sentence_bert_config.json").read_text())["max_seq_length"] == 10
     assert json.loads((changed / "1_Pooling" / "config.json").read_text())["pooling_mode"] == "mean"
+
+
+def test_the_summary_shows_metrics_not_timings(capsys):
+    from bertkit.cli.finetune import _print_summary
+
+    _print_summary({"seeds": {"1": {"mrr@10": 0.5, "train_seconds": 109.4576, "step": 24}}, "summary": {}},
+                   Path("out"))
+    line = capsys.readouterr().out.splitlines()[0]
+    assert line == "seed 1: mrr@10 0.5000 (step 24, 109 s)"

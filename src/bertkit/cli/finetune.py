@@ -101,8 +101,11 @@ def _run(kind: str, settings_class: type, flags: dict[str, Any], **task_settings
 
 def _print_summary(results: dict[str, Any], output: Path) -> None:
     for seed, metrics in results["seeds"].items():
-        shown = ", ".join(f"{k} {v:.4f}" for k, v in metrics.items() if k != "step" and isinstance(v, float))
-        click.echo(f"seed {seed}: {shown} (step {metrics['step']})")
+        shown = ", ".join(f"{k} {v:.4f}" for k, v in metrics.items()
+                          if k != "step" and not k.endswith("_seconds") and isinstance(v, float))
+        took = f", {metrics['train_seconds']:,.0f} s" if "train_seconds" in metrics else ""
+        click.echo(f"seed {seed}: {shown} (step {metrics['step']}{took})" if shown else
+                   f"seed {seed}: step {metrics['step']}{took}")
     if len(results["seeds"]) > 1:
         for name, stats in results["summary"].items():
             click.echo(f"{name}: mean {stats['mean']:.4f} ± {stats['std']:.4f} over {len(results['seeds'])} "

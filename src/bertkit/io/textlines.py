@@ -322,29 +322,29 @@ def corpus_format(path: Path) -> str | None:
     return "jsonl" if kind in JSONL_SUFFIXES else "text" if kind in TEXT_SUFFIXES else None
 
 
-def expand_inputs(patterns: list[str], counts: FileCounts) -> list[Path]:
+def expand_inputs(patterns: list[str], counts: FileCounts, flag: str = "--input") -> list[Path]:
     """Files named by paths, glob patterns or directories (their corpus files in sorted order, recursively;
     a `datasets` directory's shards), in order, each once; the other files of a directory are named in
-    `counts.skipped_files`."""
+    `counts.skipped_files`. Errors name `flag`, the option the patterns came from."""
     if not patterns:
-        raise BertkitError("--input: give at least one text, .jsonl or .parquet file (or .gz/.zst), a directory "
+        raise BertkitError(f"{flag}: give at least one text, .jsonl or .parquet file (or .gz/.zst), a directory "
                            "or a glob pattern")
     paths: list[Path] = []
     seen: set[Path] = set()
     for pattern in patterns:
         matches = sorted(glob.glob(pattern, recursive=True)) if glob.has_magic(pattern) else [pattern]
         if not matches:
-            raise BertkitError(f"--input {pattern!r}: no file matches this pattern")
+            raise BertkitError(f"{flag} {pattern!r}: no file matches this pattern")
         for match in map(Path, matches):
             if match.is_dir():
                 found = _directory_files(match, counts, set())
                 if not found:
-                    raise BertkitError(f"--input {match}: a directory without a corpus file in it (.txt, .jsonl, "
+                    raise BertkitError(f"{flag} {match}: a directory without a corpus file in it (.txt, .jsonl, "
                                        ".parquet, .arrow, or .txt/.jsonl with .gz or .zst)")
             elif match.is_file():
                 found = [match]
             else:
-                raise BertkitError(f"--input {match}: file not found")
+                raise BertkitError(f"{flag} {match}: file not found")
             paths.extend(path for path in found if path not in seen)
             seen.update(found)
     return paths

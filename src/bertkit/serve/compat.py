@@ -31,7 +31,7 @@ from bertkit.serve.predictor import Predictor
 from bertkit.settings import ServerSettings
 
 OPENAI_PREFIX = "/v1/"
-ALWAYS_SERVED = ("/v1/embeddings", "/tokenize", "/info")
+ALWAYS_SERVED = ("/v1/embeddings", "/tokenize", "/info", "/metrics", "/ready", "/health")
 """Endpoints of every model, beside its task endpoints (predictor.endpoints)."""
 
 Submit = Callable[..., Awaitable[list[Any]]]

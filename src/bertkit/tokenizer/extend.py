@@ -75,7 +75,7 @@ def word_counts(files: Sequence[str | Path], do_lower_case: bool, strict: bool =
     """Normalised words of a corpus and their counts (words over MAX_INPUT_CHARS_PER_WORD characters left
     out: they encode as [UNK] whatever the vocabulary)."""
     stats = CorpusStats()
-    paths = expand_inputs([str(f) for f in files], stats)
+    paths = expand_inputs([str(f) for f in files], stats, flag="--corpus")
     normalizer, splitter = bert_normalizer(do_lower_case), pre_tokenizers.BertPreTokenizer()
     counts: Counter[str] = Counter()
     for document in read_documents(paths, stats, strict, text_column):

@@ -52,6 +52,7 @@ from bertkit.settings import PretrainSettings, TrainConfig
 from bertkit.tasks.pretraining import IGNORE_INDEX, PretrainingObjective, mlm_logits_and_targets, pretraining_loss
 from bertkit.tokenizer import WordPieceTokenizer
 from bertkit.train import FitResult, Hooks, Resume, TrainingData, fit, setup_distributed
+from bertkit.train import checkpoint as ckpt
 from bertkit.train.distributed import DistributedContext, all_reduce_sum, barrier, rank0_decides
 from bertkit.train.throughput import training_steps_per_second
 from bertkit.workflows.adapt import carry_pooler
@@ -202,6 +203,10 @@ def pretrain(settings: PretrainSettings, train: TrainConfig) -> FitResult:
     train = _compile_by_default(train, ctx.device, ctx.is_main)
     torch.manual_seed(train.seed)  # same initial weights on every rank
     model = build_model(settings, train, tokenizer, int(train_set.dataset.options["max_seq_length"]))
+    fresh = getattr(model, "newly_initialized", [])
+    if fresh and ctx.is_main and settings.resume and ckpt.list_checkpoints(output / "checkpoints"):
+        logger.info("resuming: the weights --init-from lacked (%s) are restored from the checkpoint, as every other",
+                    ", ".join(sorted({name.split(".")[0] + ".*" for name in fresh})))
     micro_batch = train.batch_plan(ctx.world_size)[1]
     prepared, train = prepare_training(model, train, ctx, micro_batch, sample_length(train_set, micro_batch))
     if ctx.is_main:
