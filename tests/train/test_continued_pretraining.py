@@ -130,3 +130,26 @@ def test_recipe_for_continued_pretraining(name, init, nsp_head, expected):
     assert (recipe.name, recipe.nsp) == expected[:2]
     assert recipe.learning_rate == pytest.approx(expected[2]) and recipe.warmup_ratio == expected[3]
     assert recipe.dropout is None if recipe.name == "continue" else recipe.dropout == 0.0
+
+
+def test_a_released_checkpoint_continued_stays_released_to_the_rules_that_read_it(prepared, tmp_path, caplog):
+    """Issue 37: 3 steps added to a checkpoint made elsewhere do not make it a barely trained model: the
+    fine-tuning rule keeps the released rate, and a second continuation still picks the continue recipe."""
+    from bertkit.settings import FinetuneSettings
+    from bertkit.workflows import pretrain as pretraining
+    from bertkit.workflows.finetune import resolve_learning_rate
+
+    assert pretrain(prepared["root"] / "data-mlm", prepared["st"], tmp_path / "once", "--max-steps", "3") == 0
+    record = json.loads((tmp_path / "once" / "final" / "bertkit_pretraining.json").read_text())
+    assert record["recipe"] == "continue" and record["steps"] == 3  # the recipe applied, not "auto"
+    assert record["continued_from"] == {"directory": str(prepared["st"]), "released": True, "steps": None}
+    assert record["total_steps"] is None
+    released = resolve_learning_rate(FinetuneSettings(model=str(prepared["st"]), output=tmp_path), False)
+    continued = resolve_learning_rate(FinetuneSettings(model=str(tmp_path / "once" / "final"), output=tmp_path), False)
+    assert continued == released  # before: 3.4x it, "pre-trained only 3 steps"
+    assert pretraining._init_kind(str(tmp_path / "once" / "final")) == "released"
+    caplog.set_level(logging.INFO)
+    assert pretrain(prepared["root"] / "data-mlm", tmp_path / "once" / "final", tmp_path / "twice", "--max-steps",
+                    "2") == 0
+    line = next(r.getMessage() for r in caplog.records if r.getMessage().startswith("recipe "))
+    assert line.startswith("recipe continue (--init-from a checkpoint pre-trained elsewhere")

@@ -66,7 +66,7 @@ from bertkit.train import FitResult, Hooks, TrainingData, fit
 from bertkit.train.distributed import DistributedContext, barrier, rank0_decides, setup_distributed, unwrap_model
 from bertkit.workflows.predict import RESULTS_FILE, predict_features, write_results
 from bertkit.workflows.prepare import prepare_training
-from bertkit.workflows.recipes import PRETRAINING_FILE, finetune_learning_rate
+from bertkit.workflows.recipes import PRETRAINING_FILE, finetune_learning_rate, pretraining_history
 from bertkit.workflows.run_output import (
     data_fingerprint,
     finished_seed,
@@ -216,10 +216,9 @@ def resolve_learning_rate(settings: FinetuneSettings, log_choice: bool = True) -
 
 
 def _pretraining_record(directory: Path) -> dict[str, Any]:
-    """What bertkit recorded of a model's pre-training ({} for a checkpoint made elsewhere)."""
-    record = read_json_object(directory / PRETRAINING_FILE, missing={}, damaged={})
-    steps = record.get("steps")
-    return {"steps": steps} if isinstance(steps, int) and steps >= 0 else {}
+    """What bertkit recorded of a model's pre-training ({} for a checkpoint made elsewhere, or continued from
+    one: `recipes.pretraining_history`)."""
+    return pretraining_history(read_json_object(directory / PRETRAINING_FILE, missing={}, damaged={}))
 
 
 def seed_training(settings: FinetuneSettings, seed: int, main_metric: str | None) -> TrainConfig:

@@ -63,6 +63,7 @@ from bertkit.workflows.recipes import (
     PretrainRecipe,
     budget_steps,
     choose_recipe,
+    pretraining_history,
     short_recipe,
 )
 
@@ -227,25 +228,34 @@ def pretrain(settings: PretrainSettings, train: TrainConfig) -> FitResult:
                  ctx=ctx, hooks=hooks, resume=Resume(settings.resume, settings.overwrite,
                                                      run_identity(settings, train_set.dataset, model)))
     if ctx.is_main and result.stop_reason == "budget":
-        _write_final(settings, train, model, tokenizer, output, result.step)
+        _write_final(settings, train, model, tokenizer, output, result.step, recipe)
     barrier(ctx)  # final/ is complete before any rank goes on (a command may fine-tune from it next)
     return result
 
 
 def _write_final(settings: PretrainSettings, train: TrainConfig, model: BertForPreTraining | BertForMaskedLM,
-                 tokenizer: WordPieceTokenizer,
-                 output: Path, steps: int) -> None:
+                 tokenizer: WordPieceTokenizer, output: Path, steps: int, recipe: PretrainRecipe | None) -> None:
     """OUTPUT/final: the model as a Hugging Face directory (never the DDP wrapper), what it keeps of --init-from,
-    and bertkit_pretraining.json (the record the fine-tuning learning-rate rule and a later recipe read)."""
+    and bertkit_pretraining.json (the record the fine-tuning learning-rate rule and a later recipe read): this
+    run's steps and recipe, and its lineage (`continued_from`: the --init-from directory, whether that was
+    released elsewhere, the bertkit steps before; `total_steps` along the chain), so a released checkpoint
+    continued for 30 steps is still a released checkpoint to the rules that read it."""
     model.save_pretrained(output / "final", tokenizer=tokenizer)
     if settings.init_from is not None and copy_module_files(settings.init_from, output / "final"):
         logger.info("%s is a sentence-transformers directory: its modules.json and pooling are in final/ too",
                     settings.init_from)
     if settings.init_from is not None and not settings.nsp and carry_pooler(settings.init_from, output / "final"):
         logger.info("final/ keeps the pooler of %s (masked-LM-only training leaves it as it was)", settings.init_from)
-    write_text_atomic(output / "final" / PRETRAINING_FILE, json.dumps(
-        {"steps": steps, "recipe": settings.recipe, "max_seq_length": settings.max_seq_length,
-         "learning_rate": train.learning_rate, "last_eval": _last_eval(output)}, indent=2) + "\n")
+    record: dict[str, Any] = {"steps": steps, "recipe": recipe.name if recipe else settings.recipe,
+                              "max_seq_length": settings.max_seq_length, "learning_rate": train.learning_rate,
+                              "last_eval": _last_eval(output)}
+    if settings.init_from is not None:
+        before = pretraining_history(read_json_object(Path(settings.init_from) / PRETRAINING_FILE, missing={},
+                                                      damaged={}))
+        record["continued_from"] = {"directory": str(settings.init_from), "released": not before,
+                                    "steps": before.get("steps")}
+        record["total_steps"] = None if not before else before["steps"] + steps
+    write_text_atomic(output / "final" / PRETRAINING_FILE, json.dumps(record, indent=2) + "\n")
 
 
 def run_identity(settings: PretrainSettings, data: PretrainingDataset, model: BertForPreTraining | BertForMaskedLM,
@@ -371,8 +381,8 @@ def _init_kind(init_from: str | None) -> str | None:
     bertkit_pretraining.json) or "released" (pre-trained elsewhere, or by bertkit to convergence)."""
     if init_from is None:
         return None
-    steps = read_json_object(Path(init_from) / PRETRAINING_FILE, missing={}, damaged={}).get("steps")
-    return "short" if isinstance(steps, int) and steps < PAPER_MIN_STEPS else "released"
+    history = pretraining_history(read_json_object(Path(init_from) / PRETRAINING_FILE, missing={}, damaged={}))
+    return "short" if history.get("steps", PAPER_MIN_STEPS) < PAPER_MIN_STEPS else "released"
 
 
 def _has_nsp_head(directory: Path) -> bool:

@@ -138,6 +138,18 @@ def budget_steps(max_steps: int | None, max_time_s: float | None, steps_per_seco
 
 # --- fine-tuning ----------------------------------------------------------------------------------
 
+def pretraining_history(record: dict[str, Any]) -> dict[str, Any]:
+    """What a model's bertkit_pretraining.json says of its whole pre-training, for the fine-tuning rule and the
+    next recipe: {} when it began from a checkpoint made elsewhere (released: assumed to convergence, however
+    few steps bertkit added), else {"steps": N} with every bertkit step along its chain of --init-from runs;
+    {} too for an empty or unknown record."""
+    origin = record.get("continued_from")
+    if isinstance(origin, dict) and origin.get("released"):
+        return {}
+    steps = record.get("total_steps", record.get("steps"))
+    return {"steps": steps} if isinstance(steps, int) and not isinstance(steps, bool) and steps >= 0 else {}
+
+
 def finetune_learning_rate(hidden_size: int, pretraining: dict[str, Any] | None) -> tuple[float, str]:
     """`--learning-rate auto`: (peak learning rate, the reason) for fine-tuning a model of this width.
 
