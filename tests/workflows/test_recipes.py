@@ -115,7 +115,7 @@ def test_pretrain_chooses_prints_and_records_the_recipe_and_flags_override_it(da
     assert (settings["max_seq_length"], settings["dropout"], train["warmup_ratio"]) == (64, 0.0, 0.05)
     assert saved["train"]["adam_epsilon"] == 1e-6  # the original BERT optimizer's (--adam-epsilon)
     final = json.loads((tmp_path / "auto" / "final" / "bertkit_pretraining.json").read_text())
-    assert final["steps"] == 3 and final["recipe"] == "auto" and "mlm_accuracy" in final["last_eval"]
+    assert final["steps"] == 3 and final["recipe"] == "short" and "mlm_accuracy" in final["last_eval"]  # applied
     caplog.clear()
     with caplog.at_level(logging.INFO):
         assert _pretrain(data, tmp_path / "mine", "--max-steps", "2", "--learning-rate", "1e-3", "--batch-size", "4",
