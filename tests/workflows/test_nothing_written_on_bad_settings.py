@@ -12,18 +12,14 @@ import pytest
 
 from bertkit.cli import main
 from bertkit.config import preset
-from bertkit.model import BertForPreTraining
-from bertkit.tokenizer import WordPieceTokenizer
 
-WORDS = ["good", "bad", "film", "plot", "great", "awful"]
+from .conftest import WORDS, tiny_model
 
 
 @pytest.fixture(scope="module")
 def files(tmp_path_factory) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("bad-settings")
-    tokens = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *WORDS]
-    BertForPreTraining(preset("bert-debug", vocab_size=len(tokens))).save_pretrained(
-        root / "model", tokenizer=WordPieceTokenizer(tokens))
+    tiny_model(root / "model")
     rows = [f"{WORDS[i % 6]} {WORDS[(i + 1) % 6]}\t{'good' if i % 2 else 'bad'}" for i in range(8)]
     (root / "train.tsv").write_text("text\tlabel\n" + "\n".join(rows) + "\n", encoding="utf-8")
     pairs = [json.dumps({"anchor": WORDS[i % 6], "positive": WORDS[(i + 2) % 6]}) for i in range(8)]

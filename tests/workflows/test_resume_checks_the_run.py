@@ -11,18 +11,15 @@ import pytest
 
 from bertkit.cli import main
 from bertkit.config import preset
-from bertkit.model import BertForPreTraining
 from bertkit.tokenizer import WordPieceTokenizer
 
-WORDS = ["good", "bad", "film", "plot", "great", "awful"]
+from .conftest import TOKENS, WORDS, tiny_model
 
 
 @pytest.fixture(scope="module")
 def files(tmp_path_factory) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("resume-checks")
-    tokens = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *WORDS]
-    BertForPreTraining(preset("bert-debug", vocab_size=len(tokens))).save_pretrained(
-        root / "model", tokenizer=WordPieceTokenizer(tokens))
+    tiny_model(root / "model")
     for name, offset in (("train", 0), ("other", 1)):
         rows = [f"{WORDS[(i + offset) % 6]} {WORDS[(i + 1) % 6]}\t{WORDS[i % 3]}\t{'good' if i % 2 else 'bad'}"
                 for i in range(8)]
@@ -102,10 +99,9 @@ def test_embedding_training_keeps_what_its_starting_directory_says(files, tmp_pa
     from bertkit.tasks.embedding import SentenceEncoder
     from bertkit.workflows.embedding import save_sentence_transformers
 
-    tokens = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *WORDS]
     start = tmp_path / "st"
-    save_sentence_transformers(SentenceEncoder(BertModel(preset("bert-debug", vocab_size=len(tokens))), "cls", True),
-                               WordPieceTokenizer(tokens), 12, start)
+    save_sentence_transformers(SentenceEncoder(BertModel(preset("bert-debug", vocab_size=len(TOKENS))), "cls", True),
+                               WordPieceTokenizer(TOKENS), 12, start)
     pairs = tmp_path / "pairs.jsonl"
     pairs.write_text("\n".join(json.dumps({"anchor": WORDS[i % 6], "positive": WORDS[(i + 2) % 6]})
                                for i in range(8)) + "\n", encoding="utf-8")
