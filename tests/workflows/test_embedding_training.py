@@ -165,6 +165,17 @@ def test_loss_equals_sentence_transformers_multiple_negatives_ranking_loss(scale
     torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
 
 
+def test_every_trainable_parameter_gets_a_gradient():
+    """DistributedDataParallel (torchrun, even one process) fails on its second step when a trainable parameter
+    got no gradient: BERT's pooler, which a sentence encoder never uses, is frozen."""
+    encoder = _encoder().train()
+    features, _ = pair_features(_read_pairs()[:4], _tokenizer(), 8)
+    pair_loss(20.0)(encoder, pad_batch(features, 0))[0].backward()
+    without = [name for name, p in encoder.named_parameters() if p.requires_grad and p.grad is None]
+    assert without == []
+    assert encoder.bert.pooler is not None and not encoder.bert.pooler.weight.requires_grad
+
+
 def test_retrieval_metrics_by_hand():
     anchors = np.array([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]])
     candidates = np.array([[1.0, 0.1], [0.1, 1.0], [-1.0, 0.0]])

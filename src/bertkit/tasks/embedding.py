@@ -56,6 +56,8 @@ class SentenceEncoder(nn.Module):
     def __init__(self, bert: BertModel, pooling: str, normalize: bool) -> None:
         super().__init__()
         self.bert, self.pooling, self.normalize = bert, pooling, normalize
+        if bert.pooler is not None:  # unused here: frozen, so DistributedDataParallel expects no gradient for it
+            bert.pooler.requires_grad_(False)
 
     def forward(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor | None = None,
                 attention_mask: torch.Tensor | None = None) -> torch.Tensor:

@@ -47,7 +47,7 @@ from bertkit.tasks.embedding import (
 from bertkit.tasks.task import warn_skipped
 from bertkit.tokenizer import WordPieceTokenizer
 from bertkit.train import Hooks
-from bertkit.train.distributed import DistributedContext, setup_distributed
+from bertkit.train.distributed import DistributedContext, setup_distributed, unwrap_model
 from bertkit.workflows.finetune import (
     check_length_fits,
     check_without_dev,
@@ -181,7 +181,7 @@ def _train_seed(settings: FinetuneSettings, embedding: EmbeddingSettings, tokeni
                                     seed_training(settings, seed, METRIC_NAMES[0] if dev_sets else None), ctx,
                                     *step_shape(settings, features, ctx))
     run = EmbeddingRun(tokenizer, dev_sets, embedding, settings.eval_batch_size, directory, ctx.device)
-    before = run.evaluate(model) if dev_sets else {}
+    before = run.evaluate(unwrap_model(model)) if dev_sets else {}  # (a DDP wrapper in a group of one)
     log.info("seed %d: before training %s; precision %s%s", seed, _shown(before), train.precision,
              ", resuming" if resuming else "")
     start = time.perf_counter()
