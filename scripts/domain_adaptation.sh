@@ -54,6 +54,13 @@ for run, label in (("a", "as released"), ("b", "continued pre-training"), ("c", 
     print(f"({run}) {label:<24} dev {statistics.fmean(dev):.1f} ± {statistics.stdev(dev):.1f} "
           f"({', '.join(f'{v:.1f}' for v in dev)})  test {statistics.fmean(test):.1f} ± {statistics.stdev(test):.1f} "
           f"({', '.join(f'{v:.1f}' for v in test)})")
+from bertkit.workflows.significance import compare_seeds
+for run in ("b", "c"):
+    for split in ("dev", "test"):
+        comparison = compare_seeds(results[run][split], results["a"][split])
+        results[run][f"{split}_versus_released"] = {"difference": comparison.difference,
+                                                    "p_value": comparison.p_value, "note": comparison.note}
+        print(f"({run}) vs (a) on {split}: {comparison.difference:+.1f} points ({comparison.note})")
 for run in ("released", "extended"):
     evals = [json.loads(line) for line in open(f"pt-{run}/metrics.jsonl") if '"eval"' in line]
     results[f"pretrain-{run}"] = [{k: e[k] for k in ("step", "mlm_loss", "mlm_accuracy")} for e in evals]

@@ -15,6 +15,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from bertkit.workflows.significance import compare_seeds
+
 REPORT_FILE = "report.md"
 PRETRAIN_FIGURE = "pretraining.png"
 FINETUNE_FIGURE = "finetuning.png"
@@ -46,8 +48,24 @@ def comparison_lines(summary: dict[str, Any]) -> str:
         seeds = len(table["seeds"])
         lines.append(f"{name:>10}: dev accuracy {_pm(table['dev'], seeds)}, test accuracy "
                      f"{_pm(table['test'], seeds)} ({plural(seeds, 'seed')})")
+    gain = pretraining_gain(summary)
     verdict = pretraining_verdict(summary)
-    return "\n".join(lines + ([verdict] if verdict else []))
+    return "\n".join(lines + [line for line in (gain, verdict) if line])
+
+
+def pretraining_gain(summary: dict[str, Any]) -> str | None:
+    """Pre-trained minus random initialisation, in points per split, each with whether it is more than seed
+    noise (None without a random-initialisation baseline)."""
+    tables = summary["finetuning"]
+    if not {"pretrained", "random"} <= tables.keys():
+        return None
+    parts = []
+    for split in ("dev", "test"):
+        scores = {name: [100 * seed[split] for seed in tables[name]["seeds"].values()]
+                  for name in ("pretrained", "random")}
+        comparison = compare_seeds(scores["pretrained"], scores["random"])
+        parts.append(f"{comparison.difference:+.1f} points on {split} ({comparison.note})")
+    return "Gain from pre-training (difference of the means): " + "; ".join(parts) + "."
 
 
 def _pm(stats: dict[str, float], seeds: int) -> str:
@@ -255,10 +273,9 @@ def _report_finetuning(summary: dict[str, Any]) -> str:
             f"{recipe['finetune_epochs']:g} epochs, lr {recipe['finetune_learning_rate']:g}, batch "
             f"{recipe['finetune_batch_size']}; accuracy (%) at each seed's best dev epoch, test at that epoch "
             f"(dev and test chapters never appear in the pre-training text).\n\n" + "\n".join(rows))
-    if "random" in tables and "pretrained" in tables:
-        gain = {s: 100 * (tables["pretrained"][s]["mean"] - tables["random"][s]["mean"]) for s in ("dev", "test")}
-        text += (f"\n\nGain from pre-training: {gain['dev']:+.1f} points on dev, {gain['test']:+.1f} points on "
-                 f"test (difference of the means).")
+    gain = pretraining_gain(summary)
+    if gain:
+        text += f"\n\n{gain}"
     else:
         text += "\n\nNo random-initialisation baseline was trained (--no-baseline), so no gain is computed."
     majority = summary.get("dev_majority")

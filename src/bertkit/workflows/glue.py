@@ -47,6 +47,7 @@ from bertkit.train.distributed import DistributedContext, barrier, rank0_decides
 from bertkit.workflows.finetune import check_length_fits, run_finetuning, run_settings
 from bertkit.workflows.predict import RESULTS_FILE
 from bertkit.workflows.run_output import RUN_FILE
+from bertkit.workflows.significance import compare_seeds
 
 log = logging.getLogger(__name__)
 
@@ -196,8 +197,9 @@ def run_glue(settings: GlueSettings, finetune: FinetuneSettings, progress: Calla
                 progress(failed[-1])
         if runs:
             per_task[found.spec.key] = chosen = _choose(found, runs, finetune.seeds)
+            choice = _choice_line(chosen)
             progress(f"{found.spec.folder}: learning rate {chosen['learning_rate']:g} chosen on dev "
-                     f"({_score_line(chosen['metrics'], found.spec)})")
+                     f"({_score_line(chosen['metrics'], found.spec)})" + (f", {choice}" if choice else ""))
             if ctx.is_main:
                 _write_tables(out, _results(per_task, problems, failed, settings, finetune))
     if not per_task:
@@ -317,7 +319,28 @@ def _choose(found: FoundTask, runs: dict[float, dict[str, Any]], seeds: Sequence
     best = max(runs, key=lambda rate: runs[rate]["metrics"][main]["mean"])  # max keeps the first of equals
     return {"folder": str(found.folder), "learning_rate": best, "main_metric": main, "seeds": list(seeds),
             "metrics": runs[best]["metrics"], "directory": runs[best]["directory"], "examples": found.counts,
-            "by_learning_rate": {f"{rate:g}": run for rate, run in runs.items()}}
+            "by_learning_rate": {f"{rate:g}": run for rate, run in runs.items()},
+            "versus_runner_up": _versus_runner_up(runs, best, main)}
+
+
+def _versus_runner_up(runs: dict[float, dict[str, Any]], best: float, main: str) -> dict[str, Any] | None:
+    """The chosen rate against the next best on the main metric: is the choice more than seed noise?"""
+    others = [rate for rate in runs if rate != best]
+    if not others:
+        return None
+    runner_up = max(others, key=lambda rate: runs[rate]["metrics"][main]["mean"])
+    comparison = compare_seeds([100 * v for v in runs[best]["metrics"][main]["values"]],
+                               [100 * v for v in runs[runner_up]["metrics"][main]["values"]])
+    return {"learning_rate": runner_up, "difference": comparison.difference, "p_value": comparison.p_value,
+            "note": comparison.note}
+
+
+def _choice_line(entry: dict[str, Any]) -> str:
+    """"ahead of lr R by D points (note)", or "" when only one learning rate ran."""
+    versus = entry.get("versus_runner_up")
+    if not versus:
+        return ""
+    return f"ahead of {versus['learning_rate']:g} by {versus['difference']:.1f} points ({versus['note']})"
 
 
 def _results(per_task: dict[str, dict[str, Any]], problems: list[str], failed: list[str], settings: GlueSettings,
@@ -391,6 +414,10 @@ def markdown_table(results: dict[str, Any]) -> str:
         dev = "+".join(str(counts[Path(name).stem]) for name in spec.dev_files)
         lines.append(f"| {spec.folder} | {entry['learning_rate']:g} | {scores} | {main} {per_rate} | "
                      f"{counts['train']} / {dev} |")
+    choices = [f"- {entry_key}: {entry['learning_rate']:g} {_choice_line(entry)}"
+               for entry_key, entry in results["tasks"].items() if _choice_line(entry)]
+    if choices:
+        lines += ["", "Each chosen learning rate against the next best (main metric, x 100):", *choices]
     for title, problems in (("Skipped tasks", results["skipped_tasks"]), ("Failed runs", results["failed_runs"])):
         if problems:
             lines += ["", f"{title} ({len(problems)}):", *(f"- {line}" for line in problems)]
