@@ -75,6 +75,9 @@ def test_glue_names_the_runner_up_and_whether_the_choice_is_noise():
     assert versus["learning_rate"] == 1e-5 and versus["difference"] == pytest.approx(10.0)
     assert versus["p_value"] < 0.05 and "unlikely to be seed noise" in versus["note"]
     assert glue._choice_line(chosen).startswith("ahead of 1e-05 by 10.0 points (Welch's t-test p = ")
+    tie = glue._choose(found, {3e-5: run(0.5, 0.5), 2e-5: run(0.5, 0.5)}, (1, 2))
+    assert glue._choice_line(tie) == ("tied with 2e-05, the first in grid order kept (2 vs 2 seeds: every seed "
+                                      "scored the same on both sides)")
     alone = glue._choose(found, {3e-5: run(0.7, 0.6)}, (1, 2))
     assert alone["versus_runner_up"] is None and glue._choice_line(alone) == ""
     assert not math.isnan(compare_seeds([0.7, 0.6], [0.7, 0.6]).p_value or 0.0)

@@ -340,6 +340,8 @@ def _choice_line(entry: dict[str, Any]) -> str:
     versus = entry.get("versus_runner_up")
     if not versus:
         return ""
+    if versus["difference"] == 0:
+        return f"tied with {versus['learning_rate']:g}, the first in grid order kept ({versus['note']})"
     return f"ahead of {versus['learning_rate']:g} by {versus['difference']:.1f} points ({versus['note']})"
 
 
@@ -414,8 +416,8 @@ def markdown_table(results: dict[str, Any]) -> str:
         dev = "+".join(str(counts[Path(name).stem]) for name in spec.dev_files)
         lines.append(f"| {spec.folder} | {entry['learning_rate']:g} | {scores} | {main} {per_rate} | "
                      f"{counts['train']} / {dev} |")
-    choices = [f"- {entry_key}: {entry['learning_rate']:g} {_choice_line(entry)}"
-               for entry_key, entry in results["tasks"].items() if _choice_line(entry)]
+    choices = [f"- {GLUE_FOLDERS[key].folder}: {entry['learning_rate']:g} {_choice_line(entry)}"
+               for key, entry in results["tasks"].items() if _choice_line(entry)]
     if choices:
         lines += ["", "Each chosen learning rate against the next best (main metric, x 100):", *choices]
     for title, problems in (("Skipped tasks", results["skipped_tasks"]), ("Failed runs", results["failed_runs"])):
