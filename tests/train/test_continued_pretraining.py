@@ -74,6 +74,8 @@ def test_auto_continues_a_sentence_transformers_directory_mlm_only_and_keeps_it_
     line = next(r.getMessage() for r in caplog.records if r.getMessage().startswith("recipe "))
     assert line.startswith("recipe continue (--init-from a checkpoint pre-trained elsewhere, ~3 steps")
     assert "no NSP head in the checkpoint, so MLM only" in line and "peak lr 0.00049" in line  # 1e-4 x sqrt(768 / 32)
+    assert "no MLM head in the checkpoint, so a new one is warmed up first" in line
+    assert "the new MLM head trained alone for the first 1 step" in line  # 10% of 3 steps, at least 1
     final = tmp_path / "final"
     assert json.loads((final / "config.json").read_text())["architectures"] == ["BertForMaskedLM"]
     for name in ("modules.json", "1_Pooling/config.json", "2_Normalize", "sentence_bert_config.json"):
@@ -153,3 +155,39 @@ def test_a_released_checkpoint_continued_stays_released_to_the_rules_that_read_i
                     "2") == 0
     line = next(r.getMessage() for r in caplog.records if r.getMessage().startswith("recipe "))
     assert line.startswith("recipe continue (--init-from a checkpoint pre-trained elsewhere")
+
+
+@pytest.mark.parametrize("budget, mlm_head, expected", [
+    (250, False, 25), (3, False, 1), (20_000, False, 500), (None, False, 500), (250, True, 0)])
+def test_the_continue_recipe_warms_up_a_new_mlm_head_only(budget, mlm_head, expected):
+    recipe = choose_recipe("continue", 384, budget, "released", False, mlm_head)
+    assert recipe.head_warmup_steps == expected
+    assert ("trained alone" in recipe.describe()) == bool(expected)
+    assert choose_recipe("auto", 256, budget, None, True, True).head_warmup_steps == 0  # random init: no warm-up
+
+
+def test_a_headless_checkpoint_keeps_its_encoder_while_the_new_head_warms_up(prepared, tmp_path, caplog):
+    caplog.set_level(logging.INFO)
+    assert pretrain(prepared["root"] / "data-mlm", prepared["st"], tmp_path, "--max-steps", "20", "--save-every",
+                    "2", "--keep-last", "20", "--batch-size", "4") == 0
+    released = {f"bert.{k}": v for k, v in load_file(str(prepared["st"] / "model.safetensors")).items()}
+    at_unfreeze = load_file(str(tmp_path / "checkpoints" / "step-00000002" / "model.safetensors"))
+    final = load_file(str(tmp_path / "final" / "model.safetensors"))
+    encoder = [k for k in at_unfreeze if k.startswith("bert.") and not k.startswith("bert.pooler.")]
+    assert encoder and all(torch.equal(at_unfreeze[k], released[k]) for k in encoder)
+    assert not torch.equal(at_unfreeze["cls.predictions.transform.dense.weight"],
+                           BertForPreTraining.from_pretrained(prepared["st"]).mlm.transform.weight.detach())
+    assert not torch.equal(final["bert.encoder.layer.0.attention.self.query.weight"],
+                           released["bert.encoder.layer.0.attention.self.query.weight"])
+    assert any("head warm-up done after 2 step(s)" in r.getMessage() for r in caplog.records)
+    records = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert [r["encoder_lr"] == 0 for r in records if r["kind"] == "train"] == [True] * 2 + [False] * 18
+
+
+def test_a_given_head_warmup_is_kept(prepared, tmp_path, caplog):
+    caplog.set_level(logging.INFO)
+    assert pretrain(prepared["root"] / "data-mlm", prepared["st"], tmp_path, "--max-steps", "3",
+                    "--head-warmup-steps", "0") == 0
+    line = next(r.getMessage() for r in caplog.records if r.getMessage().startswith("recipe "))
+    assert "your flags kept: head_warmup_steps" in line
+    assert all("encoder_lr" not in json.loads(row) for row in (tmp_path / "metrics.jsonl").read_text().splitlines())

@@ -54,6 +54,8 @@ RECIPE_DEFAULTS = {
     "nsp": "on",
     "max_seq_length": "the recipe's: paper the data's, short 64",
     "masked_lm_prob": "the recipe's, 0.15 (static data: its own)",
+    "head_warmup_steps": "the recipe's: continue 10% of the budget (at most 500) for a checkpoint without its "
+                         "MLM head, else 0",
 }
 """The settings `--recipe` decides unless their flag is given (PretrainSettings.given), with what
 `--help` says of their default."""

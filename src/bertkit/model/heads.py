@@ -48,6 +48,8 @@ class _TaskModel(PreTrainedMixin, nn.Module):
     """Shared construction: the encoder, dropout before the head, original initialisation."""
 
     add_pooling_layer = True
+    base_model_prefix = "bert"
+    """The encoder's attribute (transformers' name for it): what --head-warmup-steps holds still."""
 
     def __init__(self, config: BertConfig) -> None:
         super().__init__()

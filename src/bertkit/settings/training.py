@@ -127,6 +127,12 @@ class TrainConfig(BatchSizes, DeviceChoice, TorchThreads):
     lr_schedule: str = dataclasses.field(default="linear", metadata={"choices": LR_SCHEDULES})
     """Learning rate after the warmup: linear or cosine decay to 0 at the end of the budget, constant, or
     inverse square root."""
+    head_warmup_steps: int = 0
+    """Optimizer steps at the start during which only the heads train (the encoder's learning rate is 0, its
+    weights unchanged), then everything: a new head first learns to read the encoder instead of sending its
+    noise into it. 0: everything trains from the first step."""
+    encoder_lr_ratio: float = 1.0
+    """The encoder's learning rate as a fraction of the heads' (1: one learning rate for all)."""
     weight_decay: float = 0.01
     """Decoupled weight decay (not on biases and LayerNorm parameters)."""
     betas: tuple[float, float] = (0.9, 0.999)
@@ -203,6 +209,15 @@ class TrainConfig(BatchSizes, DeviceChoice, TorchThreads):
             raise BertkitError(f"--warmup-ratio must be in [0, 1), got {self.warmup_ratio!r}")
         if self.warmup_steps is not None and self.warmup_steps < 0:
             raise BertkitError(f"--warmup-steps must be >= 0, got {self.warmup_steps!r}")
+        if self.head_warmup_steps < 0:
+            raise BertkitError(f"--head-warmup-steps must be >= 0, got {self.head_warmup_steps!r}")
+        if not 0.0 < self.encoder_lr_ratio <= 1.0:  # (also NaN)
+            raise BertkitError(f"--encoder-lr-ratio must be in (0, 1], got {self.encoder_lr_ratio!r}")
+
+    @property
+    def splits_encoder(self) -> bool:
+        """Whether the encoder and the heads get learning rates of their own (separate optimizer groups)."""
+        return self.head_warmup_steps > 0 or self.encoder_lr_ratio != 1.0
 
 
 def finetune_training(**changes: object) -> TrainConfig:

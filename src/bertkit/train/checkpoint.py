@@ -380,7 +380,9 @@ def _check_param_groups(meta: Any, current: list[dict[str, Any]], path: Path) ->
     if not isinstance(groups, list) or not isinstance(meta.get("scalars"), dict):
         raise _foreign(path, 'not an object {"param_groups": [...], "scalars": {...}}')
     if len(groups) != len(current) or not all(isinstance(g, dict) for g in groups):
-        raise _foreign(path, f"{len(groups)} parameter groups where this optimizer has {len(current)}")
+        raise _foreign(path, f"{len(groups)} parameter groups where this optimizer has {len(current)} (a "
+                             "--head-warmup-steps above 0 or an --encoder-lr-ratio below 1 gives the encoder groups "
+                             "of its own: resume with those settings as the run began)")
     for index, (saved, now) in enumerate(zip(groups, current)):
         for key, value in now.items():
             if key == "params" or key not in saved:

@@ -300,8 +300,9 @@ def fit(model: nn.Module, loss_fn: LossFn, data: TrainingData | Dataset, config:
     plain = unwrap_model(model)  # the optimizer and the checkpoints see the model's own parameter names
     assert config.learning_rate is not None  # _check_prepared
     optimizer = build_optimizer(plain, config.optimizer, config.learning_rate, config.weight_decay,
-                                config.betas, config.adam_epsilon)
-    schedule = LearningRateSchedule(config.learning_rate, budget.progress, budget.warmup, config.lr_schedule)
+                                config.betas, config.adam_epsilon, config.splits_encoder)
+    schedule = LearningRateSchedule(config.learning_rate, budget.progress, budget.warmup, config.lr_schedule,
+                                    config.head_warmup_steps, config.encoder_lr_ratio)
     checkpoints = output_dir / "checkpoints"
     parts = Checkpointed(plain, optimizer, schedule, scaler, batches, counters, save, load, dict(request.identity))
     start, resumed = restore(parts, request, checkpoints, config, ctx)
@@ -353,7 +354,12 @@ def _train(model: nn.Module, loss_fn: LossFn, parts: Checkpointed, config: Train
         state.elapsed_s = elapsed
         grad_norm, overflow = _optimizer_step(parts, config, loss)
         state.step += 1
+        if state.step == config.head_warmup_steps and ctx.is_main:
+            logger.info("head warm-up done after %d step(s): the encoder trains from the next step (learning "
+                        "rate x %g of the heads')", state.step, config.encoder_lr_ratio)
         record = {"kind": "train", "step": state.step, "loss": loss, **metrics, "lr": lr,
+                  **({"encoder_lr": lr * parts.schedule.encoder_scale(state.step - 1)} if config.splits_encoder
+                     else {}),
                   "grad_norm": grad_norm, "epoch": parts.batches.epoch, "elapsed_s": round(elapsed, 3)}
         _tally(state, record, overflow, reporter)
         reporter.train_step(record, tokens, show=state.step % cadence.log_every == 0)

@@ -145,7 +145,8 @@ def restore(parts: Checkpointed, request: Resume, root: Path, config: TrainConfi
         changes = compare_settings(chosen, trainer, config, parts)
         parts.load_weights(parts.model, chosen)
         ckpt.load_optimizer(parts.optimizer, chosen)
-        apply_hyperparameters(parts.optimizer, parts.model, config.weight_decay, config.betas, config.adam_epsilon)
+        apply_hyperparameters(parts.optimizer, parts.model, config.weight_decay, config.betas, config.adam_epsilon,
+                              config.splits_encoder)
         if parts.scaler is not None and trainer["scaler"] is not None:
             parts.scaler.load_state_dict(trainer["scaler"])
         parts.batches.restore(trainer["data"])

@@ -294,7 +294,7 @@ def _last_eval(output: Path) -> dict[str, float]:
 _RECIPE_TARGETS = {"max_seq_length": ("settings", "max_seq_length"), "dropout": ("settings", "dropout"),
                    "masked_lm_prob": ("settings", "masked_lm_prob"), "nsp": ("settings", "nsp"),
                    "learning_rate": ("train", "learning_rate"), "warmup_ratio": ("train", "warmup_ratio"),
-                   "batch_size": ("train", "global_batch_size")}
+                   "batch_size": ("train", "global_batch_size"), "head_warmup_steps": ("train", "head_warmup_steps")}
 
 
 def plan_recipe(settings: PretrainSettings, config: TrainConfig, ctx: Any
@@ -366,8 +366,8 @@ def _choose(settings: PretrainSettings, config: TrainConfig, world_size: int = 1
                                         length, share, config.precision, config.device)
     steps = budget_steps(config.max_steps, config.max_time_s, rate)
     assert settings.recipe is not None  # plan_recipe chooses only when one is asked for
-    nsp_head = settings.init_from is None or _has_nsp_head(Path(settings.init_from))
-    recipe = choose_recipe(settings.recipe, model_config.hidden_size, steps, init, nsp_head)
+    heads = _checkpoint_heads(Path(settings.init_from)) if settings.init_from is not None else {"nsp", "mlm"}
+    recipe = choose_recipe(settings.recipe, model_config.hidden_size, steps, init, "nsp" in heads, "mlm" in heads)
     if rate is not None:
         shape = f"{length} tokens x {share}" + (f" (each of {world_size} processes' share of {short.batch_size})"
                                                 if world_size > 1 else "")
@@ -385,11 +385,13 @@ def _init_kind(init_from: str | None) -> str | None:
     return "short" if history.get("steps", PAPER_MIN_STEPS) < PAPER_MIN_STEPS else "released"
 
 
-def _has_nsp_head(directory: Path) -> bool:
-    """Whether the checkpoint in `directory` holds a next-sentence-prediction head (cls.seq_relationship)."""
+def _checkpoint_heads(directory: Path) -> set[str]:
+    """The pre-training heads the checkpoint in `directory` holds: "nsp" (cls.seq_relationship), "mlm"
+    (cls.predictions.transform)."""
     single = directory / SAFETENSORS_NAME
     names = safetensors_shapes(single) if single.is_file() else read_state_dict(directory)
-    return any(name.startswith("cls.seq_relationship.") for name in names)
+    prefixes = {"nsp": "cls.seq_relationship.", "mlm": "cls.predictions.transform."}
+    return {head for head, prefix in prefixes.items() if any(name.startswith(prefix) for name in names)}
 
 
 def _model_config(settings: PretrainSettings) -> BertConfig:
@@ -401,8 +403,10 @@ def _model_config(settings: PretrainSettings) -> BertConfig:
 def _resumed_recipe(settings: PretrainSettings) -> PretrainRecipe | None:
     """The recipe a run being resumed applied (from its pretrain_settings.json), or None."""
     recipe = read_json_object(Path(settings.output) / "pretrain_settings.json", missing={}, damaged={}).get("recipe")
-    if not isinstance(recipe, dict) or set(recipe) != {f.name for f in dataclasses.fields(PretrainRecipe)}:
-        return None
+    fields = dataclasses.fields(PretrainRecipe)
+    required = {f.name for f in fields if f.default is dataclasses.MISSING}
+    if not isinstance(recipe, dict) or not required <= set(recipe) <= {f.name for f in fields}:
+        return None  # (a record from before a field with a default was added still counts)
     return dataclasses.replace(PretrainRecipe(**recipe), reason="as the run being resumed chose")
 
 

@@ -60,6 +60,9 @@ class PretrainRecipe:
     micro_batch_size: int | None = None
     """Sequences per forward pass on each process when no batch size is given (the accumulation follows);
     None: the global batch split over the processes."""
+    head_warmup_steps: int = 0
+    """Steps at the start with the encoder held still while a freshly initialised MLM head learns to read it
+    (continuing a checkpoint released without its MLM head); 0: none."""
     reason: str = ""
     """One line: why this recipe was chosen."""
 
@@ -72,6 +75,9 @@ class PretrainRecipe:
                  f"dropout {self.dropout:g}" if self.dropout is not None else "the config's dropout",
                  f"masking {self.masked_lm_prob:.0%}" if self.masked_lm_prob else "the data's masking",
                  "MLM + NSP" if self.nsp else "MLM only"]
+        if self.head_warmup_steps:
+            steps = self.head_warmup_steps
+            parts.append(f"the new MLM head trained alone for the first {steps} step{'s' if steps != 1 else ''}")
         return ", ".join(parts)
 
 
@@ -87,15 +93,34 @@ def short_recipe(hidden_size: int) -> PretrainRecipe:
     return PretrainRecipe("short", 64, width_scaled(5e-4, hidden_size), 0.05, 0.0, 0.15, True, 32)
 
 
-def continue_recipe(hidden_size: int, nsp: bool, budget_steps: float | None) -> PretrainRecipe:
+HEAD_WARMUP_SHARE = 0.1
+"""Share of a continued pre-training budget spent warming up a fresh MLM head with the encoder held still."""
+HEAD_WARMUP_MAX_STEPS = 500
+"""Cap of that warm-up: the head has a few hundred thousand parameters (plus the tied embeddings, held still)."""
+
+
+def head_warmup_steps(budget_steps: float | None) -> int:
+    """Steps of head warm-up for continuing a checkpoint released without its MLM head: HEAD_WARMUP_SHARE of the
+    budget, at most HEAD_WARMUP_MAX_STEPS, at least 1 (an unknown budget: the cap). A first rule: the share is
+    not yet tuned by measurement (docs/pretraining.md, "Domain adaptation")."""
+    if budget_steps is None:
+        return HEAD_WARMUP_MAX_STEPS
+    return max(1, min(HEAD_WARMUP_MAX_STEPS, round(HEAD_WARMUP_SHARE * budget_steps)))
+
+
+def continue_recipe(hidden_size: int, nsp: bool, budget_steps: float | None, mlm_head: bool = True
+                    ) -> PretrainRecipe:
     """Continued (domain-adaptive) pre-training of a checkpoint trained to convergence elsewhere: BERT's own
     peak lr 1e-4 at width 768, x sqrt(768 / width) (MiniLM-L6-H384 1.4e-4, bert-mini 1.7e-4; the fine-tuning
     rule's scaling), 6% warmup (Gururangan et al. 2020's DAPT), the model's dropout and the data's sequence
     length, 15% dynamic masking; NSP only when the checkpoint has an NSP head to continue (`nsp`), else
     masked LM only as DAPT - a fresh NSP head has nothing to gain the encoder in a short run. Batch 32 below
-    PAPER_MIN_STEPS steps (a CPU budget has few updates to give), else the paper's 256."""
+    PAPER_MIN_STEPS steps (a CPU budget has few updates to give), else the paper's 256. A checkpoint without
+    its MLM head (`mlm_head` False: a sentence encoder, a fine-tuned model) gets a head warm-up first
+    (`head_warmup_steps`), so the random head's first updates do not send noise into the encoder."""
     batch, micro = (256, 32) if budget_steps is not None and budget_steps >= PAPER_MIN_STEPS else (32, None)
-    return PretrainRecipe("continue", None, 1e-4 * math.sqrt(768 / hidden_size), 0.06, None, 0.15, nsp, batch, micro)
+    return PretrainRecipe("continue", None, 1e-4 * math.sqrt(768 / hidden_size), 0.06, None, 0.15, nsp, batch, micro,
+                          0 if mlm_head else head_warmup_steps(budget_steps))
 
 
 def width_scaled(learning_rate: float, hidden_size: int) -> float:
@@ -104,18 +129,20 @@ def width_scaled(learning_rate: float, hidden_size: int) -> float:
 
 
 def choose_recipe(name: str, hidden_size: int, budget_steps: float | None, init: str | None = None,
-                  nsp_head: bool = True) -> PretrainRecipe:
+                  nsp_head: bool = True, mlm_head: bool = True) -> PretrainRecipe:
     """The recipe `name` (auto, paper, short, continue) for a budget of `budget_steps` optimizer steps (None:
     unknown, e.g. an epoch budget), with the reason in one line. `init` describes the --init-from checkpoint:
     None (random initialisation), "released" (trained elsewhere: auto continues it) or "short" (a bertkit
-    run on a short budget: auto goes on with the budget's recipe); `nsp_head`: whether it has an NSP head."""
+    run on a short budget: auto goes on with the budget's recipe); `nsp_head` / `mlm_head`: whether it has an
+    NSP / MLM head."""
     if name not in RECIPES:
         raise BertkitError(f"--recipe {name!r}: use one of {', '.join(RECIPES)}")
     steps = f"~{budget_steps:,.0f} steps" if budget_steps is not None else "an unknown number of steps"
     if name == "continue" or (name == "auto" and init == "released"):
         head = "its NSP head kept" if nsp_head else "no NSP head in the checkpoint, so MLM only"
+        head += "" if mlm_head else "; no MLM head in the checkpoint, so a new one is warmed up first"
         why = "--recipe continue" if name == "continue" else "--init-from a checkpoint pre-trained elsewhere"
-        return replace(continue_recipe(hidden_size, nsp_head, budget_steps),
+        return replace(continue_recipe(hidden_size, nsp_head, budget_steps, mlm_head),
                        reason=f"{why}, {steps}: continued pre-training at a lower learning rate, {head}")
     if name == "paper":
         return replace(paper_recipe(), reason="--recipe paper")
