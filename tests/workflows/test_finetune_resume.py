@@ -98,7 +98,8 @@ def test_adam_epsilon_is_transformers_by_default_and_reaches_the_optimizer(tmp_p
 
     seen = []
     real = loop.build_optimizer
-    monkeypatch.setattr(loop, "build_optimizer", lambda *a: seen.append(a[-1]) or real(*a))
+    # build_optimizer(model, name, learning_rate, weight_decay, betas, eps, split_encoder): a[5] is eps
+    monkeypatch.setattr(loop, "build_optimizer", lambda *a: seen.append(a[5]) or real(*a))
     _run(tmp_path, "default", ClassificationTask(SETTINGS), max_steps=1, seeds=(1,))
     _run(tmp_path, "original", ClassificationTask(SETTINGS), max_steps=1, seeds=(1,), adam_epsilon=1e-6)
     assert seen == [1e-8, 1e-6]
