@@ -42,6 +42,7 @@ import torch
 from safetensors.torch import load_model, save_model
 from torch import nn
 from torch.utils.data import Dataset
+from tqdm.contrib.logging import logging_redirect_tqdm
 
 from bertkit.errors import BertkitError, Interrupted
 from bertkit.runtime.device import autocast as autocast_for
@@ -311,7 +312,7 @@ def fit(model: nn.Module, loss_fn: LossFn, data: TrainingData | Dataset, config:
         reporter.record(resumed)
     last_checkpoint = start
     try:
-        with _StopSignal() as stop:
+        with _StopSignal() as stop, logging_redirect_tqdm():  # log lines above the bar, not glued to it
             stop_reason = _train(model, loss_fn, parts, config, budget, autocast, stop, reporter, ctx, hooks,
                                  checkpoints)
             if stop_reason == "budget" and hooks.evaluate is not None and counters.last_eval_step != counters.step:
