@@ -124,3 +124,46 @@ def test_bad_outputs_are_refused_in_one_line(tmp_path, classifier_dir, capsys):
     err = capsys.readouterr().err
     assert "bertkit: error: --output" in err and "holds a checkpoint" in err
     assert "Traceback" not in err and len(err.strip().splitlines()) == 1
+
+
+LONG = " ".join(["the cat sat on the mat ."] * 12)  # 84 tokens: past the fine-tuned 16
+PAST_POSITIONS = " ".join(["the dog ran"] * 60)  # 180 tokens: past bert-debug's 128 positions too
+
+
+def test_clients_cut_inputs_where_bertkit_does_and_read_special_token_text_as_text(tmp_path, classifier_dir):
+    """tokenizer_config.json carries the fine-tuned length and split_special_tokens, tokenizer.json the
+    truncation: AutoTokenizer(truncation=True) and `tokenizers` alone give bertkit's ids on long texts, pairs
+    and text holding "[MASK]"/"[SEP]", and the graph answers as PyTorch on them (no shape error past 512)."""
+    export_onnx(ExportSettings(classifier_dir, tmp_path / "onnx"))
+    hf = AutoTokenizer.from_pretrained(tmp_path / "onnx")
+    assert hf.model_max_length == 16  # the classifier's max_seq_length (bertkit_task.json)
+    plain = Tokenizer.from_file(str(tmp_path / "onnx" / "tokenizer.json"))
+    ours = tokenizer()
+    cases = [(LONG, None), (PAST_POSITIONS, None), (LONG, "a big house"), ("the dog", LONG),
+             ("the [MASK] sat [SEP] on", None), ("[CLS] paris", "[SEP]")]
+    for text, pair in cases:
+        expected = ours.encode_batch([text], [pair] if pair else None, max_length=16, truncation=True)[0]
+        assert hf(text, pair, truncation=True)["input_ids"] == expected.input_ids, (text[:20], pair)
+        assert plain.encode(text, pair).ids == expected.input_ids, (text[:20], pair)
+    # The one difference a tokenizer file cannot express (docs/inference.md): a pair cut on both sides to an odd
+    # room. Google's rule (bertkit) cuts the second text on ties and keeps 7 + 6 of the 13 tokens; `tokenizers`'
+    # longest_first keeps 6 + 7.
+    google = ours.encode_batch([LONG], [PAST_POSITIONS], max_length=16, truncation=True)[0].input_ids
+    assert google.index(ours.vocab["[SEP]"]) == 8
+    assert hf(LONG, PAST_POSITIONS, truncation=True)["input_ids"].index(ours.vocab["[SEP]"]) == 7
+    texts, pairs = [c[0] for c in cases[:2]], ["paris", "the [MASK]"]
+    batch = dict(hf(texts, pairs, truncation=True, padding=True, return_tensors="np"))
+    logits = _session(tmp_path / "onnx" / "model.onnx").run(["logits"], batch)[0]
+    np.testing.assert_allclose(logits, _pytorch_logits(BertForSequenceClassification, classifier_dir, batch),
+                               atol=1e-4, rtol=0)
+
+
+def test_a_masked_lm_export_keeps_mask_special_and_a_plain_model_its_positions(tmp_path, tmp_path_factory):
+    from bertkit.model import BertForMaskedLM
+
+    directory = build(tmp_path_factory.mktemp("mlm"), BertForMaskedLM)
+    export_onnx(ExportSettings(directory, tmp_path / "onnx"))
+    config = json.loads((tmp_path / "onnx" / "tokenizer_config.json").read_text())
+    assert config["split_special_tokens"] is False and config["model_max_length"] == 128  # no task: the positions
+    hf = AutoTokenizer.from_pretrained(tmp_path / "onnx")
+    assert hf("the [MASK] sat")["input_ids"][2] == hf.mask_token_id

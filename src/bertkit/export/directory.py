@@ -75,11 +75,33 @@ def write_deploy_files(output: Path, model_dir: Path, tokenizer: WordPieceTokeni
             write_text_atomic(output / name, tokenizer_pipeline(tokenizer).to_str(pretty=True) + "\n")
         written.append(name)
     task = read_task_file(model_dir)
+    _write_input_rules(output, _max_length(task, config), split_special=architecture != "BertForMaskedLM")
     if task is not None:
         task = {key: value for key, value in task.items() if key not in FEATURE_KEYS}
         write_text_atomic(output / TASK_FILE, json.dumps(task, indent=2) + "\n")
         written.append(TASK_FILE)
     return written
+
+
+def _max_length(task: dict | None, config: dict) -> int:
+    """The longest input bertkit gives this model: the fine-tuned length, else the model's positions."""
+    length = (task or {}).get("max_seq_length")
+    return int(length) if isinstance(length, int) and length > 0 else int(config.get("max_position_embeddings", 512))
+
+
+def _write_input_rules(output: Path, max_length: int, split_special: bool) -> None:
+    """Write into the tokenizer files what bertkit does with an input, where clients read it:
+    tokenizer_config.json's `model_max_length` (transformers' `truncation=True` and pipelines cut there) and
+    `split_special_tokens` (a literal "[MASK]" or "[SEP]" in a text is text to bertkit, not the special token;
+    a masked-LM export keeps it special, as fill-mask needs), and tokenizer.json's truncation (`tokenizers`
+    alone cuts there: without it a text past the position table fails inside the graph)."""
+    config = read_json_object(output / "tokenizer_config.json")
+    config["model_max_length"] = max_length
+    config["split_special_tokens"] = split_special
+    write_text_atomic(output / "tokenizer_config.json", json.dumps(config, indent=2, ensure_ascii=False) + "\n")
+    pipeline = Tokenizer.from_file(str(output / "tokenizer.json"))
+    pipeline.enable_truncation(max_length, strategy="longest_first", direction="right")
+    write_text_atomic(output / "tokenizer.json", pipeline.to_str(pretty=True) + "\n")
 
 
 def tokenizer_pipeline(tokenizer: WordPieceTokenizer) -> Tokenizer:
