@@ -167,3 +167,25 @@ def test_a_masked_lm_export_keeps_mask_special_and_a_plain_model_its_positions(t
     assert config["split_special_tokens"] is False and config["model_max_length"] == 128  # no task: the positions
     hf = AutoTokenizer.from_pretrained(tmp_path / "onnx")
     assert hf("the [MASK] sat")["input_ids"][2] == hf.mask_token_id
+
+
+def test_a_sentence_transformers_directory_keeps_its_modules(tmp_path, tmp_path_factory):
+    """modules.json, the pooling and Normalize folders and their configs go with the graph, so
+    SentenceTransformer(DIR, backend="onnx") pools and normalises as bertkit does. (The ONNX backend needs optimum,
+    whose transformers pin conflicts with this environment's: checked by hand in its own venv, docs/inference.md.)"""
+    from sentence_transformers import SentenceTransformer
+    from sentence_transformers.sentence_transformer.modules import Normalize, Pooling, Transformer
+
+    from bertkit.interop.sentence_transformers import read_sentence_transformers
+    from bertkit.model import BertModel
+
+    bert = build(tmp_path_factory.mktemp("encoder"), BertModel)
+    transformer = Transformer(str(bert))
+    modules = [transformer, Pooling(transformer.get_embedding_dimension(), "cls"), Normalize()]
+    SentenceTransformer(modules=modules, device="cpu").save(str(tmp_path / "st"))
+    report = export_onnx(ExportSettings(tmp_path / "st", tmp_path / "onnx"))
+    for name in ("modules.json", "sentence_bert_config.json", "1_Pooling", "2_Normalize"):
+        assert name in report.files and (tmp_path / "onnx" / name).exists(), name
+    assert read_sentence_transformers(tmp_path / "onnx") == read_sentence_transformers(tmp_path / "st")
+    assert json.loads((tmp_path / "onnx" / "1_Pooling" / "config.json").read_text()) == \
+        json.loads((tmp_path / "st" / "1_Pooling" / "config.json").read_text())

@@ -6,7 +6,9 @@
 The directory is the layout Hugging Face's ONNX tooling (optimum's ORTModelFor*, transformers.AutoTokenizer,
 `tokenizers`) reads: model.onnx, config.json (the model's, with `architectures` naming the exported head and
 the label map id2label/label2id where the model has labels), the tokenizer (vocab.txt, tokenizer_config.json,
-special_tokens_map.json, tokenizer.json) and bertkit_task.json where the model was fine-tuned here.
+special_tokens_map.json, tokenizer.json), bertkit_task.json where the model was fine-tuned here, and a
+sentence-transformers directory's module files (modules.json, its pooling and Normalize folders, their configs),
+so `SentenceTransformer(DIR, backend="onnx")` builds the same pipeline on the graph.
 
 Design decision: the model directory's own tokenizer files are copied as they are (a tokenizer.json or
 tokenizer_config.json written by another tool keeps its fields); what it lacks is written from the
@@ -30,6 +32,7 @@ from pathlib import Path
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors
 
 from bertkit.errors import BertkitError
+from bertkit.interop.sentence_transformers import copy_module_files
 from bertkit.io.atomic import write_text_atomic
 from bertkit.io.jsonfile import read_json_object
 from bertkit.tasks.finetuned import FEATURE_KEYS, TASK_FILE, read_task_file
@@ -74,6 +77,9 @@ def write_deploy_files(output: Path, model_dir: Path, tokenizer: WordPieceTokeni
         else:
             write_text_atomic(output / name, tokenizer_pipeline(tokenizer).to_str(pretty=True) + "\n")
         written.append(name)
+    if copy_module_files(model_dir, output):  # SentenceTransformer(DIR, backend="onnx") pools and normalises as here
+        written += [name for name in sorted(p.name for p in output.iterdir())
+                    if name not in written and name != GRAPH_FILE and name not in TOKENIZER_FILES]
     task = read_task_file(model_dir)
     _write_input_rules(output, _max_length(task, config), split_special=architecture != "BertForMaskedLM")
     if task is not None:
