@@ -158,15 +158,36 @@ def test_clients_cut_inputs_where_bertkit_does_and_read_special_token_text_as_te
                                atol=1e-4, rtol=0)
 
 
-def test_a_masked_lm_export_keeps_mask_special_and_a_plain_model_its_positions(tmp_path, tmp_path_factory):
-    from bertkit.model import BertForMaskedLM
+@pytest.mark.parametrize("head", ["BertForMaskedLM", "BertForPreTraining"])  # `bertkit pretrain`'s final/: both
+def test_a_masked_lm_export_keeps_mask_special_and_a_plain_model_its_positions(head, tmp_path, tmp_path_factory):
+    import bertkit.model
 
-    directory = build(tmp_path_factory.mktemp("mlm"), BertForMaskedLM)
+    directory = build(tmp_path_factory.mktemp("mlm"), getattr(bertkit.model, head))
     export_onnx(ExportSettings(directory, tmp_path / "onnx"))
     config = json.loads((tmp_path / "onnx" / "tokenizer_config.json").read_text())
     assert config["split_special_tokens"] is False and config["model_max_length"] == 128  # no task: the positions
     hf = AutoTokenizer.from_pretrained(tmp_path / "onnx")
     assert hf("the [MASK] sat")["input_ids"][2] == hf.mask_token_id
+
+
+def test_a_length_the_directory_gives_itself_is_kept(tmp_path, tmp_path_factory):
+    """No bertkit_task.json: the length bertkit's loaders read (a transformers-written tokenizer_config.json, as a
+    CrossEncoder's; sentence_bert_config.json) is the one written for clients, not the position table."""
+    from bertkit.model import BertModel
+
+    own = build(tmp_path_factory.mktemp("own"), BertForSequenceClassification, num_labels=1)
+    config = json.loads((own / "tokenizer_config.json").read_text())
+    (own / "tokenizer_config.json").write_text(json.dumps({**config, "model_max_length": 24}))
+    export_onnx(ExportSettings(own, tmp_path / "own"))
+    assert AutoTokenizer.from_pretrained(tmp_path / "own").model_max_length == 24
+    plain = Tokenizer.from_file(str(tmp_path / "own" / "tokenizer.json"))
+    assert len(plain.encode(LONG).ids) == 24
+    encoder = build(tmp_path_factory.mktemp("st"), BertModel)
+    (encoder / "modules.json").write_text(json.dumps([{"idx": 0, "name": "0", "path": "",
+                                                       "type": "sentence_transformers.models.Transformer"}]))
+    (encoder / "sentence_bert_config.json").write_text(json.dumps({"max_seq_length": 20, "do_lower_case": False}))
+    export_onnx(ExportSettings(encoder, tmp_path / "st"))
+    assert AutoTokenizer.from_pretrained(tmp_path / "st").model_max_length == 20
 
 
 def test_a_sentence_transformers_directory_keeps_its_modules(tmp_path, tmp_path_factory):

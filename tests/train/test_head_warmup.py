@@ -63,7 +63,9 @@ def test_encoder_unchanged_during_warmup_then_trained(optimizer, tmp_path):
             assert not torch.equal(at_unfreeze[name], tensor), name
     records = _records(tmp_path)
     assert [r["encoder_lr"] for r in records[:4]] == [0.0] * 4
-    assert [r["encoder_lr"] for r in records[4:]] == [r["lr"] for r in records[4:]]
+    # then its own warm-up over as many steps again: 1/4, 2/4, 3/4 of the heads' rate, then all of it
+    assert [r["encoder_lr"] for r in records[4:]] == pytest.approx([f * r["lr"] for f, r in
+                                                                    zip((0.25, 0.5, 0.75, 1.0), records[4:])])
 
 
 def test_encoder_lr_ratio_scales_the_encoder_only(tmp_path):
@@ -138,3 +140,24 @@ def test_a_model_without_an_encoder_or_a_head_is_refused(tmp_path):
     headless.head.requires_grad_(False)
     with pytest.raises(BertkitError, match="no trainable parameters outside its encoder"):
         parameter_groups(headless, 0.01, split_encoder=True)
+
+
+def test_a_part_of_the_encoder_the_checkpoint_lacked_trains_with_the_heads(tmp_path):
+    """A pooler missing from a masked-LM checkpoint is random: held still, a classifier would probe noise."""
+    from bertkit.model import BertForMaskedLM, BertForSequenceClassification
+
+    BertForMaskedLM(preset("bert-debug", vocab_size=40)).save_pretrained(tmp_path / "mlm")
+    model = BertForSequenceClassification.from_pretrained(tmp_path / "mlm", num_labels=2)
+    assert any(name.startswith("bert.pooler.") for name in model.newly_initialized)
+    groups = parameter_groups(model, 0.01, split_encoder=True)
+    names = {id(p): name for name, p in model.named_parameters()}
+    head = {names[id(p)] for g in groups if g["role"] == "head" for p in g["params"]}
+    assert head == {"bert.pooler.weight", "bert.pooler.bias", "classifier.weight", "classifier.bias"}
+
+
+def test_a_checkpoint_whose_groups_hold_other_parameters_is_refused_in_one_line(tmp_path):
+    fit(ToyWithHead(), toy_loss, toy_data(), TrainConfig(**{**CONFIG, "max_steps": 3}), tmp_path)
+    model = ToyWithHead()
+    model.head.bias.requires_grad_(False)  # as a newer version freezing a part (the embedding model's pooler)
+    with pytest.raises(BertkitError, match=r"param_groups\[3\] holds 1 parameters where this model trains 0"):
+        fit(model, toy_loss, toy_data(), TrainConfig(**CONFIG), tmp_path, resume="auto")

@@ -42,6 +42,8 @@ from bertkit.tokenizer.google import MAX_INPUT_CHARS_PER_WORD
 from bertkit.tokenizer.vocab import CLS, MASK, PAD, SEP, UNK
 
 GRAPH_FILE = "model.onnx"
+MASK_HEADS = ("BertForMaskedLM", "BertForPreTraining")
+"""Exports whose users type [MASK] meaning the mask token (fill-mask): special-token text stays special there."""
 TOKENIZER_FILES = ("vocab.txt", "tokenizer_config.json", "special_tokens_map.json", "tokenizer.json")
 CHECKPOINT_FILES = ("model.safetensors", "pytorch_model.bin")
 
@@ -81,7 +83,7 @@ def write_deploy_files(output: Path, model_dir: Path, tokenizer: WordPieceTokeni
         written += [name for name in sorted(p.name for p in output.iterdir())
                     if name not in written and name != GRAPH_FILE and name not in TOKENIZER_FILES]
     task = read_task_file(model_dir)
-    _write_input_rules(output, _max_length(task, config), split_special=architecture != "BertForMaskedLM")
+    _write_input_rules(output, _max_length(task, config, model_dir), split_special=architecture not in MASK_HEADS)
     if task is not None:
         task = {key: value for key, value in task.items() if key not in FEATURE_KEYS}
         write_text_atomic(output / TASK_FILE, json.dumps(task, indent=2) + "\n")
@@ -89,10 +91,22 @@ def write_deploy_files(output: Path, model_dir: Path, tokenizer: WordPieceTokeni
     return written
 
 
-def _max_length(task: dict | None, config: dict) -> int:
-    """The longest input bertkit gives this model: the fine-tuned length, else the model's positions."""
+def _max_length(task: dict | None, config: dict, model_dir: Path) -> int:
+    """The longest input bertkit gives this model, as its loaders resolve it: the fine-tuned length
+    (bertkit_task.json), else the sentence-transformers length (sentence_bert_config.json) or the length the
+    directory's own tokenizer_config.json gives (a CrossEncoder's, a transformers save), where it fits the position
+    table, else the positions."""
+    positions = int(config.get("max_position_embeddings", 512))
     length = (task or {}).get("max_seq_length")
-    return int(length) if isinstance(length, int) and length > 0 else int(config.get("max_position_embeddings", 512))
+    if isinstance(length, int) and length > 0:
+        return length
+    given = None
+    for name, key in (("sentence_bert_config.json", "max_seq_length"), ("tokenizer_config.json", "model_max_length")):
+        value = read_json_object(model_dir / name, missing={}, damaged={}).get(key)
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and 0 < value < 1 << 31:
+            given = int(value)
+            break
+    return min(given, positions) if given else positions
 
 
 def _write_input_rules(output: Path, max_length: int, split_special: bool) -> None:

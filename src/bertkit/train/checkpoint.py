@@ -384,6 +384,10 @@ def _check_param_groups(meta: Any, current: list[dict[str, Any]], path: Path) ->
                              "--head-warmup-steps above 0 or an --encoder-lr-ratio below 1 gives the encoder groups "
                              "of its own: resume with those settings as the run began)")
     for index, (saved, now) in enumerate(zip(groups, current)):
+        if isinstance(saved.get("params"), list) and len(saved["params"]) != len(now["params"]):
+            raise _foreign(path, f"param_groups[{index}] holds {len(saved['params'])} parameters where this model "
+                                 f"trains {len(now['params'])} (a version that trained other parameters, e.g. the "
+                                 "pooler a sentence encoder now leaves frozen)")
         for key, value in now.items():
             if key == "params" or key not in saved:
                 continue

@@ -67,13 +67,18 @@ def parameter_groups(model: nn.Module, weight_decay: float, split_encoder: bool 
 
 
 def _encoder_parameters(model: nn.Module) -> set[int]:
-    """ids of the parameters of the model's encoder, the submodule its `base_model_prefix` names."""
+    """ids of the parameters of the model's encoder, the submodule its `base_model_prefix` names, less those the
+    checkpoint did not hold (`newly_initialized`, e.g. a pooler missing from a masked-LM checkpoint): a random
+    part is trained with the heads, not held still."""
     prefix = getattr(model, "base_model_prefix", None)
     encoder = getattr(model, prefix, None) if isinstance(prefix, str) else None
     if not isinstance(encoder, nn.Module):
         raise BertkitError(f"--head-warmup-steps / --encoder-lr-ratio: {type(model).__name__} names no encoder "
                            "(base_model_prefix); they apply to BERT with a head")
-    return {id(parameter) for parameter in encoder.parameters()}
+    fresh = set(getattr(model, "newly_initialized", None) or ())
+    named = dict(model.named_parameters())
+    fresh_ids = {id(named[name]) for name in fresh if name in named}
+    return {id(parameter) for parameter in encoder.parameters()} - fresh_ids
 
 
 class Lamb(torch.optim.Optimizer):
@@ -211,8 +216,13 @@ class LearningRateSchedule:
 
     def encoder_scale(self, step: int) -> float:
         """The encoder's learning rate over the heads' for the step after `step`: 0 during the head warm-up
-        (AdamW and LAMB then leave its weights exactly as they are), `encoder_lr_ratio` after."""
-        return 0.0 if step < self.head_warmup_steps else self.encoder_lr_ratio
+        (AdamW and LAMB then leave its weights exactly as they are), then rising linearly over as many steps
+        again to `encoder_lr_ratio` (the encoder gets a warm-up of its own, where the run's may be over), then
+        `encoder_lr_ratio`."""
+        warmup = self.head_warmup_steps
+        if step < warmup:
+            return 0.0
+        return self.encoder_lr_ratio * min(1.0, (step - warmup + 1) / warmup) if warmup else self.encoder_lr_ratio
 
     def apply(self, optimizer: torch.optim.Optimizer, step: int) -> float:
         """Set every parameter group's learning rate for the step after `step` (an encoder group's scaled by
