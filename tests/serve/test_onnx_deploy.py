@@ -210,3 +210,12 @@ def test_a_sentence_transformers_directory_keeps_its_modules(tmp_path, tmp_path_
     assert read_sentence_transformers(tmp_path / "onnx") == read_sentence_transformers(tmp_path / "st")
     assert json.loads((tmp_path / "onnx" / "1_Pooling" / "config.json").read_text()) == \
         json.loads((tmp_path / "st" / "1_Pooling" / "config.json").read_text())
+
+
+def test_a_tokenizer_json_this_tokenizers_cannot_read_is_kept_with_a_warning(tmp_path, tmp_path_factory, caplog):
+    directory = build(tmp_path_factory.mktemp("newer"), BertForSequenceClassification, num_labels=2)
+    (directory / "tokenizer.json").write_text('{"version": "9.0", "model": {"type": "FromTheFuture"}}')
+    export_onnx(ExportSettings(directory, tmp_path / "onnx"))
+    assert (tmp_path / "onnx" / "tokenizer.json").read_text() == (directory / "tokenizer.json").read_text()
+    assert "kept as copied, without a truncation of 128 tokens" in caplog.text
+    assert json.loads((tmp_path / "onnx" / "tokenizer_config.json").read_text())["model_max_length"] == 128

@@ -26,10 +26,12 @@ References: transformers `PreTrainedTokenizerFast.save_pretrained` file layout; 
 from __future__ import annotations
 
 import json
+import logging
 import shutil
 from pathlib import Path
 
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors
+from tokenizers import __version__ as tokenizers_version
 
 from bertkit.errors import BertkitError
 from bertkit.interop.sentence_transformers import copy_module_files
@@ -40,6 +42,8 @@ from bertkit.tokenizer import WordPieceTokenizer
 from bertkit.tokenizer.engine import bert_normalizer
 from bertkit.tokenizer.google import MAX_INPUT_CHARS_PER_WORD
 from bertkit.tokenizer.vocab import CLS, MASK, PAD, SEP, UNK
+
+logger = logging.getLogger(__name__)
 
 GRAPH_FILE = "model.onnx"
 MASK_HEADS = ("BertForMaskedLM", "BertForPreTraining")
@@ -119,7 +123,13 @@ def _write_input_rules(output: Path, max_length: int, split_special: bool) -> No
     config["model_max_length"] = max_length
     config["split_special_tokens"] = split_special
     write_text_atomic(output / "tokenizer_config.json", json.dumps(config, indent=2, ensure_ascii=False) + "\n")
-    pipeline = Tokenizer.from_file(str(output / "tokenizer.json"))
+    try:
+        pipeline = Tokenizer.from_file(str(output / "tokenizer.json"))
+    except Exception as exc:  # noqa: BLE001 - tokenizers raises a bare Exception for a file it cannot read
+        logger.warning("%s: kept as copied, without a truncation of %d tokens (this tokenizers %s cannot read it: "
+                       "%s); clients of it alone must cut inputs themselves", output / "tokenizer.json", max_length,
+                       tokenizers_version, exc)
+        return
     pipeline.enable_truncation(max_length, strategy="longest_first", direction="right")
     write_text_atomic(output / "tokenizer.json", pipeline.to_str(pretty=True) + "\n")
 
