@@ -356,8 +356,9 @@ def _train(model: nn.Module, loss_fn: LossFn, parts: Checkpointed, config: Train
         grad_norm, overflow = _optimizer_step(parts, config, loss)
         state.step += 1
         if state.step == config.head_warmup_steps and ctx.is_main:
-            logger.info("head warm-up done after %d step(s): the encoder trains from the next step (learning "
-                        "rate x %g of the heads')", state.step, config.encoder_lr_ratio)
+            logger.info("head warm-up done after %d step(s): the encoder trains from the next step, its learning "
+                        "rate rising over %d step(s) to x %g of the heads'", state.step, state.step,
+                        config.encoder_lr_ratio)
         record = {"kind": "train", "step": state.step, "loss": loss, **metrics, "lr": lr,
                   **({"encoder_lr": lr * parts.schedule.encoder_scale(state.step - 1)} if config.splits_encoder
                      else {}),
