@@ -111,7 +111,7 @@ def test_bertkit_serve_answers_and_stops_on_sigterm(mlm_dir, cased_tokenizer_dir
         wait_until_ready(url, process, timeout_s=120)
         response = httpx.post(f"{url}/fill-mask", json={"inputs": ["the [MASK] sat"], "top_k": 2})
         assert response.status_code == 200 and len(response.json()["results"][0][0]) == 2
-        cased = httpx.post(f"{url}/embed", json={"inputs": ["The cat", "qqq cat", "the cat"]}).json()["embeddings"]
+        cased = httpx.post(f"{url}/embed", json={"inputs": ["The cat", "qqq cat", "the cat"]}).json()
         assert cased[0] == cased[1] != cased[2]  # 'The' is [UNK] like 'qqq': the --tokenizer directory's rules
         process.send_signal(signal.SIGTERM)
         assert process.wait(timeout=60) == 0, process.stdout.read().decode()

@@ -51,7 +51,7 @@ def _read_to_close(sock: socket.socket, limit_s: float = 5.0) -> tuple[bytes, fl
 
 def _status_and_error(response: bytes) -> tuple[int, str]:
     head, _, body = response.partition(b"\r\n\r\n")
-    return int(head.split()[1]), json.loads(body)["error"]
+    return int(head.split()[1]), json.loads(body)["code"]
 
 
 def _is_open(sock: socket.socket) -> bool:
@@ -152,7 +152,7 @@ def test_at_the_cap_with_every_connection_being_answered_a_new_one_gets_503_at_o
             start = time.monotonic()
             refused = httpx.get(f"{url}/health", timeout=5)
             assert time.monotonic() - start < 0.5
-            assert refused.status_code == 503 and refused.json()["error"] == "too_many_connections"
+            assert refused.status_code == 503 and refused.json()["code"] == "too_many_connections"
             assert refused.headers["retry-after"] == "1"
             assert [f.result().status_code for f in busy] == [200, 200]
         assert httpx.get(f"{url}/health", timeout=5).status_code == 200

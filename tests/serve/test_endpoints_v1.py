@@ -32,12 +32,13 @@ from bertkit.tasks.classification import ClassificationSettings, ClassificationT
 from .conftest import VOCAB, build, tokenizer
 
 MAX_SEQ_LENGTH = 8
-TEXTS = ["the cat sat on the mat.", "John Smith lives in London, in a big red house!", "paris", "",
+TEXTS = ["the cat sat on the mat.", "John Smith lives in London, in a big red house!", "paris", "?",
          "where did the dog go? the dog ran in the park and the cat sat under the house"]
 QUERY = "where did the dog go?"
 LONG = "the cat sat on the mat " * 6  # 36 tokens
 
-EVERY_MODEL = ("/v1/embeddings", "/tokenize", "/info", "/metrics", "/ready", "/health")
+EVERY_MODEL = ("/embed", "/embed_all", "/similarity", "/v1/embeddings", "/embeddings", "/tokenize", "/decode", "/info",
+               "/metrics", "/ready", "/health", "/ping")
 """What every model serves beside its task endpoints (the 404 body and /info list them)."""
 
 
@@ -103,11 +104,11 @@ def _client(directory, **settings) -> TestClient:
 
 
 def _clean(response, status: int, code: str) -> dict:
-    """A JSON error of the server's shape, with no path or traceback."""
+    """A JSON error of the server's shape (TEI's {error, error_type} with bertkit's code), no path or traceback."""
     assert response.status_code == status, response.text
     assert "Traceback" not in response.text and "/tmp" not in response.text and ".py" not in response.text
     body = response.json()
-    assert body["error"] == code, body
+    assert body["code"] == code and isinstance(body["error"], str) and body["error_type"], body
     return body
 
 
@@ -128,7 +129,7 @@ def test_openai_client_gets_the_vectors_of_embed_and_of_sentence_transformers(se
         embed = httpx.post(f"{url}/embed", json={"inputs": TEXTS}).json()
     floats = np.array([d.embedding for d in as_float.data], dtype=np.float32)
     np.testing.assert_allclose(floats, expected, atol=1e-5)
-    np.testing.assert_array_equal(floats, np.array(embed["embeddings"], dtype=np.float32))
+    np.testing.assert_array_equal(floats, np.array(embed, dtype=np.float32))
     np.testing.assert_array_equal(np.array([d.embedding for d in default.data], dtype=np.float32), floats)
     decoded = [np.frombuffer(base64.b64decode(d.embedding), dtype="<f4") for d in as_base64.data]
     np.testing.assert_array_equal(np.stack(decoded), floats)
@@ -149,16 +150,21 @@ def test_openai_client_errors_carry_code_param_and_message(sentence_dir):
         assert (error.value.code, error.value.param, error.value.type) == ("invalid_dimensions", "dimensions",
                                                                            "invalid_request_error")
         assert "send at most 32" in error.value.message
-        with pytest.raises(openai.UnprocessableEntityError) as error:
-            client.embeddings.create(model="m", input=[[5, 6, 7]])
-        assert error.value.code == "token_ids_not_supported" and error.value.param == "input"
+        with pytest.raises(openai.UnprocessableEntityError) as error:  # tiktoken's ids, as LangChain sends them
+            client.embeddings.create(model="m", input=[[5, 6, 70000]])
+        assert error.value.code == "invalid_token_id" and error.value.param == "input"
+        assert "check_embedding_ctx_length=False" in error.value.message
+        with pytest.raises(openai.BadRequestError) as error:
+            client.embeddings.create(model="m", input="")
+        assert error.value.code == "empty"
         with pytest.raises(openai.APIStatusError) as error:
             client.embeddings.create(model="m", input=["the cat", LONG], extra_body={"truncate": False})
-        assert error.value.status_code == 413 and error.value.code == "too_many_tokens"
-        assert "'input[1]' has 38 tokens, more than the model's maximum of 8" in error.value.message
+        assert error.value.status_code == 422 and error.value.code == "too_many_tokens"
+        assert "'input[1]' has 38" in error.value.message and "less than 8 tokens" in error.value.message
+        client.embeddings.create(model="m", input=["the cat"], extra_body={"colour": "red"})  # ignored, as TEI does
         with pytest.raises(openai.UnprocessableEntityError) as error:
-            client.embeddings.create(model="m", input=["the cat"], extra_body={"colour": "red"})
-        assert error.value.code == "invalid_request" and error.value.param == "colour"
+            client.embeddings.create(model="m", input=["the cat"], extra_body={"truncate": "no"})
+        assert error.value.code == "invalid_request" and error.value.param == "truncate"
         with pytest.raises(openai.AuthenticationError) as error:
             openai.OpenAI(base_url=f"{url}/v1", api_key="wrong", max_retries=0).embeddings.create(model="m", input="a")
         assert error.value.code == "unauthorized"
@@ -170,9 +176,9 @@ def test_v1_errors_take_openai_shape_and_other_paths_keep_the_servers(mlm_dir):
     with _client(mlm_dir, limits=Limits(max_inputs=2)) as client:
         response = client.post("/v1/embeddings", json={"input": ["a", "b", "c"], "model": "m"})
         assert response.status_code == 422
-        assert response.json() == {"error": {"message": "'input' has 3 inputs; the limit is 2 per request (split the "
-                                             "request)", "type": "invalid_request_error", "param": None,
-                                             "code": "too_many_inputs"}}
+        assert response.json() == {"error": {"message": "batch size 3 > maximum allowed batch size 2: 'input' has 3 "
+                                             "inputs (split the request)", "type": "invalid_request_error",
+                                             "param": None, "code": "too_many_inputs"}}
         error = client.post("/v1/embeddings", json={"input": 5}).json()["error"]
         assert error["code"] == "invalid_request" and error["param"] == "input"
         assert client.post("/v1/embeddings", content=b"{no", headers={"Content-Type": "application/json"}
@@ -213,7 +219,7 @@ def test_rerank_of_a_regression_model_is_its_score_and_a_three_label_model_has_n
         assert "/rerank" in client.get("/openapi.json").json()["paths"]
     with _client(classifier_dir) as client:  # negative, positive, neutral: no relevance score among them
         body = _clean(client.post("/rerank", json={"query": QUERY, "texts": texts}), 404, "not_found")
-        assert body["endpoints"] == ["/classify", "/embed", *EVERY_MODEL]
+        assert body["endpoints"] == ["/classify", "/embed", "/predict", *EVERY_MODEL[1:]]
 
 
 def test_rerank_equals_a_sentence_transformers_cross_encoder(bert_dir, tmp_path):
@@ -227,6 +233,7 @@ def test_rerank_equals_a_sentence_transformers_cross_encoder(bert_dir, tmp_path)
     expected = model.rank(QUERY, TEXTS)
     with _client(tmp_path / "ce") as client:
         ranked = client.post("/rerank", json={"query": QUERY, "texts": TEXTS}).json()
+        assert client.post("/", json={"query": QUERY, "texts": TEXTS}).json() == ranked  # TEI's root, by the body
         info = client.get("/info").json()
     assert [r["index"] for r in ranked] == [e["corpus_id"] for e in expected]
     assert [r["score"] for r in ranked] == pytest.approx([float(e["score"]) for e in expected], abs=1e-5)
@@ -243,10 +250,12 @@ def test_tokenize_gives_ids_offsets_and_specials(mlm_dir):
         [long] = client.post("/tokenize", json={"inputs": LONG * 20}).json()
     encoding = tokenizer().encode(text)
     assert [t["id"] for t in tokens] == encoding.input_ids
-    assert tokens[0] == {"id": 2, "text": "[CLS]", "start": None, "stop": None, "special": True}
+    assert tokens[0] == {"id": 2, "text": "[CLS]", "start": None, "stop": None, "char_start": None, "char_stop": None,
+                         "special": True}
     assert tokens[-1]["text"] == "[SEP]" and tokens[-1]["special"]
     assert bare == tokens[1:-1] and not any(t["special"] for t in bare)
-    assert all(text[t["start"]:t["stop"]] == t["text"] for t in bare)
+    assert all(text[t["char_start"]:t["char_stop"]] == t["text"] for t in bare)
+    assert all(text.encode()[t["start"]:t["stop"]].decode() == t["text"] for t in bare)  # ASCII: bytes = characters
     assert [t["text"] for t in bare] == ["John", "Smith", "'", "s", "house"]
     assert len(long) == 722  # never truncated: a client counts tokens against /info's max_input_length
 
@@ -254,18 +263,23 @@ def test_tokenize_gives_ids_offsets_and_specials(mlm_dir):
 def test_info_describes_the_model_and_the_limits(classifier_dir, sentence_dir):
     with _client(classifier_dir, max_batch_size=7, limits=Limits(max_inputs=5)) as client:
         info = client.get("/info").json()
-    assert info["model_type"] == "classification" and info["architecture"] == "BertForSequenceClassification"
+    assert info["task"] == "classification" and info["architecture"] == "BertForSequenceClassification"
+    assert info["model_type"] == {"classifier": {"id2label": {"0": "negative", "1": "positive", "2": "neutral"},
+                                                 "label2id": {"negative": 0, "positive": 1, "neutral": 2}}}
+    assert info["max_client_batch_size"] == 5 and info["max_batch_requests"] == 7 and info["auto_truncate"] is True
+    assert info["model_dtype"] == "float32" and info["served_model_name"] == info["model_id"]
     assert info["labels"] == ["negative", "positive", "neutral"] and info["max_input_length"] == 16
     assert info["precision"] == "fp32" and info["truncate_default"] is True
     assert info["limits"]["max_batch_size"] == 7 and info["limits"]["max_client_batch_size"] == 5
-    assert info["endpoints"] == ["/classify", "/embed", *EVERY_MODEL]
+    assert info["endpoints"] == ["/classify", "/embed", "/predict", *EVERY_MODEL[1:]]
     assert info["model_id"] == classifier_dir.name and "/" not in info["model_id"]
     directory, _ = sentence_dir
     with _client(directory) as client:
         info = client.get("/info").json()
-        [vector] = client.post("/embed", json={"inputs": "the cat"}).json()["embeddings"]
+        [vector] = client.post("/embed", json={"inputs": "the cat"}).json()
     assert info["embedding"] == {"dimension": len(vector), "pooling": ["mean"], "normalize": True, "prompt": False}
-    assert info["max_input_length"] == MAX_SEQ_LENGTH and info["model_type"] == "embed"
+    assert info["max_input_length"] == MAX_SEQ_LENGTH and info["task"] == "embed"
+    assert info["model_type"] == {"embedding": {"pooling": "mean"}}
 
 
 def test_openapi_lists_every_endpoint(pair_dir):
@@ -284,29 +298,29 @@ def test_info_and_tokenize_need_the_api_key(mlm_dir):
 
 # --- truncation ---------------------------------------------------------------------------------------------
 
-def test_truncate_false_answers_413_with_the_token_count(classifier_dir, pair_dir):
+def test_truncate_false_answers_422_with_the_token_count(classifier_dir, pair_dir):
     with _client(classifier_dir) as client:
-        body = _clean(client.post("/embed", json={"inputs": ["the cat", LONG], "truncate": False}), 413,
+        body = _clean(client.post("/embed", json={"inputs": ["the cat", LONG], "truncate": False}), 422,
                       "too_many_tokens")
-        assert body["message"] == ("'inputs[1]' has 38 tokens, more than the model's maximum of 16; shorten it, or "
-                                   "send \"truncate\": true to cut it")
+        assert body["error"] == ("`inputs` must have less than 16 tokens: 'inputs[1]' has 38; shorten it, or send "
+                                 "\"truncate\": true to cut it")  # TEI 1.9's words, and 422 as TEI 1.9
         body = _clean(client.post("/classify", json={"inputs": ["a", "the cat"], "text_pairs": ["b", LONG],
-                                                     "truncate": False}), 413, "too_many_tokens")
-        assert body["message"].startswith("'inputs[1]' with text_pairs[1] has 41 tokens")
+                                                     "truncate": False}), 422, "too_many_tokens")
+        assert "'inputs[1]' with text_pairs[1] has 41;" in body["error"]
         assert client.post("/classify", json={"inputs": [LONG], "truncate": True}).json()["results"][0]["truncated"]
         assert client.post("/embed", json={"inputs": ["the cat"], "truncate": False}).status_code == 200
     with _client(pair_dir) as client:
-        body = _clean(client.post("/rerank", json={"query": "a", "texts": ["b", LONG], "truncate": False}), 413,
+        body = _clean(client.post("/rerank", json={"query": "a", "texts": ["b", LONG], "truncate": False}), 422,
                       "too_many_tokens")
-        assert body["message"].startswith("'texts[1]' with the query has 40 tokens")
+        assert "'texts[1]' with the query has 40;" in body["error"]
 
 
 def test_one_request_over_the_length_does_not_fail_its_neighbours(mlm_dir):
-    """Requests batched together: the one with "truncate": false and a long input gets its 413, the others 200."""
+    """Requests batched together: the one with "truncate": false and a long input gets its 422, the others 200."""
     bodies = [{"inputs": ["the cat"], "truncate": False}] * 3 + [{"inputs": [LONG * 20], "truncate": False}]
     with _client(mlm_dir, max_wait_ms=200) as client, ThreadPoolExecutor(len(bodies)) as pool:
         codes = list(pool.map(lambda body: client.post("/embed", json=body).status_code, bodies))
-    assert codes == [200, 200, 200, 413]
+    assert codes == [200, 200, 200, 422]
 
 
 def test_left_truncation_keeps_the_end_of_each_text(classifier_dir):
@@ -320,9 +334,10 @@ def test_left_truncation_keeps_the_end_of_each_text(classifier_dir):
     assert pair["input_ids"] == [2, *ids[0][-kept_a:], 3, *ids[1][-(13 - kept_a):], 3]
     assert pair["token_type_ids"] == right.token_type_ids and lost == [36 + 6 - 13]
     with _client(classifier_dir) as client:
-        left = client.post("/embed", json={"inputs": [LONG], "truncation_direction": "left"}).json()["embeddings"]
-        tei = client.post("/embed", json={"inputs": [LONG], "truncation_direction": "Left"}).json()["embeddings"]
-        right_vectors = client.post("/embed", json={"inputs": [LONG]}).json()["embeddings"]
+        raw = {"normalize": False}
+        left = client.post("/embed", json={"inputs": [LONG], "truncation_direction": "left", **raw}).json()
+        tei = client.post("/embed", json={"inputs": [LONG], "truncation_direction": "Left", **raw}).json()
+        right_vectors = client.post("/embed", json={"inputs": [LONG], **raw}).json()
         _clean(client.post("/embed", json={"inputs": [LONG], "truncation_direction": "middle"}), 422,
                "invalid_request")
     np.testing.assert_allclose(left, predictor.embed([LONG], truncation_direction="left"), atol=1e-6)

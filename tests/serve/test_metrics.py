@@ -65,7 +65,7 @@ def test_metrics_count_requests_batches_and_tokens(mlm_dir, access_log):
         assert client.post("/embed", json={"inputs": texts[:2]}).status_code == 200
         assert client.post("/embed", json={"inputs": texts[2]}).status_code == 200
         assert client.post("/fill-mask", json={"inputs": "the [MASK] sat"}).status_code == 200
-        assert client.post("/embed", json={"inputs": []}).status_code == 422
+        assert client.post("/embed", json={"inputs": []}).status_code == 400
         assert client.post("/embed", json={"inputs": "x" * 600}).status_code == 413
         assert client.get("/no/such/path/12345").status_code == 404
         samples = _samples(client)
@@ -75,7 +75,7 @@ def test_metrics_count_requests_batches_and_tokens(mlm_dir, access_log):
         return _value(samples, "bertkit_requests_total", endpoint=endpoint, method=method, status=status)
 
     assert requests("/embed", "200") == 2 and requests("/fill-mask", "200") == 1
-    assert requests("/embed", "422") == 1 and requests("/embed", "413") == 1
+    assert requests("/embed", "400") == 1 and requests("/embed", "413") == 1
     assert requests("unmatched", "404", "GET") == 1 and "12345" not in text  # route templates, not raw paths
     assert _value(samples, "bertkit_request_duration_seconds_count", endpoint="/embed", method="POST",
                   status="200") == 2
@@ -95,12 +95,12 @@ def test_metrics_count_requests_batches_and_tokens(mlm_dir, access_log):
     assert len(lines) == 8  # the six requests and the two scrapes
     first = lines[0]
     assert set(first) == {"time", "request_id", "method", "path", "status", "duration_ms", "inputs", "tokens",
-                          "client"}
+                          "client", "trace_id"}
     assert (first["method"], first["path"], first["status"], first["inputs"]) == ("POST", "/embed", 200, 2)
     assert first["tokens"] == sum(cost(("embed",), t) for t in texts[:2])
     assert GENERATED_ID.fullmatch(first["request_id"]) and first["duration_ms"] > 0
     assert first["client"] == "testclient" and first["time"].endswith("+00:00")
-    assert [line["status"] for line in lines] == [200, 200, 200, 422, 413, 404, 200, 200]
+    assert [line["status"] for line in lines] == [200, 200, 200, 400, 413, 404, 200, 200]
     assert lines[3]["inputs"] == 0 and lines[5]["path"] == "/no/such/path/12345"
 
 
@@ -134,7 +134,7 @@ def test_request_id_is_echoed_or_generated_on_every_response(mlm_dir):
         responses = [client.get("/health"), client.post("/embed", json={"inputs": []}),
                      client.post("/embed", content=b"{", headers={"Content-Type": "application/json"}),
                      client.post("/embed", json={"inputs": "x" * 300}), client.get("/nowhere"), client.get("/embed")]
-        assert [r.status_code for r in responses] == [200, 422, 400, 413, 404, 405]
+        assert [r.status_code for r in responses] == [200, 400, 400, 413, 404, 405]
         predictor.embed = broken  # type: ignore[method-assign]
         responses.append(client.post("/embed", json={"inputs": "the cat"}, headers={"X-Request-ID": "bug-1"}))
         assert responses[-1].status_code == 500 and responses[-1].headers["x-request-id"] == "bug-1"

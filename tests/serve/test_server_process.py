@@ -70,13 +70,13 @@ def test_full_queue_answers_429_and_the_rest_complete(mlm_dir):
     # Counts, not positions: on a busy machine two requests may swap places in the staggered arrival.
     assert sorted(codes) == [200, 200, 429, 429, 429], codes
     refused = next(r for r in responses if r.status_code == 429)
-    assert refused.json()["error"] == "queue_full" and refused.headers["retry-after"] == "1"
+    assert refused.json()["code"] == "queue_full" and refused.headers["retry-after"] == "1"
 
 
 def test_request_past_its_time_limit_answers_504(mlm_dir):
     with _ThreadServer(slow_app(str(mlm_dir), delay_s=0.6, max_queue=8, timeout_s=0.2)) as url:
         response = httpx.post(f"{url}/embed", json={"inputs": ["a"]}, timeout=30)
-        assert response.status_code == 504 and response.json()["error"] == "timeout"
+        assert response.status_code == 504 and response.json()["code"] == "timeout"
         time.sleep(0.6)  # the worker finishes the abandoned batch and serves the next request
         assert httpx.get(f"{url}/health").status_code == 200
 

@@ -57,10 +57,14 @@ class SentenceModules:
     """sentence_bert_config.json's do_lower_case: texts are lowercased before tokenizing."""
     prompt: str
     """The default prompt put before every text (config_sentence_transformers.json), usually ''."""
+    prompts: tuple[tuple[str, str], ...] = ()
+    """The named prompts of config_sentence_transformers.json ((name, text) pairs): `encode(prompt_name=...)`."""
 
-    def prepare(self, text: str, prompt: bool = True) -> str:
-        """The text as the Transformer module tokenizes it (the prompt goes before a pair's first text)."""
-        return (self.prompt if prompt else "") + (text.lower() if self.do_lower_case else text)
+    def prepare(self, text: str, prompt: bool = True, prompt_name: str | None = None) -> str:
+        """The text as the Transformer module tokenizes it (the prompt goes before a pair's first text);
+        `prompt_name` puts that named prompt in place of the default one."""
+        chosen = self.prompt if prompt_name is None else dict(self.prompts)[prompt_name]
+        return (chosen if prompt else "") + (text.lower() if self.do_lower_case else text)
 
 
 def choose_pooling(pooling: str, normalize: bool | None, settings: SentenceModules | None,
@@ -100,8 +104,10 @@ def read_sentence_transformers(directory: str | Path) -> SentenceModules | None:
     if prompt and not include_prompt:
         raise BertkitError(f"{directory}: the pooling excludes the default prompt's tokens (include_prompt "
                            "false), which bertkit does not implement; use sentence-transformers for this model")
+    prompts = _optional_object(directory / "config_sentence_transformers.json").get("prompts") or {}
     return SentenceModules(poolings, len(kinds) == 3, _max_seq_length(directory, transformer),
-                            bool(transformer.get("do_lower_case", False)), prompt)
+                            bool(transformer.get("do_lower_case", False)), prompt,
+                            tuple((str(name), str(text)) for name, text in sorted(prompts.items())))
 
 
 def _module_kind(path: Path, module: Any) -> str:

@@ -32,28 +32,20 @@ import hmac
 import logging
 import signal
 from collections.abc import AsyncIterator, Hashable, Mapping
-from typing import Any, Literal, cast
+from typing import Any, cast
 
+import torch
 import uvicorn
 from fastapi import Depends, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from fastapi.security import APIKeyHeader, HTTPAuthorizationCredentials, HTTPBearer
 from fastapi_offline import FastAPIOffline
-from pydantic import Field
+from pydantic import ConfigDict, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from bertkit.errors import BertkitError
-from bertkit.serve.compat import (
-    ALWAYS_SERVED,
-    OPENAI_PREFIX,
-    FieldError,
-    StrictBody,
-    Submit,
-    Truncation,
-    add_routes,
-    openai_error,
-)
+from bertkit.serve.compat import FieldError, RequestBody, Submit, Truncation, add_routes, served_endpoints
 from bertkit.serve.connections import (
     ConnectionGuard,
     CountRequestWarnings,
@@ -63,10 +55,20 @@ from bertkit.serve.connections import (
     handle_accept_errors,
 )
 from bertkit.serve.cost import token_cost
-from bertkit.serve.limits import BodySizeLimit, RequestError, check_count, check_text, check_texts, error_body
+from bertkit.serve.limits import (
+    OPENAI_PREFIX,
+    BodySizeLimit,
+    RequestError,
+    check_count,
+    check_text,
+    check_texts,
+    error_body,
+    openai_error,
+)
 from bertkit.serve.microbatch import MicroBatcher, NotRunningError, QueueFullError
-from bertkit.serve.observability import install_observability
+from bertkit.serve.observability import install_observability, note_error
 from bertkit.serve.predictor import MAX_TOP_K, InputTooLongError, Predictor
+from bertkit.serve.tei import add_tei_routes
 from bertkit.settings import ServerSettings
 
 log = logging.getLogger(__name__)
@@ -80,7 +82,7 @@ DOCS_ASSETS = "/docs-assets"
 Texts = str | list[str]
 
 
-class FillMaskRequest(StrictBody):
+class FillMaskRequest(RequestBody):
     inputs: Texts = Field(description="Text(s) with one or more [MASK] tokens.")
     top_k: int = Field(5, ge=1, le=MAX_TOP_K, description="Candidates per [MASK].")
 
@@ -90,25 +92,24 @@ class ClassifyRequest(Truncation):
     text_pairs: Texts | None = Field(None, description="Second sentence of each pair, one per input.")
 
 
-class TagRequest(StrictBody):
+class TagRequest(RequestBody):
     inputs: Texts = Field(description="Text(s) to tag.")
 
 
-class AnswerRequest(StrictBody):
+class _OneShape(RequestBody):
+    """A body told apart from another shape by its fields: unknown fields are refused (422), so a body with
+    both shapes' fields is never read as one of them."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+
+class AnswerRequest(_OneShape):
     question: str
     context: str = Field(description="Any length up to the character limit; read in doc-stride windows.")
 
 
-class AnswerBatchRequest(StrictBody):
+class AnswerBatchRequest(_OneShape):
     inputs: list[AnswerRequest] = Field(description="Question/context pairs, each answered as the single form.")
-
-
-class EmbedRequest(Truncation):
-    inputs: Texts
-    pooling: Literal["auto", "cls", "mean", "max", "mean_sqrt_len_tokens"] = "auto"
-    """auto: a sentence-transformers directory's own pooling, else [CLS]."""
-    normalize: bool | None = None
-    """None: the directory's Normalize module (sentence-transformers), else no normalisation."""
 
 
 def _as_list(texts: Texts) -> list[str]:
@@ -139,6 +140,7 @@ def create_app(predictor: Predictor, settings: ServerSettings | None = None) -> 
     app.state.ready = False
     app.state.batcher = batcher
     app.state.settings = settings
+    app.state.device = next(predictor.model.parameters(), torch.empty(0)).device.type
     app.add_middleware(BodySizeLimit, max_bytes=settings.limits.max_body_bytes)
     _add_error_handlers(app, predictor)
     _add_probes(app)
@@ -173,12 +175,16 @@ def _run(predictor: Any, key: Hashable, items: list[Any]) -> list[Any]:
         return predictor.answer([q for q, _ in items], [c for _, c in items])
     if endpoint == "tokenize":
         return predictor.tokenize(items, add_special_tokens=options[0])
-    if endpoint == "embeddings":  # /v1/embeddings: the directory's pooling, and each text's tokens for `usage`
-        vectors, counts = predictor.embed_with_counts(items, truncate=options[0], truncation_direction=options[1])
+    if endpoint == "embed_all":
+        truncate, direction, prompt_name = options
+        return [v.tolist() for v in predictor.token_vectors(items, truncate, direction, prompt_name)]
+    if endpoint == "embeddings":  # /v1/embeddings: also each text's tokens for `usage`
+        normalize, truncate, direction, prompt_name = options
+        vectors, counts = predictor.embed_with_counts(items, "auto", normalize, truncate, direction, prompt_name)
         return list(zip(vectors.tolist(), counts))
-    pooling, normalize, truncate, direction = options
+    pooling, normalize, truncate, direction, prompt_name = options
     return predictor.embed(items, pooling=pooling, normalize=normalize, truncate=truncate,
-                           truncation_direction=direction).tolist()
+                           truncation_direction=direction, prompt_name=prompt_name).tolist()
 
 
 def _add_probes(app: FastAPI) -> None:
@@ -190,7 +196,12 @@ def _add_probes(app: FastAPI) -> None:
     async def ready() -> JSONResponse:
         if app.state.ready:
             return JSONResponse({"status": "ready"})
-        return JSONResponse(error_body("not_ready", "the model is warming up or shutting down"), status_code=503)
+        return JSONResponse(error_body("not_ready", "the model is warming up or shutting down", 503),
+                            status_code=503)
+
+    # TEI answers its health check at GET / too, and SageMaker asks GET /ping whether to send traffic.
+    app.get("/", summary="Readiness, as /ready (TEI's health check at the root).", operation_id="root_get")(ready)
+    app.get("/ping", summary="Readiness, as /ready (SageMaker's health check).")(ready)
 
 
 def _auth(settings: ServerSettings) -> Any:
@@ -226,8 +237,8 @@ def _submitter(settings: ServerSettings, batcher: MicroBatcher) -> Submit:
                                "shorter inputs") from None
         except InputTooLongError as exc:  # sent with "truncate": false
             name = f"'{field}[{exc.index}]'{paired.format(i=exc.index)}"
-            raise FieldError(413, "too_many_tokens", f"{name} has {exc.tokens} tokens, more than the model's "
-                             f"maximum of {exc.maximum}; shorten it, or send \"truncate\": true to cut it",
+            raise FieldError(422, "too_many_tokens", f"`{field}` must have less than {exc.maximum} tokens: {name} has "
+                             f"{exc.tokens}; shorten it, or send \"truncate\": true to cut it",
                              field) from None
 
     return submit
@@ -251,17 +262,17 @@ def _add_task_routes(app: FastAPI, predictor: Predictor, settings: ServerSetting
     if "classify" in predictor.endpoints:
         @app.post("/classify", dependencies=secured, summary="Label and probabilities (or a regression score).")
         async def classify(body: ClassifyRequest) -> dict[str, Any]:
-            texts = _as_list(body.inputs)
-            check_texts(texts, "inputs", limits)
+            cut = body.direction if body.cuts(settings) else None
+            texts = check_texts(_as_list(body.inputs), "inputs", limits, cut)
             pairs = _as_list(body.text_pairs) if body.text_pairs is not None else None
             if pairs is not None:
-                check_texts(pairs, "text_pairs", limits)
+                pairs = check_texts(pairs, "text_pairs", limits, cut)
                 if len(pairs) != len(texts):
                     raise RequestError(422, "invalid_input", f"{len(texts)} inputs but {len(pairs)} text_pairs; "
                                        "send one pair per input")
             second: list[str | None] = list(pairs) if pairs is not None else [None] * len(texts)
             items = list(zip(texts, second))
-            key = ("classify", pairs is not None, body.truncate, body.direction)
+            key = ("classify", pairs is not None, cut is not None, body.direction)
             return {"results": await submit(key, items, "inputs", "" if pairs is None else " with text_pairs[{i}]")}
 
     if "tag" in predictor.endpoints:
@@ -286,27 +297,22 @@ def _add_task_routes(app: FastAPI, predictor: Predictor, settings: ServerSetting
                 check_text(pair.context, f"inputs[{i}].context", limits)
             return {"results": await submit(("answer",), [(p.question, p.context) for p in body.inputs])}
 
-    @app.post("/embed", dependencies=secured,
-              summary="Sentence vectors (the directory's pooling, or [CLS], mean, max pooling).")
-    async def embed(body: EmbedRequest) -> dict[str, Any]:
-        texts = _as_list(body.inputs)
-        check_texts(texts, "inputs", limits)
-        key = ("embed", body.pooling, body.normalize, body.truncate, body.direction)
-        return {"embeddings": await submit(key, texts)}
-
-    add_routes(app, predictor, settings, submit, secured)
+    rerank = add_routes(app, predictor, settings, submit, secured)
+    add_tei_routes(app, predictor, settings, submit, secured, rerank)
 
 
 def _error(request: Request, status: int, code: str, message: str, headers: Mapping[str, str] | None = None,
            param: str | None = None, **extra: Any) -> JSONResponse:
     """An error answer in the server's shape, or in OpenAI's under /v1/ (what OpenAI's clients read)."""
     if request.url.path.startswith(OPENAI_PREFIX):
+        note_error(code)
         return JSONResponse(openai_error(status, code, message, param), status_code=status, headers=headers)
-    return JSONResponse(error_body(code, message, **extra), status_code=status, headers=headers)
+    note_error(code)
+    return JSONResponse(error_body(code, message, status, **extra), status_code=status, headers=headers)
 
 
 def _add_error_handlers(app: FastAPI, predictor: Predictor) -> None:
-    served = [f"/{name}" for name in predictor.endpoints] + list(ALWAYS_SERVED)
+    served = served_endpoints(predictor)
 
     @app.exception_handler(RequestError)
     async def request_error(request: Request, exc: RequestError) -> JSONResponse:
@@ -356,7 +362,9 @@ def build_server(app: FastAPI, host: str = "127.0.0.1", port: int = 8000, drain_
     guard = ConnectionGuard(limits, fit_file_limit(limits.max_connections), events)
     # uvicorn's hints say int for the drain timeout (it is used as a float by asyncio.wait_for) and a class for
     # http (it calls it with the protocol's arguments, which the partial adds the guard to).
+    # With JSON access logs, uvicorn's plain-text access lines would share stdout with them: one format only.
     config = uvicorn.Config(app, host=host, port=port, log_level=log_level,
+                            access_log=not app.state.settings.json_access_log,
                             timeout_graceful_shutdown=drain_timeout_s,  # type: ignore[arg-type]
                             server_header=False,
                             http=functools.partial(GuardedH11Protocol, guard),  # type: ignore[arg-type]

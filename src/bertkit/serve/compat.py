@@ -1,18 +1,22 @@
-"""The endpoints other servers made conventional: OpenAI's `POST /v1/embeddings`, and Text Embeddings
-Inference's (TEI) `POST /rerank`, `POST /tokenize` and `GET /info`; the request fields every text
-endpoint shares (`truncate`, `truncation_direction`); OpenAI's error shape.
+"""The endpoints other servers made conventional, over bertkit's own inference: OpenAI's
+`POST /v1/embeddings` (and TEI's alias `/embeddings`), and text-embeddings-inference's (TEI 1.9)
+`/rerank`, `/tokenize`, `/decode` and `GET /info`; the request bodies and fields every text endpoint
+shares (`truncate`, `truncation_direction`, `prompt_name`, token-id inputs).
 
-Design decision: these are other servers' request and response layouts over bertkit's own inference,
-not new inference. /v1/embeddings runs what /embed runs with the directory's own pooling, /rerank the
-pair scoring /classify does, /tokenize the tokenizer every predictor uses; all go through the same
-limits and micro-batcher. So the `openai` client, gateways that speak OpenAI, and TEI clients work
-unchanged, and the numbers equal bertkit's other endpoints. Status codes stay the server's own
-(app.py); under /v1/ the error body takes OpenAI's shape, which the `openai` client reads into its
-exception's message, type, code and param.
+Design decision: these are other servers' request and response layouts, not new inference.
+/v1/embeddings runs what /embed runs, /rerank the pair scoring /classify does, /tokenize the tokenizer
+every predictor uses; all go through the same limits and micro-batcher. So the `openai` client, gateways
+that speak OpenAI, and TEI's clients work unchanged, and the numbers equal bertkit's other endpoints.
+Request bodies are read as TEI reads them: unknown fields are ignored, `null` means the default, types
+are strict (no "1" for 1). Under /v1/ the error body takes OpenAI's shape (limits.openai_error).
 
-References: OpenAI API reference, "Embeddings" (dimensions, encoding_format) and "Error codes";
-huggingface/text-embeddings-inference, router/src/http/types.rs (rerank, tokenize, info, truncate,
-truncation_direction; 413 for an input over the maximum length).
+Token ids: an input may be a list of this model's token ids (what /tokenize gives), as TEI and OpenAI
+accept. They are decoded to text and read as text (TEI re-encodes them the same way); an id outside the
+vocabulary is refused, naming the likely cause: LangChain's OpenAIEmbeddings sends tiktoken's ids, which
+mean nothing to a BERT vocabulary, unless `check_embedding_ctx_length=False`.
+
+References: OpenAI API reference, "Embeddings" and "Error codes"; huggingface/text-embeddings-inference
+1.9, router/src/http/types.rs and server.rs, core/src/tokenization.rs.
 """
 
 from __future__ import annotations
@@ -26,13 +30,13 @@ from fastapi import FastAPI
 from pydantic import BaseModel, ConfigDict, Field
 
 import bertkit
-from bertkit.serve.limits import RequestError, check_text, check_texts
+from bertkit.serve.limits import RequestError, check_count, check_text, check_texts
 from bertkit.serve.predictor import Predictor
 from bertkit.settings import ServerSettings
 
-OPENAI_PREFIX = "/v1/"
-ALWAYS_SERVED = ("/v1/embeddings", "/tokenize", "/info", "/metrics", "/ready", "/health")
-"""Endpoints of every model, beside its task endpoints (predictor.endpoints)."""
+ALWAYS_SERVED = ("/embed", "/embed_all", "/similarity", "/v1/embeddings", "/embeddings", "/tokenize", "/decode",
+                 "/info", "/metrics", "/ready", "/health", "/ping")
+"""Endpoints of every model, beside its task endpoints (predictor.endpoints), `POST /` and /invocations."""
 
 Submit = Callable[..., Awaitable[list[Any]]]
 """The app's `submit(key, items, field, paired)`: the items' results from the micro-batcher (app.py)."""
@@ -46,39 +50,41 @@ class FieldError(RequestError):
         self.param = param
 
 
-def openai_error(status: int, code: str, message: str, param: str | None = None) -> dict[str, Any]:
-    """OpenAI's error body, {"error": {message, type, param, code}}: the `openai` client raises it as the
-    APIStatusError subclass of the status, with these four fields as attributes."""
-    kind = "server_error" if status >= 500 else "invalid_request_error"
-    return {"error": {"message": message, "type": kind, "param": param, "code": code}}
-
-
 # --- request bodies ----------------------------------------------------------------------------------
 
-class StrictBody(BaseModel):
-    """Every request body: a JSON object of exactly the documented fields and types."""
+class RequestBody(BaseModel):
+    """Every request body: a JSON object whose known fields have exactly their types; other fields are
+    ignored, as TEI and OpenAI's servers ignore them."""
 
-    model_config = ConfigDict(extra="forbid", strict=True)
+    model_config = ConfigDict(extra="ignore", strict=True)
 
 
-class Truncation(StrictBody):
-    truncate: bool = Field(True, description="Cut an input longer than the model's maximum length to fit (true), "
-                           "or refuse it with 413 and its token count (false).")
+class Truncation(RequestBody):
+    truncate: bool | None = Field(None, description="Cut an input longer than the model's maximum length to fit "
+                                  "(true), or refuse it with 422 and its token count (false); null or absent: the "
+                                  "server's --auto-truncate (on by default, as TEI 1.9).")
     truncation_direction: Literal["right", "left", "Right", "Left"] = Field(
-        "right", description="Which end is cut: right keeps the start of each text, left its end "
-        "(TEI's spellings Right and Left are accepted).")
+        "right", description="Which end is cut: right keeps the start of each text, left its end.")
 
     @property
     def direction(self) -> str:
         return self.truncation_direction.lower()
 
+    def cuts(self, settings: ServerSettings) -> bool:
+        """Whether this request's long inputs are cut: its own `truncate`, else the server's default."""
+        return settings.auto_truncate if self.truncate is None else self.truncate
+
+
+TokenIds = list[int]
+Inputs = str | TokenIds | list[str | TokenIds]
+"""TEI's `inputs`: a text, a list of token ids, or a list of texts and token-id lists."""
+
 
 class EmbeddingsRequest(Truncation):
-    input: str | list[str] | list[int] | list[list[int]] = Field(
-        description="A text or a list of texts (token-id arrays are refused: this server reads text).")
+    input: Inputs = Field(description="A text, a list of texts, or token ids (one list or a list of lists).")
     model: str | None = Field(None, description="Any name; echoed in the answer (this server has one model).")
     dimensions: int | None = Field(None, ge=1, description="Keep the first N values of each vector (normalised "
-                                   "again when the model's vectors are unit length).")
+                                   "again when the vectors are unit length).")
     encoding_format: Literal["float", "base64"] = Field("float", description="base64: little-endian float32 "
                                                         "bytes, as the openai client decodes them.")
     user: str | None = Field(None, description="Accepted and ignored.")
@@ -87,76 +93,138 @@ class EmbeddingsRequest(Truncation):
 class RerankRequest(Truncation):
     query: str
     texts: list[str] = Field(description="Texts to score against the query, each as the pair (query, text).")
-    top_n: int | None = Field(None, ge=1, description="Answer only the N best; default all.")
+    top_n: int | None = Field(None, ge=1, description="Answer only the N best; default all (a bertkit extra).")
     return_text: bool = Field(False, description="Include each text in its result.")
     raw_scores: bool = Field(False, description="The model's raw output (a logit) instead of a probability.")
 
 
-class TokenizeRequest(StrictBody):
+class TokenizeRequest(RequestBody):
     inputs: str | list[str]
     add_special_tokens: bool = Field(True, description="Include [CLS] and [SEP].")
+    prompt_name: str | None = Field(None, description="Put this named prompt of the directory before each text.")
+
+
+class DecodeRequest(RequestBody):
+    ids: TokenIds | list[TokenIds] = Field(description="Token ids, or a list of token-id lists.")
+    skip_special_tokens: bool = Field(True, description="Leave [CLS], [SEP], [PAD] out of the text.")
+
+
+# --- inputs -------------------------------------------------------------------------------------------------
+
+def read_inputs(value: Inputs, field: str, predictor: Predictor, settings: ServerSettings,
+                cut: str | None) -> list[str]:
+    """The texts of an `inputs` value: token-id lists decoded (each id checked against the vocabulary), then
+    every text checked (limits.check_texts; cut to the character limit from the `cut` end when truncating)."""
+    items: list[str | TokenIds]
+    if isinstance(value, str):
+        items = [value]
+    elif value and all(isinstance(v, int) for v in value):
+        items = [value]  # type: ignore[list-item]  # one list of ids
+    else:
+        items = list(value)  # type: ignore[arg-type]
+    check_count(len(items), field, settings.limits)
+    texts = [item if isinstance(item, str) else _decode_ids(item, f"{field}[{i}]" if len(items) > 1 else field,
+                                                            predictor) for i, item in enumerate(items)]
+    return check_texts(texts, field, settings.limits, cut)
+
+
+def _decode_ids(ids: TokenIds, name: str, predictor: Predictor) -> str:
+    if not ids:
+        raise RequestError(400, "empty", f"`{name}` cannot be empty; send some token ids")
+    size = predictor.tokenizer.vocab_size
+    bad = next((i for i, token in enumerate(ids) if not 0 <= token < size), None)
+    if bad is not None:
+        raise FieldError(422, "invalid_token_id", f"'{name}' holds token id {ids[bad]} at position {bad}, outside "
+                         f"this model's vocabulary of {size}; send this model's ids (POST /tokenize) or text. "
+                         "LangChain's OpenAIEmbeddings sends OpenAI's tiktoken ids unless created with "
+                         "check_embedding_ctx_length=False", name.split("[")[0])
+    return predictor.tokenizer.decode(ids, skip_special_tokens=True)
+
+
+def check_prompt(predictor: Predictor, prompt_name: str | None) -> None:
+    """422 unless `prompt_name` is None or one of the directory's named prompts."""
+    if prompt_name is not None and prompt_name not in predictor.prompt_names:
+        raise FieldError(422, "invalid_prompt_name", f"prompt_name {prompt_name!r} is not one of this model's "
+                         f"prompts ({', '.join(predictor.prompt_names) or 'it has none'})", "prompt_name")
 
 
 # --- routes --------------------------------------------------------------------------------------------
 
 def add_routes(app: FastAPI, predictor: Predictor, settings: ServerSettings, submit: Submit,
-               dependencies: list[Any]) -> None:
-    """/v1/embeddings, /tokenize and /info for every model; /rerank for a model that scores pairs."""
+               dependencies: list[Any]) -> Callable[[RerankRequest], Awaitable[list[dict[str, Any]]]] | None:
+    """/v1/embeddings (and /embeddings), /tokenize, /decode and /info for every model; /rerank for a model
+    that scores pairs (its handler is returned, for `POST /`)."""
     limits = settings.limits
+    rerank = None
 
-    @app.post("/v1/embeddings", dependencies=dependencies, summary="Sentence vectors in OpenAI's format "
-              "(the directory's pooling and normalisation, as /embed with its defaults).")
     async def embeddings(body: EmbeddingsRequest) -> dict[str, Any]:
-        texts = _texts(body.input)
-        check_texts(texts, "input", limits)
-        _, normalize, width = predictor.embedding_spec()
+        cut = body.direction if body.cuts(settings) else None
+        texts = read_inputs(body.input, "input", predictor, settings, cut)
+        _, _, width = predictor.embedding_spec()
+        normalize = True if settings.normalize else None
         if body.dimensions is not None and body.dimensions > width:
             raise FieldError(422, "invalid_dimensions", f"'dimensions' is {body.dimensions} but this model's vectors "
                              f"have {width} values; send at most {width}", "dimensions")
-        results = await submit(("embeddings", body.truncate, body.direction), texts, "input")
+        results = await submit(("embeddings", normalize, cut is not None, body.direction, None), texts, "input")
+        unit = predictor.embedding_spec(normalize=normalize)[1]
         data = [{"object": "embedding", "index": i,
-                 "embedding": _vector(vector, body.dimensions, normalize, body.encoding_format)}
+                 "embedding": cut_vector(vector, body.dimensions, unit, body.encoding_format)}
                 for i, (vector, _) in enumerate(results)]
         tokens = sum(count for _, count in results)
         return {"object": "list", "data": data, "model": body.model or predictor.model_id,
                 "usage": {"prompt_tokens": tokens, "total_tokens": tokens}}
 
+    summary = "Sentence vectors in OpenAI's format (the directory's pooling; unit length unless --no-normalize)."
+    app.post("/v1/embeddings", dependencies=dependencies, summary=summary)(embeddings)
+    app.post("/embeddings", dependencies=dependencies, summary=summary + " TEI's alias of /v1/embeddings.",
+             operation_id="embeddings_alias")(embeddings)
+
     if "rerank" in predictor.endpoints:
         @app.post("/rerank", dependencies=dependencies, summary="Texts scored against a query by the pair "
                   "classifier, best first (TEI's shape).")
         async def rerank(body: RerankRequest) -> list[dict[str, Any]]:
-            check_text(body.query, "query", limits)
-            check_texts(body.texts, "texts", limits)
-            scores = await submit(("rerank", body.truncate, body.direction, body.raw_scores),
-                                  [(body.query, text) for text in body.texts], "texts", " with the query")
+            cut = body.direction if body.cuts(settings) else None
+            query = check_text(body.query, "query", limits, cut)
+            texts = check_texts(body.texts, "texts", limits, cut)
+            scores = await submit(("rerank", cut is not None, body.direction, body.raw_scores),
+                                  [(query, text) for text in texts], "texts", " with the query")
             return ranked(scores, body.texts if body.return_text else None, body.top_n)
 
     @app.post("/tokenize", dependencies=dependencies, summary="Tokens as the model reads them, never truncated "
-              "(TEI's shape: one list per input).")
+              "(TEI's shape: one list per input; start/stop in bytes, char_start/char_stop in characters).")
     async def tokenize(body: TokenizeRequest) -> list[list[dict[str, Any]]]:
         texts = [body.inputs] if isinstance(body.inputs, str) else body.inputs
-        check_texts(texts, "inputs", limits)
+        texts = check_texts(texts, "inputs", limits)
+        check_prompt(predictor, body.prompt_name)
+        if body.prompt_name is not None and predictor.sentence is not None:
+            texts = [predictor.sentence.prepare(text, prompt_name=body.prompt_name) for text in texts]
         return await submit(("tokenize", body.add_special_tokens), texts, "inputs")
 
+    @app.post("/decode", dependencies=dependencies, summary="Token ids back to text (TEI's shape: one string "
+              "per id list).")
+    async def decode(body: DecodeRequest) -> list[str]:
+        ids = cast(list[list[int]], body.ids if body.ids and isinstance(body.ids[0], list) else [body.ids])
+        check_count(len(ids), "ids", limits)
+        size = predictor.tokenizer.vocab_size
+        for i, one in enumerate(ids):
+            if not one:
+                raise RequestError(400, "empty", f"`ids[{i}]` cannot be empty; send some token ids")
+            if not all(0 <= token < size for token in one):
+                raise FieldError(422, "invalid_token_id", f"'ids[{i}]' holds a token id outside this model's "
+                                 f"vocabulary of {size}", "ids")
+        return predictor.decode(ids, body.skip_special_tokens)
+
     @app.get("/info", dependencies=dependencies, summary="The model, its maximum input length, labels and "
-             "precision, and the server's limits.")
+             "precision, and the server's limits (TEI's keys, then bertkit's).")
     async def info() -> dict[str, Any]:
         return server_info(predictor, settings)
 
-
-def _texts(value: str | list[str] | list[int] | list[list[int]]) -> list[str]:
-    if isinstance(value, str):
-        return [value]
-    if value and not isinstance(value[0], str):
-        raise FieldError(422, "token_ids_not_supported", "'input' holds token ids; this server reads text, so send "
-                         "strings (LangChain's OpenAIEmbeddings sends token ids unless check_embedding_ctx_length="
-                         "False)", "input")
-    return cast(list[str], value)  # the schema allows no mixed list
+    return rerank
 
 
-def _vector(values: Sequence[float], dimensions: int | None, normalize: bool, encoding: str) -> list[float] | str:
-    """One embedding as OpenAI answers it: cut to `dimensions` (unit length again if the model's vectors are,
-    as OpenAI's shortened embeddings are), as JSON numbers or base64 of little-endian float32."""
+def cut_vector(values: Sequence[float], dimensions: int | None, normalize: bool, encoding: str) -> list[float] | str:
+    """One embedding as OpenAI answers it: cut to `dimensions` (unit length again if the vectors are, as
+    OpenAI's shortened embeddings are), as JSON numbers or base64 of little-endian float32."""
     vector = np.asarray(values, dtype=np.float32)
     if dimensions is not None and dimensions < len(vector):
         vector = vector[:dimensions]
@@ -173,14 +241,43 @@ def ranked(scores: Sequence[float], texts: Sequence[str] | None, top_n: int | No
     return [{"index": i, "score": scores[i], **({"text": texts[i]} if texts is not None else {})} for i in order]
 
 
+def served_endpoints(predictor: Predictor) -> list[str]:
+    """Every path this model answers (task endpoints, TEI's /predict for a classifier, then ALWAYS_SERVED)."""
+    tasks = [f"/{name}" for name in predictor.endpoints] + (["/predict"] if "classify" in predictor.endpoints else [])
+    return list(dict.fromkeys([*tasks, *ALWAYS_SERVED]))
+
+
+def tei_model_type(predictor: Predictor) -> dict[str, Any]:
+    """TEI's `model_type`: {"reranker": ...} for a model that scores pairs, {"classifier": ...} for another
+    classifier, else {"embedding": {"pooling": ...}} (TEI's name of the directory's pooling)."""
+    labels = predictor.labels
+    if "classify" in predictor.endpoints:
+        names = labels or ["LABEL_0"]
+        table = {"id2label": {str(i): name for i, name in enumerate(names)},
+                 "label2id": {name: i for i, name in enumerate(names)}}
+        return {"reranker": table} if "rerank" in predictor.endpoints else {"classifier": table}
+    modes, _, _ = predictor.embedding_spec()
+    return {"embedding": {"pooling": "+".join(modes)}}
+
+
 def server_info(predictor: Predictor, settings: ServerSettings) -> dict[str, Any]:
-    """GET /info: the model (predictor.describe), what is served, and the limits a client must respect."""
+    """GET /info: TEI's keys first (what its clients read), then what bertkit adds: the model
+    (predictor.describe; its own `model_type` as `task`), what is served, and the limits."""
     limits = settings.limits
-    return {**predictor.describe(), "version": bertkit.__version__,
-            "endpoints": [f"/{name}" for name in predictor.endpoints] + list(ALWAYS_SERVED),
-            "truncate_default": True, "truncation_direction_default": "right",
-            "limits": {"max_batch_size": settings.max_batch_size,
-                       "max_batch_tokens": getattr(settings, "max_batch_tokens", None),
+    described = predictor.describe()
+    task = described.pop("model_type")
+    tei = {"model_id": predictor.model_id, "model_sha": None,
+           "model_dtype": {"bf16": "bfloat16", "fp16": "float16", "int8": "int8"}.get(predictor.precision, "float32"),
+           "served_model_name": predictor.model_id, "model_type": tei_model_type(predictor),
+           "max_concurrent_requests": settings.max_queue, "max_input_length": predictor.max_seq_length,
+           "max_batch_tokens": settings.max_batch_tokens, "max_batch_requests": settings.max_batch_size,
+           "max_client_batch_size": limits.max_inputs, "auto_truncate": settings.auto_truncate,
+           "tokenization_workers": 1, "version": bertkit.__version__, "sha": None, "docker_label": None}
+    return {**tei, **{k: v for k, v in described.items() if k not in tei}, "task": task,
+            "endpoints": served_endpoints(predictor),
+            "truncate_default": settings.auto_truncate, "truncation_direction_default": "right",
+            "normalize_default": settings.normalize,
+            "limits": {"max_batch_size": settings.max_batch_size, "max_batch_tokens": settings.max_batch_tokens,
                        "max_wait_ms": settings.max_wait_ms, "max_queue": settings.max_queue,
                        "timeout_s": settings.timeout_s, "max_client_batch_size": limits.max_inputs,
                        "max_input_chars": limits.max_input_chars, "max_body_bytes": limits.max_body_bytes}}

@@ -226,7 +226,7 @@ def _head_ends_within(received: bytes, limit: int) -> bool:
 
 def _raw_response(status: int, error: str, message: str) -> bytes:
     """A complete HTTP/1.1 response that closes the connection, written outside the ASGI app."""
-    body = json.dumps(error_body(error, message)).encode()
+    body = json.dumps(error_body(error, message, status)).encode()
     retry = "retry-after: 1\r\n" if status == 503 else ""
     head = (f"HTTP/1.1 {status} {HTTPStatus(status).phrase}\r\ncontent-type: application/json\r\n"
             f"content-length: {len(body)}\r\nconnection: close\r\n{retry}\r\n")

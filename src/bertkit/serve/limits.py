@@ -29,35 +29,64 @@ class RequestError(Exception):
 
 
 def check_count(count: int, field: str, limits: Limits) -> None:
-    """422 unless a request's list `field` has 1..max_inputs entries."""
+    """400 (TEI's Empty) for no entries, 422 for more than max_inputs."""
     if not count:
-        raise RequestError(422, "invalid_input", f"'{field}' is empty; send at least one input")
+        raise RequestError(400, "empty", f"`{field}` cannot be empty; send at least one input")
     if count > limits.max_inputs:
-        raise RequestError(422, "too_many_inputs", f"'{field}' has {count} inputs; the limit is "
-                           f"{limits.max_inputs} per request (split the request)")
+        raise RequestError(422, "too_many_inputs", f"batch size {count} > maximum allowed batch size "
+                           f"{limits.max_inputs}: '{field}' has {count} inputs (split the request)")
 
 
-def check_texts(texts: Sequence[str], field: str, limits: Limits) -> None:
-    """422 unless there are 1..max_inputs texts, each at most max_input_chars, each valid Unicode."""
+def check_texts(texts: Sequence[str], field: str, limits: Limits, cut: str | None = None) -> list[str]:
+    """The texts, each checked by `check_text` (cut to max_input_chars from the `cut` end, right or left, when
+    the request truncates); 400 for none, 422 for more than max_inputs."""
     check_count(len(texts), field, limits)
-    for i, text in enumerate(texts):
-        check_text(text, f"{field}[{i}]" if len(texts) > 1 or field == "inputs" else field, limits)
+    return [check_text(text, f"{field}[{i}]" if len(texts) > 1 or field == "inputs" else field, limits, cut)
+            for i, text in enumerate(texts)]
 
 
-def check_text(text: str, field: str, limits: Limits) -> None:
+def check_text(text: str, field: str, limits: Limits, cut: str | None = None) -> str:
+    """`text` if it is 1..max_input_chars characters of valid Unicode: 400 (TEI's Empty) for "", 422 for a
+    lone surrogate, and for a longer text 422, or with `cut` its first (right) or last (left) max_input_chars
+    characters, as TEI's auto-truncation cuts a text before tokenizing it. Cutting changes no kept token: a
+    piece is at least one character, so max_input_chars characters hold more than a model's maximum tokens."""
+    if not text:
+        raise RequestError(400, "empty", f"`{field}` cannot be empty; send some text")
     if len(text) > limits.max_input_chars:
-        raise RequestError(422, "input_too_long", f"'{field}' has {len(text)} characters; the limit is "
-                           f"{limits.max_input_chars} (shorten or split it)")
+        if cut is None:
+            raise RequestError(422, "input_too_long", f"'{field}' has {len(text)} characters; the limit is "
+                               f"{limits.max_input_chars} (shorten or split it, or send \"truncate\": true)")
+        text = text[:limits.max_input_chars] if cut == "right" else text[-limits.max_input_chars:]
     try:
         text.encode("utf-8")
     except UnicodeEncodeError:
         raise RequestError(422, "invalid_text", f"'{field}' contains a lone surrogate (\\ud800-\\udfff) "
                            "that is not valid Unicode text; send UTF-8 text") from None
+    return text
 
 
-def error_body(error: str, message: str, **extra: Any) -> dict[str, Any]:
-    """The one JSON error shape of the server: {"error": code, "message": text, ...}."""
-    return {"error": error, "message": message, **extra}
+OPENAI_PREFIX = "/v1/"
+"""Under this prefix errors take OpenAI's shape (`openai_error`), which OpenAI's clients read."""
+
+
+def openai_error(status: int, code: str, message: str, param: str | None = None) -> dict[str, Any]:
+    """OpenAI's error body, {"error": {message, type, param, code}}: the `openai` client raises it as the
+    APIStatusError subclass of the status, with these four fields as attributes."""
+    kind = "server_error" if status >= 500 else "invalid_request_error"
+    return {"error": {"message": message, "type": kind, "param": param, "code": code}}
+
+
+TEI_ERROR_TYPES = {400: "Validation", 413: "Validation", 422: "Validation", 424: "Backend", 429: "Overloaded",
+                   500: "Backend", 503: "Unhealthy", 504: "Backend"}
+"""text-embeddings-inference's `error_type` of each status (router/src/lib.rs ErrorType; Empty is 400's for an
+empty input, below); a status TEI never answers (401, 404, 405, 408, 431) is Validation: the request's fault."""
+
+
+def error_body(error: str, message: str, status: int = 422, **extra: Any) -> dict[str, Any]:
+    """The one JSON error shape of the server, TEI's with bertkit's code beside it:
+    {"error": message, "error_type": TEI's class, "code": bertkit's code, ...}."""
+    kind = "Empty" if error == "empty" else TEI_ERROR_TYPES.get(status, "Validation")
+    return {"error": message, "error_type": kind, "code": error, **extra}
 
 
 class BodySizeLimit:
@@ -90,7 +119,9 @@ class BodySizeLimit:
         await self.app(scope, _replay(b"".join(chunks), receive), send)
 
     async def _too_large(self, scope: Scope, receive: Receive, send: Send) -> None:
-        body = error_body("body_too_large", f"the request body exceeds the limit of {self.max_bytes} bytes")
+        message = f"the request body exceeds the limit of {self.max_bytes} bytes"
+        body = openai_error(413, "body_too_large", message) if scope["path"].startswith(OPENAI_PREFIX) else \
+            error_body("body_too_large", message, 413)
         await JSONResponse(body, status_code=413, headers={"Connection": "close"})(scope, receive, send)
 
 

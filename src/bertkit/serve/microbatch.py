@@ -74,9 +74,26 @@ class BatchRecord:
     """Seconds from submit to this batch's start, for each request whose first input runs in it."""
 
 
+@dataclass(frozen=True)
+class RequestTiming:
+    """Where one request's time went, as TEI's x-*-time headers and te_request_*_duration metrics report it."""
+
+    tokenization: float
+    """Seconds counting its tokens before it was queued (the predictor tokenizes again in its batch)."""
+    queue: float
+    """Seconds from queued to the start of its first batch."""
+    inference: float
+    """Seconds from the start of its first batch to its last result."""
+    characters: int
+    """Characters of its inputs (both texts of a pair)."""
+
+
 class BatchObserver(Protocol):
     def submitted(self, key: Hashable, costs: Sequence[int]) -> None:
         """A request was queued (called in the submitting request's context)."""
+
+    def completed(self, key: Hashable, timing: RequestTiming) -> None:
+        """A request's results are ready (called in the submitting request's context)."""
 
     def ran(self, batch: BatchRecord) -> None:
         """A predictor call finished (on the event loop)."""
@@ -90,6 +107,7 @@ class _Job:
     future: asyncio.Future = field(repr=False)
     queued_at: float  # time.monotonic() at submit
     started: bool = False  # its first input's batch has begun
+    started_at: float = 0.0  # time.monotonic() when it did
     results: list[Any] = field(init=False)
     pending: int = field(init=False)  # items not computed yet
 
@@ -144,17 +162,22 @@ class MicroBatcher:
         if self._queue.full():  # before counting tokens: a refused request costs no tokenizing
             raise QueueFullError
         items = list(items)
+        counting = time.monotonic()
         costs = self._cost(key, items)
+        tokenization = time.monotonic() - counting
         if len(costs) != len(items):  # a bug in the cost function: the request gets a 500
             raise RuntimeError(f"the cost function gave {len(costs)} counts for {len(items)} inputs")
         job = _Job(key, items, costs, asyncio.get_running_loop().create_future(), time.monotonic())
         self._notify("submitted", key, costs)
         self._queue.put_nowait(job)  # no await since the check: the queue cannot have filled
         try:
-            return await asyncio.wait_for(asyncio.shield(job.future), timeout)
+            results = await asyncio.wait_for(asyncio.shield(job.future), timeout)
         except TimeoutError:
             job.future.cancel()  # the worker skips its inputs whose batch has not started
             raise
+        self._notify("completed", key, RequestTiming(tokenization, job.started_at - job.queued_at,
+                                                     time.monotonic() - job.started_at, _characters(items)))
+        return results
 
     async def _work(self) -> None:
         while True:
@@ -236,7 +259,9 @@ class MicroBatcher:
     def _notify(self, event: str, *args: Any) -> None:
         for observer in self.observers:
             try:
-                getattr(observer, event)(*args)
+                method = getattr(observer, event, None)
+                if method is not None:  # an observer may hear only some events
+                    method(*args)
             except Exception:  # metrics or logs that fail must not stop serving
                 log.exception("batch observer %r failed on %s", observer, event)
 
@@ -246,9 +271,15 @@ def _start(jobs: list[_Job]) -> tuple[float, ...]:
     now, waits = time.monotonic(), []
     for job in jobs:
         if not job.started:
-            job.started = True
+            job.started, job.started_at = True, now
             waits.append(now - job.queued_at)
     return tuple(waits)
+
+
+def _characters(items: Sequence[Any]) -> int:
+    """Characters of a request's inputs: texts, or the texts of pairs (a None pair counts none)."""
+    return sum(len(part) for item in items for part in (item if isinstance(item, tuple) else (item,))
+               if isinstance(part, str))
 
 
 def _store(slots: list[Slot], results: list[Any]) -> None:

@@ -12,7 +12,17 @@ and opt-in JSON access logs (`--json-access-log`).
 - `X-Request-ID` on every response: the request's own header when it is 1-128 visible ASCII characters
   (so it is safe to echo and to log), else a new random id.
 - With `json_access_log`, one JSON object per request on the `bertkit.access` logger: time, request_id,
-  method, path, status, duration_ms, inputs and tokens queued for the model, client.
+  method, path, status, duration_ms, inputs and tokens queued for the model, client, trace_id; uvicorn's
+  own plain-text access lines are then off, so stdout carries JSON lines only.
+- text-embeddings-inference's (TEI 1.9) names beside bertkit's, so its dashboards and alerts work unchanged:
+  the counters te_request_count{method}, te_request_success{method}, te_request_failure{err} (written as TEI's
+  exporter writes them, without prometheus_client's `_total`), the histograms te_request_duration,
+  te_request_tokenization_duration, te_request_queue_duration, te_request_inference_duration,
+  te_request_input_length, te_batch_next_size, te_batch_next_tokens, the gauge te_queue_size; and on every
+  answer that ran the model TEI's headers x-compute-type, x-compute-time, x-compute-characters,
+  x-compute-tokens, x-total-time, x-tokenization-time, x-queue-time, x-inference-time (milliseconds).
+- A valid W3C `traceparent` header is honoured: the answer carries a `traceparent` of the same trace with
+  this server's span id, and the access log line its trace_id (an invalid one is ignored, as the spec says).
 
 Design decisions:
 
@@ -29,16 +39,19 @@ Design decisions:
 
 from __future__ import annotations
 
+import collections
 import contextvars
 import json
 import logging
 import re
+import secrets
 import sys
 import time
 import uuid
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from typing import ClassVar
 
 from fastapi import FastAPI, Response
 from prometheus_client import (
@@ -55,12 +68,13 @@ from prometheus_client import (
 from starlette.routing import Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from bertkit.serve.microbatch import BatchRecord, MicroBatcher
+from bertkit.serve.microbatch import BatchRecord, MicroBatcher, RequestTiming
 from bertkit.settings import ServerSettings
 
 ACCESS_LOG = "bertkit.access"
 REQUEST_ID_HEADER = "X-Request-ID"
 _VALID_REQUEST_ID = re.compile(r"[\x21-\x7e]{1,128}")  # visible ASCII: no spaces, no control characters
+_TRACEPARENT = re.compile(r"([0-9a-f]{2})-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})")  # W3C Trace Context
 CLIENT_CLOSED = 499  # the status of a request whose response never started
 
 SECONDS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
@@ -74,6 +88,17 @@ class _Exchange:
 
     inputs: int = 0
     tokens: int = 0
+    timing: RequestTiming | None = None
+    """Where its time went (summed over its predictor calls); None for a request that ran no model."""
+    error: str | None = None
+    """The code of the error it was answered (app.py's handlers, through `note_error`)."""
+
+
+def note_error(code: str) -> None:
+    """Record the error code the current request is answered with (its te_request_failure label)."""
+    exchange = _exchange.get()
+    if exchange is not None:
+        exchange.error = code
 
 
 _exchange: contextvars.ContextVar[_Exchange | None] = contextvars.ContextVar("bertkit_exchange", default=None)
@@ -91,13 +116,15 @@ def install_observability(app: FastAPI, settings: ServerSettings, batcher: Micro
 
     @app.get("/metrics", summary="Prometheus metrics (text format); no API key.", response_class=Response)
     async def scrape() -> Response:
-        return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
+        return Response(generate_latest(registry) + metrics.tei_counters.render(), media_type=CONTENT_TYPE_LATEST)
 
     access_log = _access_logger() if settings.json_access_log else None
     build = app.build_middleware_stack
     # Starlette builds its middleware stack at the first request; wrapping what it builds puts the
     # observer outside the error middleware, so 500s get an id and are counted (app.add_middleware is inside).
-    app.build_middleware_stack = lambda: _Observer(build(), app, metrics, access_log)  # type: ignore[method-assign]
+    compute_type = "gpu" if getattr(app.state, "device", "cpu") == "cuda" else "cpu"  # TEI's x-compute-type
+    app.build_middleware_stack = lambda: _Observer(build(), app, metrics, access_log,  # type: ignore[method-assign]
+                                                   compute_type)
 
 
 class _Metrics:
@@ -120,12 +147,33 @@ class _Metrics:
                                    "the model, decoding).", ("call",), buckets=SECONDS, registry=registry)
         depth = Gauge("bertkit_queue_depth", "Requests waiting for the model.", registry=registry)
         depth.set_function(lambda: batcher.queued)
+        self.tei_counters = _Counters()
+        self.tei = {name: Histogram(name, text, buckets=buckets, registry=registry) for name, text, buckets in (
+            ("te_request_duration", "TEI: seconds of a request that ran the model.", SECONDS),
+            ("te_request_tokenization_duration", "TEI: seconds counting a request's tokens.", SECONDS),
+            ("te_request_queue_duration", "TEI: seconds a request waited for its first batch.", SECONDS),
+            ("te_request_inference_duration", "TEI: seconds from a request's first batch to its last result.",
+             SECONDS),
+            ("te_request_input_length", "TEI: tokens of each input.", TOKENS),
+            ("te_batch_next_size", "TEI: inputs in one predictor call.", INPUTS),
+            ("te_batch_next_tokens", "TEI: tokens in one predictor call.", TOKENS))}
+        queue_size = Gauge("te_queue_size", "TEI: requests waiting for the model.", registry=registry)
+        queue_size.set_function(lambda: batcher.queued)
 
     def submitted(self, key: Hashable, costs: Sequence[int]) -> None:
         exchange = _exchange.get()
         if exchange is not None:
             exchange.inputs += len(costs)
             exchange.tokens += sum(costs)
+        for cost in costs:
+            self.tei["te_request_input_length"].observe(cost)
+
+    def completed(self, key: Hashable, timing: RequestTiming) -> None:
+        exchange = _exchange.get()
+        if exchange is not None:
+            before = exchange.timing or RequestTiming(0.0, 0.0, 0.0, 0)
+            exchange.timing = RequestTiming(before.tokenization + timing.tokenization, before.queue + timing.queue,
+                                            before.inference + timing.inference, before.characters + timing.characters)
 
     def ran(self, batch: BatchRecord) -> None:
         call = str(batch.key[0] if isinstance(batch.key, tuple) and batch.key else batch.key)
@@ -135,18 +183,74 @@ class _Metrics:
         self.batch_tokens.labels(call).observe(batch.tokens)
         self.tokens.labels(call).inc(batch.tokens)
         self.inference.labels(call).observe(batch.seconds)
+        self.tei["te_batch_next_size"].observe(batch.inputs)
+        self.tei["te_batch_next_tokens"].observe(batch.tokens)
 
-    def answered(self, endpoint: str, method: str, status: int, seconds: float) -> None:
+    def answered(self, endpoint: str, method: str, status: int, seconds: float, exchange: _Exchange) -> None:
         labels = (endpoint, method, str(status))
         self.requests.labels(*labels).inc()
         self.latency.labels(*labels).observe(seconds)
+        if endpoint not in MODEL_ROUTES:
+            return
+        kind = "single" if exchange.inputs <= 1 else "batch"
+        self.tei_counters.inc("te_request_count", method=kind)
+        if status == 200:
+            self.tei_counters.inc("te_request_success", method=kind)
+            self.tei["te_request_duration"].observe(seconds)
+            if exchange.timing is not None:
+                self.tei["te_request_tokenization_duration"].observe(exchange.timing.tokenization)
+                self.tei["te_request_queue_duration"].observe(exchange.timing.queue)
+                self.tei["te_request_inference_duration"].observe(exchange.timing.inference)
+        else:
+            self.tei_counters.inc("te_request_failure", err=_failure_label(status, exchange.error))
+
+
+MODEL_ROUTES = frozenset({"/", "/invocations", "/embed", "/embed_all", "/similarity", "/predict", "/rerank",
+                          "/v1/embeddings", "/embeddings", "/classify", "/tag", "/answer", "/fill-mask"})
+"""The routes that run the model: TEI's te_request_* count these."""
+
+
+def _failure_label(status: int, code: str | None) -> str:
+    """TEI's `err` label of a failed request: batch_size, overloaded, backend or validation."""
+    if code == "too_many_inputs":
+        return "batch_size"
+    if status in (429, 503):
+        return "overloaded"
+    return "backend" if status >= 500 else "validation"
+
+
+class _Counters:
+    """Counters written as TEI's exporter (metrics-exporter-prometheus) writes them: `name{labels} value`, no
+    `_total` suffix (prometheus_client would add one, and TEI's dashboards query the bare name)."""
+
+    HELP: ClassVar[dict[str, str]] = {"te_request_count": "TEI: requests that run the model.",
+                                      "te_request_success": "TEI: such requests answered 200.",
+                                      "te_request_failure": "TEI: such requests refused or failed, by cause."}
+
+    def __init__(self) -> None:
+        self.values: collections.Counter[tuple[str, tuple[tuple[str, str], ...]]] = collections.Counter()
+
+    def inc(self, name: str, **labels: str) -> None:
+        self.values[(name, tuple(sorted(labels.items())))] += 1
+
+    def render(self) -> bytes:
+        lines = []
+        for name, text in self.HELP.items():
+            samples = sorted((labels, value) for (metric, labels), value in list(self.values.items()) if metric == name)
+            if samples:
+                lines += [f"# HELP {name} {text}", f"# TYPE {name} counter"]
+                lines += [f'{name}{{{",".join(f"{k}={json.dumps(v)}" for k, v in labels)}}} {value}'
+                          for labels, value in samples]
+        return ("\n".join(lines) + "\n").encode() if lines else b""
 
 
 class _Observer:
     """ASGI wrapper: request id in and out, metrics and the access log of every HTTP request."""
 
-    def __init__(self, inner: ASGIApp, app: FastAPI, metrics: _Metrics, access_log: logging.Logger | None) -> None:
+    def __init__(self, inner: ASGIApp, app: FastAPI, metrics: _Metrics, access_log: logging.Logger | None,
+                 compute_type: str = "cpu") -> None:
         self.inner, self.app, self.metrics, self.access_log = inner, app, metrics, access_log
+        self.compute_type = compute_type
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -154,6 +258,7 @@ class _Observer:
             return
         arrived, began = time.time(), time.perf_counter()
         request_id = _request_id(scope)
+        trace = _trace(scope)
         endpoint = _route_template(self.app, scope)
         exchange, status = _Exchange(), CLIENT_CLOSED
         token = _exchange.set(exchange)
@@ -163,7 +268,10 @@ class _Observer:
             if message["type"] == "http.response.start":
                 status = message["status"]
                 headers = [(k, v) for k, v in message.get("headers", []) if k.lower() != b"x-request-id"]
-                message = {**message, "headers": [*headers, (b"x-request-id", request_id.encode("ascii"))]}
+                headers += [(b"x-request-id", request_id.encode("ascii")), *self._tei_headers(exchange, began)]
+                if trace is not None:
+                    headers.append((b"traceparent", trace.encode("ascii")))
+                message = {**message, "headers": headers}
             await send(message)
 
         try:
@@ -171,9 +279,36 @@ class _Observer:
         finally:
             _exchange.reset(token)
             seconds = time.perf_counter() - began
-            self.metrics.answered(endpoint, scope["method"], status, seconds)
+            self.metrics.answered(endpoint, scope["method"], status, seconds, exchange)
             if self.access_log is not None:
-                self.access_log.info(_access_line(scope, request_id, status, arrived, seconds, exchange))
+                trace_id = trace.split("-")[1] if trace is not None else None
+                self.access_log.info(_access_line(scope, request_id, status, arrived, seconds, exchange, trace_id))
+
+    def _tei_headers(self, exchange: _Exchange, began: float) -> list[tuple[bytes, bytes]]:
+        """TEI's x-* headers (times in whole milliseconds) for an answer that ran the model."""
+        timing = exchange.timing
+        if timing is None:
+            return []
+        total = str(int((time.perf_counter() - began) * 1000)).encode()
+        values = {"x-compute-type": self.compute_type.encode(), "x-compute-time": total,
+                  "x-compute-characters": str(timing.characters).encode(),
+                  "x-compute-tokens": str(exchange.tokens).encode(),
+                  "x-total-time": total, "x-tokenization-time": str(int(timing.tokenization * 1000)).encode(),
+                  "x-queue-time": str(int(timing.queue * 1000)).encode(),
+                  "x-inference-time": str(int(timing.inference * 1000)).encode()}
+        return [(name.encode(), value) for name, value in values.items()]
+
+
+def _trace(scope: Scope) -> str | None:
+    """The traceparent to answer: the request's trace and flags with a new span id of this server, or None
+    without a valid traceparent (version 00 format; trace and parent ids not all zeros)."""
+    for name, value in scope["headers"]:
+        if name.lower() == b"traceparent":
+            match = _TRACEPARENT.fullmatch(value.decode("latin-1").strip().lower())
+            if match is None or match[1] == "ff" or set(match[2]) == {"0"} or set(match[3]) == {"0"}:
+                return None
+            return f"00-{match[2]}-{secrets.token_hex(8)}-{match[4]}"
+    return None
 
 
 def _request_id(scope: Scope) -> str:
@@ -198,13 +333,13 @@ def _route_template(app: FastAPI, scope: Scope) -> str:
 
 
 def _access_line(scope: Scope, request_id: str, status: int, arrived: float, seconds: float,
-                 exchange: _Exchange) -> str:
+                 exchange: _Exchange, trace_id: str | None = None) -> str:
     client = scope.get("client")
     return json.dumps({
         "time": datetime.fromtimestamp(arrived, UTC).isoformat(timespec="milliseconds"),
         "request_id": request_id, "method": scope["method"], "path": scope["path"], "status": status,
         "duration_ms": round(seconds * 1000, 3), "inputs": exchange.inputs, "tokens": exchange.tokens,
-        "client": client[0] if client else None,
+        "client": client[0] if client else None, "trace_id": trace_id,
     }, ensure_ascii=True)
 
 

@@ -164,19 +164,25 @@ class Predictor:
                              self.tokenizer.pad_token_id)
 
     def embed(self, texts: Sequence[str], pooling: str = "auto", normalize: bool | None = None,
-              truncate: bool = True, truncation_direction: str = "right") -> np.ndarray:
+              truncate: bool = True, truncation_direction: str = "right", prompt_name: str | None = None
+              ) -> np.ndarray:
         """(N, H) float32 sentence vectors of the last layer: at [CLS], or its mean, max or
         sum / sqrt(length) over the real tokens (specials included). "auto" and `normalize` None
         follow a sentence-transformers directory (its pooling, Normalize, lowercasing and prompt), so
         the vectors equal its `encode`; elsewhere they mean [CLS] and no normalisation. Long texts: `encode`."""
-        return self.embed_with_counts(texts, pooling, normalize, truncate, truncation_direction)[0]
+        return self.embed_with_counts(texts, pooling, normalize, truncate, truncation_direction, prompt_name)[0]
 
     def embed_with_counts(self, texts: Sequence[str], pooling: str = "auto", normalize: bool | None = None,
-                          truncate: bool = True, truncation_direction: str = "right") -> tuple[np.ndarray, list[int]]:
-        """`embed`'s vectors, and the tokens the model read for each text (specials and a prompt included)."""
+                          truncate: bool = True, truncation_direction: str = "right", prompt_name: str | None = None
+                          ) -> tuple[np.ndarray, list[int]]:
+        """`embed`'s vectors, and the tokens the model read for each text (specials and a prompt included);
+        `prompt_name`: one of the directory's named prompts (`prompt_names`) before each text."""
         modes, normalize, width = self.embedding_spec(pooling, normalize)
+        if prompt_name is not None and prompt_name not in self.prompt_names:
+            raise BertkitError(f"prompt_name {prompt_name!r} is not one of this model's prompts "
+                               f"({', '.join(self.prompt_names) or 'it has none'})")
         if self.sentence is not None:
-            texts = [self.sentence.prepare(text) for text in texts]
+            texts = [self.sentence.prepare(text, prompt_name=prompt_name) for text in texts]
         features, _ = self.encode(texts, truncate=truncate, truncation_direction=truncation_direction)
 
         def step(batch: dict[str, torch.Tensor]) -> list[np.ndarray]:
@@ -186,28 +192,55 @@ class Predictor:
         vectors = np.stack(self.run(features, step)) if features else np.zeros((0, width), np.float32)
         return vectors, [len(f["input_ids"]) for f in features]
 
+    @property
+    def prompt_names(self) -> tuple[str, ...]:
+        """The named prompts of a sentence-transformers directory (config_sentence_transformers.json)."""
+        return tuple(name for name, _ in self.sentence.prompts) if self.sentence is not None else ()
+
     def embedding_spec(self, pooling: str = "auto", normalize: bool | None = None) -> tuple[tuple[str, ...], bool, int]:
         """(pooling modes, normalised, width) of the vectors `embed` gives with these options."""
         modes, normalize = choose_pooling(pooling, normalize, self.sentence)
         return modes, normalize, len(modes) * self.config.hidden_size
 
     def tokenize(self, texts: Sequence[str], add_special_tokens: bool = True) -> list[list[dict[str, Any]]]:
-        """Per text, its tokens as the model reads them, never truncated: {id, text, start, stop, special}.
-        `text` is text[start:stop] (character offsets) for a piece of the text; [CLS] and [SEP] have their own
-        name as text and start/stop None."""
+        """Per text, its tokens as the model reads them, never truncated: {id, text, special, start, stop,
+        char_start, char_stop}. start/stop are byte offsets into the text's UTF-8 (TEI's), char_start/char_stop
+        character offsets (Python's `text[char_start:char_stop]`); `text` is that slice. [CLS] and [SEP] have
+        their own name as text and None offsets."""
         out = []
         for text, encoding in zip(texts, self.tokenizer.encode_batch(texts, truncation=False)):
             tokens = []
+            byte_offsets = _byte_offsets(text)
             for token_id, name, (start, stop), sequence in zip(encoding.input_ids, encoding.tokens, encoding.offsets,
                                                                encoding.sequence_ids):
                 if sequence is None:  # [CLS] or [SEP]
                     if add_special_tokens:
-                        tokens.append({"id": token_id, "text": name, "start": None, "stop": None, "special": True})
+                        tokens.append({"id": token_id, "text": name, "special": True, "start": None, "stop": None,
+                                       "char_start": None, "char_stop": None})
                 else:
-                    tokens.append({"id": token_id, "text": text[start:stop], "start": start, "stop": stop,
-                                   "special": False})
+                    tokens.append({"id": token_id, "text": text[start:stop], "special": False,
+                                   "start": byte_offsets[start], "stop": byte_offsets[stop],
+                                   "char_start": start, "char_stop": stop})
             out.append(tokens)
         return out
+
+    def decode(self, ids: Sequence[Sequence[int]], skip_special_tokens: bool = True) -> list[str]:
+        """Per id list, the text it spells (pieces joined, ## continuations glued), as TEI's /decode."""
+        return [self.tokenizer.decode(list(one), skip_special_tokens=skip_special_tokens) for one in ids]
+
+    def token_vectors(self, texts: Sequence[str], truncate: bool = True, truncation_direction: str = "right",
+                      prompt_name: str | None = None) -> list[np.ndarray]:
+        """Per text, the last layer's vector of every token it reads ((T, H) float32, [CLS] and [SEP]
+        included): TEI's /embed_all."""
+        if self.sentence is not None:
+            texts = [self.sentence.prepare(text, prompt_name=prompt_name) for text in texts]
+        features, _ = self.encode(texts, truncate=truncate, truncation_direction=truncation_direction)
+
+        def step(batch: dict[str, torch.Tensor]) -> list[np.ndarray]:
+            hidden = self.encoder(**batch).last_hidden_state.float()
+            return [h[: int(n)].numpy() for h, n in zip(hidden, batch["attention_mask"].sum(1))]
+
+        return list(self.run(features, step)) if features else []
 
     def describe(self) -> dict[str, Any]:
         """What the model is and does, for the server's /info (no paths)."""
@@ -230,6 +263,15 @@ class Predictor:
     def warmup(self) -> None:
         """One real forward pass through every endpoint (the server is ready only after it)."""
         self.embed(["warm up"])
+
+
+def _byte_offsets(text: str) -> list[int]:
+    """For each character offset 0..len(text), the byte offset in the text's UTF-8."""
+    offsets, total = [0], 0
+    for character in text:
+        total += len(character.encode("utf-8", "surrogatepass"))
+        offsets.append(total)
+    return offsets
 
 
 def _dtype(model: torch.nn.Module) -> torch.dtype:

@@ -59,6 +59,13 @@ class ServerSettings(Settings):
     """Require this key (X-API-Key or Authorization: Bearer) on task endpoints (else 401)."""
     max_batch_tokens: int = dataclasses.field(default=16_384, metadata={"min": 1})
     """Most tokens in one predictor call, the sum of its inputs' tokens (an input over it runs alone)."""
+    auto_truncate: bool = True
+    """Cut an input longer than the model's maximum (and a text over --max-input-chars) when a request does
+    not say `truncate`, as text-embeddings-inference 1.9 does; --no-auto-truncate refuses it (422)."""
+    normalize: bool = True
+    """Unit-length vectors from /embed when a request does not say `normalize`, and from /v1/embeddings, as
+    text-embeddings-inference; --no-normalize: the directory's own (a sentence-transformers Normalize module,
+    else raw)."""
     json_access_log: bool = False
     """Log one JSON object per request on the `bertkit.access` logger (to stdout unless that logger has
     handlers of its own)."""

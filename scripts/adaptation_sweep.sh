@@ -1,0 +1,94 @@
+#!/usr/bin/env bash
+# Domain adaptation with the head warm-up, each model at its own best fine-tuning learning rate
+# (docs/pretraining.md, "Domain adaptation"; issue 37). all-MiniLM-L6-v2 as released (no MLM head) against
+#   warm:   STEPS of `--recipe continue` on the KJV corpus, which now warms the fresh MLM head up first
+#           (10% of the steps with the encoder held still, then the encoder ramps up);
+#   nowarm: the same steps with --head-warmup-steps 0 (what the recipe did before), to see what the warm-up is worth,
+# each fine-tuned on the bundled KJV task (1,000 training verses, seeds 1-3) at the default learning rate
+# (auto) and at a small sweep (LRS). Usage:
+#   scripts/adaptation_sweep.sh MODEL_DIR WORK_DIR [STEPS] [LRS] [PRECISION]
+#       STEPS default 250; LRS default "1e-4 2e-4"; PRECISION default bf16 (fp32 where bf16 is slow)
+# Writes WORK_DIR/results.json and prints the table; each stage's wall time goes to WORK_DIR/timings.txt.
+set -euo pipefail
+MODEL=$1 WORK=$2 STEPS=${3:-250} LRS=${4:-"1e-4 2e-4"} PRECISION=${5:-bf16}
+mkdir -p "$WORK"
+cd "$WORK"
+stage() { local name=$1; shift; local t0; t0=$(date +%s); "$@"; echo "$name $(( $(date +%s) - t0 ))s" | tee -a timings.txt; }
+
+python - <<'EOF'
+import gzip, random
+from pathlib import Path
+from bertkit.assets import kjv_path
+Path("kjv.txt").write_text(gzip.open(kjv_path("corpus.txt.gz"), "rt").read())
+header, *rows = kjv_path("train.tsv").read_text().splitlines(keepends=True)
+chosen = sorted(random.Random(0).sample(range(len(rows)), 1000))  # the quickstart's 1,000 labelled verses
+Path("train-1000.tsv").write_text(header + "".join(rows[i] for i in chosen))
+EOF
+
+[ -d data ] || stage data bertkit data pretraining --input kjv.txt --tokenizer "$MODEL" --output data \
+    --max-seq-length 64 --no-nsp --masking dynamic --seed 42 --quiet
+[ -d pt-warm/final ] || stage pretrain-warm bertkit pretrain --data data --init-from "$MODEL" --output pt-warm \
+    --max-steps "$STEPS" --eval-examples 500 --eval-every 50 --save-every 1000 --precision "$PRECISION"
+[ -d pt-nowarm/final ] || stage pretrain-nowarm bertkit pretrain --data data --init-from "$MODEL" \
+    --output pt-nowarm --max-steps "$STEPS" --eval-examples 500 --eval-every 50 --save-every 1000 \
+    --head-warmup-steps 0 --precision "$PRECISION"
+
+DEV=$(python -c "from bertkit.assets import kjv_path; print(kjv_path('dev.tsv'))")
+TEST=$(python -c "from bertkit.assets import kjv_path; print(kjv_path('test.tsv'))")
+finetune() {  # finetune NAME MODEL_DIR LR
+  [ -f "ft-$1-$3/eval_results.json" ] && return
+  stage "finetune-$1-$3" bertkit finetune classification --model "$2" --train train-1000.tsv --dev "$DEV" \
+      --dev "$TEST" --text-column text --label-column label --seeds 1,2,3 --epochs 3 --batch-size 32 \
+      --learning-rate "$3" --max-seq-length 128 --precision "$PRECISION" --output "ft-$1-$3" 2>&1 \
+      | tee "ft-$1-$3.log" | grep -E "learning rate|^seed|accuracy" || true
+}
+first=${LRS%% *}
+finetune released "$MODEL" "$first"
+finetune warm pt-warm/final "$first"
+finetune nowarm pt-nowarm/final "$first"
+finetune released "$MODEL" auto
+finetune warm pt-warm/final auto
+for lr in ${LRS#"$first"}; do
+  finetune released "$MODEL" "$lr"
+  finetune warm pt-warm/final "$lr"
+done
+
+python - <<'EOF'
+import glob, json, re, statistics
+from bertkit.workflows.significance import compare_seeds
+
+def scores(run):
+    seeds = json.load(open(f"{run}/eval_results.json"))["seeds"]
+    return ([100 * s["accuracy"] for s in seeds.values()], [100 * s["test_accuracy"] for s in seeds.values()])
+
+def chosen_rate(run):  # the rate `auto` resolved to, as the run's log printed it
+    match = re.search(r"learning rate auto: ([0-9.e-]+)", open(f"{run}.log").read())
+    return match.group(1) if match else "?"
+
+results, best = {}, {}
+for run in sorted(glob.glob("ft-*-*/eval_results.json")):
+    run = run.split("/")[0]
+    name, lr = run[3:].split("-", 1)
+    dev, test = scores(run)
+    shown = f"auto ({chosen_rate(run)})" if lr == "auto" else lr
+    results[run] = {"model": name, "learning_rate": shown, "dev": dev, "test": test}
+    print(f"{name:<9} lr {shown:<16} dev {statistics.fmean(dev):5.1f} ± {statistics.stdev(dev):.1f}   "
+          f"test {statistics.fmean(test):5.1f} ± {statistics.stdev(test):.1f}  ({', '.join(f'{v:.1f}' for v in test)})")
+    if name not in best or statistics.fmean(dev) > statistics.fmean(results[best[name]]["dev"]):
+        best[name] = run  # each model's best learning rate, chosen on dev, reported on test
+for name, run in best.items():
+    print(f"best on dev for {name}: lr {results[run]['learning_rate']}")
+for name in ("warm", "nowarm"):
+    if name in best and "released" in best:
+        comparison = compare_seeds(results[best[name]]["test"], results[best["released"]]["test"])
+        results[f"{name}_versus_released"] = {"difference": comparison.difference, "p_value": comparison.p_value,
+                                              "note": comparison.note}
+        print(f"{name} (best lr) vs released (best lr), test: {comparison.difference:+.1f} points ({comparison.note})")
+for name in ("warm", "nowarm"):
+    evals = [json.loads(line) for line in open(f"pt-{name}/metrics.jsonl") if '"eval"' in line]
+    results[f"pretrain-{name}"] = [{k: e[k] for k in ("step", "mlm_loss", "mlm_accuracy")} for e in evals]
+    print(f"pre-training {name}: held-out MLM accuracy " + ", ".join(f"{e['step']}: {100 * e['mlm_accuracy']:.1f}%"
+                                                                   for e in evals))
+json.dump(results, open("results.json", "w"), indent=2)
+EOF
+cat timings.txt

@@ -1,0 +1,206 @@
+"""text-embeddings-inference's (TEI 1.9) model routes, so a TEI deployment's clients, gateways and health checks
+work unchanged: `/embed`, `/embed_all`, `/similarity`, `/predict`, and `POST /` with SageMaker's
+`POST /invocations` (what `huggingface_hub.InferenceClient` calls at a server's root); `GET /` and `GET /ping`
+answer as health checks. Shapes are TEI's: /embed answers a bare list of vectors, /predict a list of
+{score, label} best first, /similarity a list of cosine similarities.
+
+Design decisions:
+
+- `POST /` reads the body to choose, where TEI chooses by model type at start-up: a body with `query` and
+  `texts` is a rerank, `inputs` holding `source_sentence` a similarity, `inputs` to a classifier a predict,
+  anything else an embed. So one server answers `feature_extraction`, `sentence_similarity` and
+  `text_classification` at its root, where TEI needs `TASK=sentence-similarity` for the second.
+- Defaults are TEI's: vectors are unit length unless `normalize` is false (`--no-normalize` makes the
+  directory's own the default), and long inputs are cut unless `truncate` is false (`--no-auto-truncate`).
+  docs/inference.md has the table of every difference from TEI.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any, Literal
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from pydantic import BaseModel, Field, ValidationError
+
+from bertkit.serve.compat import (
+    FieldError,
+    Inputs,
+    RequestBody,
+    RerankRequest,
+    Submit,
+    Truncation,
+    check_prompt,
+    cut_vector,
+    read_inputs,
+)
+from bertkit.serve.limits import RequestError, check_count, check_text, check_texts
+from bertkit.serve.predictor import Predictor
+from bertkit.settings import ServerSettings
+
+
+class EmbedRequest(Truncation):
+    inputs: Inputs = Field(description="A text, a list of texts, or token ids (one list or a list of lists).")
+    normalize: bool | None = Field(None, description="Unit-length vectors; null or absent: the server's "
+                                   "--normalize (on, as TEI), else the directory's own.")
+    dimensions: int | None = Field(None, ge=1, description="Keep the first N values of each vector (then "
+                                   "normalised, as TEI).")
+    prompt_name: str | None = Field(None, description="Put this named prompt of the directory before each text.")
+    pooling: Literal["auto", "cls", "mean", "max", "mean_sqrt_len_tokens"] = Field(
+        "auto", description="A bertkit extra: auto is the directory's sentence-transformers pooling, else [CLS].")
+
+
+class EmbedAllRequest(Truncation):
+    inputs: Inputs
+    prompt_name: str | None = None
+
+
+class SimilarityInput(RequestBody):
+    source_sentence: str
+    sentences: list[str]
+
+
+class SimilarityParameters(Truncation):
+    prompt_name: str | None = None
+
+
+class SimilarityRequest(RequestBody):
+    inputs: SimilarityInput
+    parameters: SimilarityParameters | None = None
+
+
+class PredictRequest(Truncation):
+    inputs: str | list[str] | list[list[str]] = Field(
+        description="A text, a pair [text, text], or a batch of [text] and [text, text] lists.")
+    raw_scores: bool = Field(False, description="Logits instead of probabilities (TEI); refused here (422).")
+
+
+def add_tei_routes(app: FastAPI, predictor: Predictor, settings: ServerSettings, submit: Submit,
+                   dependencies: list[Any], rerank: Any) -> None:
+    """TEI's routes over `predictor`; `rerank` is the /rerank handler (compat.py), for `POST /`."""
+    limits = settings.limits
+
+    @app.post("/embed", dependencies=dependencies, summary="Sentence vectors, a list of lists (TEI's shape); "
+              "unit length unless normalize is false.")
+    async def embed(body: EmbedRequest) -> list[list[float]]:
+        check_prompt(predictor, body.prompt_name)
+        cut = body.direction if body.cuts(settings) else None
+        texts = read_inputs(body.inputs, "inputs", predictor, settings, cut)
+        normalize = body.normalize if body.normalize is not None else (True if settings.normalize else None)
+        _, unit, width = predictor.embedding_spec(body.pooling, normalize)
+        if body.dimensions is not None and body.dimensions > width:
+            raise FieldError(422, "invalid_dimensions", f"'dimensions' is {body.dimensions} but this model's vectors "
+                             f"have {width} values; send at most {width}", "dimensions")
+        key = ("embed", body.pooling, normalize, cut is not None, body.direction, body.prompt_name)
+        vectors = await submit(key, texts)
+        if body.dimensions is None:
+            return vectors
+        return [cut_vector(v, body.dimensions, unit, "float") for v in vectors]  # type: ignore[misc]
+
+    @app.post("/embed_all", dependencies=dependencies, summary="The last layer's vector of every token read, "
+              "per input (TEI's shape: a list of lists of vectors).")
+    async def embed_all(body: EmbedAllRequest) -> list[list[list[float]]]:
+        check_prompt(predictor, body.prompt_name)
+        cut = body.direction if body.cuts(settings) else None
+        texts = read_inputs(body.inputs, "inputs", predictor, settings, cut)
+        return await submit(("embed_all", cut is not None, body.direction, body.prompt_name), texts)
+
+    @app.post("/similarity", dependencies=dependencies, summary="Cosine similarity of the source sentence to "
+              "each sentence (TEI's shape).")
+    async def similarity(body: SimilarityRequest) -> list[float]:
+        parameters = body.parameters or SimilarityParameters.model_validate({})
+        check_prompt(predictor, parameters.prompt_name)
+        cut = parameters.direction if parameters.cuts(settings) else None
+        if not body.inputs.sentences:
+            raise RequestError(400, "empty", "`inputs.sentences` cannot be empty")
+        check_count(len(body.inputs.sentences) + 1, "inputs.sentences (with the source sentence)", limits)
+        source = check_text(body.inputs.source_sentence, "inputs.source_sentence", limits, cut)
+        sentences = check_texts(body.inputs.sentences, "inputs.sentences", limits, cut)
+        key = ("embed", "auto", True, cut is not None, parameters.direction, parameters.prompt_name)
+        source_vector, *vectors = await submit(key, [source, *sentences])  # unit length: dot = cosine
+        return [float(sum(a * b for a, b in zip(source_vector, vector))) for vector in vectors]
+
+    if "classify" in predictor.endpoints:
+        @app.post("/predict", dependencies=dependencies, summary="Every label's probability, best first (TEI's "
+                  "shape; a batch gets one list per input).")
+        async def predict(body: PredictRequest) -> list[Any]:
+            if body.raw_scores:
+                raise FieldError(422, "raw_scores_not_supported", "raw_scores is not supported by /predict; "
+                                 "/classify answers probabilities, /rerank raw_scores for pairs", "raw_scores")
+            single, items = _predict_items(body.inputs)
+            cut = body.direction if body.cuts(settings) else None
+            check_count(len(items), "inputs", limits)
+            items = [tuple(check_text(text, f"inputs[{i}]", limits, cut) for text in item)
+                     for i, item in enumerate(items)]
+            results: list[Any] = [None] * len(items)
+            groups = [[i for i, item in enumerate(items) if len(item) == size] for size in (1, 2)]
+
+            async def run(indices: list[int], pairs: bool) -> None:
+                key = ("classify", pairs, cut is not None, body.direction)
+                answers = await submit(key, [(items[i][0], items[i][1] if pairs else None) for i in indices])
+                for i, answer in zip(indices, answers):
+                    results[i] = _labels_best_first(answer)
+
+            await asyncio.gather(*(run(indices, size == 2) for size, indices in zip((1, 2), groups) if indices))
+            return results[0] if single else results
+
+    async def root(request: Request) -> Any:
+        body = await _json_object(request)
+        if isinstance(body.get("query"), str) and "texts" in body and rerank is not None:
+            return await rerank(_validate(RerankRequest, body))
+        inputs = body.get("inputs")
+        if isinstance(inputs, dict) and "source_sentence" in inputs:
+            return await similarity(_validate(SimilarityRequest, body))
+        if "classify" in predictor.endpoints:
+            return await predict(_validate(PredictRequest, body))
+        return await embed(_validate(EmbedRequest, body))
+
+    for path in ("/", "/invocations"):
+        app.post(path, dependencies=dependencies, operation_id=f"root_{path.strip('/') or 'post'}",
+                 summary="By the body, as TEI by the model: rerank (query, texts), similarity (inputs.source_"
+                 "sentence), predict (a classifier), else embed; what huggingface_hub's InferenceClient calls.")(root)
+
+
+def _predict_items(inputs: str | list[str] | list[list[str]]) -> tuple[bool, list[tuple[str, ...]]]:
+    """(single, inputs as 1- or 2-tuples), read as TEI reads /predict's `inputs`: a string or a list of one or
+    two strings is one input; a list of such lists is a batch."""
+    if isinstance(inputs, str):
+        return True, [(inputs,)]
+    if inputs and all(isinstance(item, str) for item in inputs):
+        if len(inputs) > 2:
+            raise FieldError(422, "invalid_input", f"'inputs' is a list of {len(inputs)} strings; send a text, a "
+                             "pair [text, text], or a batch [[text], [text, text], ...]", "inputs")
+        return True, [tuple(inputs)]  # type: ignore[arg-type]
+    batch = [tuple(item) for item in inputs]
+    bad = next((i for i, item in enumerate(batch) if len(item) not in (1, 2)), None)
+    if bad is not None:
+        raise FieldError(422, "invalid_input", f"'inputs[{bad}]' has {len(batch[bad])} strings; each input of a "
+                         "batch is [text] or [text, text]", "inputs")
+    return False, batch
+
+
+def _labels_best_first(answer: dict[str, Any]) -> list[dict[str, Any]]:
+    """A /classify answer as TEI's predictions: [{score, label}] best first (a regression: its one value)."""
+    if "probabilities" not in answer:
+        return [{"score": answer["score"], "label": "LABEL_0"}]
+    pairs = sorted(answer["probabilities"].items(), key=lambda item: -item[1])
+    return [{"score": score, "label": label} for label, score in pairs]
+
+
+async def _json_object(request: Request) -> dict[str, Any]:
+    try:
+        body = await request.json()
+    except ValueError:
+        raise RequestError(400, "invalid_json", "the body is not valid JSON") from None
+    if not isinstance(body, dict):
+        raise RequestError(422, "invalid_request", "the body must be a JSON object (see /docs)")
+    return body
+
+
+def _validate(model: type[BaseModel], body: dict[str, Any]) -> Any:
+    """`body` as a `model`, or the 422 the route itself would answer."""
+    try:
+        return model.model_validate(body)
+    except ValidationError as exc:
+        raise RequestValidationError([{**e, "loc": ("body", *e["loc"])} for e in exc.errors()]) from None
