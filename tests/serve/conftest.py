@@ -8,10 +8,16 @@ tasks/finetuned.py writes). Weights are random but seeded, so predictions are de
 from __future__ import annotations
 
 import json
+import shutil
+import socket
+import threading
 from pathlib import Path
 
 import pytest
 import torch
+import transformers
+from sentence_transformers import SentenceTransformer
+from sentence_transformers.sentence_transformer.modules import Normalize, Pooling, Transformer
 
 from bertkit.config import preset
 from bertkit.model import (
@@ -21,6 +27,8 @@ from bertkit.model import (
     BertForTokenClassification,
     BertModel,
 )
+from bertkit.serve.app import build_server
+from bertkit.serve.client import wait_until_ready
 from bertkit.tasks.classification import ClassificationSettings, ClassificationTask
 from bertkit.tasks.finetuned import feature_based_model, save_finetuned
 from bertkit.tasks.squad import SquadSettings, SquadTask
@@ -99,3 +107,66 @@ def squad_v2_dir(tmp_path_factory) -> Path:
     task = SquadTask(SquadSettings(max_seq_length=24, doc_stride=5, max_query_length=8, n_best_size=20,
                                    max_answer_length=6, version_2_with_negative=True))
     return build(tmp_path_factory.mktemp("squad2"), BertForQuestionAnswering, task.to_json(), seed=1)
+
+
+# --- a live server and Hugging Face directories (the clients' tests) ------------------------------------
+
+MAX_SEQ_LENGTH = 8
+"""sentence_dir's max_seq_length."""
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+class LiveServer:
+    """The production server (`build_server`) on a loopback port in a background thread."""
+
+    def __init__(self, app) -> None:
+        self.port = _free_port()
+        self.server = build_server(app, port=self.port, log_level="warning")
+        self.thread = threading.Thread(target=self.server.run, daemon=True)
+
+    def __enter__(self) -> str:
+        self.thread.start()
+        url = f"http://127.0.0.1:{self.port}"
+        wait_until_ready(url)
+        return url
+
+    def __exit__(self, *exc) -> None:
+        self.server.should_exit = True
+        self.thread.join(timeout=30)
+
+
+@pytest.fixture(scope="session")
+def bert_dir(tmp_path_factory) -> Path:
+    """A random transformers BertModel with the tiny vocabulary, as a plain Hugging Face directory."""
+    directory = tmp_path_factory.mktemp("bert")
+    (directory / "vocab.txt").write_text("\n".join(VOCAB) + "\n", encoding="utf-8")
+    config = transformers.BertConfig(vocab_size=len(VOCAB), hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                                     intermediate_size=37, max_position_embeddings=64)
+    torch.manual_seed(0)
+    transformers.BertModel(config).save_pretrained(directory)
+    transformers.BertTokenizerFast(str(directory / "vocab.txt"), do_lower_case=True).save_pretrained(directory)
+    return directory
+
+
+@pytest.fixture(scope="session")
+def sentence_dir(bert_dir, tmp_path_factory) -> tuple[Path, SentenceTransformer]:
+    """A sentence-transformers directory (mean pooling, Normalize, max_seq_length 8) and its model."""
+    model = SentenceTransformer(modules=[Transformer(str(bert_dir), max_seq_length=MAX_SEQ_LENGTH),
+                                         Pooling(32, pooling_mode="mean"), Normalize()], device="cpu")
+    directory = tmp_path_factory.mktemp("st")
+    model.save(str(directory))
+    shutil.copy(bert_dir / "vocab.txt", directory / "vocab.txt")  # sentence-transformers 6 saves tokenizer.json only
+    return directory, model
+
+
+@pytest.fixture(scope="session")
+def pair_dir(tmp_path_factory) -> Path:
+    """A two-label pair classifier (the second label: the pair matches)."""
+    task = ClassificationTask(ClassificationSettings(labels=["different", "same"], max_seq_length=16))
+    return build(tmp_path_factory.mktemp("pair"), BertForSequenceClassification, task.to_json(), num_labels=2,
+                 id2label={0: "different", 1: "same"})

@@ -7,10 +7,7 @@ from __future__ import annotations
 
 import base64
 import shutil
-import socket
-import threading
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 
 import httpx
 import numpy as np
@@ -19,19 +16,15 @@ import pytest
 import torch
 import transformers
 from fastapi.testclient import TestClient
-from sentence_transformers import CrossEncoder, SentenceTransformer
-from sentence_transformers.sentence_transformer.modules import Normalize, Pooling, Transformer
+from sentence_transformers import CrossEncoder
 
 from bertkit.model import BertForSequenceClassification
-from bertkit.serve.app import build_server, create_app
-from bertkit.serve.client import wait_until_ready
+from bertkit.serve.app import create_app
 from bertkit.serve.predictor import load_predictor
 from bertkit.settings import Limits, ServerSettings
-from bertkit.tasks.classification import ClassificationSettings, ClassificationTask
 
-from .conftest import VOCAB, build, tokenizer
+from .conftest import MAX_SEQ_LENGTH, LiveServer, tokenizer
 
-MAX_SEQ_LENGTH = 8
 TEXTS = ["the cat sat on the mat.", "John Smith lives in London, in a big red house!", "paris", "?",
          "where did the dog go? the dog ran in the park and the cat sat under the house"]
 QUERY = "where did the dog go?"
@@ -40,63 +33,6 @@ LONG = "the cat sat on the mat " * 6  # 36 tokens
 EVERY_MODEL = ("/embed", "/embed_all", "/similarity", "/v1/embeddings", "/embeddings", "/tokenize", "/decode", "/info",
                "/metrics", "/ready", "/health", "/ping")
 """What every model serves beside its task endpoints (the 404 body and /info list them)."""
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-class _Server:
-    """The production server (`build_server`) on a loopback port in a background thread."""
-
-    def __init__(self, app) -> None:
-        self.port = _free_port()
-        self.server = build_server(app, port=self.port, log_level="warning")
-        self.thread = threading.Thread(target=self.server.run, daemon=True)
-
-    def __enter__(self) -> str:
-        self.thread.start()
-        url = f"http://127.0.0.1:{self.port}"
-        wait_until_ready(url)
-        return url
-
-    def __exit__(self, *exc) -> None:
-        self.server.should_exit = True
-        self.thread.join(timeout=30)
-
-
-@pytest.fixture(scope="module")
-def bert_dir(tmp_path_factory) -> Path:
-    """A random transformers BertModel with the tiny vocabulary, as a plain Hugging Face directory."""
-    directory = tmp_path_factory.mktemp("bert")
-    (directory / "vocab.txt").write_text("\n".join(VOCAB) + "\n", encoding="utf-8")
-    config = transformers.BertConfig(vocab_size=len(VOCAB), hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
-                                     intermediate_size=37, max_position_embeddings=64)
-    torch.manual_seed(0)
-    transformers.BertModel(config).save_pretrained(directory)
-    transformers.BertTokenizerFast(str(directory / "vocab.txt"), do_lower_case=True).save_pretrained(directory)
-    return directory
-
-
-@pytest.fixture(scope="module")
-def sentence_dir(bert_dir, tmp_path_factory) -> tuple[Path, SentenceTransformer]:
-    """A sentence-transformers directory (mean pooling, Normalize, max_seq_length 8) and its model."""
-    model = SentenceTransformer(modules=[Transformer(str(bert_dir), max_seq_length=MAX_SEQ_LENGTH),
-                                         Pooling(32, pooling_mode="mean"), Normalize()], device="cpu")
-    directory = tmp_path_factory.mktemp("st")
-    model.save(str(directory))
-    shutil.copy(bert_dir / "vocab.txt", directory / "vocab.txt")  # sentence-transformers 6 saves tokenizer.json only
-    return directory, model
-
-
-@pytest.fixture(scope="module")
-def pair_dir(tmp_path_factory) -> Path:
-    """A two-label pair classifier (the second label: the pair matches)."""
-    task = ClassificationTask(ClassificationSettings(labels=["different", "same"], max_seq_length=16))
-    return build(tmp_path_factory.mktemp("pair"), BertForSequenceClassification, task.to_json(), num_labels=2,
-                 id2label={0: "different", 1: "same"})
 
 
 def _client(directory, **settings) -> TestClient:
@@ -119,7 +55,7 @@ def test_openai_client_gets_the_vectors_of_embed_and_of_sentence_transformers(se
     expected = model.encode(TEXTS)
     lengths = [len(ids) for ids in transformers.BertTokenizerFast(str(directory / "vocab.txt"), do_lower_case=True)(
         TEXTS, truncation=True, max_length=MAX_SEQ_LENGTH)["input_ids"]]
-    with _Server(create_app(load_predictor(directory))) as url:
+    with LiveServer(create_app(load_predictor(directory))) as url:
         client = openai.OpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0)
         default = client.embeddings.create(model="my-model", input=TEXTS)  # the client asks for base64 and decodes it
         as_float = client.embeddings.create(model="my-model", input=TEXTS, encoding_format="float")
@@ -143,7 +79,7 @@ def test_openai_client_gets_the_vectors_of_embed_and_of_sentence_transformers(se
 
 def test_openai_client_errors_carry_code_param_and_message(sentence_dir):
     directory, _ = sentence_dir
-    with _Server(create_app(load_predictor(directory), ServerSettings(api_key="s3cret"))) as url:
+    with LiveServer(create_app(load_predictor(directory), ServerSettings(api_key="s3cret"))) as url:
         client = openai.OpenAI(base_url=f"{url}/v1", api_key="s3cret", max_retries=0)
         with pytest.raises(openai.UnprocessableEntityError) as error:
             client.embeddings.create(model="m", input=["the cat"], dimensions=33)

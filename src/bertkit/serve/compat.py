@@ -31,6 +31,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 import bertkit
 from bertkit.serve.limits import RequestError, check_count, check_text, check_texts
+from bertkit.serve.observability import note_batch
 from bertkit.serve.predictor import Predictor
 from bertkit.settings import ServerSettings
 
@@ -122,6 +123,7 @@ def read_inputs(value: Inputs, field: str, predictor: Predictor, settings: Serve
         items = [value]  # type: ignore[list-item]  # one list of ids
     else:
         items = list(value)  # type: ignore[arg-type]
+    note_batch(not isinstance(value, str) and items != [value])
     check_count(len(items), field, settings.limits)
     texts = [item if isinstance(item, str) else _decode_ids(item, f"{field}[{i}]" if len(items) > 1 else field,
                                                             predictor) for i, item in enumerate(items)]
@@ -183,6 +185,7 @@ def add_routes(app: FastAPI, predictor: Predictor, settings: ServerSettings, sub
         @app.post("/rerank", dependencies=dependencies, summary="Texts scored against a query by the pair "
                   "classifier, best first (TEI's shape).")
         async def rerank(body: RerankRequest) -> list[dict[str, Any]]:
+            note_batch(True)
             cut = body.direction if body.cuts(settings) else None
             query = check_text(body.query, "query", limits, cut)
             texts = check_texts(body.texts, "texts", limits, cut)

@@ -92,6 +92,16 @@ class _Exchange:
     """Where its time went (summed over its predictor calls); None for a request that ran no model."""
     error: str | None = None
     """The code of the error it was answered (app.py's handlers, through `note_error`)."""
+    batch: bool | None = None
+    """Whether its body held a list of inputs (TEI's method="batch"), as the route read it (`note_batch`);
+    None: more than one input queued."""
+
+
+def note_batch(batch: bool) -> None:
+    """Record whether the current request's body held a list of inputs (its te_request_* method label)."""
+    exchange = _exchange.get()
+    if exchange is not None:
+        exchange.batch = batch
 
 
 def note_error(code: str) -> None:
@@ -192,7 +202,8 @@ class _Metrics:
         self.latency.labels(*labels).observe(seconds)
         if endpoint not in MODEL_ROUTES:
             return
-        kind = "single" if exchange.inputs <= 1 else "batch"
+        batch = exchange.batch if exchange.batch is not None else exchange.inputs > 1
+        kind = "batch" if batch else "single"
         self.tei_counters.inc("te_request_count", method=kind)
         if status == 200:
             self.tei_counters.inc("te_request_success", method=kind)

@@ -52,6 +52,7 @@ from bertkit.io.jsonfile import read_json_object
 from bertkit.model import MODEL_CLASSES, BertModel, accelerate_for_inference
 from bertkit.runtime.allocator import keep_freed_memory
 from bertkit.runtime.device import check_inference_precision, inference_precision
+from bertkit.serve.tokens import token_table
 from bertkit.tasks.classification import ClassificationTask
 from bertkit.tasks.finetuned import load_finetuned, load_weights, read_task_file
 from bertkit.tasks.metrics import entities_conlleval
@@ -203,26 +204,8 @@ class Predictor:
         return modes, normalize, len(modes) * self.config.hidden_size
 
     def tokenize(self, texts: Sequence[str], add_special_tokens: bool = True) -> list[list[dict[str, Any]]]:
-        """Per text, its tokens as the model reads them, never truncated: {id, text, special, start, stop,
-        char_start, char_stop}. start/stop are byte offsets into the text's UTF-8 (TEI's), char_start/char_stop
-        character offsets (Python's `text[char_start:char_stop]`); `text` is that slice. [CLS] and [SEP] have
-        their own name as text and None offsets."""
-        out = []
-        for text, encoding in zip(texts, self.tokenizer.encode_batch(texts, truncation=False)):
-            tokens = []
-            byte_offsets = _byte_offsets(text)
-            for token_id, name, (start, stop), sequence in zip(encoding.input_ids, encoding.tokens, encoding.offsets,
-                                                               encoding.sequence_ids):
-                if sequence is None:  # [CLS] or [SEP]
-                    if add_special_tokens:
-                        tokens.append({"id": token_id, "text": name, "special": True, "start": None, "stop": None,
-                                       "char_start": None, "char_stop": None})
-                else:
-                    tokens.append({"id": token_id, "text": text[start:stop], "special": False,
-                                   "start": byte_offsets[start], "stop": byte_offsets[stop],
-                                   "char_start": start, "char_stop": stop})
-            out.append(tokens)
-        return out
+        """Per text, its tokens as the model reads them, never truncated (bertkit.serve.tokens.token_table)."""
+        return token_table(self.tokenizer, texts, add_special_tokens)
 
     def decode(self, ids: Sequence[Sequence[int]], skip_special_tokens: bool = True) -> list[str]:
         """Per id list, the text it spells (pieces joined, ## continuations glued), as TEI's /decode."""
@@ -263,15 +246,6 @@ class Predictor:
     def warmup(self) -> None:
         """One real forward pass through every endpoint (the server is ready only after it)."""
         self.embed(["warm up"])
-
-
-def _byte_offsets(text: str) -> list[int]:
-    """For each character offset 0..len(text), the byte offset in the text's UTF-8."""
-    offsets, total = [0], 0
-    for character in text:
-        total += len(character.encode("utf-8", "surrogatepass"))
-        offsets.append(total)
-    return offsets
 
 
 def _dtype(model: torch.nn.Module) -> torch.dtype:

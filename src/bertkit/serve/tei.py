@@ -36,6 +36,7 @@ from bertkit.serve.compat import (
     read_inputs,
 )
 from bertkit.serve.limits import RequestError, check_count, check_text, check_texts
+from bertkit.serve.observability import note_batch
 from bertkit.serve.predictor import Predictor
 from bertkit.settings import ServerSettings
 
@@ -109,6 +110,7 @@ def add_tei_routes(app: FastAPI, predictor: Predictor, settings: ServerSettings,
     @app.post("/similarity", dependencies=dependencies, summary="Cosine similarity of the source sentence to "
               "each sentence (TEI's shape).")
     async def similarity(body: SimilarityRequest) -> list[float]:
+        note_batch(True)  # TEI embeds the source and the sentences as one batch
         parameters = body.parameters or SimilarityParameters.model_validate({})
         check_prompt(predictor, parameters.prompt_name)
         cut = parameters.direction if parameters.cuts(settings) else None
@@ -129,6 +131,7 @@ def add_tei_routes(app: FastAPI, predictor: Predictor, settings: ServerSettings,
                 raise FieldError(422, "raw_scores_not_supported", "raw_scores is not supported by /predict; "
                                  "/classify answers probabilities, /rerank raw_scores for pairs", "raw_scores")
             single, items = _predict_items(body.inputs)
+            note_batch(not single)
             cut = body.direction if body.cuts(settings) else None
             check_count(len(items), "inputs", limits)
             items = [tuple(check_text(text, f"inputs[{i}]", limits, cut) for text in item)
