@@ -275,7 +275,7 @@ def test_serve_classify_aggregates_windows_as_predict_does(synthetic, tmp_path):
         result = client.post("/classify", json={"inputs": [rows[0]["text"]]}).json()["results"][0]
         assert result["windows"] == 2 and result["truncated"] is True
         refused = client.post("/classify", json={"inputs": ["the river", rows[0]["text"]], "truncate": False})
-        assert refused.status_code == 413 and "'inputs[1]' has 38 tokens" in refused.json()["message"]
+        assert refused.status_code == 422 and "'inputs[1]' has 38;" in refused.json()["error"]
     # the micro-batcher's token budget counts every window, as the predictor builds them
     cost = token_cost(predictor)(("classify", False, True, "right"), [(r["text"], None) for r in rows[:3]])
     examples = [TextExample(f"inputs[{i}]", r["text"], None, None) for i, r in enumerate(rows[:3])]
