@@ -1,11 +1,15 @@
 """int8 on a fine-tuned classifier (issue 30, item 4): how many labels int8 keeps, and how fast it is.
 
-    python benchmarks/int8_agreement.py --model FINETUNED_DIR --input test.tsv [--onnx]
+    python benchmarks/int8_agreement.py --model FINETUNED_DIR --input test.tsv [--onnx] [--calibration SAMPLE.txt]
 
 Labels every row of `--input` (a TSV/CSV/JSONL with a text and a label column) with the classifier in
-bertkit fp32 (the reference), bertkit int8 (`--precision int8`: oneDNN's int8 kernel, `Int8Linear`) and,
-with `--onnx`, ONNX Runtime on `bertkit export onnx --optimize --quantize int8` (its fused graph with
-dynamic int8 weights), in batches of 32 padded to the longest. Printed per engine: accuracy, the share of
+bertkit fp32 (the reference), bertkit int8 (`--precision int8`: oneDNN's int8 kernel, `Int8Linear`), with
+`--calibration` bertkit int8 with SmoothQuant's scales measured on that sample (`--precision int8
+--calibration`, on a copy of the model so the plain int8 run never sees kept scales) and ONNX Runtime's
+calibrated static int8 (`onnxruntime.quantization.quantize_static` on the exported graph, per-channel
+weights, activations calibrated by MinMax on the same sample), and with `--onnx` ONNX Runtime on `bertkit
+export onnx --optimize --quantize int8` (its fused graph with dynamic int8 weights), in batches of 32
+padded to the longest. Printed per engine: accuracy, the share of
 fp32's labels kept (all rows, and the rows where fp32 is not torn between two labels), the largest
 change of a probability, and rows/s (each engine timed on its own after a warm-up batch; ONNX Runtime last, so
 its thread pool does not slow torch).
@@ -15,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import tempfile
 import time
 from pathlib import Path
@@ -34,9 +39,10 @@ from bertkit.tokenizer import WordPieceTokenizer
 MARGIN = 0.05  # a row whose two likeliest labels are closer than this is a coin toss for any precision
 
 
-def bertkit_labels(model: Path, texts: list[str], precision: str, batch_size: int) -> tuple[list[str], float, list]:
+def bertkit_labels(model: Path, texts: list[str], precision: str, batch_size: int,
+                   calibration: Path | None = None) -> tuple[list[str], float, list]:
     """(labels, seconds, each row's probabilities in label order)."""
-    predictor = load_predictor(model, batch_size=batch_size, precision=precision)
+    predictor = load_predictor(model, batch_size=batch_size, precision=precision, calibration=calibration)
     predictor.classify(texts[:batch_size])  # warm-up
     start = time.perf_counter()
     rows = predictor.classify(texts)
@@ -50,17 +56,24 @@ def margins(probabilities: list) -> np.ndarray:
     return top[:, -1] - top[:, -2]
 
 
-def onnx_labels(model: Path, texts: list[str], batch_size: int, threads: int,
-                work: Path) -> tuple[list[str], float, None]:
-    report = export_onnx(ExportSettings(model=model, output=work / "onnx", quantize="int8", optimize=True))
-    print("ONNX Runtime graph:", "; ".join(report.lines()[:3]))
+def onnx_labels(model: Path, texts: list[str], batch_size: int, threads: int, work: Path,
+                calibration: list[str] | None = None) -> tuple[list[str], float, None]:
+    """ONNX Runtime's labels: the fused graph with dynamic int8 weights, or with `calibration` texts the plain
+    graph statically quantized (activations calibrated on them)."""
+    if calibration is None:
+        report = export_onnx(ExportSettings(model=model, output=work / "onnx", quantize="int8", optimize=True))
+        print("ONNX Runtime graph:", "; ".join(report.lines()[:3]))
+        graph = report.path
+    else:
+        report = export_onnx(ExportSettings(model=model, output=work / "onnx"))
+        graph = _static_int8(report.path, WordPieceTokenizer.from_pretrained(work / "onnx"), calibration, work)
     tokenizer = WordPieceTokenizer.from_pretrained(work / "onnx")
     id2label = BertConfig.from_json_file(work / "onnx" / "config.json").id2label or {}
     batches = [sample_batch(tokenizer, texts[i:i + batch_size], "BertForSequenceClassification")
                for i in range(0, len(texts), batch_size)]
     options = onnxruntime.SessionOptions()
     options.intra_op_num_threads, options.inter_op_num_threads = threads, 1
-    session = onnxruntime.InferenceSession(str(report.path), options, providers=["CPUExecutionProvider"])
+    session = onnxruntime.InferenceSession(str(graph), options, providers=["CPUExecutionProvider"])
     names = {i.name for i in session.get_inputs()}
 
     def run(batch: dict) -> np.ndarray:
@@ -72,6 +85,25 @@ def onnx_labels(model: Path, texts: list[str], batch_size: int, threads: int,
     return [id2label.get(int(i), str(int(i))) for i in logits.argmax(-1)], seconds, None
 
 
+def _static_int8(graph: Path, tokenizer: WordPieceTokenizer, texts: list[str], work: Path) -> Path:
+    """ONNX Runtime's calibrated static int8 of `graph`: QDQ, per-channel int8 weights, uint8 activations
+    whose ranges MinMax calibration measured on `texts` (one at a time, so no padding enters the ranges)."""
+    from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
+
+    class Sample(CalibrationDataReader):
+        def __init__(self) -> None:
+            self.rows = iter([{k: v.numpy() for k, v in sample_batch(tokenizer, [t], "BertForSequenceClassification")
+                               .items()} for t in texts])
+
+        def get_next(self) -> dict | None:
+            return next(self.rows, None)
+
+    output = work / "static-int8.onnx"
+    quantize_static(str(graph), str(output), Sample(), quant_format=QuantFormat.QDQ, per_channel=True,
+                    activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8)
+    return output
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", type=Path, required=True, help="a fine-tuned classification directory")
@@ -81,6 +113,8 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--onnx", action="store_true", help="also ONNX Runtime's fused int8 graph")
+    parser.add_argument("--calibration", type=Path, help="a sample of inputs, one per line: also bertkit int8 with "
+                        "SmoothQuant and ONNX Runtime's calibrated static int8")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     config = BertConfig.from_json_file(args.model / "config.json")
@@ -94,6 +128,15 @@ def main() -> None:
     results["bertkit fp32"] = (reference, seconds, probabilities)
     confident = margins(probabilities) >= MARGIN
     results["bertkit int8"] = bertkit_labels(args.model, texts, "int8", args.batch_size)
+    if args.calibration:
+        sample = [line for line in args.calibration.read_text().splitlines() if line.strip()][:512]
+        with tempfile.TemporaryDirectory() as work:
+            copy = Path(work) / "model"
+            shutil.copytree(args.model, copy)  # the kept scales land in the copy
+            results["bertkit int8 + SmoothQuant"] = bertkit_labels(copy, texts, "int8", args.batch_size,
+                                                                   args.calibration)
+            results["ONNX Runtime static int8 (calibrated)"] = onnx_labels(args.model, texts, args.batch_size,
+                                                                          args.threads, Path(work), sample)
     if args.onnx:
         with tempfile.TemporaryDirectory() as work:
             results["ONNX Runtime int8 (fused)"] = onnx_labels(args.model, texts, args.batch_size, args.threads,

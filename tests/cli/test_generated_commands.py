@@ -146,6 +146,7 @@ def test_export_onnx_flags_reach_the_settings(monkeypatch, tmp_path):
 def test_serve_flags_reach_the_predictor_the_app_and_the_server(monkeypatch, tmp_path):
     import torch
 
+    (tmp_path / "sample.txt").write_text("the cat sat\n")
     from bertkit.serve import app, predictor
 
     loaded = _record(monkeypatch, predictor, "load_predictor", SimpleNamespace(endpoints=["embed"]))
@@ -158,9 +159,10 @@ def test_serve_flags_reach_the_predictor_the_app_and_the_server(monkeypatch, tmp
                  "--max-body-bytes", "100", "--max-inputs", "2", "--max-input-chars", "10", "--max-connections", "7",
                  "--header-timeout", "1", "--body-timeout", "2", "--keep-alive-timeout", "4",
                  "--max-header-bytes", "2048", "--drain-timeout", "6", "--threads", "2", "--precision", "int8",
-                 "--log-level", "warning"]) == 0
+                 "--log-level", "warning", "--calibration", str(tmp_path / "sample.txt")]) == 0
     assert loaded["args"] == (tmp_path,) and loaded["threads"] == 2
-    assert loaded["kwargs"] == {"batch_size": 8, "precision": "int8", "tokenizer_dir": tmp_path}
+    assert loaded["kwargs"] == {"batch_size": 8, "precision": "int8", "tokenizer_dir": tmp_path,
+                                "calibration": tmp_path / "sample.txt"}
     limits = Limits(100, 2, 10, 7, 1.0, 2.0, 4.0, 2048)
     assert created["args"][1] == ServerSettings(limits, 8, 2.0, 5, 3.0, "secret")
     assert served["args"] == ("the app",)
@@ -168,7 +170,7 @@ def test_serve_flags_reach_the_predictor_the_app_and_the_server(monkeypatch, tmp
     monkeypatch.delenv("BERTKIT_API_KEY")
     assert main(["serve", "--model", str(tmp_path)]) == 0
     assert created["args"][1] == ServerSettings() and served["kwargs"]["host"] == "127.0.0.1"
-    assert loaded["kwargs"] == {"batch_size": 32, "precision": "auto", "tokenizer_dir": None}
+    assert loaded["kwargs"] == {"batch_size": 32, "precision": "auto", "tokenizer_dir": None, "calibration": None}
     assert main(["serve", "--model", str(tmp_path), "--long-documents", "windows", "--doc-stride", "32",
                  "--window-aggregation", "max", "--max-windows", "4"]) == 0
     assert loaded["kwargs"]["long_documents"] == {"long_documents": "windows", "doc_stride": 32,

@@ -76,7 +76,7 @@ def serve(**flags: Any) -> None:
     if run.threads is not None:
         torch.set_num_threads(run.threads)
     predictor = load_predictor(run.model, batch_size=settings.max_batch_size, precision=run.precision,
-                               tokenizer_dir=run.tokenizer,
+                               tokenizer_dir=run.tokenizer, calibration=run.calibration,
                                **({"long_documents": long_documents} if long_documents else {}))
     click.echo(f"serving {', '.join('/' + e for e in predictor.endpoints)} on http://{run.host}:{run.port} "
                "(also /v1/embeddings, /tokenize, /info, /metrics, /health, /ready; docs: /docs)")

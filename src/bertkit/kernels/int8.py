@@ -51,10 +51,13 @@ def pack(weight: torch.Tensor, bias: torch.Tensor | None) -> PackedWeight:
 
 
 def linear(x: torch.Tensor, packed: PackedWeight, post_op: tuple[str, str] = ("none", ""),
-           residual: torch.Tensor | None = None) -> torch.Tensor:
-    """post_op(x W^T + b) [+ residual] in int8, x quantized here by rows; fp32 out, x's leading shape."""
+           residual: torch.Tensor | None = None, inverse_smooth: torch.Tensor | None = None) -> torch.Tensor:
+    """post_op(x W^T + b) [+ residual] in int8, x quantized here by rows; fp32 out, x's leading shape.
+    `inverse_smooth`: SmoothQuant's 1 / s per input channel, x scaled by it first (the weight was packed
+    times s, so the product is unchanged and x's outlier channels are tamed)."""
     zero_point = 2 ** (activation_bits() - 1)
-    q, scale = quantize_rows(x.float().reshape(-1, packed.in_features), zero_point)
+    rows = x.float().reshape(-1, packed.in_features)
+    q, scale = quantize_rows(rows if inverse_smooth is None else rows * inverse_smooth, zero_point)
     y = torch.ops.onednn.qlinear_pointwise(q, 1.0, zero_point, packed.weight, packed.scale, packed.zero_point,
                                            None, 1.0, 0, torch.float32, "none", [], "")
     y = y.mul_(scale) if packed.bias is None else torch.addcmul(packed.bias, y, scale)

@@ -54,14 +54,19 @@ from bertkit.runtime.device import inference_precision
 DENSE_LAYERS = ("qkv", "attn_out", "ffn_in", "ffn_out")  # the encoder layer's nn.Linear modules
 
 
-def for_inference(model: nn.Module, precision: str, device: torch.device = torch.device("cpu")) -> nn.Module:
+def for_inference(model: nn.Module, precision: str, device: torch.device = torch.device("cpu"),
+                  smoothing: Callable[[], dict[str, torch.Tensor] | None] | None = None) -> nn.Module:
     """An inference copy of `model` (already on `device`) in an inference precision, 'auto' resolved by
     measurement (`bertkit.runtime.device.inference_precision`): `accelerate_for_inference`. What every inference
-    command runs."""
-    return accelerate_for_inference(model, inference_precision(precision, model, device))
+    command runs. `smoothing()` gives int8's SmoothQuant scales (bertkit.inference.smoothquant.int8_smoothing),
+    asked only when the precision is int8."""
+    resolved = inference_precision(precision, model, device)
+    scales = smoothing() if smoothing is not None and resolved == "int8" else None
+    return accelerate_for_inference(model, resolved, smoothing=scales)
 
 
-def accelerate_for_inference(model: nn.Module, precision: str = "fp32", *, autocast: bool = False) -> nn.Module:
+def accelerate_for_inference(model: nn.Module, precision: str = "fp32", *, autocast: bool = False,
+                             smoothing: dict[str, torch.Tensor] | None = None) -> nn.Module:
     """A copy of `model` in eval mode for inference in `precision`, the original untouched:
 
     - fp32 / bf16 (the model cast): on a CPU, each encoder layer's dense layers become `PackedLinear`
@@ -71,7 +76,8 @@ def accelerate_for_inference(model: nn.Module, precision: str = "fp32", *, autoc
       F.linear would, and residual sums stay fp32;
     - int8: each encoder layer's dense layers dynamically quantized (`Int8Linear`: int8 weights per
       output channel, activations quantized per call); embeddings, LayerNorms, attention and the task
-      head stay fp32.
+      head stay fp32. `smoothing` ("layers.<i>.<dense>" -> a scale per input channel;
+      bertkit.inference.smoothquant) moves SmoothQuant's scales into those weights.
 
     The copy's attention is a `Dispatch` holding the CPU choices measured at the model's width (bmm
     attention where it won), unless the model had a fixed backend. The copy runs under torch.no_grad()
@@ -89,9 +95,11 @@ def accelerate_for_inference(model: nn.Module, precision: str = "fp32", *, autoc
         compiled = any([vars(layer).pop("forward", None) for layer in bert.layers])  # noqa: C419
         if compiled or isinstance(bert.attention, Dispatch):  # eager again: the padding-free dispatch
             bert.attention = measured_attention(bert)
-    for layer in [m for m in accelerated.modules() if isinstance(m, BertLayer)]:
+    if smoothing is not None and precision != "int8":
+        raise ValueError(f"smoothing is for int8, not {precision}")
+    for index, layer in enumerate([m for m in accelerated.modules() if isinstance(m, BertLayer)]):
         if precision == "int8":
-            _quantize(layer)
+            _quantize(layer, {name: smoothing[f"layers.{index}.{name}"] for name in DENSE_LAYERS} if smoothing else {})
         else:
             _pack(layer, torch.bfloat16 if autocast else layer.qkv.weight.dtype)
     return accelerated.eval()
@@ -170,11 +178,13 @@ def quantize_linear_layers(module: nn.Module) -> nn.Module:
     return module
 
 
-def _quantize(layer: BertLayer) -> None:
-    """Swap the layer's dense layers for int8 ones (`Int8Linear`), GELU fused into the first feed-forward."""
+def _quantize(layer: BertLayer, smoothing: dict[str, torch.Tensor]) -> None:
+    """Swap the layer's dense layers for int8 ones (`Int8Linear`, with SmoothQuant's scales of the dense layers
+    `smoothing` names), GELU fused into the first feed-forward."""
     if not int8.works():
         raise RuntimeError(int8.MISSING)
-    _swap_dense_layers(layer, Int8Linear)
+    scales = {id(getattr(layer, name)): scale for name, scale in smoothing.items()}
+    _swap_dense_layers(layer, lambda linear, post_op: Int8Linear(linear, post_op, scales.get(id(linear))))
 
 
 class _Frozen(nn.Module):
@@ -228,20 +238,26 @@ class PackedLinear(_Frozen):
 
 class Int8Linear(_Frozen):
     """A frozen dense layer in int8 (`bertkit.kernels.int8`: oneDNN's int8 kernel, int8 weights per output channel,
-    activations quantized per call with one scale per row): post_op(x W^T + b), or residual + x W^T + b."""
+    activations quantized per call with one scale per row): post_op(x W^T + b), or residual + x W^T + b.
+    `smooth` (SmoothQuant, bertkit.inference.smoothquant): a scale per input channel moved from x into W."""
 
-    def __init__(self, linear: nn.Linear, post_op: tuple[str, str] = ("none", "")) -> None:
+    def __init__(self, linear: nn.Linear, post_op: tuple[str, str] = ("none", ""),
+                 smooth: torch.Tensor | None = None) -> None:
         super().__init__()
         self.in_features, self.out_features = linear.in_features, linear.out_features
-        self.packed = int8.pack(linear.weight, linear.bias)
+        weight = linear.weight if smooth is None else linear.weight.detach().float() * smooth.float()[None, :]
+        self.packed = int8.pack(weight, linear.bias)
         self.post_op = post_op
+        self.inverse_smooth = None if smooth is None else smooth.float().reciprocal()
 
     def forward(self, x: torch.Tensor, residual: torch.Tensor | None = None) -> torch.Tensor:
         self.check_no_grad(x)
-        return int8.linear(x, self.packed, self.post_op, residual)
+        return int8.linear(x, self.packed, self.post_op, residual, self.inverse_smooth)
 
     def extra_repr(self) -> str:
-        return f"in_features={self.in_features}, out_features={self.out_features}, post_op={self.post_op[0]}, int8"
+        smoothed = ", smoothed" if self.inverse_smooth is not None else ""
+        return (f"in_features={self.in_features}, out_features={self.out_features}, post_op={self.post_op[0]}, "
+                f"int8{smoothed}")
 
 
 @functools.cache

@@ -215,7 +215,7 @@ def add_routes(app: FastAPI, predictor: Predictor, settings: ServerSettings, sub
             if not all(0 <= token < size for token in one):
                 raise FieldError(422, "invalid_token_id", f"'ids[{i}]' holds a token id outside this model's "
                                  f"vocabulary of {size}", "ids")
-        return predictor.decode(ids, body.skip_special_tokens)
+        return [predictor.tokenizer.decode(one, skip_special_tokens=body.skip_special_tokens) for one in ids]
 
     @app.get("/info", dependencies=dependencies, summary="The model, its maximum input length, labels and "
              "precision, and the server's limits (TEI's keys, then bertkit's).")

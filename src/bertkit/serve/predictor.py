@@ -41,6 +41,7 @@ from bertkit.data.squad import SquadExample
 from bertkit.errors import BertkitError
 from bertkit.inference.batching import model_outputs, run_sorted
 from bertkit.inference.pooling import sentence_vectors
+from bertkit.inference.smoothquant import int8_smoothing
 from bertkit.interop.sentence_transformers import (
     SentenceModules,
     choose_pooling,
@@ -111,7 +112,8 @@ class Predictor:
         self.sentence = sentence
         self.kind = info.kind or type(self).kind
         self.model_id = info.model_id
-        self.precision = info.precision or ("bf16" if _dtype(model) == torch.bfloat16 else "fp32")
+        first_weight = next(model.parameters(), torch.empty(0))  # float32 for a model without weights
+        self.precision = info.precision or ("bf16" if first_weight.dtype == torch.bfloat16 else "fp32")
         """The precision the model runs in."""
 
     @property
@@ -207,10 +209,6 @@ class Predictor:
         """Per text, its tokens as the model reads them, never truncated (bertkit.serve.tokens.token_table)."""
         return token_table(self.tokenizer, texts, add_special_tokens)
 
-    def decode(self, ids: Sequence[Sequence[int]], skip_special_tokens: bool = True) -> list[str]:
-        """Per id list, the text it spells (pieces joined, ## continuations glued), as TEI's /decode."""
-        return [self.tokenizer.decode(list(one), skip_special_tokens=skip_special_tokens) for one in ids]
-
     def token_vectors(self, texts: Sequence[str], truncate: bool = True, truncation_direction: str = "right",
                       prompt_name: str | None = None) -> list[np.ndarray]:
         """Per text, the last layer's vector of every token it reads ((T, H) float32, [CLS] and [SEP]
@@ -246,11 +244,6 @@ class Predictor:
     def warmup(self) -> None:
         """One real forward pass through every endpoint (the server is ready only after it)."""
         self.embed(["warm up"])
-
-
-def _dtype(model: torch.nn.Module) -> torch.dtype:
-    """The dtype of the model's first weight (float32 for a model without any)."""
-    return next(model.parameters(), torch.empty(0)).dtype
 
 
 def _feature(encoding: Any) -> dict[str, Any]:
@@ -509,12 +502,14 @@ class QuestionAnsweringPredictor(Predictor):
 # --- loading ------------------------------------------------------------------------------------
 
 def load_predictor(directory: str | Path, batch_size: int = 32, precision: str = "fp32",
-                   tokenizer_dir: str | Path | None = None, long_documents: dict[str, Any] | None = None) -> Predictor:
+                   tokenizer_dir: str | Path | None = None, long_documents: dict[str, Any] | None = None,
+                   calibration: Path | None = None) -> Predictor:
     """The predictor for a checkpoint directory (see the module docstring for the choice), built complete;
     `precision` is an inference precision (`bertkit.model.for_inference`): fp32 exact, bf16 (results within
     bf16 rounding), int8 (encoder layers quantized), or auto (the faster of fp32 and bf16 as measured here);
     `tokenizer_dir` is a tokenizer directory to use instead of the checkpoint's; `long_documents` holds
-    a classifier's long-document settings that replace its saved ones (`LongDocumentSettings`)."""
+    a classifier's long-document settings that replace its saved ones (`LongDocumentSettings`); `calibration`
+    a sample of inputs for int8's SmoothQuant scales (bertkit.inference.smoothquant)."""
     directory = check_model_directory(directory)
     check_inference_precision(precision)
     keep_freed_memory()  # the process reuses large activations from here on (bertkit.runtime.allocator)
@@ -525,21 +520,21 @@ def load_predictor(directory: str | Path, batch_size: int = 32, precision: str =
         flag = "--" + next(iter(long_documents)).replace("_", "-")
         raise BertkitError(f"{flag} applies to classification models; {directory} is a {kind} model")
     if kind in TASK_PREDICTORS:
-        return _task_predictor(directory, config, settings, kind, batch_size, precision, tokenizer_dir,
-                               long_documents or {})
+        return _task_predictor(directory, config, settings, kind, batch_size, (precision, calibration),
+                               tokenizer_dir, long_documents or {})
     tokenizer = WordPieceTokenizer.from_pretrained(directory if tokenizer_dir is None else tokenizer_dir)
     check_model_vocabulary(tokenizer, config.vocab_size, directory, tokenizer_dir)
     sentence = read_sentence_transformers(directory)  # None unless a sentence-transformers directory
     max_seq_length = int((settings or {}).get("max_seq_length", (sentence and sentence.max_seq_length) or 512))
     architecture = (config.architectures or ["BertForMaskedLM"])[0] if kind == "fill-mask" else "BertModel"
-    model, resolved = _for_inference(_load(directory, architecture), precision)
+    model, resolved = _for_inference(_load(directory, architecture), (precision, calibration), directory, tokenizer)
     predictor_class = FillMaskPredictor if kind == "fill-mask" else Predictor
     return predictor_class(model, tokenizer, max_seq_length, batch_size, sentence,
                            ModelInfo(kind, directory.name, resolved))
 
 
 def _task_predictor(directory: Path, config: BertConfig, settings: dict[str, Any] | None, kind: str,
-                    batch_size: int, precision: str, tokenizer_dir: str | Path | None,
+                    batch_size: int, precision: tuple[str, Path | None], tokenizer_dir: str | Path | None,
                     long_documents: dict[str, Any]) -> Predictor:
     """The predictor of a fine-tuned directory (bertkit_task.json), or of a task model fine-tuned elsewhere
     (its task settings read from config.json)."""
@@ -547,7 +542,7 @@ def _task_predictor(directory: Path, config: BertConfig, settings: dict[str, Any
     stand_in = None if settings else task_class.from_json(_settings_from_config(kind, config, directory),
                                                           source=str(directory / "config.json"))
     task, model, tokenizer = load_finetuned(directory, task=stand_in, tokenizer_dir=tokenizer_dir)
-    model, resolved = _for_inference(model, precision)
+    model, resolved = _for_inference(model, precision, directory, tokenizer)
     info = ModelInfo(kind, directory.name, resolved)
     if not isinstance(task, ClassificationTask):
         return predictor_class(model, tokenizer, task, batch_size, info)
@@ -557,10 +552,12 @@ def _task_predictor(directory: Path, config: BertConfig, settings: dict[str, Any
     return ClassificationPredictor(model, tokenizer, task, batch_size, info, sigmoid)
 
 
-def _for_inference(model: torch.nn.Module, precision: str) -> tuple[torch.nn.Module, str]:
-    """`bertkit.model.for_inference`, keeping what 'auto' resolved to (the server's /info reports it)."""
-    resolved = inference_precision(precision, model, torch.device("cpu"))
-    return accelerate_for_inference(model, resolved), resolved
+def _for_inference(model: torch.nn.Module, precision: tuple[str, Path | None], directory: Path,
+                   tokenizer: WordPieceTokenizer) -> tuple[torch.nn.Module, str]:
+    """`bertkit.model.for_inference` for (precision, calibration), keeping what 'auto' resolved to (/info says)."""
+    resolved = inference_precision(precision[0], model, torch.device("cpu"))
+    smoothing = int8_smoothing(model, directory, precision[1], tokenizer) if resolved == "int8" else None
+    return accelerate_for_inference(model, resolved, smoothing=smoothing), resolved
 
 
 # task kind -> (predictor, task class); other kinds (multiple-choice) are served for `embed` only

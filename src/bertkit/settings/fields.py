@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from bertkit.errors import BertkitError
@@ -71,6 +72,16 @@ class InferencePrecision(Settings):
     """fp32: exact (predict and evaluate reproduce fine-tuning's dev scores); auto: the faster of fp32 and bf16 as
     measured on this machine (`bertkit doctor`); bf16: results within bf16 rounding; int8: encoder layers
     quantized, CPU only."""
+    calibration: Path | None = dataclasses.field(default=None, metadata={"path": "file", "exists": True})
+    """With --precision int8: a text file of sample inputs (one per line; a pair as two tab-separated texts, at
+    most 512 read) to measure SmoothQuant's scales on; they are kept beside the model (int8_smoothing.safetensors)
+    and used by later int8 runs of it."""
+
+    def check(self) -> None:
+        super().check()
+        if self.calibration is not None and self.precision != "int8":
+            raise BertkitError(f"--calibration applies to --precision int8 (SmoothQuant's scales), not "
+                               f"--precision {self.precision}; add --precision int8 or leave --calibration out")
 
 
 def flag_of(settings: object, name: str) -> str:

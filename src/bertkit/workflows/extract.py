@@ -38,6 +38,7 @@ from bertkit.data.text_inputs import read_lines
 from bertkit.errors import BertkitError
 from bertkit.inference.batching import sorted_batches
 from bertkit.inference.pooling import sentence_vectors
+from bertkit.inference.smoothquant import int8_smoothing
 from bertkit.interop.sentence_transformers import choose_pooling, read_sentence_transformers
 from bertkit.model import BertModel, for_inference
 from bertkit.runtime.allocator import keep_freed_memory
@@ -89,7 +90,10 @@ def extract_features(settings: ExtractSettings) -> int:
     inputs = read_lines(settings.input, text_column=settings.text_column, text_pair_column=settings.text_pair_column)
     if sentence is not None:
         inputs = [(sentence.prepare(a), None if b is None else sentence.prepare(b, prompt=False)) for a, b in inputs]
-    encoder = cast(BertModel, for_inference(BertModel.from_pretrained(model_dir), precision))  # the same class
+    bert = BertModel.from_pretrained(model_dir)
+    encoder = cast(BertModel, for_inference(bert, precision,  # the same class; int8 with the kept or calibrated scales
+                                            smoothing=lambda: int8_smoothing(bert, model_dir, settings.calibration,
+                                                                             vocabulary, max_seq_length)))
     indices = parse_layers(settings.layers or ("-1" if pooled else "-1,-2,-3,-4"), encoder.config.num_hidden_layers)
     if pooled:
         log.info("vectors: %s pooling of layer(s) %s%s, max_seq_length %d%s", "+".join(modes),

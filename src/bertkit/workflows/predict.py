@@ -22,6 +22,7 @@ import torch
 from torch import nn
 
 from bertkit.inference.batching import model_outputs
+from bertkit.inference.smoothquant import int8_smoothing
 from bertkit.io.atomic import write_text_atomic
 from bertkit.model import for_inference
 from bertkit.runtime.allocator import keep_freed_memory
@@ -81,7 +82,8 @@ def predict_file(settings: PredictSettings) -> dict[str, Any]:
     warn_skipped(input_path, examples, skipped)
     keep_freed_memory()  # the process reuses large activations from here on (bertkit.runtime.allocator)
     _, model, tokenizer = load_finetuned(settings.model, torch_device)
-    model = for_inference(model, settings.precision, torch_device)
+    model = for_inference(model, settings.precision, torch_device,  # int8: with the kept or calibrated scales
+                          lambda: int8_smoothing(model, Path(settings.model), settings.calibration, tokenizer))
     features = task.features(examples, tokenizer)
     decoded = predict_features(model, task, examples, features, tokenizer.pad_token_id, settings.batch_size,
                                torch_device)

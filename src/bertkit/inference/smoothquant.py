@@ -1,0 +1,151 @@
+"""SmoothQuant for `--precision int8` (Xiao et al. 2023, "SmoothQuant: Accurate and Efficient Post-Training
+Quantization for Large Language Models"): per input channel j of each encoder dense layer, a scale
+s_j = max|X_j|^alpha / max|W_j|^(1 - alpha) measured on a sample of the user's own inputs (`--calibration FILE`),
+so the layer computes (X / s) (W s)^T: the weight takes the activations' outlier channels, which one int8 scale
+per row can then resolve. The weights are packed with s inside (`Int8Linear(smooth=...)`); the division of X
+is one multiply before each int8 matrix product.
+
+The scales are kept beside the model as `int8_smoothing.safetensors` (with the calibration file's name and
+hash, the number of texts and alpha): a later `--precision int8` on that directory uses them without
+`--calibration`, and says so. A directory that cannot be written keeps them for this process only.
+
+Design decisions: alpha 0.5, the paper's default for BERT-sized models; the statistics are the maximum over
+the sample's real tokens (the padding-free encoder never sees padding); at most MAX_TEXTS texts are read
+(the first ones), which takes seconds.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors import SafetensorError, safe_open
+from safetensors.torch import load_file, save_file
+from torch import nn
+
+from bertkit.errors import BertkitError
+from bertkit.inference.batching import run_sorted
+from bertkit.io.atomic import write_file_atomic
+from bertkit.model import BertModel
+from bertkit.model.accelerate import DENSE_LAYERS
+from bertkit.model.bert import BertLayer
+
+log = logging.getLogger(__name__)
+
+SMOOTHING_FILE = "int8_smoothing.safetensors"
+ALPHA = 0.5
+MAX_TEXTS = 512
+
+Smoothing = dict[str, torch.Tensor]
+"""Per dense layer ("layers.3.ffn_in"), the scale of each of its input channels."""
+
+
+def read_calibration(path: Path) -> list[tuple[str, str | None]]:
+    """The calibration sample: one input per line (a pair as two texts separated by a tab), blank lines
+    skipped, at most MAX_TEXTS."""
+    try:
+        lines = Path(path).read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise BertkitError(f"--calibration {path}: cannot read it as UTF-8 text ({exc}); give a text file with one "
+                           "input per line (a pair as two texts separated by a tab)") from None
+    inputs = [(a, b or None) for a, _, b in (line.partition("\t") for line in lines if line.strip())][:MAX_TEXTS]
+    if not inputs:
+        raise BertkitError(f"--calibration {path}: no text in it; give a sample of the inputs the model will see, "
+                           "one per line")
+    return inputs
+
+
+def calibrate(model: nn.Module, features: Sequence[dict[str, Any]], pad_token_id: int, alpha: float = ALPHA,
+              batch_size: int = 32) -> Smoothing:
+    """The smoothing scales of every encoder dense layer of `model` (an fp32 model, not yet accelerated) from
+    the activations `features` produce in it."""
+    encoder = next(m for m in model.modules() if isinstance(m, BertModel))
+    layers = [m for m in encoder.modules() if isinstance(m, BertLayer)]
+    maxima: dict[str, torch.Tensor] = {}
+
+    def record(name: str) -> Callable[..., None]:
+        def hook(module: nn.Module, inputs: tuple[torch.Tensor, ...]) -> None:
+            x = inputs[0].detach().float().reshape(-1, inputs[0].shape[-1]).abs().amax(dim=0)
+            maxima[name] = x if name not in maxima else torch.maximum(maxima[name], x)
+        return hook
+
+    handles = [getattr(layer, dense).register_forward_pre_hook(record(f"layers.{i}.{dense}"))
+               for i, layer in enumerate(layers) for dense in DENSE_LAYERS]
+    def step(batch: dict[str, torch.Tensor]) -> list[None]:
+        encoder(**batch)  # the hooks keep what they see
+        return [None] * len(batch["input_ids"])
+
+    try:
+        encoder.eval()
+        run_sorted(features, step, batch_size, pad_token_id)
+    finally:
+        for handle in handles:
+            handle.remove()
+    scales = {}
+    for i, layer in enumerate(layers):
+        for dense in DENSE_LAYERS:
+            name = f"layers.{i}.{dense}"
+            weight_max = getattr(layer, dense).weight.detach().float().abs().amax(dim=0)  # per input channel
+            scale = maxima[name].clamp(min=1e-5).pow(alpha) / weight_max.clamp(min=1e-5).pow(1 - alpha)
+            scales[name] = scale.clamp(min=1e-5)
+    return scales
+
+
+def int8_smoothing(model: nn.Module, directory: Path, calibration: Path | None, tokenizer: Any,
+                   max_length: int = 512) -> Smoothing | None:
+    """The scales `--precision int8` uses for the model in `directory`: measured on `calibration` (tokenized by
+    `tokenizer`, a WordPieceTokenizer; kept beside the model), else those kept from an earlier calibration,
+    else None (plain dynamic int8)."""
+    if calibration is None:
+        kept = _read(directory)
+        if kept is not None:
+            scales, about = kept
+            log.info("int8: SmoothQuant scales from %s (calibrated on %s, %s inputs)", directory / SMOOTHING_FILE,
+                     about.get("calibration"), about.get("inputs"))
+            return scales
+        return None
+    inputs = read_calibration(calibration)
+    scales = calibrate(model, _features(tokenizer, inputs, max_length), tokenizer.pad_token_id)
+    about = {"calibration": Path(calibration).name, "sha256": _sha256(calibration), "inputs": str(len(inputs)),
+             "alpha": str(ALPHA)}
+    try:
+        write_file_atomic(directory / SMOOTHING_FILE, lambda path: save_file(scales, str(path), metadata=about))
+        log.info("int8: SmoothQuant scales from %d inputs of %s, kept in %s", len(inputs), calibration,
+                 directory / SMOOTHING_FILE)
+    except OSError as exc:
+        log.warning("int8: could not keep the SmoothQuant scales beside the model (%s); they serve this process "
+                    "only", exc)
+    return scales
+
+
+def _features(tokenizer: Any, inputs: list[tuple[str, str | None]], max_length: int) -> list[dict[str, Any]]:
+    """[CLS] a [SEP] (b [SEP]) of each input, cut to `max_length` as inference cuts it."""
+    singles = [a for a, b in inputs if b is None]
+    pairs = [(a, b) for a, b in inputs if b is not None]
+    encodings = tokenizer.encode_batch(singles, max_length=max_length) if singles else []
+    if pairs:
+        encodings += tokenizer.encode_batch([a for a, _ in pairs], [b for _, b in pairs], max_length=max_length)
+    return [{"input_ids": e.input_ids, "token_type_ids": e.token_type_ids, "attention_mask": e.attention_mask}
+            for e in encodings]
+
+
+def _read(directory: Path) -> tuple[Smoothing, dict[str, str]] | None:
+    path = directory / SMOOTHING_FILE
+    if not path.is_file():
+        return None
+    try:
+        with safe_open(str(path), "pt") as handle:
+            about = dict(handle.metadata() or {})
+        return load_file(str(path)), about
+    except (OSError, ValueError, SafetensorError) as exc:  # damaged: say which, run without it, never fail the model
+        log.warning("int8: %s is unreadable (%s); running plain int8 - calibrate again with --calibration FILE",
+                    path, exc)
+        return None
+
+
+def _sha256(path: Path) -> str:
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
