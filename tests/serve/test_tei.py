@@ -5,6 +5,7 @@ prometheus_client's parser over the te_* metrics."""
 
 from __future__ import annotations
 
+import json
 import logging
 
 import httpx
@@ -209,11 +210,14 @@ def test_a_500k_character_input_is_cut_with_bounded_cost(bert_dir):
 
 # --- /info, metrics, headers, logs ------------------------------------------------------------------------------
 
-def test_info_has_teis_keys(pair_dir, sentence_dir):
+def test_info_has_teis_keys(pair_dir, regression_dir, sentence_dir):
     with _client(pair_dir, max_batch_tokens=999, limits=Limits(max_inputs=7)) as client:
         info = client.get("/info").json()
-    assert info["model_type"] == {"reranker": {"id2label": {"0": "different", "1": "same"},
-                                               "label2id": {"different": 0, "same": 1}}}
+    assert info["model_type"] == {"classifier": {"id2label": {"0": "different", "1": "same"},
+                                                 "label2id": {"different": 0, "same": 1}}}
+    with _client(regression_dir) as client:  # TEI's reranker: a classifier with one output
+        assert client.get("/info").json()["model_type"] == {"reranker": {"id2label": {"0": "LABEL_0"},
+                                                                         "label2id": {"LABEL_0": 0}}}
     tei_keys = {"model_id", "model_sha", "model_dtype", "served_model_name", "model_type", "max_concurrent_requests",
                 "max_input_length", "max_batch_tokens", "max_batch_requests", "max_client_batch_size", "auto_truncate",
                 "tokenization_workers", "version", "sha", "docker_label"}
@@ -262,3 +266,74 @@ def test_json_access_log_is_alone_on_stdout(mlm_dir):
     assert build_server(app).config.access_log is False  # uvicorn's plain-text access lines off
     assert build_server(create_app(load_predictor(mlm_dir))).config.access_log is True
     assert logging.getLogger("bertkit.access").propagate is False  # its JSON lines: test_metrics
+
+
+# --- what a review found ------------------------------------------------------------------------------------
+
+def test_token_ids_are_read_as_they_are(sentence_dir):
+    """[UNK] stays [UNK] (TEI decodes and re-encodes; a decode that skipped it would embed another text), ids of
+    specials alone embed [CLS] [SEP], and prompt_name with ids is refused."""
+    directory, _ = sentence_dir
+    with _client(directory) as client:
+        [tokens] = client.post("/tokenize", json={"inputs": "zzz the cat"}).json()
+        ids = [t["id"] for t in tokens]
+        assert tokens[1]["text"] == "zzz" and tokens[1]["id"] == 1  # [UNK]
+        from_ids = client.post("/embed", json={"inputs": ids}).json()
+        bare = client.post("/embed", json={"inputs": ids[1:-1]}).json()
+        assert from_ids == bare == client.post("/embed", json={"inputs": "zzz the cat"}).json()
+        assert from_ids != client.post("/embed", json={"inputs": "the cat"}).json()
+        assert client.post("/embed", json={"inputs": [2, 3]}).status_code == 200
+        _tei_error(client.post("/embed", json={"inputs": [[2, 5], "the cat"], "prompt_name": "query"}), 422,
+                   "Validation")
+
+
+def test_named_prompts_and_tokenize_read_as_the_model_reads(sentence_dir, tmp_path):
+    import shutil
+
+    from sentence_transformers import SentenceTransformer
+
+    directory, _ = sentence_dir
+    shutil.copytree(directory, tmp_path / "st")
+    config = json.loads((tmp_path / "st" / "config_sentence_transformers.json").read_text())
+    config["prompts"] = {"query": "where did ", "document": ""}
+    (tmp_path / "st" / "config_sentence_transformers.json").write_text(json.dumps(config))
+    model = SentenceTransformer(str(tmp_path / "st"), device="cpu")
+    with _client(tmp_path / "st") as client:
+        queried = client.post("/embed", json={"inputs": ["the cat sat"], "prompt_name": "query"}).json()
+        [tokens] = client.post("/tokenize", json={"inputs": "the cat", "prompt_name": "query"}).json()
+        _tei_error(client.post("/embed", json={"inputs": "a", "prompt_name": "other"}), 422, "Validation")
+    np.testing.assert_allclose(queried, model.encode(["the cat sat"], prompt_name="query"), atol=1e-5)
+    assert [t["text"] for t in tokens[1:-1]] == ["where", "did", "the", "cat"]  # offsets into prompt + text
+
+
+def test_odd_bodies_probes_and_batches_are_answered_as_tei(classifier_dir, regression_dir, sentence_dir):
+    deep = b"[" * 100_000 + b"]" * 100_000
+    with _client(classifier_dir, limits=Limits(max_body_bytes=1 << 20)) as client:
+        _tei_error(client.post("/", content=deep, headers={"Content-Type": "application/json"}), 400, "Validation")
+        _tei_error(client.post("/", content=b'{"inputs": "a"}', headers={"Content-Type": "text/plain"}), 422,
+                   "Validation")
+        body = _tei_error(client.post("/predict", json={"inputs": [["the cat"], ["a dog", "the cat " * 20]],
+                                                        "truncate": False}), 422, "Validation")
+        assert "'inputs[1]' has" in body["error"]  # the pair's place in the request, not in its group
+        for _ in range(3):
+            assert client.get("/").status_code == 200  # a health probe, not a TEI request
+        client.post("/tokenize", json={"inputs": "the cat"})
+        text = client.get("/metrics").text
+    samples = {(s.name, tuple(sorted(s.labels.items()))): s.value
+               for f in text_string_to_metric_families(text) for s in f.samples}
+    assert samples[("te_request_failure_total", (("err", "tokenization"),))] == 1
+    assert sum(v for (name, _), v in samples.items() if name == "te_request_count_total") == 3  # the POSTs only
+    assert samples[("te_request_input_length_count", ())] == 2  # /predict's two inputs; /tokenize runs no model
+    predictor = load_predictor(regression_dir)
+    [value] = predictor.classify(["the cat"])
+    with _client(regression_dir) as client:
+        [answer] = client.post("/predict", json={"inputs": "the cat"}).json()
+        [raw] = client.post("/predict", json={"inputs": "the cat", "raw_scores": True}).json()
+    assert answer == raw == {"score": pytest.approx(value["score"], abs=1e-6), "label": "LABEL_0"}
+    with _client(sentence_dir[0]) as client:
+        same = client.post("/similarity", json={"inputs": {"source_sentence": "the cat",
+                                                           "sentences": ["the cat", "the dog"]}}).json()
+        upper = client.post("/embed", json={"inputs": "a"},
+                            headers={"traceparent": "00-4BF92F3577B34DA6A3CE929D0E0E4736-00F067AA0BA902B7-01"})
+    assert -1.0 <= min(same) and max(same) <= 1.0 and same[0] == pytest.approx(1.0, abs=1e-6)
+    assert "traceparent" not in upper.headers  # uppercase hex is not a valid traceparent

@@ -221,10 +221,11 @@ def _auth(settings: ServerSettings) -> Any:
 
 
 def _submitter(settings: ServerSettings, batcher: MicroBatcher) -> Submit:
-    """`submit(key, items, field, paired)`: the items' results from the batcher, its refusals as HTTP errors.
-    `field` and `paired` name an item in the message of an input over the maximum length: 'texts[3]' and
-    " with the query" (`paired` may name the index, "{i}")."""
-    async def submit(key: tuple, items: list[Any], field: str = "inputs", paired: str = "") -> list[Any]:
+    """`submit(key, items, field, paired, names)`: the items' results from the batcher, its refusals as HTTP
+    errors. `field` and `paired` name an item in the message of an input over the maximum length: 'texts[3]'
+    and " with the query" (`paired` may name the index, "{i}"); or `names` gives each item's name."""
+    async def submit(key: tuple, items: list[Any], field: str = "inputs", paired: str = "",
+                     names: list[str] | None = None) -> list[Any]:
         try:
             return await batcher.submit(key, items, settings.timeout_s)
         except QueueFullError:
@@ -236,7 +237,7 @@ def _submitter(settings: ServerSettings, batcher: MicroBatcher) -> Submit:
             raise RequestError(504, "timeout", f"no result within {settings.timeout_s:g} s; retry with fewer or "
                                "shorter inputs") from None
         except InputTooLongError as exc:  # sent with "truncate": false
-            name = f"'{field}[{exc.index}]'{paired.format(i=exc.index)}"
+            name = names[exc.index] if names else f"'{field}[{exc.index}]'{paired.format(i=exc.index)}"
             raise FieldError(422, "too_many_tokens", f"`{field}` must have less than {exc.maximum} tokens: {name} has "
                              f"{exc.tokens}; shorten it, or send \"truncate\": true to cut it",
                              field) from None

@@ -10,10 +10,11 @@ that speak OpenAI, and TEI's clients work unchanged, and the numbers equal bertk
 Request bodies are read as TEI reads them: unknown fields are ignored, `null` means the default, types
 are strict (no "1" for 1). Under /v1/ the error body takes OpenAI's shape (limits.openai_error).
 
-Token ids: an input may be a list of this model's token ids (what /tokenize gives), as TEI and OpenAI
-accept. They are decoded to text and read as text (TEI re-encodes them the same way); an id outside the
-vocabulary is refused, naming the likely cause: LangChain's OpenAIEmbeddings sends tiktoken's ids, which
-mean nothing to a BERT vocabulary, unless `check_embedding_ctx_length=False`.
+Token ids: an input may be a list of this model's token ids (what /tokenize gives, with or without [CLS] and
+[SEP]), as TEI and OpenAI accept. The model reads [CLS] ids [SEP], the ids as they are (an [UNK] stays
+[UNK]; TEI decodes and re-encodes them); an id outside the vocabulary is refused, naming the likely cause:
+LangChain's OpenAIEmbeddings sends tiktoken's ids, which mean nothing to a BERT vocabulary, unless
+`check_embedding_ctx_length=False`.
 
 References: OpenAI API reference, "Embeddings" and "Error codes"; huggingface/text-embeddings-inference
 1.9, router/src/http/types.rs and server.rs, core/src/tokenization.rs.
@@ -33,6 +34,7 @@ import bertkit
 from bertkit.serve.limits import RequestError, check_count, check_text, check_texts
 from bertkit.serve.observability import note_batch
 from bertkit.serve.predictor import Predictor
+from bertkit.serve.tokens import Ids
 from bertkit.settings import ServerSettings
 
 ALWAYS_SERVED = ("/embed", "/embed_all", "/similarity", "/v1/embeddings", "/embeddings", "/tokenize", "/decode",
@@ -112,10 +114,11 @@ class DecodeRequest(RequestBody):
 
 # --- inputs -------------------------------------------------------------------------------------------------
 
-def read_inputs(value: Inputs, field: str, predictor: Predictor, settings: ServerSettings,
-                cut: str | None) -> list[str]:
-    """The texts of an `inputs` value: token-id lists decoded (each id checked against the vocabulary), then
-    every text checked (limits.check_texts; cut to the character limit from the `cut` end when truncating)."""
+def read_inputs(value: Inputs, field: str, predictor: Predictor, settings: ServerSettings, cut: str | None,
+                prompt_name: str | None = None) -> list[str | Ids]:
+    """The inputs of an `inputs` value: texts checked (limits.check_texts; cut to the character limit from the
+    `cut` end when truncating), token-id lists checked against the vocabulary and read as `Ids` ([CLS] and
+    [SEP] at their ends left out: the model adds its own)."""
     items: list[str | TokenIds]
     if isinstance(value, str):
         items = [value]
@@ -125,12 +128,16 @@ def read_inputs(value: Inputs, field: str, predictor: Predictor, settings: Serve
         items = list(value)  # type: ignore[arg-type]
     note_batch(not isinstance(value, str) and items != [value])
     check_count(len(items), field, settings.limits)
-    texts = [item if isinstance(item, str) else _decode_ids(item, f"{field}[{i}]" if len(items) > 1 else field,
-                                                            predictor) for i, item in enumerate(items)]
-    return check_texts(texts, field, settings.limits, cut)
+    names = [f"{field}[{i}]" if len(items) > 1 or field == "inputs" else field for i in range(len(items))]
+    out: list[str | Ids] = [check_text(item, name, settings.limits, cut) if isinstance(item, str) else
+                            _ids(item, name, predictor) for item, name in zip(items, names)]
+    if prompt_name is not None and any(isinstance(item, Ids) for item in out):
+        raise FieldError(422, "invalid_input", "prompt_name goes before a text; send the inputs as text, or leave "
+                         "prompt_name out for token ids", "prompt_name")
+    return out
 
 
-def _decode_ids(ids: TokenIds, name: str, predictor: Predictor) -> str:
+def _ids(ids: TokenIds, name: str, predictor: Predictor) -> Ids:
     if not ids:
         raise RequestError(400, "empty", f"`{name}` cannot be empty; send some token ids")
     size = predictor.tokenizer.vocab_size
@@ -140,7 +147,9 @@ def _decode_ids(ids: TokenIds, name: str, predictor: Predictor) -> str:
                          f"this model's vocabulary of {size}; send this model's ids (POST /tokenize) or text. "
                          "LangChain's OpenAIEmbeddings sends OpenAI's tiktoken ids unless created with "
                          "check_embedding_ctx_length=False", name.split("[")[0])
-    return predictor.tokenizer.decode(ids, skip_special_tokens=True)
+    start = 1 if ids[0] == predictor.tokenizer.cls_token_id else 0
+    stop = len(ids) - 1 if len(ids) > start and ids[-1] == predictor.tokenizer.sep_token_id else len(ids)
+    return Ids(ids[start:stop])
 
 
 def check_prompt(predictor: Predictor, prompt_name: str | None) -> None:
@@ -199,8 +208,10 @@ def add_routes(app: FastAPI, predictor: Predictor, settings: ServerSettings, sub
         texts = [body.inputs] if isinstance(body.inputs, str) else body.inputs
         texts = check_texts(texts, "inputs", limits)
         check_prompt(predictor, body.prompt_name)
-        if body.prompt_name is not None and predictor.sentence is not None:
-            texts = [predictor.sentence.prepare(text, prompt_name=body.prompt_name) for text in texts]
+        if predictor.sentence is not None:  # the prompt the model reads, as TEI tokenizes it (offsets include it)
+            sentence = predictor.sentence
+            prompt = dict(sentence.prompts)[body.prompt_name] if body.prompt_name else sentence.prompt
+            texts = [prompt + text for text in texts]
         return await submit(("tokenize", body.add_special_tokens), texts, "inputs")
 
     @app.post("/decode", dependencies=dependencies, summary="Token ids back to text (TEI's shape: one string "
@@ -251,14 +262,14 @@ def served_endpoints(predictor: Predictor) -> list[str]:
 
 
 def tei_model_type(predictor: Predictor) -> dict[str, Any]:
-    """TEI's `model_type`: {"reranker": ...} for a model that scores pairs, {"classifier": ...} for another
-    classifier, else {"embedding": {"pooling": ...}} (TEI's name of the directory's pooling)."""
+    """TEI's `model_type`: {"reranker": ...} for a classifier with one output (TEI's rule), {"classifier": ...}
+    for another classifier, else {"embedding": {"pooling": ...}} (TEI's name of the directory's pooling)."""
     labels = predictor.labels
     if "classify" in predictor.endpoints:
         names = labels or ["LABEL_0"]
         table = {"id2label": {str(i): name for i, name in enumerate(names)},
                  "label2id": {name: i for i, name in enumerate(names)}}
-        return {"reranker": table} if "rerank" in predictor.endpoints else {"classifier": table}
+        return {"reranker": table} if labels is None else {"classifier": table}
     modes, _, _ = predictor.embedding_spec()
     return {"embedding": {"pooling": "+".join(modes)}}
 

@@ -27,6 +27,7 @@ from typing import Any, cast
 
 from bertkit.serve.microbatch import Cost
 from bertkit.serve.predictor import Predictor
+from bertkit.serve.tokens import Ids
 from bertkit.tasks.long_documents import plan_windows
 from bertkit.tasks.windows import sliding_windows
 from bertkit.tokenizer import MASK, WordPieceTokenizer
@@ -55,20 +56,24 @@ def token_cost(predictor: Predictor) -> Cost:
         if endpoint == "classify" and getattr(getattr(task, "settings", None), "long_documents", None) == "windows" \
                 and all(_is_pair(item) for item in items):
             return _window_costs(tokenizer, task.settings, items)
-        if endpoint in ("embed", "embeddings") and predictor.sentence is not None:
-            items = [predictor.sentence.prepare(item) if isinstance(item, str) else item for item in items]
+        if endpoint in ("embed", "embeddings", "embed_all") and predictor.sentence is not None:
+            prompt_name = cast(tuple, key)[-1]  # these keys end with the request's prompt_name
+            items = [predictor.sentence.prepare(item, prompt_name=prompt_name) if isinstance(item, str) else item
+                     for item in items]
         return _sequence_costs(tokenizer, items, max_length)
 
     return cost
 
 
 def _sequence_costs(tokenizer: WordPieceTokenizer, items: list[Any], max_length: int) -> list[int]:
-    """[CLS] text [SEP] or [CLS] a [SEP] b [SEP], cut at `max_length`; `max_length` for other items."""
+    """[CLS] text [SEP], [CLS] a [SEP] b [SEP] or [CLS] ids [SEP], cut at `max_length`; `max_length` for other
+    items."""
     parts = [[item] if isinstance(item, str) else [t for t in item if t is not None] if _is_pair(item) else []
              for item in items]
     lengths = iter(_lengths(tokenizer, [text for texts in parts for text in texts], max_length))
-    return [min(sum(next(lengths) for _ in texts) + len(texts) + 1, max_length) if texts else max_length
-            for texts in parts]
+    return [min(len(item) + 2, max_length) if isinstance(item, Ids) else
+            min(sum(next(lengths) for _ in texts) + len(texts) + 1, max_length) if texts else max_length
+            for item, texts in zip(items, parts)]
 
 
 def _answer_costs(tokenizer: WordPieceTokenizer, settings: Any, items: list[Any]) -> list[int]:

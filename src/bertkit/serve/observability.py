@@ -74,7 +74,7 @@ from bertkit.settings import ServerSettings
 ACCESS_LOG = "bertkit.access"
 REQUEST_ID_HEADER = "X-Request-ID"
 _VALID_REQUEST_ID = re.compile(r"[\x21-\x7e]{1,128}")  # visible ASCII: no spaces, no control characters
-_TRACEPARENT = re.compile(r"([0-9a-f]{2})-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})")  # W3C Trace Context
+_TRACEPARENT = re.compile(r"([0-9a-f]{2})-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})(-.*)?")  # W3C Trace Context
 CLIENT_CLOSED = 499  # the status of a request whose response never started
 
 SECONDS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
@@ -175,12 +175,13 @@ class _Metrics:
         if exchange is not None:
             exchange.inputs += len(costs)
             exchange.tokens += sum(costs)
-        for cost in costs:
-            self.tei["te_request_input_length"].observe(cost)
+        if _runs_model(key):
+            for cost in costs:
+                self.tei["te_request_input_length"].observe(cost)
 
     def completed(self, key: Hashable, timing: RequestTiming) -> None:
         exchange = _exchange.get()
-        if exchange is not None:
+        if exchange is not None and _runs_model(key):
             before = exchange.timing or RequestTiming(0.0, 0.0, 0.0, 0)
             exchange.timing = RequestTiming(before.tokenization + timing.tokenization, before.queue + timing.queue,
                                             before.inference + timing.inference, before.characters + timing.characters)
@@ -200,8 +201,8 @@ class _Metrics:
         labels = (endpoint, method, str(status))
         self.requests.labels(*labels).inc()
         self.latency.labels(*labels).observe(seconds)
-        if endpoint not in MODEL_ROUTES:
-            return
+        if endpoint not in MODEL_ROUTES or method != "POST" or status in (401, 404, 405):
+            return  # TEI counts the requests its handlers take: not probes, wrong methods or refused keys
         batch = exchange.batch if exchange.batch is not None else exchange.inputs > 1
         kind = "batch" if batch else "single"
         self.tei_counters.inc("te_request_count", method=kind)
@@ -222,12 +223,20 @@ MODEL_ROUTES = frozenset({"/", "/invocations", "/embed", "/embed_all", "/similar
 
 
 def _failure_label(status: int, code: str | None) -> str:
-    """TEI's `err` label of a failed request: batch_size, overloaded, backend or validation."""
+    """TEI's `err` label of a failed request: batch_size, tokenization (an input over the maximum length),
+    overloaded, inference (5xx) or validation."""
     if code == "too_many_inputs":
         return "batch_size"
+    if code == "too_many_tokens":
+        return "tokenization"
     if status in (429, 503):
         return "overloaded"
-    return "backend" if status >= 500 else "validation"
+    return "inference" if status >= 500 else "validation"
+
+
+def _runs_model(key: Hashable) -> bool:
+    """Whether a batcher key's calls run the model (/tokenize's only tokenize)."""
+    return not (isinstance(key, tuple) and key and key[0] == "tokenize")
 
 
 class _Counters:
@@ -315,8 +324,9 @@ def _trace(scope: Scope) -> str | None:
     without a valid traceparent (version 00 format; trace and parent ids not all zeros)."""
     for name, value in scope["headers"]:
         if name.lower() == b"traceparent":
-            match = _TRACEPARENT.fullmatch(value.decode("latin-1").strip().lower())
-            if match is None or match[1] == "ff" or set(match[2]) == {"0"} or set(match[3]) == {"0"}:
+            match = _TRACEPARENT.fullmatch(value.decode("latin-1").strip())  # lowercase hex only, as the spec says
+            if match is None or match[1] == "ff" or set(match[2]) == {"0"} or set(match[3]) == {"0"} \
+                    or (match[1] == "00" and match[5]):  # version 00 has exactly four fields; later ones may add
                 return None
             return f"00-{match[2]}-{secrets.token_hex(8)}-{match[4]}"
     return None

@@ -53,14 +53,14 @@ from bertkit.io.jsonfile import read_json_object
 from bertkit.model import MODEL_CLASSES, BertModel, accelerate_for_inference
 from bertkit.runtime.allocator import keep_freed_memory
 from bertkit.runtime.device import check_inference_precision, inference_precision
-from bertkit.serve.tokens import token_table
+from bertkit.serve.tokens import Ids, ids_feature, keep_end, token_table
 from bertkit.tasks.classification import ClassificationTask
 from bertkit.tasks.finetuned import load_finetuned, load_weights, read_task_file
 from bertkit.tasks.metrics import entities_conlleval
 from bertkit.tasks.squad import SquadTask
 from bertkit.tasks.tagging import TaggingTask
 from bertkit.tasks.task import Task
-from bertkit.tokenizer import MASK, WordPieceTokenizer, check_model_vocabulary, truncated_pair_lengths
+from bertkit.tokenizer import MASK, WordPieceTokenizer, check_model_vocabulary
 
 log = logging.getLogger(__name__)
 
@@ -121,42 +121,33 @@ class Predictor:
         # The head models and FeatureBasedModel keep their encoder as `.bert`.
         return self.model if isinstance(self.model, BertModel) else cast(BertModel, self.model.bert)
 
-    def encode(self, texts: Sequence[str], text_pairs: Sequence[str] | None = None, truncate: bool = True,
+    def encode(self, texts: Sequence[str | Ids], text_pairs: Sequence[str] | None = None, truncate: bool = True,
                truncation_direction: str = "right") -> tuple[list[dict[str, Any]], list[int]]:
         """Features of [CLS] text [SEP] (pair [SEP]) of at most max_seq_length tokens, and the tokens each
         input lost. Longer inputs are cut (a pair by Google's rule; "right" keeps the start of each text,
-        "left" its end), or with `truncate` False raise InputTooLongError for the first of them."""
+        "left" its end), or with `truncate` False raise InputTooLongError for the first of them. An input given
+        as token ids (`Ids`) is read as they are."""
         if truncation_direction not in TRUNCATION_DIRECTIONS:
             raise BertkitError(f"truncation_direction {truncation_direction!r}: use right or left")
         cut_here = truncate and truncation_direction == "right"  # the tokenizer's own truncation
-        encodings = self.tokenizer.encode_batch(texts, text_pairs, max_length=self.max_seq_length if cut_here else None)
-        if not truncate:
-            for i, encoding in enumerate(encodings):
-                if len(encoding) > self.max_seq_length:
-                    raise InputTooLongError(i, len(encoding), self.max_seq_length)
-        features = [_feature(e) if cut_here else self._keep_end(e) for e in encodings]
-        # the tokenizer counts what it cut (num_truncated); _keep_end's cut is the difference in length
+        strings = [t if isinstance(t, str) else "" for t in texts]  # ids: their feature is made below
+        encodings = self.tokenizer.encode_batch(strings, text_pairs,
+                                                max_length=self.max_seq_length if cut_here else None)
+        cls, sep = self.tokenizer.cls_token_id, self.tokenizer.sep_token_id
+        for i, (text, encoding) in enumerate(zip(texts, encodings)):
+            tokens = len(text) + 2 if isinstance(text, Ids) else len(encoding)
+            if not truncate and tokens > self.max_seq_length:
+                raise InputTooLongError(i, tokens, self.max_seq_length)
+        features = [_feature(e) if cut_here else keep_end(e, self.max_seq_length, cls, sep) for e in encodings]
+        # the tokenizer counts what it cut (num_truncated); keep_end's cut is the difference in length
         lost = [e.num_truncated + len(e) - len(f["input_ids"]) for e, f in zip(encodings, features)]
+        for i, text in enumerate(texts):
+            if isinstance(text, Ids):
+                features[i], lost[i] = ids_feature(text, self.max_seq_length, cls, sep, truncation_direction)
         if any(lost):
             log.warning("%d of %d inputs are longer than max_seq_length %d tokens and were truncated",
                         sum(map(bool, lost)), len(texts), self.max_seq_length)
         return features, lost
-
-    def _keep_end(self, encoding: Any) -> dict[str, Any]:
-        """The feature of an untruncated encoding cut from the left: each text keeps as many tokens as Google's
-        pair rule gives it, its last ones, so the kept lengths equal those of right truncation."""
-        ids, first = encoding.input_ids, encoding.token_type_ids.count(0)  # [CLS] A [SEP] are type 0
-        if len(ids) <= self.max_seq_length:
-            return _feature(encoding)
-        texts = [ids[1:first - 1]] + ([ids[first:-1]] if first < len(ids) else [])
-        room = max(self.max_seq_length - len(texts) - 1, 0)
-        kept = (min(len(texts[0]), room),) if len(texts) == 1 else \
-            truncated_pair_lengths(len(texts[0]), len(texts[1]), room)
-        out = [self.tokenizer.cls_token_id]
-        for tokens, n in zip(texts, kept):
-            out += [*tokens[len(tokens) - n:], self.tokenizer.sep_token_id]
-        types = [0] * (kept[0] + 2) + [1] * (len(out) - kept[0] - 2)
-        return {"input_ids": out, "token_type_ids": types, "attention_mask": [1] * len(out)}
 
     def run(self, features: Sequence[dict[str, Any]], step: Any) -> list[Any]:
         return run_sorted(features, step, self.batch_size, self.tokenizer.pad_token_id)
@@ -184,8 +175,8 @@ class Predictor:
         if prompt_name is not None and prompt_name not in self.prompt_names:
             raise BertkitError(f"prompt_name {prompt_name!r} is not one of this model's prompts "
                                f"({', '.join(self.prompt_names) or 'it has none'})")
-        if self.sentence is not None:
-            texts = [self.sentence.prepare(text, prompt_name=prompt_name) for text in texts]
+        if self.sentence is not None:  # ids (`Ids`) are read as they are
+            texts = [t if isinstance(t, Ids) else self.sentence.prepare(t, prompt_name=prompt_name) for t in texts]
         features, _ = self.encode(texts, truncate=truncate, truncation_direction=truncation_direction)
 
         def step(batch: dict[str, torch.Tensor]) -> list[np.ndarray]:
@@ -214,7 +205,7 @@ class Predictor:
         """Per text, the last layer's vector of every token it reads ((T, H) float32, [CLS] and [SEP]
         included): TEI's /embed_all."""
         if self.sentence is not None:
-            texts = [self.sentence.prepare(text, prompt_name=prompt_name) for text in texts]
+            texts = [t if isinstance(t, Ids) else self.sentence.prepare(t, prompt_name=prompt_name) for t in texts]
         features, _ = self.encode(texts, truncate=truncate, truncation_direction=truncation_direction)
 
         def step(batch: dict[str, torch.Tensor]) -> list[np.ndarray]:

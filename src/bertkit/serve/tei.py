@@ -18,6 +18,7 @@ Design decisions:
 from __future__ import annotations
 
 import asyncio
+import math
 from typing import Any, Literal
 
 from fastapi import FastAPI, Request
@@ -87,7 +88,7 @@ def add_tei_routes(app: FastAPI, predictor: Predictor, settings: ServerSettings,
     async def embed(body: EmbedRequest) -> list[list[float]]:
         check_prompt(predictor, body.prompt_name)
         cut = body.direction if body.cuts(settings) else None
-        texts = read_inputs(body.inputs, "inputs", predictor, settings, cut)
+        texts = read_inputs(body.inputs, "inputs", predictor, settings, cut, body.prompt_name)
         normalize = body.normalize if body.normalize is not None else (True if settings.normalize else None)
         _, unit, width = predictor.embedding_spec(body.pooling, normalize)
         if body.dimensions is not None and body.dimensions > width:
@@ -104,7 +105,7 @@ def add_tei_routes(app: FastAPI, predictor: Predictor, settings: ServerSettings,
     async def embed_all(body: EmbedAllRequest) -> list[list[list[float]]]:
         check_prompt(predictor, body.prompt_name)
         cut = body.direction if body.cuts(settings) else None
-        texts = read_inputs(body.inputs, "inputs", predictor, settings, cut)
+        texts = read_inputs(body.inputs, "inputs", predictor, settings, cut, body.prompt_name)
         return await submit(("embed_all", cut is not None, body.direction, body.prompt_name), texts)
 
     @app.post("/similarity", dependencies=dependencies, summary="Cosine similarity of the source sentence to "
@@ -120,16 +121,18 @@ def add_tei_routes(app: FastAPI, predictor: Predictor, settings: ServerSettings,
         source = check_text(body.inputs.source_sentence, "inputs.source_sentence", limits, cut)
         sentences = check_texts(body.inputs.sentences, "inputs.sentences", limits, cut)
         key = ("embed", "auto", True, cut is not None, parameters.direction, parameters.prompt_name)
-        source_vector, *vectors = await submit(key, [source, *sentences])  # unit length: dot = cosine
-        return [float(sum(a * b for a, b in zip(source_vector, vector))) for vector in vectors]
+        names = ["'inputs.source_sentence'", *(f"'inputs.sentences[{i}]'" for i in range(len(sentences)))]
+        source_vector, *vectors = await submit(key, [source, *sentences], names=names)  # unit length: dot = cosine
+        return [min(max(float(sum(a * b for a, b in zip(source_vector, vector))), -1.0), 1.0) for vector in vectors]
 
     if "classify" in predictor.endpoints:
         @app.post("/predict", dependencies=dependencies, summary="Every label's probability, best first (TEI's "
                   "shape; a batch gets one list per input).")
         async def predict(body: PredictRequest) -> list[Any]:
-            if body.raw_scores:
-                raise FieldError(422, "raw_scores_not_supported", "raw_scores is not supported by /predict; "
-                                 "/classify answers probabilities, /rerank raw_scores for pairs", "raw_scores")
+            if body.raw_scores and predictor.labels is not None:
+                raise FieldError(422, "raw_scores_not_supported", "raw_scores is for a model with one output here; "
+                                 "a classifier's /predict answers probabilities (/rerank has raw_scores for "
+                                 "pairs)", "raw_scores")
             single, items = _predict_items(body.inputs)
             note_batch(not single)
             cut = body.direction if body.cuts(settings) else None
@@ -141,9 +144,11 @@ def add_tei_routes(app: FastAPI, predictor: Predictor, settings: ServerSettings,
 
             async def run(indices: list[int], pairs: bool) -> None:
                 key = ("classify", pairs, cut is not None, body.direction)
-                answers = await submit(key, [(items[i][0], items[i][1] if pairs else None) for i in indices])
+                answers = await submit(key, [(items[i][0], items[i][1] if pairs else None) for i in indices],
+                                       names=[f"'inputs[{i}]'" for i in indices])
+                sigmoid = getattr(predictor, "sigmoid_scores", False) and not body.raw_scores
                 for i, answer in zip(indices, answers):
-                    results[i] = _labels_best_first(answer)
+                    results[i] = _labels_best_first(answer, sigmoid)
 
             await asyncio.gather(*(run(indices, size == 2) for size, indices in zip((1, 2), groups) if indices))
             return results[0] if single else results
@@ -183,18 +188,22 @@ def _predict_items(inputs: str | list[str] | list[list[str]]) -> tuple[bool, lis
     return False, batch
 
 
-def _labels_best_first(answer: dict[str, Any]) -> list[dict[str, Any]]:
-    """A /classify answer as TEI's predictions: [{score, label}] best first (a regression: its one value)."""
+def _labels_best_first(answer: dict[str, Any], sigmoid: bool) -> list[dict[str, Any]]:
+    """A /classify answer as TEI's predictions: [{score, label}] best first; a model with one output: its value,
+    through a sigmoid where the directory says so (a CrossEncoder's), as /rerank scores it."""
     if "probabilities" not in answer:
-        return [{"score": answer["score"], "label": "LABEL_0"}]
+        value = answer["score"]
+        return [{"score": 1 / (1 + math.exp(-value)) if sigmoid else value, "label": "LABEL_0"}]
     pairs = sorted(answer["probabilities"].items(), key=lambda item: -item[1])
     return [{"score": score, "label": label} for label, score in pairs]
 
 
 async def _json_object(request: Request) -> dict[str, Any]:
+    if "json" not in request.headers.get("content-type", ""):
+        raise RequestError(422, "invalid_request", "send the body as JSON, with Content-Type: application/json")
     try:
         body = await request.json()
-    except ValueError:
+    except (ValueError, RecursionError):  # RecursionError: nesting deeper than the parser goes
         raise RequestError(400, "invalid_json", "the body is not valid JSON") from None
     if not isinstance(body, dict):
         raise RequestError(422, "invalid_request", "the body must be a JSON object (see /docs)")
