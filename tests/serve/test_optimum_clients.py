@@ -1,7 +1,8 @@
 """Exported directories (`bertkit export onnx`) loaded by the clients users deploy with, in their own virtual
 environment: optimum's ORTModelForSequenceClassification / ORTModelForTokenClassification with transformers'
-pipelines, and SentenceTransformer(DIR, backend="onnx"), compared with bertkit's answers on short texts, texts past
-the fine-tuned length and past the model's positions, pairs, and text holding "[MASK]"/"[SEP]".
+pipelines, SentenceTransformer(DIR, backend="onnx") and OpenVINO's runtime, compared with bertkit's answers on
+short texts, texts past the fine-tuned length and past the model's positions, pairs, and text holding
+"[MASK]"/"[SEP]".
 
 optimum 2.1 pins transformers < 4.58 while this environment's sentence-transformers needs transformers 5, so the
 clients run in a venv (system packages visible, those pins installed over them) built once under
@@ -10,6 +11,7 @@ clients run in a venv (system packages visible, those pins installed over them) 
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -33,7 +35,7 @@ from .conftest import TAGS, build
 pytestmark = pytest.mark.slow
 
 PINS = ["optimum==2.1.0", "optimum-onnx==0.1.0", "transformers==4.57.6", "sentence-transformers==5.7.0",
-        "huggingface_hub==0.36.2", "tokenizers==0.22.2", "datasets==3.6.0", "fsspec==2025.3.0"]
+        "huggingface_hub==0.36.2", "tokenizers==0.22.2", "datasets==3.6.0", "fsspec==2025.3.0", "openvino>=2025.0"]
 LONG = "the cat sat on the mat " * 6  # 38 tokens: past the classifier's 16
 PAST_POSITIONS = "the dog ran in the park " * 120  # 722 tokens: past the 128 positions
 TEXTS = ["the cat sat on the mat .", LONG, PAST_POSITIONS, "the [MASK] sat [SEP] on the mat"]
@@ -61,6 +63,15 @@ batch = tokenizer(cases["texts"], truncation=True, padding=True, return_tensors=
 out["tagger"] = {"input_ids": batch["input_ids"].tolist(), "attention_mask": batch["attention_mask"].tolist(),
                  "logits": tagger(**batch).logits.tolist()}
 out["sentence"] = SentenceTransformer(cases["sentence"], backend="onnx", device="cpu").encode(cases["texts"]).tolist()
+import openvino  # OpenVINO's runtime reads the same graph
+core = openvino.Core()
+# f32: OpenVINO's CPU plugin computes in bf16 by default on CPUs that have it (2e-4 from fp32 here)
+compiled = core.compile_model(core.read_model(cases["classifier"] + "/model.onnx"), "CPU",
+                              {"INFERENCE_PRECISION_HINT": "f32"})
+batch = AutoTokenizer.from_pretrained(cases["classifier"])(cases["texts"], truncation=True, padding=True,
+                                                            return_tensors="np")
+logits = compiled(dict(batch))[compiled.output("logits")]
+out["openvino"] = (np.exp(logits) / np.exp(logits).sum(-1, keepdims=True)).tolist()
 json.dump(out, open(sys.argv[2], "w"))
 '''
 
@@ -71,7 +82,8 @@ def client_python() -> str:
     given = os.environ.get("BERTKIT_OPTIMUM_PYTHON")
     if given:
         return given
-    venv = Path.home() / ".cache" / "bertkit" / "optimum-venv"
+    pins = hashlib.sha256(" ".join(PINS).encode()).hexdigest()[:8]  # new pins: a new venv
+    venv = Path.home() / ".cache" / "bertkit" / f"optimum-venv-{pins}"
     python = venv / "bin" / "python"
     if not python.exists():
         building = venv.with_name(f"{venv.name}.building-{os.getpid()}")
@@ -148,3 +160,6 @@ def test_optimum_pipelines_and_sentence_transformers_onnx_answer_as_bertkit(clie
 
     vectors = load_predictor(exported["sentence-source"]).embed(TEXTS)
     np.testing.assert_allclose(answers["sentence"], vectors, atol=1e-5)
+
+    for got, want in zip(answers["openvino"], expected[:len(TEXTS)], strict=True):  # label order = id order
+        np.testing.assert_allclose(got, list(want["probabilities"].values()), atol=1e-5)
