@@ -56,7 +56,7 @@ best dev metric) or keeps at the paper's (AdamW, clipping at 1.0)."""
 # and the budget and cadence flags mean what transformers' Trainer users expect of them.
 FINETUNE: dict[str, dict[str, Any]] = {
     "learning_rate": {"type": _LearningRate(), "default": "auto",
-                      "help": "Peak learning rate, or auto: from the model's width and pre-training (5e-5 for "
+                      "help": "Peak learning rate, or auto: from the model's width, depth and pre-training (5e-5 for "
                               "BERT-Base pre-trained elsewhere, as the paper; more for smaller and briefly "
                               "pre-trained models; bertkit.workflows.recipes.finetune_learning_rate); the choice is "
                               "printed and kept in eval_results.json."},

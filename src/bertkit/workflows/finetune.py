@@ -205,11 +205,11 @@ def resolve_learning_rate(settings: FinetuneSettings, log_choice: bool = True) -
     if settings.train.learning_rate is not None:
         return settings.train.learning_rate
     if settings.model in PRESETS:
-        hidden_size, pretraining = preset(settings.model).hidden_size, None
+        config, pretraining = preset(settings.model), None
     else:
-        hidden_size = BertConfig.from_json_file(Path(settings.model) / "config.json").hidden_size
+        config = BertConfig.from_json_file(Path(settings.model) / "config.json")
         pretraining = _pretraining_record(Path(settings.model))
-    rate, reason = finetune_learning_rate(hidden_size, pretraining)
+    rate, reason = finetune_learning_rate(config.hidden_size, pretraining, config.num_hidden_layers)
     if log_choice:
         log.info("learning rate auto: %.2g (%s); --learning-rate overrides it", rate, reason)
     return rate
