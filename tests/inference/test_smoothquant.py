@@ -128,13 +128,18 @@ def test_bad_calibration_files_and_settings_are_one_line_errors(tmp_path, capsys
 
 
 def test_predict_with_int8_and_calibration_end_to_end(tmp_path, capsys):
-    from tests.serve.conftest import build
+    import json
+
     from bertkit.model import BertForSequenceClassification
     from bertkit.tasks.classification import ClassificationSettings, ClassificationTask
 
     task = ClassificationTask(ClassificationSettings(labels=["a", "b"], max_seq_length=16))
-    directory = build(tmp_path / "cls", BertForSequenceClassification, task.to_json(), num_labels=2,
-                      id2label={0: "a", 1: "b"})
+    directory = tmp_path / "cls"
+    torch.manual_seed(0)
+    BertForSequenceClassification(preset("bert-debug", vocab_size=len(VOCAB), num_labels=2,
+                                         id2label={0: "a", 1: "b"})).save_pretrained(
+        directory, tokenizer=WordPieceTokenizer(VOCAB, do_lower_case=True))
+    (directory / "bertkit_task.json").write_text(json.dumps(task.to_json()))
     rows = tmp_path / "rows.tsv"
     rows.write_text("text\tlabel\n" + "".join(f"{t}\ta\n" for t in ["the cat sat", "the dog ran", "paris"]))
     sample = tmp_path / "sample.txt"

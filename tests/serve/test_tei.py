@@ -335,5 +335,5 @@ def test_odd_bodies_probes_and_batches_are_answered_as_tei(classifier_dir, regre
                                                            "sentences": ["the cat", "the dog"]}}).json()
         upper = client.post("/embed", json={"inputs": "a"},
                             headers={"traceparent": "00-4BF92F3577B34DA6A3CE929D0E0E4736-00F067AA0BA902B7-01"})
-    assert -1.0 <= min(same) and max(same) <= 1.0 and same[0] == pytest.approx(1.0, abs=1e-6)
+    assert min(same) >= -1.0 and max(same) <= 1.0 and same[0] == pytest.approx(1.0, abs=1e-6)
     assert "traceparent" not in upper.headers  # uppercase hex is not a valid traceparent
