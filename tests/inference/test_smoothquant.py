@@ -86,6 +86,12 @@ def test_scales_are_kept_beside_the_model_and_reused(tmp_path, caplog):
     assert kept is not None and all(torch.equal(kept[k], measured[k]) for k in measured)
     assert "calibrated on sample.txt, 5 inputs" in caplog.text
     assert int8_smoothing(model, tmp_path / "elsewhere", None, tokenizer) is None  # never calibrated: plain int8
+    with torch.no_grad():
+        model.layers[0].ffn_in.weight.mul_(1.5)  # fine-tuned again into the same directory: the scales are stale
+    caplog.clear()
+    with caplog.at_level(logging.WARNING):
+        assert int8_smoothing(model, tmp_path, None, tokenizer) is None
+    assert "other weights" in caplog.text
     (tmp_path / SMOOTHING_FILE).write_bytes(b"damaged")
     with caplog.at_level(logging.WARNING):
         assert int8_smoothing(model, tmp_path, None, tokenizer) is None

@@ -100,18 +100,23 @@ def int8_smoothing(model: nn.Module, directory: Path, calibration: Path | None, 
     """The scales `--precision int8` uses for the model in `directory`: measured on `calibration` (tokenized by
     `tokenizer`, a WordPieceTokenizer; kept beside the model), else those kept from an earlier calibration,
     else None (plain dynamic int8)."""
+    weights = weights_fingerprint(model)
     if calibration is None:
         kept = _read(directory)
-        if kept is not None:
-            scales, about = kept
-            log.info("int8: SmoothQuant scales from %s (calibrated on %s, %s inputs)", directory / SMOOTHING_FILE,
-                     about.get("calibration"), about.get("inputs"))
-            return scales
-        return None
+        if kept is None:
+            return None
+        scales, about = kept
+        if about.get("weights") != weights:  # the weights changed since (or another model): the scales are stale
+            log.warning("int8: %s was measured on other weights than this model's; running plain int8 - calibrate "
+                        "again with --calibration FILE", directory / SMOOTHING_FILE)
+            return None
+        log.info("int8: SmoothQuant scales from %s (calibrated on %s, %s inputs)", directory / SMOOTHING_FILE,
+                 about.get("calibration"), about.get("inputs"))
+        return scales
     inputs = read_calibration(calibration)
     scales = calibrate(model, _features(tokenizer, inputs, max_length), tokenizer.pad_token_id)
     about = {"calibration": Path(calibration).name, "sha256": _sha256(calibration), "inputs": str(len(inputs)),
-             "alpha": str(ALPHA)}
+             "alpha": str(ALPHA), "weights": weights}
     try:
         write_file_atomic(directory / SMOOTHING_FILE, lambda path: save_file(scales, str(path), metadata=about))
         log.info("int8: SmoothQuant scales from %d inputs of %s, kept in %s", len(inputs), calibration,
@@ -120,6 +125,19 @@ def int8_smoothing(model: nn.Module, directory: Path, calibration: Path | None, 
         log.warning("int8: could not keep the SmoothQuant scales beside the model (%s); they serve this process "
                     "only", exc)
     return scales
+
+
+def weights_fingerprint(model: nn.Module) -> str:
+    """A hash of the encoder dense layers' weights, so kept scales are used only with the weights they were
+    measured on (a directory fine-tuned again, or another model's file copied in, is recalibrated)."""
+    digest = hashlib.sha256()
+    encoder = next(m for m in model.modules() if isinstance(m, BertModel))
+    for i, layer in enumerate(m for m in encoder.modules() if isinstance(m, BertLayer)):
+        for dense in DENSE_LAYERS:
+            weight = getattr(layer, dense).weight.detach().float()
+            digest.update(f"layers.{i}.{dense}:{tuple(weight.shape)}".encode())
+            digest.update(weight.abs().amax(dim=0).numpy().tobytes())  # per input channel: cheap, and changes with W
+    return digest.hexdigest()
 
 
 def _features(tokenizer: Any, inputs: list[tuple[str, str | None]], max_length: int) -> list[dict[str, Any]]:

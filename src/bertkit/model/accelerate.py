@@ -99,7 +99,9 @@ def accelerate_for_inference(model: nn.Module, precision: str = "fp32", *, autoc
         raise ValueError(f"smoothing is for int8, not {precision}")
     for index, layer in enumerate([m for m in accelerated.modules() if isinstance(m, BertLayer)]):
         if precision == "int8":
-            _quantize(layer, {name: smoothing[f"layers.{index}.{name}"] for name in DENSE_LAYERS} if smoothing else {})
+            # the scales of the first encoder's layers, by position (a model never holds two calibrated encoders)
+            _quantize(layer, {name: smoothing[key] for name in DENSE_LAYERS
+                              if (key := f"layers.{index}.{name}") in (smoothing or {})})
         else:
             _pack(layer, torch.bfloat16 if autocast else layer.qkv.weight.dtype)
     return accelerated.eval()
