@@ -100,8 +100,8 @@ def accelerate_for_inference(model: nn.Module, precision: str = "fp32", *, autoc
     for index, layer in enumerate([m for m in accelerated.modules() if isinstance(m, BertLayer)]):
         if precision == "int8":
             # the scales of the first encoder's layers, by position (a model never holds two calibrated encoders)
-            _quantize(layer, {name: smoothing[key] for name in DENSE_LAYERS
-                              if (key := f"layers.{index}.{name}") in (smoothing or {})})
+            scales = smoothing or {}
+            _quantize(layer, {name: scales[key] for name in DENSE_LAYERS if (key := f"layers.{index}.{name}") in scales})
         else:
             _pack(layer, torch.bfloat16 if autocast else layer.qkv.weight.dtype)
     return accelerated.eval()
