@@ -101,7 +101,8 @@ def accelerate_for_inference(model: nn.Module, precision: str = "fp32", *, autoc
         if precision == "int8":
             # the scales of the first encoder's layers, by position (a model never holds two calibrated encoders)
             scales = smoothing or {}
-            _quantize(layer, {name: scales[key] for name in DENSE_LAYERS if (key := f"layers.{index}.{name}") in scales})
+            _quantize(layer, {name: scales[f"layers.{index}.{name}"] for name in DENSE_LAYERS
+                              if f"layers.{index}.{name}" in scales})
         else:
             _pack(layer, torch.bfloat16 if autocast else layer.qkv.weight.dtype)
     return accelerated.eval()
