@@ -31,6 +31,7 @@ import torch
 from bertkit.config import BertConfig
 from bertkit.data.glue import read_table
 from bertkit.export.onnx import export_onnx, sample_batch
+from bertkit.inference.smoothquant import SMOOTHING_FILE
 from bertkit.runtime import report
 from bertkit.serve.predictor import load_predictor
 from bertkit.settings import ExportSettings
@@ -127,14 +128,17 @@ def main() -> None:
     reference, seconds, probabilities = bertkit_labels(args.model, texts, "fp32", args.batch_size)
     results["bertkit fp32"] = (reference, seconds, probabilities)
     confident = margins(probabilities) >= MARGIN
-    results["bertkit int8"] = bertkit_labels(args.model, texts, "int8", args.batch_size)
+    with tempfile.TemporaryDirectory() as work:
+        copy = Path(work) / "model"  # each int8 run on a copy: plain int8 never sees kept scales, and new ones
+        shutil.copytree(args.model, copy)  # land in the copy, not in the user's directory
+        (copy / SMOOTHING_FILE).unlink(missing_ok=True)
+        results["bertkit int8"] = bertkit_labels(copy, texts, "int8", args.batch_size)
+        if args.calibration:
+            results["bertkit int8 + SmoothQuant"] = bertkit_labels(copy, texts, "int8", args.batch_size,
+                                                                   args.calibration)
     if args.calibration:
         sample = [line for line in args.calibration.read_text().splitlines() if line.strip()][:512]
         with tempfile.TemporaryDirectory() as work:
-            copy = Path(work) / "model"
-            shutil.copytree(args.model, copy)  # the kept scales land in the copy
-            results["bertkit int8 + SmoothQuant"] = bertkit_labels(copy, texts, "int8", args.batch_size,
-                                                                   args.calibration)
             results["ONNX Runtime static int8 (calibrated)"] = onnx_labels(args.model, texts, args.batch_size,
                                                                           args.threads, Path(work), sample)
     if args.onnx:

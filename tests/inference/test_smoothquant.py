@@ -63,6 +63,11 @@ def test_smoothing_brings_int8_close_to_fp32_on_outlier_channels():
     assert errors["smoothed"] < errors["plain"] / 2, errors  # measured here: 5x closer (0.17 against 0.89)
 
 
+def test_scales_of_another_width_are_refused():
+    with pytest.raises(ValueError, match="measured on another model"):
+        Int8Linear(torch.nn.Linear(64, 32), smooth=torch.ones(48))
+
+
 def test_a_smoothed_layer_computes_the_same_product():
     """(x / s)(W s)^T = x W^T: with no outliers, smoothing changes int8's result only by rounding."""
     torch.manual_seed(1)
@@ -148,8 +153,8 @@ def test_predict_with_int8_and_calibration_end_to_end(tmp_path, capsys):
     (directory / "bertkit_task.json").write_text(json.dumps(task.to_json()))
     rows = tmp_path / "rows.tsv"
     rows.write_text("text\tlabel\n" + "".join(f"{t}\ta\n" for t in ["the cat sat", "the dog ran", "paris"]))
-    sample = tmp_path / "sample.txt"
-    sample.write_text("the cat sat on the mat\nwhere did john go\n")
+    sample = tmp_path / "sample.txt"  # a line longer than the model's 128 positions: cut as inference cuts it
+    sample.write_text("the cat sat on the mat\nwhere did john go\n" + "the dog ran in the park " * 60 + "\n")
     main(["predict", "--model", str(directory), "--input", str(rows), "--output", str(tmp_path / "out"),
           "--precision", "int8", "--calibration", str(sample), "--text-column", "text"])
     assert (directory / SMOOTHING_FILE).is_file() and any((tmp_path / "out").iterdir())

@@ -6,8 +6,10 @@ per row can then resolve. The weights are packed with s inside (`Int8Linear(smoo
 is one multiply before each int8 matrix product.
 
 The scales are kept beside the model as `int8_smoothing.safetensors` (with the calibration file's name and
-hash, the number of texts and alpha): a later `--precision int8` on that directory uses them without
-`--calibration`, and says so. A directory that cannot be written keeps them for this process only.
+sha256, the number of inputs, alpha and a fingerprint of the weights they were measured on): a later
+`--precision int8` on that directory uses them without `--calibration`, and says so; scales measured on other
+weights (the directory fine-tuned again) are ignored with a warning. A directory that cannot be written keeps
+them for this process only.
 
 Design decisions: alpha 0.5, the paper's default for BERT-sized models; the statistics are the maximum over
 the sample's real tokens (the padding-free encoder never sees padding); at most MAX_TEXTS texts are read
@@ -47,12 +49,18 @@ Smoothing = dict[str, torch.Tensor]
 def read_calibration(path: Path) -> list[tuple[str, str | None]]:
     """The calibration sample: one input per line (a pair as two texts separated by a tab), blank lines
     skipped, at most MAX_TEXTS."""
+    inputs: list[tuple[str, str | None]] = []
     try:
-        lines = Path(path).read_text(encoding="utf-8").splitlines()
+        with open(path, encoding="utf-8") as lines:  # the first MAX_TEXTS inputs only: a whole corpus is never read
+            for line in lines:
+                if line.strip():
+                    a, _, b = line.rstrip("\r\n").partition("\t")
+                    inputs.append((a, b or None))
+                    if len(inputs) == MAX_TEXTS:
+                        break
     except (OSError, UnicodeDecodeError) as exc:
         raise BertkitError(f"--calibration {path}: cannot read it as UTF-8 text ({exc}); give a text file with one "
                            "input per line (a pair as two texts separated by a tab)") from None
-    inputs = [(a, b or None) for a, _, b in (line.partition("\t") for line in lines if line.strip())][:MAX_TEXTS]
     if not inputs:
         raise BertkitError(f"--calibration {path}: no text in it; give a sample of the inputs the model will see, "
                            "one per line")
@@ -114,7 +122,8 @@ def int8_smoothing(model: nn.Module, directory: Path, calibration: Path | None, 
                  about.get("calibration"), about.get("inputs"))
         return scales
     inputs = read_calibration(calibration)
-    scales = calibrate(model, _features(tokenizer, inputs, max_length), tokenizer.pad_token_id)
+    positions = next(m for m in model.modules() if isinstance(m, BertModel)).config.max_position_embeddings
+    scales = calibrate(model, _features(tokenizer, inputs, min(max_length, positions)), tokenizer.pad_token_id)
     about = {"calibration": Path(calibration).name, "sha256": _sha256(calibration), "inputs": str(len(inputs)),
              "alpha": str(ALPHA), "weights": weights}
     try:
@@ -137,6 +146,10 @@ def weights_fingerprint(model: nn.Module) -> str:
             weight = getattr(layer, dense).weight.detach().float()
             digest.update(f"layers.{i}.{dense}:{tuple(weight.shape)}".encode())
             digest.update(weight.abs().amax(dim=0).numpy().tobytes())  # per input channel: cheap, and changes with W
+    for name, norm in encoder.named_modules():  # what shapes the activations too: every LayerNorm, whole
+        if isinstance(norm, nn.LayerNorm):
+            digest.update(name.encode() + norm.weight.detach().float().numpy().tobytes()
+                          + norm.bias.detach().float().numpy().tobytes())
     return digest.hexdigest()
 
 
@@ -166,4 +179,8 @@ def _read(directory: Path) -> tuple[Smoothing, dict[str, str]] | None:
 
 
 def _sha256(path: Path) -> str:
-    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+    digest = hashlib.sha256()
+    with open(path, "rb") as file:
+        for block in iter(lambda: file.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()

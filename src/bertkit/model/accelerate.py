@@ -77,7 +77,8 @@ def accelerate_for_inference(model: nn.Module, precision: str = "fp32", *, autoc
     - int8: each encoder layer's dense layers dynamically quantized (`Int8Linear`: int8 weights per
       output channel, activations quantized per call); embeddings, LayerNorms, attention and the task
       head stay fp32. `smoothing` ("layers.<i>.<dense>" -> a scale per input channel;
-      bertkit.inference.smoothquant) moves SmoothQuant's scales into those weights.
+      bertkit.inference.smoothquant) moves SmoothQuant's scales into those weights (a layer it has no scales
+      for is not smoothed; scales of the wrong width are a ValueError).
 
     The copy's attention is a `Dispatch` holding the CPU choices measured at the model's width (bmm
     attention where it won), unless the model had a fixed backend. The copy runs under torch.no_grad()
@@ -248,6 +249,9 @@ class Int8Linear(_Frozen):
                  smooth: torch.Tensor | None = None) -> None:
         super().__init__()
         self.in_features, self.out_features = linear.in_features, linear.out_features
+        if smooth is not None and tuple(smooth.shape) != (linear.in_features,):
+            raise ValueError(f"SmoothQuant scales of shape {tuple(smooth.shape)} for a layer of {linear.in_features} "
+                             "inputs: they were measured on another model")
         weight = linear.weight if smooth is None else linear.weight.detach().float() * smooth.float()[None, :]
         self.packed = int8.pack(weight, linear.bias)
         self.post_op = post_op

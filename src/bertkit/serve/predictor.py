@@ -518,7 +518,8 @@ def load_predictor(directory: str | Path, batch_size: int = 32, precision: str =
     sentence = read_sentence_transformers(directory)  # None unless a sentence-transformers directory
     max_seq_length = int((settings or {}).get("max_seq_length", (sentence and sentence.max_seq_length) or 512))
     architecture = (config.architectures or ["BertForMaskedLM"])[0] if kind == "fill-mask" else "BertModel"
-    model, resolved = _for_inference(_load(directory, architecture), (precision, calibration), directory, tokenizer)
+    model, resolved = _for_inference(_load(directory, architecture), (precision, calibration), directory, tokenizer,
+                                     max_seq_length)
     predictor_class = FillMaskPredictor if kind == "fill-mask" else Predictor
     return predictor_class(model, tokenizer, max_seq_length, batch_size, sentence,
                            ModelInfo(kind, directory.name, resolved))
@@ -533,7 +534,7 @@ def _task_predictor(directory: Path, config: BertConfig, settings: dict[str, Any
     stand_in = None if settings else task_class.from_json(_settings_from_config(kind, config, directory),
                                                           source=str(directory / "config.json"))
     task, model, tokenizer = load_finetuned(directory, task=stand_in, tokenizer_dir=tokenizer_dir)
-    model, resolved = _for_inference(model, precision, directory, tokenizer)
+    model, resolved = _for_inference(model, precision, directory, tokenizer, task.settings.max_seq_length)
     info = ModelInfo(kind, directory.name, resolved)
     if not isinstance(task, ClassificationTask):
         return predictor_class(model, tokenizer, task, batch_size, info)
@@ -544,10 +545,11 @@ def _task_predictor(directory: Path, config: BertConfig, settings: dict[str, Any
 
 
 def _for_inference(model: torch.nn.Module, precision: tuple[str, Path | None], directory: Path,
-                   tokenizer: WordPieceTokenizer) -> tuple[torch.nn.Module, str]:
-    """`bertkit.model.for_inference` for (precision, calibration), keeping what 'auto' resolved to (/info says)."""
+                   tokenizer: WordPieceTokenizer, max_length: int) -> tuple[torch.nn.Module, str]:
+    """`bertkit.model.for_inference` for (precision, calibration), keeping what 'auto' resolved to (/info says);
+    int8's calibration sample is cut at `max_length`, as the predictor cuts inputs."""
     resolved = inference_precision(precision[0], model, torch.device("cpu"))
-    smoothing = int8_smoothing(model, directory, precision[1], tokenizer) if resolved == "int8" else None
+    smoothing = int8_smoothing(model, directory, precision[1], tokenizer, max_length) if resolved == "int8" else None
     return accelerate_for_inference(model, resolved, smoothing=smoothing), resolved
 
 

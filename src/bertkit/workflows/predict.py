@@ -83,7 +83,8 @@ def predict_file(settings: PredictSettings) -> dict[str, Any]:
     keep_freed_memory()  # the process reuses large activations from here on (bertkit.runtime.allocator)
     _, model, tokenizer = load_finetuned(settings.model, torch_device)
     model = for_inference(model, settings.precision, torch_device,  # int8: with the kept or calibrated scales
-                          lambda: int8_smoothing(model, Path(settings.model), settings.calibration, tokenizer))
+                          lambda: int8_smoothing(model, Path(settings.model), settings.calibration, tokenizer,
+                                                 task.settings.max_seq_length))
     features = task.features(examples, tokenizer)
     decoded = predict_features(model, task, examples, features, tokenizer.pad_token_id, settings.batch_size,
                                torch_device)
