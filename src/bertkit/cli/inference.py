@@ -78,7 +78,9 @@ def serve(**flags: Any) -> None:
     predictor = load_predictor(run.model, batch_size=settings.max_batch_size, precision=run.precision,
                                tokenizer_dir=run.tokenizer, calibration=run.calibration,
                                **({"long_documents": long_documents} if long_documents else {}))
-    click.echo(f"serving {', '.join('/' + e for e in predictor.endpoints)} on http://{run.host}:{run.port} "
-               "(also /v1/embeddings, /tokenize, /info, /metrics, /health, /ready; docs: /docs)")
+    from bertkit.serve.compat import served_endpoints
+
+    click.echo(f"serving {', '.join(served_endpoints(predictor))} and POST / (text-embeddings-inference's routes) "
+               f"on http://{run.host}:{run.port}; docs: /docs")
     run_server(create_app(predictor, settings), host=run.host, port=run.port, drain_timeout_s=run.drain_timeout_s,
                log_level=run.log_level)
