@@ -76,6 +76,8 @@ def test_auto_continues_a_sentence_transformers_directory_mlm_only_and_keeps_it_
     assert "no NSP head in the checkpoint, so MLM only" in line and "peak lr 0.00049" in line  # 1e-4 x sqrt(768 / 32)
     assert "no MLM head in the checkpoint, so a new one is warmed up first" in line
     assert "the new MLM head trained alone for the first 1 step" in line  # 10% of 3 steps, at least 1
+    warning = next(r for r in caplog.records if "sentence-transformers encoder released without" in r.getMessage())
+    assert warning.levelno == logging.WARNING and "--encoder-lr-ratio 0.3" in warning.getMessage()
     final = tmp_path / "final"
     assert json.loads((final / "config.json").read_text())["architectures"] == ["BertForMaskedLM"]
     for name in ("modules.json", "1_Pooling/config.json", "2_Normalize", "sentence_bert_config.json"):
