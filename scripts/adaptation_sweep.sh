@@ -16,20 +16,12 @@
 # Writes WORK_DIR/results.json and prints the table; each stage's wall time goes to WORK_DIR/timings.txt.
 set -euo pipefail
 MODEL=$1 WORK=$2 STEPS=${3:-250} LRS=${4:-"1e-4 1.4e-4 2e-4 4e-4"} PRECISION=${5:-bf16}
+SCRIPTS=$(cd "$(dirname "$0")" && pwd)
 mkdir -p "$WORK"
 cd "$WORK"
 stage() { local name=$1; shift; local t0; t0=$(date +%s); "$@"; echo "$name $(( $(date +%s) - t0 ))s" | tee -a timings.txt; }
 
-python - <<'EOF'
-import gzip, random
-from pathlib import Path
-from bertkit.assets import kjv_path
-Path("kjv.txt").write_text(gzip.open(kjv_path("corpus.txt.gz"), "rt").read())
-header, *rows = kjv_path("train.tsv").read_text().splitlines(keepends=True)
-chosen = sorted(random.Random(0).sample(range(len(rows)), 1000))  # the quickstart's 1,000 labelled verses
-Path("train-1000.tsv").write_text(header + "".join(rows[i] for i in chosen))
-Path("task-texts.txt").write_text("".join(row.split("\t")[0] + "\n" for row in rows))  # TAPT: the task's texts
-EOF
+python "$SCRIPTS/kjv_task_files.py"  # kjv.txt, train-1000.tsv, task-texts.txt
 
 [ -d data ] || stage data bertkit data pretraining --input kjv.txt --tokenizer "$MODEL" --output data \
     --max-seq-length 64 --no-nsp --masking dynamic --seed 42 --quiet

@@ -7,19 +7,12 @@
 # Writes WORK_DIR/results.json and prints the table; each stage's wall time goes to WORK_DIR/timings.txt.
 set -euo pipefail
 MODEL=$1 WORK=$2 STEPS=${3:-250}
+SCRIPTS=$(cd "$(dirname "$0")" && pwd)
 mkdir -p "$WORK"
 cd "$WORK"
 stage() { local name=$1; shift; local t0; t0=$(date +%s); "$@"; echo "$name $(( $(date +%s) - t0 ))s" | tee -a timings.txt; }
 
-python - <<'EOF'
-import gzip, random
-from pathlib import Path
-from bertkit.assets import kjv_path
-Path("kjv.txt").write_text(gzip.open(kjv_path("corpus.txt.gz"), "rt").read())
-header, *rows = kjv_path("train.tsv").read_text().splitlines(keepends=True)
-chosen = sorted(random.Random(0).sample(range(len(rows)), 1000))  # the quickstart's 1,000 labelled verses
-Path("train-1000.tsv").write_text(header + "".join(rows[i] for i in chosen))
-EOF
+python "$SCRIPTS/kjv_task_files.py"  # kjv.txt, train-1000.tsv, task-texts.txt
 
 stage extend bertkit tokenizer extend --model "$MODEL" --corpus kjv.txt --add 1000 --output extended
 stage extend-random bertkit tokenizer extend --model "$MODEL" --corpus kjv.txt --add 1000 --init random \

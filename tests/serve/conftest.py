@@ -115,7 +115,7 @@ MAX_SEQ_LENGTH = 8
 """sentence_dir's max_seq_length."""
 
 
-def _free_port() -> int:
+def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
@@ -125,7 +125,7 @@ class LiveServer:
     """The production server (`build_server`) on a loopback port in a background thread."""
 
     def __init__(self, app) -> None:
-        self.port = _free_port()
+        self.port = free_port()
         self.server = build_server(app, port=self.port, log_level="warning")
         self.thread = threading.Thread(target=self.server.run, daemon=True)
 

@@ -16,8 +16,7 @@ from bertkit.serve.client import wait_until_ready
 from bertkit.serve.predictor import load_predictor
 from bertkit.tokenizer import WordPieceTokenizer
 
-from .conftest import VOCAB
-from .test_server_process import _free_port
+from .conftest import VOCAB, free_port
 
 
 def test_extract_jsonl_and_npy(mlm_dir, tmp_path, capsys):
@@ -102,7 +101,7 @@ def test_load_predictor_takes_another_tokenizer_directory(mlm_dir, cased_tokeniz
 
 @pytest.mark.timeout(120)
 def test_bertkit_serve_answers_and_stops_on_sigterm(mlm_dir, cased_tokenizer_dir):
-    port = _free_port()
+    port = free_port()
     process = subprocess.Popen([sys.executable, "-m", "bertkit", "serve", "--model", str(mlm_dir), "--port", str(port),
                                 "--tokenizer", str(cased_tokenizer_dir), "--log-level", "warning"],
                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT)

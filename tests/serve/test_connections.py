@@ -23,8 +23,8 @@ from bertkit.serve import connections
 from bertkit.serve.connections import EventLog, fit_file_limit, handle_accept_errors
 from bertkit.settings import Limits
 
+from .conftest import LiveServer
 from .slow_server import slow_app
-from .test_server_process import _ThreadServer
 
 FAST = Limits(header_timeout_s=0.5, body_timeout_s=0.5)
 
@@ -68,7 +68,7 @@ def _is_open(sock: socket.socket) -> bool:
 
 @pytest.fixture(scope="module")
 def fast_server(mlm_dir):
-    with _ThreadServer(slow_app(str(mlm_dir), delay_s=0.8, max_queue=8, timeout_s=30, limits=FAST)) as url:
+    with LiveServer(slow_app(str(mlm_dir), delay_s=0.8, max_queue=8, timeout_s=30, limits=FAST)) as url:
         yield url
 
 
@@ -125,7 +125,7 @@ def test_timers_run_only_while_a_request_arrives(fast_server):
 
 def test_at_the_cap_a_new_connection_replaces_the_longest_waiting_one(mlm_dir):
     limits = Limits(max_connections=3, header_timeout_s=30, body_timeout_s=30)
-    with _ThreadServer(slow_app(str(mlm_dir), delay_s=0, max_queue=8, timeout_s=30, limits=limits)) as url:
+    with LiveServer(slow_app(str(mlm_dir), delay_s=0, max_queue=8, timeout_s=30, limits=limits)) as url:
         idle = []
         for _ in range(3):
             idle.append(_connect(url))
@@ -145,7 +145,7 @@ def test_at_the_cap_a_new_connection_replaces_the_longest_waiting_one(mlm_dir):
 
 def test_at_the_cap_with_every_connection_being_answered_a_new_one_gets_503_at_once(mlm_dir):
     limits = Limits(max_connections=2)
-    with _ThreadServer(slow_app(str(mlm_dir), delay_s=0.8, max_queue=8, timeout_s=30, limits=limits)) as url:
+    with LiveServer(slow_app(str(mlm_dir), delay_s=0.8, max_queue=8, timeout_s=30, limits=limits)) as url:
         with ThreadPoolExecutor(2) as pool:
             busy = [pool.submit(httpx.post, f"{url}/embed", json={"inputs": ["a"]}, timeout=30) for _ in range(2)]
             time.sleep(0.4)  # both requests are in; they hold their connections for 0.8 and 1.6 s

@@ -12,7 +12,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import torch
 import transformers
 from sentence_transformers import SentenceTransformer
 from sentence_transformers.sentence_transformer.modules import Normalize, Pooling, Transformer
@@ -23,24 +22,10 @@ from bertkit.serve.predictor import load_predictor
 from bertkit.settings import ExtractSettings
 from bertkit.workflows.extract import extract_features
 
-from .conftest import VOCAB, tokenizer
+from .conftest import MAX_SEQ_LENGTH, tokenizer
 
-MAX_SEQ_LENGTH = 8
 TEXTS = ["the cat sat on the mat.", "John Smith lives in London, in a big red house!", "paris", "",
          "where did the dog go? the dog ran in the park and the cat sat under the house"]
-
-
-@pytest.fixture(scope="module")
-def bert_dir(tmp_path_factory) -> Path:
-    """A random transformers BertModel with the tiny vocabulary, as a plain Hugging Face directory."""
-    directory = tmp_path_factory.mktemp("bert")
-    (directory / "vocab.txt").write_text("\n".join(VOCAB) + "\n", encoding="utf-8")
-    config = transformers.BertConfig(vocab_size=len(VOCAB), hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
-                                     intermediate_size=37, max_position_embeddings=64)
-    torch.manual_seed(0)
-    transformers.BertModel(config).save_pretrained(directory)
-    transformers.BertTokenizerFast(str(directory / "vocab.txt"), do_lower_case=True).save_pretrained(directory)
-    return directory
 
 
 def _save(model: SentenceTransformer, directory: Path, bert_dir: Path) -> Path:

@@ -8,10 +8,8 @@ them complete with 200 and that the process exits 0.
 from __future__ import annotations
 
 import signal
-import socket
 import subprocess
 import sys
-import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -19,38 +17,12 @@ from pathlib import Path
 import httpx
 import pytest
 
-from bertkit.serve.app import build_server
 from bertkit.serve.client import wait_until_ready
 
+from .conftest import LiveServer, free_port
 from .slow_server import slow_app
 
 HERE = Path(__file__).parent
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-class _ThreadServer:
-    """The production server (`build_server`) on a loopback port in a background thread (signals stay
-    with pytest)."""
-
-    def __init__(self, app) -> None:
-        self.port = _free_port()
-        self.server = build_server(app, port=self.port, log_level="warning")
-        self.thread = threading.Thread(target=self.server.run, daemon=True)
-
-    def __enter__(self) -> str:
-        self.thread.start()
-        url = f"http://127.0.0.1:{self.port}"
-        wait_until_ready(url)
-        return url
-
-    def __exit__(self, *exc) -> None:
-        self.server.should_exit = True
-        self.thread.join(timeout=30)
 
 
 def _post_many(url: str, count: int, stagger_s: float = 0.02) -> list[httpx.Response]:
@@ -64,7 +36,7 @@ def _post_many(url: str, count: int, stagger_s: float = 0.02) -> list[httpx.Resp
 
 def test_full_queue_answers_429_and_the_rest_complete(mlm_dir):
     # One request runs (0.5 s), one waits in the queue of size 1; the others find it full.
-    with _ThreadServer(slow_app(str(mlm_dir), delay_s=0.5, max_queue=1, timeout_s=30)) as url:
+    with LiveServer(slow_app(str(mlm_dir), delay_s=0.5, max_queue=1, timeout_s=30)) as url:
         responses = _post_many(url, 5)
     codes = [r.status_code for r in responses]
     # Counts, not positions: on a busy machine two requests may swap places in the staggered arrival.
@@ -74,7 +46,7 @@ def test_full_queue_answers_429_and_the_rest_complete(mlm_dir):
 
 
 def test_request_past_its_time_limit_answers_504(mlm_dir):
-    with _ThreadServer(slow_app(str(mlm_dir), delay_s=0.6, max_queue=8, timeout_s=0.2)) as url:
+    with LiveServer(slow_app(str(mlm_dir), delay_s=0.6, max_queue=8, timeout_s=0.2)) as url:
         response = httpx.post(f"{url}/embed", json={"inputs": ["a"]}, timeout=30)
         assert response.status_code == 504 and response.json()["code"] == "timeout"
         time.sleep(0.6)  # the worker finishes the abandoned batch and serves the next request
@@ -84,7 +56,7 @@ def test_request_past_its_time_limit_answers_504(mlm_dir):
 def test_shutdown_drains_in_flight_requests(mlm_dir):
     """Fast variant in-process: what uvicorn's SIGTERM handler does (should_exit) while requests run."""
     app = slow_app(str(mlm_dir), delay_s=0.4, max_queue=16, timeout_s=30)
-    server = _ThreadServer(app)
+    server = LiveServer(app)
     with server as url, ThreadPoolExecutor(1) as pool:
         pending = pool.submit(_post_many, url, 4, 0.0)
         deadline = time.monotonic() + 30  # a busy machine may take long to connect all four
@@ -98,7 +70,7 @@ def test_shutdown_drains_in_flight_requests(mlm_dir):
 @pytest.mark.slow
 @pytest.mark.timeout(120)
 def test_sigterm_drains_in_flight_requests_and_exits_0(mlm_dir):
-    port = _free_port()
+    port = free_port()
     process = subprocess.Popen([sys.executable, str(HERE / "slow_server.py"), str(mlm_dir), str(port), "0.3", "16",
                                 "30"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"

@@ -38,6 +38,7 @@ import numpy as np
 
 from bertkit.errors import BertkitError
 from bertkit.io.atomic import AtomicFile, temp_glob, write_text_atomic
+from bertkit.io.digest import file_sha256
 from bertkit.io.jsonfile import read_json_object
 
 FORMAT_NAME = "bertkit-pretraining-data"
@@ -187,8 +188,4 @@ def open_shard(directory: Path, entry: dict) -> dict[str, np.ndarray]:
 
 def verify_shard(directory: Path, entry: dict) -> bool:
     """True when the shard's sha256 matches the manifest (reads the whole file)."""
-    sha = hashlib.sha256()
-    with open(Path(directory) / entry["file"], "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            sha.update(chunk)
-    return sha.hexdigest() == entry["sha256"]
+    return file_sha256(Path(directory) / entry["file"]) == entry["sha256"]

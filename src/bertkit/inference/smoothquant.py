@@ -32,6 +32,7 @@ from torch import nn
 from bertkit.errors import BertkitError
 from bertkit.inference.batching import run_sorted
 from bertkit.io.atomic import write_file_atomic
+from bertkit.io.digest import file_sha256
 from bertkit.model import BertModel
 from bertkit.model.accelerate import DENSE_LAYERS
 from bertkit.model.bert import BertLayer
@@ -124,7 +125,7 @@ def int8_smoothing(model: nn.Module, directory: Path, calibration: Path | None, 
     inputs = read_calibration(calibration)
     positions = next(m for m in model.modules() if isinstance(m, BertModel)).config.max_position_embeddings
     scales = calibrate(model, _features(tokenizer, inputs, min(max_length, positions)), tokenizer.pad_token_id)
-    about = {"calibration": Path(calibration).name, "sha256": _sha256(calibration), "inputs": str(len(inputs)),
+    about = {"calibration": Path(calibration).name, "sha256": file_sha256(calibration), "inputs": str(len(inputs)),
              "alpha": str(ALPHA), "weights": weights}
     try:
         write_file_atomic(directory / SMOOTHING_FILE, lambda path: save_file(scales, str(path), metadata=about))
@@ -176,11 +177,3 @@ def _read(directory: Path) -> tuple[Smoothing, dict[str, str]] | None:
         log.warning("int8: %s is unreadable (%s); running plain int8 - calibrate again with --calibration FILE",
                     path, exc)
         return None
-
-
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as file:
-        for block in iter(lambda: file.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()

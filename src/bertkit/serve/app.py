@@ -1,17 +1,18 @@
 """The HTTP layer: a FastAPI app over one predictor, and `run_server` (uvicorn with draining on SIGTERM).
 
-Task endpoints exist only for what the checkpoint can do (`predictor.endpoints`); /v1/embeddings,
-/tokenize and /info (compat.py) for every model; any other path answers 404 with the list of endpoints
-this model serves. Every response, errors included, is JSON that never carries a path, a traceback or
-the request's text; errors have one shape, {"error", "message"}, except under /v1/, where they take
-OpenAI's, {"error": {"message", "type", "param", "code"}}, for OpenAI's clients.
+Task endpoints exist only for what the checkpoint can do (`predictor.endpoints`); text-embeddings-inference's
+routes (tei.py), /v1/embeddings, /tokenize, /decode and /info (compat.py) for every model; any other path
+answers 404 with the list of endpoints this model serves. Every response, errors included, is JSON that never
+carries a path, a traceback or the request's text; errors have TEI's shape with bertkit's code beside it,
+{"error": message, "error_type", "code"} (limits.error_body), except under /v1/, where they take OpenAI's,
+{"error": {"message", "type", "param", "code"}}, for OpenAI's clients.
 
-Status codes: 200 ok; 400 invalid JSON (or HTTP); 401 missing/wrong API key; 404 unknown path; 405
-wrong method; 408 request not sent in time; 413 body too large, or an input over the model's maximum
-length sent with "truncate": false; 422 request well-formed JSON but invalid (types, limits, no [MASK],
-...); 429 queue full (Retry-After); 431 headers too large; 500 a server bug (logged; the message says
-nothing more); 503 not ready to take it (shutting down, or every connection slot busy); 504 the
-request's time limit passed before its result was ready.
+Status codes: 200 ok; 400 an empty input (TEI's Empty), invalid JSON (or HTTP); 401 missing/wrong API key;
+404 unknown path; 405 wrong method; 408 request not sent in time; 413 body too large; 422 request well-formed
+JSON but invalid (types, limits, an input over the model's maximum length sent with "truncate": false, no
+[MASK], ...); 429 queue full (Retry-After); 431 headers too large; 500 a server bug (logged; the message says
+nothing more); 503 not ready to take it (shutting down, or every connection slot busy); 504 the request's
+time limit passed before its result was ready.
 
 The API description is `/openapi.json`; `/docs` (Swagger UI) and `/redoc` read it with scripts and styles
 served by this app (DOCS_ASSETS, from the fastapi-offline package), never from a CDN, so they work on a

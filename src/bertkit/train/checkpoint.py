@@ -20,7 +20,6 @@ still matches its hash ends in a `BertkitError` naming it, not a `KeyError` deep
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import logging
 import os
@@ -38,6 +37,7 @@ from safetensors.torch import load_file, save_file
 
 from bertkit.errors import BertkitError
 from bertkit.io.atomic import failed_write_advice, fsync_path, replace_directory, write_text_atomic
+from bertkit.io.digest import file_sha256
 from bertkit.io.jsonfile import read_json
 from bertkit.train.distributed import DistributedContext, rank0_decides
 
@@ -58,20 +58,12 @@ def checkpoint_name(step: int) -> str:
     return f"{PREFIX}{step:08d}"
 
 
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def write_manifest(directory: Path, meta: dict[str, Any] | None = None) -> None:
     """Fsync every file in `directory` and write manifest.json (file -> sha256) last."""
     files = sorted(p for p in directory.rglob("*") if p.is_file() and p.name != MANIFEST)
     for path in files:
         fsync_path(path)
-    manifest = {"files": {str(p.relative_to(directory)): _sha256(p) for p in files}, **(meta or {})}
+    manifest = {"files": {str(p.relative_to(directory)): file_sha256(p) for p in files}, **(meta or {})}
     write_text_atomic(directory / MANIFEST, json.dumps(manifest, indent=2, sort_keys=True) + "\n")
     mode = (directory / MANIFEST).stat().st_mode & 0o777  # a plain write's mode (0666 minus the umask)
     for path in files:  # safetensors creates its files 0600: give every file the same mode
@@ -118,7 +110,7 @@ def verify_checkpoint(directory: Path) -> str | None:
         path = directory / relative
         if not path.is_file():
             return f"{relative} is missing"
-        if _sha256(path) != expected:
+        if file_sha256(path) != expected:
             return f"{relative} does not match its sha256 in manifest.json"
     return None
 

@@ -24,6 +24,7 @@ from typing import Any
 
 from bertkit.errors import BertkitError
 from bertkit.io.atomic import replace_directory, write_text_atomic
+from bertkit.io.digest import update_with_file
 from bertkit.io.jsonfile import read_json_object
 from bertkit.workflows.predict import RESULTS_FILE, write_results
 
@@ -96,9 +97,7 @@ def data_fingerprint(path: str | Path) -> str:
     for file in files:
         if path.is_dir():
             digest.update(str(file.relative_to(path)).encode())
-        with file.open("rb") as handle:
-            for block in iter(lambda: handle.read(1 << 20), b""):
-                digest.update(block)
+        update_with_file(digest, file)
     return digest.hexdigest()[:16]
 
 
