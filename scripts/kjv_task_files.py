@@ -8,7 +8,8 @@ from pathlib import Path
 
 from bertkit.assets import kjv_path
 
-Path("kjv.txt").write_text(gzip.open(kjv_path("corpus.txt.gz"), "rt").read())
+with gzip.open(kjv_path("corpus.txt.gz"), "rt") as corpus:
+    Path("kjv.txt").write_text(corpus.read())
 header, *rows = kjv_path("train.tsv").read_text().splitlines(keepends=True)
 chosen = sorted(random.Random(0).sample(range(len(rows)), 1000))
 Path("train-1000.tsv").write_text(header + "".join(rows[i] for i in chosen))
