@@ -66,3 +66,13 @@ def test_two_processes_match_one_and_resume_at_another_world_size(tmp_path):
                          save_every=100)
     fit(toy_model(dropout=0.0, seed=9), toy_loss, toy_data(24), config, tmp_path / "switch", resume="auto")
     assert train_losses(tmp_path / "switch") == pytest.approx(train_losses(tmp_path / "one"), rel=1e-5)
+
+
+@pytest.mark.slow
+def test_a_finished_training_exits_cleanly_every_time(tmp_path):
+    """A finished DDP training must exit 0 on every rank: its wrapper, left to the interpreter's finalization,
+    aborted one process in about 12 (SIGABRT, 'terminate called without an active exception'), which torchrun
+    reports as a failed job; 10 runs find that with probability ~0.6, and test_scale.py pins the cause
+    deterministically."""
+    for run in range(10):
+        torchrun(2, tmp_path / f"run-{run}", micro=2, accumulation=1)

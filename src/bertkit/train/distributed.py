@@ -27,6 +27,7 @@ References: PyTorch DDP tutorial and torchrun docs (https://pytorch.org/docs/sta
 from __future__ import annotations
 
 import atexit
+import gc
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -92,8 +93,15 @@ def setup_distributed(device: str = "auto") -> DistributedContext:
 
 def teardown_distributed() -> None:
     """Leave the process group (safe to call when none was joined): at the process's exit, or from a test that
-    joined one."""
+    joined one.
+
+    A DistributedDataParallel wrapper lives in a reference cycle, so it outlives the function that trained
+    with it until the garbage collector runs; left for the interpreter's finalization, its C++ reducer was
+    destroyed with a thread still running, and the process aborted ("terminate called without an active
+    exception", SIGABRT) after a finished training in about 1 of 12 two-process gloo runs (torch 2.13), which
+    torchrun reports as a failed job. Collecting it here, while the interpreter is whole, ended that (0 in 60)."""
     if dist.is_initialized():
+        gc.collect()
         dist.destroy_process_group()
 
 
