@@ -1,6 +1,11 @@
-"""int8 on a fine-tuned classifier (issue 30, item 4): how many labels int8 keeps, and how fast it is.
+"""int8 on a fine-tuned classifier or tagger (issue 30, item 4; issue 40): how many labels int8 keeps, and how fast
+it is.
 
     python benchmarks/int8_agreement.py --model FINETUNED_DIR --input test.tsv [--onnx] [--calibration SAMPLE.txt]
+    python benchmarks/int8_agreement.py --model TAGGER_DIR --input test.conll --calibration SAMPLE.txt
+
+A tagger's labels are its words' tags (every word of the CoNLL file, read as `bertkit evaluate` reads it); the
+ONNX Runtime rows are for classifiers only.
 
 Labels every row of `--input` (a TSV/CSV/JSONL with a text and a label column) with the classifier in
 bertkit fp32 (the reference), bertkit int8 (`--precision int8`: oneDNN's int8 kernel, `Int8Linear`), with
@@ -29,12 +34,14 @@ import onnxruntime
 import torch
 
 from bertkit.config import BertConfig
+from bertkit.data.conll import read_conll
 from bertkit.data.glue import read_table
 from bertkit.export.onnx import export_onnx, sample_batch
 from bertkit.inference.smoothquant import SMOOTHING_FILE
 from bertkit.runtime import report
 from bertkit.serve.predictor import load_predictor
 from bertkit.settings import ExportSettings
+from bertkit.tasks.finetuned import read_task_file
 from bertkit.tokenizer import WordPieceTokenizer
 
 MARGIN = 0.05  # a row whose two likeliest labels are closer than this is a coin toss for any precision
@@ -49,6 +56,27 @@ def bertkit_labels(model: Path, texts: list[str], precision: str, batch_size: in
     rows = predictor.classify(texts)
     seconds = time.perf_counter() - start
     return [row["label"] for row in rows], seconds, [sorted(row["probabilities"].items()) for row in rows]
+
+
+def bertkit_tags(model: Path, sentences: list, precision: str, batch_size: int,
+                 calibration: Path | None = None) -> tuple[list[str], float, list]:
+    """A tagger's (tag of every word, seconds, every word's probabilities in label order)."""
+    predictor = load_predictor(model, batch_size=batch_size, precision=precision, calibration=calibration)
+    task = predictor.task
+    predictor.task_outputs(task, task.features(sentences[:batch_size], predictor.tokenizer))  # warm-up
+    start = time.perf_counter()
+    features = task.features(sentences, predictor.tokenizer)
+    outputs = predictor.task_outputs(task, features)
+    seconds = time.perf_counter() - start
+    words: list[list] = [[None] * len(s.words) for s in sentences]
+    for feature, logits in zip(features, outputs["logits"]):
+        probabilities = torch.softmax(torch.as_tensor(logits, dtype=torch.float64), dim=-1).numpy()
+        for position, word in enumerate(feature["word_positions"]):
+            if word is not None:
+                words[feature["sentence_index"]][word] = probabilities[position]
+    rows = [row for sentence in words for row in sentence]
+    labels = [task.settings.labels[int(np.argmax(row))] for row in rows]
+    return labels, seconds, [list(enumerate(row)) for row in rows]
 
 
 def margins(probabilities: list) -> np.ndarray:
@@ -120,28 +148,35 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     config = BertConfig.from_json_file(args.model / "config.json")
     print(report.header(config.hidden_size))
-    examples, _ = read_table(args.input, args.text_column, label_column=args.label_column)
-    texts, gold = [e.text for e in examples], [e.label for e in examples]
-    print(f"# {args.model} ({config.num_hidden_layers} layers, width {config.hidden_size}), {len(texts)} rows of "
-          f"{args.input}, batches of {args.batch_size}, {args.threads} threads")
+    tagger = (read_task_file(args.model) or {}).get("task") == "tagging"
+    if tagger:
+        texts = read_conll(args.input)  # for a tagger, the sentences; each word is a row below
+        gold = [label for sentence in texts for label in sentence.labels or []]
+        run = bertkit_tags
+    else:
+        examples, _ = read_table(args.input, args.text_column, label_column=args.label_column)
+        texts, gold, run = [e.text for e in examples], [e.label for e in examples], bertkit_labels
+    print(f"# {args.model} ({config.num_hidden_layers} layers, width {config.hidden_size}), {len(texts)} "
+          f"{'sentences' if tagger else 'rows'} of {args.input}, batches of {args.batch_size}, {args.threads} threads")
     results = {}
-    reference, seconds, probabilities = bertkit_labels(args.model, texts, "fp32", args.batch_size)
+    reference, seconds, probabilities = run(args.model, texts, "fp32", args.batch_size)
     results["bertkit fp32"] = (reference, seconds, probabilities)
     confident = margins(probabilities) >= MARGIN
     with tempfile.TemporaryDirectory() as work:
         copy = Path(work) / "model"  # each int8 run on a copy: plain int8 never sees kept scales, and new ones
         shutil.copytree(args.model, copy)  # land in the copy, not in the user's directory
         (copy / SMOOTHING_FILE).unlink(missing_ok=True)
-        results["bertkit int8"] = bertkit_labels(copy, texts, "int8", args.batch_size)
+        results["bertkit int8"] = run(copy, texts, "int8", args.batch_size)
         if args.calibration:
-            results["bertkit int8 + SmoothQuant"] = bertkit_labels(copy, texts, "int8", args.batch_size,
-                                                                   args.calibration)
-    if args.calibration:
+            results["bertkit int8 + SmoothQuant"] = run(copy, texts, "int8", args.batch_size, args.calibration)
+    if tagger:
+        pass  # ONNX Runtime's rows below read a classifier's graph
+    elif args.calibration:
         sample = [line for line in args.calibration.read_text().splitlines() if line.strip()][:512]
         with tempfile.TemporaryDirectory() as work:
             results["ONNX Runtime static int8 (calibrated)"] = onnx_labels(args.model, texts, args.batch_size,
                                                                           args.threads, Path(work), sample)
-    if args.onnx:
+    if args.onnx and not tagger:
         with tempfile.TemporaryDirectory() as work:
             results["ONNX Runtime int8 (fused)"] = onnx_labels(args.model, texts, args.batch_size, args.threads,
                                                                Path(work))
@@ -159,6 +194,8 @@ def main() -> None:
                        "rows_per_s": len(texts) / took}
         print(f"| {name} | {100 * accuracy:.1f}% | {100 * same.mean():.1f}% | {100 * same[confident].mean():.1f}% | "
               f"{change:.3f} | {len(texts) / took:.1f} | {seconds / took:.2f}x |")
+    if tagger:
+        print(f"(a row is a word: {len(gold)} words; rows/s counts sentences)")
     print(json.dumps(table))
 
 

@@ -86,6 +86,35 @@ def test_per_row_scales_keep_small_rows_precise():
     assert small < 0.05
 
 
+@pytest.mark.parametrize("smoothed", [False, True])
+def test_inputs_with_a_floor_are_quantized_unsigned_and_the_shift_cancels(smoothed):
+    """The second feed-forward reads GELU's outputs (never below -0.17): shifted to >= 0 and quantized from 0,
+    a row gets twice the levels a range mirrored around zero gives it, so the product is closer to the
+    exact one; the shift's product is taken out of the bias, so nothing else changes."""
+    layer = _layer(fan_in=256, fan_out=64)
+    torch.manual_seed(1)
+    x = F.gelu(torch.randn(40, 256) * 3)
+    smooth = torch.rand(256) + 0.5 if smoothed else None
+    with torch.inference_mode():
+        exact = layer(x)
+        mirrored = Int8Linear(layer, smooth=smooth)(x)
+        unsigned = Int8Linear(layer, smooth=smooth, floor=-0.1701)
+        got = unsigned(x)
+    assert unsigned.shift is not None and bool(((x * unsigned.inverse_smooth if smoothed else x)
+                                                + unsigned.shift >= 0).all())
+    error, mirrored_error = (got - exact).pow(2).mean(), (mirrored - exact).pow(2).mean()
+    assert error < (0.75 if smoothed else 0.5) * mirrored_error  # unsmoothed about a quarter: half the step, squared
+    torch.testing.assert_close(got, exact, atol=0.02 * float(exact.abs().max()), rtol=0.0)
+
+
+def test_the_encoders_second_feed_forward_reads_unsigned_inputs():
+    model = BertModel(preset("bert-tiny", vocab_size=99)).eval()
+    int8_model = for_inference(model, "int8")
+    for layer in int8_model.layers:
+        assert layer.ffn_out.shift is not None and "unsigned inputs" in repr(layer.ffn_out)
+        assert all(getattr(layer, name).shift is None for name in ("qkv", "attn_out", "ffn_in"))
+
+
 def _worst_case_is_exact(bits: int, rows: int, depth: int, columns: int) -> bool:
     """The largest activation times the largest weight, summed over `depth` inputs: exact at `bits`?"""
     weight = torch.ops.onednn.qlinear_prepack(torch.full((columns, depth), 127, dtype=torch.int8), None)

@@ -188,7 +188,19 @@ def _quantize(layer: BertLayer, smoothing: dict[str, torch.Tensor]) -> None:
     if not int8.works():
         raise RuntimeError(int8.MISSING)
     scales = {id(getattr(layer, name)): scale for name, scale in smoothing.items()}
-    _swap_dense_layers(layer, lambda linear, post_op: Int8Linear(linear, post_op, scales.get(id(linear))))
+    floors = {id(layer.ffn_out): _least_output(layer.act)}  # what the second feed-forward reads: act's outputs
+    _swap_dense_layers(layer, lambda linear, post_op: Int8Linear(linear, post_op, scales.get(id(linear)),
+                                                                 floors.get(id(linear))))
+
+
+def _least_output(activation: nn.Module) -> float | None:
+    """A bound below every output of `activation` (GELU's least is -0.16997, its tanh form's -0.17004), or None
+    where it has none known."""
+    if type(activation) is nn.GELU:
+        return -0.1701
+    if type(activation) is nn.ReLU:
+        return 0.0
+    return None
 
 
 class _Frozen(nn.Module):
@@ -243,28 +255,37 @@ class PackedLinear(_Frozen):
 class Int8Linear(_Frozen):
     """A frozen dense layer in int8 (`bertkit.kernels.int8`: oneDNN's int8 kernel, int8 weights per output channel,
     activations quantized per call with one scale per row): post_op(x W^T + b), or residual + x W^T + b.
-    `smooth` (SmoothQuant, bertkit.inference.smoothquant): a scale per input channel moved from x into W."""
+    `smooth` (SmoothQuant, bertkit.inference.smoothquant): a scale per input channel moved from x into W.
+    `floor`: a bound below every input (the second feed-forward's, GELU's outputs): x is then quantized unsigned
+    from it (`bertkit.kernels.int8`), twice the levels a range mirrored around zero leaves it."""
 
     def __init__(self, linear: nn.Linear, post_op: tuple[str, str] = ("none", ""),
-                 smooth: torch.Tensor | None = None) -> None:
+                 smooth: torch.Tensor | None = None, floor: float | None = None) -> None:
         super().__init__()
         self.in_features, self.out_features = linear.in_features, linear.out_features
         if smooth is not None and tuple(smooth.shape) != (linear.in_features,):
             raise ValueError(f"SmoothQuant scales of shape {tuple(smooth.shape)} for a layer of {linear.in_features} "
                              "inputs: they were measured on another model")
         weight = linear.weight if smooth is None else linear.weight.detach().float() * smooth.float()[None, :]
-        self.packed = int8.pack(weight, linear.bias)
-        self.post_op = post_op
         self.inverse_smooth = None if smooth is None else smooth.float().reciprocal()
+        self.shift = None
+        if floor is None:
+            self.packed = int8.pack(weight, linear.bias)
+        else:  # x / s >= floor / s: shifted by -floor / s, every input is >= 0
+            shift = torch.full((linear.in_features,), -floor)
+            self.shift = shift if self.inverse_smooth is None else shift * self.inverse_smooth
+            self.packed = int8.pack_shifted(weight, linear.bias, self.shift)
+        self.post_op = post_op
 
     def forward(self, x: torch.Tensor, residual: torch.Tensor | None = None) -> torch.Tensor:
         self.check_no_grad(x)
-        return int8.linear(x, self.packed, self.post_op, residual, self.inverse_smooth)
+        return int8.linear(x, self.packed, self.post_op, residual, self.inverse_smooth, self.shift)
 
     def extra_repr(self) -> str:
         smoothed = ", smoothed" if self.inverse_smooth is not None else ""
+        unsigned = ", unsigned inputs" if self.shift is not None else ""
         return (f"in_features={self.in_features}, out_features={self.out_features}, post_op={self.post_op[0]}, "
-                f"int8{smoothed}")
+                f"int8{smoothed}{unsigned}")
 
 
 @functools.cache
