@@ -11,6 +11,7 @@ import gzip
 import importlib.util
 import json
 import random
+import subprocess
 import sys
 from pathlib import Path
 
@@ -243,3 +244,18 @@ def test_finetune_flags_are_checked(tmp_path):
     with pytest.raises(SystemExit):
         study.parse_args(["run", "--task", "kjv-verse", "--model", "m", "--lr-rule", "fixed", "--output", "o",
                           "--results", "r"])
+
+
+def test_kjv_tagging_files_tag_names_by_the_corpus_rule(tmp_path, monkeypatch):
+    """scripts/kjv_tagging_files.py (the int8 tagger's data): every verse of the bundled splits, as CoNLL that
+    `bertkit finetune tagging` reads; a capitalised word is a name only if it never occurs lower-case."""
+    from bertkit.data.conll import read_conll
+
+    monkeypatch.chdir(tmp_path)
+    subprocess.run([sys.executable, str(SCRIPTS / "kjv_tagging_files.py")], check=True, timeout=120)
+    sentences = {split: read_conll(tmp_path / f"{split}.conll", scheme="BIO") for split in ("train", "dev", "test")}
+    assert [len(s) for s in sentences.values()] == [4000, 1000, 1000]
+    tags = {(w, t) for s in sentences["train"] for w, t in zip(s.words, s.labels or [])}
+    assert ("Jerusalem", "B-NAME") in tags and ("Let", "O") in tags and ("I", "O") in tags
+    assert not any(w[0].islower() and t != "O" for w, t in tags)
+    assert any(t == "I-NAME" for _, t in tags)  # names side by side are one entity
