@@ -20,7 +20,7 @@ from bertkit.config import preset
 from bertkit.data import InstanceSettings, build_pretraining_data
 from bertkit.model import BertForPreTraining, BertModel
 from bertkit.tokenizer import WordPieceTokenizer
-from bertkit.workflows.recipes import choose_recipe
+from bertkit.workflows.recipes import CONTINUE_PASSES, choose_recipe, continue_steps
 
 
 @pytest.fixture(scope="module")
@@ -193,3 +193,31 @@ def test_a_given_head_warmup_is_kept(prepared, tmp_path, caplog):
     line = next(r.getMessage() for r in caplog.records if r.getMessage().startswith("recipe "))
     assert "your flags kept: head_warmup_steps" in line
     assert all("encoder_lr" not in json.loads(row) for row in (tmp_path / "metrics.jsonl").read_text().splitlines())
+
+
+@pytest.mark.parametrize("instances, batch, expected", [
+    (15_922, None, (2_986, 32)),  # the KJV corpus at 64 tokens: 6 passes at the recipe's batch (the study: 3,000)
+    (15_922, 64, (1_493, 64)),  # a given global batch is kept
+    (2_000_000, None, (46_875, 256)),  # 375,000 steps of 32 would reach the paper's range: its batch of 256
+    (3, None, (1, 32)),
+])
+def test_continued_pretraining_without_a_budget_takes_the_recipes_passes(instances, batch, expected):
+    assert continue_steps(instances, batch) == expected
+
+
+def test_a_continued_run_without_a_budget_trains_the_recipes_passes_and_says_so(prepared, tmp_path, caplog, capsys):
+    from bertkit.data import PretrainingDataset
+
+    caplog.set_level(logging.INFO)
+    instances = len(PretrainingDataset(prepared["root"] / "data-mlm"))
+    assert pretrain(prepared["root"] / "data-mlm", prepared["st"], tmp_path / "run", "--global-batch-size",
+                    "64") == 0
+    expected = -(-CONTINUE_PASSES * instances // 64)
+    assert json.loads((tmp_path / "run" / "final" / "bertkit_pretraining.json").read_text())["steps"] == expected
+    assert any(f"takes {CONTINUE_PASSES} passes over the {instances:,} instances" in r.getMessage()
+               for r in caplog.records)
+    # a run from random weights, or auto from a short bertkit run, still needs a budget: nothing is guessed
+    capsys.readouterr()
+    assert main(["pretrain", "--data", str(prepared["root"] / "data-mlm"), "--model", "bert-debug",
+                 "--tokenizer", str(prepared["st"]), "--output", str(tmp_path / "random"), "--device", "cpu"]) != 0
+    assert "no training budget" in capsys.readouterr().err

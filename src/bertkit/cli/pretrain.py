@@ -25,6 +25,7 @@ import click
 from bertkit.cli.options import memory_line, settings_from_flags, settings_options, use_threads
 from bertkit.errors import BertkitError, Interrupted
 from bertkit.settings import PretrainSettings, TrainConfig
+from bertkit.workflows.recipes import CONTINUE_PASSES
 
 _DURATION = re.compile(r"^(?:(\d+(?:\.\d+)?)h)?(?:(\d+(?:\.\d+)?)m)?(?:(\d+(?:\.\d+)?)s)?$")
 
@@ -64,6 +65,9 @@ SETTINGS: dict[str, dict[str, Any]] = {
     "model": {"default": "bert-base"}, "recipe": {"default": "auto"}}
 TRAINING: dict[str, dict[str, Any]] = {
     "max_time_s": {"type": str, "callback": _duration}, "eval_every": {"default": 500},
+    "max_steps": {"default_text": "with neither --max-steps nor --max-time, a run continuing a checkpoint made "
+                                  f"elsewhere (--init-from) takes {CONTINUE_PASSES} passes over the data; any other "
+                                  "run needs one"},
     "micro_batch_size": {"default_text": "the recipe's (paper 32) where it divides the global batch and neither "
                                          "--gradient-accumulation-steps nor --batch-size is given, else the "
                                          "global batch / (accumulation steps x processes)"}}
@@ -94,6 +98,8 @@ def pretrain(**flags) -> None:
     if flags["batch_size"] is not None:  # the older spelling gives the global batch too
         given += ("global_batch_size",)
     settings = settings_from_flags(PretrainSettings, flags, drop_none=RECIPE_DEFAULTS, given=given)
+    if flags["max_steps"] is None and flags["max_time_s"] is None:  # continuing a checkpoint: the recipe's passes
+        flags["max_steps"] = pretraining.continue_budget(settings, flags["global_batch_size"] or flags["batch_size"])
     train_config = settings_from_flags(TrainConfig, flags, drop_none=RECIPE_DEFAULTS)
     use_threads(train_config.threads)  # recorded in pretrain_settings.json with the rest of TrainConfig
     result = pretraining.pretrain(settings, train_config)

@@ -63,6 +63,7 @@ from bertkit.workflows.recipes import (
     PretrainRecipe,
     budget_steps,
     choose_recipe,
+    continue_steps,
     pretraining_history,
     short_recipe,
 )
@@ -380,6 +381,22 @@ def _choose(settings: PretrainSettings, config: TrainConfig, world_size: int = 1
         recipe = dataclasses.replace(recipe, reason=f"{recipe.reason}; {rate:.2f} steps/s measured at {shape} on "
                                                     "this machine")
     return recipe
+
+
+def continue_budget(settings: PretrainSettings, global_batch_size: int | None) -> int | None:
+    """The --max-steps of a run given neither --max-steps nor --max-time: when it continues a checkpoint made
+    elsewhere (`--recipe continue`, or `auto` with such an --init-from), the continue recipe's passes over the
+    data (`continue_steps`), said in one line; None for any other run (which must give a budget)."""
+    if settings.init_from is None or settings.recipe not in ("auto", "continue"):
+        return None
+    if settings.recipe == "auto" and _init_kind(settings.init_from) != "released":
+        return None
+    instances = len(PretrainingDataset(settings.data))
+    steps, batch = continue_steps(instances, global_batch_size)
+    logger.info("no --max-steps or --max-time: continued pre-training takes %d passes over the %s instances of %s "
+                "at a global batch of %d: %s steps (give --max-steps or --max-time to choose)",
+                round(steps * batch / max(instances, 1)), f"{instances:,}", settings.data, batch, f"{steps:,}")
+    return steps
 
 
 def _init_kind(init_from: str | None) -> str | None:

@@ -1,0 +1,95 @@
+#!/usr/bin/env bash
+# Domain adaptation of a checkpoint released WITH its masked-LM (and NSP) head (issue 37, item 1's second
+# checkpoint; docs/pretraining.md, "Domain adaptation"). No released BERT with its MLM weights is served by the
+# package registry, so bertkit pre-trains a "general" bert-mini on text outside the target domain (WordNet
+# 3.0's glosses, `scripts/study_data.py`; the bert-base-uncased vocabulary) and treats it as released (its
+# bertkit_pretraining.json is left out, as a checkpoint made elsewhere has none). Then:
+#   kjv:     ADAPT steps of `pretrain --init-from general` on the bundled KJV corpus (the recipe auto picks:
+#            continue, with its NSP head kept and no head warm-up, since both heads came with the checkpoint);
+#   general: the same steps on the general text again (the control: as many more steps, no new domain),
+# and the three fine-tuned on the bundled KJV task (1,000 training verses, seeds 1-3, 3 epochs) at `auto` and
+# at a small sweep (LRS); each model's best rate is chosen on dev and reported on test. Usage:
+#   scripts/mlm_head_adaptation.sh WORDNET_DIR VOCAB_DIR WORK_DIR [GENERAL_STEPS] [ADAPT_STEPS] [LRS]
+#     WORDNET_DIR: usr/share/wordnet of Debian's wordnet-base (scripts/study_data.py says how to get it);
+#     VOCAB_DIR: a directory with the bert-base-uncased vocab.txt (e.g. all-MiniLM-L6-v2's, see "Try it" above);
+#     GENERAL_STEPS default 3000; ADAPT_STEPS default 1000; LRS default "1e-4 3e-4 1e-3"
+# Writes WORK_DIR/results.json and prints the table; each stage's wall time goes to WORK_DIR/timings.txt.
+set -euo pipefail
+WORDNET=$1 VOCAB=$2 WORK=$3 GENERAL=${4:-3000} ADAPT=${5:-1000} LRS=${6:-"1e-4 3e-4 1e-3"}
+SCRIPTS=$(cd "$(dirname "$0")" && pwd)
+mkdir -p "$WORK"
+cd "$WORK"
+stage() { local name=$1; shift; local t0; t0=$(date +%s); "$@"; echo "$name $(( $(date +%s) - t0 ))s" | tee -a timings.txt; }
+
+python "$SCRIPTS/kjv_task_files.py"  # kjv.txt, train-1000.tsv, task-texts.txt
+[ -d sd ] || python "$SCRIPTS/study_data.py" --wordnet "$WORDNET" --output sd > /dev/null
+[ -d vocab ] || { mkdir vocab && cp "$VOCAB/vocab.txt" vocab/; }
+[ -d data-wn ] || stage data-wn bertkit data pretraining --input sd/wordnet/corpus.txt --tokenizer vocab \
+    --output data-wn --max-seq-length 64 --masking dynamic --seed 42 --quiet
+[ -d data-kjv ] || stage data-kjv bertkit data pretraining --input kjv.txt --tokenizer vocab --output data-kjv \
+    --max-seq-length 64 --masking dynamic --seed 42 --quiet
+[ -d pt-general/final ] || stage pretrain-general bertkit pretrain --data data-wn --tokenizer vocab \
+    --model bert-mini --output pt-general --max-steps "$GENERAL" --eval-examples 500 --eval-every 1000 \
+    --save-every 1000
+if [ ! -d released ]; then  # the general model as a checkpoint made elsewhere: no bertkit_pretraining.json
+  cp -r pt-general/final released && rm released/bertkit_pretraining.json
+fi
+[ -d pt-kjv/final ] || stage pretrain-kjv bertkit pretrain --data data-kjv --init-from released --output pt-kjv \
+    --max-steps "$ADAPT" --eval-examples 500 --eval-every 250 --save-every 1000
+[ -d pt-control/final ] || stage pretrain-control bertkit pretrain --data data-wn --init-from released \
+    --output pt-control --max-steps "$ADAPT" --eval-examples 500 --eval-every 250 --save-every 1000
+
+DEV=$(python -c "from bertkit.assets import kjv_path; print(kjv_path('dev.tsv'))")
+TEST=$(python -c "from bertkit.assets import kjv_path; print(kjv_path('test.tsv'))")
+finetune() {  # finetune NAME MODEL_DIR LR
+  [ -f "ft-$1-$3/eval_results.json" ] && return
+  stage "finetune-$1-$3" bertkit finetune classification --model "$2" --train train-1000.tsv --dev "$DEV" \
+      --dev "$TEST" --text-column text --label-column label --seeds 1,2,3 --epochs 3 --batch-size 32 \
+      --learning-rate "$3" --max-seq-length 128 --output "ft-$1-$3" 2>&1 \
+      | tee "ft-$1-$3.log" | grep -E "learning rate|^seed|accuracy" || true
+}
+for lr in auto $LRS; do
+  finetune released released "$lr"
+  finetune kjv pt-kjv/final "$lr"
+  finetune general pt-control/final "$lr"
+done
+
+python - <<'PY'
+import glob, json, re, statistics
+from bertkit.workflows.significance import compare_seeds
+
+def scores(run):
+    seeds = json.load(open(f"{run}/eval_results.json"))["seeds"]
+    return ([100 * s["accuracy"] for s in seeds.values()], [100 * s["test_accuracy"] for s in seeds.values()])
+
+def chosen_rate(run):  # the rate `auto` resolved to, as the run's log printed it
+    match = re.search(r"learning rate auto: ([0-9.e-]+)", open(f"{run}.log").read())
+    return match.group(1) if match else "?"
+
+results, best = {}, {}
+for run in sorted(glob.glob("ft-*-*/eval_results.json")):
+    run = run.split("/")[0]
+    name, lr = run[3:].split("-", 1)
+    dev, test = scores(run)
+    shown = f"auto ({chosen_rate(run)})" if lr == "auto" else lr
+    results[run] = {"model": name, "learning_rate": shown, "dev": dev, "test": test}
+    print(f"{name:<9} lr {shown:<16} dev {statistics.fmean(dev):5.1f} ± {statistics.stdev(dev):.1f}   "
+          f"test {statistics.fmean(test):5.1f} ± {statistics.stdev(test):.1f}  ({', '.join(f'{v:.1f}' for v in test)})")
+    if name not in best or statistics.fmean(dev) > statistics.fmean(results[best[name]]["dev"]):
+        best[name] = run  # each model's best learning rate, chosen on dev, reported on test
+for name, run in best.items():
+    print(f"best on dev for {name}: lr {results[run]['learning_rate']}")
+for name, against in (("kjv", "released"), ("general", "released"), ("kjv", "general")):
+    for label, pick in (("best lr", lambda n: best[n]), ("auto", lambda n: f"ft-{n}-auto")):
+        comparison = compare_seeds(results[pick(name)]["test"], results[pick(against)]["test"])
+        results[f"{name}_versus_{against}_{label.replace(' ', '_')}"] = {
+            "difference": comparison.difference, "p_value": comparison.p_value, "note": comparison.note}
+        print(f"{name} vs {against} ({label}), test: {comparison.difference:+.1f} points ({comparison.note})")
+for name in ("general", "kjv", "control"):
+    evals = [json.loads(line) for line in open(f"pt-{name}/metrics.jsonl") if '"eval"' in line]
+    results[f"pretrain-{name}"] = [{k: e.get(k) for k in ("step", "mlm_accuracy", "nsp_accuracy")} for e in evals]
+    print(f"pre-training {name}: held-out MLM accuracy " + ", ".join(f"{e['step']}: {100 * e['mlm_accuracy']:.1f}%"
+                                                                   for e in evals))
+json.dump(results, open("results.json", "w"), indent=2)
+PY
+cat timings.txt
