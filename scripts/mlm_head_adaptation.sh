@@ -54,42 +54,6 @@ for lr in auto $LRS; do
   finetune general pt-control/final "$lr"
 done
 
-python - <<'PY'
-import glob, json, re, statistics
-from bertkit.workflows.significance import compare_seeds
-
-def scores(run):
-    seeds = json.load(open(f"{run}/eval_results.json"))["seeds"]
-    return ([100 * s["accuracy"] for s in seeds.values()], [100 * s["test_accuracy"] for s in seeds.values()])
-
-def chosen_rate(run):  # the rate `auto` resolved to, as the run's log printed it
-    match = re.search(r"learning rate auto: ([0-9.e-]+)", open(f"{run}.log").read())
-    return match.group(1) if match else "?"
-
-results, best = {}, {}
-for run in sorted(glob.glob("ft-*-*/eval_results.json")):
-    run = run.split("/")[0]
-    name, lr = run[3:].split("-", 1)
-    dev, test = scores(run)
-    shown = f"auto ({chosen_rate(run)})" if lr == "auto" else lr
-    results[run] = {"model": name, "learning_rate": shown, "dev": dev, "test": test}
-    print(f"{name:<9} lr {shown:<16} dev {statistics.fmean(dev):5.1f} ± {statistics.stdev(dev):.1f}   "
-          f"test {statistics.fmean(test):5.1f} ± {statistics.stdev(test):.1f}  ({', '.join(f'{v:.1f}' for v in test)})")
-    if name not in best or statistics.fmean(dev) > statistics.fmean(results[best[name]]["dev"]):
-        best[name] = run  # each model's best learning rate, chosen on dev, reported on test
-for name, run in best.items():
-    print(f"best on dev for {name}: lr {results[run]['learning_rate']}")
-for name, against in (("kjv", "released"), ("general", "released"), ("kjv", "general")):
-    for label, pick in (("best lr", lambda n: best[n]), ("auto", lambda n: f"ft-{n}-auto")):
-        comparison = compare_seeds(results[pick(name)]["test"], results[pick(against)]["test"])
-        results[f"{name}_versus_{against}_{label.replace(' ', '_')}"] = {
-            "difference": comparison.difference, "p_value": comparison.p_value, "note": comparison.note}
-        print(f"{name} vs {against} ({label}), test: {comparison.difference:+.1f} points ({comparison.note})")
-for name in ("general", "kjv", "control"):
-    evals = [json.loads(line) for line in open(f"pt-{name}/metrics.jsonl") if '"eval"' in line]
-    results[f"pretrain-{name}"] = [{k: e.get(k) for k in ("step", "mlm_accuracy", "nsp_accuracy")} for e in evals]
-    print(f"pre-training {name}: held-out MLM accuracy " + ", ".join(f"{e['step']}: {100 * e['mlm_accuracy']:.1f}%"
-                                                                   for e in evals))
-json.dump(results, open("results.json", "w"), indent=2)
-PY
+python "$SCRIPTS/adaptation_table.py" --compare kjv:released general:released kjv:general --at-auto \
+    --pretrain general kjv control
 cat timings.txt

@@ -55,15 +55,20 @@ def test_a_collective_refuses_a_tensor_off_the_training_device():
         all_reduce_sum(torch.zeros(3), DistributedContext(world_size=2, device=META))
 
 
-def test_a_group_of_one_runs_the_loops_real_collectives(tmp_path, monkeypatch):
-    """torchrun --nproc-per-node 1 (and the GPU check's one-rank NCCL group) joins a process group, so the
-    loop's reductions, gathers and barriers run for real, each tensor on the training device."""
+def _torchrun_environment_of_one(monkeypatch) -> None:
+    """The variables torchrun --nproc-per-node 1 sets, on a free port."""
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
     for name, value in {"RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0", "MASTER_ADDR": "127.0.0.1",
                         "MASTER_PORT": str(port)}.items():
         monkeypatch.setenv(name, value)
+
+
+def test_a_group_of_one_runs_the_loops_real_collectives(tmp_path, monkeypatch):
+    """torchrun --nproc-per-node 1 (and the GPU check's one-rank NCCL group) joins a process group, so the
+    loop's reductions, gathers and barriers run for real, each tensor on the training device."""
+    _torchrun_environment_of_one(monkeypatch)
     devices = []
     real_all_reduce = dist.all_reduce
     monkeypatch.setattr(dist, "all_reduce", lambda tensor, *a, **k: devices.append(tensor.device)
@@ -241,12 +246,7 @@ def test_leaving_the_group_collects_a_ddp_wrapper_first(tmp_path, monkeypatch):
     """A DDP wrapper lives in a reference cycle; left for the interpreter's finalization, its reducer aborted
     the process after a finished training (SIGABRT, ~1 in 12 two-process runs; test_loop_ddp.py repeats it with
     real processes). teardown_distributed collects it while the process group still exists."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    for name, value in {"RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0", "MASTER_ADDR": "127.0.0.1",
-                        "MASTER_PORT": str(port)}.items():
-        monkeypatch.setenv(name, value)
+    _torchrun_environment_of_one(monkeypatch)
     ctx = setup_distributed("cpu")
     alive_at_destroy = []
     real_destroy = dist.destroy_process_group

@@ -24,7 +24,6 @@ used. How it quantizes:
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 from dataclasses import dataclass
 
@@ -46,21 +45,17 @@ class PackedWeight:
     out_features: int
 
 
-def pack(weight: torch.Tensor, bias: torch.Tensor | None) -> PackedWeight:
-    """(out, in) float weight -> int8, one symmetric scale per output channel, packed once."""
+def pack(weight: torch.Tensor, bias: torch.Tensor | None, shift: torch.Tensor | None = None) -> PackedWeight:
+    """(out, in) float weight -> int8, one symmetric scale per output channel, packed once. `shift`: for inputs
+    that `linear` will shift by it, (x + shift) W^T + b - shift W^T = x W^T + b, so shift W^T (from the int8
+    weight, as the kernel sees it: the two cancel exactly) is taken out of the bias."""
     quantized, scale = _quantize_weight(weight)
+    bias = None if bias is None else bias.detach().float()
+    if shift is not None:
+        taken_out = (quantized.float() * scale[:, None]) @ shift.float()
+        bias = -taken_out if bias is None else bias - taken_out
     return PackedWeight(torch.ops.onednn.qlinear_prepack(quantized, None), scale,
-                        torch.zeros(weight.shape[0], dtype=torch.int64),
-                        None if bias is None else bias.detach().float(), weight.shape[1], weight.shape[0])
-
-
-def pack_shifted(weight: torch.Tensor, bias: torch.Tensor | None, shift: torch.Tensor) -> PackedWeight:
-    """`pack` for inputs that `linear` will shift by `shift`: (x + shift) W^T + b - shift W^T = x W^T + b,
-    with shift W^T computed from the int8 weight as the kernel sees it, so the two cancel exactly."""
-    quantized, scale = _quantize_weight(weight)
-    taken_out = (quantized.float() * scale[:, None]) @ shift.float()
-    bias = -taken_out if bias is None else bias.detach().float() - taken_out
-    return dataclasses.replace(pack(weight, None), bias=bias)
+                        torch.zeros(weight.shape[0], dtype=torch.int64), bias, weight.shape[1], weight.shape[0])
 
 
 def _quantize_weight(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -75,7 +70,7 @@ def linear(x: torch.Tensor, packed: PackedWeight, post_op: tuple[str, str] = ("n
     """post_op(x W^T + b) [+ residual] in int8, x quantized here by rows; fp32 out, x's leading shape.
     `inverse_smooth`: SmoothQuant's 1 / s per input channel, x scaled by it first (the weight was packed
     times s, so the product is unchanged and x's outlier channels are tamed). `shift`: per input channel, what
-    makes every (scaled) x >= 0 (`pack_shifted` packed the weight for it), so x is quantized unsigned."""
+    makes every (scaled) x >= 0 (`pack` packed the weight for it), so x is quantized unsigned."""
     rows = x.float().reshape(-1, packed.in_features)
     rows = rows if inverse_smooth is None else rows * inverse_smooth
     if shift is None:

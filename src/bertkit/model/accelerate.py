@@ -269,12 +269,10 @@ class Int8Linear(_Frozen):
         weight = linear.weight if smooth is None else linear.weight.detach().float() * smooth.float()[None, :]
         self.inverse_smooth = None if smooth is None else smooth.float().reciprocal()
         self.shift = None
-        if floor is None:
-            self.packed = int8.pack(weight, linear.bias)
-        else:  # x / s >= floor / s: shifted by -floor / s, every input is >= 0
+        if floor is not None:  # x / s >= floor / s: shifted by -floor / s, every input is >= 0
             shift = torch.full((linear.in_features,), -floor)
             self.shift = shift if self.inverse_smooth is None else shift * self.inverse_smooth
-            self.packed = int8.pack_shifted(weight, linear.bias, self.shift)
+        self.packed = int8.pack(weight, linear.bias, self.shift)
         self.post_op = post_op
 
     def forward(self, x: torch.Tensor, residual: torch.Tensor | None = None) -> torch.Tensor:
