@@ -336,6 +336,8 @@ def test_finetune_squad_on_a_datasets_directory_as_on_its_json(squad, vocab, tmp
     args = ("--doc-stride", "8", "--max-query-length", "8", "--version-2-with-negative")
     from_json = _finetune("squad", vocab, tmp_path / "json", squad["json"], squad["json"], *args)
     from_table = _finetune("squad", vocab, tmp_path / "table", squad["dataset"], squad["parquet"], *args)
+    for results in (from_json, from_table):  # the process's peak memory only grows from one run to the next
+        del results["peak_memory"]
     assert from_table == from_json  # the same examples in the same order: the same run
     capsys.readouterr()
 
