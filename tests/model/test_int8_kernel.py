@@ -107,6 +107,35 @@ def test_inputs_with_a_floor_are_quantized_unsigned_and_the_shift_cancels(smooth
     torch.testing.assert_close(got, exact, atol=0.02 * float(exact.abs().max()), rtol=0.0)
 
 
+@pytest.mark.parametrize("floor", [None, -0.1701])
+def test_outlier_channels_are_multiplied_in_fp32_and_free_the_other_channels_scale(floor):
+    """Two input channels 100x larger than the rest set every row's int8 scale; kept out of the int8 product
+    and multiplied in fp32 (LLM.int8()'s decomposition), they are exact and the rest are quantized finer."""
+    layer = _layer(fan_in=128, fan_out=32)
+    torch.manual_seed(2)
+    x = F.gelu(torch.randn(30, 128)) if floor is not None else torch.randn(30, 128)
+    x[:, [5, 77]] *= 100.0
+    outliers = torch.tensor([5, 77])
+    with torch.inference_mode():
+        exact = layer(x)
+        errors = {kept: (Int8Linear(layer, floor=floor, outliers=outliers if kept else None)(x) - exact).abs().max()
+                  for kept in (False, True)}
+        only_outliers = torch.zeros_like(x)
+        only_outliers[:, [5, 77]] = x[:, [5, 77]]
+        given = only_outliers.clone()
+        got = Int8Linear(layer, floor=floor, outliers=outliers)(given)
+        reference = layer(only_outliers)
+    assert errors[True] < errors[False] / 10, errors
+    torch.testing.assert_close(got, reference, atol=1e-4, rtol=1e-5)  # the outliers' share is fp32's
+    assert torch.equal(given, only_outliers)  # the caller's input is not changed by zeroing the channels
+
+
+def test_outlier_channels_of_another_model_are_refused():
+    for channels in (torch.tensor([3, 48]), torch.tensor([-1]), torch.tensor([], dtype=torch.long)):
+        with pytest.raises(ValueError, match="measured on another model"):
+            Int8Linear(_layer(fan_in=48), outliers=channels)
+
+
 def test_the_encoders_second_feed_forward_reads_unsigned_inputs():
     model = BertModel(preset("bert-tiny", vocab_size=99)).eval()
     int8_model = for_inference(model, "int8")

@@ -52,6 +52,8 @@ from bertkit.runtime import probe
 from bertkit.runtime.device import inference_precision
 
 DENSE_LAYERS = ("qkv", "attn_out", "ffn_in", "ffn_out")  # the encoder layer's nn.Linear modules
+OUTLIERS = ".outliers"
+"""In int8 smoothing, the key of a dense layer's outlier channels: "layers.3.ffn_in" + OUTLIERS."""
 
 
 def for_inference(model: nn.Module, precision: str, device: torch.device = torch.device("cpu"),
@@ -78,7 +80,8 @@ def accelerate_for_inference(model: nn.Module, precision: str = "fp32", *, autoc
       output channel, activations quantized per call); embeddings, LayerNorms, attention and the task
       head stay fp32. `smoothing` ("layers.<i>.<dense>" -> a scale per input channel;
       bertkit.inference.smoothquant) moves SmoothQuant's scales into those weights (a layer it has no scales
-      for is not smoothed; scales of the wrong width are a ValueError).
+      for is not smoothed; scales of the wrong width are a ValueError), and its "layers.<i>.<dense>.outliers"
+      (channel indices) are multiplied in fp32 beside the int8 product.
 
     The copy's attention is a `Dispatch` holding the CPU choices measured at the model's width (bmm
     attention where it won), unless the model had a fixed backend. The copy runs under torch.no_grad()
@@ -102,8 +105,9 @@ def accelerate_for_inference(model: nn.Module, precision: str = "fp32", *, autoc
         if precision == "int8":
             # the scales of the first encoder's layers, by position (a model never holds two calibrated encoders)
             scales = smoothing or {}
-            _quantize(layer, {name: scales[f"layers.{index}.{name}"] for name in DENSE_LAYERS
-                              if f"layers.{index}.{name}" in scales})
+            own = {name: f"layers.{index}.{name}" for name in DENSE_LAYERS}
+            _quantize(layer, {name: scales[key] for name, key in own.items() if key in scales},
+                      {name: scales[key + OUTLIERS] for name, key in own.items() if key + OUTLIERS in scales})
         else:
             _pack(layer, torch.bfloat16 if autocast else layer.qkv.weight.dtype)
     return accelerated.eval()
@@ -182,15 +186,17 @@ def quantize_linear_layers(module: nn.Module) -> nn.Module:
     return module
 
 
-def _quantize(layer: BertLayer, smoothing: dict[str, torch.Tensor]) -> None:
+def _quantize(layer: BertLayer, smoothing: dict[str, torch.Tensor],
+              outliers: dict[str, torch.Tensor] | None = None) -> None:
     """Swap the layer's dense layers for int8 ones (`Int8Linear`, with SmoothQuant's scales of the dense layers
-    `smoothing` names), GELU fused into the first feed-forward."""
+    `smoothing` names and the outlier channels `outliers` names), GELU fused into the first feed-forward."""
     if not int8.works():
         raise RuntimeError(int8.MISSING)
     scales = {id(getattr(layer, name)): scale for name, scale in smoothing.items()}
+    kept = {id(getattr(layer, name)): channels for name, channels in (outliers or {}).items()}
     floors = {id(layer.ffn_out): _least_output(layer.act)}  # what the second feed-forward reads: act's outputs
     _swap_dense_layers(layer, lambda linear, post_op: Int8Linear(linear, post_op, scales.get(id(linear)),
-                                                                 floors.get(id(linear))))
+                                                                 floors.get(id(linear)), kept.get(id(linear))))
 
 
 def _least_output(activation: nn.Module) -> float | None:
@@ -257,22 +263,28 @@ class Int8Linear(_Frozen):
     activations quantized per call with one scale per row): post_op(x W^T + b), or residual + x W^T + b.
     `smooth` (SmoothQuant, bertkit.inference.smoothquant): a scale per input channel moved from x into W.
     `floor`: a bound below every input (the second feed-forward's, GELU's outputs): x is then quantized unsigned
-    from it (`bertkit.kernels.int8`), twice the levels a range mirrored around zero leaves it."""
+    from it (`bertkit.kernels.int8`), twice the levels a range mirrored around zero leaves it.
+    `outliers`: input channels (indices, chosen by calibration) multiplied in fp32 beside the int8 product."""
 
     def __init__(self, linear: nn.Linear, post_op: tuple[str, str] = ("none", ""),
-                 smooth: torch.Tensor | None = None, floor: float | None = None) -> None:
+                 smooth: torch.Tensor | None = None, floor: float | None = None,
+                 outliers: torch.Tensor | None = None) -> None:
         super().__init__()
         self.in_features, self.out_features = linear.in_features, linear.out_features
         if smooth is not None and tuple(smooth.shape) != (linear.in_features,):
             raise ValueError(f"SmoothQuant scales of shape {tuple(smooth.shape)} for a layer of {linear.in_features} "
                              "inputs: they were measured on another model")
+        if outliers is not None and (outliers.dim() != 1 or outliers.numel() == 0 or outliers.is_floating_point()
+                                     or int(outliers.min()) < 0 or int(outliers.max()) >= linear.in_features):
+            raise ValueError(f"outlier channels {outliers.tolist()} for a layer of {linear.in_features} inputs: they "
+                             "were measured on another model")
         weight = linear.weight if smooth is None else linear.weight.detach().float() * smooth.float()[None, :]
         self.inverse_smooth = None if smooth is None else smooth.float().reciprocal()
         self.shift = None
         if floor is not None:  # x / s >= floor / s: shifted by -floor / s, every input is >= 0
             shift = torch.full((linear.in_features,), -floor)
             self.shift = shift if self.inverse_smooth is None else shift * self.inverse_smooth
-        self.packed = int8.pack(weight, linear.bias, self.shift)
+        self.packed = int8.pack(weight, linear.bias, self.shift, None if outliers is None else outliers.long())
         self.post_op = post_op
 
     def forward(self, x: torch.Tensor, residual: torch.Tensor | None = None) -> torch.Tensor:
@@ -282,8 +294,10 @@ class Int8Linear(_Frozen):
     def extra_repr(self) -> str:
         smoothed = ", smoothed" if self.inverse_smooth is not None else ""
         unsigned = ", unsigned inputs" if self.shift is not None else ""
+        kept = self.packed.outliers
+        outliers = "" if kept is None else f", {kept.numel()} outlier channels fp32"
         return (f"in_features={self.in_features}, out_features={self.out_features}, post_op={self.post_op[0]}, "
-                f"int8{smoothed}{unsigned}")
+                f"int8{smoothed}{unsigned}{outliers}")
 
 
 @functools.cache
