@@ -10,12 +10,19 @@ import os
 
 import pytest
 import torch
+from safetensors.torch import save_file
 
 from bertkit import model as bm
 from bertkit.cli import main
 from bertkit.config import preset
 from bertkit.errors import BertkitError
-from bertkit.inference.smoothquant import SMOOTHING_FILE, calibrate, int8_smoothing, read_calibration
+from bertkit.inference.smoothquant import (
+    SMOOTHING_FILE,
+    calibrate,
+    int8_smoothing,
+    read_calibration,
+    weights_fingerprint,
+)
 from bertkit.model.accelerate import Int8Linear
 from bertkit.tokenizer import WordPieceTokenizer
 
@@ -116,6 +123,22 @@ def test_scales_are_kept_beside_the_model_and_reused(tmp_path, caplog):
     with caplog.at_level(logging.WARNING):
         assert int8_smoothing(model, tmp_path, None, tokenizer) is None
     assert "other weights" in caplog.text
+    about = {"calibration": "sample.txt", "inputs": "5", "weights": weights_fingerprint(model)}
+    earlier = {k: v for k, v in measured.items() if not k.endswith(".outliers")}  # what an earlier bertkit kept
+    save_file(earlier, str(tmp_path / SMOOTHING_FILE), metadata=about)
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="bertkit.inference.smoothquant"):
+        kept = int8_smoothing(model, tmp_path, None, tokenizer)
+    assert kept is not None and set(kept) == set(earlier) and "names no outlier channels" in caplog.text
+    assert bm.for_inference(model, "int8", smoothing=lambda: kept) is not None  # runs, smoothing alone
+    for damage in ({"layers.0.qkv.outliers": torch.tensor([0, 1, 2, 10**6])},
+                   {"layers.0.qkv.outliers": torch.tensor([1, 1])}, {"layers.0.qkv": torch.ones(3)},
+                   {"layers.99.qkv": torch.ones(3)}):
+        save_file({**measured, **damage}, str(tmp_path / SMOOTHING_FILE), metadata=about)
+        caplog.clear()
+        with caplog.at_level(logging.WARNING):
+            assert int8_smoothing(model, tmp_path, None, tokenizer) is None  # plain int8, never a traceback
+        assert "is damaged" in caplog.text and "--calibration" in caplog.text, damage
     (tmp_path / SMOOTHING_FILE).write_bytes(b"damaged")
     with caplog.at_level(logging.WARNING):
         assert int8_smoothing(model, tmp_path, None, tokenizer) is None

@@ -40,6 +40,7 @@ from bertkit.errors import BertkitError
 from bertkit.inference.batching import run_sorted
 from bertkit.io.atomic import write_file_atomic
 from bertkit.io.digest import file_sha256
+from bertkit.kernels import int8
 from bertkit.model import BertModel
 from bertkit.model.accelerate import DENSE_LAYERS, OUTLIERS
 from bertkit.model.bert import BertLayer
@@ -130,9 +131,14 @@ def int8_smoothing(model: nn.Module, directory: Path, calibration: Path | None, 
             log.warning("int8: %s was measured on other weights than this model's; running plain int8 - calibrate "
                         "again with --calibration FILE", directory / SMOOTHING_FILE)
             return None
+        damaged = _misfit(model, scales)
+        if damaged:  # the right weights' fingerprint, but tensors no calibration writes: the file was altered
+            log.warning("int8: %s is damaged (%s); running plain int8 - calibrate again with --calibration FILE",
+                        directory / SMOOTHING_FILE, damaged)
+            return None
         log.info("int8: SmoothQuant scales from %s (calibrated on %s, %s inputs)", directory / SMOOTHING_FILE,
                  about.get("calibration"), about.get("inputs"))
-        if "outlier_channels" not in about:
+        if not any(name.endswith(OUTLIERS) for name in scales):
             log.info("int8: %s names no outlier channels (it was made by an earlier bertkit); --calibration FILE "
                      "again keeps them in fp32, closer to fp32", directory / SMOOTHING_FILE)
         return scales
@@ -166,6 +172,24 @@ def weights_fingerprint(model: nn.Module) -> str:
             digest.update(name.encode() + norm.weight.detach().float().numpy().tobytes()
                           + norm.bias.detach().float().numpy().tobytes())
     return digest.hexdigest()
+
+
+def _misfit(model: nn.Module, smoothing: Smoothing) -> str | None:
+    """What in kept `smoothing` does not fit `model`'s dense layers (a scale of another width, outlier channels
+    out of range, repeated or not integers), or None."""
+    encoder = next(m for m in model.modules() if isinstance(m, BertModel))
+    layers = [m for m in encoder.modules() if isinstance(m, BertLayer)]
+    widths = {f"layers.{i}.{dense}": getattr(layer, dense).in_features
+              for i, layer in enumerate(layers) for dense in DENSE_LAYERS}
+    for name, tensor in smoothing.items():
+        layer = name.removesuffix(OUTLIERS)
+        if layer not in widths:
+            return f"{name}: no such layer in this model"
+        if name == layer and tuple(tensor.shape) != (widths[layer],):
+            return f"{name}: {tuple(tensor.shape)} scales for {widths[layer]} inputs"
+        if name != layer and not int8.valid_channels(tensor, widths[layer]):
+            return f"{name}: channels {tensor.tolist()} for {widths[layer]} inputs"
+    return None
 
 
 def _features(tokenizer: Any, inputs: list[tuple[str, str | None]], max_length: int) -> list[dict[str, Any]]:

@@ -65,6 +65,7 @@ def pack(weight: torch.Tensor, bias: torch.Tensor | None, shift: torch.Tensor | 
     weight = weight.detach().float()
     outlier_weight = None
     if outliers is not None:
+        outliers = outliers.to(device="cpu", dtype=torch.int64)  # what index_select and index_fill take
         outlier_weight = weight[:, outliers].T.contiguous()
         weight = weight.index_fill(1, outliers, 0.0)
     quantized, scale = _quantize_weight(weight)
@@ -75,6 +76,13 @@ def pack(weight: torch.Tensor, bias: torch.Tensor | None, shift: torch.Tensor | 
     return PackedWeight(torch.ops.onednn.qlinear_prepack(quantized, None), scale,
                         torch.zeros(weight.shape[0], dtype=torch.int64), bias, weight.shape[1], weight.shape[0],
                         outliers, outlier_weight)
+
+
+def valid_channels(channels: torch.Tensor, width: int) -> bool:
+    """Whether `channels` can be a layer's outlier channels: distinct integer indices below `width`."""
+    return (channels.dim() == 1 and 0 < channels.numel() <= width and not channels.is_floating_point()
+            and channels.dtype != torch.bool and int(channels.min()) >= 0 and int(channels.max()) < width
+            and channels.unique().numel() == channels.numel())
 
 
 def _quantize_weight(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -92,7 +100,7 @@ def linear(x: torch.Tensor, packed: PackedWeight, post_op: tuple[str, str] = ("n
     makes every (scaled) x >= 0 (`pack` packed the weight for it), so x is quantized unsigned. The packed
     weight's outlier channels are taken out of x before quantizing and multiplied in fp32."""
     rows = x.float().reshape(-1, packed.in_features)
-    own = inverse_smooth is not None  # rows is then a new tensor, ours to change; else it may be the caller's x
+    own = inverse_smooth is not None or x.dtype != torch.float32  # rows is then a new tensor, ours to change
     rows = rows if inverse_smooth is None else rows * inverse_smooth
     kept = None if packed.outliers is None else rows.index_select(1, packed.outliers)
     if shift is None:

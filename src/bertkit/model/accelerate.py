@@ -274,17 +274,16 @@ class Int8Linear(_Frozen):
         if smooth is not None and tuple(smooth.shape) != (linear.in_features,):
             raise ValueError(f"SmoothQuant scales of shape {tuple(smooth.shape)} for a layer of {linear.in_features} "
                              "inputs: they were measured on another model")
-        if outliers is not None and (outliers.dim() != 1 or outliers.numel() == 0 or outliers.is_floating_point()
-                                     or int(outliers.min()) < 0 or int(outliers.max()) >= linear.in_features):
-            raise ValueError(f"outlier channels {outliers.tolist()} for a layer of {linear.in_features} inputs: they "
-                             "were measured on another model")
+        if outliers is not None and not int8.valid_channels(outliers, linear.in_features):
+            raise ValueError(f"outlier channels {outliers.tolist()} for a layer of {linear.in_features} inputs: "
+                             "invalid or damaged (distinct channel indices below the width expected)")
         weight = linear.weight if smooth is None else linear.weight.detach().float() * smooth.float()[None, :]
         self.inverse_smooth = None if smooth is None else smooth.float().reciprocal()
         self.shift = None
         if floor is not None:  # x / s >= floor / s: shifted by -floor / s, every input is >= 0
             shift = torch.full((linear.in_features,), -floor)
             self.shift = shift if self.inverse_smooth is None else shift * self.inverse_smooth
-        self.packed = int8.pack(weight, linear.bias, self.shift, None if outliers is None else outliers.long())
+        self.packed = int8.pack(weight, linear.bias, self.shift, outliers)
         self.post_op = post_op
 
     def forward(self, x: torch.Tensor, residual: torch.Tensor | None = None) -> torch.Tensor:
