@@ -105,6 +105,8 @@ class WordPieceTokenizer:
         characters are left out. All of it is logged.
         Training counts words with the Rust normalizer, which differs from Google's rules only on
         the rare characters listed in `engine.HAZARD_RANGES`; encoding with the result is exact.
+        The same corpus and settings give the same tokens in the same order in every run, at any thread
+        count (`bertkit.tokenizer.training`).
         """
         tokens = train_vocabulary(files, vocab_size, do_lower_case, min_frequency, limit_alphabet,
                                   show_progress, strict, text_column)

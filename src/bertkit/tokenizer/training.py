@@ -5,11 +5,17 @@ plain, gzip or zstd; Parquet; `datasets` directories) and returns the tokens in 
 [CLS], [SEP], [MASK], the alphabet sorted by code point, then every other piece by how often it occurs in the
 corpus (most often first, ties by the piece itself), never more than `vocab_size`.
 
-The order is a function of the corpus and the settings alone. The trainer's own order is not (the same
-pieces came out in another order from run to run: huggingface/tokenizers#1794, ties between merges), and ids
-are what a model is trained on, so a vocabulary rebuilt from the same corpus must be the same file. The
-counts come from a second pass that encodes the corpus with the learned pieces (the Rust pipeline, about the
-trainer's own cost again).
+The vocabulary is a function of the corpus and the settings alone. The trainer's own is not, in two ways
+(huggingface/tokenizers#1794), and ids are what a model is trained on, so a vocabulary rebuilt from the same
+corpus must be the same file:
+
+- its order: pieces get their ids in hash-map order. Here the order is set after training, by counts from a
+  pass that encodes the corpus with the learned pieces (the Rust pipeline, about the trainer's own cost again);
+- the pieces themselves where merges tie: the trainer breaks a tie by the pieces' ids, and gives each `##c`
+  (a character continuing a word) its id in the order it meets words in a hash map, so a tie went another way
+  from run to run. Here a first pass over the corpus (`_alphabet`) chooses the alphabet (the most frequent
+  characters, ties by code point) and its `##` pieces before training, and the trainer is given them, the
+  `##` pieces as special tokens, so their ids, and every tie, are the same in every run.
 
 Design decision: the files are read by `bertkit.io.textlines.read_documents`, the corpus reader data
 creation uses, so both see the same text: a JSONL file's "text" fields (never its keys, quotes and
@@ -27,20 +33,22 @@ References: Schuster & Nakajima 2012 (WordPiece); Hugging Face `tokenizers` docu
 
 from __future__ import annotations
 
+import functools
 import itertools
 import logging
 import re
+from collections import Counter
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, trainers
 
 from bertkit.errors import BertkitError
 from bertkit.io.textlines import MAX_LINE_BYTES, CorpusStats, expand_inputs, read_documents
 from bertkit.tokenizer.engine import bert_normalizer
-from bertkit.tokenizer.google import MAX_INPUT_CHARS_PER_WORD, SEPARATORS
+from bertkit.tokenizer.google import MAX_INPUT_CHARS_PER_WORD, SEPARATORS, _is_punctuation
 from bertkit.tokenizer.vocab import SPECIAL_TOKENS, UNK
 
 logger = logging.getLogger(__name__)
@@ -69,19 +77,23 @@ def train_vocabulary(files: Sequence[str | Path], vocab_size: int, do_lower_case
         raise BertkitError(f"--vocab-size must be >= {len(SPECIAL_TOKENS)} and --min-frequency >= 1 "
                            f"(got {vocab_size} and {min_frequency})")
     alphabet = min(limit_alphabet, (vocab_size - len(SPECIAL_TOKENS)) // 2)
+
+    def corpus(counted: TrainingStats) -> Iterator[str]:  # read once per pass; the training pass is counted
+        return _training_lines(paths, counted, strict, _ShortWords(do_lower_case), text_column)
+
+    characters, continuing = _alphabet(corpus(TrainingStats()), bert_normalizer(do_lower_case), alphabet)
     trainer = trainers.WordPieceTrainer(
-        vocab_size=vocab_size, min_frequency=min_frequency, special_tokens=list(SPECIAL_TOKENS),
-        limit_alphabet=alphabet,
+        vocab_size=vocab_size, min_frequency=min_frequency,
+        special_tokens=[*SPECIAL_TOKENS, *(f"##{c}" for c in continuing)],  # ids fixed before training
+        initial_alphabet=characters, limit_alphabet=alphabet,
         continuing_subword_prefix="##", show_progress=show_progress,
     )
     pipeline = Tokenizer(models.WordPiece(unk_token=UNK, max_input_chars_per_word=MAX_INPUT_CHARS_PER_WORD))
     pipeline.normalizer = bert_normalizer(do_lower_case)
     pipeline.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
-    lines = _training_lines(paths, stats, strict, _ShortWords(do_lower_case), text_column)
-    pipeline.train_from_iterator(lines, trainer=trainer)
+    pipeline.train_from_iterator(corpus(stats), trainer=trainer)
     _report_training(stats)
-    tokens = _canonical_order(pipeline, _training_lines(paths, TrainingStats(), strict, _ShortWords(do_lower_case),
-                                                        text_column))
+    tokens = _canonical_order(pipeline.get_vocab(), do_lower_case, corpus(TrainingStats()))
     if len(tokens) <= len(SPECIAL_TOKENS) and stats.text_bytes and alphabet < 1:
         raise BertkitError(f"--vocab-size {vocab_size} with --limit-alphabet {limit_alphabet} leaves no room for "
                            "a single base character beside the 5 special tokens; use --vocab-size 7 or more and "
@@ -98,20 +110,45 @@ COUNT_BATCH_LINES = 10_000
 """Lines encoded at a time when counting pieces (bounded memory, the Rust pipeline's parallelism)."""
 
 
-def _canonical_order(pipeline: Tokenizer, lines: Iterator[str]) -> list[str]:
-    """The learned pieces in an order that depends on the corpus alone: the special tokens, the alphabet (single
+def _batches(lines: Iterator[str]) -> Iterator[list[str]]:
+    """`lines` in lists of COUNT_BATCH_LINES."""
+    while batch := list(itertools.islice(lines, COUNT_BATCH_LINES)):
+        yield batch
+
+
+def _alphabet(lines: Iterator[str], normalizer: normalizers.Normalizer, limit: int) -> tuple[list[str], list[str]]:
+    """The alphabet the trainer keeps, chosen as it would choose it but with ties broken by code point: the
+    `limit` most frequent characters of the corpus's words (normalized as the trainer does; whitespace is not
+    in words); and those of them that continue a word somewhere (they get a `##` piece): a character after
+    another in a run without whitespace, neither of them punctuation (which the trainer's pre-tokenizer
+    splits off, as Google's BasicTokenizer does)."""
+    counts: Counter[str] = Counter()
+    continuing: set[str] = set()
+    is_punctuation = functools.cache(_is_punctuation)
+    for batch in _batches(lines):  # a newline is whitespace to the normalizer: a batch splits as its lines do
+        text = normalizer.normalize_str("\n".join(batch))
+        counts.update(text)
+        for chunk in set(text.split()):  # each distinct chunk once: the cost is the distinct text's
+            for before, character in itertools.pairwise(chunk):
+                if character not in continuing and not (is_punctuation(before) or is_punctuation(character)):
+                    continuing.add(character)
+    characters = [c for c in counts if not c.isspace()]
+    kept = sorted(characters, key=lambda character: (-counts[character], character))[:limit]
+    return sorted(kept), sorted(c for c in kept if c in continuing)
+
+
+def _canonical_order(learned: dict[str, int], do_lower_case: bool, lines: Iterator[str]) -> list[str]:
+    """The `learned` pieces in an order that depends on the corpus alone: the special tokens, the alphabet (single
     characters) by code point, then the rest by their count in `lines` encoded with them (descending), ties by
     the piece."""
-    learned = pipeline.get_vocab()
+    pipeline = Tokenizer(models.WordPiece(learned, unk_token=UNK, max_input_chars_per_word=MAX_INPUT_CHARS_PER_WORD))
+    pipeline.normalizer = bert_normalizer(do_lower_case)
+    pipeline.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    pipeline.add_special_tokens(list(SPECIAL_TOKENS))  # the `##` pieces are plain pieces here, never cut from text
     counts = np.zeros(len(learned), dtype=np.int64)
-    batch: list[str] = []
-    for line in itertools.chain(lines, [None]):
-        if line is not None:
-            batch.append(line)
-        if batch and (line is None or len(batch) >= COUNT_BATCH_LINES):
-            for encoding in pipeline.encode_batch(batch, add_special_tokens=False):
-                np.add.at(counts, np.asarray(encoding.ids, dtype=np.int64), 1)
-            batch = []
+    for batch in _batches(lines):
+        for encoding in pipeline.encode_batch(batch, add_special_tokens=False):
+            np.add.at(counts, np.asarray(encoding.ids, dtype=np.int64), 1)
     specials = [token for token in SPECIAL_TOKENS if token in learned]
     alphabet = sorted(token for token in learned if len(token) == 1 and token not in specials)
     rest = sorted((token for token in learned if token not in specials and token not in alphabet),
