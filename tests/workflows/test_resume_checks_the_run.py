@@ -33,20 +33,22 @@ def _finetune(files: dict[str, Path], out: Path, *extra: str, train: str = "trai
                  "--precision", "fp32", "--max-seq-length", "16", "--seeds", "1,2", *extra])
 
 
-@pytest.mark.parametrize(("change", "extra", "named"), [
-    ("data", ("--train", "other"), "data"),
-    ("columns", ("--text-column", "second"), "task"),
-    ("length", ("--max-seq-length", "24"), "max_seq_length"),
+@pytest.mark.parametrize(("change", "extra", "named", "leaf"), [
+    ("data", ("--train", "other"), "data", "data.train:"),
+    ("columns", ("--text-column", "second"), "task", 'task.text_column: "text" then, "second" now'),
+    ("length", ("--max-seq-length", "24"), "max_seq_length", "max_seq_length: 16 then, 24 now"),
 ])
-def test_a_resumed_run_with_other_inputs_is_refused_then_allowed(files, tmp_path, capsys, change, extra, named):
+def test_a_resumed_run_with_other_inputs_is_refused_then_allowed(files, tmp_path, capsys, caplog, change, extra,
+                                                                 named, leaf):
     out = tmp_path / "run"
     assert _finetune(files, out) == 0
     train = extra[1] if extra[0] == "--train" else "train"
     given = () if extra[0] == "--train" else extra
     assert _finetune(files, out, *given, "--resume", "auto", train=train) == 2
     err = capsys.readouterr().err
-    assert f"used other settings ({named}:" in err and f"--allow-change {named}" in err
+    assert f"used other settings ({leaf}" in err and f"--allow-change {named}" in err  # what changed, by name
     assert _finetune(files, out, *given, "--resume", "auto", "--allow-change", named, train=train) == 0
+    assert "no longer the run it continues" in caplog.text and leaf in caplog.text  # said, not silent
     assert json.loads((out / "finetune_run.json").read_text())[named] != {}
 
 

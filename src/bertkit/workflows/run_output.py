@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import shutil
 import statistics
 from collections.abc import Sequence
@@ -27,6 +28,8 @@ from bertkit.io.atomic import replace_directory, write_text_atomic
 from bertkit.io.digest import update_with_file
 from bertkit.io.jsonfile import read_json_object
 from bertkit.workflows.predict import RESULTS_FILE, write_results
+
+log = logging.getLogger(__name__)
 
 SEED_DONE_FILE = "seed_results.json"
 RUN_FILE = "finetune_run.json"
@@ -69,14 +72,31 @@ def _check_same_run(output: Path, resume: bool, settings: dict[str, Any], allowe
     path = output / RUN_FILE
     if resume and path.is_file():
         earlier = read_json_object(path, fix="start over with --overwrite")
-        changed = [k for k in settings if k in earlier and earlier[k] != settings[k] and k not in allowed]
+        differing = [k for k in settings if k in earlier and earlier[k] != settings[k]]
+        changed = [k for k in differing if k not in allowed]
+
+        def describe(keys: list[str]) -> str:
+            return "; ".join(f"{name}: {_short(then)} then, {_short(now)} now" for k in keys
+                             for name, then, now in _differences(k, earlier[k], settings[k]))
         if changed:
-            details = "; ".join(f"{k}: {_short(earlier[k])} then, {_short(settings[k])} now" for k in changed)
+            details = describe(changed)
             allowable = [k for k in changed if k in ALLOWABLE]
             hint = f", accept the change with --allow-change {' --allow-change '.join(allowable)}" if allowable else ""
             raise BertkitError(f"--resume: the run in {output} used other settings ({details}); resume "
                                f"with the same flags and files{hint}, or start over with --overwrite")
+        if differing:
+            log.warning("--allow-change %s: resuming the run in %s with other %s than it started with; it is no "
+                        "longer the run it continues (%s)", " --allow-change ".join(differing), output,
+                        ", ".join(differing), describe(differing))
     write_text_atomic(path, json.dumps(settings, indent=2) + "\n")
+
+
+def _differences(name: str, then: Any, now: Any) -> list[tuple[str, Any, Any]]:
+    """Where two recorded settings differ, leaf by leaf ("task.text_column"), so a long record names what changed."""
+    if isinstance(then, dict) and isinstance(now, dict):
+        return [difference for key in sorted(set(then) | set(now)) if then.get(key) != now.get(key)
+                for difference in _differences(f"{name}.{key}", then.get(key), now.get(key))]
+    return [(name, then, now)]
 
 
 ALLOWABLE = ("data", "task", "max_seq_length", "model", "tokenizer")
