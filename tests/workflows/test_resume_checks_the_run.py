@@ -83,7 +83,7 @@ def test_finetuning_without_a_dev_set_trains_and_writes_best(files, tmp_path, ca
         assert not (tmp_path / "refused").exists()
 
 
-def test_embedding_training_without_a_dev_set_writes_a_sentence_transformers_directory(files, tmp_path):
+def test_embedding_training_without_a_dev_set_writes_a_sentence_transformers_directory(files, tmp_path, capsys):
     pairs = tmp_path / "pairs.jsonl"
     pairs.write_text("\n".join(json.dumps({"anchor": WORDS[i % 6], "positive": WORDS[(i + 2) % 6]})
                                for i in range(8)) + "\n", encoding="utf-8")
@@ -92,6 +92,14 @@ def test_embedding_training_without_a_dev_set_writes_a_sentence_transformers_dir
                  str(out), "--max-steps", "2", "--batch-size", "4", "--device", "cpu", "--precision", "fp32",
                  "--max-seq-length", "8"]) == 0
     assert (out / "best" / "modules.json").is_file() and (out / "best" / "model.safetensors").is_file()
+    texts = tmp_path / "texts.txt"
+    texts.write_text("the cat\n", encoding="utf-8")
+    capsys.readouterr()
+    assert main(["predict", "--model", str(out / "best"), "--input", str(texts), "--output", str(tmp_path / "p")]) == 2
+    err = capsys.readouterr().err  # predict has no labels for it: one line that names what does embed
+    assert "a sentence-embedding model" in err and "bertkit extract" in err and len(err.strip().splitlines()) == 1
+    assert main(["extract", "--model", str(out / "best"), "--input", str(texts), "--output",
+                 str(tmp_path / "v.npy")]) == 0  # and what it names works
 
 
 def test_embedding_training_keeps_what_its_starting_directory_says(files, tmp_path):

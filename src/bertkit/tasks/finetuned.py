@@ -92,8 +92,7 @@ def load_finetuned(directory: str | Path, device: torch.device = torch.device("c
     if settings is not None:
         task = load_task(directory)
     elif task is None:
-        raise BertkitError(f"{directory}: no {TASK_FILE}; --model must be a directory written by "
-                           "`bertkit finetune` (OUTPUT/best)")
+        raise BertkitError(_no_task_file(directory))
     features = {key: settings[key] for key in FEATURE_KEYS if key in settings} if settings else {}
     tokenizer = WordPieceTokenizer.from_pretrained(directory if tokenizer_dir is None else tokenizer_dir)
     vocab_size = BertConfig.from_json_file(directory / "config.json").vocab_size
@@ -112,12 +111,20 @@ def load_task(directory: str | Path) -> Task:
     directory = check_model_directory(directory)
     settings = read_task_file(directory)
     if settings is None:
-        raise BertkitError(f"{directory}: no {TASK_FILE}; --model must be a directory written by "
-                           "`bertkit finetune` (OUTPUT/best)")
+        raise BertkitError(_no_task_file(directory))
     for key in FEATURE_KEYS:
         settings.pop(key, None)
     source = str(directory / TASK_FILE)
     return task_class(settings["task"], source).from_json(settings, source=source)
+
+
+def _no_task_file(directory: Path) -> str:
+    """Why a directory without bertkit_task.json has no task, and what to run instead."""
+    if (directory / "modules.json").is_file():  # sentence-transformers layout: `finetune embedding` writes it
+        return (f"{directory}: a sentence-embedding model (modules.json, no {TASK_FILE}): it has no labels to "
+                "predict; embed texts with `bertkit extract --model DIR`, or serve it with `bertkit serve`")
+    return (f"{directory}: no {TASK_FILE}; --model must be a directory written by `bertkit finetune "
+            "classification|tagging|squad|multiple-choice` (OUTPUT/best)")
 
 
 def _load_feature_based(directory: Path, task: Task, layers: tuple[int, ...], combine: str) -> FeatureBasedModel:
