@@ -5,6 +5,7 @@ errors; `predict --precision int8 --calibration FILE` runs end to end."""
 
 from __future__ import annotations
 
+import gzip
 import logging
 import os
 
@@ -170,6 +171,13 @@ def test_bad_calibration_files_and_settings_are_one_line_errors(tmp_path, capsys
     binary.write_bytes(b"\xff\xfe\x00\x80")
     with pytest.raises(BertkitError, match="cannot read it as UTF-8"):
         read_calibration(binary)
+    nul = tmp_path / "nul.txt"
+    nul.write_bytes(b"the cat\n\x00\x00\x00\nabc\x00def\n")
+    with pytest.raises(BertkitError, match="line 2 holds NUL bytes"):  # never kept as scales beside the model
+        read_calibration(nul)
+    compressed = tmp_path / "sample.txt.gz"
+    compressed.write_bytes(gzip.compress(b"the cat sat\n\nwhere did the dog go\tjohn ran\n"))
+    assert read_calibration(compressed) == [("the cat sat", None), ("where did the dog go", "john ran")]
     sample = tmp_path / "sample.txt"
     sample.write_text("the cat\n")
     assert main(["predict", "--model", str(tmp_path), "--input", str(sample), "--output", str(tmp_path / "out"),

@@ -26,10 +26,11 @@ the sample's real tokens (the padding-free encoder never sees padding); at most 
 from __future__ import annotations
 
 import hashlib
+import io
 import logging
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import IO, Any, cast
 
 import torch
 from safetensors import SafetensorError, safe_open
@@ -40,6 +41,7 @@ from bertkit.errors import BertkitError
 from bertkit.inference.batching import run_sorted
 from bertkit.io.atomic import write_file_atomic
 from bertkit.io.digest import file_sha256
+from bertkit.io.textlines import DECOMPRESSION_ERRORS, open_decompressed
 from bertkit.kernels import int8
 from bertkit.model import BertModel
 from bertkit.model.accelerate import DENSE_LAYERS, OUTLIERS
@@ -58,18 +60,21 @@ the indices of its outlier channels."""
 
 
 def read_calibration(path: Path) -> list[tuple[str, str | None]]:
-    """The calibration sample: one input per line (a pair as two texts separated by a tab), blank lines
-    skipped, at most MAX_TEXTS."""
+    """The calibration sample: one input per line (a pair as two texts separated by a tab; plain, .gz or .zst),
+    blank lines skipped, at most MAX_TEXTS; a line with NUL bytes (a binary file) is an error, not an input."""
     inputs: list[tuple[str, str | None]] = []
-    try:
-        with open(path, encoding="utf-8") as lines:  # the first MAX_TEXTS inputs only: a whole corpus is never read
-            for line in lines:
+    try:  # the first MAX_TEXTS inputs only: a whole corpus is never read
+        with io.TextIOWrapper(cast(IO[bytes], open_decompressed(Path(path))), encoding="utf-8") as lines:
+            for number, line in enumerate(lines, 1):
+                if "\x00" in line:
+                    raise BertkitError(f"--calibration {path}: line {number} holds NUL bytes, as a binary file does; "
+                                       "give a text file with one input per line")
                 if line.strip():
                     a, _, b = line.rstrip("\r\n").partition("\t")
                     inputs.append((a, b or None))
                     if len(inputs) == MAX_TEXTS:
                         break
-    except (OSError, UnicodeDecodeError) as exc:
+    except (OSError, UnicodeDecodeError, *DECOMPRESSION_ERRORS) as exc:
         raise BertkitError(f"--calibration {path}: cannot read it as UTF-8 text ({exc}); give a text file with one "
                            "input per line (a pair as two texts separated by a tab)") from None
     if not inputs:
