@@ -138,3 +138,15 @@ def test_the_summary_shows_metrics_not_timings(capsys):
                    Path("out"))
     line = capsys.readouterr().out.splitlines()[0]
     assert line == "seed 1: mrr@10 0.5000 (step 24, 109 s)"
+
+
+def test_examples_with_an_empty_text_are_kept_and_said(files, tmp_path, caplog):
+    """A blank text field in a user's file trains as [CLS] [SEP], as transformers would: kept, never silently."""
+    train = tmp_path / "blank.tsv"
+    train.write_text("text\tsecond\tlabel\ncat sat\tx\tgood\n\tx\tbad\n  \tx\tgood\ndog ran\t\tbad\n", encoding="utf-8")
+    with caplog.at_level("WARNING"):
+        assert main(["finetune", "classification", "--model", str(files["model"]), "--train", str(train),
+                     "--output", str(tmp_path / "out"), "--max-steps", "1", "--device", "cpu", "--precision", "fp32",
+                     "--max-seq-length", "16", "--text-pair-column", "second"]) == 0
+    assert f"{train}: 3 of 4 examples have an empty text" in caplog.text
+    assert f"{train}:3, {train}:4, {train}:5" in caplog.text  # where, by line

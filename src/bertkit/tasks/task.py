@@ -179,3 +179,14 @@ def warn_skipped(path: str | Path, examples: Sequence[Any], skipped: Sequence[st
     if skipped:
         log.warning("%s: skipped %d of %d records; first ones:\n  %s", path, len(skipped),
                     len(skipped) + len(examples), "\n  ".join(skipped[:5]))
+
+
+def warn_empty_texts(path: str | Path, examples: Sequence[Any]) -> None:
+    """Log the classification examples whose text (or pair text) is empty or blank: kept, as transformers keeps
+    them (the model reads [CLS] [SEP]), but said, since a blank field is more often a mistake than an input."""
+    def blank(text: Any) -> bool:
+        return isinstance(text, str) and not text.strip()
+    empty = [e.guid for e in examples if blank(getattr(e, "text", None)) or blank(getattr(e, "text_pair", None))]
+    if empty:
+        log.warning("%s: %d of %d examples have an empty text (kept; the model reads [CLS] [SEP] for it); first "
+                    "ones: %s", path, len(empty), len(examples), ", ".join(empty[:5]))

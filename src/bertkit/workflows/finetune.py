@@ -60,7 +60,7 @@ from bertkit.runtime.device import peak_memory, seed_everything
 from bertkit.settings import FinetuneSettings, TrainConfig
 from bertkit.tasks.finetuned import feature_based_model, save_finetuned
 from bertkit.tasks.kinds import build_task
-from bertkit.tasks.task import Task, warn_skipped
+from bertkit.tasks.task import Task, warn_empty_texts, warn_skipped
 from bertkit.tokenizer import WordPieceTokenizer, check_model_vocabulary
 from bertkit.train import FitResult, Hooks, TrainingData, fit
 from bertkit.train.distributed import DistributedContext, barrier, rank0_decides, setup_distributed, unwrap_model
@@ -414,6 +414,7 @@ def _read_reporting(task: Task, path: str | Path, training: bool, report: dict[s
     examples, skipped = task.read(path, labelled=True, training=training)
     report[f"skipped_{key}"] = len(skipped)
     warn_skipped(path, examples, skipped)
+    warn_empty_texts(path, examples)
     return examples
 
 
