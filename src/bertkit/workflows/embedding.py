@@ -182,8 +182,8 @@ def _train_seed(settings: FinetuneSettings, embedding: EmbeddingSettings, tokeni
                                     *step_shape(settings, features, ctx))
     run = EmbeddingRun(tokenizer, dev_sets, embedding, settings.eval_batch_size, directory, ctx.device)
     before = run.evaluate(unwrap_model(model)) if dev_sets else {}  # (a DDP wrapper in a group of one)
-    log.info("seed %d: before training %s; precision %s%s", seed, _shown(before), train.precision,
-             ", resuming" if resuming else "")
+    scores = f"before training {_shown(before)}" if before else "no dev set"
+    log.info("seed %d: %s; precision %s%s", seed, scores, train.precision, ", resuming" if resuming else "")
     start = time.perf_counter()
     best = fit_seed(model, pair_loss(embedding.scale), training_data(features, tokenizer, settings.group_by_length),
                     train, run, ctx, resuming, f"embedding training seed {seed}")
