@@ -31,7 +31,7 @@ QUERY = "where did the dog go?"
 LONG = "the cat sat on the mat " * 6  # 36 tokens
 
 EVERY_MODEL = ("/embed", "/embed_all", "/similarity", "/v1/embeddings", "/embeddings", "/tokenize", "/decode", "/info",
-               "/metrics", "/ready", "/health", "/ping")
+               "/metrics", "/ready", "/health", "/ping", "/", "/invocations", "/docs")
 """What every model serves beside its task endpoints (the 404 body and /info list them)."""
 
 
@@ -156,6 +156,7 @@ def test_rerank_of_a_regression_model_is_its_score_and_a_three_label_model_has_n
     with _client(classifier_dir) as client:  # negative, positive, neutral: no relevance score among them
         body = _clean(client.post("/rerank", json={"query": QUERY, "texts": texts}), 404, "not_found")
         assert body["endpoints"] == ["/classify", "/embed", "/predict", *EVERY_MODEL[1:]]
+        assert "/rerank needs a classifier with one output or two labels (this one has 3 labels" in body["error"]
 
 
 def test_rerank_equals_a_sentence_transformers_cross_encoder(bert_dir, tmp_path):

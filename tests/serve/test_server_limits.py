@@ -20,7 +20,7 @@ from bertkit.settings import Limits, ServerSettings
 LIMITS = Limits(max_body_bytes=4096, max_inputs=4, max_input_chars=200)
 
 EVERY_MODEL = ("/embed", "/embed_all", "/similarity", "/v1/embeddings", "/embeddings", "/tokenize", "/decode", "/info",
-               "/metrics", "/ready", "/health", "/ping")
+               "/metrics", "/ready", "/health", "/ping", "/", "/invocations", "/docs")
 """What every model serves beside its task endpoints (the 404 body and /info list them)."""
 
 

@@ -343,7 +343,11 @@ def _add_error_handlers(app: FastAPI, predictor: Predictor) -> None:
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
         if exc.status_code == 404:
-            return _error(request, 404, "not_found", f"this model serves {', '.join(served)}", endpoints=served)
+            why = ""
+            if request.url.path == "/rerank" and "classify" in predictor.endpoints:  # a classifier without scores
+                why = (f"/rerank needs a classifier with one output or two labels (this one has "
+                       f"{len(predictor.labels or [])} labels, none a relevance score); ")
+            return _error(request, 404, "not_found", f"{why}this model serves {', '.join(served)}", endpoints=served)
         message = exc.detail if isinstance(exc.detail, str) else "request refused"
         code = "method_not_allowed" if exc.status_code == 405 else "http_error"
         return _error(request, exc.status_code, code, message, exc.headers)

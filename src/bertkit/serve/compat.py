@@ -38,8 +38,9 @@ from bertkit.serve.tokens import Ids
 from bertkit.settings import ServerSettings
 
 ALWAYS_SERVED = ("/embed", "/embed_all", "/similarity", "/v1/embeddings", "/embeddings", "/tokenize", "/decode",
-                 "/info", "/metrics", "/ready", "/health", "/ping")
-"""Endpoints of every model, beside its task endpoints (predictor.endpoints), `POST /` and /invocations."""
+                 "/info", "/metrics", "/ready", "/health", "/ping", "/", "/invocations", "/docs")
+"""Endpoints of every model, beside its task endpoints (predictor.endpoints); `POST /` and /invocations take any
+of them by the body's shape (TEI's and SageMaker's), /docs is the OpenAPI page."""
 
 Submit = Callable[..., Awaitable[list[Any]]]
 """The app's `submit(key, items, field, paired)`: the items' results from the micro-batcher (app.py)."""
