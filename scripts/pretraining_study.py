@@ -4,6 +4,7 @@ corpus and task, with bertkit's own commands.
     python scripts/pretraining_study.py rates                               # steps per CPU-second, idle machine
     python scripts/pretraining_study.py run --root /tmp/study --data /tmp/study-data --rate-64 2.2 --rate-128 1.06
     python scripts/pretraining_study.py table --root /tmp/study
+    python scripts/pretraining_study.py run ... --levers     # also the short-budget levers (issue 37, item 2)
 
 A budget is in CPU-minutes (minutes of one core): `bertkit pretrain --max-time 10m` on a 2-core machine
 is 20 CPU-minutes. A budget is turned into a step budget at the rate of the idle machine (bert-mini,
@@ -51,6 +52,24 @@ SEEDS = "1,2,3"
 CORPORA = {"wordnet": (("wordnet-lexname", 5, "grid"), ("wordnet-qa", 2, "default")),
            "kjv": (("kjv-verse", 5, "grid"),)}
 TRAIN_EXAMPLES = {"kjv-verse": 1000}  # as the quickstart: few labels, where pre-training pays most
+# The short-budget levers (issue 37, item 2), each the short recipe (`--recipe auto` at LEVER_BUDGET_CPU_MIN on the
+# held-out corpus) with one thing changed: name -> (extra `bertkit pretrain` flags, the data it reads: "data" as
+# the study builds it, "contiguous" packed with --packing contiguous (for --no-nsp), "vocab4000" a 4,000-piece
+# vocabulary; the steps per CPU-second: "64" or "128"). Its row compares with the recipe's own at that budget.
+# Not here: a batch-size ramp (bertkit has none) and sparse MLM prediction (always on: the head reads only the
+# masked positions, the same loss at less cost; its gain is throughput, measured in docs/performance.md).
+LEVER_CORPUS = "wordnet"
+LEVER_BUDGET_CPU_MIN = 10
+LEVERS = {
+    "mask20": (["--masked-lm-prob", "0.2"], "data", "64"),  # Wettig et al. 2022: 15% is not optimal
+    "mask30": (["--masked-lm-prob", "0.3"], "data", "64"),
+    "no-nsp": (["--no-nsp"], "data", "64"),
+    "contiguous": (["--no-nsp"], "contiguous", "64"),  # the data packed to fill every position
+    "len128": (["--max-seq-length", "128"], "data", "128"),  # 128 tokens from the start, not 64
+    "dropout": (["--dropout", "0.1"], "data", "64"),  # the recipe has none
+    "one-cycle": (["--warmup-ratio", "0.5"], "data", "64"),  # Cramming's triangle: up half the steps, down the rest
+    "vocab4000": ([], "vocab4000", "64"),  # a smaller vocabulary for a small corpus
+}
 
 
 @dataclass
@@ -96,6 +115,9 @@ def jobs(args: argparse.Namespace) -> list[Job]:
                     "500", "--eval-examples", "1000", "--resume", "auto"), run / "final" / "model.safetensors",
                     [f"{corpus}:data"]))
                 models.append((recipe, run, f"{budget} CPU-min", name))
+        if args.levers and corpus == LEVER_CORPUS:
+            out += _lever_data_jobs(corpus, root, data)
+            models += _lever_models(corpus, root, args, out)
         for task, epochs, lr_rule in tasks:
             for recipe, run, budget, needs in models:
                 source = (["--random", "bert-mini", "--tokenizer", str(vocab)] if run is None
@@ -108,6 +130,40 @@ def jobs(args: argparse.Namespace) -> list[Job]:
                     "--corpus", corpus, "--budget", budget, "--recipe", recipe, "--output", str(output),
                     "--results", str(root / "results.jsonl"), *extra], output / "row.done", [needs]))
     return out
+
+
+def _lever_data_jobs(corpus: str, root: Path, data: Path) -> list[Job]:
+    """The data the levers read besides the study's own: packed contiguously, and with a 4,000-piece vocabulary."""
+    text, folder = str(corpus_path(corpus, data)), root / corpus
+    build = ("--max-seq-length", "128", "--masking", "dynamic", "--workers", "1")
+    packed = bertkit("data", "pretraining", "--input", text, "--tokenizer", str(folder / "vocab"), "--output",
+                     str(folder / "data-contiguous"), *build, "--no-nsp", "--packing", "contiguous")
+    vocab = bertkit("tokenizer", "train", "--input", text, "--vocab-size", "4000", "--output",
+                    str(folder / "vocab4000"))
+    small = bertkit("data", "pretraining", "--input", text, "--tokenizer", str(folder / "vocab4000"), "--output",
+                    str(folder / "data-vocab4000"), *build)
+    return [Job(f"{corpus}:data-contiguous", packed, folder / "data-contiguous" / "manifest.json", [f"{corpus}:vocab"]),
+            Job(f"{corpus}:vocab4000", vocab, folder / "vocab4000" / "vocab.txt"),
+            Job(f"{corpus}:data-vocab4000", small, folder / "data-vocab4000" / "manifest.json",
+                [f"{corpus}:vocab4000"])]
+
+
+def _lever_models(corpus: str, root: Path, args: argparse.Namespace, out: list[Job]) -> list[tuple]:
+    """One pre-training job per lever (appended to `out`); the (label, run, budget, job) rows to fine-tune."""
+    models = []
+    for lever, (flags, source, length) in LEVERS.items():
+        built = root / corpus / ("data" if source == "data" else f"data-{source}")
+        vocab = root / corpus / ("vocab4000" if source == "vocab4000" else "vocab")
+        needs = f"{corpus}:data" if source == "data" else f"{corpus}:data-{source}"
+        rate = args.rate_64 if length == "64" else args.rate_128
+        budget = LEVER_BUDGET_CPU_MIN
+        run, name = root / corpus / f"pretrain-{lever}-{budget}cpu", f"{corpus}:pretrain:{lever}:{budget}"
+        out.append(Job(name, bertkit(
+            "pretrain", "--data", str(built), "--tokenizer", str(vocab), "--model", "bert-mini", "--output", str(run),
+            "--recipe", "auto", *flags, "--max-steps", str(round(budget * 60 * rate)), "--eval-every", "500",
+            "--eval-examples", "1000", "--resume", "auto"), run / "final" / "model.safetensors", [needs]))
+        models.append((lever, run, f"{budget} CPU-min", name))
+    return models
 
 
 def run_all(args: argparse.Namespace) -> None:
@@ -198,6 +254,8 @@ def main() -> None:
     run.add_argument("--rate-64", type=float, required=True, help="Steps per CPU-second at 64 tokens (`rates`).")
     run.add_argument("--rate-128", type=float, required=True, help="Steps per CPU-second at 128 tokens (`rates`).")
     run.add_argument("--jobs", type=int, default=2)
+    run.add_argument("--levers", action="store_true", help="Also the short-budget levers (LEVERS), each at "
+                     f"{LEVER_BUDGET_CPU_MIN} CPU-minutes on {LEVER_CORPUS}.")
     table = commands.add_parser("table")
     table.add_argument("--root", type=Path, required=True)
     args = parser.parse_args()

@@ -259,3 +259,31 @@ def test_kjv_tagging_files_tag_names_by_the_corpus_rule(tmp_path, monkeypatch):
     assert ("Jerusalem", "B-NAME") in tags and ("Let", "O") in tags and ("I", "O") in tags
     assert not any(w[0].islower() and t != "O" for w, t in tags)
     assert any(t == "I-NAME" for _, t in tags)  # names side by side are one entity
+
+
+def test_the_lever_study_changes_one_thing_per_run_at_the_same_cpu_budget(tmp_path):
+    """scripts/pretraining_study.py run --levers (issue 37, item 2): every lever is one pre-training of the short
+    recipe with its one flag (or its own data), at 10 CPU-minutes turned into steps by its sequence length's rate,
+    fine-tuned on both held-out tasks; without --levers the study is unchanged."""
+    import argparse
+
+    study = load_script("pretraining_study")
+    args = argparse.Namespace(root=tmp_path, data=tmp_path / "d", rate_64=2.0, rate_128=1.0, levers=True)
+    jobs = {job.name: job for job in study.jobs(args)}
+    plain = {job.name for job in study.jobs(argparse.Namespace(**{**vars(args), "levers": False}))}
+    assert plain < set(jobs)
+    for lever, (flags, source, length) in study.LEVERS.items():
+        job = jobs[f"wordnet:pretrain:{lever}:10"]
+        command = job.command[job.command.index("pretrain"):]
+        assert command[command.index("--recipe") + 1] == "auto" and all(flag in command for flag in flags)
+        assert command[command.index("--max-steps") + 1] == str(10 * 60 * (2 if length == "64" else 1))
+        data = command[command.index("--data") + 1]
+        assert data.endswith("/data" if source == "data" else f"/data-{source}")
+        assert job.after == [f"wordnet:{'data' if source == 'data' else 'data-' + source}"]
+        for task in ("wordnet-lexname", "wordnet-qa"):
+            assert jobs[f"wordnet:finetune:{lever}:10:{task}"].after == [job.name]
+    contiguous = jobs["wordnet:data-contiguous"].command
+    assert contiguous[contiguous.index("--packing") + 1] == "contiguous" and "--no-nsp" in contiguous
+    assert "--no-nsp" in jobs["wordnet:pretrain:contiguous:10"].command  # its data has no NSP pairs
+    vocab = jobs["wordnet:vocab4000"].command
+    assert vocab[vocab.index("--vocab-size") + 1] == "4000"
