@@ -74,8 +74,8 @@ class InferencePrecision(Settings):
     quantized, CPU only."""
     calibration: Path | None = dataclasses.field(default=None, metadata={"path": "file", "exists": True})
     """With --precision int8: a text file of sample inputs (one per line; a pair as two tab-separated texts, at
-    most 512 read) to measure SmoothQuant's scales on; they are kept beside the model (int8_smoothing.safetensors)
-    and used by later int8 runs of it."""
+    most 512 read; .gz or .zst too) to measure SmoothQuant's scales and each layer's outlier channels (kept in
+    fp32) on; they are kept beside the model (int8_smoothing.safetensors) and used by later int8 runs of it."""
 
     def check(self) -> None:
         super().check()
