@@ -6,6 +6,8 @@
 #   nowarm: the same steps with --head-warmup-steps 0 (what the recipe did before), to see what the warm-up is worth,
 #   ratio:  the warm-up and the encoder at 0.3 of the head's rate (--encoder-lr-ratio 0.3),
 #   tapt:   the warm-up, on the task's own 4,000 training verses (TAPT) instead of the corpus,
+#   warm6:  with SIX_PASSES=1 in the environment, the warm-up recipe with its own budget (no --max-steps: the
+#           continue recipe's 6 passes over the corpus), fine-tuned at auto and the rates of LRS after the first,
 # the first two fine-tuned on the bundled KJV task (1,000 training verses, seeds 1-3) at the default learning rate
 # (auto) and at a small sweep (LRS), the others at the first rate of LRS. Usage:
 #   scripts/adaptation_sweep.sh MODEL_DIR WORK_DIR [STEPS] [LRS] [PRECISION]
@@ -33,6 +35,10 @@ python "$SCRIPTS/kjv_task_files.py"  # kjv.txt, train-1000.tsv, task-texts.txt
 [ -d pt-ratio/final ] || stage pretrain-ratio bertkit pretrain --data data --init-from "$MODEL" \
     --output pt-ratio --max-steps "$STEPS" --eval-examples 500 --eval-every 50 --save-every 1000 \
     --encoder-lr-ratio 0.3 --precision "$PRECISION"
+if [ "${SIX_PASSES:-0}" = 1 ] && [ ! -d pt-warm6/final ]; then
+  stage pretrain-warm6 bertkit pretrain --data data --init-from "$MODEL" --output pt-warm6 --eval-examples 500 \
+      --eval-every 500 --save-every 1000 --precision "$PRECISION"
+fi
 [ -d data-tapt ] || stage data-tapt bertkit data pretraining --input task-texts.txt --tokenizer "$MODEL" \
     --output data-tapt --max-seq-length 64 --no-nsp --masking dynamic --seed 42 --quiet
 [ -d pt-tapt/final ] || stage pretrain-tapt bertkit pretrain --data data-tapt --init-from "$MODEL" --output pt-tapt \
@@ -60,7 +66,13 @@ for lr in ${LRS#"$first"}; do
   finetune released "$MODEL" "$lr"
   finetune warm pt-warm/final "$lr"
 done
+six=()
+if [ "${SIX_PASSES:-0}" = 1 ]; then
+  finetune warm6 pt-warm6/final auto
+  for lr in ${LRS#"$first"}; do finetune warm6 pt-warm6/final "$lr"; done
+  six=(warm6:released)
+fi
 
 python "$SCRIPTS/adaptation_table.py" --compare warm:released nowarm:released ratio:released tapt:released \
-    --pretrain warm nowarm ratio tapt
+    "${six[@]}" --pretrain warm nowarm ratio tapt ${six:+warm6}
 cat timings.txt
