@@ -21,7 +21,7 @@ MODEL=$1 WORK=$2 STEPS=${3:-250} LRS=${4:-"1e-4 1.4e-4 2e-4 4e-4"} PRECISION=${5
 SCRIPTS=$(cd "$(dirname "$0")" && pwd)
 mkdir -p "$WORK"
 cd "$WORK"
-stage() { local name=$1; shift; local t0; t0=$(date +%s); "$@"; echo "$name $(( $(date +%s) - t0 ))s" | tee -a timings.txt; }
+source "$SCRIPTS/adaptation_steps.sh"  # stage, finetune
 
 python "$SCRIPTS/kjv_task_files.py"  # kjv.txt, train-1000.tsv, task-texts.txt
 
@@ -44,15 +44,6 @@ fi
 [ -d pt-tapt/final ] || stage pretrain-tapt bertkit pretrain --data data-tapt --init-from "$MODEL" --output pt-tapt \
     --max-steps "$STEPS" --eval-examples 200 --eval-every 50 --save-every 1000 --precision "$PRECISION"
 
-DEV=$(python -c "from bertkit.assets import kjv_path; print(kjv_path('dev.tsv'))")
-TEST=$(python -c "from bertkit.assets import kjv_path; print(kjv_path('test.tsv'))")
-finetune() {  # finetune NAME MODEL_DIR LR
-  [ -f "ft-$1-$3/eval_results.json" ] && return
-  stage "finetune-$1-$3" bertkit finetune classification --model "$2" --train train-1000.tsv --dev "$DEV" \
-      --dev "$TEST" --text-column text --label-column label --seeds 1,2,3 --epochs 3 --batch-size 32 \
-      --learning-rate "$3" --max-seq-length 128 --precision "$PRECISION" --output "ft-$1-$3" 2>&1 \
-      | tee "ft-$1-$3.log" | grep -E "learning rate|^seed|accuracy" || true
-}
 first=${LRS%% *}
 finetune released "$MODEL" "$first"
 finetune warm pt-warm/final "$first"

@@ -19,7 +19,7 @@ WORDNET=$1 VOCAB=$2 WORK=$3 GENERAL=${4:-3000} ADAPT=${5:-1000} LRS=${6:-"1e-4 3
 SCRIPTS=$(cd "$(dirname "$0")" && pwd)
 mkdir -p "$WORK"
 cd "$WORK"
-stage() { local name=$1; shift; local t0; t0=$(date +%s); "$@"; echo "$name $(( $(date +%s) - t0 ))s" | tee -a timings.txt; }
+source "$SCRIPTS/adaptation_steps.sh"  # stage, finetune
 
 python "$SCRIPTS/kjv_task_files.py"  # kjv.txt, train-1000.tsv, task-texts.txt
 [ -d sd ] || python "$SCRIPTS/study_data.py" --wordnet "$WORDNET" --output sd > /dev/null
@@ -39,15 +39,6 @@ fi
 [ -d pt-control/final ] || stage pretrain-control bertkit pretrain --data data-wn --init-from released \
     --output pt-control --max-steps "$ADAPT" --eval-examples 500 --eval-every 250 --save-every 1000
 
-DEV=$(python -c "from bertkit.assets import kjv_path; print(kjv_path('dev.tsv'))")
-TEST=$(python -c "from bertkit.assets import kjv_path; print(kjv_path('test.tsv'))")
-finetune() {  # finetune NAME MODEL_DIR LR
-  [ -f "ft-$1-$3/eval_results.json" ] && return
-  stage "finetune-$1-$3" bertkit finetune classification --model "$2" --train train-1000.tsv --dev "$DEV" \
-      --dev "$TEST" --text-column text --label-column label --seeds 1,2,3 --epochs 3 --batch-size 32 \
-      --learning-rate "$3" --max-seq-length 128 --output "ft-$1-$3" 2>&1 \
-      | tee "ft-$1-$3.log" | grep -E "learning rate|^seed|accuracy" || true
-}
 for lr in auto $LRS; do
   finetune released released "$lr"
   finetune kjv pt-kjv/final "$lr"
