@@ -272,11 +272,12 @@ def test_the_lever_study_changes_one_thing_per_run_at_the_same_cpu_budget(tmp_pa
     jobs = {job.name: job for job in study.jobs(args)}
     plain = {job.name for job in study.jobs(argparse.Namespace(**{**vars(args), "levers": False}))}
     assert plain < set(jobs)
-    for lever, (flags, source, length) in study.LEVERS.items():
+    for lever, (flags, source, length, *factor) in study.LEVERS.items():
         job = jobs[f"wordnet:pretrain:{lever}:10"]
         command = job.command[job.command.index("pretrain"):]
         assert command[command.index("--recipe") + 1] == "auto" and all(flag in command for flag in flags)
-        assert command[command.index("--max-steps") + 1] == str(10 * 60 * (2 if length == "64" else 1))
+        steps = 10 * 60 * (2 if length == "64" else 1) * (factor[0] if factor else 1)
+        assert command[command.index("--max-steps") + 1] == str(round(steps))
         data = command[command.index("--data") + 1]
         assert data.endswith("/data" if source == "data" else f"/data-{source}")
         assert job.after == [f"wordnet:{'data' if source == 'data' else 'data-' + source}"]
@@ -285,5 +286,8 @@ def test_the_lever_study_changes_one_thing_per_run_at_the_same_cpu_budget(tmp_pa
     contiguous = jobs["wordnet:data-contiguous"].command
     assert contiguous[contiguous.index("--packing") + 1] == "contiguous" and "--no-nsp" in contiguous
     assert "--no-nsp" in jobs["wordnet:pretrain:contiguous:10"].command  # its data has no NSP pairs
+    batch16 = jobs["wordnet:pretrain:batch16:10"].command  # half the batch, twice the steps: the same tokens
+    assert batch16[batch16.index("--max-steps") + 1] == "2400"
+    assert batch16[batch16.index("--global-batch-size") + 1] == "16"
     vocab = jobs["wordnet:vocab4000"].command
     assert vocab[vocab.index("--vocab-size") + 1] == "4000"
