@@ -101,6 +101,24 @@ def test_instances_are_cut_at_load_by_the_pair_rule(data, masking):
     assert PretrainingDataset(data["dynamic"], masked_lm_prob=0.3).options["masked_lm_prob"] == 0.3
 
 
+def test_a_higher_masking_rate_at_load_raises_the_datas_prediction_cap(data, caplog):
+    """--masked-lm-prob 0.3 on data built with Google's cap for 15% (20 predictions at 96 tokens) masks 30% of
+    every instance, not at most 20 tokens of it, and says so; a rate the cap already allows leaves it alone."""
+    assert PretrainingDataset(data["dynamic"]).options["max_predictions_per_seq"] == 20
+    with caplog.at_level(logging.INFO, logger="bertkit.data.dataset"):
+        raised = PretrainingDataset(data["dynamic"], masked_lm_prob=0.3)
+    assert raised.options["max_predictions_per_seq"] == 29  # round(0.3 x 96)
+    assert "20 predictions per instance raised to 29" in caplog.text
+    long = [i for i in range(len(raised)) if len(raised[i]["input_ids"]) >= 90]
+    assert long, "the corpus must have instances near 96 tokens"
+    for index in long[:10]:
+        item = raised[index]
+        masked = int((item["mlm_labels"] != -100).sum())
+        assert masked == round(0.3 * len(item["input_ids"])) > 20
+    cut = PretrainingDataset(data["dynamic"], max_seq_length=64, masked_lm_prob=0.3)  # 19 fits under 20
+    assert cut.options["max_predictions_per_seq"] == 20
+
+
 def _pretrain(data: dict[str, Path], output: Path, *extra: str) -> int:
     return main(["pretrain", "--data", str(data["dynamic"]), "--tokenizer", str(data["tok"]), "--model", "bert-debug",
                  "--output", str(output), "--eval-examples", "8", "--eval-every", "50", "--device", "cpu",

@@ -23,6 +23,7 @@ References: torch.utils.data.Dataset; RoBERTa (Liu et al. 2019, arXiv:1907.11692
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 import numpy as np
@@ -32,6 +33,8 @@ from torch.nn.utils.rnn import pad_sequence
 from bertkit.data.masking import IGNORE_INDEX, MaskingVocab, mask_batch
 from bertkit.data.shards import instance_layout, open_shard, read_manifest, verify_shard
 from bertkit.errors import BertkitError
+
+logger = logging.getLogger(__name__)
 
 
 class PretrainingDataset(torch.utils.data.Dataset):
@@ -55,11 +58,23 @@ class PretrainingDataset(torch.utils.data.Dataset):
             if not 0.0 < masked_lm_prob < 1.0:
                 raise BertkitError(f"--masked-lm-prob must be in (0, 1), got {masked_lm_prob}")
             self.options["masked_lm_prob"] = masked_lm_prob
+            self._fit_prediction_cap(masked_lm_prob)
         self.shards = [open_shard(self.directory, entry) for entry in self.manifest["shards"]]
         counts = [entry["num_instances"] for entry in self.manifest["shards"]]
         self._starts = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)  # (shards+1,)
         self.epoch = 0
         self.vocab = self._masking_vocab() if self.dynamic else None
+
+    def _fit_prediction_cap(self, masked_lm_prob: float) -> None:
+        """Raise the data's cap on predictions per instance (Google's max_predictions_per_seq, set when it was
+        built for its own rate) to what `masked_lm_prob` asks of the longest instance, so a higher rate at load
+        masks that share of every instance instead of silently stopping at the old cap."""
+        needed = round(masked_lm_prob * self.options["max_seq_length"])
+        cap = int(self.options["max_predictions_per_seq"])
+        if needed > cap:
+            self.options["max_predictions_per_seq"] = needed
+            logger.info("masking %.0f%% of up to %d tokens: %s's cap of %d predictions per instance raised to %d",
+                        100 * masked_lm_prob, self.options["max_seq_length"], self.directory, cap, needed)
 
     @property
     def vocab_hash(self) -> str:
