@@ -6,10 +6,14 @@ corpus and task, with bertkit's own commands.
     python scripts/pretraining_study.py table --root /tmp/study
     python scripts/pretraining_study.py run ... --levers     # also the short-budget levers (issue 37, item 2)
 
+The rows of 2026-11-23 (docs/study/wordnet-2026-11-23.jsonl) ran the short recipe of that day (batch 32, 15%
+masking, 5% warmup); `--levers` measures that recipe as "before" beside each lever and the new recipe's parts.
+
 A budget is in CPU-minutes (minutes of one core): `bertkit pretrain --max-time 10m` on a 2-core machine
 is 20 CPU-minutes. A budget is turned into a step budget at the rate of the idle machine (bert-mini,
 batch 32, precision auto: 4.4 steps/s at 64 tokens on two idle cores, docs/quickstart.md, i.e. 2.2
-steps per CPU-second; 128 tokens at 0.48x that, measured as a ratio by `rates`), so the results do not
+steps per CPU-second; 128 tokens at 0.48x that, measured as a ratio by `rates`; the short recipe's batch of 16
+since issue 37 at twice the 64-token rate: the same tokens), so the results do not
 depend on how busy the machine is while the study runs; every run uses one thread (`OMP_NUM_THREADS=1`,
 two runs at a time on two cores). Everything else is the command a user runs:
 
@@ -39,7 +43,12 @@ from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from bertkit.workflows.recipes import REFERENCE_WIDTH, short_recipe
+
 SCRIPTS = Path(__file__).resolve().parent
+# The short recipe's batch: --rate-64 is measured at batch 32, and a smaller batch takes proportionally more steps
+# per second (the same tokens per CPU-second; measured for 16 and 8 below), so `auto` rows get rate x 32 / batch.
+SHORT_BATCH = short_recipe(REFERENCE_WIDTH).batch_size
 # The short recipe at three budgets on the held-out corpus (20 CPU-minutes is `--max-time 10m` on two cores, the
 # acceptance run; 40 did not fit the session that ran the study), one on the bundled corpus (the quickstart study
 # covers more); the paper's recipe at one.
@@ -52,17 +61,20 @@ SEEDS = "1,2,3"
 CORPORA = {"wordnet": (("wordnet-lexname", 5, "grid"), ("wordnet-qa", 2, "default")),
            "kjv": (("kjv-verse", 5, "grid"),)}
 TRAIN_EXAMPLES = {"kjv-verse": 1000}  # as the quickstart: few labels, where pre-training pays most
-# The short-budget levers (issue 37, item 2), each the short recipe (`--recipe auto` at LEVER_BUDGET_CPU_MIN on the
-# held-out corpus) with one thing changed: name -> (extra `bertkit pretrain` flags, the data it reads: "data" as
+# The short-budget levers (issue 37, item 2), each the short recipe as it was before them (LEVER_BASE: batch 32, 15%
+# masking, 5% warmup, at LEVER_BUDGET_CPU_MIN on the held-out corpus) with one thing changed, then the combinations
+# the single levers pointed to: name -> (`bertkit pretrain` flags replacing the base's, the data it reads: "data" as
 # the study builds it, "contiguous" packed with --packing contiguous (for --no-nsp), "vocab4000" a 4,000-piece
 # vocabulary; the steps per CPU-second: "64" or "128", times a factor where the batch is not 32 (batch 16 takes
-# 1.95-2.05x the steps per second of batch 32 at 64 tokens on one thread, measured with measure_steps_per_second,
-# i.e. the same tokens per CPU-second). Its row compares with the recipe's own at that budget.
+# 1.95-2.05x the steps per second of batch 32 at 64 tokens on one thread, batch 8 3.84-3.97x, measured with
+# measure_steps_per_second: about the same tokens per CPU-second). Every row compares with "before".
 # Not here: a batch-size ramp (bertkit has none) and sparse MLM prediction (always on: the head reads only the
 # masked positions, the same loss at less cost; its gain is throughput, measured in docs/performance.md).
 LEVER_CORPUS = "wordnet"
 LEVER_BUDGET_CPU_MIN = 10
+LEVER_BASE = {"--global-batch-size": "32", "--masked-lm-prob": "0.15", "--warmup-ratio": "0.05"}
 LEVERS = {
+    "before": ([], "data", "64"),  # the short recipe of 2026-11-23, unchanged
     "mask20": (["--masked-lm-prob", "0.2"], "data", "64"),  # Wettig et al. 2022: 15% is not optimal
     "mask30": (["--masked-lm-prob", "0.3"], "data", "64"),
     "no-nsp": (["--no-nsp"], "data", "64"),
@@ -73,7 +85,27 @@ LEVERS = {
     "vocab4000": ([], "vocab4000", "64"),  # a smaller vocabulary for a small corpus
     "lr1e-3": (["--learning-rate", "1e-3"], "data", "64"),  # twice the recipe's peak (Cramming trains at 1e-3)
     "batch16": (["--global-batch-size", "16"], "data", "64", 2.0),  # twice the updates of the same tokens
+    # combinations
+    "b16-m30": (["--global-batch-size", "16", "--masked-lm-prob", "0.3"], "data", "64", 2.0),
+    "b16-m30-cycle": (["--global-batch-size", "16", "--masked-lm-prob", "0.3", "--warmup-ratio", "0.5"], "data", "64",
+                      2.0),
+    "b8-m30-cycle": (["--global-batch-size", "8", "--masked-lm-prob", "0.3", "--warmup-ratio", "0.5"], "data", "64",
+                     3.9),
+    "b16-m40": (["--global-batch-size", "16", "--masked-lm-prob", "0.4"], "data", "64", 2.0),
 }
+
+
+def lever_flags(flags: list[str]) -> list[str]:
+    """LEVER_BASE with a lever's flags: a flag the base sets takes the lever's value, any other is added."""
+    base, extra, i = dict(LEVER_BASE), [], 0
+    while i < len(flags):
+        if flags[i] in base:
+            base[flags[i]] = flags[i + 1]
+            i += 2
+        else:
+            extra.append(flags[i])
+            i += 1
+    return [item for pair in base.items() for item in pair] + extra
 
 
 @dataclass
@@ -111,7 +143,7 @@ def jobs(args: argparse.Namespace) -> list[Job]:
         models = [("random", None, "-", f"{corpus}:vocab")]  # (recipe label, run, budget label, its job)
         for recipe, budgets in (("auto", BUDGETS_CPU_MIN[corpus]), ("paper", PAPER_BUDGETS_CPU_MIN[corpus])):
             for budget in budgets:
-                rate = args.rate_64 if recipe == "auto" else args.rate_128
+                rate = args.rate_64 * 32 / SHORT_BATCH if recipe == "auto" else args.rate_128
                 run, name = root / corpus / f"pretrain-{recipe}-{budget}cpu", f"{corpus}:pretrain:{recipe}:{budget}"
                 out.append(Job(name, bertkit(
                     "pretrain", "--data", str(built), "--tokenizer", str(vocab), "--model", "bert-mini", "--output",
@@ -164,8 +196,8 @@ def _lever_models(corpus: str, root: Path, args: argparse.Namespace, out: list[J
         run, name = root / corpus / f"pretrain-{lever}-{budget}cpu", f"{corpus}:pretrain:{lever}:{budget}"
         out.append(Job(name, bertkit(
             "pretrain", "--data", str(built), "--tokenizer", str(vocab), "--model", "bert-mini", "--output", str(run),
-            "--recipe", "auto", *flags, "--max-steps", str(round(budget * 60 * rate)), "--eval-every", "500",
-            "--eval-examples", "1000", "--resume", "auto"), run / "final" / "model.safetensors", [needs]))
+            "--recipe", "auto", *lever_flags(flags), "--max-steps", str(round(budget * 60 * rate)), "--eval-every",
+            "500", "--eval-examples", "1000", "--resume", "auto"), run / "final" / "model.safetensors", [needs]))
         models.append((lever, run, f"{budget} CPU-min", name))
     return models
 

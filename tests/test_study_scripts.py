@@ -286,6 +286,12 @@ def test_the_lever_study_changes_one_thing_per_run_at_the_same_cpu_budget(tmp_pa
     contiguous = jobs["wordnet:data-contiguous"].command
     assert contiguous[contiguous.index("--packing") + 1] == "contiguous" and "--no-nsp" in contiguous
     assert "--no-nsp" in jobs["wordnet:pretrain:contiguous:10"].command  # its data has no NSP pairs
+    mask30 = jobs["wordnet:pretrain:mask30:10"].command  # the lever replaces the recipe-before's value
+    assert mask30.count("--masked-lm-prob") == 1 and mask30[mask30.index("--masked-lm-prob") + 1] == "0.3"
+    before = jobs["wordnet:pretrain:before:10"].command  # the recipe before issue 37, pinned by flags
+    assert [before[before.index(flag) + 1] for flag in study.LEVER_BASE] == ["32", "0.15", "0.05"]
+    auto = jobs["wordnet:pretrain:auto:10"].command  # today's recipe at its own batch: the same tokens per CPU-second
+    assert auto[auto.index("--max-steps") + 1] == str(round(10 * 60 * 2.0 * 32 / study.SHORT_BATCH))
     batch16 = jobs["wordnet:pretrain:batch16:10"].command  # half the batch, twice the steps: the same tokens
     assert batch16[batch16.index("--max-steps") + 1] == "2400"
     assert batch16[batch16.index("--global-batch-size") + 1] == "16"

@@ -35,7 +35,9 @@ def test_budget_in_steps(max_steps, max_time_s, rate, expected):
 def test_auto_picks_the_short_recipe_below_the_papers_budget_and_the_paper_above():
     ten_cpu_minutes = choose_recipe("auto", 256, budget_steps(None, 600, 4.4))
     assert (ten_cpu_minutes.name, ten_cpu_minutes.max_seq_length, ten_cpu_minutes.dropout) == ("short", 64, 0.0)
-    assert ten_cpu_minutes.learning_rate == pytest.approx(5e-4) and ten_cpu_minutes.warmup_ratio == 0.05
+    # issue 37's measured levers, together: batch 16, 30% masking, the one-cycle schedule (peak at half the budget)
+    assert (ten_cpu_minutes.batch_size, ten_cpu_minutes.masked_lm_prob, ten_cpu_minutes.nsp) == (16, 0.3, True)
+    assert ten_cpu_minutes.learning_rate == pytest.approx(5e-4) and ten_cpu_minutes.warmup_ratio == 0.5
     assert "~2,640 steps: too few for the paper's schedule" in ten_cpu_minutes.reason
     a_gpu_day = choose_recipe("auto", 768, budget_steps(None, 86_400, 12.0))  # ~1M steps
     assert (a_gpu_day.name, a_gpu_day.learning_rate, a_gpu_day.max_seq_length) == ("paper", 1e-4, None)
@@ -134,13 +136,14 @@ def test_pretrain_chooses_prints_and_records_the_recipe_and_flags_override_it(da
     assert record.levelno == logging.INFO  # information, not a warning
     line = record.getMessage()
     assert line.startswith("recipe short (~3 steps: too few for the paper's schedule")
-    assert "0.05 steps/s measured at 64 tokens x 32 on this machine" in line
+    assert "0.05 steps/s measured at 64 tokens x 16 on this machine" in line
     assert "instances of 96 tokens are cut to 64 at load" in line and "--max-seq-length 64 --masking dynamic" in line
-    assert measured and measured[0][1:3] == (64, 32)  # measured at the short recipe's shape
+    assert measured and measured[0][1:3] == (64, 16)  # measured at the short recipe's shape
     saved = json.loads((tmp_path / "auto" / "pretrain_settings.json").read_text())
     assert saved["recipe"]["name"] == "short" and saved["train"]["learning_rate"] == pytest.approx(5e-4 * math.sqrt(8))
     settings, train = saved["settings"], saved["train"]
-    assert (settings["max_seq_length"], settings["dropout"], train["warmup_ratio"]) == (64, 0.0, 0.05)
+    assert (settings["max_seq_length"], settings["dropout"], train["warmup_ratio"]) == (64, 0.0, 0.5)
+    assert (settings["masked_lm_prob"], saved["batch"]["global"]) == (0.3, 16)
     assert saved["train"]["adam_epsilon"] == 1e-6  # the original BERT optimizer's (--adam-epsilon)
     final = json.loads((tmp_path / "auto" / "final" / "bertkit_pretraining.json").read_text())
     assert final["steps"] == 3 and final["recipe"] == "short" and "mlm_accuracy" in final["last_eval"]  # applied
@@ -206,12 +209,12 @@ def test_the_time_budget_counts_every_process(data, monkeypatch):
     from bertkit.settings import PretrainSettings, TrainConfig
 
     measured = []
-    # one process: 1 step/s at the whole batch; each of 4 processes: 4 steps/s at its quarter
+    # one process: 1 step/s at the whole batch (16); each of 4 processes: 4 steps/s at its quarter
     monkeypatch.setattr(pretraining, "measure_steps_per_second", lambda config, length, rows, *a, **k:
-                        measured.append(rows) or 32 / rows)
+                        measured.append(rows) or 16 / rows)
     settings = PretrainSettings(data=str(data["dynamic"]), model="bert-mini", output="unused", recipe="auto")
     train = TrainConfig(max_time_s=3600)
     alone, four = pretraining._choose(settings, train, 1), pretraining._choose(settings, train, 4)
-    assert measured == [32, 8]
+    assert measured == [16, 4]
     assert "3,600 steps" in alone.reason or "~3,600 steps" in alone.reason, alone.reason
-    assert "~14,400 steps" in four.reason and "each of 4 processes' share of 32" in four.reason, four.reason
+    assert "~14,400 steps" in four.reason and "each of 4 processes' share of 16" in four.reason, four.reason

@@ -37,8 +37,8 @@ class Recipe:
     """Pre-training instance length in tokens (a verse is about 35; short instances, more steps)."""
     masked_lm_prob: float = _set(_SHORT.masked_lm_prob)
     """Fraction of tokens masked (dynamic masking: new masks every epoch)."""
-    max_predictions_per_seq: int = 10
-    """Most masked tokens per instance."""
+    max_predictions_per_seq: int = round(_set(_SHORT.max_seq_length) * _set(_SHORT.masked_lm_prob))
+    """Most masked tokens per instance: the masking rate of the longest instance (Google's rule)."""
     nsp: bool = _SHORT.nsp
     """Train next sentence prediction too."""
     dropout: float = _set(_SHORT.dropout)
