@@ -25,7 +25,7 @@ import click
 from bertkit.cli.options import memory_line, settings_from_flags, settings_options, use_threads
 from bertkit.errors import BertkitError, Interrupted
 from bertkit.settings import PretrainSettings, TrainConfig
-from bertkit.workflows.recipes import CONTINUE_PASSES
+from bertkit.workflows.recipes import CONTINUE_PASSES, REFERENCE_WIDTH, continue_recipe, paper_recipe, short_recipe
 
 _DURATION = re.compile(r"^(?:(\d+(?:\.\d+)?)h)?(?:(\d+(?:\.\d+)?)m)?(?:(\d+(?:\.\d+)?)s)?$")
 
@@ -47,14 +47,18 @@ def _duration(ctx: click.Context, param: click.Parameter, value: str | None) -> 
     return None if value is None else parse_duration(value)
 
 
+_SHORT, _PAPER = short_recipe(REFERENCE_WIDTH), paper_recipe()  # --help quotes the recipes themselves
 RECIPE_DEFAULTS = {
-    "global_batch_size": "the recipe's: paper 256 (micro-batches of 32), short 32",
-    "learning_rate": "the recipe's: paper 1e-4, short 5e-4 x sqrt(256 / hidden size)",
-    "warmup_ratio": "the recipe's: paper 0.01, short 0.05",
-    "dropout": "the recipe's: paper the model config's (0.1 in the presets), short 0",
+    "global_batch_size": f"the recipe's: paper {_PAPER.batch_size} (micro-batches of {_PAPER.micro_batch_size}), "
+                         f"short {_SHORT.batch_size}",
+    "learning_rate": f"the recipe's: paper {_PAPER.learning_rate:g}, short {_SHORT.learning_rate:g} x "
+                     f"sqrt({REFERENCE_WIDTH} / hidden size)",
+    "warmup_ratio": f"the recipe's: paper {_PAPER.warmup_ratio:g}, short {_SHORT.warmup_ratio:g}",
+    "dropout": f"the recipe's: paper the model config's (0.1 in the presets), short {_SHORT.dropout:g}",
     "nsp": "on",
-    "max_seq_length": "the recipe's: paper the data's, short 64",
-    "masked_lm_prob": "the recipe's, 0.15 (static data: its own)",
+    "max_seq_length": f"the recipe's: paper the data's, short {_SHORT.max_seq_length}",
+    "masked_lm_prob": f"the recipe's: paper the data's, short {_SHORT.masked_lm_prob:g}, continue "
+                      f"{continue_recipe(REFERENCE_WIDTH, True, None).masked_lm_prob:g} (static data: its own)",
     "head_warmup_steps": "the recipe's: continue 10% of the budget (at most 500) for a checkpoint without its "
                          "MLM head, else 0",
 }

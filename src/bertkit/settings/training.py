@@ -269,8 +269,8 @@ class PretrainSettings(Settings):
     recipe: str | None = dataclasses.field(default=None, metadata={"choices": RECIPES})
     """Fills the settings a budget decides (sequence length, learning rate, warmup, dropout, masking rate,
     NSP, batch size) that were not given. auto: the paper's settings when the budget allows
-    ~100,000 steps, else the short-budget recipe (64 tokens, lr 5e-4 at bert-mini's width, 5% warmup, no
-    dropout, 15% dynamic masking, NSP, batch 32); the choice and its reason are printed (recipes.py);
+    ~100,000 steps, else the short-budget recipe (64 tokens, batch 16, lr 5e-4 at bert-mini's width reached
+    at half the budget, no dropout, 30% dynamic masking, NSP); the choice and its reason are printed (recipes.py);
     each setting's own flag overrides it. None (library use): exactly the settings given."""
     given: tuple[str, ...] = ()
     """Settings the user chose explicitly (by flag), which a recipe leaves alone: names of fields here or
