@@ -91,7 +91,6 @@ LEVERS = {
                       2.0),
     "b8-m30-cycle": (["--global-batch-size", "8", "--masked-lm-prob", "0.3", "--warmup-ratio", "0.5"], "data", "64",
                      3.9),
-    "b16-m40": (["--global-batch-size", "16", "--masked-lm-prob", "0.4"], "data", "64", 2.0),
 }
 
 

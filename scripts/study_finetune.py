@@ -230,22 +230,35 @@ def read_rows(paths: list[Path]) -> list[dict[str, Any]]:
 
 def markdown_table(rows: list[dict[str, Any]], split: str = "test") -> str:
     """One line per pre-trained row with its random-init baseline (same task, vocabulary, shape, training
-    size and fine-tuning recipe; the newest such row) and the gain in points."""
+    size and fine-tuning recipe; the newest such row), the gain in points and its Welch p-value over the seeds
+    (bertkit.workflows.significance: whether the gain is more than seed noise)."""
     def key(row: dict[str, Any]) -> tuple:
         recipe = json.dumps(row["recipe_finetune"], sort_keys=True)
         return row["task"], row["vocab_sha256"], row["shape"], row["train_examples"], recipe
 
     baselines = {key(r): r for r in rows if r["init"] == "random"}
-    lines = ["| corpus | budget | recipe | MLM acc | task | pre-trained | random | gain |",
-             "|---|---|---|---|---|---|---|---|"]
+    lines = ["| corpus | budget | recipe | MLM acc | task | pre-trained | random | gain | p |",
+             "|---|---|---|---|---|---|---|---|---|"]
     for row in (r for r in rows if r["init"] == "pretrained"):
         base = baselines.get(key(row))
         gain = f"{row[split]['mean'] - base[split]['mean']:+.1f}" if base else "n/a"
+        gain += f" | {_p_value(row, base, split)}"
         mlm = f"{100 * row['mlm_accuracy']:.1f}" if row.get("mlm_accuracy") is not None else "n/a"
         lines.append(f"| {row['corpus']} | {row['budget']} | {row['recipe']} | {mlm} | {row['task']} "
                      f"({row['metric']}, {row['train_examples']}) | {_pm(row, split)} | "
                      f"{_pm(base, split) if base else 'n/a'} | {gain} |")
     return "\n".join(lines)
+
+
+def _p_value(row: dict[str, Any], base: dict[str, Any] | None, split: str) -> str:
+    """Welch's two-sided p of the row's per-seed scores against its baseline's; n/a without a spread to judge."""
+    from bertkit.workflows.significance import compare_seeds
+
+    if base is None:
+        return "n/a"
+    comparison = compare_seeds([seed[split] for seed in row["seeds"].values()],
+                               [seed[split] for seed in base["seeds"].values()])
+    return "n/a" if comparison.p_value is None else f"{comparison.p_value:.2g}"
 
 
 def _pm(row: dict[str, Any], split: str) -> str:

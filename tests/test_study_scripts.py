@@ -227,14 +227,19 @@ def test_finetune_grid_rule_and_table(built, tmp_path):
     default = study.run(study.parse_args(["run", "--task", "wordnet-lexname", "--lr-rule", "default",
                                           "--output", str(tmp_path / "default"), *common, "--seeds", "1"]))
     assert default["learning_rate"] > 0 and default["recipe_finetune"]["lr_rule"] == "default"
+    shifted = {seed: {**scores, "test": scores["test"] + 7.0 + int(seed)} for seed, scores in row["seeds"].items()}
     pretrained = {**row, "init": "pretrained", "corpus": "wordnet", "budget": "10m", "recipe": "auto",
-                  "mlm_accuracy": 0.25, "test": {"mean": row["test"]["mean"] + 7.0, "std": 1.0}}
+                  "mlm_accuracy": 0.25, "test": {"mean": row["test"]["mean"] + 7.0, "std": 1.0}, "seeds": shifted}
     longer = {**row, "recipe_finetune": {**row["recipe_finetune"], "epochs": 9.0}, "test": {"mean": 99.0, "std": 0.0}}
     with open(results, "a") as handle:  # a random row fine-tuned otherwise is no baseline for it
         handle.write(json.dumps(pretrained) + "\n" + json.dumps(longer) + "\n")
     table = study.markdown_table(study.read_rows([results]))
     line = next(line for line in table.splitlines() if "| wordnet | 10m |" in line)
-    assert "| 25.0 |" in line and line.endswith("| +7.0 |")
+    assert "| 25.0 |" in line and "| +7.0 | " in line
+    from bertkit.workflows.significance import compare_seeds  # the gain's p over the seeds, Welch's
+
+    expected = compare_seeds([s["test"] for s in shifted.values()], [s["test"] for s in row["seeds"].values()])
+    assert expected.p_value is not None and line.endswith(f"| {expected.p_value:.2g} |")
 
 
 def test_finetune_flags_are_checked(tmp_path):
