@@ -35,6 +35,7 @@ from bertkit.data.shards import instance_layout, open_shard, read_manifest, veri
 from bertkit.errors import BertkitError
 
 logger = logging.getLogger(__name__)
+_RAISED_CAPS_LOGGED: set[tuple[Path, int, int]] = set()
 
 
 class PretrainingDataset(torch.utils.data.Dataset):
@@ -73,6 +74,9 @@ class PretrainingDataset(torch.utils.data.Dataset):
         cap = int(self.options["max_predictions_per_seq"])
         if needed > cap:
             self.options["max_predictions_per_seq"] = needed
+            if (self.directory, cap, needed) in _RAISED_CAPS_LOGGED:  # the training and held-out splits: say it once
+                return
+            _RAISED_CAPS_LOGGED.add((self.directory, cap, needed))
             logger.info("masking %.0f%% of up to %d tokens: %s's cap of %d predictions per instance raised to %d",
                         100 * masked_lm_prob, self.options["max_seq_length"], self.directory, cap, needed)
 
