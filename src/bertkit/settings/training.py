@@ -264,8 +264,8 @@ class PretrainSettings(Settings):
     max_seq_length: int | None = None
     """Cut longer instances to this many tokens at load (Google's pair rule); unset: as the data was built."""
     masked_lm_prob: float | None = None
-    """Masking rate of dynamically masked data; unset: the data's. A rate above what the data's
-    --max-predictions-per-seq allows raises that cap to rate x length."""
+    """Masking rate of dynamically masked data; unset: the data's. A rate above what the data's cap on
+    predictions per instance allows (set when it was built) raises that cap to rate x length."""
     recipe: str | None = dataclasses.field(default=None, metadata={"choices": RECIPES})
     """Fills the settings a budget decides (sequence length, learning rate, warmup, dropout, masking rate,
     NSP, batch size) that were not given. auto: the paper's settings when the budget allows
