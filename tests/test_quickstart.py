@@ -129,7 +129,8 @@ def test_sigint_stops_the_whole_quickstart_and_resume_reports_the_whole_run(tmp_
     assert summary["pretraining"]["steps"] == 12  # the whole run: 5 steps, then 7 more
     assert summary["timings"]["pretraining_s"] > first  # both runs' time
     report = (output / "report.md").read_text(encoding="utf-8")
-    assert "Pre-training ran 12 steps: below the ~1,000 where a gain appears" in report
+    batch = summary["recipe"]["batch_size"]  # the threshold is in sequences: 1,000 steps of 32, 2,000 of 16
+    assert f"Pre-training ran 12 steps of {batch} sequences: below the ~{32_000 // batch:,} steps" in report
     assert "(--no-baseline)" in report and "| **mean** |" in report and "±" not in report.split("## Fine-tuning")[1]
 
 

@@ -20,9 +20,10 @@ from bertkit.workflows.significance import compare_seeds
 REPORT_FILE = "report.md"
 PRETRAIN_FIGURE = "pretraining.png"
 FINETUNE_FIGURE = "finetuning.png"
-MIN_HELPFUL_STEPS = 1000
-"""Pre-training steps below which the study (docs/quickstart.md) saw no gain: 400 steps were worse than
-random initialisation, 1,500 gave +11 points."""
+MIN_HELPFUL_SEQUENCES = 32_000
+"""Pre-training sequences below which the study (docs/quickstart.md) saw no gain: 400 steps of 32 were worse than
+random initialisation, 1,500 gave +11 points; counted in sequences (1,000 steps of 32), not steps, because the
+recipe's batch changed (issue 37: 16)."""
 
 
 def plural(count: int, noun: str) -> str:
@@ -76,10 +77,11 @@ def _pm(stats: dict[str, float], seeds: int) -> str:
 
 def pretraining_verdict(summary: dict[str, Any]) -> str | None:
     """A plain sentence when pre-training was too short to be expected to help (None otherwise)."""
-    steps = summary["pretraining"]["steps"]
-    if steps >= MIN_HELPFUL_STEPS:
+    steps, batch = summary["pretraining"]["steps"], int(summary.get("recipe", {}).get("batch_size", 32))
+    if steps * batch >= MIN_HELPFUL_SEQUENCES:
         return None
-    return (f"Pre-training ran {plural(steps, 'step')}: below the ~{MIN_HELPFUL_STEPS:,} where a gain appears "
+    return (f"Pre-training ran {plural(steps, 'step')} of {batch} sequences: below the "
+            f"~{MIN_HELPFUL_SEQUENCES // batch:,} steps ({MIN_HELPFUL_SEQUENCES:,} sequences) where a gain appears "
             f"(docs/quickstart.md), so the pre-trained model is not expected to beat random initialisation; "
             f"give it more with --max-steps 2500 (a step budget, however busy the machine) or a larger --minutes.")
 
