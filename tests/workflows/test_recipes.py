@@ -167,6 +167,25 @@ def test_pretrain_chooses_prints_and_records_the_recipe_and_flags_override_it(da
     assert (saved["train"]["learning_rate"], saved["settings"]["max_seq_length"]) == (1e-4, None)
 
 
+def test_statically_masked_data_keeps_the_warmup_the_one_cycle_schedule_needs_30_percent_for(data, tmp_path,
+                                                                                               caplog):
+    """The short recipe's parts paid together (issue 37): on static data, whose own masks replace the recipe's 30%,
+    the recipe keeps batch 16 but not the one-cycle schedule (alone it measured worse), and says so."""
+    with caplog.at_level(logging.INFO):
+        assert main(["pretrain", "--data", str(data["static"]), "--tokenizer", str(data["tok"]), "--model",
+                     "bert-debug", "--output", str(tmp_path / "static"), "--eval-examples", "8", "--device", "cpu",
+                     "--precision", "fp32", "--max-steps", "2"]) == 0
+    line = next(r.getMessage() for r in caplog.records if r.getMessage().startswith("recipe "))
+    assert "statically masked, so its own masks are used and the warmup is 5%" in line and "--masking dynamic" in line
+    saved = json.loads((tmp_path / "static" / "pretrain_settings.json").read_text())
+    assert (saved["train"]["warmup_ratio"], saved["batch"]["global"], saved["settings"]["masked_lm_prob"]) == (
+        0.05, 16, None)
+    assert main(["pretrain", "--data", str(data["static"]), "--tokenizer", str(data["tok"]), "--model", "bert-debug",
+                 "--output", str(tmp_path / "mine"), "--eval-examples", "8", "--device", "cpu", "--precision", "fp32",
+                 "--max-steps", "2", "--warmup-ratio", "0.5"]) == 0  # a warmup the user gives is kept
+    assert json.loads((tmp_path / "mine" / "pretrain_settings.json").read_text())["train"]["warmup_ratio"] == 0.5
+
+
 def test_a_resumed_run_keeps_its_recipe(data, tmp_path, monkeypatch):
     rates = iter([0.05, 1000.0])  # a second measurement would pick the paper's recipe
     monkeypatch.setattr(pretraining, "measure_steps_per_second", lambda *a, **k: next(rates))

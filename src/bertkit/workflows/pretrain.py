@@ -61,6 +61,7 @@ from bertkit.workflows.recipes import (
     CONTINUE_PASSES,
     PAPER_MIN_STEPS,
     PRETRAINING_FILE,
+    SHORT_STATIC_WARMUP_RATIO,
     PretrainRecipe,
     budget_steps,
     choose_recipe,
@@ -317,7 +318,12 @@ def plan_recipe(settings: PretrainSettings, config: TrainConfig, ctx: Any
         notes.append(f"{settings.data} is masked-LM-only data ({data.layout}), so NSP is off")
     if values.get("masked_lm_prob") is not None and not data.dynamic:
         values["masked_lm_prob"] = None
-        notes.append(f"{settings.data} is statically masked, so its own masks are used")
+        note = f"{settings.data} is statically masked, so its own masks are used"
+        if recipe.name == "short" and "warmup_ratio" in values:
+            values["warmup_ratio"] = SHORT_STATIC_WARMUP_RATIO
+            note += (f" and the warmup is {SHORT_STATIC_WARMUP_RATIO:.0%} (the one-cycle schedule paid only with the "
+                     "recipe's 30% masking); for the whole recipe, build the data with `--masking dynamic`")
+        notes.append(note)
     length = values.get("max_seq_length")
     if length is not None and length < data.built_seq_length:
         notes.append(f"instances of {data.built_seq_length} tokens are cut to {length} at load; to use all the "
