@@ -133,7 +133,7 @@ def _pretrain(data: dict[str, Path], output: Path, *extra: str) -> int:
 
 def test_pretrain_chooses_prints_and_records_the_recipe_and_flags_override_it(data, tmp_path, monkeypatch, caplog):
     measured = []
-    monkeypatch.setattr(pretraining, "measure_steps_per_second", lambda *a, **k: measured.append(a) or 0.05)
+    monkeypatch.setattr(pretraining, "measure_steps_per_second", lambda *a, **k: measured.append(a + (k,)) or 0.05)
     with caplog.at_level(logging.INFO):
         assert _pretrain(data, tmp_path / "auto", "--max-time", "60", "--max-steps", "3") == 0
     record = next(r for r in caplog.records if r.getMessage().startswith("recipe "))
@@ -143,6 +143,7 @@ def test_pretrain_chooses_prints_and_records_the_recipe_and_flags_override_it(da
     assert "0.05 steps/s measured at 64 tokens x 16 on this machine" in line
     assert "instances of 96 tokens are cut to 64 at load" in line and "--max-seq-length 64 --masking dynamic" in line
     assert measured and measured[0][1:3] == (64, 16)  # measured at the short recipe's shape
+    assert measured[0][-1]["masked_lm_prob"] == 0.3  # and its predictions: the MLM head's cost grows with them
     saved = json.loads((tmp_path / "auto" / "pretrain_settings.json").read_text())
     assert saved["recipe"]["name"] == "short" and saved["train"]["learning_rate"] == pytest.approx(5e-4 * math.sqrt(8))
     settings, train = saved["settings"], saved["train"]

@@ -319,7 +319,8 @@ def probe_rates(settings: QuickstartSettings, vocab_size: int, finetune_length: 
 
     recipe, device = settings.recipe, resolve_device(settings.device)
     pretrain = measure_steps_per_second(preset(MODEL, vocab_size=vocab_size), recipe.max_seq_length,
-                                        recipe.batch_size, "auto", settings.device, seconds)
+                                        recipe.batch_size, "auto", settings.device, seconds,
+                                        masked_lm_prob=recipe.masked_lm_prob)
     config = preset(MODEL, vocab_size=vocab_size, num_labels=6)
     ids = torch.randint(5, vocab_size, (recipe.finetune_batch_size, finetune_length),
                         generator=torch.Generator().manual_seed(0))

@@ -65,6 +65,7 @@ from bertkit.workflows.recipes import (
     PretrainRecipe,
     budget_steps,
     choose_recipe,
+    continue_recipe,
     continue_steps,
     pretraining_history,
     short_recipe,
@@ -370,8 +371,10 @@ def _choose(settings: PretrainSettings, config: TrainConfig, world_size: int = 1
         continuing = settings.recipe == "continue" or init == "released"  # at the data's length
         length = data.built_seq_length if continuing else min(short.max_seq_length, data.built_seq_length)
         share = -(-short.batch_size // world_size)  # each process's rows of the global batch, rounded up
+        recipe_for_rate = continue_recipe(model_config.hidden_size, True, None) if continuing else short
+        masking = settings.masked_lm_prob or recipe_for_rate.masked_lm_prob or 0.15  # the predictions it will make
         rate = measure_steps_per_second(model_config.replace(vocab_size=int(data.manifest["tokenizer"]["vocab_size"])),
-                                        length, share, config.precision, config.device)
+                                        length, share, config.precision, config.device, masked_lm_prob=masking)
     steps = budget_steps(config.max_steps, config.max_time_s, rate)
     assert settings.recipe is not None  # plan_recipe chooses only when one is asked for
     heads = _checkpoint_heads(Path(settings.init_from)) if settings.init_from is not None else {"nsp", "mlm"}
@@ -452,12 +455,13 @@ def _resumed_recipe(settings: PretrainSettings) -> PretrainRecipe | None:
 
 
 def measure_steps_per_second(config: BertConfig, seq_len: int, batch_size: int, precision: str, device: str,
-                             seconds: float = 1.5) -> float:
+                             seconds: float = 1.5, masked_lm_prob: float = 0.15) -> float:
     """Optimizer steps per second of pre-training this model on this machine (MLM + NSP on a random batch of
-    (batch_size, seq_len) with 15% of positions predicted; see bertkit.train.throughput)."""
+    (batch_size, seq_len) with `masked_lm_prob` of positions predicted - the MLM head's cost grows with them;
+    see bertkit.train.throughput)."""
     generator = torch.Generator().manual_seed(0)
     ids = torch.randint(5, config.vocab_size, (batch_size, seq_len), generator=generator)
-    labels = torch.where(torch.rand(batch_size, seq_len, generator=generator) < 0.15, ids, IGNORE_INDEX)
+    labels = torch.where(torch.rand(batch_size, seq_len, generator=generator) < masked_lm_prob, ids, IGNORE_INDEX)
     batch = {"input_ids": ids, "token_type_ids": torch.zeros_like(ids), "attention_mask": torch.ones_like(ids),
              "mlm_labels": labels, "nsp_labels": torch.zeros(batch_size, dtype=torch.int64)}
     config = config.replace(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
