@@ -133,7 +133,7 @@ def _pretrain(data: dict[str, Path], output: Path, *extra: str) -> int:
 
 def test_pretrain_chooses_prints_and_records_the_recipe_and_flags_override_it(data, tmp_path, monkeypatch, caplog):
     measured = []
-    monkeypatch.setattr(pretraining, "measure_steps_per_second", lambda *a, **k: measured.append(a + (k,)) or 0.05)
+    monkeypatch.setattr(pretraining, "measure_steps_per_second", lambda *a, **k: measured.append((*a, k)) or 0.05)
     with caplog.at_level(logging.INFO):
         assert _pretrain(data, tmp_path / "auto", "--max-time", "60", "--max-steps", "3") == 0
     record = next(r for r in caplog.records if r.getMessage().startswith("recipe "))
