@@ -223,3 +223,13 @@ def test_minutes_bound_the_whole_command_with_a_plan_that_a_resume_keeps(tmp_pat
     assert "Time budget 1 min, planned from throughput measured on this machine" in report and "Spent: " in report
     assert main([*args, "--resume"]) == 0
     assert len(measured) == 1 and "time plan (kept from the first run)" in capsys.readouterr().out
+
+
+def test_the_prediction_cap_follows_the_recipes_rate_and_length():
+    """The quickstart's data is built with Google's cap for its own rate: 30% of 64 tokens by default, and a Recipe
+    with another rate or length gets its own, not a cap computed for the default (which masks silently less)."""
+    from bertkit.quickstart.config import Recipe
+
+    assert (Recipe().masked_lm_prob, Recipe().max_seq_length, Recipe().prediction_cap) == (0.3, 64, 19)
+    assert Recipe(masked_lm_prob=0.4).prediction_cap == 26 and Recipe(max_seq_length=128).prediction_cap == 38
+    assert Recipe(max_predictions_per_seq=7).prediction_cap == 7

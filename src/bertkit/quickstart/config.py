@@ -37,8 +37,9 @@ class Recipe:
     """Pre-training instance length in tokens (a verse is about 35; short instances, more steps)."""
     masked_lm_prob: float = _set(_SHORT.masked_lm_prob)
     """Fraction of tokens masked (dynamic masking: new masks every epoch)."""
-    max_predictions_per_seq: int = round(_set(_SHORT.max_seq_length) * _set(_SHORT.masked_lm_prob))
-    """Most masked tokens per instance: the masking rate of the longest instance (Google's rule)."""
+    max_predictions_per_seq: int | None = None
+    """Most masked tokens per instance; None: the masking rate of the longest instance (Google's rule), so a
+    Recipe with another rate or length gets its own cap (`prediction_cap`)."""
     nsp: bool = _SHORT.nsp
     """Train next sentence prediction too."""
     dropout: float = _set(_SHORT.dropout)
@@ -58,6 +59,13 @@ class Recipe:
     train_examples: int | None = 1000
     """Labelled training verses used: a seeded subset of the bundled 4,000 (few labels are where
     pre-training pays most, and it keeps fine-tuning short); 0 (None from Python): all of them."""
+
+    @property
+    def prediction_cap(self) -> int:
+        """max_predictions_per_seq, or round(masking rate x sequence length) when it is None."""
+        if self.max_predictions_per_seq is not None:
+            return self.max_predictions_per_seq
+        return max(1, round(self.masked_lm_prob * self.max_seq_length))
 
 
 @dataclass

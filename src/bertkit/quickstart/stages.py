@@ -122,7 +122,7 @@ def build_data(settings: QuickstartSettings, tokenizer: Any, echo: Echo) -> Path
          f"{recipe.masked_lm_prob:.0%} masked dynamically")
     options = InstanceSettings(
         max_seq_length=recipe.max_seq_length, masked_lm_prob=recipe.masked_lm_prob,
-        max_predictions_per_seq=recipe.max_predictions_per_seq, dupe_factor=1, masking="dynamic", seed=settings.seed)
+        max_predictions_per_seq=recipe.prediction_cap, dupe_factor=1, masking="dynamic", seed=settings.seed)
     build_pretraining_data([str(kjv_path("corpus.txt.gz"))], tokenizer, directory, options,
                            workers=settings.workers, overwrite=settings.resume)
     return directory
