@@ -169,13 +169,16 @@ def test_pretrain_chooses_prints_and_records_the_recipe_and_flags_override_it(da
 
 
 def test_statically_masked_data_keeps_the_warmup_the_one_cycle_schedule_needs_30_percent_for(data, tmp_path,
-                                                                                               caplog):
+                                                                                               caplog, monkeypatch):
     """The short recipe's parts paid together (issue 37): on static data, whose own masks replace the recipe's 30%,
     the recipe keeps batch 16 but not the one-cycle schedule (alone it measured worse), and says so."""
+    probed = []  # the throughput probe predicts the data's own share of positions, not the recipe's 30%
+    monkeypatch.setattr(pretraining, "measure_steps_per_second", lambda *a, **k: probed.append(k) or 0.05)
     with caplog.at_level(logging.INFO):
         assert main(["pretrain", "--data", str(data["static"]), "--tokenizer", str(data["tok"]), "--model",
                      "bert-debug", "--output", str(tmp_path / "static"), "--eval-examples", "8", "--device", "cpu",
-                     "--precision", "fp32", "--max-steps", "2"]) == 0
+                     "--precision", "fp32", "--max-steps", "2", "--max-time", "60"]) == 0
+    assert probed and probed[0]["masked_lm_prob"] == 0.15
     line = next(r.getMessage() for r in caplog.records if r.getMessage().startswith("recipe "))
     assert "statically masked, so its own masks are used and the warmup is 5%" in line and "--masking dynamic" in line
     saved = json.loads((tmp_path / "static" / "pretrain_settings.json").read_text())

@@ -30,7 +30,7 @@ import numpy as np
 import torch
 from torch.nn.utils.rnn import pad_sequence
 
-from bertkit.data.masking import IGNORE_INDEX, MaskingVocab, mask_batch
+from bertkit.data.masking import IGNORE_INDEX, MaskingVocab, mask_batch, prediction_cap
 from bertkit.data.shards import instance_layout, open_shard, read_manifest, verify_shard
 from bertkit.errors import BertkitError
 
@@ -70,7 +70,7 @@ class PretrainingDataset(torch.utils.data.Dataset):
         """Raise the data's cap on predictions per instance (Google's max_predictions_per_seq, set when it was
         built for its own rate) to what `masked_lm_prob` asks of the longest instance, so a higher rate at load
         masks that share of every instance instead of silently stopping at the old cap."""
-        needed = round(masked_lm_prob * self.options["max_seq_length"])
+        needed = prediction_cap(self.options["max_seq_length"], masked_lm_prob)
         cap = int(self.options["max_predictions_per_seq"])
         if needed > cap:
             self.options["max_predictions_per_seq"] = needed

@@ -59,6 +59,12 @@ def prediction_quota(length: int | np.ndarray, masked_lm_prob: float, max_predic
     return np.minimum(max_predictions, np.maximum(1, np.rint(np.asarray(length) * masked_lm_prob).astype(np.int64)))
 
 
+def prediction_cap(max_seq_length: int, masked_lm_prob: float) -> int:
+    """The cap on predictions per instance that lets `masked_lm_prob` mask its share of the longest instance:
+    `prediction_quota` of `max_seq_length` tokens with no cap (19 at 64 tokens and 0.3, 29 at 96)."""
+    return int(prediction_quota(max_seq_length, masked_lm_prob, np.iinfo(np.int64).max))
+
+
 def mask_batch(ids: np.ndarray, offsets: np.ndarray, masked_lm_prob: float, max_predictions: int,
                vocab: MaskingVocab, gen: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
     """Mask every instance of a flat batch: `ids` (N,) holds instance k at offsets[k]:offsets[k+1].

@@ -62,9 +62,10 @@ class Recipe:
 
     @property
     def prediction_cap(self) -> int:
-        """max_predictions_per_seq, or round(masking rate x sequence length) when it is None."""
+        """max_predictions_per_seq, or the masking rate's share of the sequence length when it is None."""
         if self.max_predictions_per_seq is not None:
             return self.max_predictions_per_seq
+        # bertkit.data.masking.prediction_cap's rule, written out: that module imports torch, this one stays free
         return max(1, round(self.masked_lm_prob * self.max_seq_length))
 
 

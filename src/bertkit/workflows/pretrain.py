@@ -371,8 +371,10 @@ def _choose(settings: PretrainSettings, config: TrainConfig, world_size: int = 1
         continuing = settings.recipe == "continue" or init == "released"  # at the data's length
         length = data.built_seq_length if continuing else min(short.max_seq_length, data.built_seq_length)
         share = -(-short.batch_size // world_size)  # each process's rows of the global batch, rounded up
-        recipe_for_rate = continue_recipe(model_config.hidden_size, True, None) if continuing else short
-        masking = settings.masked_lm_prob or recipe_for_rate.masked_lm_prob or 0.15  # the predictions it will make
+        # the share of positions the run will predict (the MLM head's cost grows with it): static data's own
+        masking = (settings.masked_lm_prob or (continue_recipe(model_config.hidden_size, True, None) if continuing
+                                               else short).masked_lm_prob) if data.dynamic else None
+        masking = masking or float(data.options["masked_lm_prob"])
         rate = measure_steps_per_second(model_config.replace(vocab_size=int(data.manifest["tokenizer"]["vocab_size"])),
                                         length, share, config.precision, config.device, masked_lm_prob=masking)
     steps = budget_steps(config.max_steps, config.max_time_s, rate)

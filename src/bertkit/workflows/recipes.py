@@ -96,8 +96,8 @@ def short_recipe(hidden_size: int) -> PretrainRecipe:
     WordNet corpus, bert-mini fine-tuned on its 45-way task scored 48.7 +- 0.8 test accuracy where the recipe
     before (batch 32, 15% masking, 5% warmup; docs/quickstart.md's study) scored 41.3 +- 1.0 and, at 20
     CPU-minutes, 48.1 +- 0.4: the new recipe matches it in half the time (QA F1 falls 0.9 short of it). The
-    three changes pay together, not alone: batch 16 alone +0.6, 30% masking alone
-    +2.2, the one-cycle schedule alone -1.3; batch 16 with 30% masking +3.1, all three +7.4. On one CPU thread
+    three changes pay together, not alone: batch 16 alone +0.6, 30% masking alone +2.2, the one-cycle schedule
+    alone -1.3; batch 16 with 30% masking +3.1, all three +7.4. On one CPU thread
     batch 16 takes twice the steps of batch 32 in the same time (the same tokens per second); on two threads
     fewer, and the 10-minute quickstart still gained more with it (+20.2 test points against +14.8)."""
     return PretrainRecipe("short", 64, width_scaled(5e-4, hidden_size), 0.5, 0.0, 0.3, True, 16)
