@@ -7,6 +7,9 @@ choices on any machine: those of the 2-core AMD EPYC the kernels were tuned on
 (tests/assets/probe/amd-epyc.json). The probe cache goes to a temporary directory, never the user's.
 tests/runtime/test_probe.py runs the real probe once.
 
+TRITON_INTERPRET=1 is set here too, without a GPU, so the Triton kernels' tests (tests/kernels) run under
+Triton's interpreter whatever other test imported Triton first.
+
 Also the fixtures several directories share: `use_profile` (another machine's measurements for one
 test) and `write_toy_corpus` (a small seeded corpus of documents for pre-training runs).
 """
@@ -21,6 +24,12 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+import torch
+
+if not torch.cuda.is_available():
+    # bertkit.kernels' Triton kernels run under Triton's CPU interpreter without a GPU; Triton reads this once, when
+    # something first imports it (torch.compile does), so it is set before any test module is collected.
+    os.environ.setdefault("TRITON_INTERPRET", "1")
 
 from bertkit.runtime import probe
 
