@@ -6,10 +6,10 @@ and its exact resume through the checkpoint files."""
 from __future__ import annotations
 
 import copy
-import json
 
 import pytest
 import torch
+from safetensors.torch import load_file
 from torch import nn
 from transformers import (
     get_constant_schedule_with_warmup,
@@ -232,12 +232,14 @@ def test_lamb_resumes_bit_exactly_through_checkpoint_files(tmp_path):
     _train_steps(resumed, resumed_opt, range(3, 6))
     for a, b in zip(straight.parameters(), resumed.parameters()):
         assert torch.equal(a, b)
-    scalars = json.loads((tmp_path / "optimizer.json").read_text())["scalars"]
-    assert set(scalars.values()) == {3}  # the step counts, as JSON ints
+    steps = {key: value for key, value in load_file(str(tmp_path / "optimizer.safetensors")).items()
+             if key.endswith(".step")}
+    assert len(steps) == 6 and all(torch.equal(step, torch.tensor(3.0)) for step in steps.values())  # float32
 
 
 def test_lamb_loads_a_tensor_step():
-    """A state dict with torch's tensor step (Adam's layout, LAMB checkpoints before the int step) loads."""
+    """A state dict with a CPU tensor step of another dtype (torch's Adam, LAMB checkpoints before the int
+    step) loads as LAMB's float32 step."""
     model, grads = nn.Linear(3, 2), [torch.ones(2, 3), torch.ones(2)]
     optimizer = Lamb(model.parameters(), lr=0.1)
     for parameter, grad in zip(model.parameters(), grads):
@@ -245,9 +247,9 @@ def test_lamb_loads_a_tensor_step():
     optimizer.step()
     state = optimizer.state_dict()
     for slots in state["state"].values():
-        slots["step"] = torch.tensor(float(slots["step"]))
+        slots["step"] = torch.tensor(1, dtype=torch.int64)
     reloaded = Lamb(model.parameters(), lr=0.1)
     reloaded.load_state_dict(state)
-    assert [s["step"] for s in reloaded.state.values()] == [1, 1]
+    assert [s["step"] for s in reloaded.state.values()] == [torch.tensor(1.0)] * 2
     reloaded.step()
-    assert [s["step"] for s in reloaded.state.values()] == [2, 2]
+    assert all(s["step"].dtype == torch.float32 and s["step"] == 2 for s in reloaded.state.values())

@@ -24,8 +24,16 @@ gains and shifts) get neither, so their trust ratio is 1 and they move like Adam
 2,000 steps against AdamW's 6.9). This is what NVIDIA's LAMB does for BERT (DeepLearningExamples:
 apex FusedLAMB with use_nvlamb=False adapts only parameters with weight decay, and no decay on bias,
 gamma, beta) and TF-Addons' `LAMB(exclude_from_layer_adaptation=...)`, which defaults to the
-weight-decay exclusions. LAMB's step reads no tensor value on the host: its step count is a Python int
-per parameter (saved as a checkpoint scalar), so a step on a GPU never waits for the device.
+weight-decay exclusions.
+
+LAMB's step is a handful of foreach operations per parameter group (all tensors of one device and dtype at
+once: a few kernels on a GPU instead of a chain per parameter) and never waits for the device: the step
+count is a float32 tensor beside each parameter (torch's fused Adam's layout), so the bias corrections are
+device arithmetic, and a step to be skipped is decided on the device too. Like torch's fused AdamW, `Lamb`
+takes GradScaler's protocol (`_step_supports_amp_scaling`): `optimizer.grad_scale` (gradients are divided by
+it) and `optimizer.found_inf` (non-zero: skip), set before `step()`; a skipped step leaves weights, moments
+and step counts bitwise as they were, whatever the gradients hold. Checkpoints with the earlier int step
+counts load.
 """
 
 from __future__ import annotations
@@ -86,57 +94,164 @@ class Lamb(torch.optim.Optimizer):
     a matrix's update is scaled by the trust ratio ||w|| / ||update|| so every layer moves by a similar
     relative amount, a vector's (bias, LayerNorm; see `is_matrix`) is not (trust ratio 1).
 
-    state["step"] is a Python int (how many updates this parameter had), so the bias corrections are
-    host arithmetic and no step syncs with the device; a tensor step (torch's Adam, an older checkpoint)
-    is turned into an int on load."""
+    state["step"] is a 0-d float32 tensor on the parameter's device (exact to 2^24 steps), counted there, so
+    `step()` reads nothing on the host. `grad_scale` and `found_inf`, when set as attributes (by GradScaler
+    or the training loop), unscale the gradients and skip the step on the device (see `_lamb_foreach`)."""
+
+    _step_supports_amp_scaling = True  # GradScaler hands over grad_scale and found_inf instead of syncing to skip
 
     def __init__(self, params: Iterable, lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.999),
                  eps: float = 1e-6, weight_decay: float = 0.0) -> None:
+        if not all(0.0 <= beta < 1.0 for beta in betas):
+            raise ValueError(f"Lamb: betas must lie in [0, 1), not {betas}")
         super().__init__(params, dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay))
 
     @torch.no_grad()
     def step(self, closure: Callable | None = None) -> None:  # type: ignore[override]  # no closure, no loss
         if closure is not None:
             raise ValueError("Lamb does not take a closure")
+        grad_scale, found_inf = getattr(self, "grad_scale", None), getattr(self, "found_inf", None)
         for group in self.param_groups:
             beta1, beta2 = group["betas"]
-            for parameter in group["params"]:
-                if parameter.grad is None:
-                    continue
-                update = self._adam_direction(parameter, beta1, beta2, group["eps"])
-                if group["weight_decay"]:
-                    update.add_(parameter, alpha=group["weight_decay"])
-                if is_matrix(parameter):
-                    parameter.sub_(update * (group["lr"] * _trust_ratio(parameter, update)))
-                else:
-                    parameter.sub_(update, alpha=group["lr"])
+            for (device, _, matrices), tensors in self._buckets(group).items():
+                _lamb_foreach(*tensors, layer_adaptation=matrices, lr=group["lr"], beta1=beta1, beta2=beta2,
+                              eps=group["eps"], weight_decay=group["weight_decay"],
+                              grad_scale=_scalar_on(grad_scale, device), found_inf=_scalar_on(found_inf, device))
 
-    def _adam_direction(self, parameter: torch.Tensor, beta1: float, beta2: float, eps: float) -> torch.Tensor:
-        state = self.state[parameter]
-        if not state:
-            state["step"] = 0
-            state["exp_avg"] = torch.zeros_like(parameter)
-            state["exp_avg_sq"] = torch.zeros_like(parameter)
-        state["step"] = step = state["step"] + 1
-        state["exp_avg"].mul_(beta1).add_(parameter.grad, alpha=1 - beta1)
-        state["exp_avg_sq"].mul_(beta2).addcmul_(parameter.grad, parameter.grad, value=1 - beta2)
-        corrected_avg = state["exp_avg"] / (1 - beta1 ** step)
-        corrected_sq = state["exp_avg_sq"] / (1 - beta2 ** step)
-        return corrected_avg / (corrected_sq.sqrt() + eps)
+    def _buckets(self, group: dict[str, Any]) -> dict[tuple[torch.device, torch.dtype, bool], tuple[list, ...]]:
+        """The group's parameters that have a gradient, with their gradients, exp_avgs, exp_avg_sqs and steps,
+        by device, dtype and `is_matrix` (one foreach update each); state is created at a first step."""
+        buckets: dict[tuple[torch.device, torch.dtype, bool], tuple[list, ...]] = {}
+        for parameter in group["params"]:
+            if parameter.grad is None:
+                continue
+            if parameter.grad.is_sparse:
+                raise RuntimeError("Lamb does not support sparse gradients")
+            state = self.state[parameter]
+            if not state:
+                state["step"] = torch.zeros((), dtype=torch.float32, device=parameter.device)
+                state["exp_avg"] = torch.zeros_like(parameter)
+                state["exp_avg_sq"] = torch.zeros_like(parameter)
+            lists = buckets.setdefault((parameter.device, parameter.dtype, is_matrix(parameter)), ([], [], [], [], []))
+            tensors = (parameter, parameter.grad, state["exp_avg"], state["exp_avg_sq"], state["step"])
+            for bucket, tensor in zip(lists, tensors):
+                bucket.append(tensor)
+        return buckets
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         super().load_state_dict(state_dict)
-        for state in self.state.values():
-            if isinstance(state.get("step"), torch.Tensor):  # once, at load time: not a per-step sync
-                state["step"] = int(state["step"])
+        for parameter, state in self.state.items():
+            if "step" in state:  # an int (checkpoints before the tensor step) or a tensor torch left on the CPU
+                step = torch.as_tensor(state["step"], dtype=torch.float32)
+                state["step"] = step.reshape(()).to(parameter.device)
 
 
-def _trust_ratio(weight: torch.Tensor, update: torch.Tensor) -> torch.Tensor:
-    """||w|| / ||update|| as a 0-d tensor on the weight's device (no host read); 1 when either norm is 0
-    (a zero-initialised matrix, a zero update)."""
-    weight_norm, update_norm = weight.norm(), update.norm()
-    return torch.where((weight_norm > 0) & (update_norm > 0), weight_norm / update_norm,
-                       torch.ones_like(weight_norm))
+TensorList = list[torch.Tensor] | tuple[torch.Tensor, ...]  # what torch's foreach operations take and return
+
+
+def _scalar_on(value: torch.Tensor | None, device: torch.device) -> torch.Tensor | None:
+    """GradScaler's one-element scale or found_inf as a 0-d tensor on `device` (queued, not waited for)."""
+    return None if value is None else value.to(device, non_blocking=True).reshape(())
+
+
+def _lamb_foreach(params: TensorList, grads: TensorList, exp_avgs: TensorList,
+                  exp_avg_sqs: TensorList, steps: TensorList, *, layer_adaptation: bool, lr: float,
+                  beta1: float, beta2: float, eps: float, weight_decay: float, grad_scale: torch.Tensor | None,
+                  found_inf: torch.Tensor | None) -> None:
+    """One LAMB step, in place, for tensors of one device and dtype (state lists in the order of `params`;
+    `steps` 0-d float32), in foreach operations and without a host read.
+
+    update = m_hat / (sqrt(v_hat) + eps) + weight_decay * w;  w -= lr * ratio * update, where ratio is
+    `_trust_ratios` with `layer_adaptation` (matrices) and 1 without (vectors). `grad_scale` (None or a 0-d
+    tensor): the gradients are divided by it first, the tensors themselves left as they are. `found_inf` (None
+    or a 0-d tensor): non-zero skips the step, leaving params, moments and steps bitwise unchanged even when
+    the gradients hold NaN or inf; zero computes what None does, bit for bit."""
+    skip = None if found_inf is None else found_inf != 0
+    grads = _unscaled_gradients(grads, grad_scale, skip)
+    _count_step(steps, skip)
+    _update_moments(exp_avgs, exp_avg_sqs, grads, beta1, beta2, skip)
+    updates = _adam_directions(exp_avgs, exp_avg_sqs, steps, beta1, beta2, eps)
+    if weight_decay:
+        torch._foreach_add_(updates, params, alpha=weight_decay)
+    scale = _unless_skipped(skip, -lr, 0.0)  # a skipped step adds 0 x a finite update: the weights stay put
+    if layer_adaptation:
+        torch._foreach_mul_(updates, list((_trust_ratios(params, updates) * scale).unbind()))
+    else:
+        torch._foreach_mul_(updates, scale)
+    torch._foreach_add_(params, updates)
+
+
+def _unless_skipped(skip: torch.Tensor | None, value: float, skipped: float) -> float | torch.Tensor:
+    """`value` without found_inf; with it, a 0-d float32 tensor on the device: `skipped` when the step is skipped,
+    else `value` (the float32 number a kernel makes of `value` itself, so a step that is not skipped computes
+    exactly what it would without found_inf)."""
+    return value if skip is None else torch.where(skip, skipped, value)
+
+
+def _count_step(steps: TensorList, skip: torch.Tensor | None) -> None:
+    """Add 1 to each step count, or 0 on a skipped step."""
+    if skip is None:
+        torch._foreach_add_(steps, 1.0)
+    else:  # a list of 0-d tensors, like the 0-d steps: foreach's fast path on a GPU
+        torch._foreach_add_(steps, [torch.where(skip, 0.0, 1.0)] * len(steps))
+
+
+def _unscaled_gradients(grads: TensorList, grad_scale: torch.Tensor | None,
+                        skip: torch.Tensor | None) -> TensorList:
+    """The gradients divided by `grad_scale`, and zeros on a skipped step: the 0/1 factors that keep the state
+    still would not stop a NaN gradient (0 x NaN is NaN), and foreach has no `where`, so the gradients go
+    through one flat buffer (one where for them all; a copy of the gradients in memory)."""
+    if skip is None:
+        return grads if grad_scale is None else torch._foreach_div(grads, grad_scale)
+    flat = torch.cat([grad.reshape(-1) for grad in grads])
+    if grad_scale is not None:
+        flat.div_(grad_scale)
+    flat.masked_fill_(skip, 0.0)
+    pieces = flat.split([grad.numel() for grad in grads])
+    return [piece.view_as(grad) for piece, grad in zip(pieces, grads)]
+
+
+def _update_moments(exp_avgs: TensorList, exp_avg_sqs: TensorList, grads: TensorList,
+                    beta1: float, beta2: float, skip: torch.Tensor | None) -> None:
+    """m = beta1 m + (1 - beta1) g and v = beta2 v + (1 - beta2) g^2, in place; on a skipped step the factors
+    are 1 and 0 (and g is 0), which leaves m and v bitwise as they were."""
+    torch._foreach_mul_(exp_avgs, _unless_skipped(skip, beta1, 1.0))
+    torch._foreach_add_(exp_avgs, torch._foreach_mul(grads, _unless_skipped(skip, 1 - beta1, 0.0)))
+    squares = torch._foreach_mul(grads, grads)
+    torch._foreach_mul_(squares, _unless_skipped(skip, 1 - beta2, 0.0))
+    torch._foreach_mul_(exp_avg_sqs, _unless_skipped(skip, beta2, 1.0))
+    torch._foreach_add_(exp_avg_sqs, squares)
+
+
+def _adam_directions(exp_avgs: TensorList, exp_avg_sqs: TensorList, steps: TensorList,
+                     beta1: float, beta2: float, eps: float) -> TensorList:
+    """Adam's direction m_hat / (sqrt(v_hat) + eps), m_hat = m / (1 - beta1^t), v_hat = v / (1 - beta2^t),
+    with each tensor's own step count t. t counts as at least 1: a skipped first step leaves t = 0 and zero
+    moments, whose direction is then 0 rather than 0 / 0 (which the skip's factor 0 would not cancel)."""
+    counts = torch._foreach_clamp_min(steps, 1.0)
+    directions = torch._foreach_div(exp_avgs, _bias_corrections(counts, beta1))
+    denominators = torch._foreach_div(exp_avg_sqs, _bias_corrections(counts, beta2))
+    torch._foreach_sqrt_(denominators)
+    torch._foreach_add_(denominators, eps)
+    torch._foreach_div_(directions, denominators)
+    return directions
+
+
+def _bias_corrections(counts: TensorList, beta: float) -> TensorList:
+    """1 - beta^t for each float32 step count t, as -expm1(t ln beta): float32's pow(0.999, t) is 1e-5 off in
+    1 - beta2^t at t = 1 (the host's float64 was exact), this is within 1e-7."""
+    corrections = torch._foreach_mul(counts, math.log(beta) if beta > 0 else -math.inf)
+    torch._foreach_expm1_(corrections)
+    torch._foreach_neg_(corrections)
+    return corrections
+
+
+def _trust_ratios(weights: TensorList, updates: TensorList) -> torch.Tensor:
+    """||w|| / ||update|| of each matrix, as one 1-D tensor on their device (no host read); 1 where either norm
+    is 0 (a zero-initialised matrix, a zero update)."""
+    weight_norms = torch.stack(torch._foreach_norm(weights))
+    update_norms = torch.stack(torch._foreach_norm(updates))
+    return torch.where((weight_norms > 0) & (update_norms > 0), weight_norms / update_norms, 1.0)
 
 
 def build_optimizer(model: nn.Module, name: str, learning_rate: float, weight_decay: float,
