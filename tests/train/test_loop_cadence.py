@@ -10,7 +10,7 @@ import pytest
 from toy_training import toy_data, toy_loss, toy_model
 
 from bertkit.train import Hooks, TrainConfig, fit
-from bertkit.train.loop import _Cadence
+from bertkit.train.cadence import Cadence
 from bertkit.train.reporting import METRICS_FILE, read_metrics
 from bertkit.train.resume import Counters
 
@@ -42,8 +42,8 @@ def test_every_epoch_and_every_n_steps_together(tmp_path):
     (None, 40, 4), (25, 40, 2), (None, 5, 1), (100, 300, 10)])
 def test_unset_log_every_refreshes_ten_times_per_epoch_or_evaluation(eval_every, steps_per_epoch, expected):
     config = TrainConfig(max_steps=10, eval_every=eval_every, log_every=None)
-    assert _Cadence(config, steps_per_epoch, Counters()).log_every == expected
-    assert _Cadence(TrainConfig(max_steps=10, log_every=7), steps_per_epoch, Counters()).log_every == 7
+    assert Cadence(config, steps_per_epoch, Counters()).log_every == expected
+    assert Cadence(TrainConfig(max_steps=10, log_every=7), steps_per_epoch, Counters()).log_every == 7
 
 
 def test_a_run_resumed_with_another_split_evaluates_where_each_epoch_ends(tmp_path, caplog):

@@ -16,6 +16,7 @@ from toy_training import toy_data, toy_loss, toy_model, train_losses
 from bertkit.errors import BertkitError, Interrupted
 from bertkit.train import Hooks, TrainConfig, fit, loop
 from bertkit.train import checkpoint as ckpt
+from bertkit.train import stop as stop_module
 from bertkit.train.reporting import METRICS_FILE, read_metrics
 from bertkit.train.resume import Counters
 
@@ -47,13 +48,13 @@ def test_dataloader_workers_leave_the_stop_to_their_training_process(tmp_path):
 
 def test_the_same_request_twice_is_one_request_and_a_later_one_aborts(monkeypatch):
     now = [100.0]
-    monkeypatch.setattr(loop.time, "monotonic", lambda: now[0])
-    stop = loop._StopSignal()
+    monkeypatch.setattr(stop_module.time, "monotonic", lambda: now[0])
+    stop = stop_module.StopSignal()
     stop._handle(signal.SIGTERM, None)
     now[0] += 0.01  # the scheduler's SIGTERM, then torchrun's
     stop._handle(signal.SIGTERM, None)
     assert stop.requested and stop.signum == signal.SIGTERM
-    now[0] += loop.SIGNAL_WINDOW_S  # a user who insists
+    now[0] += stop_module.SIGNAL_WINDOW_S  # a user who insists
     with pytest.raises(Interrupted, match="second SIGTERM"):
         stop._handle(signal.SIGTERM, None)
 
@@ -90,9 +91,9 @@ def _overflowed(scaler):
     if scaler is not None:
         scaler.scale(torch.tensor(0.5))  # as the loop's backward does, which starts the scaler's bookkeeping
     parts = SimpleNamespace(model=model, optimizer=optimizer, scaler=scaler)
-    grad_norm, overflow = loop._optimizer_step(parts, TrainConfig(max_steps=1), loss=0.5)
+    grad_norm = loop._optimizer_step(parts, TrainConfig(max_steps=1), loss=torch.tensor(0.5, dtype=torch.float64))
     assert torch.equal(model.weight, before)  # no step either way
-    return grad_norm, overflow
+    return grad_norm, loop._scaler_overflow(scaler, 0.5, float(grad_norm))
 
 
 def test_a_grad_scaler_overflow_is_not_a_non_finite_step():

@@ -47,10 +47,11 @@ def _auto(ctx: click.Context, param: click.Parameter, value: str | None) -> bool
 
 
 NOT_FLAGS = ("max_time_s", "warmup_steps", "betas", "max_grad_norm", "optimizer", "seed", "shuffle", "num_workers",
-             "log_every", "eval_every_epoch", "save_on_eval", "keep_last", "max_nonfinite_steps", "best_metric",
-             "greater_is_better")
+             "log_every", "read_every", "eval_every_epoch", "save_on_eval", "keep_last", "max_nonfinite_steps",
+             "best_metric", "greater_is_better", "cuda_graphs", "fused_kernels")
 """TrainConfig settings fine-tuning decides itself (a seed per --seeds, evaluation and checkpoints on dev, the
-best dev metric) or keeps at the paper's (AdamW, clipping at 1.0)."""
+best dev metric, the progress cadence) or keeps at the paper's (AdamW, clipping at 1.0), and the levers of
+pre-training's GPU step."""
 
 # Where the command line differs from FinetuneSettings: `--learning-rate auto` and `--resume auto` spell None/True,
 # and the budget and cadence flags mean what transformers' Trainer users expect of them.

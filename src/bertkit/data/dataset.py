@@ -165,9 +165,58 @@ def truncated_positions(length: int, a_length: int, max_seq_length: int) -> tupl
 
 
 def collate_pretraining(items: list[dict[str, torch.Tensor]], pad_token_id: int = 0) -> dict[str, torch.Tensor]:
-    """Pad items to the batch's longest: (B, T) tensors, mlm_labels padded with -100; nsp_labels (B,)."""
+    """Pad items to the batch's longest: (B, T) tensors, mlm_labels padded with -100; nsp_labels (B,).
+    (A compiled GPU step takes `collate_static`'s batches instead.)"""
     padding = {"input_ids": pad_token_id, "token_type_ids": 0, "attention_mask": 0, "mlm_labels": IGNORE_INDEX}
     batch = {key: pad_sequence([item[key] for item in items], batch_first=True, padding_value=value)
              for key, value in padding.items()}
     batch["nsp_labels"] = torch.stack([item["nsp_labels"] for item in items])
+    return batch
+
+
+def collate_static(items: list[dict[str, torch.Tensor]], pad_token_id: int, max_seq_length: int,
+                   max_predictions: int) -> dict[str, torch.Tensor]:
+    """A batch of one fixed shape, with everything a GPU step would otherwise read from the device computed here
+    on the host, so the step never waits for the device and a compiled step compiles once:
+
+    - `input_ids`, `token_type_ids` (B, T) padded to T = `max_seq_length` whatever the items' lengths;
+    - Google's `masked_lm_positions`, `masked_lm_ids` (B, P) int64 and `masked_lm_weights` (B, P) float32 with
+      P = `max_predictions`: each row's predicted positions in order, then weight-0 entries (position 0, id 0);
+    - `nsp_labels` (B,);
+    - only when some row is shorter than T: `attention_mask` (B, T) and the real tokens' layout, `token_indices`
+      (N,) int64 positions in the flattened (B*T) batch and `cu_seqlens` (B+1,) int32 (right padding:
+      `bertkit.model.padding.Unpadded.from_collated`). A batch without them has no padding.
+
+    Items are `PretrainingDataset`'s (1-D, real length, `mlm_labels` -100 where not predicted). An item longer
+    than T or with more than P predictions is a ValueError (the dataset's own length and prediction cap bound
+    both)."""
+    lengths = np.array([len(item["input_ids"]) for item in items], dtype=np.int64)
+    if lengths.max(initial=0) > max_seq_length:
+        raise ValueError(f"collate_static: an instance of {int(lengths.max())} tokens exceeds max_seq_length "
+                         f"{max_seq_length}")
+    batch_size = len(items)
+    ids = np.full((batch_size, max_seq_length), pad_token_id, dtype=np.int64)
+    types = np.zeros((batch_size, max_seq_length), dtype=np.int64)
+    positions = np.zeros((batch_size, max_predictions), dtype=np.int64)
+    targets = np.zeros((batch_size, max_predictions), dtype=np.int64)
+    weights = np.zeros((batch_size, max_predictions), dtype=np.float32)
+    for row, item in enumerate(items):
+        length = int(lengths[row])
+        ids[row, :length] = item["input_ids"].numpy()
+        types[row, :length] = item["token_type_ids"].numpy()
+        labels = item["mlm_labels"].numpy()
+        where = np.flatnonzero(labels != IGNORE_INDEX)
+        if len(where) > max_predictions:
+            raise ValueError(f"collate_static: an instance with {len(where)} masked positions exceeds "
+                             f"max_predictions {max_predictions}")
+        positions[row, :len(where)], targets[row, :len(where)], weights[row, :len(where)] = where, labels[where], 1.0
+    batch = {"input_ids": torch.from_numpy(ids), "token_type_ids": torch.from_numpy(types),
+             "masked_lm_positions": torch.from_numpy(positions), "masked_lm_ids": torch.from_numpy(targets),
+             "masked_lm_weights": torch.from_numpy(weights),
+             "nsp_labels": torch.stack([item["nsp_labels"] for item in items])}
+    if (lengths < max_seq_length).any():
+        real = np.arange(max_seq_length)[None, :] < lengths[:, None]  # (B, T)
+        batch["attention_mask"] = torch.from_numpy(real.astype(np.int64))
+        batch["token_indices"] = torch.from_numpy(np.flatnonzero(real))
+        batch["cu_seqlens"] = torch.from_numpy(np.concatenate([[0], np.cumsum(lengths)]).astype(np.int32))
     return batch

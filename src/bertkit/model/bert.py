@@ -137,29 +137,37 @@ class BertModel(PreTrainedMixin, nn.Module):
         token_type_ids: torch.Tensor | None = None,
         attention_mask: torch.Tensor | None = None,
         output_hidden_states: bool = False,
+        layout: Unpadded | None = None,
     ) -> BertModelOutput:
+        """`layout`: where the real tokens are, when the caller already knows (a collator computes it on the host,
+        `Unpadded.from_collated`); then nothing is read from the device here. Else the model finds out from
+        `attention_mask` (None: nothing is padded)."""
         if token_type_ids is None:
             token_type_ids = torch.zeros_like(input_ids)
         x = self.embeddings(input_ids, token_type_ids)  # (B, T, D)
-        real = None if attention_mask is None or bool(attention_mask.all()) else attention_mask.bool()  # (B, T)
+        if layout is not None:
+            real: torch.Tensor | None = layout.mask
+        else:  # whether anything is padded: one read of the device
+            real = None if attention_mask is None or bool(attention_mask.all()) else attention_mask.bool()  # (B, T)
         dropout_p = self.config.attention_probs_dropout_prob if self.training else 0.0
         attention = self.attention.select(x, real is not None, dropout_p)
-        layout: Unpadded | torch.Tensor | None
+        where: Unpadded | torch.Tensor | None
         if attention.unpadded:
-            layout = Unpadded.from_mask(real if real is not None else torch.ones_like(input_ids, dtype=torch.bool))
-            x = layout.unpad(x)  # (N, D)
+            everything = torch.ones_like(input_ids, dtype=torch.bool)
+            where = layout or Unpadded.from_mask(real if real is not None else everything)
+            x = where.unpad(x)  # (N, D)
         else:
-            layout = None if real is None else real[:, None, None, :]  # key-padding mask (B, 1, 1, T)
+            where = None if real is None else real[:, None, None, :]  # key-padding mask (B, 1, 1, T)
         hidden = [x]
         recompute = self.gradient_checkpointing and self.training and torch.is_grad_enabled()
         for layer in self.layers:
             if recompute:
-                x = checkpoint(layer, x, attention, layout, use_reentrant=False)
+                x = checkpoint(layer, x, attention, where, use_reentrant=False)
             else:
-                x = layer(x, attention, layout)
+                x = layer(x, attention, where)
             if output_hidden_states:
                 hidden.append(x)
-        to_batch = partial(_batched, layout=layout, real=real)
+        to_batch = partial(_batched, layout=where, real=real)
         last_hidden_state = to_batch(x)
         pooled = torch.tanh(self.pooler(last_hidden_state[:, 0])) if self.pooler is not None else None
         hidden_states = tuple(to_batch(h) for h in hidden) if output_hidden_states else None

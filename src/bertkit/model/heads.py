@@ -4,7 +4,9 @@ Design decision: every task model is `BertModel` + one small head, and heads ret
 (losses live in `bertkit.tasks`). The masked-LM head can run at masked positions only: given a
 (B, T) bool mask it gathers those N hidden states first, so the 30k-way vocabulary projection costs
 N x V instead of B x T x V (about 1/7 of the positions at 15% masking). The same trick as
-JonasGeiping/cramming's sparse prediction head.
+JonasGeiping/cramming's sparse prediction head. Given a (B, P) index of positions instead (Google's
+masked_lm_positions, padded to a fixed P with weight-0 entries), it gathers B x P states: a static shape, so
+a GPU step neither reads N from the device nor compiles again for another N.
 
 Names of the concepts follow transformers' modeling_bert.py: the prediction-head transform
 (dense + activation + LayerNorm), a decoder tied to the word embeddings with its own bias, the NSP
@@ -21,6 +23,7 @@ from torch import nn
 
 from bertkit.config import BertConfig
 from bertkit.model.bert import ACTIVATIONS, BertModel, init_weights
+from bertkit.model.padding import Unpadded
 from bertkit.model.pretrained import PreTrainedMixin
 
 
@@ -40,8 +43,16 @@ class MaskedLMHead(nn.Module):
 
 
 def _select(hidden: torch.Tensor, masked_positions: torch.Tensor | None) -> torch.Tensor:
-    """(B, T, D) -> (N, D) at the masked positions (row-major order), or unchanged."""
-    return hidden if masked_positions is None else hidden[masked_positions.bool()]
+    """The hidden states the MLM head reads: all of them (None); (B, T, D) -> (N, D) at the True positions of a
+    (B, T) bool mask (row-major order; N read from the device); or (B, T, D) -> (B*P, D) at a (B, P) int64 index
+    of positions in each row (Google's masked_lm_positions, a static size: nothing is read from the device)."""
+    if masked_positions is None:
+        return hidden
+    if masked_positions.dtype == torch.bool:
+        return hidden[masked_positions]
+    batch, length = hidden.shape[:2]
+    rows = torch.arange(batch, device=hidden.device).unsqueeze(1) * length  # (B, 1) start of each row
+    return hidden.reshape(batch * length, -1).index_select(0, (masked_positions + rows).reshape(-1))
 
 
 class _TaskModel(PreTrainedMixin, nn.Module):
@@ -73,7 +84,7 @@ class _TaskModel(PreTrainedMixin, nn.Module):
 
 @dataclass
 class PreTrainingOutput:
-    prediction_logits: torch.Tensor  # (B, T, V), or (N, V) at masked positions
+    prediction_logits: torch.Tensor  # (B, T, V), or (N, V) / (B*P, V) at masked positions
     seq_relationship_logits: torch.Tensor  # (B, 2): 0 = B follows A, 1 = random B
     hidden_states: tuple[torch.Tensor, ...] | None = None
 
@@ -88,15 +99,15 @@ class BertForPreTraining(_TaskModel):
         self._init_heads()
 
     def forward(self, input_ids, token_type_ids=None, attention_mask=None, output_hidden_states=False,
-                masked_positions: torch.Tensor | None = None) -> PreTrainingOutput:
-        out = self.bert(input_ids, token_type_ids, attention_mask, output_hidden_states)
+                masked_positions: torch.Tensor | None = None, layout: Unpadded | None = None) -> PreTrainingOutput:
+        out = self.bert(input_ids, token_type_ids, attention_mask, output_hidden_states, layout)
         mlm_logits = self.mlm(_select(out.last_hidden_state, masked_positions), self.bert.embeddings.word.weight)
         return PreTrainingOutput(mlm_logits, self.nsp(out.pooler_output), out.hidden_states)
 
 
 @dataclass
 class MaskedLMOutput:
-    logits: torch.Tensor  # (B, T, V), or (N, V) at masked positions
+    logits: torch.Tensor  # (B, T, V), or (N, V) / (B*P, V) at masked positions
     hidden_states: tuple[torch.Tensor, ...] | None = None
 
 
@@ -111,8 +122,8 @@ class BertForMaskedLM(_TaskModel):
         self._init_heads()
 
     def forward(self, input_ids, token_type_ids=None, attention_mask=None, output_hidden_states=False,
-                masked_positions: torch.Tensor | None = None) -> MaskedLMOutput:
-        out = self.bert(input_ids, token_type_ids, attention_mask, output_hidden_states)
+                masked_positions: torch.Tensor | None = None, layout: Unpadded | None = None) -> MaskedLMOutput:
+        out = self.bert(input_ids, token_type_ids, attention_mask, output_hidden_states, layout)
         logits = self.mlm(_select(out.last_hidden_state, masked_positions), self.bert.embeddings.word.weight)
         return MaskedLMOutput(logits, out.hidden_states)
 

@@ -4,8 +4,9 @@ Design decision: a batch (B, T) with an attention mask holds N <= B*T real token
 projection, feed-forward, LayerNorm and dropout is per token, so it runs on the (N, D) real tokens
 alone; only attention needs sequences, and the attention backends (attention.py) find them here: as
 slices (`split_sizes`), as cumulative lengths (`cu_seqlens`), or by padding back (`pad`). The gather
-indices are computed once per forward pass; padded positions come back as zeros. Any mask works: left,
-right or interior padding, all-padding rows; each row's real tokens keep their order and their absolute
+indices are computed once per forward pass (by the model from the mask, or by the collator on the host, which
+keeps a GPU step from waiting for the device: `from_collated`); padded positions come back as zeros. Any mask
+works: left, right or interior padding, all-padding rows; each row's real tokens keep their order and their absolute
 positions (position embeddings were added in the padded layout, as transformers does), and `pad` puts
 them back where they were.
 
@@ -14,8 +15,8 @@ Reference: mosaicml/examples bert_padding.py (unpad_input / pad_input), NVIDIA's
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
-from functools import cached_property
 
 import torch
 
@@ -29,27 +30,46 @@ class Unpadded:
     seq_len: int
     lengths: torch.Tensor  # (B,) real tokens per sequence
     mask: torch.Tensor  # (B, T) bool, True at real tokens: where they are, not only how many
+    cu_seqlens: torch.Tensor  # (B+1,) int32 start of each sequence in the packed (N, ...) tokens
+    max_length: int | None = None
+    """A bound on the longest sequence known without reading the device (the collator's padded length T);
+    None: `longest` reads it once, when a backend first asks."""
+    _split_sizes: list[int] | None = dataclasses.field(default=None, repr=False)
 
     @classmethod
     def from_mask(cls, attention_mask: torch.Tensor) -> Unpadded:
-        """From a (B, T) mask of any pattern; each row's real tokens stay in order and together once packed."""
+        """From a (B, T) mask of any pattern; each row's real tokens stay in order and together once packed.
+        (Finding the real tokens reads their count from the device: `from_collated` does not.)"""
         batch_size, seq_len = attention_mask.shape
         indices = attention_mask.reshape(-1).nonzero().squeeze(1)
-        return cls(indices, batch_size, seq_len, attention_mask.sum(1), attention_mask.bool())
+        lengths = attention_mask.sum(1)
+        cu_seqlens = torch.nn.functional.pad(lengths.cumsum(0), (1, 0)).to(torch.int32)
+        return cls(indices, batch_size, seq_len, lengths, attention_mask.bool(), cu_seqlens)
 
-    @cached_property  # the layout is built once per forward pass and used by every layer
-    def cu_seqlens(self) -> torch.Tensor:
-        """(B+1,) int32 start of each sequence in the packed (N, ...) tokens."""
-        return torch.nn.functional.pad(self.lengths.cumsum(0), (1, 0)).to(torch.int32)
+    @classmethod
+    def from_collated(cls, attention_mask: torch.Tensor, indices: torch.Tensor, cu_seqlens: torch.Tensor) -> Unpadded:
+        """From what the collator computed on the host (`bertkit.data.collate_static`): the real tokens'
+        positions (N,) and the cumulative lengths (B+1,) of right-padded rows. Nothing is read from the device,
+        and the longest sequence is bounded by the padded length T, so a compiled step sees one shape per
+        batch size whatever the lengths (N varies: a dynamic dimension)."""
+        batch_size, seq_len = attention_mask.shape
+        lengths = cu_seqlens[1:] - cu_seqlens[:-1]
+        return cls(indices, batch_size, seq_len, lengths, attention_mask.bool(), cu_seqlens, seq_len)
 
-    @cached_property
-    def split_sizes(self) -> list[int]:
-        """Real tokens of each sequence, as ints (an all-padding row gives an empty piece)."""
-        return self.lengths.tolist()
-
-    @cached_property
+    @property
     def longest(self) -> int:
-        return int(self.lengths.max())
+        """The length attention kernels size their work by: `max_length`, else the longest sequence (read once
+        per forward pass and kept for every layer)."""
+        if self.max_length is None:
+            self.max_length = int(self.lengths.max())
+        return self.max_length
+
+    @property
+    def split_sizes(self) -> list[int]:
+        """Real tokens of each sequence, as ints (an all-padding row gives an empty piece; read once)."""
+        if self._split_sizes is None:
+            self._split_sizes = self.lengths.tolist()
+        return self._split_sizes
 
     def unpad(self, x: torch.Tensor) -> torch.Tensor:
         """(B, T, ...) -> (N, ...)."""

@@ -156,6 +156,11 @@ class TrainConfig(BatchSizes, DeviceChoice, TorchThreads):
     log_every: int | None = 10
     """Refresh the progress bar every this many steps (metrics.jsonl gets every step); unset: ten times per
     epoch or per --eval-every interval, whichever is shorter."""
+    read_every: int | None = None
+    """Bring the steps' loss and metrics back to the host every this many steps (each read waits for the device;
+    in between a GPU runs ahead of the host, a non-finite step is still skipped on the device, and a stop signal
+    or a time budget takes effect at the next read); unset: every step on a CPU, every --log-every steps on a
+    GPU. Evaluations, saves and the end of a step budget always read first."""
     eval_every: int | None = None
     """Held-out evaluation every this many steps and at the end; unset: only at the end (and each epoch
     with --eval-every-epoch)."""
@@ -180,8 +185,17 @@ class TrainConfig(BatchSizes, DeviceChoice, TorchThreads):
     """On resume, accept a new value of this setting although the run is then no longer exact (repeat for
     several); other settings (learning rate, budget, cadence) may change without it."""
     compile: bool | None = None
-    """torch.compile the encoder layers (a one-off compilation; bertkit.model.compile_model); unset: on a GPU
-    yes, on a CPU no (where it pays: docs/performance.md)."""
+    """torch.compile the training step (a one-off compilation: pre-training compiles its whole step, the
+    fine-tuning commands their encoder layers); unset: on a GPU yes, on a CPU no (where it pays:
+    docs/performance.md)."""
+    cuda_graphs: bool = False
+    """Pre-training on a GPU with --compile: replay the compiled step's kernels from a CUDA graph (batches with
+    padding run without one). Measured slower so far (docs/performance.md): for measurement."""
+    fused_kernels: bool | None = None
+    """Pre-training: fused Triton kernels (dropout + residual + LayerNorm with a bf16 residual stream, bias +
+    GELU, the MLM loss without an fp32 copy of the logits; on a CPU their PyTorch references); unset: what
+    measured faster, the LayerNorm kernel for an eager step on a GPU with Triton, none for a compiled step,
+    which fuses that work itself."""
     gradient_checkpointing: bool = False
     """Recompute each encoder layer in the backward instead of keeping its activations: activation memory
     of about one layer instead of L, for more step time (docs/performance.md)."""
@@ -198,7 +212,7 @@ class TrainConfig(BatchSizes, DeviceChoice, TorchThreads):
                     "micro_batch_size": self.micro_batch_size, "keep_last": self.keep_last,
                     "gradient_accumulation_steps": self.gradient_accumulation_steps,
                     "global_batch_size": self.global_batch_size, "batch_size": self.batch_size,
-                    "learning_rate": self.learning_rate, "log_every": self.log_every,
+                    "learning_rate": self.learning_rate, "log_every": self.log_every, "read_every": self.read_every,
                     "eval_every": self.eval_every, "save_every": self.save_every,
                     "max_nonfinite_steps": self.max_nonfinite_steps,
                     "early_stopping_patience": self.early_stopping_patience}

@@ -6,7 +6,8 @@ micro_batch_size x accumulation x world_size indices from it, and this process k
 into `accumulation` micro-batches. Because the position is (epoch, samples consumed in the epoch), a run
 resumes at the exact next sample, mid-epoch, and even at a different world size as long as the global
 batch is the same. A last global batch too small to give every process and micro-step at least one
-sample is skipped and counted (it is a different subset every epoch because of the shuffle).
+sample is skipped and counted (it is a different subset every epoch because of the shuffle); with
+`full_batches_only` (a step compiled for static shapes), so is any last global batch smaller than the others.
 
 With per-example `lengths`, each epoch's permutation is grouped by length: windows of
 GROUPING_WINDOW_BATCHES global batches are sorted by length and cut into global batches, whose order
@@ -87,14 +88,17 @@ class EpochBatches:
 
     def __init__(self, dataset: Dataset, collate_fn: Callable[[list[Any]], Any] | None, *,
                  micro_batch_size: int, accumulation: int, rank: int, world_size: int, seed: int,
-                 shuffle: bool = True, num_workers: int = 0, lengths: Any = None) -> None:
+                 shuffle: bool = True, num_workers: int = 0, lengths: Any = None, full_batches_only: bool = False,
+                 pin_memory: bool = False) -> None:
         self.dataset, self.collate_fn = dataset, collate_fn
         self.lengths = None if lengths is None else np.asarray(lengths)
         self.micro_batch_size, self.accumulation = micro_batch_size, accumulation
         self.rank, self.world_size, self.seed = rank, world_size, seed
-        self.shuffle, self.num_workers = shuffle, num_workers
+        self.shuffle, self.num_workers, self.pin_memory = shuffle, num_workers, pin_memory
         self.num_examples = len(dataset)  # type: ignore[arg-type]  # torch's Dataset declares no __len__
         self.global_batch_size = micro_batch_size * accumulation * world_size
+        self.min_tail = self.global_batch_size if full_batches_only else accumulation * world_size
+        """The smallest last global batch of an epoch that is trained on (smaller ones are skipped and counted)."""
         self.epoch, self.samples_in_epoch = 0, 0
         self.skipped_samples = 0
         if self.num_examples < accumulation * world_size:
@@ -104,7 +108,7 @@ class EpochBatches:
 
     @property
     def steps_per_epoch(self) -> int:
-        return count_steps_per_epoch(self.num_examples, self.global_batch_size, self.accumulation * self.world_size)
+        return count_steps_per_epoch(self.num_examples, self.global_batch_size, self.min_tail)
 
     def position(self) -> dict[str, int]:
         """The data position after the last step handed out (JSON-able)."""
@@ -138,13 +142,13 @@ class EpochBatches:
         """This process's plan of `epoch` from the current position: the permutation, cut lazily."""
         parts = self.accumulation * self.world_size
         return _EpochPlan(self.permutation(epoch), self.samples_in_epoch, self.global_batch_size, parts,
-                          range(self.rank * self.accumulation, (self.rank + 1) * self.accumulation))
+                          range(self.rank * self.accumulation, (self.rank + 1) * self.accumulation), self.min_tail)
 
     def _loader(self, batch_sampler: Iterable[list[int]], epoch: int) -> DataLoader:
         # A seeded generator keeps DataLoader from drawing from the global torch RNG (exact resume).
         generator = torch.Generator().manual_seed(self.seed * 1_000_003 + epoch)
         return DataLoader(self.dataset, batch_sampler=batch_sampler, collate_fn=self.collate_fn,
-                          num_workers=self.num_workers, generator=generator,
+                          num_workers=self.num_workers, generator=generator, pin_memory=self.pin_memory,
                           worker_init_fn=ignore_stop_signals if self.num_workers else None)
 
     def __iter__(self) -> Iterator[StepBatch]:
@@ -179,17 +183,19 @@ class _EpochPlan:
     """world_size x accumulation: each global batch is split evenly into this many micro-batches."""
     mine: range
     """The indices of this process's micro-batches among the parts (a contiguous run of `accumulation`)."""
+    min_size: int
+    """The smallest global batch trained on (`EpochBatches.min_tail`)."""
 
     def steps(self) -> Iterator[tuple[list[slice], int]]:
         """(this process's micro-batches as slices of `order`, the global batch size) for each step."""
         for offset in range(self.start, len(self.order), self.global_batch_size):
             size = min(self.global_batch_size, len(self.order) - offset)
-            if size < self.parts:
+            if size < self.min_size:
                 return
             yield [_piece(offset, size, self.parts, part) for part in self.mine], size
 
     def __len__(self) -> int:
-        return count_steps_per_epoch(max(0, len(self.order) - self.start), self.global_batch_size, self.parts)
+        return count_steps_per_epoch(max(0, len(self.order) - self.start), self.global_batch_size, self.min_size)
 
 
 def _piece(offset: int, size: int, parts: int, part: int) -> slice:

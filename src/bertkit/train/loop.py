@@ -9,7 +9,9 @@ torchtitan's loop is shaped the same way.
 
 Per step: for each of the `gradient_accumulation_steps` micro-batches, forward under autocast, scale the
 loss by the micro-batch's share of the global batch, backward (DDP all-reduces on the last one only);
-then unscale, clip, and step the optimizer only if the loss and gradient norm are finite.
+then unscale, clip, and step the optimizer only if the loss and gradient norm are finite - decided on the
+device where the optimizer can skip a step itself (fused AdamW, LAMB: the `found_inf` flag torch's GradScaler
+uses), so a step never waits for the device.
 
 A micro-batch's share is what its loss averages over. A plain `loss_fn(model, batch) -> (mean, metrics)`
 averages over samples, so its share is its sample count over the global batch's. An `Objective` (a token
@@ -19,7 +21,10 @@ by the global counts, so any split of a global batch into micro-batches and proc
 gradient as one process computing it whole (torchtitan normalises by the global valid tokens the same way).
 
 Every collective runs on the training device (NCCL serves no CPU tensors): the per-step statistics are
-built there, summed in one all-reduce, and read back to the host once per step.
+built there and summed in one all-reduce, and stay there until the next read (`--read-every`: every step on a
+CPU, every log step on a GPU, and before every evaluation, save and the end of a step budget), when the steps
+since the last read come back in one transfer and are logged one by one as before; a stop signal and a time
+budget take effect at a read.
 
 References: nanoGPT `train.py` and litgpt `pretrain.py` (shape of the loop); Devlin et al. 2018
 (optimisation defaults).
@@ -44,15 +49,17 @@ from torch import nn
 from torch.utils.data import Dataset
 from tqdm.contrib.logging import logging_redirect_tqdm
 
-from bertkit.errors import BertkitError, Interrupted
+from bertkit.errors import BertkitError
 from bertkit.runtime.device import autocast as autocast_for
 from bertkit.runtime.device import peak_memory, reset_peak_memory, resolve_device, seed_everything
 from bertkit.settings import TrainConfig
 from bertkit.train.batches import EpochBatches, StepBatch
+from bertkit.train.cadence import Budget, Cadence
 from bertkit.train.distributed import DistributedContext, all_reduce_sum, barrier, broadcast_object, unwrap_model
 from bertkit.train.optim import LearningRateSchedule, build_optimizer
 from bertkit.train.reporting import Reporter
 from bertkit.train.resume import Checkpointed, Counters, Resume, restore, save_checkpoint
+from bertkit.train.stop import StopSignal
 
 logger = logging.getLogger(__name__)
 
@@ -89,6 +96,9 @@ class TrainingData:
     """Items -> a micro-batch; unset: torch's default collate."""
     lengths: Sequence[int] | None = None
     """One length per example: each epoch's batches are grouped by length (less padding); unset: no grouping."""
+    full_batches_only: bool = False
+    """Every global batch the same size: an epoch's last, smaller global batch is skipped and counted (a step
+    compiled for static shapes would compile again for it)."""
 
 
 @dataclass
@@ -130,58 +140,6 @@ class FitResult:
     reserved since fit started); also the last record of metrics.jsonl."""
 
 
-class _Budget:
-    """Total steps / time and the warmup fraction; gives the schedule its progress in [0, 1]."""
-
-    def __init__(self, config: TrainConfig, steps_per_epoch: int, counters: Counters) -> None:
-        self.max_steps = config.max_steps
-        if config.num_epochs is not None:
-            epoch_steps = max(1, math.ceil(config.num_epochs * steps_per_epoch))
-            self.max_steps = min(self.max_steps or epoch_steps, epoch_steps)
-        self.max_time_s, self.counters = config.max_time_s, counters
-        if self.max_steps is not None:
-            warmup_steps = (config.warmup_steps if config.warmup_steps is not None
-                            else round(config.warmup_ratio * self.max_steps))
-            if warmup_steps > self.max_steps:
-                raise BertkitError(f"--warmup-steps {warmup_steps} is longer than the run "
-                                   f"({self.max_steps} steps); lower it")
-            self.warmup = warmup_steps / self.max_steps
-        elif config.warmup_steps is not None:
-            raise BertkitError("--warmup-steps needs a step budget; under --max-time alone use "
-                               "--warmup-ratio (a fraction of the time)")
-        else:
-            self.warmup = config.warmup_ratio
-
-    def progress(self, step: int) -> float:
-        # Under a time budget the elapsed time is rank 0's, shared every step, so all ranks agree.
-        by_steps = step / self.max_steps if self.max_steps else 0.0
-        by_time = self.counters.elapsed_s / self.max_time_s if self.max_time_s else 0.0
-        return min(1.0, max(by_steps, by_time))
-
-    def done(self, step: int) -> bool:
-        return self.progress(step) >= 1.0
-
-
-class _Cadence:
-    """When the loop refreshes the progress bar, evaluates and saves: every N steps, and at the end of every
-    epoch as the data source marks it (the step that consumed the epoch's last global batch), so a run resumed
-    with another number of processes, whose epochs may have one step more or fewer, still evaluates where
-    each epoch ends."""
-
-    def __init__(self, config: TrainConfig, steps_per_epoch: int, counters: Counters) -> None:
-        self.config, self.steps_per_epoch, self.counters = config, steps_per_epoch, counters
-        shortest = min(config.eval_every or steps_per_epoch, steps_per_epoch)
-        self.log_every = config.log_every or max(1, shortest // 10)
-
-    def evaluates(self, step: int, ends_epoch: bool) -> bool:
-        every, epochs = self.config.eval_every, self.config.eval_every_epoch
-        return bool(every and step % every == 0) or (epochs and ends_epoch)
-
-    def saves(self, step: int) -> bool:
-        every, on_eval = self.config.save_every, self.config.save_on_eval
-        return bool(every and step % every == 0) or (on_eval and self.counters.last_eval_step == step)
-
-
 def _check_prepared(model: nn.Module, config: TrainConfig, ctx: DistributedContext) -> None:
     """Refuse what the workflow prepares before `fit` (bugs in a caller, so plain exceptions)."""
     if config.precision == "auto" or config.learning_rate is None:
@@ -216,53 +174,18 @@ def _to_device(batch: Any, device: torch.device) -> Any:
 
 
 def _count_tokens(batch: Any, size: int) -> int:
-    """Real tokens in a micro-batch: the attention mask's sum when there is one, else the sample count."""
+    """Real tokens in a micro-batch: the attention mask's sum when there is one, else every token of the input
+    ids (a batch collated without a mask has no padding), else the sample count."""
     if isinstance(batch, dict) and isinstance(batch.get("attention_mask"), torch.Tensor):
         return int(batch["attention_mask"].sum())
+    if isinstance(batch, dict) and isinstance(batch.get("input_ids"), torch.Tensor):  # no mask: nothing padded
+        return batch["input_ids"].numel()
     return size
 
 
 MIN_LOSS_SCALE = 1.0
 """Below it, the fp16 grad scaler has halved its scale (from 65,536) over about sixteen overflowing steps in a row
 with no growth: the gradients are not finite at any scale, a failed run rather than the scaler settling."""
-SIGNAL_WINDOW_S = 5.0
-"""Signals this close to the first are the same request: under `srun torchrun` every process gets SIGTERM from
-the scheduler and again from torchrun, milliseconds apart, and a Ctrl-C reaches every process of the group."""
-
-
-class _StopSignal:
-    """SIGTERM/SIGINT set a flag; the loop finishes its step, saves and returns. The same request again within
-    SIGNAL_WINDOW_S changes nothing; a later one aborts (a user who insists), leaving the newest checkpoint on
-    disk as it was."""
-
-    def __init__(self) -> None:
-        self.requested = False
-        self.signum: int | None = None
-        self.first_at = 0.0
-        self.previous: dict[int, Any] = {}
-
-    def _handle(self, signum: int, frame: Any) -> None:
-        if self.requested and time.monotonic() - self.first_at < SIGNAL_WINDOW_S:
-            return  # the request already being served (a scheduler and torchrun both signal)
-        if self.requested:
-            signal.signal(signum, self.previous.get(signum, signal.SIG_DFL))
-            raise Interrupted(f"stopped by a second {signal.Signals(signum).name} before the checkpoint of this "
-                              "step was written; the newest checkpoint on disk is the one before", signum)
-        self.requested, self.signum, self.first_at = True, signum, time.monotonic()
-        logger.warning("received %s: finishing this step, saving a checkpoint, then stopping",
-                       signal.Signals(signum).name)
-
-    def __enter__(self) -> _StopSignal:
-        with contextlib.suppress(ValueError):  # not the main thread: leave signals alone
-            for signum in (signal.SIGTERM, signal.SIGINT):
-                self.previous[signum] = signal.signal(signum, self._handle)
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        for signum, handler in self.previous.items():
-            signal.signal(signum, handler)
-
-
 def fit(model: nn.Module, loss_fn: LossFn, data: TrainingData | Dataset, config: TrainConfig,
         output_dir: str | Path, *, ctx: DistributedContext | None = None, hooks: Hooks | None = None,
         resume: Resume | str | Path | None = None) -> FitResult:
@@ -296,8 +219,9 @@ def fit(model: nn.Module, loss_fn: LossFn, data: TrainingData | Dataset, config:
     counters = Counters()
     batches = EpochBatches(data.dataset, data.collate_fn, micro_batch_size=micro_batch, accumulation=accumulation,
                            rank=ctx.rank, world_size=ctx.world_size, seed=config.seed, shuffle=config.shuffle,
-                           num_workers=config.num_workers, lengths=data.lengths)
-    budget = _Budget(config, batches.steps_per_epoch, counters)
+                           num_workers=config.num_workers, lengths=data.lengths,
+                           full_batches_only=data.full_batches_only, pin_memory=ctx.device.type == "cuda")
+    budget = Budget(config, batches.steps_per_epoch, counters)
     plain = unwrap_model(model)  # the optimizer and the checkpoints see the model's own parameter names
     assert config.learning_rate is not None  # _check_prepared
     optimizer = build_optimizer(plain, config.optimizer, config.learning_rate, config.weight_decay,
@@ -312,7 +236,7 @@ def fit(model: nn.Module, loss_fn: LossFn, data: TrainingData | Dataset, config:
         reporter.record(resumed)
     last_checkpoint = start
     try:
-        with _StopSignal() as stop, logging_redirect_tqdm():  # log lines above the bar, not glued to it
+        with StopSignal() as stop, logging_redirect_tqdm():  # log lines above the bar, not glued to it
             stop_reason = _train(model, loss_fn, parts, config, budget, autocast, stop, reporter, ctx, hooks,
                                  checkpoints)
             if stop_reason == "budget" and hooks.evaluate is not None and counters.last_eval_step != counters.step:
@@ -330,10 +254,14 @@ def fit(model: nn.Module, loss_fn: LossFn, data: TrainingData | Dataset, config:
                      batches.skipped_samples, counters.best, signum, peak)
 
 
-def _train(model: nn.Module, loss_fn: LossFn, parts: Checkpointed, config: TrainConfig, budget: _Budget,
-           autocast: Callable[[], Any], stop: _StopSignal, reporter: Reporter, ctx: DistributedContext,
+def _train(model: nn.Module, loss_fn: LossFn, parts: Checkpointed, config: TrainConfig, budget: Budget,
+           autocast: Callable[[], Any], stop: StopSignal, reporter: Reporter, ctx: DistributedContext,
            hooks: Hooks, checkpoints: Path) -> str:
-    """Steps until the budget is spent ('budget') or a stop was requested ('signal')."""
+    """Steps until the budget is spent ('budget') or a stop was requested ('signal').
+
+    A step's statistics stay on the device until the next read (`Cadence.reads`): every step on a CPU, every
+    log step on a GPU, and always before an evaluation, a save or the last step of a step budget. Between reads
+    the host only queues work; a stop signal and a time budget take effect at the next read."""
     state = parts.counters
     if budget.done(state.step):
         return "budget"
@@ -344,36 +272,28 @@ def _train(model: nn.Module, loss_fn: LossFn, parts: Checkpointed, config: Train
         if _patience_spent(state, config, reporter):
             return "early_stop"
     started, elapsed_before = time.perf_counter(), state.elapsed_s
-    cadence = _Cadence(config, parts.batches.steps_per_epoch, state)
+    cadence = Cadence(config, parts.batches.steps_per_epoch, state, ctx.device)
     data: Iterator[StepBatch] = iter(parts.batches)
+    taken: list[_Taken] = []
     while True:
         lr = parts.schedule.apply(parts.optimizer, state.step)  # skipped steps count: see optim.py
         batch = next(data)
         local = _forward_backward(model, loss_fn, batch, autocast, parts.scaler, ctx)
         clock = time.perf_counter() - started + elapsed_before
-        loss, metrics, tokens, stop_requested, elapsed = _reduce(*local, stop.requested, clock, ctx)
-        state.elapsed_s = elapsed
-        grad_norm, overflow = _optimizer_step(parts, config, loss)
+        keys, statistics = _reduce(*local, stop.requested, clock, ctx)
+        grad_norm = _optimizer_step(parts, config, statistics[0])
         state.step += 1
+        encoder_lr = lr * parts.schedule.encoder_scale(state.step - 1) if config.splits_encoder else None
+        taken.append(_Taken(state.step, lr, encoder_lr, parts.batches.epoch, keys, statistics, grad_norm))
         if state.step == config.head_warmup_steps and ctx.is_main:
             logger.info("head warm-up done after %d step(s): the encoder trains from the next step, its learning "
                         "rate rising over %d step(s) to x %g of the heads'", state.step, state.step,
                         config.encoder_lr_ratio)
-        record = {"kind": "train", "step": state.step, "loss": loss, **metrics, "lr": lr,
-                  **({"encoder_lr": lr * parts.schedule.encoder_scale(state.step - 1)} if config.splits_encoder
-                     else {}),
-                  "grad_norm": grad_norm, "epoch": parts.batches.epoch, "elapsed_s": round(elapsed, 3)}
-        _tally(state, record, overflow, reporter)
-        reporter.train_step(record, tokens, show=state.step % cadence.log_every == 0)
-        if overflow:
-            _check_loss_scale(parts.scaler, state.step)
-        if state.consecutive_nonfinite >= config.max_nonfinite_steps:
-            raise BertkitError(
-                f"{state.consecutive_nonfinite} optimizer steps in a row (up to step {state.step}) had a "
-                "non-finite loss or gradient norm, so training stopped without saving the poisoned state; "
-                "lower --learning-rate, use --precision fp32 or bf16, check the data, and resume from the "
-                "last checkpoint with --resume auto")
         due = hooks.evaluate is not None and cadence.evaluates(state.step, batch.ends_epoch)
+        if not (due or cadence.reads(state.step) or cadence.saves(state.step) or budget.steps_done(state.step)):
+            continue
+        stop_requested = _read(taken, parts, config, cadence, reporter)
+        taken = []
         if stop_requested:  # save at once (a scheduler's grace period is for the save); the resumed run evaluates
             state.eval_pending = due
             return "signal"
@@ -385,6 +305,52 @@ def _train(model: nn.Module, loss_fn: LossFn, parts: Checkpointed, config: Train
             return "budget"
         if cadence.saves(state.step):
             save_checkpoint(parts, checkpoints, config, ctx)
+
+
+@dataclass
+class _Taken:
+    """An optimizer step whose statistics are still on the device."""
+
+    step: int
+    lr: float
+    encoder_lr: float | None
+    epoch: int
+    keys: list[str]
+    """The metric names of `statistics` (`_step_statistics`)."""
+    statistics: torch.Tensor
+    """float64 on the device, summed over the processes: loss, metrics, tokens, stop flag, rank 0's clock."""
+    grad_norm: torch.Tensor
+    """0-d, on the device."""
+
+
+def _read(taken: list[_Taken], parts: Checkpointed, config: TrainConfig, cadence: Cadence,
+          reporter: Reporter) -> bool:
+    """Read the taken steps' statistics back to the host in one transfer, log each step, count the skipped ones
+    (stopping the run after `max_nonfinite_steps` in a row); returns whether any process asked to stop."""
+    state = parts.counters
+    flat = torch.cat([torch.cat([t.statistics, t.grad_norm.detach().double().reshape(1)]) for t in taken]).tolist()
+    stop_requested, offset = False, 0
+    for step in taken:
+        values = flat[offset:offset + len(step.keys) + 5]
+        offset += len(step.keys) + 5
+        loss, grad_norm = values[0], values[-1]
+        metrics = dict(zip(step.keys, values[1:1 + len(step.keys)]))
+        tokens, stop_requested, state.elapsed_s = int(values[-4]), stop_requested or values[-3] > 0, values[-2]
+        record = {"kind": "train", "step": step.step, "loss": loss, **metrics, "lr": step.lr,
+                  **({"encoder_lr": step.encoder_lr} if step.encoder_lr is not None else {}),
+                  "grad_norm": grad_norm, "epoch": step.epoch, "elapsed_s": round(state.elapsed_s, 3)}
+        overflow = _scaler_overflow(parts.scaler, loss, grad_norm)
+        _tally(state, record, overflow, reporter)
+        reporter.train_step(record, tokens, show=step.step % cadence.log_every == 0)
+        if overflow:
+            _check_loss_scale(parts.scaler, step.step)
+        if state.consecutive_nonfinite >= config.max_nonfinite_steps:
+            raise BertkitError(
+                f"{state.consecutive_nonfinite} optimizer steps in a row (up to step {step.step}) had a "
+                "non-finite loss or gradient norm, so training stopped without saving the poisoned state; "
+                "lower --learning-rate, use --precision fp32 or bf16, check the data, and resume from the "
+                "last checkpoint with --resume auto")
+    return stop_requested
 
 
 def _patience_spent(state: Counters, config: TrainConfig, reporter: Reporter) -> bool:
@@ -438,43 +404,64 @@ def _global_counts(objective: Objective, step: StepBatch, device: torch.device,
         for key, count in objective.counts(batch).items():
             local[key] = local.get(key, 0) + torch.as_tensor(count, dtype=torch.float64)
     keys = sorted(local)
-    vector = torch.stack([local[key] for key in keys]).to(device)
-    vector = all_reduce_sum(vector, ctx)
+    vector = all_reduce_sum(host_to_device(torch.stack([local[key] for key in keys]), device), ctx)
     return {key: vector[i].clamp(min=1.0) for i, key in enumerate(keys)}  # an empty term divides by 1
+
+
+def host_to_device(tensor: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """A host tensor on `device` without waiting for the device: to a GPU from pinned memory, asynchronously (a
+    plain copy from pageable memory waits for every kernel queued before it)."""
+    if device.type != "cuda":
+        return tensor.to(device)
+    return tensor.pin_memory().to(device, non_blocking=True)
 
 
 def _step_statistics(loss_sum: torch.Tensor, sums: dict[str, Any], tokens: int, stop_requested: bool,
                      clock: float, ctx: DistributedContext) -> tuple[list[str], torch.Tensor]:
-    """(metric names, one float64 vector on the training device): loss, metrics, tokens, stop flag, clock."""
+    """(metric names, one float64 vector on the training device): loss, metrics, tokens, stop flag, clock.
+    Device values stay on the device; host values (float metrics, counts, flags) travel in one async copy."""
     keys = sorted(sums)
     device = loss_sum.device
-    host = torch.tensor([float(tokens), float(stop_requested), clock if ctx.is_main else 0.0], dtype=torch.float64)
+    on_host = [key for key in keys if not isinstance(sums[key], torch.Tensor)]
+    host = host_to_device(torch.tensor([*(float(sums[key]) for key in on_host), float(tokens), float(stop_requested),
+                                        clock if ctx.is_main else 0.0], dtype=torch.float64), device)
+    from_host = dict(zip(on_host, host))
     parts = [loss_sum.reshape(1).to(torch.float64)]
-    parts += [torch.as_tensor(sums[key], dtype=torch.float64, device=device).reshape(1) for key in keys]
-    return keys, torch.cat([*parts, host.to(device)])
+    parts += [(from_host[key] if key in from_host else sums[key].to(torch.float64)).reshape(1) for key in keys]
+    return keys, torch.cat([*parts, host[len(on_host):]])
 
 
 def _reduce(loss_sum: torch.Tensor, sums: dict[str, Any], tokens: int, stop_requested: bool, clock: float,
-            ctx: DistributedContext) -> tuple[float, dict[str, float], int, bool, float]:
+            ctx: DistributedContext) -> tuple[list[str], torch.Tensor]:
     """One all-reduce per step, on the training device: loss, metrics, tokens, stop flags (any rank) and
-    rank 0's clock; read back to the host once."""
+    rank 0's clock, left on the device (`_read` brings them to the host)."""
     keys, vector = _step_statistics(loss_sum, sums, tokens, stop_requested, clock, ctx)
-    values = all_reduce_sum(vector, ctx).tolist()
-    reduced = dict(zip(keys, values[1:1 + len(keys)]))
-    return values[0], reduced, int(values[-3]), values[-2] > 0, values[-1]
+    return keys, all_reduce_sum(vector, ctx)
 
 
-def _optimizer_step(parts: Checkpointed, config: TrainConfig, loss: float) -> tuple[float, bool]:
-    """Unscale, clip, and step the optimizer only when everything is finite; returns (the grad norm, whether
-    it was the grad scaler's overflow: a finite loss whose fp16-scaled gradients overflowed, which the scaler
-    answers by skipping the step and lowering its scale - routine at the start and at every growth probe)."""
+def _optimizer_step(parts: Checkpointed, config: TrainConfig, loss: torch.Tensor) -> torch.Tensor:
+    """Unscale, clip, and step the optimizer only when the loss and the gradient norm are finite; returns the
+    gradient norm (0-d, on the device).
+
+    Where the optimizer can skip a step on the device (`_step_supports_amp_scaling`: fused AdamW, bertkit's LAMB)
+    the guard never reads the device: it hands the optimizer a `found_inf` flag, as torch's GradScaler does.
+    Otherwise (and with the fp16 grad scaler, whose own check is read on the host) the host reads the two values.
+    A non-finite step leaves the weights and the optimizer state as they were; `_read` counts it."""
     params = [p for p in parts.model.parameters() if p.grad is not None]
     if parts.scaler is not None:
         parts.scaler.unscale_(parts.optimizer)
     max_norm = config.max_grad_norm if config.max_grad_norm > 0 else math.inf
-    grad_norm = float(torch.nn.utils.clip_grad_norm_(params, max_norm)) if params else 0.0
-    finite = math.isfinite(loss) and math.isfinite(grad_norm)
-    if finite:
+    grad_norm = (torch.nn.utils.clip_grad_norm_(params, max_norm) if params
+                 else torch.zeros((), device=loss.device))
+    finite = torch.isfinite(loss) & torch.isfinite(grad_norm)
+    if parts.scaler is None and getattr(parts.optimizer, "_step_supports_amp_scaling", False):
+        optimizer: Any = parts.optimizer
+        optimizer.grad_scale, optimizer.found_inf = None, (~finite).to(torch.float32)
+        try:
+            optimizer.step()
+        finally:
+            del optimizer.grad_scale, optimizer.found_inf
+    elif bool(finite):
         if parts.scaler is not None:
             parts.scaler.step(parts.optimizer)
         else:
@@ -482,7 +469,14 @@ def _optimizer_step(parts: Checkpointed, config: TrainConfig, loss: float) -> tu
     if parts.scaler is not None:
         parts.scaler.update()
     parts.optimizer.zero_grad(set_to_none=True)
-    return grad_norm, parts.scaler is not None and math.isfinite(loss) and not finite
+    return grad_norm
+
+
+def _scaler_overflow(scaler: Any, loss: float, grad_norm: float) -> bool:
+    """Whether a step was the fp16 grad scaler's overflow: a finite loss whose scaled gradients overflowed, which
+    the scaler answers by skipping the step and lowering its scale (routine at the start and at every growth
+    probe), not a non-finite step."""
+    return scaler is not None and math.isfinite(loss) and not math.isfinite(grad_norm)
 
 
 def _check_loss_scale(scaler: Any, step: int) -> None:
