@@ -68,7 +68,9 @@ def test_pretrain_compiles_by_default_on_cuda_and_checkpoints(tmp_path: Path, ca
     assert main(["pretrain", "--data", str(tmp_path / "data"), "--tokenizer", str(tmp_path / "tok"), "--model",
                  "bert-debug", "--output", str(tmp_path / "run"), "--batch-size", "8", "--max-steps", "4",
                  "--eval-examples", "8", "--device", "cuda", "--gradient-checkpointing"]) == 0
-    assert "compiling the encoder layers (the default on a GPU" in caplog.text
+    assert "compiling the training step (the default on a GPU" in caplog.text
+    step = json.loads((tmp_path / "run" / "pretrain_settings.json").read_text())["step"]
+    assert step["static_shapes"] and step["compile"] and not step["fused_norm"]  # issue 49's step, by default
     records = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert all(torch.isfinite(torch.tensor(r["loss"])) for r in records if r["kind"] == "train")
     memory = [r for r in records if r["kind"] == "memory"]

@@ -155,7 +155,7 @@ def test_dispatch_on_cuda():
     x = torch.zeros(4, 9, WIDTH, device="cuda")
     for dispatch in (Dispatch(), Dispatch(bmm_everywhere())):  # CPU choices never apply on CUDA
         assert type(dispatch.select(x.bfloat16(), padded=True, dropout_p=0.0)) is VarlenFlash
-        assert type(dispatch.select(x.bfloat16(), padded=True, dropout_p=0.1)) is RepaddedSDPA
+        assert type(dispatch.select(x.bfloat16(), padded=True, dropout_p=0.1)) is VarlenFlash  # with its dropout
         assert type(dispatch.select(x, padded=True, dropout_p=0.0)) is RepaddedSDPA  # fp32
         with torch.autocast("cuda", dtype=torch.bfloat16):
             assert type(dispatch.select(x, padded=True, dropout_p=0.0)) is VarlenFlash

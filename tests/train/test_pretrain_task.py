@@ -1,10 +1,15 @@
 """Pre-training end to end on a tiny inline corpus: the sparse MLM loss equals the dense one, `bertkit
 pretrain` writes metrics.jsonl / TensorBoard / curves.png / final/, final/ loads in transformers with the
 same outputs, a killed run resumes bit-exactly with the real model (dropout on), and bad flags are
-reported as errors."""
+reported as errors.; and issue 49's step: the StepPlan resolved
+once from the flags and the device (and recorded), `--compile` training the whole compiled objective on static
+batches, `--fused-kernels` the fused ops (their CPU references), resuming bit-exactly (the compilation traced by
+torch.compile's "aot_eager" backend: the same graphs, no code generation; Inductor itself is
+tests/train/test_compiled_objective.py's)."""
 
 from __future__ import annotations
 
+import functools
 import json
 import shutil
 from pathlib import Path
@@ -17,10 +22,15 @@ from safetensors.torch import load_file
 from bertkit.cli import main
 from bertkit.config import preset
 from bertkit.data import InstanceSettings, PretrainingDataset, build_pretraining_data, collate_pretraining
+from bertkit.errors import BertkitError
 from bertkit.model import BertForMaskedLM, BertForPreTraining
+from bertkit.settings import TrainConfig
 from bertkit.tasks.pretraining import pretraining_loss
 from bertkit.tokenizer import WordPieceTokenizer
 from bertkit.train import checkpoint as ckpt
+from bertkit.train.compiled import CompiledObjective
+from bertkit.workflows import pretrain as pretrain_workflow
+from bertkit.workflows.prepare import StepPlan, plan_step
 
 
 @pytest.fixture(scope="module")
@@ -146,3 +156,54 @@ def test_resume_refuses_a_new_dropout_unless_allowed_and_applies_a_new_learning_
     assert len(resumed) == 1 and resumed[0]["step"] == 2
     assert resumed[0]["changed"]["learning_rate"] == [1e-3, 2e-3] and resumed[0]["changed"]["dropout"] == [0.1, 0.0]
     assert [r["step"] for r in records if r["kind"] == "train"] == [1, 2, 3, 4]
+
+
+# --- issue 49's step: resolved once, compiled whole with static batches, fused kernels, exact resume ---------
+
+CPU, CUDA = torch.device("cpu"), torch.device("cuda")
+
+
+def test_the_step_plan_on_a_cpu_and_its_refusals(monkeypatch):
+    assert plan_step(TrainConfig(max_steps=1), CPU) == StepPlan(False, False, False, False, False, False)
+    compiled = plan_step(TrainConfig(max_steps=1, compile=True, fused_kernels=True), CPU)
+    assert compiled == StepPlan(True, True, False, True, True, True)
+    assert "whole step compiled" in compiled.describe() and "bias+GELU" in compiled.describe()
+    with pytest.raises(BertkitError, match="--cuda-graphs"):
+        plan_step(TrainConfig(max_steps=1, compile=True, cuda_graphs=True), CPU)
+    monkeypatch.setattr("bertkit.kernels.triton_support.available", lambda device: True)
+    gpu = plan_step(TrainConfig(max_steps=1, compile=True), CUDA)
+    assert gpu.static_shapes and gpu.compile and not gpu.fused_norm  # compiled: Inductor fuses that work itself
+    eager = plan_step(TrainConfig(max_steps=1, compile=False), CUDA)
+    assert eager.fused_norm and not (eager.fused_gelu or eager.fused_loss)  # eager: the LayerNorm kernel paid
+    monkeypatch.setattr("bertkit.kernels.triton_support.available", lambda device: False)
+    monkeypatch.setattr("bertkit.kernels.triton_support.reason_unavailable", lambda device: "no triton here")
+    assert not plan_step(TrainConfig(max_steps=1, compile=False), CUDA).fused_norm  # unset: off without Triton
+    with pytest.raises(BertkitError, match="--fused-kernels: no triton here"):
+        plan_step(TrainConfig(max_steps=1, fused_kernels=True), CUDA)
+
+
+@pytest.fixture
+def traced(monkeypatch):
+    monkeypatch.setattr(pretrain_workflow, "CompiledObjective", functools.partial(CompiledObjective,
+                                                                                  backend="aot_eager"))
+
+
+def _losses(run) -> list[float]:
+    return [r["loss"] for r in map(json.loads, (run / "metrics.jsonl").read_text().splitlines())
+            if r["kind"] == "train"]
+
+
+def test_compiled_static_fused_pretraining_runs_and_resumes_bit_exactly(prepared, tmp_path, traced):
+    flags = ("--compile", "--fused-kernels", "--read-every", "2", "--max-steps", "6", "--save-every", "3")
+    straight = tmp_path / "straight"
+    assert run_cli(prepared, straight, *flags) == 0
+    recorded = json.loads((straight / "pretrain_settings.json").read_text())
+    assert recorded["step"] == {"static_shapes": True, "compile": True, "cuda_graphs": False, "fused_norm": True,
+                                "fused_gelu": True, "fused_loss": True}
+    assert recorded["train"]["read_every"] == 2
+    killed = tmp_path / "killed"
+    shutil.copytree(straight, killed)
+    shutil.rmtree(killed / "checkpoints" / "step-00000006")
+    shutil.rmtree(killed / "final")
+    assert run_cli(prepared, killed, *flags, "--resume", "auto") == 0
+    assert _losses(killed) == _losses(straight) and len(_losses(straight)) == 6

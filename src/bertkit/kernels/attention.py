@@ -1,7 +1,14 @@
-"""Attention as two batched matrix multiplies: the kernel `bertkit.model.attention.CpuBmm` runs where the probe
-(`bertkit.runtime.probe`) measured it faster than SDPA for the dtype and length. Torch only.
+"""Attention kernels the backends of `bertkit.model.attention` call. Torch only.
 
-Shape legend: B batch, A heads, T sequence length, Dh head size.
+- `bmm_attention`: two batched matrix multiplies, what `CpuBmm` runs where the probe (`bertkit.runtime.probe`)
+  measured it faster than SDPA for the dtype and length.
+- `flash_varlen`: CUDA flash attention over packed sequences (cumulative lengths) WITH attention dropout, for
+  training: `torch.nn.attention.varlen.varlen_attn` fixes dropout at 0, but the flash kernels under it
+  (`aten._flash_attention_forward` / `_backward`, the ones SDPA uses) take a dropout probability and replay the
+  forward's mask in the backward from the random state they return. `flash_varlen` is that pair as one
+  autograd function, traceable by torch.compile (both ops have meta kernels).
+
+Shape legend: B batch, A heads, T sequence length, Dh head size, N packed tokens.
 """
 
 from __future__ import annotations
@@ -17,3 +24,33 @@ def bmm_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Te
     scores = torch.bmm(q, k.reshape(batch * heads, length, size).transpose(1, 2))  # (BA, T, T)
     probs = torch.softmax(scores, dim=-1)  # bf16 in, accumulated in fp32 by the CPU kernel
     return torch.bmm(probs, v.reshape(batch * heads, length, size)).view(batch, heads, length, size)
+
+
+class _FlashVarlen(torch.autograd.Function):
+    """Forward and backward of the flash kernels over packed sequences; the random state the forward returns
+    (the third and fourth outputs, whatever this torch version calls them) is handed to the backward, which
+    regenerates the dropout mask from it."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, cu_seqlens, max_length: int, dropout_p: float, scale: float):
+        out, lse, rng_a, rng_b, _ = torch.ops.aten._flash_attention_forward(
+            q, k, v, cu_seqlens, cu_seqlens, max_length, max_length, dropout_p, False, False, scale=scale)
+        ctx.save_for_backward(q, k, v, out, lse, cu_seqlens, rng_a, rng_b)
+        ctx.max_length, ctx.dropout_p, ctx.scale = max_length, dropout_p, scale
+        return out
+
+    @staticmethod
+    def backward(ctx, grad_out):
+        q, k, v, out, lse, cu_seqlens, rng_a, rng_b = ctx.saved_tensors
+        dq, dk, dv = torch.ops.aten._flash_attention_backward(
+            grad_out.contiguous(), q, k, v, out, lse, cu_seqlens, cu_seqlens, ctx.max_length, ctx.max_length,
+            ctx.dropout_p, False, rng_a, rng_b, scale=ctx.scale)
+        return dq, dk, dv, None, None, None, None
+
+
+def flash_varlen(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens: torch.Tensor, max_length: int,
+                 dropout_p: float = 0.0) -> torch.Tensor:
+    """softmax(q k^T / sqrt(Dh)) v within each packed sequence, with attention dropout `dropout_p` (inverted, as
+    SDPA's): 3 x (N, A, Dh) -> (N, A, Dh), bf16 or fp16 on a CUDA device; `cu_seqlens` (B+1,) int32 delimits the
+    sequences, `max_length` bounds the longest (an upper bound is fine: the padded length)."""
+    return _FlashVarlen.apply(q, k, v, cu_seqlens, max_length, dropout_p, q.shape[-1] ** -0.5)

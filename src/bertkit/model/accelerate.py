@@ -85,8 +85,8 @@ def accelerate_for_inference(model: nn.Module, precision: str = "fp32", *, autoc
 
     The copy's attention is a `Dispatch` holding the CPU choices measured at the model's width (bmm
     attention where it won), unless the model had a fixed backend. The copy runs under torch.no_grad()
-    or torch.inference_mode(). A compiled model (`compile_model`) runs eagerly in the copy, with the
-    swapped modules and the measured `Dispatch`."""
+    or torch.inference_mode(). A compiled model (`compile_model`) or one with fused training kernels
+    (`bertkit.model.fused`) runs eagerly in the copy, with the swapped modules and the measured `Dispatch`."""
     if precision not in ("fp32", "bf16", "int8"):
         raise ValueError(f"precision {precision!r}: use fp32, bf16 or int8 ('auto': for_inference)")
     if autocast and precision != "fp32":
@@ -95,9 +95,10 @@ def accelerate_for_inference(model: nn.Module, precision: str = "fp32", *, autoc
         raise ValueError("this model is already accelerated for inference; accelerate the original")
     accelerated = _copy_sharing_tensors(model, torch.bfloat16 if precision == "bf16" else torch.float32)
     for bert in [m for m in accelerated.modules() if isinstance(m, BertModel)]:
-        # a list, not a generator: every layer's compiled forward (bound to the original) must be popped
-        compiled = any([vars(layer).pop("forward", None) for layer in bert.layers])  # noqa: C419
-        if compiled or isinstance(bert.attention, Dispatch):  # eager again: the padding-free dispatch
+        # a list, not a generator: every compiled or fused forward (bound to the original) must be popped
+        replaced = [vars(module).pop("forward", None) for module in (bert.embeddings, *bert.layers)]
+        vars(bert).pop("_bertkit_fused", None)  # bertkit.model.fused's mark: the copy runs the plain forwards
+        if any(replaced) or isinstance(bert.attention, Dispatch):  # eager again: the padding-free dispatch
             bert.attention = measured_attention(bert)
     if smoothing is not None and precision != "int8":
         raise ValueError(f"smoothing is for int8, not {precision}")

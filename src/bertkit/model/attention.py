@@ -23,10 +23,11 @@ What runs where (why, with the measurements behind each choice: docs/performance
   of SDPA at the dtypes and lengths where `bertkit.runtime.probe` measured them at least 1.1x faster on the
   machine that runs. Only a `Dispatch` given those choices runs it (`accelerate_for_inference`, which leaves
   them out under `BERTKIT_CPU_KERNELS=0`).
-- CUDA, padded batch, bf16/fp16 without attention dropout: `VarlenFlash`, flash attention over the
-  packed tokens with cumulative sequence lengths (`torch.nn.attention.varlen.varlen_attn`).
-- CUDA otherwise (attention dropout in training, fp32): `RepaddedSDPA`, SDPA on the batch padded back
-  for attention alone, one kernel launch rather than one per sequence.
+- CUDA, padded batch, bf16/fp16: `VarlenFlash`, flash attention over the packed tokens with cumulative
+  sequence lengths (`torch.nn.attention.varlen.varlen_attn`; in training with attention dropout, the same
+  kernels with their dropout, `kernels.attention.flash_varlen`).
+- CUDA, fp32: `RepaddedSDPA`, SDPA on the batch padded back for attention alone, one kernel launch rather
+  than one per sequence. On a CPU under torch.compile too (PerSequence's loop would split the graph).
 - Nothing padded: `PaddedSDPA` (or `CpuBmm`) on the whole batch in one call.
 
 Reference: torch.nn.functional.scaled_dot_product_attention; mosaicml/examples bert_padding.py.
@@ -143,20 +144,21 @@ class RepaddedSDPA(Attention[Unpadded]):
 
 
 class VarlenFlash(Attention[Unpadded]):
-    """CUDA flash attention over the packed tokens, sequences delimited by cumulative lengths (bf16/fp16;
-    it has no dropout)."""
+    """CUDA flash attention over the packed tokens, sequences delimited by cumulative lengths (bf16/fp16):
+    `varlen_attn` without dropout, `kernels.flash_varlen` (the same kernels) with attention dropout."""
 
     unpadded = True
 
     def __call__(self, qkv: torch.Tensor, layout: Unpadded, num_heads: int, dropout_p: float) -> torch.Tensor:
         from torch.nn.attention.varlen import varlen_attn  # noqa: PLC0415 - CUDA only
 
-        if dropout_p:
-            raise ValueError("VarlenFlash has no attention dropout; train with RepaddedSDPA or PerSequence")
         tokens, three_d = qkv.shape
         q, k, v = qkv.view(tokens, 3, num_heads, three_d // (3 * num_heads)).unbind(1)  # 3 x (N, A, Dh)
         cu, longest = layout.cu_seqlens, layout.longest
-        context = cast(torch.Tensor, varlen_attn(q, k, v, cu, cu, longest, longest))  # a tuple only with return_aux
+        if dropout_p:
+            context = kernels.flash_varlen(q, k, v, cu, longest, dropout_p)
+        else:
+            context = cast(torch.Tensor, varlen_attn(q, k, v, cu, cu, longest, longest))  # a tuple with return_aux
         return context.reshape(tokens, three_d // 3)  # (N, A, Dh) -> (N, D)
 
 
@@ -179,8 +181,10 @@ class Dispatch(Attention[None]):
         if device == "cuda":
             if not padded:
                 return PaddedSDPA()
-            return VarlenFlash() if dropout_p == 0.0 and dtype in (torch.float16, torch.bfloat16) else RepaddedSDPA()
+            return VarlenFlash() if dtype in (torch.float16, torch.bfloat16) else RepaddedSDPA()
         batched = self._measured(x, dtype, dropout_p) or PaddedSDPA()
+        if padded and torch.compiler.is_compiling():  # PerSequence's Python loop over sequences would split the graph
+            return RepaddedSDPA()
         return PerSequence(batched) if padded else batched
 
     def _measured(self, x: torch.Tensor, dtype: torch.dtype, dropout_p: float) -> CpuBmm | None:

@@ -2,6 +2,7 @@
 `bertkit.train.fit` runs them.
 
     prepare_training(model, config, ctx, rows, length) -> (model ready to train, resolved config)
+    plan_step(config, device) -> StepPlan: how a pre-training step runs (shapes, compile, fused kernels)
     sample_length(dataset, count) -> the longest input_ids among the first `count` examples
 
 Design decision: the loop receives a model already placed and wrapped and a config already resolved
@@ -10,21 +11,29 @@ rank 0 where it is a measurement, so every rank runs the same: `--precision auto
 run's own step at its micro-batch and length, `bertkit.runtime.device.resolve_precision`), glibc's allocator
 thresholds (`bertkit.runtime.allocator`), the device, and DistributedDataParallel under torchrun.
 torch.compile and gradient checkpointing are model transforms the workflows' `build_model` applies
-(`bertkit.model.compile_model`, `enable_gradient_checkpointing`).
+(`bertkit.model.compile_model`, `enable_gradient_checkpointing`); how a pre-training step runs on the device
+(static shapes, the whole step compiled, CUDA graphs, fused kernels) is one `StepPlan`, decided here once from
+the settings and the device and recorded with the run.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import logging
+from dataclasses import dataclass
 
 import torch
 from torch import nn
 from torch.utils.data import Dataset
 
+from bertkit.errors import BertkitError
+from bertkit.kernels import triton_support
 from bertkit.runtime.allocator import keep_freed_memory
 from bertkit.runtime.device import resolve_precision
 from bertkit.settings import TrainConfig
 from bertkit.train.distributed import DistributedContext, broadcast_object, wrap_model
+
+logger = logging.getLogger(__name__)
 
 
 def prepare_training(model: nn.Module, config: TrainConfig, ctx: DistributedContext, rows: int | None = None,
@@ -42,6 +51,56 @@ def prepare_training(model: nn.Module, config: TrainConfig, ctx: DistributedCont
         precision = broadcast_object(measured, ctx)
     model.to(ctx.device)
     return wrap_model(model, ctx), dataclasses.replace(config, precision=precision)
+
+
+@dataclass(frozen=True)
+class StepPlan:
+    """How a pre-training step runs on its device: each lever of issue 49, resolved once (`plan_step`)."""
+
+    static_shapes: bool
+    """Batches of one shape with the prediction index and the padding layout made on the host
+    (`bertkit.data.collate_static`), so the step reads nothing from the device; else padded to each batch's
+    longest (`collate_pretraining`), which the CPU path is tuned for."""
+    compile: bool
+    """The whole objective compiled (`bertkit.train.compiled.CompiledObjective`)."""
+    cuda_graphs: bool
+    """The compiled step replayed from CUDA graphs."""
+    fused_norm: bool
+    """dropout + residual + LayerNorm fused, bf16 residual stream (`bertkit.model.fused`)."""
+    fused_gelu: bool
+    """bias + GELU fused."""
+    fused_loss: bool
+    """The MLM loss from bf16 logits (`bertkit.kernels.cross_entropy.masked_lm_loss`)."""
+
+    def describe(self) -> str:
+        fused = [name for name, on in (("dropout+residual+LayerNorm", self.fused_norm), ("bias+GELU", self.fused_gelu),
+                                       ("MLM loss", self.fused_loss)) if on]
+        return (f"{'static' if self.static_shapes else 'per-batch'} shapes, "
+                f"{'whole step compiled' if self.compile else 'eager'}"
+                f"{' with CUDA graphs' if self.cuda_graphs else ''}, fused kernels: {', '.join(fused) or 'none'}")
+
+
+def plan_step(config: TrainConfig, device: torch.device) -> StepPlan:
+    """The StepPlan of `config` (its `compile` already resolved) on `device`: static shapes wherever the step runs
+    on a GPU or is compiled; with --fused-kernels unset, only the kernel that measured faster where it did: the
+    fused LayerNorm of an eager step on a GPU with Triton (a compiled step fuses that work itself, as fast; the
+    GELU and loss kernels did not pay: docs/performance.md, "The GPU step"); a lever asked for where it cannot
+    run is a BertkitError naming the flag."""
+    cuda = device.type == "cuda"
+    if config.fused_kernels and cuda and not triton_support.available(device):
+        raise BertkitError(f"--fused-kernels: {triton_support.reason_unavailable(device)}; or pass --no-fused-kernels")
+    if config.fused_kernels is None:  # what measured faster
+        norm, others = cuda and not config.compile and triton_support.available(device), False
+    else:
+        norm = others = config.fused_kernels
+    if config.cuda_graphs and not (cuda and config.compile):
+        raise BertkitError("--cuda-graphs replays a compiled step on a GPU: use it with --compile on a CUDA device")
+    if config.cuda_graphs:
+        logger.warning("--cuda-graphs: the step replayed from CUDA graphs measured 5.8x slower than without them on "
+                       "an H200 (docs/performance.md, \"The GPU step\"); it is kept to be measured, not yet to speed "
+                       "anything up")
+    return StepPlan(static_shapes=cuda or bool(config.compile), compile=bool(config.compile),
+                    cuda_graphs=config.cuda_graphs, fused_norm=norm, fused_gelu=others, fused_loss=others)
 
 
 def sample_length(dataset: Dataset, count: int) -> int | None:

@@ -33,7 +33,7 @@ from torch.nn import functional as F
 from torch.utils.data import Dataset
 
 from bertkit.config import BertConfig, load_config
-from bertkit.data import PretrainingDataset, collate_pretraining
+from bertkit.data import PretrainingDataset, collate_pretraining, collate_static
 from bertkit.errors import BertkitError
 from bertkit.interop.sentence_transformers import copy_module_files
 from bertkit.io.atomic import write_text_atomic
@@ -42,21 +42,28 @@ from bertkit.model import (
     BertForMaskedLM,
     BertForPreTraining,
     accelerate_for_inference,
-    compile_model,
     enable_gradient_checkpointing,
     read_state_dict,
 )
+from bertkit.model.fused import fuse_for_training
 from bertkit.model.pretrained import SAFETENSORS_NAME, safetensors_shapes
 from bertkit.runtime.device import resolve_device
 from bertkit.settings import PretrainSettings, TrainConfig
-from bertkit.tasks.pretraining import IGNORE_INDEX, PretrainingObjective, mlm_logits_and_targets, pretraining_loss
+from bertkit.tasks.pretraining import (
+    IGNORE_INDEX,
+    PretrainingObjective,
+    mlm_logits_and_targets,
+    pretraining_loss,
+    weighted_mlm_loss,
+)
 from bertkit.tokenizer import WordPieceTokenizer
 from bertkit.train import FitResult, Hooks, Resume, TrainingData, fit, setup_distributed
 from bertkit.train import checkpoint as ckpt
+from bertkit.train.compiled import CompiledObjective
 from bertkit.train.distributed import DistributedContext, all_reduce_sum, barrier, rank0_decides
 from bertkit.train.throughput import training_steps_per_second
 from bertkit.workflows.adapt import carry_pooler
-from bertkit.workflows.prepare import prepare_training, sample_length
+from bertkit.workflows.prepare import StepPlan, plan_step, prepare_training, sample_length
 from bertkit.workflows.recipes import (
     CONTINUE_PASSES,
     PAPER_MIN_STEPS,
@@ -155,9 +162,9 @@ def _tokenizer(settings: PretrainSettings, dataset_hash: str) -> WordPieceTokeni
 
 
 def build_model(settings: PretrainSettings, train: TrainConfig, tokenizer: WordPieceTokenizer, max_seq_length: int,
-                ) -> BertForPreTraining | BertForMaskedLM:
-    """A fresh model from a preset/config, or the weights of --init-from; compiled or checkpointing its layers
-    as `train` asks (`train.compile` resolved: `_compile_by_default`)."""
+                step: StepPlan | None = None) -> BertForPreTraining | BertForMaskedLM:
+    """A fresh model from a preset/config, or the weights of --init-from; checkpointing its layers as `train`
+    asks, with the fused kernels `step` chooses (`plan_step`; the step's compilation wraps the objective)."""
     cls = BertForPreTraining if settings.nsp else BertForMaskedLM
     overrides = {}
     if settings.dropout is not None:
@@ -170,8 +177,8 @@ def build_model(settings: PretrainSettings, train: TrainConfig, tokenizer: WordP
         if config.vocab_size != tokenizer.vocab_size:
             config = config.replace(vocab_size=tokenizer.vocab_size)
         model = cls(config)
-    if train.compile:
-        compile_model(model)
+    if step is not None and (step.fused_norm or step.fused_gelu):
+        fuse_for_training(model, norm=step.fused_norm, gelu=step.fused_gelu)
     if train.gradient_checkpointing:
         enable_gradient_checkpointing(model)
     if config.vocab_size < tokenizer.vocab_size:
@@ -189,7 +196,7 @@ def _compile_by_default(train: TrainConfig, device: torch.device, log_it: bool) 
     if train.compile is not None:
         return train
     if device.type == "cuda" and log_it:
-        logger.info("compiling the encoder layers (the default on a GPU; --no-compile runs them eagerly)")
+        logger.info("compiling the training step (the default on a GPU; --no-compile runs it eagerly)")
     return dataclasses.replace(train, compile=device.type == "cuda")
 
 
@@ -206,8 +213,11 @@ def pretrain(settings: PretrainSettings, train: TrainConfig) -> FitResult:
                            "prediction from; pass --no-nsp")
     tokenizer = _tokenizer(settings, train_set.dataset.vocab_hash)
     train = _compile_by_default(train, ctx.device, ctx.is_main)
+    step = plan_step(train, ctx.device)
+    if ctx.is_main:
+        logger.info("pre-training step: %s", step.describe())
     torch.manual_seed(train.seed)  # same initial weights on every rank
-    model = build_model(settings, train, tokenizer, int(train_set.dataset.options["max_seq_length"]))
+    model = build_model(settings, train, tokenizer, int(train_set.dataset.options["max_seq_length"]), step)
     fresh = getattr(model, "newly_initialized", [])
     if fresh and ctx.is_main and settings.resume and ckpt.list_checkpoints(output / "checkpoints"):
         logger.info("resuming: the weights --init-from lacked (%s) are restored from the checkpoint, as every other",
@@ -219,7 +229,7 @@ def pretrain(settings: PretrainSettings, train: TrainConfig) -> FitResult:
         write_text_atomic(output / "pretrain_settings.json", json.dumps(
             {"settings": asdict(settings), "train": asdict(train), "world_size": ctx.world_size,
              "batch": dict(zip(("global", "micro", "accumulation"), train.batch_plan(ctx.world_size))),
-             "recipe": asdict(recipe) if recipe else None},
+             "recipe": asdict(recipe) if recipe else None, "step": asdict(step)},
             indent=2) + "\n")
     pad = tokenizer.pad_token_id
     evaluate = functools.partial(evaluate_pretraining, dataset=eval_set, nsp=settings.nsp, pad_token_id=pad,
@@ -227,14 +237,35 @@ def pretrain(settings: PretrainSettings, train: TrainConfig) -> FitResult:
     hooks = Hooks(evaluate=evaluate if len(eval_set) else None,
                   save_weights=lambda _, d: model.save_pretrained(d, tokenizer=tokenizer),
                   load_weights=lambda _, d: model.load_hf_state_dict(read_state_dict(d), source=str(d)))
-    result = fit(prepared, PretrainingObjective(nsp=settings.nsp),
-                 TrainingData(train_set, functools.partial(collate_pretraining, pad_token_id=pad)), train, output,
+    result = fit(prepared, _objective(settings, step), _training_data(train_set, step, pad), train, output,
                  ctx=ctx, hooks=hooks, resume=Resume(settings.resume, settings.overwrite,
                                                      run_identity(settings, train_set.dataset, model)))
     if ctx.is_main and result.stop_reason == "budget":
         _write_final(settings, train, model, tokenizer, output, result.step, recipe)
     barrier(ctx)  # final/ is complete before any rank goes on (a command may fine-tune from it next)
     return result
+
+
+def _objective(settings: PretrainSettings, step: StepPlan) -> PretrainingObjective | CompiledObjective:
+    """MLM (+ NSP) with the MLM loss `step` chooses, compiled whole when it says so."""
+    mlm_loss = weighted_mlm_loss
+    if step.fused_loss:
+        from bertkit.kernels.cross_entropy import masked_lm_loss  # noqa: PLC0415 - only with fused kernels
+
+        mlm_loss = masked_lm_loss
+    objective = PretrainingObjective(nsp=settings.nsp, mlm_loss=mlm_loss)
+    return CompiledObjective(objective, cuda_graphs=step.cuda_graphs) if step.compile else objective
+
+
+def _training_data(train_set: _Split, step: StepPlan, pad: int) -> TrainingData:
+    """The training split, collated to one static shape when `step` says so (then an epoch's smaller last batch
+    is skipped and counted rather than compiled for), else to each batch's longest."""
+    if not step.static_shapes:
+        return TrainingData(train_set, functools.partial(collate_pretraining, pad_token_id=pad))
+    options = train_set.dataset.options
+    collate = functools.partial(collate_static, pad_token_id=pad, max_seq_length=int(options["max_seq_length"]),
+                                max_predictions=int(options["max_predictions_per_seq"]))
+    return TrainingData(train_set, collate, full_batches_only=True)
 
 
 def _write_final(settings: PretrainSettings, train: TrainConfig, model: BertForPreTraining | BertForMaskedLM,
