@@ -17,7 +17,8 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "scripts"))
 
-from gpu_check import cuda_tests, report, run, throughput  # noqa: E402 - scripts/ is not a package root
+from gpu_check import cuda_tests, environment, report, run, throughput  # noqa: E402 - scripts/ is not a package root
+from gpu_check import ladder as ladder_module  # noqa: E402
 
 PART_KEYS = {"title", "optional", "status", "seconds", "timeout_s", "error", "details"}
 
@@ -36,39 +37,73 @@ def test_dry_run_writes_results_json(dry_run):
     out, seconds, stdout = dry_run
     results = json.loads((out / "results.json").read_text())
     assert results["schema"] == 1 and results["dry_run"] is True and results["ok"] is True and results["complete"]
-    assert results["total_s"] <= results["budget_s"] and seconds < 180
+    assert results["total_s"] <= results["budget_s"] and seconds < 240
     assert list(results["parts"]) == [part.name for part in run.PARTS]
-    for name, part in results["parts"].items():
+    for name, part in results["parts"].items():  # a dry run runs every part, the optional ones too
         assert set(part) >= PART_KEYS, name
-        assert part["status"] in run.STATUSES, name
-        assert part["status"] == ("skipped" if part["optional"] else "passed"), (name, part["error"])
+        assert part["status"] == "passed", (name, part["error"])
     environment = results["environment"]
     assert environment["missing_required"] == [] and environment["modules"]["torch"]
+    assert {"zstandard", "pysbd", "pytest", "transformers"} <= set(environment["modules"])
     assert environment["device"]["cuda_available"] is False
     tests = results["parts"]["cuda_tests"]["details"]
     assert tests["counts"]["skipped"] >= 40 and tests["counts"]["failed"] == tests["counts"]["error"] == 0
-    assert all(t["name"].startswith("tests.cuda.") for t in tests["tests"])
+    packages = {t["name"].split("::")[0].rsplit(".", 1)[0] for t in tests["tests"]}  # tests.cuda.test_x -> tests.cuda
+    assert {"tests.cuda", "tests.model", "tests.train"} <= packages  # wherever a module marks a test cuda
     group = results["parts"]["process_group"]["details"]
     assert group["group_joined"] and group["backend"] == "gloo" and group["context"]["distributed"]
     assert group["steps"] == 5 and len(group["evaluations"]) == 2 and group["torn_down"]
     assert set(group["checkpoints"].values()) == {"valid"}
-    speed = results["parts"]["throughput"]["details"]
-    assert speed["batch"] == 4 and speed["transformers_attention"] == "sdpa"
-    for name in throughput.NAMES:
-        assert speed["results"][name]["tokens_per_s"] > 0 and speed["results"][name]["mfu"] > 0
-    assert "6 x N" in speed["flop_rule"] and "12 x L x D x t^2" in speed["flop_rule"]
+    assert group["second_training"]["steps"] == 5 and "compiled objective" in group["second_training"]["step"]
     assert (out / "junit.xml").is_file() and (out / "gpu_check.log").is_file()
-    assert "environment: passed" in stdout and "throughput: passed" in stdout
+    assert "environment: passed" in stdout and "ladder: passed" in stdout
+
+
+def test_dry_run_ladder_runs_every_lever_then_numerics_profile_and_batch(dry_run):
+    results = json.loads((dry_run[0] / "results.json").read_text())
+    ladder = results["parts"]["ladder"]["details"]
+    ran = set(ladder["results"])
+    assert ran == {v.name for v in ladder_module.LADDER if not v.cuda_graphs}  # CUDA graphs: a GPU's
+    graphs = next(v.name for v in ladder_module.LADDER if v.cuda_graphs)
+    assert "skipped" in ladder["errors"][graphs]
+    for name, result in ladder["results"].items():
+        assert result["tokens_per_s"] > 0 and result["mfu"] > 0 and result["ms_per_step"] > 0, name
+    assert ladder["best"]["name"] in ran and ladder["best_vs_transformers"] > 0
+    assert ladder["numerics"]["agree"] and ladder["numerics"]["steps"] == ladder_module.DRY_TIMING["numerics_steps"]
+    assert ladder["profile"]["top_kernels"] and ladder["largest_batch"]["largest"] >= ladder["batch"]
+    assert "6 x N" in ladder["flop_rule"]
+    phase2 = results["parts"]["phase2"]["details"]
+    assert len(phase2["results"]) == 2 and 0 < phase2["phase2_data"]["fill"] < 1  # real padding, unpadded
+    assert results["parts"]["large"]["details"]["results"]
 
 
 def test_dry_run_writes_results_md(dry_run):
     text = (dry_run[0] / "results.md").read_text()
     assert text.startswith("# GPU check: CPU (dry run)") and "Overall: **ok**" in text
     for heading in ("## Environment", "## CUDA tests (pytest -m cuda)", "## One-rank process group through fit",
-                    "## Pre-training throughput and MFU, bf16"):
+                    "## Lever ladder, bert-base 128 tokens", "## bert-base 512 tokens", "## bert-large 128 tokens"):
         assert heading in text
-    assert "| bertkit |" in text and "| transformers |" in text and "FLOP rule:" in text
-    assert "--compile smoke test (optional) | skipped" in text
+    assert "| transformers |" in text and "| whole step compiled + all kernels |" in text
+    assert "Numerics:" in text and "**agree**" in text and "Profile of" in text
+
+
+def test_required_modules_are_the_projects_dependencies():
+    import tomllib
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    declared = {environment.module_name(environment.requirement_name(r)) for r in project["dependencies"]}
+    assert declared <= set(environment.REQUIRED) and {"zstandard", "pysbd"} <= declared
+    assert {"pytest", "transformers"} <= set(environment.REQUIRED)
+    assert "fastapi" in environment.OPTIONAL and not set(environment.OPTIONAL) & set(environment.REQUIRED)
+    assert environment.requirement_name('triton==3.6.0; platform_machine == "x86_64"') == "triton"
+
+
+def test_cuda_test_modules_are_found_by_reading_them():
+    modules = cuda_tests.cuda_test_modules()
+    assert "tests/cuda/test_varlen_flash.py" in modules and "tests/model/test_attention.py" in modules
+    assert not any(m.startswith("tests/serve/") for m in modules)  # never imported by the check
+    command = cuda_tests.command("main", dry_run=False, junit=Path("j.xml"))
+    assert cuda_tests.COMPILE_TEST not in command and "tests/" not in command
 
 
 def _fake_parts(tmp_path: Path, monkeypatch) -> None:
@@ -101,14 +136,26 @@ def test_a_hanging_or_crashing_part_is_recorded_and_the_check_goes_on(tmp_path, 
 
 
 def test_parts_fit_the_budget_and_missing_modules_skip_parts(tmp_path):
-    assert sum(p.timeout_s for p in run.PARTS if not p.optional) <= 450  # < 8 minutes with the overhead
+    assert all(p.timeout_s <= run.GPU_BUDGET_S for p in run.PARTS) and run.GPU_BUDGET_S <= 570  # one device call
     runner = run.Runner(tmp_path, dry_run=False, budget_s=450, selected=None)
     runner.results["environment"] = {"missing_required": ["transformers"], "device": {"cuda_available": True}}
     by_name = {p.name: p for p in run.PARTS}
-    assert "transformers" in runner.skip_reason(by_name["throughput"])
+    assert "transformers" in runner.skip_reason(by_name["ladder"])
     assert runner.skip_reason(by_name["process_group"]) is None
     runner.results["environment"] = {"missing_required": [], "device": {"cuda_available": False}}
     assert "no CUDA device" in runner.skip_reason(by_name["cuda_tests"])
+
+
+def test_the_fastest_ladder_variant_is_handed_on(tmp_path):
+    runner = run.Runner(tmp_path, dry_run=False, budget_s=450, selected=None)
+    by_name = {p.name: p for p in run.PARTS}
+    assert runner.handed_on(by_name["large"]) == {}
+    runner.given_levers = {"static": True, "compile": True, "norm": False}
+    assert runner.handed_on(by_name["phase2"])["best_levers"] == runner.given_levers
+    levers = {"static": True, "compile": True, "cuda_graphs": True, "norm": True, "gelu": True, "loss": True}
+    runner.results["parts"]["ladder"] = {"details": {"batch": 256, "best": {"name": "+ CUDA graphs", "levers": levers}}}
+    assert runner.handed_on(by_name["large"]) == {"best_levers": levers, "best_name": "+ CUDA graphs"}
+    assert runner.handed_on(by_name["throughput_tf32"]) == {"max_batch": 256}
 
 
 JUNIT = """<?xml version="1.0" encoding="utf-8"?><testsuites><testsuite name="pytest" errors="2" failures="1"
@@ -122,12 +169,12 @@ E   ModuleNotFoundError: No module named 'fastapi'</error></testcase><testcase c
  type="pytest.skip"/></testcase></testsuite></testsuites>"""
 
 
-def test_junit_results_are_read_back_and_optional_modules_skip(tmp_path):
+def test_junit_results_are_read_back_and_a_module_that_fails_to_import_fails(tmp_path):
     (tmp_path / "junit.xml").write_text(JUNIT)
     tests = {t["name"]: t for t in cuda_tests.read_junit(tmp_path / "junit.xml")}
-    assert tests["tests.serve.test_server_limits"]["outcome"] == "skipped"
-    assert "fastapi" in tests["tests.serve.test_server_limits"]["message"]
-    assert tests["tests.model.broken"]["outcome"] == "error"  # not an optional package: a real failure
+    for name, missing in (("tests.serve.test_server_limits", "fastapi"), ("tests.model.broken", "nothere")):
+        assert tests[name]["outcome"] == "error", name  # its tests never ran: never a skip
+        assert "failed to import" in tests[name]["message"] and missing in tests[name]["message"]
     assert tests["tests.cuda.test_a::test_ok"] == {"name": "tests.cuda.test_a::test_ok", "outcome": "passed",
                                                    "seconds": 0.5, "message": None}
     assert tests["tests.cuda.test_a::test_bad[x]"]["outcome"] == "failed"

@@ -1,11 +1,12 @@
-"""Part 2, the CUDA tests: `pytest -m cuda tests/` from source, read back test by test.
+"""Part 2, the CUDA tests: `pytest -m cuda` over the test modules that hold one, from source, read back test by
+test.
 
 Design decision: results come from pytest's junit XML, with its `-v` lines as the fallback when pytest
 is killed at the part's timeout (no XML is written then; the last test without an outcome is the one
-that hung). Test modules that cannot be imported because an optional package is missing (fastapi and
-uvicorn are not on the GPU machine) are collection errors to pytest; here they count as skipped,
-naming the package, and any other collection error as a failure. The whole tree is collected on a GPU
-(a cuda test may live anywhere); the dry run collects tests/cuda alone, to stay fast.
+that hung). The modules are found by reading them (`@pytest.mark.cuda` or a `pytestmark` naming it), not by
+importing the whole tree, so a module that has nothing to do with the GPU (a server test that needs fastapi)
+is never imported here; and a module that holds CUDA tests and fails to import fails this part, naming the
+error: its tests did not run, whatever pytest's exit code says.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Any
 
-from gpu_check.environment import OPTIONAL, ROOT
+from gpu_check.environment import ROOT
 
 PER_TEST_TIMEOUT_S = 90
 COMPILE_TEST = "tests/cuda/test_compile_smoke.py"
@@ -29,10 +30,18 @@ VERBOSE_LINE = re.compile(r"^(\S+::\S.*?) (PASSED|FAILED|ERROR|SKIPPED|XFAIL|XPA
 STARTED_LINE = re.compile(r"^\S+::\S+\s*$")  # -v prints the test id, then its outcome when it ends
 
 
+CUDA_MARK = re.compile(r"pytest\.mark\.cuda\b")
+
+
+def cuda_test_modules(root: Path = ROOT) -> list[str]:
+    """The test modules (relative paths) that mark a test `cuda`, found by reading their text."""
+    return sorted(str(path.relative_to(root)) for path in (root / "tests").rglob("test_*.py")
+                  if CUDA_MARK.search(path.read_text(encoding="utf-8", errors="replace")))
+
+
 def command(selection: str, dry_run: bool, junit: Path) -> list[str]:
-    paths = [COMPILE_TEST] if selection == "compile" else (["tests/cuda"] if dry_run else ["tests/"])
-    deselect = [] if selection == "compile" else ["--deselect", COMPILE_TEST]
-    cmd = [sys.executable, "-m", "pytest", "-m", "cuda", *paths, *deselect, "-v", "-rA", "-p", "no:cacheprovider",
+    paths = [COMPILE_TEST] if selection == "compile" else [m for m in cuda_test_modules() if m != COMPILE_TEST]
+    cmd = [sys.executable, "-m", "pytest", "-m", "cuda", *paths, "-v", "-rA", "-p", "no:cacheprovider",
            f"--junitxml={junit}", "--continue-on-collection-errors"]
     if importlib.util.find_spec("pytest_timeout") is not None:
         cmd.append(f"--timeout={300 if selection == 'compile' else PER_TEST_TIMEOUT_S}")
@@ -94,20 +103,16 @@ def read_junit(path: Path) -> list[dict[str, Any]]:
                 record["outcome"] = {"failure": "failed"}.get(tag, tag)
                 record["message"] = text.strip()[-2000:] if tag != "skipped" else (found.get("message") or "")[:300]
                 break
-        if record["outcome"] == "error" and not classname:  # a module pytest could not import
-            missing = optional_module(record["message"] or "")
-            if missing:
-                record.update(outcome="skipped", message=f"not collected: optional module {missing} is missing")
+        if record["outcome"] == "error" and not classname:  # a module pytest could not import: its tests never ran
+            record["message"] = f"not collected (the module failed to import): {import_error(record['message'] or '')}"
         tests.append(record)
     return tests
 
 
-def optional_module(message: str) -> str | None:
-    """The optional package a collection error names, if that is all it is."""
-    found = re.search(r"No module named '([\w.]+)'", message)
-    if found and found.group(1).split(".")[0] in OPTIONAL:
-        return found.group(1)
-    return None
+def import_error(message: str) -> str:
+    """The line of a collection failure that says why (the last 'E   ...' line), or its first line."""
+    errors = [line[1:].strip() for line in message.splitlines() if line.startswith("E ")]
+    return (errors[-1] if errors else message.strip().splitlines()[0] if message.strip() else "no message")[:300]
 
 
 def read_verbose(text: str) -> list[dict[str, Any]]:

@@ -1,9 +1,11 @@
 """Part 1, the environment: which modules import (and their versions), the device, driver, torch and
 CUDA versions, bf16 support, the commit.
 
-Design decision: each module is imported on its own with its error kept, so one broken package is
-named plainly instead of failing the whole check; the parts that need a missing module are skipped by
-the runner (`run.py`), the others still run.
+Design decision: what is required is read from pyproject.toml, not kept here: every dependency of the project
+(a missing one fails this part: bertkit itself needs it, and tests of the modules that import it could not
+run) and the dev packages the check runs (pytest, transformers); every other extra is optional. Each module
+is imported on its own with its error kept, so one broken package is named plainly; the parts that need a
+missing module are skipped by the runner (`run.py`), the others still run.
 """
 
 from __future__ import annotations
@@ -13,32 +15,54 @@ import importlib.metadata
 import importlib.util
 import os
 import platform
+import re
 import shutil
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
 
-REQUIRED = {  # module -> who needs it
-    "torch": "everything", "transformers": "parity tests and the throughput comparison",
-    "tokenizers": "bertkit.tokenizer", "safetensors": "checkpoints", "click": "bertkit.cli",
-    "tqdm": "the training loop's progress bar", "rich": "the toolchain (named by issue 23)",
-    "numpy": "bertkit.data", "pytest": "the CUDA tests", "tensorboard": "the training loop's reporter",
-    "matplotlib": "the training loop's loss curves",
-}
-OPTIONAL = {  # tests that need these skip (or, at collection, are counted as skipped) without them
-    "pytest_timeout": "per-test timeouts", "fastapi": "bertkit serve", "uvicorn": "bertkit serve",
-    "httpx": "serve tests", "pysbd": "--split-sentences", "seqeval": "tagging metrics",
-    "sklearn": "fine-tuning metrics tests", "onnx": "export", "onnxruntime": "export tests",
-    "hypothesis": "property tests", "starlette": "bertkit serve", "pydantic": "bertkit serve (with fastapi)",
-    "sentence_transformers": "sentence-embedding parity tests", "scipy": "metrics tests",
-    "fastapi_offline": "bertkit serve", "prometheus_client": "serve metrics", "openai": "OpenAI client tests",
-    "datasets": "datasets-format tests", "zstandard": ".zst corpora (carry its wheel: bertkit.io.textlines needs it)",
-}
-DISTRIBUTIONS = {"sklearn": "scikit-learn", "pytest_timeout": "pytest-timeout",
-                 "sentence_transformers": "sentence-transformers"}
+PYPROJECT = ROOT / "pyproject.toml"
+CHECK_NEEDS = ("pytest", "transformers")
+"""Dev dependencies the check itself needs (the CUDA tests; the parity and ladder comparisons)."""
+MODULE_NAMES = {"scikit-learn": "sklearn", "pytest-timeout": "pytest_timeout", "pyyaml": "yaml",
+                "sentence-transformers": "sentence_transformers", "fastapi-offline": "fastapi_offline",
+                "prometheus-client": "prometheus_client", "langchain-openai": "langchain_openai",
+                "tensorflow-cpu": "tensorflow"}
+"""Distribution names whose import name is not the name with '-' turned into '_'."""
+
+
+def requirement_name(requirement: str) -> str:
+    """'torch==2.13.0' / 'triton==3.6.0; platform_machine == "x86_64"' -> 'torch' / 'triton'."""
+    return re.split(r"[\s;\[<>=!~]", requirement.strip(), maxsplit=1)[0].lower()
+
+
+def module_name(distribution: str) -> str:
+    return MODULE_NAMES.get(distribution, distribution.replace("-", "_"))
+
+
+def declared_modules(pyproject: Path = PYPROJECT) -> tuple[dict[str, str], dict[str, str]]:
+    """({module: why required}, {module: why optional}) from pyproject.toml: the project's dependencies and the
+    check's own dev needs are required; every other extra is optional (the tests that need one skip)."""
+    project = tomllib.loads(pyproject.read_text(encoding="utf-8"))["project"]
+    required = {module_name(requirement_name(r)): "a dependency of bertkit (pyproject.toml)"
+                for r in project["dependencies"]}
+    optional: dict[str, str] = {}
+    for extra, requirements in project.get("optional-dependencies", {}).items():
+        for requirement in requirements:
+            name = module_name(requirement_name(requirement))
+            if name in CHECK_NEEDS:
+                required.setdefault(name, f"the GPU check (the [{extra}] extra)")
+            elif name not in required:
+                optional.setdefault(name, f"the [{extra}] extra")
+    return required, optional
+
+
+REQUIRED, OPTIONAL = declared_modules()
+DISTRIBUTIONS = {module: distribution for distribution, module in MODULE_NAMES.items()}
 
 
 def module_version(name: str) -> tuple[str | None, str | None]:

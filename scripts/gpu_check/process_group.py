@@ -13,6 +13,8 @@ It passes only if a group was joined and the loop took the distributed path (`ct
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import inspect
 import json
 import math
@@ -29,10 +31,13 @@ def run(options: dict[str, Any]) -> tuple[str, dict[str, Any], str | None]:
     import torch
     import torch.distributed as dist
 
-    from bertkit.data import collate_pretraining
-    from bertkit.tasks.pretraining import pretraining_loss
+    from bertkit.data import collate_pretraining, collate_static
+    from bertkit.kernels.cross_entropy import masked_lm_loss
+    from bertkit.model.fused import fuse_for_training
+    from bertkit.tasks.pretraining import PretrainingObjective, pretraining_loss
     from bertkit.train import Hooks, TrainConfig, TrainingData, fit, setup_distributed, teardown_distributed, wrap_model
     from bertkit.train import checkpoint as ckpt
+    from bertkit.train.compiled import CompiledObjective
     from bertkit.workflows.pretrain import evaluate_pretraining
     from gpu_check.tiny import pretraining_items, tiny_model
 
@@ -87,15 +92,28 @@ def run(options: dict[str, Any]) -> tuple[str, dict[str, Any], str | None]:
         if not saved or any(ckpt.verify_checkpoint(p) for p in saved):
             problems.append(f"checkpoints: {details['checkpoints']}")
         # A second training in the same process and group, as `bertkit glue` and the quickstart run (issue 38):
-        # setup_distributed reuses the group; a second init_process_group would fail (gloo) or hang (NCCL).
+        # setup_distributed reuses the group; a second init_process_group would fail (gloo) or hang (NCCL). It
+        # runs issue 49's step through the real loop: static shapes, fused kernels, the whole objective compiled
+        # (traced without code generation in the dry run), the statistics read every second step.
         again = setup_distributed(device)
-        second = fit(wrap_model(tiny_model().to(again.device), again), pretraining_loss,
-                     TrainingData(pretraining_items(64), collate_pretraining), config, run_dir.with_name("second-run"),
+        second_dir = run_dir.with_name("second-run")
+        second = fit(wrap_model(fuse_for_training(tiny_model()).to(again.device), again),
+                     CompiledObjective(PretrainingObjective(mlm_loss=masked_lm_loss),
+                                       backend="aot_eager" if options["dry_run"] else "inductor"),
+                     TrainingData(pretraining_items(64), functools.partial(collate_static, pad_token_id=0,
+                                                                          max_seq_length=32, max_predictions=16),
+                                  full_batches_only=True),
+                     dataclasses.replace(config, read_every=2, eval_every=None, save_every=None), second_dir,
                      ctx=again)
-        details["second_training"] = {"steps": second.step, "stop_reason": second.stop_reason}
-        if second.step != STEPS or second.stop_reason != "budget":
-            problems.append(f"the second training in the same group stopped at step {second.step} "
-                            f"({second.stop_reason})")
+        second_losses = [r["loss"] for r in map(json.loads, (second_dir / "metrics.jsonl").read_text().splitlines())
+                         if r.get("kind") == "train"]
+        details["second_training"] = {"steps": second.step, "stop_reason": second.stop_reason,
+                                      "step": "static shapes, fused kernels, compiled objective, read every 2",
+                                      "losses": second_losses}
+        if second.step != STEPS or second.stop_reason != "budget" or len(second_losses) != STEPS \
+                or not all(map(math.isfinite, second_losses)):
+            problems.append(f"the second training in the same group (the compiled static step) stopped at step "
+                            f"{second.step} ({second.stop_reason}), losses {second_losses}")
     except Exception:  # noqa: BLE001 - the error text is the result; what was found so far is kept
         problems.append(traceback.format_exc()[-3000:])
     finally:

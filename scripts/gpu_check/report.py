@@ -25,6 +25,15 @@ def one_line(name: str, record: dict[str, Any]) -> str:
             line += (f"; bertkit --compile {compiled['tokens_per_s']:,.0f} tok/s (MFU {compiled['mfu']:.1%}), "
                      f"{details['compile_ratio']:.2f}x")
         return line
+    if name in ("ladder", "phase2", "large") and details.get("best"):
+        best = details["results"][details["best"]["name"]]
+        line = (f" fastest: {details['best']['name']}, batch {details['batch']}: {best['tokens_per_s']:,.0f} tok/s, "
+                f"MFU {best['mfu']:.1%}")
+        if details.get("best_vs_transformers"):
+            line += f", {details['best_vs_transformers']:.2f}x transformers"
+        if details.get("numerics"):
+            line += f"; numerics {'agree' if details['numerics']['agree'] else 'DIFFER'}"
+        return line
     if name == "profile" and details.get("by_kind_ms_per_step"):
         kinds = ", ".join(f"{kind} {ms:.1f}" for kind, ms in list(details["by_kind_ms_per_step"].items())[:4])
         return (f" {details['wall_ms_per_step']:.1f} ms/step, GPU busy {details['busy_fraction']:.0%}; ms/step by "
@@ -63,6 +72,9 @@ def markdown(results: dict[str, Any], parts) -> str:
             lines += tests_section(parts_done[name])
     if "process_group" in parts_done:
         lines += process_group_section(parts_done["process_group"])
+    for name in ("ladder", "phase2", "large"):
+        if name in parts_done:
+            lines += ladder_section(parts_done[name], results["dry_run"])
     for name in ("throughput", "throughput_tf32", "throughput_compile"):
         if name in parts_done:
             lines += throughput_section(parts_done[name], results["dry_run"])
@@ -173,6 +185,65 @@ def throughput_section(record: dict[str, Any], dry_run: bool) -> list[str]:
               "not counted."]
     if dry_run:
         lines += ["", "Dry run: a tiny model on a CPU; these numbers exercise the code and measure nothing."]
+    return lines
+
+
+def ladder_section(record: dict[str, Any], dry_run: bool) -> list[str]:
+    """The rungs' table; then the numerics, the largest batch, the phase-2 data and the profile when there."""
+    details = record.get("details") or {}
+    lines = ["", f"## {record['title']}", ""]
+    if not details.get("results"):
+        return [*lines, f"{record['status']}: {first_line(record.get('error'), 300)}"]
+    lines += [f"{details['model']}, {details['seq_length']} tokens, batch {details['batch']}, bf16 autocast, real text "
+              f"(the bundled KJV, bert-base-uncased vocabulary, Google's masking, at most {details['predictions']} "
+              f"predictions a row); {details['device_name']}, torch {details['torch']}. Model FLOPs per step "
+              f"{details['model_tflop_per_step']:.4g} T; peak {details['peak_tflops']:.4g} TFLOP/s "
+              f"({details['peak_source']}).", "",
+              "| variant | ms/step | tokens/s | MFU | compile s | peak GiB |", "|---|---|---|---|---|---|"]
+    for name, result in details["results"].items():
+        memory = result.get("peak_memory_gib")
+        lines.append(f"| {cell(name)} | {result['ms_per_step']:.1f} | {result['tokens_per_s']:,.0f} | "
+                     f"{result['mfu']:.1%} | {result['compile_s']} | {'' if memory is None else memory} |")
+    if details.get("best"):
+        lines += ["", f"Fastest bertkit variant: **{details['best']['name']}**"
+                  + (f", **{details['best_vs_transformers']:.2f}x** transformers" if details.get("best_vs_transformers")
+                     else "") + "."]
+    if details.get("best_from_ladder"):
+        lines += ["", f"Levers: {details['best_from_ladder']}."]
+    if details.get("phase2_data"):
+        data = details["phase2_data"]
+        lines += ["", f"Real phase-2 data: {data['instances']} instances, fill {data['fill']:.0%} (real tokens over "
+                      f"rows x {details['seq_length']}), at most {data['max_predictions']} predictions; "
+                      f"{data['note']}."]
+    numerics = details.get("numerics")
+    if numerics:
+        lines += ["", f"Numerics: {numerics['candidate']} against {numerics['reference']}, {numerics['steps']} steps "
+                      f"from the same weights on the same batches: windowed mean losses differ by at most "
+                      f"{numerics['max_window_gap']:.3f} nats (allowed {numerics['allowed_gap_nats']:.3f}; the "
+                      f"reference against itself with another dropout seed: {numerics['seed_noise_nats']:.3f}), the "
+                      f"last window by {numerics['final_relative_gap']:.2%} (tolerance {numerics['tolerance']}): "
+                      f"**{'agree' if numerics['agree'] else 'DIFFER'}**. First/last loss: {numerics['first_last']}."]
+    largest = details.get("largest_batch")
+    if largest:
+        lines += ["", f"Largest batch of the fastest variant's kernels (one eager step): {largest['largest']} "
+                      f"(peak {largest['peak_memory_gib']} GiB); tried {largest['tried']}."]
+    for name, error in (details.get("errors") or {}).items():
+        lines += ["", f"- {cell(name)}: {cell(first_line(error, 300))}"]
+    if details.get("profile"):
+        lines += profile_lines(details["profile"])
+    if dry_run:
+        lines += ["", "Dry run: a tiny model on a CPU; these numbers exercise the code and measure nothing."]
+    return lines
+
+
+def profile_lines(profile: dict[str, Any]) -> list[str]:
+    lines = ["", f"Profile of {profile['variant']}: {profile['steps']} steps; {profile['timed_on']}. Wall "
+                 f"{profile['wall_ms_per_step']:.1f} ms/step, kernels busy {profile['busy_ms_per_step']:.1f} ms/step "
+                 f"({(profile['busy_fraction'] or 0):.0%}).", "", "| kind | ms/step |", "|---|---|"]
+    lines += [f"| {kind} | {ms:.2f} |" for kind, ms in profile["by_kind_ms_per_step"].items()]
+    lines += ["", "| kernel | kind | ms/step | calls/step |", "|---|---|---|---|"]
+    lines += [f"| {cell(k['name'][:100])} | {k['kind']} | {k['ms_per_step']:.2f} | {k['calls_per_step']:.0f} |"
+              for k in profile["top_kernels"]]
     return lines
 
 

@@ -51,7 +51,7 @@ class Part:
     needs: tuple[str, ...]
     """Required modules; without one the part is skipped and says which."""
     optional: bool = False
-    """Runs only when its whole timeout fits in what is left of the budget (never in a dry run)."""
+    """On a GPU, runs only when its whole timeout fits in what is left of the budget (a dry run runs every part)."""
     options: dict[str, Any] = field(default_factory=dict)
     dry_timeout_s: int = 90
 
@@ -61,24 +61,26 @@ PARTS = (
     Part("environment", "Environment", "environment", 45, ()),
     Part("cuda_tests", "CUDA tests (pytest -m cuda)", "cuda_tests", 150, (*CORE, "pytest", "transformers"),
          options={"selection": "main"}),
-    Part("process_group", "One-rank process group through fit", "process_group", 75,
-         (*CORE, "tqdm", "tensorboard", "matplotlib")),
-    Part("throughput", "Pre-training throughput and MFU, bf16 (bert-base on a GPU)", "throughput", 150,
-         (*CORE, "transformers"), options={"precision": "bf16"}),
+    Part("process_group", "One-rank process group through fit (the eager step, then the compiled static step)",
+         "process_group", 120, (*CORE, "tqdm", "tensorboard", "matplotlib")),
+    Part("ladder", "Lever ladder, bert-base 128 tokens: every lever on the same batches, numerics, profile",
+         "ladder", 330, (*CORE, "transformers"), options={"shape": "ladder"}, dry_timeout_s=150),
+    Part("phase2", "bert-base 512 tokens: the fastest variant on full rows and on real padded phase-2 data",
+         "ladder", 180, CORE, options={"shape": "phase2"}, dry_timeout_s=120),
+    Part("large", "bert-large 128 tokens: the fastest variant", "ladder", 180, CORE, options={"shape": "large"},
+         dry_timeout_s=120),
     Part("compile_smoke", "--compile smoke test (optional)", "cuda_tests", 150, (*CORE, "pytest"), optional=True,
          options={"selection": "compile"}),
     Part("throughput_tf32", "Pre-training throughput and MFU, fp32 with TF32 (optional)", "throughput", 90,
          (*CORE, "transformers"), optional=True, options={"precision": "tf32"}),
-    Part("profile", "Where bertkit's bf16 pre-training step spends its GPU time (optional)", "profile_step", 90,
-         CORE, optional=True),
     Part("checkpointing", "--gradient-checkpointing at 512 tokens: time and memory (optional)", "checkpointing", 150,
          CORE, optional=True),
-    Part("throughput_compile", "Pre-training throughput, bf16, with bertkit --compile (optional)", "throughput",
-         200, (*CORE, "transformers"), optional=True, options={"precision": "bf16", "compile": True}),
 )
-assert sum(p.timeout_s for p in PARTS if not p.optional) <= 450
-
-
+GPU_BUDGET_S = 560.0
+"""The default budget on a GPU: under the device tool's 10 minutes a call. The required parts' timeouts add up to
+more (the compilations of three shapes), so a run that must fit one call names fewer parts (`--parts`) and a
+second call runs the rest; every part is cut to what is left of the budget."""
+DRY_BUDGET_S = 420.0
 def default_out() -> Path:
     return Path(os.environ.get("GPU_CHECK_OUT") or os.environ.get("OUT") or "gpu_check_out")
 
@@ -92,10 +94,15 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="folder for results.json, results.md, junit.xml and gpu_check.log "
                              "(default: $GPU_CHECK_OUT, else $OUT, else ./gpu_check_out)")
     parser.add_argument("--budget", type=float, default=None,
-                        help="seconds for the whole run (default 450 on a GPU, 240 in a dry run)")
+                        help=f"seconds for the whole run (default {GPU_BUDGET_S:.0f} on a GPU, {DRY_BUDGET_S:.0f} "
+                             "in a dry run)")
     parser.add_argument("--parts", default=None,
                         help=f"comma-separated subset of: {', '.join(p.name for p in PARTS)} "
-                             "(the environment always runs; naming an optional part runs it even in a dry run)")
+                             "(the environment always runs)")
+    parser.add_argument("--best-levers", default=None,
+                        help="for the large and phase2 parts run without the ladder in the same run: the levers of "
+                             "the variant to run, comma-separated from compile,cuda_graphs,norm,gelu,loss (default: "
+                             "the ladder's fastest, else compile,norm,gelu,loss)")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("--options", help=argparse.SUPPRESS)
     parser.add_argument("--result", type=Path, help=argparse.SUPPRESS)
@@ -113,14 +120,24 @@ def main(argv: list[str] | None = None) -> int:
         print(f"gpu_check: unknown part(s) {', '.join(sorted(unknown))}; choose from "
               f"{', '.join(p.name for p in PARTS)}", file=sys.stderr)
         return 2
-    budget = args.budget or (240.0 if args.dry_run else 450.0)
-    results = Runner(out, args.dry_run, budget, selected).run()
+    budget = args.budget or (DRY_BUDGET_S if args.dry_run else GPU_BUDGET_S)
+    runner = Runner(out, args.dry_run, budget, selected)
+    if args.best_levers:
+        names = {name.strip() for name in args.best_levers.split(",") if name.strip()}
+        known = {"compile", "cuda_graphs", "norm", "gelu", "loss"}
+        if names - known:
+            print(f"gpu_check: --best-levers {args.best_levers!r}: choose from {', '.join(sorted(known))}",
+                  file=sys.stderr)
+            return 2
+        runner.given_levers = {"static": True, **{name: name in names for name in known}}
+    results = runner.run()
     return 0 if results["ok"] else 1
 
 
 class Runner:
     def __init__(self, out: Path, dry_run: bool, budget_s: float, selected: set[str] | None) -> None:
         self.out, self.dry_run, self.budget_s, self.selected = out, dry_run, budget_s, selected
+        self.given_levers: dict[str, bool] | None = None
         self.started = time.monotonic()
         self.results: dict[str, Any] = {
             "schema": SCHEMA, "dry_run": dry_run,
@@ -153,8 +170,6 @@ class Runner:
             return None
         if self.selected is not None and part.name not in self.selected:
             return DESELECTED
-        if part.optional and self.dry_run and self.selected is None:
-            return "optional part; a dry run runs it only when named in --parts"
         env = self.results["environment"]
         missing = [m for m in part.needs if m in env.get("missing_required", ())]
         if missing:
@@ -180,8 +195,9 @@ class Runner:
             record["error"] = reason
             return record
         timeout = min(self.timeout(part), max(1.0, self.budget_s - self.elapsed()))
+        result_file = work / f"{part.name}.result.json"
         options = {**part.options, "dry_run": self.dry_run, "out": str(self.out), "timeout_s": timeout,
-                   "work": str(work), **self.handed_on(part)}
+                   "work": str(work), "result": str(result_file), **self.handed_on(part)}
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}
         if self.dry_run:  # tiny models on a CPU: a second thread only waits for the first on a busy machine
             env.setdefault("OMP_NUM_THREADS", "1")
@@ -190,7 +206,7 @@ class Runner:
         if part.module == "process_group":  # what torchrun would set for a job of one process
             env.update(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", LOCAL_WORLD_SIZE="1", MASTER_ADDR="127.0.0.1",
                        MASTER_PORT=str(free_port()))
-        result_file = work / f"{part.name}.result.json"
+        result_file.unlink(missing_ok=True)
         command = [sys.executable, "-m", "gpu_check", "--child", part.module, "--options", json.dumps(options),
                    "--result", str(result_file)]
         log.write(f"\n===== {part.name}: {part.title} (timeout {timeout:.0f} s) =====\n")
@@ -208,12 +224,12 @@ class Runner:
             returncode = process.wait()
         record.update(seconds=round(time.monotonic() - started, 1), timeout_s=round(timeout), returncode=returncode)
         tail = output_tail(self.out / LOG, offset)
-        if result_file.is_file():
+        if result_file.is_file():  # the part's result, or what it wrote so far (`ladder.write_partial`)
             reported = json.loads(result_file.read_text())
             record.update(status=reported["status"], error=reported["error"], details=reported["details"])
         if timed_out:
             record["status"] = "timeout"
-            record["error"] = f"no result within {timeout:.0f} s; killed. Last output:\n{tail}"
+            record["error"] = f"no result within {timeout:.0f} s; killed (results so far kept). Last output:\n{tail}"
         elif not result_file.is_file():
             record["status"] = "failed"
             record["error"] = f"the part's process exited with {returncode} without a result. Last output:\n{tail}"
@@ -221,11 +237,15 @@ class Runner:
 
     def handed_on(self, part: Part) -> dict[str, Any]:
         """What a later part takes from an earlier one: the TF32 run starts its batch search at the batch the
-        bf16 run used (fp32 activations need more memory)."""
-        if part.name == "throughput_tf32":
-            done = self.results["parts"].get("throughput", {}).get("details", {})
-            if done.get("batch"):
-                return {"max_batch": done["batch"]}
+        bf16 ladder used (fp32 activations need more memory); the bert-large and 512-token parts run the
+        ladder's fastest variant (its levers)."""
+        ladder = self.results["parts"].get("ladder", {}).get("details", {})
+        if part.name == "throughput_tf32" and ladder.get("batch"):
+            return {"max_batch": ladder["batch"]}
+        if part.name in ("large", "phase2") and ladder.get("best"):
+            return {"best_levers": ladder["best"]["levers"], "best_name": ladder["best"]["name"]}
+        if part.name in ("large", "phase2") and self.given_levers:
+            return {"best_levers": self.given_levers, "best_name": "the levers given with --best-levers"}
         return {}
 
     def write(self, final: bool = False) -> None:
