@@ -1,6 +1,6 @@
 """DistributedDataParallel over gloo: 2 CPU processes give the same losses and weights as 1 process with
 the same global batch, a SIGTERM on one rank stops every rank at the same step with a checkpoint, and that
-checkpoint resumes in 1 process. Slow (torchrun starts real processes); the fast stand-in is
+checkpoint resumes in 1 process; with deferred reads of the step statistics too. Slow (torchrun starts real processes); the fast stand-in is
 test_loop_guards.py::test_same_global_batch_same_step_however_split."""
 
 from __future__ import annotations
@@ -28,10 +28,11 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
-def torchrun(nproc: int, out: Path, micro: int, accumulation: int, resume: str = "none", sigterm_at: int = 0) -> str:
+def torchrun(nproc: int, out: Path, micro: int, accumulation: int, resume: str = "none", sigterm_at: int = 0,
+             read_every: int = 1) -> str:
     command = [sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={nproc}",
                f"--master-port={_free_port()}", str(WORKER), str(out), str(micro), str(accumulation),
-               str(STEPS), resume, str(sigterm_at)]
+               str(STEPS), resume, str(sigterm_at), str(read_every)]
     done = subprocess.run(command, capture_output=True, text=True, timeout=120,
                           env={"OMP_NUM_THREADS": "1", "PATH": "/usr/bin:/bin", "PYTHONPATH": str(WORKER.parent)})
     assert done.returncode == 0, done.stderr[-3000:]
@@ -66,6 +67,18 @@ def test_two_processes_match_one_and_resume_at_another_world_size(tmp_path):
                          save_every=100)
     fit(toy_model(dropout=0.0, seed=9), toy_loss, toy_data(24), config, tmp_path / "switch", resume="auto")
     assert train_losses(tmp_path / "switch") == pytest.approx(train_losses(tmp_path / "one"), rel=1e-5)
+
+
+@pytest.mark.slow
+def test_deferred_reads_agree_on_every_rank(tmp_path):
+    """With the statistics read every third step (a GPU's way), two processes still log the losses of one, and a
+    SIGTERM that reaches rank 0 alone in step 2 stops both ranks at the read after it, step 3, with a checkpoint."""
+    single_process(tmp_path / "one")
+    torchrun(2, tmp_path / "deferred", micro=2, accumulation=2, read_every=3)
+    assert train_losses(tmp_path / "deferred") == pytest.approx(train_losses(tmp_path / "one"), rel=1e-5)
+    stdout = torchrun(2, tmp_path / "stopped", micro=2, accumulation=1, sigterm_at=2, read_every=3)
+    assert "rank 0: signal at step 3" in stdout and "rank 1: signal at step 3" in stdout
+    assert [p.name for p in ckpt.list_checkpoints(tmp_path / "stopped" / "checkpoints")] == ["step-00000003"]
 
 
 @pytest.mark.slow
