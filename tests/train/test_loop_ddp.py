@@ -1,7 +1,7 @@
 """DistributedDataParallel over gloo: 2 CPU processes give the same losses and weights as 1 process with
 the same global batch, a SIGTERM on one rank stops every rank at the same step with a checkpoint, and that
-checkpoint resumes in 1 process; with deferred reads of the step statistics too. Slow (torchrun starts real processes); the fast stand-in is
-test_loop_guards.py::test_same_global_batch_same_step_however_split."""
+checkpoint resumes in 1 process; with deferred reads of the step statistics too. Slow (torchrun starts real
+processes); the fast stand-in is test_loop_guards.py::test_same_global_batch_same_step_however_split."""
 
 from __future__ import annotations
 
