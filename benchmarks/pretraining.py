@@ -47,6 +47,7 @@ from bertkit.config import preset
 from bertkit.data import InstanceSettings, PretrainingDataset, build_pretraining_data, collate_pretraining
 from bertkit.model import BertForPreTraining, compile_model
 from bertkit.runtime import report
+from bertkit.settings import PretrainingDataSettings
 from bertkit.tasks.pretraining import pretraining_loss
 from bertkit.tokenizer import WordPieceTokenizer
 from bertkit.train.optim import build_optimizer
@@ -62,7 +63,8 @@ def real_batches(count: int, batch_size: int, seq_length: int, workdir: Path) ->
     corpus.write_text(text[: 400_000 * max(1, count * batch_size // 256)], encoding="utf-8")
     tokenizer = WordPieceTokenizer.from_pretrained(VOCAB)
     options = InstanceSettings(max_seq_length=seq_length, dupe_factor=1)
-    build_pretraining_data([str(corpus)], tokenizer, workdir / "data", options, workers=1, progress=False)
+    build_pretraining_data(PretrainingDataSettings(
+        (str(corpus),), "(in memory)", str(workdir / "data"), workers=1, quiet=True, instances=options), tokenizer)
     dataset = PretrainingDataset(workdir / "data")
     if len(dataset) < count * batch_size:
         raise SystemExit(f"only {len(dataset)} instances; ask for fewer steps")

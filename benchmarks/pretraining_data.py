@@ -73,14 +73,16 @@ def cpu_seconds() -> float:
 
 def run_ours(corpus: Path, vocab_dir: Path, workers: int, queue) -> None:
     from bertkit.data import InstanceSettings, build_pretraining_data
+    from bertkit.settings import PretrainingDataSettings
     from bertkit.tokenizer import WordPieceTokenizer
 
     tokenizer = WordPieceTokenizer.from_pretrained(vocab_dir)
     output = Path(tempfile.mkdtemp(prefix="bertkit-bench-"))
     try:
         start, cpu = time.perf_counter(), cpu_seconds()
-        manifest = build_pretraining_data([str(corpus)], tokenizer, output, InstanceSettings(),
-                                          workers=workers, overwrite=True, progress=False)
+        manifest = build_pretraining_data(PretrainingDataSettings(
+            (str(corpus),), "(in memory)", str(output), workers=workers, overwrite=True, quiet=True,
+            instances=InstanceSettings()), tokenizer)
         seconds, cpu = time.perf_counter() - start, cpu_seconds() - cpu
     finally:
         shutil.rmtree(output)
@@ -117,7 +119,7 @@ def fill_report(corpus: Path, vocab_dir: Path, max_seq_length: int, batch_size: 
     import numpy as np
 
     from bertkit.data import InstanceSettings, PretrainingDataset, build_pretraining_data
-    from bertkit.settings import PACKINGS
+    from bertkit.settings import PACKINGS, PretrainingDataSettings
     from bertkit.tokenizer import WordPieceTokenizer
 
     tokenizer = WordPieceTokenizer.from_pretrained(vocab_dir)
@@ -130,8 +132,9 @@ def fill_report(corpus: Path, vocab_dir: Path, max_seq_length: int, batch_size: 
                                          nsp=packing is None, packing=packing)
         with tempfile.TemporaryDirectory(prefix="bertkit-fill-") as output:
             start = time.perf_counter()
-            manifest = build_pretraining_data([str(corpus)], tokenizer, output, options, workers=workers,
-                                              overwrite=True, progress=False)
+            manifest = build_pretraining_data(PretrainingDataSettings(
+                (str(corpus),), "(in memory)", str(output), workers=workers, overwrite=True, quiet=True,
+                instances=options), tokenizer)
             seconds = time.perf_counter() - start
             lengths = np.concatenate([np.diff(shard["offsets"]) for shard in PretrainingDataset(output).shards])
         batches = np.array_split(np.random.default_rng(0).permutation(lengths), -(-len(lengths) // batch_size))

@@ -74,6 +74,7 @@ def phase2_items(count: int, seq_length: int, workdir: Path | None = None) -> tu
     """(`count` instances of up to `seq_length` tokens made by bertkit's data pipeline from the corpus, the
     data's max_predictions_per_seq)."""
     from bertkit.data import InstanceSettings, PretrainingDataset, build_pretraining_data
+    from bertkit.settings import PretrainingDataSettings
 
     with tempfile.TemporaryDirectory(dir=workdir) as directory:
         with gzip.open(kjv_path("corpus.txt.gz"), "rt", encoding="utf-8") as handle:
@@ -83,8 +84,9 @@ def phase2_items(count: int, seq_length: int, workdir: Path | None = None) -> tu
         # Google's phase-2 cap (80 predictions at 512 tokens), 20 at 128
         options = InstanceSettings(max_seq_length=seq_length, dupe_factor=1,
                                    max_predictions_per_seq=max(20, seq_length * 80 // 512))
-        build_pretraining_data([str(corpus)], tokenizer(), Path(directory) / "data", options, workers=1,
-                               progress=False)
+        build_pretraining_data(PretrainingDataSettings(
+            (str(corpus),), "(in memory)", str(Path(directory) / "data"), workers=1, quiet=True,
+            instances=options), tokenizer())
         dataset = PretrainingDataset(Path(directory) / "data")
         if len(dataset) < count:
             raise RuntimeError(f"the corpus made {len(dataset)} instances of {seq_length} tokens, {count} asked for")

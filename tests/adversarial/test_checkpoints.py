@@ -22,6 +22,7 @@ from bertkit.data import InstanceSettings, build_pretraining_data
 from bertkit.errors import BertkitError
 from bertkit.model import BertForPreTraining, BertModel, pretrained
 from bertkit.model.pretrained import read_state_dict
+from bertkit.settings import PretrainingDataSettings
 from bertkit.tokenizer import WordPieceTokenizer
 from bertkit.train import TrainConfig, fit
 from bertkit.train import checkpoint as ckpt
@@ -75,8 +76,9 @@ def pretraining_data(tmp_path_factory) -> dict[str, Path]:
                                             for _ in range(4)) for _ in range(12)) + "\n")
     tokenizer = WordPieceTokenizer.train([corpus], vocab_size=60, min_frequency=1)
     tokenizer.save_pretrained(root / "tok")
-    build_pretraining_data([str(corpus)], tokenizer, root / "data", InstanceSettings(max_seq_length=24),
-                           workers=1, progress=False)
+    build_pretraining_data(PretrainingDataSettings(
+        (str(corpus),), "(in memory)", str(root / "data"), workers=1, quiet=True,
+        instances=InstanceSettings(max_seq_length=24)), tokenizer)
     return {"tok": root / "tok", "data": root / "data"}
 
 

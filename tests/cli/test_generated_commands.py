@@ -27,9 +27,10 @@ from bertkit.settings import (
     TokenizerEncodeSettings,
     TokenizerTrainSettings,
 )
+from bertkit.settings.data import VocabularySettings
 
-NAMES = {"data pretraining": ({PretrainingDataSettings, InstanceSettings}, set()),
-         "tokenizer train": ({TokenizerTrainSettings}, set()),
+NAMES = {"data pretraining": ({PretrainingDataSettings, InstanceSettings}, {"instances"}),
+         "tokenizer train": ({TokenizerTrainSettings, VocabularySettings}, {"vocabulary"}),
          "tokenizer encode": ({TokenizerEncodeSettings}, set()),
          "extract": ({ExtractSettings}, set()),
          "export onnx": ({ExportSettings}, set()),
@@ -68,44 +69,43 @@ def _record(monkeypatch, module, name, result=None) -> dict:
     return seen
 
 
-def test_data_pretraining_flags_reach_the_options_and_the_build(monkeypatch, tmp_path):
+def test_data_pretraining_flags_reach_the_settings_of_the_build(monkeypatch, tmp_path):
     from bertkit.data import pretraining
-    from bertkit.tokenizer import WordPieceTokenizer
 
     seen = _record(monkeypatch, pretraining, "build_pretraining_data", {"num_instances": 3})
     monkeypatch.setattr(pretraining, "format_summary", lambda manifest: "")
-    monkeypatch.setattr(WordPieceTokenizer, "from_pretrained", lambda path: SimpleNamespace(vocab_size=100, path=path))
     base = ["data", "pretraining", "--input", "a.txt", "--input", "b*.txt", "--tokenizer", "tok", "--output", "out"]
     assert main([*base, "--masking", "dynamic", "--max-seq-length", "64", "--rng", "python", "--whole-word-masking",
                  "--workers", "3", "--strict", "--overwrite", "--quiet", "--shard-size-mb", "1",
                  "--text-column", "body"]) == 0
-    inputs, tok, output, options = seen["args"]
-    assert (inputs, tok.path, output) == (["a.txt", "b*.txt"], "tok", "out")
-    assert options == InstanceSettings(max_seq_length=64, masking="dynamic", rng="python", dupe_factor=1,
-                                             whole_word_masking=True)
-    assert seen["kwargs"] == {"workers": 3, "strict": True, "overwrite": True, "progress": False,
-                              "max_shard_tokens": 2**20 // 2, "text_column": "body"}  # uint16 ids: 100 tokens
-    assert main(base) == 0 and seen["args"][3] == InstanceSettings()  # static: dupe factor 10
-    assert seen["kwargs"]["workers"] is None and seen["kwargs"]["progress"] is True
-    assert seen["kwargs"]["text_column"] == "text"
-    assert main([*base, "--masking", "dynamic", "--dupe-factor", "4"]) == 0 and seen["args"][3].dupe_factor == 4
+    (settings,) = seen["args"]
+    assert settings == PretrainingDataSettings(
+        ("a.txt", "b*.txt"), "tok", "out", workers=3, strict=True, text_column="body", shard_size_mb=1.0,
+        overwrite=True, quiet=True,
+        instances=InstanceSettings(max_seq_length=64, masking="dynamic", rng="python", whole_word_masking=True))
+    assert settings.instances.resolved().dupe_factor == 1  # dynamic: one pass
+    assert main(base) == 0 and seen["args"][0].instances == InstanceSettings()
+    assert seen["args"][0].instances.resolved().dupe_factor == 10  # static: Google's 10 passes
+    assert (seen["args"][0].workers, seen["args"][0].quiet, seen["args"][0].text_column) == (None, False, "text")
+    assert main([*base, "--masking", "dynamic", "--dupe-factor", "4"]) == 0
+    assert seen["args"][0].instances.resolved().dupe_factor == 4
 
 
 def test_tokenizer_train_flags_and_positional_inputs_reach_the_trainer(monkeypatch, tmp_path):
-    from bertkit.tokenizer import WordPieceTokenizer
+    import bertkit.tokenizer
 
-    trained = SimpleNamespace(vocab_size=9, vocab_hash="0" * 64, save_pretrained=lambda path: None)
-    seen = _record(monkeypatch, WordPieceTokenizer, "train", trained)
+    trained = SimpleNamespace(vocab_size=9, vocab_hash="0" * 64)
+    seen = _record(monkeypatch, bertkit.tokenizer, "train_tokenizer", trained)
     assert main(["tokenizer", "train", "--input", "a.txt", "b.txt", "--input", "c.txt", "--output", str(tmp_path),
                  "--vocab-size", "100", "--cased", "--min-frequency", "3", "--limit-alphabet", "40", "--no-progress",
                  "--strict", "--text-column", "body"]) == 0
-    assert seen["args"] == ([Path("a.txt"), Path("c.txt"), Path("b.txt")],)
-    assert seen["kwargs"] == {"vocab_size": 100, "do_lower_case": False, "min_frequency": 3, "limit_alphabet": 40,
-                              "show_progress": False, "strict": True, "text_column": "body"}
+    assert seen["args"] == (TokenizerTrainSettings(tmp_path, VocabularySettings(
+        inputs=(Path("a.txt"), Path("c.txt"), Path("b.txt")), text_column="body", vocab_size=100, cased=True,
+        min_frequency=3, limit_alphabet=40, progress=False, strict=True)),)
     assert main(["tokenizer", "train", "--input", "a.txt", "--output", str(tmp_path)]) == 0
-    assert seen["kwargs"] == {"vocab_size": 30522, "do_lower_case": True, "min_frequency": 2, "limit_alphabet": 1000,
-                              "show_progress": True, "strict": False, "text_column": "text"}
+    assert seen["args"] == (TokenizerTrainSettings(tmp_path, VocabularySettings(inputs=(Path("a.txt"),))),)
     assert main(["tokenizer", "train", "--output", str(tmp_path)]) == 2  # no input files
+    assert main(["tokenizer", "train", "--input", "a.txt"]) == 2  # no --output
 
 
 def test_tokenizer_encode_flags_reach_the_tokenizer(tmp_path, capsys):

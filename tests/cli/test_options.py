@@ -249,10 +249,12 @@ def test_pretrain_flags_reach_the_settings_and_the_train_config(monkeypatch, tmp
                  "--adam-epsilon", "1e-7", "--learning-rate", "3e-4", "--no-nsp", "--compile"]) == 0
     settings, config = seen["s"], seen["c"]
     assert (config.max_time_s, config.adam_epsilon, config.learning_rate) == (5400.0, 1e-7, 3e-4)
-    assert (settings.nsp, config.compile, settings.given) == (False, True, ("learning_rate", "nsp"))
+    assert (settings.nsp, config.compile) == (False, True)
+    # what the recipe decides stays unset (None) for the run's plan to fill: no list of given flags
+    assert (settings.max_seq_length, settings.dropout, config.warmup_ratio, config.head_warmup_steps) == (None,) * 4
     # defaults: the CLI's own (model, recipe, eval every 500 steps), else the dataclasses'
     assert (settings.model, settings.recipe, config.eval_every) == ("bert-base", "auto", 500)
-    assert (config.warmup_ratio, config.save_every) == (0.01, 1000)
+    assert config.save_every == 1000
     # no batch flag: the recipe's global batch (the CLI leaves it unset for the recipe to fill), 32 without one
     assert (config.global_batch_size, config.micro_batch_size, config.batch_size) == (None, None, None)
     assert config.batch_plan(1) == (32, 32, 1)

@@ -44,18 +44,36 @@ def threads_set(monkeypatch):
 
 
 def test_pretrain_sets_and_records_threads(monkeypatch, tmp_path, threads_set):
+    """The library applies --threads (issue 47: a caller of `pretrain()` had it recorded and ignored); the command
+    passes the flag into the TrainConfig it records."""
+    from bertkit.errors import BertkitError
+    from bertkit.settings import PretrainSettings
     from bertkit.workflows import pretrain as pretraining
 
+    with pytest.raises(BertkitError):  # no data there: stops after the threads are set, before any file is read
+        pretraining.pretrain(PretrainSettings(data=str(tmp_path / "none"), model="bert-debug",
+                                              output=str(tmp_path / "run")), TrainConfig(max_steps=1, threads=1))
+    assert threads_set == [1]
     seen = {}
-    monkeypatch.setattr(pretraining, "pretrain", lambda settings, train: seen.update(train=train, when=list(
-        threads_set)) or SimpleNamespace(stop_reason="done", signal=None, checkpoint=None))
+    monkeypatch.setattr(pretraining, "pretrain", lambda settings, train: seen.update(train=train) or SimpleNamespace(
+        stop_reason="done", signal=None, checkpoint=None))
     (tmp_path / "data").mkdir()
     argv = ["pretrain", "--data", str(tmp_path / "data"), "--output", str(tmp_path / "run"), "--max-steps", "1"]
     assert main([*argv, "--threads", "1"]) == 0
-    assert seen["when"] == [1] and seen["train"].threads == 1  # set before the run; recorded with TrainConfig
-    assert dataclasses.asdict(seen["train"])["threads"] == 1  # what pretrain_settings.json writes
+    assert seen["train"].threads == 1 and dataclasses.asdict(seen["train"])["threads"] == 1  # recorded
     assert main(argv) == 0 and seen["train"].threads is None and threads_set == [1]  # unset: torch's default
     assert main([*argv, "--threads", "0"]) == 2
+
+
+def test_finetuning_as_a_library_call_sets_its_threads(tmp_path, threads_set):
+    from bertkit.errors import BertkitError
+    from bertkit.settings import FinetuneSettings
+    from bertkit.workflows.finetune import run_finetuning
+
+    settings = FinetuneSettings.of(model=str(tmp_path / "none"), output=tmp_path / "out", threads=2)
+    with pytest.raises(BertkitError):  # no model there: stops after the threads are set
+        run_finetuning("classification", tmp_path / "x.tsv", [], settings, {})
+    assert threads_set == [2]
 
 
 def test_finetune_predict_and_extract_set_threads(monkeypatch, tmp_path, threads_set):
@@ -81,15 +99,15 @@ def test_finetune_predict_and_extract_set_threads(monkeypatch, tmp_path, threads
 
 
 def test_tokenizer_train_sizes_the_tokenizers_pool(monkeypatch, tmp_path):
-    from bertkit.tokenizer import WordPieceTokenizer
+    from bertkit.tokenizer import training
 
     monkeypatch.delenv("RAYON_NUM_THREADS", raising=False)
     seen = []
 
-    def train(*args, **kwargs):
+    def first_pass(*args, **kwargs):  # the first read of the corpus, before the trainer's pool starts
         seen.append(os.environ.get("RAYON_NUM_THREADS"))
         raise SystemExit(0)
-    monkeypatch.setattr(WordPieceTokenizer, "train", staticmethod(train))
+    monkeypatch.setattr(training, "_alphabet", first_pass)
     corpus = tmp_path / "c.txt"
     corpus.write_text("a b c\n")
     with pytest.raises(SystemExit):

@@ -16,6 +16,7 @@ import torch
 from bertkit.cli import main
 from bertkit.data import InstanceSettings, build_pretraining_data, collate_pretraining
 from bertkit.model import enable_gradient_checkpointing
+from bertkit.settings import PretrainingDataSettings
 from bertkit.tasks.pretraining import pretraining_loss
 from bertkit.tokenizer import WordPieceTokenizer
 
@@ -61,9 +62,9 @@ def test_pretrain_compiles_by_default_on_cuda_and_checkpoints(tmp_path: Path, ca
     corpus = _corpus(tmp_path / "corpus.txt")
     tokenizer = WordPieceTokenizer.train([corpus], vocab_size=100, min_frequency=1)
     tokenizer.save_pretrained(tmp_path / "tok")
-    build_pretraining_data([str(corpus)], tokenizer, tmp_path / "data",
-                           InstanceSettings(max_seq_length=32, dupe_factor=2, max_predictions_per_seq=5),
-                           workers=1, progress=False)
+    build_pretraining_data(PretrainingDataSettings(
+        (str(corpus),), "(in memory)", str(tmp_path / "data"), workers=1, quiet=True,
+        instances=InstanceSettings(max_seq_length=32, dupe_factor=2, max_predictions_per_seq=5)), tokenizer)
     caplog.set_level(logging.INFO)
     assert main(["pretrain", "--data", str(tmp_path / "data"), "--tokenizer", str(tmp_path / "tok"), "--model",
                  "bert-debug", "--output", str(tmp_path / "run"), "--batch-size", "8", "--max-steps", "4",

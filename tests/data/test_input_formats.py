@@ -22,7 +22,7 @@ import zstandard
 
 from bertkit.cli import main
 from bertkit.config import preset
-from bertkit.data import InstanceSettings, build_pretraining_data
+from bertkit.data import InstanceSettings, PretrainingDataSettings, build_pretraining_data
 from bertkit.data.glue import read_table
 from bertkit.data.swag import read_choices
 from bertkit.data.text_inputs import read_lines
@@ -87,9 +87,9 @@ def tokenizer(tmp_path_factory) -> WordPieceTokenizer:
 
 
 def build(inputs: list, tokenizer, output: Path, strict: bool = False, text_column: str = "text") -> dict:
-    options = InstanceSettings(dupe_factor=2, max_seq_length=32)
-    return build_pretraining_data([str(p) for p in inputs], tokenizer, output, options, workers=1, strict=strict,
-                                  progress=False, text_column=text_column)
+    return build_pretraining_data(PretrainingDataSettings(
+        tuple(map(str, inputs)), "(in memory)", str(output), workers=1, strict=strict, text_column=text_column,
+        quiet=True, instances=InstanceSettings(dupe_factor=2, max_seq_length=32)), tokenizer)
 
 
 def shard_bytes(output: Path) -> bytes:

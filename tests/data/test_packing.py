@@ -18,7 +18,7 @@ import pytest
 import torch
 
 from bertkit.cli import main
-from bertkit.data import InstanceSettings, PretrainingDataset, build_pretraining_data
+from bertkit.data import InstanceSettings, PretrainingDataset, PretrainingDataSettings, build_pretraining_data
 from bertkit.data.packing import CONTIGUOUS, DOC_SENTENCES, FULL_SENTENCES, PackStats, pack_instances
 from bertkit.errors import BertkitError
 from bertkit.settings import PACKINGS
@@ -128,8 +128,9 @@ def tokenizer(corpus, tmp_path_factory) -> WordPieceTokenizer:
 def build(corpus, tokenizer, output, workers=1, **options):
     options = {"nsp": False, "max_seq_length": 64, "dupe_factor": 1, "masking": "dynamic",
                "shuffle_buffer_mb": 0.004, **options}  # several blocks even for a tiny corpus
-    return build_pretraining_data([str(corpus)], tokenizer, output, InstanceSettings(**options),
-                                  workers=workers, progress=False, max_shard_tokens=4000)
+    return build_pretraining_data(PretrainingDataSettings(
+        (str(corpus),), "(in memory)", str(output), workers=workers, quiet=True, shard_size_mb=4000 * 2 / 2**20,
+        instances=InstanceSettings(**options)), tokenizer)  # shards of 4000 uint16 ids
 
 
 def corpus_documents(corpus: Path, tokenizer) -> list[list[int]]:
@@ -266,7 +267,8 @@ NSP_SHARDS_SHA256 = "4609af71c3045e436fbbab2869acdb8356527fd1a67134d1f049a869bf9
 def test_nsp_data_byte_identical(tmp_path, write_toy_corpus):
     corpus = write_toy_corpus(tmp_path / "corpus.txt", documents=40, sentences=(2, 10), words=(4, 20))
     tokenizer = WordPieceTokenizer.from_pretrained(ASSETS / "vocab" / "bert-base-uncased")
-    build_pretraining_data([str(corpus)], tokenizer, tmp_path / "out", InstanceSettings(max_seq_length=64,
-                           dupe_factor=2, shuffle_buffer_mb=0.004), workers=1, progress=False)
+    build_pretraining_data(PretrainingDataSettings(
+        (str(corpus),), "(in memory)", str(tmp_path / "out"), workers=1, quiet=True,
+        instances=InstanceSettings(max_seq_length=64, dupe_factor=2, shuffle_buffer_mb=0.004)), tokenizer)
     shards = sorted((tmp_path / "out").glob("shard-*.bin"))
     assert hashlib.sha256(b"".join(p.read_bytes() for p in shards)).hexdigest() == NSP_SHARDS_SHA256

@@ -8,13 +8,15 @@ JSONL lines; plus the .gz / .jsonl formats and --split-sentences.
 
 from __future__ import annotations
 
+import dataclasses
 import gzip
 import json
+import logging
 
 import pytest
 
 from bertkit.cli import main
-from bertkit.data import InstanceSettings, PretrainingDataset, build_pretraining_data
+from bertkit.data import InstanceSettings, PretrainingDataset, PretrainingDataSettings, build_pretraining_data
 from bertkit.errors import BertkitError
 from bertkit.io import textlines
 from bertkit.tokenizer import WordPieceTokenizer
@@ -38,8 +40,9 @@ def good_text(n_documents: int = 4, sentences: int = 5) -> str:
 def build(paths, tokenizer, output, strict=False, **options):
     options.setdefault("dupe_factor", 1)
     options.setdefault("max_seq_length", 32)
-    return build_pretraining_data([str(p) for p in paths], tokenizer, output, InstanceSettings(**options),
-                                  workers=1, strict=strict, progress=False)
+    return build_pretraining_data(PretrainingDataSettings(
+        tuple(map(str, paths)), "(in memory)", str(output), workers=1, strict=strict, quiet=True,
+        instances=InstanceSettings(**options)), tokenizer)
 
 
 def test_invalid_utf8_replaced_and_counted_or_strict_fails(tokenizer, tmp_path):
@@ -155,3 +158,30 @@ def test_cli_reports_strict_error_without_traceback(tokenizer, tmp_path, capsys)
                  "--output", str(tmp_path / "out"), "--strict", "--workers", "1", "--quiet"])
     err = capsys.readouterr().err
     assert code == 2 and "bad.txt:2: invalid UTF-8" in err and "Traceback" not in err
+
+
+def test_a_corpus_without_blank_lines_is_said_once_with_what_it_did_and_the_fix(tokenizer, tmp_path, caplog):
+    undivided = tmp_path / "undivided.txt"
+    undivided.write_text(good_text(n_documents=8).replace("\n\n", "\n"), encoding="utf-8")
+    settings = PretrainingDataSettings((str(undivided),), "(in memory)", str(tmp_path / "nsp"), workers=1, quiet=True,
+                                       instances=InstanceSettings(max_seq_length=32, dupe_factor=2))
+    with caplog.at_level(logging.WARNING, logger="bertkit.data.pretraining"):
+        summary = build_pretraining_data(settings, tokenizer)["summary"]
+    assert summary["documents"] == 1 and summary["undivided_files"] == [str(undivided)]
+    [said] = [r.getMessage() for r in caplog.records if r.name == "bertkit.data.pretraining"]
+    assert said == (f"{undivided}: no blank line between documents, so each file was read as one document: "
+                    f"{summary['random_next_same_document']} of {summary['random_next']} random-next sentences came "
+                    f"from the same document and {summary['truncated_instances']} of {summary['instances']} instances "
+                    "were truncated; put a blank line between documents, or build --no-nsp data, or give JSONL with "
+                    "one document per line")
+    assert summary["random_next_same_document"] > 0
+    caplog.clear()
+    divided = tmp_path / "divided.txt"
+    divided.write_text(good_text(n_documents=8), encoding="utf-8")
+    for inputs, name, nsp in (((undivided,), "mlm", False), ((divided,), "docs", True)):
+        with caplog.at_level(logging.WARNING, logger="bertkit.data.pretraining"):
+            build_pretraining_data(dataclasses.replace(settings, inputs=tuple(map(str, inputs)),
+                                                       output=str(tmp_path / name),
+                                                       instances=InstanceSettings(max_seq_length=32, nsp=nsp)),
+                                   tokenizer)
+    assert not caplog.records  # --no-nsp packs across documents; blank lines divide documents

@@ -16,7 +16,13 @@ import pytest
 import torch
 
 from bertkit.cli import main
-from bertkit.data import InstanceSettings, PretrainingDataset, build_pretraining_data, collate_pretraining
+from bertkit.data import (
+    InstanceSettings,
+    PretrainingDataset,
+    PretrainingDataSettings,
+    build_pretraining_data,
+    collate_pretraining,
+)
 from bertkit.data import shards as shards_module
 from bertkit.errors import BertkitError
 from bertkit.tokenizer import WordPieceTokenizer
@@ -52,8 +58,9 @@ def tokenizer(corpus, tmp_path_factory) -> WordPieceTokenizer:
 
 def build(inputs, tokenizer, output, workers=1, **options):
     options.setdefault("shuffle_buffer_mb", 0.004)  # several blocks even for a tiny corpus
-    return build_pretraining_data([str(i) for i in inputs], tokenizer, output, InstanceSettings(**options),
-                                  workers=workers, progress=False, max_shard_tokens=20_000)
+    return build_pretraining_data(PretrainingDataSettings(
+        tuple(map(str, inputs)), "(in memory)", str(output), workers=workers, quiet=True,
+        shard_size_mb=20_000 * 2 / 2**20, instances=InstanceSettings(**options)), tokenizer)  # 20,000 uint16 ids
 
 
 def shard_bytes(directory: Path) -> dict[str, bytes]:

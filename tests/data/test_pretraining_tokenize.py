@@ -3,7 +3,7 @@
 `encode_ids` sends large batches of ASCII text through `chunks.encode_ascii` (cleaned and split at
 whitespace by bytes methods, distinct chunks split into words by a regex, WordPiece once over the
 distinct words); these tests require the same ids as the full Rust pipeline (whose parity with
-Google's tokenizer tests/test_tokenizer_parity.py proves) on generated text with every ASCII
+Google's tokenizer tests/tokenizer/test_google_parity.py proves) on generated text with every ASCII
 character: control characters, tabs and line breaks inside a text, punctuation runs, digits, words
 over 100 characters, empty texts; cased and uncased.
 """

@@ -126,13 +126,14 @@ def test_finetune_flag_trains_and_reports_peak_memory(vocab: Path, tmp_path: Pat
 def test_pretrain_flag_is_accepted_and_the_run_records_its_peak_memory(tmp_path: Path, write_toy_corpus,
                                                                       capsys: pytest.CaptureFixture) -> None:
     from bertkit.data import InstanceSettings, build_pretraining_data
+    from bertkit.settings import PretrainingDataSettings
 
     corpus = write_toy_corpus(tmp_path / "corpus.txt", documents=12, sentences=(2, 5), words=(4, 10))
     tokenizer = WordPieceTokenizer.train([corpus], vocab_size=100, min_frequency=1)
     tokenizer.save_pretrained(tmp_path / "tok")
-    build_pretraining_data([str(corpus)], tokenizer, tmp_path / "data",
-                           InstanceSettings(max_seq_length=24, dupe_factor=1, max_predictions_per_seq=4),
-                           workers=1, progress=False)
+    build_pretraining_data(PretrainingDataSettings(
+        (str(corpus),), "(in memory)", str(tmp_path / "data"), workers=1, quiet=True,
+        instances=InstanceSettings(max_seq_length=24, dupe_factor=1, max_predictions_per_seq=4)), tokenizer)
     assert main(["pretrain", "--data", str(tmp_path / "data"), "--tokenizer", str(tmp_path / "tok"), "--model",
                  "bert-debug", "--output", str(tmp_path / "run"), "--batch-size", "4", "--max-steps", "2",
                  "--eval-examples", "4", "--device", "cpu", "--gradient-checkpointing"]) == 0

@@ -15,8 +15,8 @@ from pathlib import Path
 
 from bertkit.assets import kjv_path
 from bertkit.data.pretraining import build_pretraining_data
-from bertkit.settings import InstanceSettings
-from bertkit.tokenizer import SPECIAL_TOKENS, WordPieceTokenizer
+from bertkit.settings import InstanceSettings, PretrainingDataSettings
+from bertkit.tokenizer import SPECIAL_TOKENS
 from bertkit.tokenizer.engine import bert_normalizer
 from bertkit.tokenizer.training import _alphabet
 
@@ -48,8 +48,9 @@ def test_three_runs_and_two_thread_counts_write_the_same_vocabulary(tmp_path):
     shards = []
     for run in ("v0", "v1"):
         out = tmp_path / f"data-{run}"
-        build_pretraining_data([str(corpus)], WordPieceTokenizer.from_pretrained(tmp_path / run), out,
-                               InstanceSettings(max_seq_length=32, dupe_factor=1), workers=1, progress=False)
+        build_pretraining_data(PretrainingDataSettings(
+            (str(corpus),), str(tmp_path / run), str(out), workers=1, quiet=True,
+            instances=InstanceSettings(max_seq_length=32, dupe_factor=1)))
         shards.append({p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(out.iterdir())})
     assert shards[0] == shards[1]
 

@@ -26,7 +26,8 @@ def test_a_log_line_is_not_glued_to_the_progress_bar(tmp_path, capsys):
         return toy_loss(model, batch)
     try:
         fit(toy_model(), loss_logging_at_step_3, toy_data(), TrainConfig(max_steps=5, micro_batch_size=4,
-                                                                         precision="fp32", log_every=1), tmp_path)
+                                                                         learning_rate=1e-3, precision="fp32",
+                                                                         log_every=1), tmp_path)
     finally:
         logging.getLogger().removeHandler(handler)
     pieces = re.split(r"[\r\n]", capsys.readouterr().err)

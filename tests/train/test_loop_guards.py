@@ -41,7 +41,7 @@ def test_nonfinite_steps_are_skipped_and_stop_the_run(tmp_path):
     records = read_metrics(tmp_path / METRICS_FILE)
     assert [r.get("skipped", False) for r in records] == [False, False, True, True, True]
     # The learning rate is the schedule's at each step, skipped steps included (they use up their slot).
-    assert round(config.warmup_ratio * config.max_steps) == 0  # no warmup: a linear decay from the first step
+    assert config.warmup_ratio is None  # unset, fit alone: no warmup, a linear decay from the first step
     assert [r["lr"] for r in records] == pytest.approx([1e-2 * (20 - s) / 20 for s in range(5)], abs=1e-15)
     assert (tmp_path / PLOT_FILE).is_file()
 
@@ -71,18 +71,20 @@ def test_fp16_needs_cuda(tmp_path):
     if torch.cuda.is_available():
         pytest.skip("this machine has CUDA")
     with pytest.raises(BertkitError, match="fp16 needs a CUDA device"):
-        fit(toy_model(), toy_loss, toy_data(), TrainConfig(max_steps=1, precision="fp16"), tmp_path)
+        fit(toy_model(), toy_loss, toy_data(), TrainConfig(max_steps=1, learning_rate=1e-3, precision="fp16"), tmp_path)
 
 
 def test_bf16_autocast_trains(tmp_path):
-    fit(toy_model(), toy_loss, toy_data(), TrainConfig(max_steps=3, micro_batch_size=4, precision="bf16"), tmp_path)
+    config = TrainConfig(max_steps=3, micro_batch_size=4, learning_rate=1e-3, precision="bf16")
+    fit(toy_model(), toy_loss, toy_data(), config, tmp_path)
     assert all(math.isfinite(x) for x in train_losses(tmp_path))
 
 
 def test_epoch_budget_and_eval_records_and_best_callback(tmp_path):
     seen = []
     scores = iter([0.1, 0.3, 0.2])
-    config = TrainConfig(num_epochs=3, micro_batch_size=5, eval_every=4, best_metric="accuracy", precision="fp32")
+    config = TrainConfig(num_epochs=3, micro_batch_size=5, eval_every=4, best_metric="accuracy", learning_rate=1e-3,
+                         precision="fp32")
     result = fit(toy_model(), toy_loss, toy_data(), config, tmp_path,
                  hooks=Hooks(evaluate=lambda model: {"accuracy": next(scores)},
                              on_best=lambda model, step, metrics: seen.append((step, metrics["accuracy"]))))
@@ -94,7 +96,7 @@ def test_epoch_budget_and_eval_records_and_best_callback(tmp_path):
 
 
 def test_time_budget_stops_and_decays_lr(tmp_path):
-    config = TrainConfig(max_time_s=0.5, micro_batch_size=4, precision="fp32")
+    config = TrainConfig(max_time_s=0.5, micro_batch_size=4, learning_rate=1e-3, precision="fp32")
     result = fit(toy_model(), toy_loss, toy_data(), config, tmp_path)
     assert result.stop_reason == "budget" and result.step > 1
     lrs = [r["lr"] for r in read_metrics(tmp_path / METRICS_FILE) if r["kind"] == "train"]
@@ -103,8 +105,8 @@ def test_time_budget_stops_and_decays_lr(tmp_path):
 
 def test_warmup_steps_need_a_step_budget():
     with pytest.raises(BertkitError, match="--warmup-ratio"):
-        fit(toy_model(), toy_loss, toy_data(), TrainConfig(max_time_s=1, warmup_steps=5, precision="fp32"),
-            "unused")
+        fit(toy_model(), toy_loss, toy_data(),
+            TrainConfig(max_time_s=1, warmup_steps=5, learning_rate=1e-3, precision="fp32"), "unused")
 
 
 @pytest.mark.parametrize("micro,accumulation", [(2, 4), (1, 8)])

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from bertkit.data.pretraining import build_pretraining_data
-from bertkit.settings import InstanceSettings
+from bertkit.settings import InstanceSettings, PretrainingDataSettings
 from bertkit.tokenizer import WordPieceTokenizer
 
 pytestmark = pytest.mark.slow
@@ -73,9 +73,9 @@ def files(tmp_path_factory, write_toy_corpus) -> dict[str, Path]:
     corpus = write_toy_corpus(root / "corpus.txt", documents=30, sentences=(3, 8), words=(6, 20))
     tokenizer = WordPieceTokenizer.train([corpus], vocab_size=120, min_frequency=1)
     tokenizer.save_pretrained(root / "tok")
-    build_pretraining_data([str(corpus)], tokenizer, root / "data",
-                           InstanceSettings(max_seq_length=64, dupe_factor=1, masking="dynamic"),
-                           workers=1, progress=False)
+    build_pretraining_data(PretrainingDataSettings(
+        (str(corpus),), "(in memory)", str(root / "data"), workers=1, quiet=True,
+        instances=InstanceSettings(max_seq_length=64, dupe_factor=1, masking="dynamic")), tokenizer)
     for name, count in (("train", 40), ("dev", 11)):  # 11: the dev set does not split evenly over ranks
         rows = [f"{' '.join(WORDS[(i * 7 + j) % 10] for j in range(3 + i % 5))}\t{'pos' if i % 3 else 'neg'}"
                 for i in range(count)]

@@ -18,7 +18,7 @@ def test_auto_follows_the_measurements_not_the_flags(use_profile):
     cpu = torch.device("cpu")
     use_profile("intel-xeon-no-amx")  # avx512_bf16, but bf16 0.6x fp32
     assert runtime.resolve_precision("auto", cpu) == "fp32"
-    config = TrainConfig(max_steps=1, precision="auto")
+    config = TrainConfig(max_steps=1, learning_rate=1e-3, precision="auto")
     _, resolved = prepare_training(torch.nn.Linear(4, 4), config, DistributedContext(device=cpu))
     assert resolved.precision == "fp32" and runtime.autocast(resolved.precision, cpu) is contextlib.nullcontext
     use_profile("amd-epyc")

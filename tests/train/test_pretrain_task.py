@@ -24,7 +24,7 @@ from bertkit.config import preset
 from bertkit.data import InstanceSettings, PretrainingDataset, build_pretraining_data, collate_pretraining
 from bertkit.errors import BertkitError
 from bertkit.model import BertForMaskedLM, BertForPreTraining
-from bertkit.settings import TrainConfig
+from bertkit.settings import PretrainingDataSettings, TrainConfig
 from bertkit.tasks.pretraining import pretraining_loss
 from bertkit.tokenizer import WordPieceTokenizer
 from bertkit.train import checkpoint as ckpt
@@ -39,9 +39,9 @@ def prepared(tmp_path_factory, write_toy_corpus) -> dict[str, Path]:
     corpus = write_toy_corpus(root / "corpus.txt", documents=40, sentences=(2, 8), words=(4, 14))
     tokenizer = WordPieceTokenizer.train([corpus], vocab_size=120, min_frequency=1)
     tokenizer.save_pretrained(root / "tok")
-    build_pretraining_data([str(corpus)], tokenizer, root / "data",
-                           InstanceSettings(max_seq_length=32, dupe_factor=2, max_predictions_per_seq=5),
-                           workers=1, progress=False)
+    build_pretraining_data(PretrainingDataSettings(
+        (str(corpus),), "(in memory)", str(root / "data"), workers=1, quiet=True,
+        instances=InstanceSettings(max_seq_length=32, dupe_factor=2, max_predictions_per_seq=5)), tokenizer)
     return {"root": root, "tok": root / "tok", "data": root / "data"}
 
 
@@ -122,6 +122,23 @@ def test_init_from_continues_from_weights(prepared, tmp_path):
         torch.testing.assert_close(second[key], tensor, atol=1e-9, rtol=0)
 
 
+def test_another_held_out_split_is_refused_on_resume_unless_allowed(prepared, tmp_path, capsys):
+    """Issue 51: a resume with another --eval-examples moved held-out instances into training, silently. Which
+    instances are held out is part of what the run is (bertkit.settings.rules: held_out)."""
+    assert run_cli(prepared, tmp_path, "--max-steps", "2", "--save-every", "2") == 0  # --eval-examples 16
+    capsys.readouterr()
+    common = ("--max-steps", "4", "--resume", "auto", "--eval-examples", "8")
+    assert main(["pretrain", "--data", str(prepared["data"]), "--tokenizer", str(prepared["tok"]), "--model",
+                 "bert-debug", "--output", str(tmp_path), "--batch-size", "8", "--learning-rate", "1e-3",
+                 "--eval-every", "3", "--device", "cpu", *common]) != 0
+    error = capsys.readouterr().err
+    assert "held_out was '16 instances of the training data' and is '8 instances" in error
+    assert "--allow-change held_out" in error and "Traceback" not in error
+    assert main(["pretrain", "--data", str(prepared["data"]), "--tokenizer", str(prepared["tok"]), "--model",
+                 "bert-debug", "--output", str(tmp_path), "--batch-size", "8", "--learning-rate", "1e-3",
+                 "--eval-every", "3", "--device", "cpu", *common, "--allow-change", "held_out"]) == 0
+
+
 @pytest.mark.parametrize("flags,message", [
     (["--max-time", "soon"], "--max-time 'soon'"),
     (["--max-steps", "2", "--precision", "fp16"], "fp16 needs a CUDA device"),
@@ -147,7 +164,7 @@ def test_resume_refuses_a_new_dropout_unless_allowed_and_applies_a_new_learning_
     capsys.readouterr()
     assert run_cli(prepared, tmp_path, "--max-steps", "4", "--dropout", "0", "--resume", "auto") != 0
     error = capsys.readouterr().err
-    assert "dropout was 0.1 in the run being resumed and is 0.0 now" in error and "--allow-change dropout" in error
+    assert "dropout was 0.1 and is 0.0 now" in error and "--allow-change dropout" in error
     assert "Traceback" not in error
     assert run_cli(prepared, tmp_path, "--max-steps", "4", "--dropout", "0", "--allow-change", "dropout",
                    "--learning-rate", "2e-3", "--resume", "auto") == 0

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from bertkit.data.pretraining import build_pretraining_data
-from bertkit.settings import InstanceSettings
+from bertkit.settings import InstanceSettings, PretrainingDataSettings
 from bertkit.tokenizer import WordPieceTokenizer
 from bertkit.train import checkpoint as ckpt
 
@@ -92,9 +92,9 @@ def pretraining_files(tmp_path_factory, write_toy_corpus) -> dict[str, Path]:
     corpus = write_toy_corpus(root / "corpus.txt", documents=40, sentences=(3, 8), words=(6, 20))
     tokenizer = WordPieceTokenizer.train([corpus], vocab_size=120, min_frequency=1)
     tokenizer.save_pretrained(root / "tok")
-    build_pretraining_data([str(corpus)], tokenizer, root / "data",
-                           InstanceSettings(max_seq_length=64, dupe_factor=2, masking="dynamic"),
-                           workers=1, progress=False)
+    build_pretraining_data(PretrainingDataSettings(
+        (str(corpus),), "(in memory)", str(root / "data"), workers=1, quiet=True,
+        instances=InstanceSettings(max_seq_length=64, dupe_factor=2, masking="dynamic")), tokenizer)
     return {"tok": root / "tok", "data": root / "data"}
 
 

@@ -8,11 +8,12 @@ from pathlib import Path
 import pytest
 
 from bertkit.cli import main
+from bertkit.config import preset
 from bertkit.errors import BertkitError
 from bertkit.model.feature_based import FeatureBasedModel
 from bertkit.tasks.classification import ClassificationSettings, ClassificationTask
 from bertkit.tokenizer import WordPieceTokenizer
-from bertkit.workflows.finetune import FinetuneSettings, build_model
+from bertkit.workflows.finetune import FinetuneSettings, ModelSource, build_model
 
 
 def _vocab(directory: Path) -> WordPieceTokenizer:
@@ -39,14 +40,16 @@ def test_early_stopping_ends_a_seed_after_patience_evaluations(tmp_path: Path) -
 def test_freeze_encoder_and_feature_layers_train_only_the_head(tmp_path: Path) -> None:
     tokenizer = _vocab(tmp_path / "vocab")
     task = ClassificationTask(ClassificationSettings(labels=["bad", "good"], max_seq_length=16))
+    source = ModelSource(None, preset("bert-debug"), tokenizer, None)
     frozen = build_model(task, FinetuneSettings(model="bert-debug", output=tmp_path, freeze_encoder=True), tokenizer,
-                         16)
+                         source)
     trainable = {name for name, p in frozen.named_parameters() if p.requires_grad}
     assert trainable == {"classifier.weight", "classifier.bias"}
     with pytest.raises(BertkitError, match="--feature-layers -4 is outside"):  # bert-debug: 3 hidden states
-        build_model(task, FinetuneSettings(model="bert-debug", output=tmp_path, feature_layers=(-1, -4)), tokenizer, 16)
+        build_model(task, FinetuneSettings(model="bert-debug", output=tmp_path, feature_layers=(-1, -4)), tokenizer,
+                    source)
     cfg = FinetuneSettings(model="bert-debug", output=tmp_path, feature_layers=(-1, -2, -3))
-    features = build_model(task, cfg, tokenizer, 16)
+    features = build_model(task, cfg, tokenizer, source)
     assert isinstance(features, FeatureBasedModel)
     assert {name for name, p in features.named_parameters() if p.requires_grad} == {"head.weight", "head.bias"}
     assert features.head.in_features == 3 * 32  # concatenation of three hidden states (H = 32)

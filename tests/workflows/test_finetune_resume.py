@@ -110,8 +110,8 @@ def test_a_non_empty_output_needs_resume_or_overwrite(tmp_path):
     _run(tmp_path, "run", ClassificationTask(SETTINGS), max_steps=2)
     with pytest.raises(BertkitError, match="--output .* is not empty; pass --resume auto .* --overwrite"):
         _run(tmp_path, "run", ClassificationTask(SETTINGS), max_steps=2)
-    with pytest.raises(BertkitError, match=r"other settings \(learning_rate: 0.001 then, 0.002 now\)"):
-        _run(tmp_path, "run", ClassificationTask(SETTINGS), max_steps=2, learning_rate=2e-3, resume=True)
+    with pytest.raises(BertkitError, match=r"dropout was 0.1 and is 0.2 now; a resumed run with another dropout"):
+        _run(tmp_path, "run", ClassificationTask(SETTINGS), max_steps=2, dropout=0.2, resume=True)
     _run(tmp_path, "run", ClassificationTask(SETTINGS), max_steps=3, overwrite=True)
     assert max(step for step, _ in _losses(tmp_path / "run", 1)) == 3
     (tmp_path / "run" / "notes.txt").write_text("mine")
@@ -222,11 +222,11 @@ def test_other_dev_sets_are_scored_when_the_first_improves(tmp_path):
 
 def test_the_run_record_keeps_the_names_runs_written_before_were_recorded_under(tmp_path):
     """finetune_run.json is compared on --resume auto; its keys stay those older runs wrote (issue 36 moved
-    the training settings into FinetuneSettings.train), so a run directory written before still resumes."""
+    the training settings into FinetuneSettings.train), so a run directory written before still resumes. The
+    batch fields are no longer recorded: each seed's checkpoint holds the global batch it trained with."""
     from bertkit.workflows.finetune import run_settings
 
-    written_before = {"model", "tokenizer", "epochs", "max_steps", "eval_every", "global_batch_size",
-                      "micro_batch_size", "gradient_accumulation_steps", "batch_size", "learning_rate", "warmup_ratio",
+    written_before = {"model", "tokenizer", "epochs", "max_steps", "eval_every", "learning_rate", "warmup_ratio",
                       "lr_schedule", "weight_decay", "adam_epsilon", "dropout", "freeze_encoder", "feature_layers",
                       "feature_combine", "group_by_length", "early_stopping_patience"}
     recorded = run_settings(FinetuneSettings.of(model="m", output=tmp_path, num_epochs=2.0, adam_epsilon=1e-7))

@@ -16,8 +16,9 @@ import pytest
 from bertkit.cli import main
 from bertkit.data import InstanceSettings, PretrainingDataset, build_pretraining_data
 from bertkit.errors import BertkitError
+from bertkit.settings import PretrainingDataSettings
 from bertkit.tokenizer import WordPieceTokenizer
-from bertkit.workflows import pretrain as pretraining
+from bertkit.workflows import pretrain_plan
 from bertkit.workflows.recipes import PAPER_MIN_STEPS, budget_steps, choose_recipe, finetune_learning_rate, short_recipe
 
 
@@ -77,9 +78,9 @@ def data(tmp_path_factory, write_toy_corpus) -> dict[str, Path]:
     tokenizer = WordPieceTokenizer.train([corpus], vocab_size=120, min_frequency=1)
     tokenizer.save_pretrained(root / "tok")
     for masking in ("static", "dynamic"):
-        build_pretraining_data([str(corpus)], tokenizer, root / masking,
-                               InstanceSettings(max_seq_length=96, dupe_factor=1, masking=masking),
-                               workers=1, progress=False)
+        build_pretraining_data(PretrainingDataSettings(
+            (str(corpus),), "(in memory)", str(root / masking), workers=1, quiet=True,
+            instances=InstanceSettings(max_seq_length=96, dupe_factor=1, masking=masking)), tokenizer)
     return {"root": root, "tok": root / "tok", "static": root / "static", "dynamic": root / "dynamic"}
 
 
@@ -133,7 +134,7 @@ def _pretrain(data: dict[str, Path], output: Path, *extra: str) -> int:
 
 def test_pretrain_chooses_prints_and_records_the_recipe_and_flags_override_it(data, tmp_path, monkeypatch, caplog):
     measured = []
-    monkeypatch.setattr(pretraining, "measure_steps_per_second", lambda *a, **k: measured.append((*a, k)) or 0.05)
+    monkeypatch.setattr(pretrain_plan, "measure_steps_per_second", lambda *a, **k: measured.append((*a, k)) or 0.05)
     with caplog.at_level(logging.INFO):
         assert _pretrain(data, tmp_path / "auto", "--max-time", "60", "--max-steps", "3") == 0
     record = next(r for r in caplog.records if r.getMessage().startswith("recipe "))
@@ -173,7 +174,7 @@ def test_statically_masked_data_keeps_the_warmup_the_one_cycle_schedule_needs_30
     """The short recipe's parts paid together (issue 37): on static data, whose own masks replace the recipe's 30%,
     the recipe keeps batch 16 but not the one-cycle schedule (alone it measured worse), and says so."""
     probed = []  # the throughput probe predicts the data's own share of positions, not the recipe's 30%
-    monkeypatch.setattr(pretraining, "measure_steps_per_second", lambda *a, **k: probed.append(k) or 0.05)
+    monkeypatch.setattr(pretrain_plan, "measure_steps_per_second", lambda *a, **k: probed.append(k) or 0.05)
     with caplog.at_level(logging.INFO):
         assert main(["pretrain", "--data", str(data["static"]), "--tokenizer", str(data["tok"]), "--model",
                      "bert-debug", "--output", str(tmp_path / "static"), "--eval-examples", "8", "--device", "cpu",
@@ -192,7 +193,7 @@ def test_statically_masked_data_keeps_the_warmup_the_one_cycle_schedule_needs_30
 
 def test_a_resumed_run_keeps_its_recipe(data, tmp_path, monkeypatch):
     rates = iter([0.05, 1000.0])  # a second measurement would pick the paper's recipe
-    monkeypatch.setattr(pretraining, "measure_steps_per_second", lambda *a, **k: next(rates))
+    monkeypatch.setattr(pretrain_plan, "measure_steps_per_second", lambda *a, **k: next(rates))
     assert _pretrain(data, tmp_path / "run", "--max-time", "60", "--max-steps", "2") == 0
     assert _pretrain(data, tmp_path / "run", "--max-time", "60", "--max-steps", "4", "--resume", "auto") == 0
     saved = json.loads((tmp_path / "run" / "pretrain_settings.json").read_text())
@@ -206,7 +207,8 @@ def test_the_measurement_is_real_and_leaves_the_rng_alone():
 
     torch.manual_seed(3)
     before = torch.get_rng_state()
-    rate = pretraining.measure_steps_per_second(preset("bert-debug", vocab_size=100), 16, 4, "fp32", "cpu", seconds=0.1)
+    rate = pretrain_plan.measure_steps_per_second(preset("bert-debug", vocab_size=100), 16, 4, "fp32", "cpu",
+                                                  seconds=0.1)
     assert rate > 0 and torch.equal(torch.get_rng_state(), before)
 
 
@@ -233,15 +235,23 @@ def test_finetune_learning_rate_auto_reads_the_pretraining_record(tmp_path, capl
 def test_the_time_budget_counts_every_process(data, monkeypatch):
     """Under torchrun each process runs its share of the global batch, so an hour buys world-size times the steps
     one process measured at the whole batch would (issue 38: the budget was one GPU's on sixteen)."""
+    from bertkit.config import preset
     from bertkit.settings import PretrainSettings, TrainConfig
 
     measured = []
     # one process: 1 step/s at the whole batch (16); each of 4 processes: 4 steps/s at its quarter
-    monkeypatch.setattr(pretraining, "measure_steps_per_second", lambda config, length, rows, *a, **k:
+    monkeypatch.setattr(pretrain_plan, "measure_steps_per_second", lambda config, length, rows, *a, **k:
                         measured.append(rows) or 16 / rows)
     settings = PretrainSettings(data=str(data["dynamic"]), model="bert-mini", output="unused", recipe="auto")
-    train = TrainConfig(max_time_s=3600)
-    alone, four = pretraining._choose(settings, train, 1), pretraining._choose(settings, train, 4)
+    train = TrainConfig(max_time_s=3600, precision="fp32")
+    facts = pretrain_plan.DataFacts.read(settings.data)
+    config = preset("bert-mini", vocab_size=facts.vocab_size)
+
+    def choose(world_size: int):
+        shape = pretrain_plan._planning_shape(settings, facts, None, config, world_size)
+        return pretrain_plan._choose(settings, train, facts, None, config, shape, world_size)
+
+    alone, four = choose(1), choose(4)
     assert measured == [16, 4]
     assert "3,600 steps" in alone.reason or "~3,600 steps" in alone.reason, alone.reason
-    assert "~14,400 steps" in four.reason and "each of 4 processes' share of 16" in four.reason, four.reason
+    assert "~14,400 steps" in four.reason and "each of 4 processes' share" in four.reason, four.reason

@@ -5,6 +5,7 @@ accepts it; a run directory written before these were recorded still resumes."""
 from __future__ import annotations
 
 import json
+import logging
 from pathlib import Path
 
 import pytest
@@ -34,9 +35,9 @@ def _finetune(files: dict[str, Path], out: Path, *extra: str, train: str = "trai
 
 
 @pytest.mark.parametrize(("change", "extra", "named", "leaf"), [
-    ("data", ("--train", "other"), "data", "data.train:"),
-    ("columns", ("--text-column", "second"), "task", 'task.text_column: "text" then, "second" now'),
-    ("length", ("--max-seq-length", "24"), "max_seq_length", "max_seq_length: 16 then, 24 now"),
+    ("data", ("--train", "other"), "data", "data.train.sha256 (the training file "),
+    ("columns", ("--text-column", "second"), "task", "task.text_column was 'text' and is 'second' now"),
+    ("length", ("--max-seq-length", "24"), "max_seq_length", "max_seq_length was 16 and is 24 now"),
 ])
 def test_a_resumed_run_with_other_inputs_is_refused_then_allowed(files, tmp_path, capsys, caplog, change, extra,
                                                                  named, leaf):
@@ -46,7 +47,7 @@ def test_a_resumed_run_with_other_inputs_is_refused_then_allowed(files, tmp_path
     given = () if extra[0] == "--train" else extra
     assert _finetune(files, out, *given, "--resume", "auto", train=train) == 2
     err = capsys.readouterr().err
-    assert f"used other settings ({leaf}" in err and f"--allow-change {named}" in err  # what changed, by name
+    assert leaf in err and f"--allow-change {named}" in err  # what changed, by name (a file by its path)
     assert _finetune(files, out, *given, "--resume", "auto", "--allow-change", named, train=train) == 0
     assert "no longer the run it continues" in caplog.text and leaf in caplog.text  # said, not silent
     assert json.loads((out / "finetune_run.json").read_text())[named] != {}
@@ -150,3 +151,62 @@ def test_examples_with_an_empty_text_are_kept_and_said(files, tmp_path, caplog):
                      "--max-seq-length", "16", "--text-pair-column", "second"]) == 0
     assert f"{train}: 3 of 4 examples have an empty text" in caplog.text
     assert f"{train}:3, {train}:4, {train}:5" in caplog.text  # where, by line
+
+
+def _run(files: dict[str, Path], out: Path, *flags: str, train: str = "train") -> int:
+    return main(["finetune", "classification", "--model", str(files["model"]), "--train", str(files[train]),
+                 "--dev", str(files["train"]), "--output", str(out), "--device", "cpu", "--precision", "fp32",
+                 "--max-seq-length", "16", *flags])
+
+
+def test_the_learning_rate_and_the_budget_apply_to_the_seeds_not_finished(files, tmp_path, caplog):
+    """Issue 51: --help said the learning rate and budget may change on resume; they were refused. The one rulebook
+    (bertkit.settings.rules) makes them free: applied to the seeds that still train, and said."""
+    out = tmp_path / "run"
+    assert _run(files, out, "--seeds", "1", "--max-steps", "1", "--learning-rate", "1e-3") == 0
+    caplog.set_level(logging.INFO)
+    assert _run(files, out, "--seeds", "1,2", "--max-steps", "2", "--learning-rate", "2e-3", "--resume", "auto") == 0
+    assert "learning_rate was 0.001 and is 0.002 now" in caplog.text and "max_steps was 1 and is 2 now" in caplog.text
+    record = json.loads((out / "finetune_run.json").read_text())
+    assert (record["learning_rate"], record["max_steps"]) == (2e-3, 2)
+    results = json.loads((out / "eval_results.json").read_text())
+    assert results["seeds"]["1"]["step"] == 1 and results["seeds"]["2"]["step"] <= 2  # seed 1 was kept as it was
+
+
+def test_the_recorded_learning_rate_is_the_resolved_one(files, tmp_path):
+    """Issue 47: under --learning-rate auto the record held None, so a resume compared None with None."""
+    assert _run(files, tmp_path / "auto", "--seeds", "1", "--max-steps", "1") == 0
+    assert json.loads((tmp_path / "auto" / "finetune_run.json").read_text())["learning_rate"] > 0
+
+
+def test_a_new_label_set_is_refused_up_front_whatever_allow_change_says_and_the_record_stays(files, tmp_path, capsys):
+    """Issue 51: --allow-change task with a new label was accepted, failed loading the checkpoint with a traceback
+    text blaming another bertkit version, and rewrote finetune_run.json, so the next normal resume was refused."""
+    out = tmp_path / "run"
+    assert _run(files, out, "--seeds", "1", "--max-steps", "1") == 0
+    before = (out / "finetune_run.json").read_bytes()
+    three = tmp_path / "three.tsv"
+    rows = files["train"].read_text(encoding="utf-8").splitlines()
+    three.write_text("\n".join([*rows, f"{WORDS[0]} {WORDS[1]}\t{WORDS[2]}\tfine"]) + "\n", encoding="utf-8")
+    files = {**files, "three": three}
+    capsys.readouterr()
+    assert _run(files, out, "--seeds", "1", "--max-steps", "1", "--resume", "auto", "--allow-change", "data",
+                "--allow-change", "task", train="three") == 2
+    err = capsys.readouterr().err
+    assert "task.labels was" in err and '"fine"' in err and "it cannot change on resume" in err
+    assert "the label set sizes the classifier's head" in err and "Traceback" not in err
+    assert (out / "finetune_run.json").read_bytes() == before  # the run's record is the run's, as it was
+    assert _run(files, out, "--seeds", "1", "--max-steps", "1", "--resume", "auto") == 0  # and it still resumes
+
+
+def test_a_record_from_before_the_rulebook_still_resumes(files, tmp_path):
+    """Older records kept bare data hashes and the batch fields; both are read as today's."""
+    out = tmp_path / "run"
+    assert _run(files, out, "--seeds", "1", "--max-steps", "1") == 0
+    record = json.loads((out / "finetune_run.json").read_text())
+    record["data"] = {"train": record["data"]["train"]["sha256"],
+                      "dev": [entry["sha256"] for entry in record["data"]["dev"]]}
+    record |= {"global_batch_size": None, "micro_batch_size": None, "gradient_accumulation_steps": None,
+               "batch_size": 32}
+    (out / "finetune_run.json").write_text(json.dumps(record), encoding="utf-8")
+    assert _run(files, out, "--seeds", "1", "--max-steps", "1", "--resume", "auto", "--batch-size", "4") == 0

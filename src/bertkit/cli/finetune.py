@@ -17,7 +17,7 @@ from typing import Any
 
 import click
 
-from bertkit.cli.options import memory_line, pop_settings, settings_from_flags, settings_options, use_threads
+from bertkit.cli.options import memory_line, pop_settings, settings_from_flags, settings_options
 from bertkit.settings import (
     ClassificationSettings,
     EmbeddingSettings,
@@ -93,7 +93,6 @@ def _run(kind: str, settings_class: type, flags: dict[str, Any], **task_settings
 
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     settings = settings_from_flags(FinetuneSettings, flags)
-    use_threads(settings.train.threads)
     task_settings = {**pop_settings(settings_class, flags), **task_settings}
     results = finetuning.run_finetuning(kind, flags.pop("train_file"), list(flags.pop("dev_files")), settings,
                                         task_settings)
@@ -179,7 +178,6 @@ def embedding(**flags: Any) -> None:
 
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     settings = settings_from_flags(FinetuneSettings, flags)
-    use_threads(settings.train.threads)
     given = tuple(name for name in KEPT_FROM_DIRECTORY if flags[name] is not None)
     embedding_settings = settings_from_flags(EmbeddingSettings, flags, drop_none=KEPT_FROM_DIRECTORY, given=given)
     results = run_embedding_training(flags.pop("train_file"), list(flags.pop("dev_files")), settings,

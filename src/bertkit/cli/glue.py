@@ -16,7 +16,7 @@ from typing import Any
 import click
 
 from bertkit.cli.finetune import FINETUNE, NOT_FLAGS
-from bertkit.cli.options import settings_from_flags, settings_options, use_threads
+from bertkit.cli.options import settings_from_flags, settings_options
 from bertkit.errors import BertkitError
 from bertkit.settings import GLUE_LEARNING_RATES, GLUE_SEEDS, FinetuneSettings, GlueSettings
 
@@ -69,7 +69,6 @@ def glue(**flags: Any) -> None:
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     settings = settings_from_flags(GlueSettings, flags)
     finetune_settings = settings_from_flags(FinetuneSettings, flags)
-    use_threads(finetune_settings.train.threads)
     results = glue_workflow.run_glue(settings, finetune_settings, progress=click.echo)
     table = glue_workflow.markdown_table(results).splitlines()
     click.echo("\n".join(table[2:5]))  # the paper-style row

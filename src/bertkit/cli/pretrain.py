@@ -22,7 +22,7 @@ from typing import Any
 
 import click
 
-from bertkit.cli.options import memory_line, settings_from_flags, settings_options, use_threads
+from bertkit.cli.options import memory_line, settings_from_flags, settings_options
 from bertkit.errors import BertkitError, Interrupted
 from bertkit.settings import PretrainSettings, TrainConfig
 from bertkit.workflows.recipes import CONTINUE_PASSES, REFERENCE_WIDTH, continue_recipe, paper_recipe, short_recipe
@@ -62,7 +62,7 @@ RECIPE_DEFAULTS = {
     "head_warmup_steps": "the recipe's: continue 10% of the budget (at most 500) for a checkpoint without its "
                          "MLM head, else 0",
 }
-"""The settings `--recipe` decides unless their flag is given (PretrainSettings.given), with what
+"""The settings `--recipe` decides unless their flag is given (unset: None, filled by the run's plan), with what
 `--help` says of their default."""
 
 SETTINGS: dict[str, dict[str, Any]] = {
@@ -91,22 +91,16 @@ NOT_FLAGS = ("num_epochs", "betas", "shuffle", "max_nonfinite_steps", "best_metr
 
 
 @click.command()
-@settings_options(PretrainSettings, exclude=("given",), overrides=_with_recipe(PretrainSettings, SETTINGS))
+@settings_options(PretrainSettings, overrides=_with_recipe(PretrainSettings, SETTINGS))
 @settings_options(TrainConfig, exclude=NOT_FLAGS, overrides=_with_recipe(TrainConfig, TRAINING))
 def pretrain(**flags) -> None:
     """Pre-train BERT with masked LM + next sentence prediction on a `bertkit data pretraining` directory."""
     from bertkit.workflows import pretrain as pretraining  # torch: only when the command runs, not for --help
 
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-    given = tuple(name for name in RECIPE_DEFAULTS if flags[name] is not None)
-    if flags["batch_size"] is not None:  # the older spelling gives the global batch too
-        given += ("global_batch_size",)
-    settings = settings_from_flags(PretrainSettings, flags, drop_none=RECIPE_DEFAULTS, given=given)
-    if flags["max_steps"] is None and flags["max_time_s"] is None:  # continuing a checkpoint: the recipe's passes
-        flags["max_steps"] = pretraining.continue_budget(settings, flags["global_batch_size"] or flags["batch_size"])
-    train_config = settings_from_flags(TrainConfig, flags, drop_none=RECIPE_DEFAULTS)
-    use_threads(train_config.threads)  # recorded in pretrain_settings.json with the rest of TrainConfig
-    result = pretraining.pretrain(settings, train_config)
+    # a recipe setting left unset stays None: the run's plan fills it (bertkit.workflows.pretrain_plan)
+    settings = settings_from_flags(PretrainSettings, flags)
+    result = pretraining.pretrain(settings, settings_from_flags(TrainConfig, flags))
     if result.stop_reason == "signal" and result.signal is not None:
         raise Interrupted(f"pre-training stopped by {signal.Signals(result.signal).name} at step {result.step}; "
                           f"saved {result.checkpoint}", result.signal, "--resume auto")

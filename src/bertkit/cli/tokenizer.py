@@ -1,24 +1,23 @@
 """`bertkit tokenizer`: train a WordPiece vocabulary, extend a model's with a domain's pieces, or show how a
 vocabulary encodes a text.
 
-Design decision: flags only; the work is `bertkit.tokenizer.WordPieceTokenizer`. The flags are generated
-(bertkit.cli.options) from `TokenizerTrainSettings` and `TokenizerEncodeSettings` (bertkit.settings,
-torch-free: `--help` answers at once). `--input` takes several paths after one flag (`--input
-corpus/*.txt` as the shell expands it: the paths after the first are the command's arguments) as well as
-repeated flags, so both spellings users know from other tools work.
+Design decision: flags only; the work is `bertkit.tokenizer` (`train_tokenizer`, `WordPieceTokenizer`) and
+`bertkit.workflows.adapt`. The flags are generated (bertkit.cli.options) from `TokenizerTrainSettings`,
+`TokenizerExtendSettings` and `TokenizerEncodeSettings` (bertkit.settings, torch-free: `--help` answers at
+once). `--input` and `--corpus` take several paths after one flag (`--input corpus/*.txt` as the shell expands
+it: the paths after the first are the command's arguments) as well as repeated flags, so both spellings users
+know from other tools work.
 """
 
 from __future__ import annotations
 
 import logging
-import os
 from pathlib import Path
 from typing import Any
 
 import click
 
 from bertkit.cli.options import settings_from_flags, settings_options
-from bertkit.errors import BertkitError
 from bertkit.settings import TokenizerEncodeSettings, TokenizerExtendSettings, TokenizerTrainSettings
 
 
@@ -39,23 +38,14 @@ def train(more_inputs: tuple[Path, ...], **flags: Any) -> None:
     UTF-8 replaced, each counted and reported; words over 100 characters are left out (they encode as
     [UNK]).
     """
-    from bertkit.tokenizer import WordPieceTokenizer
+    from bertkit.tokenizer import train_tokenizer
 
+    flags["inputs"] = (*flags["inputs"], *more_inputs)
     settings = settings_from_flags(TokenizerTrainSettings, flags)
-    if settings.threads is not None:  # read when the tokenizers library first runs in parallel: before training
-        os.environ["RAYON_NUM_THREADS"] = str(settings.threads)
-    files = [*settings.inputs, *more_inputs]
-    if not files:
-        raise BertkitError("no input files; pass them with --input FILE [FILE ...]")
     logging.basicConfig(level=logging.INFO, format="%(message)s")
-    tok = WordPieceTokenizer.train(
-        files, vocab_size=settings.vocab_size, do_lower_case=not settings.cased, min_frequency=settings.min_frequency,
-        limit_alphabet=settings.limit_alphabet, show_progress=settings.progress, strict=settings.strict,
-        text_column=settings.text_column,
-    )
-    tok.save_pretrained(settings.output)
+    tok = train_tokenizer(settings)
     click.echo(f"wrote {settings.output / 'vocab.txt'}: {tok.vocab_size} tokens "
-               f"({'cased' if settings.cased else 'uncased'}, sha256 {tok.vocab_hash[:12]})")
+               f"({'cased' if settings.vocabulary.cased else 'uncased'}, sha256 {tok.vocab_hash[:12]})")
 
 
 @tokenizer.command()
@@ -72,13 +62,10 @@ def extend(more_corpus: tuple[Path, ...], **flags: Any) -> None:
     """
     from bertkit.workflows.adapt import REPORT_FILE, extend_model
 
+    flags["corpus"] = (*flags["corpus"], *more_corpus)
     settings = settings_from_flags(TokenizerExtendSettings, flags)
-    corpus = [*settings.corpus, *more_corpus]
-    if not corpus:
-        raise BertkitError("no domain text; pass it with --corpus FILE [FILE ...]")
     logging.basicConfig(level=logging.INFO, format="%(message)s")
-    report = extend_model(settings.model, corpus, settings.add, settings.output, settings.init, settings.seed,
-                          settings.min_count, settings.strict, settings.text_column)
+    report = extend_model(settings)
     shown = ", ".join(p["token"] for p in report["pieces"][:12])
     click.echo(f"added {report['added']} pieces (ids {report['first_new_id']}-{report['vocab_size'] - 1}, "
                f"--init {report['init']}): {shown}{' ...' if report['added'] > 12 else ''}")

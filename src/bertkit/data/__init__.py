@@ -1,7 +1,7 @@
 """Data: pre-training corpora -> instances -> shards -> `PretrainingDataset`, and fine-tuning readers.
 
-Pre-training data is built by `build_pretraining_data` (the `bertkit data pretraining` command) and
-read by `PretrainingDataset`, batched by `collate_pretraining` (or, for a GPU step that must not read the
+Pre-training data is built by `build_pretraining_data(PretrainingDataSettings)` (the `bertkit data pretraining`
+command) and read by `PretrainingDataset`, batched by `collate_pretraining` (or, for a GPU step that must not read the
 device, `collate_static`). The fine-tuning readers live in their
 own modules (`bertkit.data.glue`, `conll`, `squad`, `swag`) and are imported from there, so importing
 this package does not pull them in.
@@ -13,6 +13,7 @@ reader) - see docs/data.md.
 """
 
 from bertkit.data.dataset import PretrainingDataset, collate_pretraining, collate_static
-from bertkit.data.pretraining import InstanceSettings, build_pretraining_data
+from bertkit.data.pretraining import InstanceSettings, PretrainingDataSettings, build_pretraining_data
 
-__all__ = ["InstanceSettings", "PretrainingDataset", "build_pretraining_data", "collate_pretraining", "collate_static"]
+__all__ = ["InstanceSettings", "PretrainingDataSettings", "PretrainingDataset", "build_pretraining_data",
+           "collate_pretraining", "collate_static"]

@@ -34,8 +34,6 @@ from dataclasses import dataclass
 import numpy as np
 
 FULL_SENTENCES, DOC_SENTENCES, CONTIGUOUS = "full-sentences", "doc-sentences", "contiguous"
-DEFAULT_PACKING = FULL_SENTENCES
-"""The packing of --no-nsp data when --packing is not given."""
 
 
 @dataclass

@@ -1,10 +1,14 @@
 """`bertkit data pretraining`: text files -> tokenized, paired, masked, sharded pre-training data.
 
-The pipeline: the main process streams documents from the inputs (`corpus.read_documents`) and
-cuts them into blocks of about `shuffle_buffer_mb` of text; worker processes tokenize a block in one
+`build_pretraining_data(PretrainingDataSettings)` runs the command: its files and workers, and the
+`InstanceSettings` it holds, resolved once (`InstanceSettings.resolved`) and recorded in the manifest.
+The pipeline: the main process streams documents from the inputs (`corpus.read_documents`) and cuts
+them into blocks of about `shuffle_buffer_mb` of text; worker processes tokenize a block in one
 batched `encode_ids` call, make `dupe_factor` passes of Google's pair rules over its documents,
 shuffle the block's instances and mask them (or not at all for dynamic masking); the main process
 appends the results, in block order, to shards (`shards.ShardWriter`) and writes the manifest last.
+A text corpus with no blank line between documents makes NSP pairs whose random next sentence comes
+from the same document: said in one warning, with the counts and the fix.
 
 Two executions of the same rules (`InstanceSettings.rng`). 'numpy' (the default): all passes
 of a block at once as arrays (`instances.create_pair_spans` + `truncate_spans`), one gather builds
@@ -32,6 +36,7 @@ from __future__ import annotations
 
 import dataclasses
 import gc
+import logging
 import multiprocessing
 import os
 import random
@@ -55,10 +60,13 @@ from bertkit.data.instances import (
     truncate_spans,
 )
 from bertkit.data.masking import MaskingVocab, google_mask_fn, mask_positions
-from bertkit.data.packing import DEFAULT_PACKING, PackStats, pack_instances
+from bertkit.data.packing import PackStats, pack_instances
 from bertkit.data.shards import FORMAT_NAME, FORMAT_VERSION, ShardWriter, ids_dtype, prepare_output, write_manifest
 from bertkit.errors import BertkitError
-from bertkit.settings import InstanceSettings
+from bertkit.settings import InstanceSettings, PretrainingDataSettings
+from bertkit.tokenizer import WordPieceTokenizer
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass
@@ -350,27 +358,26 @@ def _results(blocks: Iterator[Block], workers: int, initargs: tuple) -> Iterator
             yield pending.popleft().result()
 
 
-def build_pretraining_data(inputs: list[str], tokenizer, output: str | Path,
-                           options: InstanceSettings | None = None, workers: int | None = None,
-                           strict: bool = False, overwrite: bool = False, progress: bool = True,
-                           max_shard_tokens: int = 1 << 25, text_column: str = "text") -> dict:
-    """Build a pre-training data directory; returns its manifest (with the summary)."""
-    options = options or InstanceSettings()
-    if not options.nsp and options.packing is None:
-        options = dataclasses.replace(options, packing=DEFAULT_PACKING)  # the manifest records the mode used
-    workers = workers or os.cpu_count() or 1
-    if workers < 1:
-        raise BertkitError(f"--workers must be at least 1, got {workers}")
+def build_pretraining_data(settings: PretrainingDataSettings, tokenizer: WordPieceTokenizer | None = None) -> dict:
+    """Build the pre-training data directory `settings.output`; returns its manifest (with the summary).
+    `tokenizer`: the vocabulary `settings.tokenizer` names, when the caller holds it already (or built it in
+    memory); else it is loaded from there."""
+    if tokenizer is None:
+        tokenizer = WordPieceTokenizer.from_pretrained(settings.tokenizer)
+    options = settings.instances.resolved()  # the manifest records the values used
+    workers = settings.workers or os.cpu_count() or 1
     stats = CorpusStats()
-    paths = expand_inputs(list(inputs), stats)
-    output = Path(output)
-    prepare_output(output, overwrite)
+    paths = expand_inputs(list(settings.inputs), stats)
+    output = Path(settings.output)
+    prepare_output(output, settings.overwrite)
     vocab = MaskingVocab.from_tokenizer(tokenizer, options.whole_word_masking)
+    dtype = ids_dtype(tokenizer.vocab_size)
     bar = tqdm(total=plain_text_bytes(paths), unit="B", unit_scale=True,
-               unit_divisor=1024, desc="pre-training data", disable=not progress, dynamic_ncols=True)
-    writer = ShardWriter(output, ids_dtype(tokenizer.vocab_size), options.masking == "static", max_shard_tokens)
+               unit_divisor=1024, desc="pre-training data", disable=settings.quiet, dynamic_ncols=True)
+    writer = ShardWriter(output, dtype, options.masking == "static",
+                         max(1, int(settings.shard_size_mb * 2**20) // dtype.itemsize))
     counts: Counter = Counter()
-    documents = read_documents(paths, stats, strict, text_column)
+    documents = read_documents(paths, stats, settings.strict, settings.text_column)
     blocks = _blocks(documents, stats, int(options.shuffle_buffer_mb * (1 << 20)))
     try:
         for result in _results(blocks, workers, (tokenizer, options, vocab, workers == 1)):
@@ -387,15 +394,33 @@ def build_pretraining_data(inputs: list[str], tokenizer, output: str | Path,
     if counts["instances"] == 0:
         raise BertkitError(f"--input: no instances could be made from {len(paths)} file(s) "
                            f"({counts['documents']} documents with tokens); check the files and their format")
+    _warn_undivided(stats, counts, options)
     manifest = _manifest(paths, tokenizer, vocab, options, shards, counts, stats)
     write_manifest(output, manifest)
     return manifest
 
 
+def _warn_undivided(stats: CorpusStats, counts: Counter, options: InstanceSettings) -> None:
+    """One line when NSP pairs came out wrong because text files had no blank line between documents: each such
+    file is one document, so a random next sentence often comes from that same document (a negative that is
+    not one) and instances are cut to fit."""
+    if not (options.nsp and stats.undivided_files and counts["random_next_same_document"]):
+        return
+    files = stats.undivided_files
+    logger.warning(
+        "%s%s: no blank line between documents, so each file was read as one document: %d of %d random-next "
+        "sentences came from the same document and %d of %d instances were truncated; put a blank line between "
+        "documents, or build --no-nsp data, or give JSONL with one document per line",
+        ", ".join(files[:3]), f" and {len(files) - 3} more" if len(files) > 3 else "",
+        counts["random_next_same_document"], counts["random_next"], counts["truncated_instances"],
+        counts["instances"])
+
+
 def _manifest(paths, tokenizer, vocab: MaskingVocab, options, shards, counts: Counter, stats: CorpusStats) -> dict:
     special = {name: getattr(tokenizer, f"{name}_token_id") for name in ("pad", "unk", "cls", "sep", "mask")}
     tokenizer_info = {"vocab_hash": tokenizer.vocab_hash, "vocab_size": tokenizer.vocab_size,
-                      "do_lower_case": tokenizer.do_lower_case, "special_token_ids": special}
+                      "do_lower_case": tokenizer.do_lower_case, "split_special_tokens": tokenizer.split_special_tokens,
+                      "special_token_ids": special}
     if vocab.continuation is not None:
         tokenizer_info["continuation_token_ids"] = np.flatnonzero(vocab.continuation).tolist()
     return {"format": FORMAT_NAME, "format_version": FORMAT_VERSION, "options": dataclasses.asdict(options),

@@ -10,7 +10,9 @@ part of the line, and a leading UTF-8 byte order mark (Excel and Notepad write o
 U+FEFF never reaches a column name or a JSON parser. `.tsv` records are split on tabs with no quote
 processing, as GLUE's files are written and Google's `run_classifier.py` reads them (`csv.QUOTE_NONE`):
 a field that starts with `"` is plain text. `.csv` records use standard CSV quoting, read strictly, so
-a quote left open is an error naming its line instead of silently joining the rows after it. The
+a quote left open is an error naming its line instead of silently joining the rows after it; records that
+hold line breaks inside quoted fields are said once per file and process (fine-tuning reads its training
+file twice: for the label set and for the examples), again only when the text changes. The
 pre-training corpus reader streams instead and has its own replace-and-count policy (`bertkit.data.corpus`).
 A file whose name ends in .gz or .zst is decompressed first (`format_suffix` names its format:
 train.jsonl.zst is JSONL); tables (Parquet, `datasets` directories) are read by `bertkit.io.columnar`.
@@ -177,10 +179,23 @@ def _csv_records(path: Path, text: str) -> list[tuple[int, list[str]]]:
         raise BertkitError(_csv_problem(path, start, reader.line_num, str(exc))) from None
     finally:
         csv.field_size_limit(previous_limit)
-    if multiline:
+    if multiline and _first_time(path, text):
         log.warning("%s: %d records hold line breaks inside quoted fields (the first starts at line %d); if "
                     "that is not intended, a quote left open joined rows", path, len(multiline), multiline[0])
     return records
+
+
+_SAID: set[tuple[str, int]] = set()
+"""The files (path, hash of the text) whose line breaks inside quoted fields were said."""
+
+
+def _first_time(path: Path, text: str) -> bool:
+    """True the first time this text of the file is asked about in this process."""
+    key = (str(path.resolve()), hash(text))
+    if key in _SAID:
+        return False
+    _SAID.add(key)
+    return True
 
 
 def _csv_problem(path: Path, start: int, end: int, error: str) -> str:

@@ -291,6 +291,8 @@ class CorpusStats(FileCounts):
     """Lines (JSONL: sentences) longer than MAX_LINE_BYTES, cut there."""
     documents_split: int = 0
     """Documents longer than MAX_DOCUMENT_BYTES, split."""
+    undivided_files: list[str] = field(default_factory=list)
+    """Text files of two or more lines with no blank line between them: each was read as one document."""
 
     def to_dict(self) -> dict:
         return {"files": self.files, "input_bytes": self.input_bytes,
@@ -298,7 +300,7 @@ class CorpusStats(FileCounts):
                 "empty_files": self.empty_files, "skipped_files": self.skipped_files,
                 "skipped_lines": dict(sorted(self.skipped_lines.items())),
                 "invalid_utf8_lines": self.invalid_utf8_lines, "lines_cut": self.lines_cut,
-                "documents_split": self.documents_split}
+                "documents_split": self.documents_split, "undivided_files": self.undivided_files}
 
 
 TEXT_SUFFIXES = (".txt", ".text")
@@ -443,11 +445,13 @@ def _sentences(text: str) -> list[str]:
 def _text_documents(path: Path, lines, stats: CorpusStats, strict: bool) -> Iterator[list[str]]:
     document: list[str] = []
     document_bytes = 0
+    first_line, divided = stats.lines, False
     for lineno, (raw, cut) in enumerate(lines, start=1):
         stats.text_bytes += len(raw)
         text = decode_line(raw, path, lineno, stats, strict).strip()
         if not text:
             if document:
+                divided = True
                 yield document
             document, document_bytes = [], 0
             continue
@@ -459,6 +463,8 @@ def _text_documents(path: Path, lines, stats: CorpusStats, strict: bool) -> Iter
             stats.documents_split += 1
             yield document
             document, document_bytes = [], 0
+    if not divided and stats.lines - first_line > 1:
+        stats.undivided_files.append(str(path))
     if document:
         yield document
 

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from bertkit.errors import BertkitError
-from bertkit.settings import DeviceChoice
+from bertkit.settings import DeviceChoice, sequence_length_field
 from bertkit.workflows.recipes import REFERENCE_WIDTH, finetune_learning_rate, short_recipe
 
 MODEL = "bert-mini"
@@ -33,7 +33,7 @@ class Recipe:
 
     vocab_size: int = 8000
     """WordPiece vocabulary trained on the corpus (small: fewer embedding rows to learn)."""
-    max_seq_length: int = _set(_SHORT.max_seq_length)
+    max_seq_length: int = sequence_length_field(_set(_SHORT.max_seq_length), pairs=True)
     """Pre-training instance length in tokens (a verse is about 35; short instances, more steps)."""
     masked_lm_prob: float = _set(_SHORT.masked_lm_prob)
     """Fraction of tokens masked (dynamic masking: new masks every epoch)."""

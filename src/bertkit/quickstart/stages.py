@@ -113,6 +113,7 @@ def train_vocabulary(settings: QuickstartSettings, echo: Echo) -> Any:
 def build_data(settings: QuickstartSettings, tokenizer: Any, echo: Echo) -> Path:
     """data/: dynamically masked pre-training instances (kept when resuming)."""
     from bertkit.data import InstanceSettings, build_pretraining_data
+    from bertkit.settings import PretrainingDataSettings
 
     directory, recipe = settings.output / "data", settings.recipe
     if settings.resume and (directory / "manifest.json").is_file():
@@ -123,8 +124,9 @@ def build_data(settings: QuickstartSettings, tokenizer: Any, echo: Echo) -> Path
     options = InstanceSettings(
         max_seq_length=recipe.max_seq_length, masked_lm_prob=recipe.masked_lm_prob,
         max_predictions_per_seq=recipe.prediction_cap, dupe_factor=1, masking="dynamic", seed=settings.seed)
-    build_pretraining_data([str(kjv_path("corpus.txt.gz"))], tokenizer, directory, options,
-                           workers=settings.workers, overwrite=settings.resume)
+    build_pretraining_data(PretrainingDataSettings(
+        (str(kjv_path("corpus.txt.gz")),), "(in memory)", str(directory), workers=settings.workers,
+        overwrite=settings.resume, instances=options), tokenizer)
     return directory
 
 
@@ -315,7 +317,7 @@ def probe_rates(settings: QuickstartSettings, vocab_size: int, finetune_length: 
     from bertkit.model import BertForSequenceClassification, accelerate_for_inference
     from bertkit.runtime.device import resolve_device
     from bertkit.train.throughput import inference_batches_per_second, training_steps_per_second
-    from bertkit.workflows.pretrain import measure_steps_per_second
+    from bertkit.workflows.pretrain_plan import measure_steps_per_second
 
     recipe, device = settings.recipe, resolve_device(settings.device)
     pretrain = measure_steps_per_second(preset(MODEL, vocab_size=vocab_size), recipe.max_seq_length,

@@ -129,8 +129,17 @@ def inference_precision(precision: str, model: nn.Module, device: torch.device) 
         raise BertkitError(f"--precision int8 runs on CPUs only; on {device.type} use bf16 or fp32")
     if precision == "int8" and not int8.works():
         raise BertkitError(int8.MISSING)
-    log.info("precision for inference: %s (--precision %s; auto would measure this machine)", precision, precision)
+    # the default (fp32) and a given precision alike: say what runs and how to have it measured, not who chose it
+    log.info("precision for inference: %s (--precision auto would measure this machine and pick the faster of "
+             "fp32 and bf16)", precision)
     return precision
+
+
+def apply_threads(threads: int | None) -> None:
+    """torch.set_num_threads(threads), a run's --threads; unset: torch's default, untouched. Called by the library
+    functions that run a model (a caller of `pretrain()` or `run_finetuning()` gets the threads it recorded)."""
+    if threads is not None:
+        torch.set_num_threads(threads)
 
 
 def seed_everything(seed: int) -> None:

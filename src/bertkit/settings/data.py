@@ -1,5 +1,11 @@
 """The settings of `bertkit data pretraining` (what changes the instances, recorded in the manifest, and how the
-command runs) and of `bertkit tokenizer train | extend | encode`."""
+command runs) and of `bertkit tokenizer train | extend | encode`.
+
+Design decision: each command's library function takes its object here and nothing computes a setting's value
+elsewhere: a default that depends on another setting (`--dupe-factor` on `--masking`, `--packing` on `--no-nsp`) is
+None in the field and resolved by the settings class (`InstanceSettings.resolved`), so the command line, Python
+callers and the manifest see one rule.
+"""
 
 from __future__ import annotations
 
@@ -8,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bertkit.errors import BertkitError
-from bertkit.settings.fields import Settings
+from bertkit.settings.fields import Settings, sequence_length_field
 
 # --- pre-training data (bertkit data pretraining) ------------------------------------------------------
 
@@ -17,7 +23,15 @@ MASKINGS = ("static", "dynamic")
 DATA_RNGS = ("numpy", "python")
 """The values of `bertkit data pretraining --rng`."""
 PACKINGS = ("full-sentences", "doc-sentences", "contiguous")
-"""The values of `bertkit data pretraining --packing` (bertkit.data.packing), for --no-nsp data."""
+"""The values of `bertkit data pretraining --packing` (bertkit.data.packing), for --no-nsp data; the first is the
+default."""
+DUPE_FACTORS = {"static": 10, "dynamic": 1}
+"""--dupe-factor by --masking when it is not given: dynamic masking draws new masks every epoch, so one pass
+suffices."""
+MAX_INSTANCE_TOKENS = 65535
+"""The longest instance the shards hold (their lengths and masked positions are uint16)."""
+VOCABULARY_INITS = ("mean", "random")
+"""The values of `bertkit tokenizer extend --init` (bertkit.workflows.adapt)."""
 
 
 @dataclass(frozen=True)
@@ -25,14 +39,14 @@ class InstanceSettings(Settings):
     """Every setting that changes the produced data (all recorded in the manifest;
     bertkit.data.pretraining.build_pretraining_data)."""
 
-    max_seq_length: int = 128
+    max_seq_length: int = sequence_length_field(128, pairs=True, most=MAX_INSTANCE_TOKENS)
     """Longest instance in tokens, [CLS] and [SEP]s included."""
     masked_lm_prob: float = 0.15
     """Fraction of each instance's tokens to predict."""
-    max_predictions_per_seq: int = 20
+    max_predictions_per_seq: int = dataclasses.field(default=20, metadata={"min": 1})
     """Most predicted tokens per instance."""
-    dupe_factor: int = 10
-    """Passes over the corpus with different pairs and masks."""
+    dupe_factor: int | None = dataclasses.field(default=None, metadata={"min": 1})
+    """Passes over the corpus with different pairs and masks; unset: 10 with static masking, 1 with dynamic."""
     short_seq_prob: float = 0.1
     """Probability of a shorter target length for a document."""
     nsp: bool = True
@@ -59,14 +73,8 @@ class InstanceSettings(Settings):
     """MiB of text per block: the pool random-next sentences come from, and the shuffle window."""
 
     def check(self) -> None:
-        if not 5 <= self.max_seq_length <= 65535:
-            raise BertkitError(f"--max-seq-length must be in [5, 65535], got {self.max_seq_length}")
         if not 0.0 < self.masked_lm_prob < 1.0:
             raise BertkitError(f"--masked-lm-prob must be in (0, 1), got {self.masked_lm_prob}")
-        if self.max_predictions_per_seq < 1:
-            raise BertkitError(f"--max-predictions-per-seq must be at least 1, got {self.max_predictions_per_seq}")
-        if self.dupe_factor < 1:
-            raise BertkitError(f"--dupe-factor must be at least 1, got {self.dupe_factor}")
         if not 0.0 <= self.short_seq_prob <= 1.0:
             raise BertkitError(f"--short-seq-prob must be in [0, 1], got {self.short_seq_prob}")
         if self.nsp and self.packing is not None:
@@ -77,6 +85,13 @@ class InstanceSettings(Settings):
                                "deterministic rule and masked by the numpy rules, so drop --rng python")
         if not self.shuffle_buffer_mb > 0:
             raise BertkitError(f"--shuffle-buffer-mb must be positive, got {self.shuffle_buffer_mb}")
+
+    def resolved(self) -> InstanceSettings:
+        """These settings with the defaults that follow other settings filled in (what the data is built with
+        and the manifest records): --dupe-factor by --masking, --packing full-sentences for --no-nsp data."""
+        return dataclasses.replace(
+            self, dupe_factor=self.dupe_factor or DUPE_FACTORS[self.masking],
+            packing=self.packing or (None if self.nsp else PACKINGS[0]))
 
 
 @dataclass(frozen=True)
@@ -98,42 +113,70 @@ class PretrainingDataSettings(Settings):
     replacing/skipping and counting them."""
     text_column: str = "text"
     """Field of a JSONL record and column of a Parquet/`datasets` table that holds a document."""
-    shard_size_mb: float = dataclasses.field(default=64.0, metadata={"min": 0.01})
+    shard_size_mb: float = dataclasses.field(default=64.0, metadata={"min": 0.001})
     """Approximate size of each shard's token ids (MiB)."""
     overwrite: bool = False
     """Replace existing data in --output."""
     quiet: bool = False
     """No progress bar."""
+    instances: InstanceSettings = dataclasses.field(default_factory=InstanceSettings)
+    """What the instances are (recorded in the manifest)."""
+
+    def check(self) -> None:
+        if not self.inputs:
+            raise BertkitError("no input files; pass them with --input FILE [FILE ...]")
 
 
-# --- tokenizer (bertkit tokenizer train / encode) ------------------------------------------------------
+# --- tokenizer (bertkit tokenizer train / extend / encode) ---------------------------------------------
 
 @dataclass(frozen=True)
-class TokenizerTrainSettings(Settings):
-    """What `bertkit tokenizer train` learns a WordPiece vocabulary from, and how
-    (bertkit.tokenizer.WordPieceTokenizer.train)."""
+class VocabularySettings(Settings):
+    """What a WordPiece vocabulary is learned from, and how (bertkit.tokenizer.training.train_vocabulary;
+    `WordPieceTokenizer.train` takes the same as keywords)."""
 
-    output: Path = dataclasses.field(metadata={"path": "dir"})
-    """Directory to write vocab.txt and tokenizer_config.json to."""
     inputs: tuple[Path, ...] = dataclasses.field(default=(), metadata={"flag": "--input", "path": "any"})
     """Corpus file(s) to learn from, read as `data pretraining` reads them: text (one sentence a line), JSONL
     (the --text-column field of each line), either plain, .gz or .zst, Parquet or a `datasets` save_to_disk
     directory (the --text-column column), or a directory of them; several may follow one --input."""
     text_column: str = "text"
     """Field of a JSONL record and column of a Parquet/`datasets` table that holds a document."""
-    vocab_size: int = dataclasses.field(default=30522, metadata={"min": 7})
+    vocab_size: int = dataclasses.field(default=30522, metadata={"min": 5})
     """Target vocabulary size, specials included."""
     cased: bool = False
     """Keep case and accents (default: lower-case and strip accents, like BERT uncased)."""
     min_frequency: int = dataclasses.field(default=2, metadata={"min": 1})
     """Least count for a merged piece to enter the vocabulary."""
-    limit_alphabet: int = dataclasses.field(default=1000, metadata={"min": 1})
+    limit_alphabet: int = dataclasses.field(default=1000, metadata={"min": 0})
     """Most distinct characters kept as base pieces (at most (--vocab-size - 5) / 2)."""
     progress: bool = True
     """Show the trainer's progress bar."""
     strict: bool = False
     """Fail on invalid UTF-8, binary or corrupt files, bad JSONL lines or rows without a text instead of
     replacing/skipping and counting them."""
+
+    def check(self) -> None:
+        if not self.inputs:
+            raise BertkitError("no input files; pass them with --input FILE [FILE ...]")
+        if self.alphabet() < 1:
+            raise BertkitError(f"--vocab-size {self.vocab_size} with --limit-alphabet {self.limit_alphabet} leaves no "
+                               "room for a single base character beside the 5 special tokens; use --vocab-size 7 or "
+                               "more and --limit-alphabet 1 or more")
+
+    def alphabet(self) -> int:
+        """Base characters the vocabulary keeps: --limit-alphabet, at most half the room beside the 5 special
+        tokens (each character may need its ## form too)."""
+        return min(self.limit_alphabet, (self.vocab_size - 5) // 2)
+
+
+@dataclass(frozen=True)
+class TokenizerTrainSettings(Settings):
+    """`bertkit tokenizer train`: the vocabulary to learn, where it is written and the trainer's threads
+    (bertkit.tokenizer.train_tokenizer)."""
+
+    output: Path = dataclasses.field(metadata={"path": "dir"})
+    """Directory to write vocab.txt and tokenizer_config.json to."""
+    vocabulary: VocabularySettings
+    """What the vocabulary is learned from, and how."""
     threads: int | None = dataclasses.field(default=None, metadata={"min": 1})
     """Threads of the trainer (the tokenizers library's pool, RAYON_NUM_THREADS); unset: one per core."""
 
@@ -152,7 +195,7 @@ class TokenizerExtendSettings(Settings):
     corpus: tuple[Path, ...] = dataclasses.field(default=(), metadata={"flag": "--corpus", "path": "any"})
     """Domain text, read as `data pretraining` reads it (text, JSONL, .gz/.zst, Parquet, directories); several
     may follow one --corpus."""
-    init: str = dataclasses.field(default="mean", metadata={"choices": ("mean", "random")})
+    init: str = dataclasses.field(default="mean", metadata={"choices": VOCABULARY_INITS})
     """New embedding rows: mean of the rows of the pieces the old vocabulary splits the new piece into, or
     random (normal, std initializer_range, as the paper initialises embeddings)."""
     min_count: int = dataclasses.field(default=2, metadata={"min": 1})
@@ -164,6 +207,10 @@ class TokenizerExtendSettings(Settings):
     strict: bool = False
     """Fail on invalid UTF-8, binary or corrupt files instead of replacing/skipping and counting them."""
 
+    def check(self) -> None:
+        if not self.corpus:
+            raise BertkitError("no domain text; pass it with --corpus FILE [FILE ...]")
+
 
 @dataclass(frozen=True)
 class TokenizerEncodeSettings(Settings):
@@ -173,7 +220,7 @@ class TokenizerEncodeSettings(Settings):
     """Directory holding vocab.txt (or the vocab.txt file)."""
     pair: str | None = None
     """Second text of a pair (segment B)."""
-    max_length: int | None = dataclasses.field(default=None, metadata={"min": 3})
+    max_length: int | None = sequence_length_field(None)
     """Truncate to this many tokens, specials included."""
     do_lower_case: bool | None = dataclasses.field(default=None, metadata={"flag": "--lower-case/--cased"})
     """Override do_lower_case (default: from tokenizer_config.json, else lower-case)."""

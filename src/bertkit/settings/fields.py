@@ -6,11 +6,16 @@
   (`check`). A settings object that exists is valid; no caller has to remember to validate it.
 - `TorchThreads`, `DeviceChoice`, `InferencePrecision`: fields several commands take, each with its one
   docstring (its `--help`); a command whose default differs says so in its command line's overrides.
+- `sequence_length_field`, `check_positions`: every input length (`max_seq_length`, `max_length`) declared by
+  one rule and checked against a model's position table by one function.
 - `flag_of`, `field_flag`: the command-line flag of a field, for messages.
 - `DEVICES`, `PRECISIONS`, `INFERENCE_PRECISIONS`: the values those flags accept.
 
 Design decision: the mixins are keyword-only dataclasses, so a command's own fields keep their order and
-positions; no torch import here or anywhere in bertkit.settings (every `--help` answers at once).
+positions; no torch import here or anywhere in bertkit.settings (every `--help` answers at once). A length's
+field bounds only what the command itself needs (room for its specials and a token of each text; what its own
+file format can hold); the model's max_position_embeddings is the upper bound wherever a model is read, checked
+there by `check_positions`, because a settings object is made before any model is.
 """
 
 from __future__ import annotations
@@ -28,6 +33,31 @@ PRECISIONS = ("auto", "fp32", "bf16", "fp16")
 """The values of --precision for training (pre-training, fine-tuning)."""
 INFERENCE_PRECISIONS = ("auto", "fp32", "bf16", "int8")
 """The values of --precision for inference (predict, evaluate, extract, serve)."""
+
+
+SINGLE_TEXT_TOKENS = 3
+"""The shortest input of one text: [CLS] a token [SEP]."""
+PAIR_TOKENS = 5
+"""The shortest input of a pair: [CLS] a token [SEP] a token [SEP]."""
+
+
+def sequence_length_field(default: int | None, *, pairs: bool = False, most: int | None = None) -> Any:
+    """The field of an input length in tokens, specials included (`max_seq_length`, `max_length`): at least
+    PAIR_TOKENS when the command's inputs are pairs, else SINGLE_TEXT_TOKENS; at most `most` only where the
+    command's own output format bounds it (pre-training data's uint16 positions). The model's
+    max_position_embeddings bounds it where the model is read (`check_positions`)."""
+    bounds = {"min": PAIR_TOKENS if pairs else SINGLE_TEXT_TOKENS}
+    if most is not None:
+        bounds["max"] = most
+    return dataclasses.field(default=default, metadata=bounds)
+
+
+def check_positions(length: int, positions: int, flag: str = "--max-seq-length") -> None:
+    """The one check of an input length against a model's position table (config.json's
+    max_position_embeddings): a longer input has no position embedding for its last tokens."""
+    if length > positions:
+        raise BertkitError(f"{flag} {length} exceeds the model's max_position_embeddings ({positions}); "
+                           f"use {flag} {positions} or less")
 
 
 class Settings:

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bertkit.settings.fields import DeviceChoice, InferencePrecision, Settings, TorchThreads
+from bertkit.settings.fields import DeviceChoice, InferencePrecision, Settings, TorchThreads, sequence_length_field
 from bertkit.settings.tasks import LongDocumentSettings
 
 # --- inference (bertkit extract, export onnx, predict, evaluate) ---------------------------------------
@@ -41,7 +41,7 @@ class ExtractSettings(InferencePrecision, TorchThreads):
     directory's pooling, else [CLS]."""
     normalize: bool | None = None
     """Unit-length .npy vectors; unset: as the sentence-transformers directory says, else no."""
-    max_seq_length: int | None = dataclasses.field(default=None, metadata={"min": 3})
+    max_seq_length: int | None = sequence_length_field(None)
     """Longest input in tokens, specials included; longer lines are truncated (counted); at most the model's
     max_position_embeddings (more is refused); unset: the sentence-transformers directory's, else 128."""
     batch_size: int = dataclasses.field(default=32, metadata={"min": 1})
@@ -50,6 +50,8 @@ class ExtractSettings(InferencePrecision, TorchThreads):
     """Parquet/`datasets` input: the column of the text."""
     text_pair_column: str | None = None
     """Parquet/`datasets` input: the column of the second text of a pair; unset: single texts."""
+    overwrite: bool = False
+    """Replace an existing --output file (otherwise it is refused, as fine-tuning refuses a used --output)."""
 
 
 @dataclass
@@ -107,6 +109,9 @@ class PredictSettings(LongDocumentSettings, InferencePrecision, DeviceChoice, To
     """Tagging, JSONL/Parquet/`datasets` input: column/key of the tokens; unset: as fine-tuned."""
     tags_column: str | None = None
     """Tagging, JSONL/Parquet/`datasets` input: column/key of the gold tags; unset: as fine-tuned."""
+    overwrite: bool = False
+    """Replace the results of an earlier predict/evaluate in a non-empty --output (otherwise it is refused, as
+    fine-tuning refuses a used --output)."""
 
 
     def columns(self) -> dict[str, Any]:

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from bertkit.errors import BertkitError
-from bertkit.settings.fields import Settings
+from bertkit.settings.fields import Settings, sequence_length_field
 
 TAG_SCHEMES = ("BIO", "IOB1", "BIOES")
 """Tagging schemes whose entities the tagging metrics read (bertkit.tasks.metrics.entity_scores)."""
@@ -27,7 +27,7 @@ class ClassificationSettings(Settings):
 
     labels: list[str] | None
     """Label names by output index; None for regression."""
-    max_seq_length: int = 128
+    max_seq_length: int = sequence_length_field(128)
     """Longest input in tokens, [CLS]/[SEP] included."""
     glue_task: str | None = None
     """GLUE task whose TSV layout and metrics to use: cola, sst2, mrpc, stsb, qqp, mnli, qnli, rte, wnli;
@@ -78,7 +78,7 @@ class TaggingSettings(Settings):
     """Label names and window settings (saved in bertkit_task.json)."""
 
     labels: list[str]
-    max_seq_length: int = 128
+    max_seq_length: int = sequence_length_field(128)
     """Longest input in tokens, [CLS]/[SEP] included."""
     doc_stride: int = 64
     """Sub-tokens between the starts of consecutive windows of a long sentence."""
@@ -95,7 +95,7 @@ class TaggingSettings(Settings):
 class SquadSettings(Settings):
     """Window and decoding settings (saved in bertkit_task.json)."""
 
-    max_seq_length: int = 384
+    max_seq_length: int = sequence_length_field(384, pairs=True)
     """Longest input in tokens, [CLS]/[SEP] included."""
     doc_stride: int = 128
     """Tokens between the starts of context windows."""
@@ -115,7 +115,7 @@ class SquadSettings(Settings):
 class MultipleChoiceSettings(Settings):
     """Saved in bertkit_task.json."""
 
-    max_seq_length: int = 128
+    max_seq_length: int = sequence_length_field(128, pairs=True)
     """Longest input in tokens, [CLS]/[SEP] included."""
 
 
@@ -128,7 +128,7 @@ class EmbeddingSettings(Settings):
     """How `bertkit finetune embedding` reads pairs and makes sentence vectors (the pooling, normalisation
     and length are saved as the sentence-transformers files of OUTPUT/best; bertkit.workflows.embedding)."""
 
-    max_seq_length: int = dataclasses.field(default=128, metadata={"min": 3})
+    max_seq_length: int = sequence_length_field(128)
     """Longest text in tokens, [CLS]/[SEP] included (each text is encoded alone; longer ones are cut)."""
     pooling: str = dataclasses.field(default="mean", metadata={"choices": EMBEDDING_POOLINGS})
     """Sentence vector from the last layer: the mean of the real tokens' vectors, the [CLS] vector, or their

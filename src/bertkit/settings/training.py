@@ -17,7 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bertkit.errors import BertkitError
-from bertkit.settings.fields import PRECISIONS, DeviceChoice, Settings, TorchThreads, flag_of
+from bertkit.settings.fields import PRECISIONS, DeviceChoice, Settings, TorchThreads, flag_of, sequence_length_field
+from bertkit.settings.rules import RESUME_EXACT_SETTINGS
 
 OPTIMIZERS = ("adamw", "lamb")
 """The values of --optimizer (bertkit.train.optim.build_optimizer)."""
@@ -97,13 +98,6 @@ def _legacy_batch_size(size: int, total: int | None, micro: int | None, steps: i
     return size, size
 
 
-RESUME_EXACT_SETTINGS = ("seed", "shuffle", "optimizer", "global_batch_size", "data", "model", "tokenizer",
-                         "max_seq_length", "masked_lm_prob", "nsp", "dropout", "task")
-"""Settings a resumed run must share with its checkpoint (a change breaks its exactness: another data order,
-another model or objective) unless --allow-change names them: data, model, tokenizer and max_seq_length for
-pre-training and fine-tuning alike, masked_lm_prob, nsp and dropout pre-training's (`fit`'s `identity`), task
-fine-tuning's (its kind, columns and labels: finetune_run.json)."""
-
 
 @dataclass
 class TrainConfig(BatchSizes, DeviceChoice, TorchThreads):
@@ -118,19 +112,22 @@ class TrainConfig(BatchSizes, DeviceChoice, TorchThreads):
     the schedule follows it."""
     num_epochs: float | None = dataclasses.field(default=None, metadata={"flag": "--epochs"})
     """Budget in passes over the training data; converted to steps."""
-    learning_rate: float | None = 1e-4
-    """Peak learning rate, reached at the end of warmup; unset: the command's rule decides and prints it."""
+    learning_rate: float | None = None
+    """Peak learning rate, reached at the end of warmup; unset: the command's rule decides and prints it (pre-
+    training: the recipe; fine-tuning: the model's width, depth and pre-training). `fit` needs it set."""
     warmup_steps: int | None = None
     """Linear warmup length in optimizer steps; unset: --warmup-ratio of the budget."""
-    warmup_ratio: float = 0.01
-    """Warmup as a fraction of the budget (of the steps, or of the time under a time budget alone)."""
+    warmup_ratio: float | None = None
+    """Warmup as a fraction of the budget (of the steps, or of the time under a time budget alone); unset: the
+    command's (pre-training: the recipe's; fine-tuning: 10%); `fit` alone: none."""
     lr_schedule: str = dataclasses.field(default="linear", metadata={"choices": LR_SCHEDULES})
     """Learning rate after the warmup: linear or cosine decay to 0 at the end of the budget, constant, or
     inverse square root."""
-    head_warmup_steps: int = 0
+    head_warmup_steps: int | None = None
     """Optimizer steps at the start during which only the heads train (the encoder's learning rate is 0, its
     weights unchanged), then everything: a new head first learns to read the encoder instead of sending its
-    noise into it. 0: everything trains from the first step."""
+    noise into it. 0: everything trains from the first step; unset: pre-training's recipe decides (continuing a
+    checkpoint released without its MLM head), elsewhere 0."""
     encoder_lr_ratio: float = 1.0
     """The encoder's learning rate as a fraction of the heads' (1: one learning rate for all)."""
     weight_decay: float = 0.01
@@ -183,7 +180,8 @@ class TrainConfig(BatchSizes, DeviceChoice, TorchThreads):
     """Stop after this many evaluations in a row without a new best of best_metric; unset: never."""
     allow_change: tuple[str, ...] = dataclasses.field(default=(), metadata={"choices": RESUME_EXACT_SETTINGS})
     """On resume, accept a new value of this setting although the run is then no longer exact (repeat for
-    several); other settings (learning rate, budget, cadence) may change without it."""
+    several); the learning rate, budget, cadence, warmup and schedule may change without it and apply from
+    the next step (a fine-tuning's unfinished seeds; bertkit.settings.rules)."""
     compile: bool | None = None
     """torch.compile the training step (a one-off compilation: pre-training compiles its whole step, the
     fine-tuning commands their encoder layers); unset: on a GPU yes, on a CPU no (where it pays:
@@ -206,8 +204,6 @@ class TrainConfig(BatchSizes, DeviceChoice, TorchThreads):
 
     def check(self) -> None:
         """Raise BertkitError naming the first setting that makes no sense."""
-        if self.max_steps is None and self.max_time_s is None and self.num_epochs is None:
-            raise BertkitError("no training budget: give --max-steps, --max-time or --epochs")
         positive = {"max_steps": self.max_steps, "max_time_s": self.max_time_s, "num_epochs": self.num_epochs,
                     "micro_batch_size": self.micro_batch_size, "keep_last": self.keep_last,
                     "gradient_accumulation_steps": self.gradient_accumulation_steps,
@@ -219,11 +215,11 @@ class TrainConfig(BatchSizes, DeviceChoice, TorchThreads):
         for name, value in positive.items():
             if value is not None and not value > 0:  # (also NaN)
                 raise BertkitError(f"{flag_of(self, name)} must be positive, got {value!r}")
-        if not 0.0 <= self.warmup_ratio < 1.0:
+        if self.warmup_ratio is not None and not 0.0 <= self.warmup_ratio < 1.0:
             raise BertkitError(f"--warmup-ratio must be in [0, 1), got {self.warmup_ratio!r}")
         if self.warmup_steps is not None and self.warmup_steps < 0:
             raise BertkitError(f"--warmup-steps must be >= 0, got {self.warmup_steps!r}")
-        if self.head_warmup_steps < 0:
+        if self.head_warmup_steps is not None and self.head_warmup_steps < 0:
             raise BertkitError(f"--head-warmup-steps must be >= 0, got {self.head_warmup_steps!r}")
         if not 0.0 < self.encoder_lr_ratio <= 1.0:  # (also NaN)
             raise BertkitError(f"--encoder-lr-ratio must be in (0, 1], got {self.encoder_lr_ratio!r}")
@@ -231,7 +227,7 @@ class TrainConfig(BatchSizes, DeviceChoice, TorchThreads):
     @property
     def splits_encoder(self) -> bool:
         """Whether the encoder and the heads get learning rates of their own (separate optimizer groups)."""
-        return self.head_warmup_steps > 0 or self.encoder_lr_ratio != 1.0
+        return (self.head_warmup_steps or 0) > 0 or self.encoder_lr_ratio != 1.0
 
 
 def finetune_training(**changes: object) -> TrainConfig:
@@ -260,8 +256,9 @@ class PretrainSettings(Settings):
     init_from: str | None = dataclasses.field(default=None, metadata={"path": "dir"})
     """Start from the weights, config and vocabulary of this directory (continued pre-training, or phase 2
     at a longer --max-seq-length)."""
-    nsp: bool = True
-    """Next sentence prediction on/off (off: masked LM only, a BertForMaskedLM - the paper's ablation)."""
+    nsp: bool | None = None
+    """Next sentence prediction on/off (off: masked LM only, a BertForMaskedLM - the paper's ablation); unset:
+    the recipe's (on, unless the data is masked-LM-only)."""
     dropout: float | None = None
     """Hidden and attention dropout during pre-training; unset: the config's (0.1 in the presets).
     0 is the short-budget recipe (Geiping & Goldstein 2022): a model that sees the data about once
@@ -275,20 +272,18 @@ class PretrainSettings(Settings):
     """'auto' (newest valid checkpoint in the run directory) or a checkpoint directory."""
     overwrite: bool = False
     """Delete the checkpoints of an earlier run in the run directory and start at step 0."""
-    max_seq_length: int | None = None
+    max_seq_length: int | None = sequence_length_field(None, pairs=True)
     """Cut longer instances to this many tokens at load (Google's pair rule); unset: as the data was built."""
     masked_lm_prob: float | None = None
     """Masking rate of dynamically masked data; unset: the data's. A rate above what the data's cap on
     predictions per instance allows (set when it was built) raises that cap to rate x length."""
     recipe: str | None = dataclasses.field(default=None, metadata={"choices": RECIPES})
     """Fills the settings a budget decides (sequence length, learning rate, warmup, dropout, masking rate,
-    NSP, batch size) that were not given. auto: the paper's settings when the budget allows
+    NSP, batch size) that are not given (None). auto: the paper's settings when the budget allows
     ~100,000 steps, else the short-budget recipe (64 tokens, batch 16, lr 5e-4 at bert-mini's width reached
     at half the budget, no dropout, 30% dynamic masking, NSP); the choice and its reason are printed (recipes.py);
-    each setting's own flag overrides it. None (library use): exactly the settings given."""
-    given: tuple[str, ...] = ()
-    """Settings the user chose explicitly (by flag), which a recipe leaves alone: names of fields here or
-    in TrainConfig (learning_rate, warmup_ratio, global_batch_size)."""
+    each setting's own flag overrides it. None (library use): the paper's learning rate and warmup for those
+    not given (recipes.library_defaults)."""
 
     def check(self) -> None:
         if self.dropout is not None and not 0.0 <= self.dropout < 1.0:
@@ -360,7 +355,7 @@ class GlueSettings(Settings):
     learning_rates: tuple[float, ...] = GLUE_LEARNING_RATES
     """Learning rates tried per task, comma-separated; each task keeps the one with the best mean dev score
     over the seeds."""
-    max_seq_length: int = dataclasses.field(default=128, metadata={"min": 8})
+    max_seq_length: int = sequence_length_field(128, pairs=True)
     """Longest input in tokens, [CLS]/[SEP] included (longer pairs are truncated and counted)."""
 
     def check(self) -> None:

@@ -13,7 +13,9 @@ here only composes the pieces, each with one job:
 - `vocab`: vocab.txt / tokenizer.json / tokenizer_config.json, read, checked, written;
 - `training`: learning a vocabulary from text files.
 Every text, A or B of a pair alike, is encoded alone and cut afterwards, so every cost is linear
-in the input.
+in the input. Whether a special token's literal typed in a text ("a [SEP] b") is that token follows the
+vocabulary's directory as transformers reads it (`split_special_tokens`, `vocab`), so a model directory gives
+bertkit, transformers and sentence-transformers the same ids for a text.
 
 References: Devlin et al. 2018 (arXiv:1810.04805); google-research/bert `tokenization.py` and
 `run_classifier.py`; Schuster & Nakajima 2012 (WordPiece); Hugging Face `tokenizers` documentation.
@@ -23,11 +25,13 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import os
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from bertkit.errors import BertkitError
 from bertkit.io.textfile import MAX_TEXT_CHARS
+from bertkit.settings.data import TokenizerTrainSettings, VocabularySettings
 from bertkit.tokenizer import vocab
 from bertkit.tokenizer.encoding import Encoding, truncated_pair_lengths
 from bertkit.tokenizer.engine import Engine
@@ -48,7 +52,7 @@ from bertkit.tokenizer.vocab import (
 __all__ = [
     "CLS", "CONFIG_FILE", "MASK", "MAX_INPUT_CHARS_PER_WORD", "MAX_TEXT_CHARS", "PAD", "SEP", "SPECIAL_TOKENS",
     "TOKENIZER_JSON", "UNK", "VOCAB_FILE", "Encoding", "TrainingStats", "WordPieceTokenizer",
-    "check_model_vocabulary", "truncated_pair_lengths",
+    "check_model_vocabulary", "train_tokenizer", "truncated_pair_lengths",
 ]
 
 
@@ -57,28 +61,37 @@ class WordPieceTokenizer:
 
     Build it with `from_pretrained` (vocab.txt), `train` (text files) or directly from a list of
     tokens in id order. It is immutable and safe to share between threads.
+
+    `split_special_tokens` True (Google's rule, the default of a tokenizer built or trained here): a special
+    token's literal in a text is text, "[SEP]" three tokens; False (transformers' default, read from a model
+    directory that does not say otherwise): it is the special token.
     """
 
-    def __init__(self, tokens: Sequence[str], do_lower_case: bool = True, *, source: str = "vocabulary") -> None:
+    def __init__(self, tokens: Sequence[str], do_lower_case: bool = True, *, split_special_tokens: bool = True,
+                 source: str = "vocabulary") -> None:
         tokens = list(tokens)
         vocab.check(tokens, source)
         self._tokens = tokens
         self._vocab = {token: i for i, token in enumerate(tokens)}
         self._do_lower_case = bool(do_lower_case)
+        self._split_special_tokens = bool(split_special_tokens)
         self._special_ids = tuple(self._vocab[t] for t in SPECIAL_TOKENS)
-        self._engine = Engine(self._vocab, self._do_lower_case)
+        self._engine = Engine(self._vocab, self._do_lower_case, self._split_special_tokens)
 
     # ----------------------------------------------------------------- construction
     @classmethod
-    def from_pretrained(cls, path: str | Path, do_lower_case: bool | None = None) -> WordPieceTokenizer:
+    def from_pretrained(cls, path: str | Path, do_lower_case: bool | None = None,
+                        split_special_tokens: bool | None = None) -> WordPieceTokenizer:
         """Load a directory holding vocab.txt or a Hugging Face tokenizer.json (+ tokenizer_config.json),
         or the path of either file.
 
         do_lower_case=None reads it from tokenizer_config.json beside the vocabulary, else from
-        tokenizer.json's normalizer, else True.
+        tokenizer.json's normalizer, else True. split_special_tokens=None reads it as transformers does:
+        tokenizer_config.json's, else False where transformers loads the directory (a tokenizer_config.json,
+        tokenizer.json or config.json beside the vocabulary), else (a vocab.txt alone, Google's layout) True.
         """
-        tokens, do_lower_case, source = vocab.load(path, do_lower_case)
-        return cls(tokens, do_lower_case, source=source)
+        tokens, do_lower_case, split_special_tokens, source = vocab.load(path, do_lower_case, split_special_tokens)
+        return cls(tokens, do_lower_case, split_special_tokens=split_special_tokens, source=source)
 
     @classmethod
     def train(
@@ -106,15 +119,17 @@ class WordPieceTokenizer:
         Training counts words with the Rust normalizer, which differs from Google's rules only on
         the rare characters listed in `engine.HAZARD_RANGES`; encoding with the result is exact.
         The same corpus and settings give the same tokens in the same order in every run, at any thread
-        count (`bertkit.tokenizer.training`).
+        count (`bertkit.tokenizer.training`). The keywords are `VocabularySettings`'.
         """
-        tokens = train_vocabulary(files, vocab_size, do_lower_case, min_frequency, limit_alphabet,
-                                  show_progress, strict, text_column)
-        return cls(tokens, do_lower_case, source="trained vocabulary")
+        settings = VocabularySettings(
+            inputs=tuple(Path(f) for f in files), text_column=text_column, vocab_size=vocab_size,
+            cased=not do_lower_case, min_frequency=min_frequency, limit_alphabet=limit_alphabet,
+            progress=show_progress, strict=strict)
+        return cls(train_vocabulary(settings), do_lower_case, source="trained vocabulary")
 
     def save_pretrained(self, directory: str | Path) -> Path:
         """Write vocab.txt and a transformers-compatible tokenizer_config.json; return the directory."""
-        return vocab.save(directory, self._tokens, self._do_lower_case)
+        return vocab.save(directory, self._tokens, self._do_lower_case, self._split_special_tokens)
 
     # ----------------------------------------------------------------- properties
     @property
@@ -132,6 +147,11 @@ class WordPieceTokenizer:
     @property
     def do_lower_case(self) -> bool:
         return self._do_lower_case
+
+    @property
+    def split_special_tokens(self) -> bool:
+        """True: "[SEP]" typed in a text is text; False: it is the special token (class docstring)."""
+        return self._split_special_tokens
 
     @property
     def pad_token_id(self) -> int:
@@ -245,6 +265,17 @@ class WordPieceTokenizer:
         by_text = zip(pieces, pieces[len(texts):]) if text_pairs is not None else ((a,) for a in pieces)
         room, ids = None if limit is None else limit - specials, (self.cls_token_id, self.sep_token_id)
         return [Encoding(parts, room, ids, self._tokens) for parts in by_text]
+
+
+def train_tokenizer(settings: TokenizerTrainSettings) -> WordPieceTokenizer:
+    """`bertkit tokenizer train`: the vocabulary `settings.vocabulary` says (`WordPieceTokenizer.train` gives the
+    rules), learned on `settings.threads` threads and written to `settings.output`."""
+    if settings.threads is not None:  # read when the tokenizers library first runs in parallel: before training
+        os.environ["RAYON_NUM_THREADS"] = str(settings.threads)
+    vocabulary = settings.vocabulary
+    tokenizer = WordPieceTokenizer(train_vocabulary(vocabulary), not vocabulary.cased, source="trained vocabulary")
+    tokenizer.save_pretrained(settings.output)
+    return tokenizer
 
 
 def _check_text(text: object, name: str) -> str:

@@ -9,11 +9,15 @@ special tokens, never truncated), `Engine.encode_ids(texts)` only its ids. Per t
 - the ASCII chunk path (`chunks`), for the ASCII texts of a batch of at least
   `CHUNK_PATH_MIN_CHARS` characters.
 All three give the same fields (a `tokenizers` Encoding, `google.WordPieces`, `chunks.ChunkPiece`).
+Where the vocabulary reads special tokens' literals in text (`split_special_tokens` False, transformers'
+default: `bertkit.tokenizer.vocab`), a text holding "[SEP]" or another special token's literal is cut there
+first, as transformers' added-token matching cuts it (the raw text, case-sensitive, anywhere); the text
+between is encoded alone by those ways and the literal becomes the token (`_Joined`), a word of its own.
 
 Design decision: the Rust pipeline is used as a library of Google's steps, never for what it does
 differently: it agrees with Google's code on every character except a measured set, found by
 running both on "a" + chr(cp) + "b" for every code point, cased and uncased (tokenizers 0.23,
-Python 3.11 / Unicode 14; tests/test_tokenizer_parity.py re-checks the claim): private-use
+Python 3.11 / Unicode 14; tests/tokenizer/test_google_parity.py re-checks the claim): private-use
 characters it drops, characters its older Unicode tables classify differently, CJK Extension code
 points its range table misses, the context-dependent final sigma of Python's `str.lower` (U+03A3),
 and lone surrogates it cannot receive. Neither pipeline truncates: the Rust library truncates
@@ -25,6 +29,7 @@ pre_tokenizers.BertPreTokenizer, models.WordPiece); google-research/bert `tokeni
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Callable, Sequence
 
@@ -33,7 +38,7 @@ from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers
 from bertkit.tokenizer.chunks import CHUNK_PATH_MIN_CHARS, chunk_pieces, encode_ascii
 from bertkit.tokenizer.encoding import Piece
 from bertkit.tokenizer.google import MAX_INPUT_CHARS_PER_WORD, FullTokenizer
-from bertkit.tokenizer.vocab import UNK
+from bertkit.tokenizer.vocab import SPECIAL_TOKENS, UNK
 
 HAZARD_RANGES: tuple[tuple[int, int], ...] = (
     (0x03A3, 0x03A3), (0x061D, 0x061D), (0x07FD, 0x07FD), (0x0890, 0x0891), (0x0898, 0x089F),
@@ -106,29 +111,54 @@ class Engine:
     """Smallest batch (characters) whose ASCII texts take the chunk path; benchmarks/tokenization.py
     sets it to infinity on one instance to measure what the path buys."""
 
-    def __init__(self, vocab: dict[str, int], do_lower_case: bool) -> None:
+    def __init__(self, vocab: dict[str, int], do_lower_case: bool, split_special_tokens: bool = True) -> None:
         self.do_lower_case = do_lower_case
         self.pipeline = _rust_pipeline(vocab, bert_normalizer(do_lower_case))
         self.wordpiece = _rust_pipeline(vocab, None)  # for the words of the chunk path
         self.google = FullTokenizer(vocab, do_lower_case, UNK)
+        self.special_ids = {token: vocab[token] for token in SPECIAL_TOKENS}
+        self.special_literals = None if split_special_tokens else re.compile("|".join(map(re.escape, SPECIAL_TOKENS)))
 
     def encode(self, texts: Sequence[str]) -> list[Piece]:
-        """Each text encoded alone: ids, offsets and word ids, no specials, never truncated."""
-        return self._each(
-            texts,
-            lambda batch: chunk_pieces(self.pipeline, self.wordpiece, batch, self.do_lower_case),
-            lambda batch: self.pipeline.encode_batch(batch, add_special_tokens=False),
+        """Each text encoded alone: ids, offsets and word ids, no specials added, never truncated."""
+        return self._reading_literals(texts, lambda batch: self._each(
+            batch,
+            lambda chunk: chunk_pieces(self.pipeline, self.wordpiece, chunk, self.do_lower_case),
+            lambda rest: self.pipeline.encode_batch(rest, add_special_tokens=False),
             self.google.encode,
-        )
+        ), pieces=True)
 
     def encode_ids(self, texts: Sequence[str]) -> list[list[int]]:
-        """Each text's token ids, no specials, never truncated."""
-        return self._each(
-            texts,
-            lambda batch: encode_ascii(self.wordpiece, batch, self.do_lower_case),
-            lambda batch: [e.ids for e in self.pipeline.encode_batch_fast(batch, add_special_tokens=False)],
+        """Each text's token ids, no specials added, never truncated."""
+        return self._reading_literals(texts, lambda batch: self._each(
+            batch,
+            lambda chunk: encode_ascii(self.wordpiece, chunk, self.do_lower_case),
+            lambda rest: [e.ids for e in self.pipeline.encode_batch_fast(rest, add_special_tokens=False)],
             lambda text: self.google.encode(text).ids,
-        )
+        ), pieces=False)
+
+    def _reading_literals(self, texts: Sequence[str], encode: Callable[[list[str]], list], pieces: bool) -> list:
+        """`encode(texts)`, where a text holding special tokens' literals (read as the tokens: module docstring)
+        is encoded as the texts around them, in the same batch, and joined with them: a `_Joined` piece, or
+        (`pieces` False) its ids."""
+        pattern = self.special_literals
+        marked = [] if pattern is None else [i for i, text in enumerate(texts) if "[" in text and pattern.search(text)]
+        if pattern is None or not marked:
+            return encode(list(texts))
+        batch, layouts = list(texts), {}
+        for i in marked:
+            found = [(self.special_ids[m.group()], m.start(), m.end()) for m in pattern.finditer(texts[i])]
+            starts = [0] + [end for _, _, end in found]
+            ends = [start for _, start, _ in found] + [len(texts[i])]
+            layouts[i] = (len(batch), starts, found)
+            batch[i] = ""  # encoded from the texts around its literals
+            batch += [texts[i][a:b] for a, b in zip(starts, ends)]
+        results = encode(batch)
+        out = results[:len(texts)]
+        for i, (first, starts, found) in layouts.items():
+            parts = results[first:first + len(starts)]
+            out[i] = _Joined(parts, starts, found) if pieces else _joined_ids(parts, found)
+        return out
 
     def decode(self, tokens: list[str]) -> str:
         """Tokens joined by spaces, `##` continuations glued to their word."""
@@ -153,3 +183,45 @@ class Engine:
             for i, result in zip(indices, results):
                 out[i] = result
         return out
+
+
+class _Joined:
+    """A text encoded around its special tokens' literals: the pieces of the texts between them (`parts`, each
+    starting at `starts[k]` in the text) and the literals as (id, start, end), one between each two parts."""
+
+    def __init__(self, parts: list[Piece], starts: list[int], literals: list[tuple[int, int, int]]) -> None:
+        self._parts, self._starts, self._literals = parts, starts, literals
+        self.ids = _joined_ids([part.ids for part in parts], literals)
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    @functools.cached_property
+    def offsets(self) -> list[tuple[int, int]]:
+        """Each part's offsets moved to where it starts in the text; a literal's own span."""
+        out = list(self._parts[0].offsets)  # the first part starts the text
+        for (_, start, end), part, shift in zip(self._literals, self._parts[1:], self._starts[1:]):
+            out += [(start, end), *((a + shift, b + shift) for a, b in part.offsets)]
+        return out
+
+    @functools.cached_property
+    def word_ids(self) -> list[int | None]:
+        """Words counted through the whole text, a literal one word (as transformers numbers them)."""
+        out: list[int | None] = []
+        words = 0
+        for k, part in enumerate(self._parts):
+            if k:  # the literal before this part
+                out.append(words)
+                words += 1
+            part_words = [word for word in part.word_ids if word is not None]
+            out += [word + words for word in part_words]
+            words += max(part_words, default=-1) + 1
+        return out
+
+
+def _joined_ids(parts: list[list[int]], literals: list[tuple[int, int, int]]) -> list[int]:
+    """The ids of a text encoded around its special tokens' literals (`_Joined`)."""
+    ids = list(parts[0])
+    for (token, _, _), part in zip(literals, parts[1:]):
+        ids += [token, *part]
+    return ids

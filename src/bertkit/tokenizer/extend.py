@@ -35,6 +35,7 @@ from tokenizers import pre_tokenizers
 
 from bertkit.errors import BertkitError
 from bertkit.io.textlines import CorpusStats, expand_inputs, read_documents
+from bertkit.settings.data import VocabularySettings
 from bertkit.tokenizer.engine import bert_normalizer
 from bertkit.tokenizer.google import MAX_INPUT_CHARS_PER_WORD
 from bertkit.tokenizer.training import train_vocabulary
@@ -120,7 +121,9 @@ def choose_new_pieces(tokens: Sequence[str], do_lower_case: bool, files: Sequenc
     # Only words of two or more pieces can get shorter ([UNK] words are one token already).
     split = sorted(w for w, n in lengths.items() if n > 1)
     candidates = {w for w in split if counts[w] >= min_count}
-    trained = train_vocabulary(files, len(tokens), do_lower_case, min_count, 1000, False, strict, text_column)
+    trained = train_vocabulary(VocabularySettings(
+        inputs=tuple(Path(f) for f in files), text_column=text_column, vocab_size=len(tokens), cased=not do_lower_case,
+        min_frequency=min_count, progress=False, strict=strict))
     candidates |= {t for t in trained if t not in vocab and t not in SPECIAL_TOKENS}
     useful = [(-saved, c) for c in candidates if (saved := _saved(c, split, counts, lengths, vocab)) > 0]
     if not useful:

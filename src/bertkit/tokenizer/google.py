@@ -12,7 +12,7 @@ Design decision: every step carries, for each character it outputs, the span of 
 text that character came from, so each piece gets offsets into the caller's text; the steps run
 one whitespace-separated chunk at a time, so memory beyond the output stays per chunk. The
 engine (`bertkit.tokenizer.engine`) runs this code only for texts where the Rust pipeline departs
-from Google (`engine.HAZARD_RANGES`); tests/test_tokenizer_parity.py checks this module and the
+from Google (`engine.HAZARD_RANGES`); tests/tokenizer/test_google_parity.py checks this module and the
 engine against a second, offset-free rewrite of Google's code.
 
 References: google-research/bert `tokenization.py` (BasicTokenizer, WordpieceTokenizer) and

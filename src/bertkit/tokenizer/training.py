@@ -47,6 +47,7 @@ from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, trainers
 
 from bertkit.errors import BertkitError
 from bertkit.io.textlines import MAX_LINE_BYTES, CorpusStats, expand_inputs, read_documents
+from bertkit.settings.data import VocabularySettings
 from bertkit.tokenizer.engine import bert_normalizer
 from bertkit.tokenizer.google import MAX_INPUT_CHARS_PER_WORD, SEPARATORS, _is_punctuation
 from bertkit.tokenizer.vocab import SPECIAL_TOKENS, UNK
@@ -66,27 +67,21 @@ class TrainingStats(CorpusStats):
     """Documents and sentences fed to the trainer (a JSONL record or table row is a document)."""
 
 
-def train_vocabulary(files: Sequence[str | Path], vocab_size: int, do_lower_case: bool, min_frequency: int,
-                     limit_alphabet: int, show_progress: bool, strict: bool, text_column: str = "text") -> list[str]:
-    """Tokens in id order learned from `files` (see `WordPieceTokenizer.train` for the arguments)."""
-    if not files:
-        raise BertkitError("no training files given; pass at least one --input file")
+def train_vocabulary(settings: VocabularySettings) -> list[str]:
+    """Tokens in id order learned from `settings.inputs` (see `WordPieceTokenizer.train` for the rules)."""
+    do_lower_case, strict, text_column = not settings.cased, settings.strict, settings.text_column
     stats = TrainingStats()
-    paths = expand_inputs([str(f) for f in files], stats)  # globs and directories as data creation takes them
-    if vocab_size < len(SPECIAL_TOKENS) or min_frequency < 1:
-        raise BertkitError(f"--vocab-size must be >= {len(SPECIAL_TOKENS)} and --min-frequency >= 1 "
-                           f"(got {vocab_size} and {min_frequency})")
-    alphabet = min(limit_alphabet, (vocab_size - len(SPECIAL_TOKENS)) // 2)
+    paths = expand_inputs([str(f) for f in settings.inputs], stats)  # globs and directories as data creation takes
 
     def corpus(counted: TrainingStats) -> Iterator[str]:  # read once per pass; the training pass is counted
         return _training_lines(paths, counted, strict, _ShortWords(do_lower_case), text_column)
 
-    characters, continuing = _alphabet(corpus(TrainingStats()), bert_normalizer(do_lower_case), alphabet)
+    characters, continuing = _alphabet(corpus(TrainingStats()), bert_normalizer(do_lower_case), settings.alphabet())
     trainer = trainers.WordPieceTrainer(
-        vocab_size=vocab_size, min_frequency=min_frequency,
+        vocab_size=settings.vocab_size, min_frequency=settings.min_frequency,
         special_tokens=[*SPECIAL_TOKENS, *(f"##{c}" for c in continuing)],  # ids fixed before training
-        initial_alphabet=characters, limit_alphabet=alphabet,
-        continuing_subword_prefix="##", show_progress=show_progress,
+        initial_alphabet=characters, limit_alphabet=settings.alphabet(),
+        continuing_subword_prefix="##", show_progress=settings.progress,
     )
     pipeline = Tokenizer(models.WordPiece(unk_token=UNK, max_input_chars_per_word=MAX_INPUT_CHARS_PER_WORD))
     pipeline.normalizer = bert_normalizer(do_lower_case)
@@ -94,10 +89,6 @@ def train_vocabulary(files: Sequence[str | Path], vocab_size: int, do_lower_case
     pipeline.train_from_iterator(corpus(stats), trainer=trainer)
     _report_training(stats)
     tokens = _canonical_order(pipeline.get_vocab(), do_lower_case, corpus(TrainingStats()))
-    if len(tokens) <= len(SPECIAL_TOKENS) and stats.text_bytes and alphabet < 1:
-        raise BertkitError(f"--vocab-size {vocab_size} with --limit-alphabet {limit_alphabet} leaves no room for "
-                           "a single base character beside the 5 special tokens; use --vocab-size 7 or more and "
-                           "--limit-alphabet 1 or more")
     if len(tokens) <= len(SPECIAL_TOKENS):
         skipped = [f for files in stats.skipped_files.values() for f in files]
         raise BertkitError(f"no text found in {', '.join(map(str, paths))}; the files are empty, "

@@ -8,6 +8,13 @@ duplicate token (two ids for one string), bytes that are not UTF-8, a missing sp
 tokenizer.json is read only for its WordPiece vocabulary and its normalizer's lower-casing.
 Writing gives vocab.txt plus a transformers-compatible tokenizer_config.json, atomically.
 
+Whether a special token's literal in a text ("a [SEP] b") is that token is the directory's, read as
+transformers reads it, so bertkit and transformers (and sentence-transformers, which tokenizes with it) give
+one text the same ids: tokenizer_config.json's `split_special_tokens` when it says; else, in a directory
+transformers loads (a tokenizer_config.json, tokenizer.json or config.json beside the vocabulary), transformers'
+default: the literal is the special token; else (a vocab.txt alone, as Google releases it) Google's rule: it is
+text ("[", "sep", "]"). bertkit writes the key, so a directory it saved reads the same everywhere.
+
 References: google-research/bert `tokenization.py` (`load_vocab`); Hugging Face tokenizers'
 tokenizer.json format and transformers' BertTokenizer configuration.
 """
@@ -28,24 +35,32 @@ SPECIAL_TOKENS: tuple[str, ...] = (PAD, UNK, CLS, SEP, MASK)
 VOCAB_FILE = "vocab.txt"
 TOKENIZER_JSON = "tokenizer.json"
 CONFIG_FILE = "tokenizer_config.json"
+TRANSFORMERS_FILES = (CONFIG_FILE, TOKENIZER_JSON, "config.json")
+"""Files that make a vocabulary's directory one transformers loads (its rules apply to text there)."""
 
 
-def load(path: str | Path, do_lower_case: bool | None) -> tuple[list[str], bool, str]:
-    """(tokens in id order, do_lower_case, the file read) of a directory holding vocab.txt or
-    tokenizer.json, or of either file. do_lower_case=None reads it from tokenizer_config.json beside
-    the vocabulary, else from tokenizer.json's normalizer, else True."""
+def load(path: str | Path, do_lower_case: bool | None, split_special_tokens: bool | None = None,
+         ) -> tuple[list[str], bool, bool, str]:
+    """(tokens in id order, do_lower_case, split_special_tokens, the file read) of a directory holding vocab.txt
+    or tokenizer.json, or of either file. do_lower_case=None reads it from tokenizer_config.json beside
+    the vocabulary, else from tokenizer.json's normalizer, else True; split_special_tokens=None as the module
+    docstring says."""
     source = _vocabulary_file(Path(path))
     if source.suffix == ".json":
         tokens, json_lower_case = _read_tokenizer_json(source)
     else:
         tokens, json_lower_case = _read_vocab(source), None
+    config_path = source.parent / CONFIG_FILE
+    config = _read_config(config_path)
     if do_lower_case is None:
-        config_lower_case = _read_do_lower_case(source.parent / CONFIG_FILE)
-        do_lower_case = next((v for v in (config_lower_case, json_lower_case) if v is not None), True)
-    return tokens, do_lower_case, str(source)
+        do_lower_case = next((v for v in (config.get("do_lower_case"), json_lower_case) if v is not None), True)
+    if split_special_tokens is None:
+        transformers_layout = any((source.parent / name).is_file() for name in TRANSFORMERS_FILES)
+        split_special_tokens = config.get("split_special_tokens", not transformers_layout)
+    return tokens, do_lower_case, split_special_tokens, str(source)
 
 
-def save(directory: str | Path, tokens: Sequence[str], do_lower_case: bool) -> Path:
+def save(directory: str | Path, tokens: Sequence[str], do_lower_case: bool, split_special_tokens: bool) -> Path:
     """Write vocab.txt and a transformers-compatible tokenizer_config.json; return the directory."""
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
@@ -55,6 +70,7 @@ def save(directory: str | Path, tokens: Sequence[str], do_lower_case: bool) -> P
         "do_lower_case": do_lower_case,
         "strip_accents": None,
         "tokenize_chinese_chars": True,
+        "split_special_tokens": split_special_tokens,
         "unk_token": UNK, "sep_token": SEP, "pad_token": PAD, "cls_token": CLS, "mask_token": MASK,
     }
     write_text_atomic(directory / CONFIG_FILE, json.dumps(config, indent=2) + "\n")
@@ -117,14 +133,17 @@ def _read_vocab(path: Path) -> list[str]:
     return [line.strip() for line in lines]
 
 
-def _read_do_lower_case(config_path: Path) -> bool | None:
-    """do_lower_case from tokenizer_config.json, None when the file or the key is absent."""
+def _read_config(config_path: Path) -> dict[str, bool]:
+    """The keys of tokenizer_config.json that bertkit follows (do_lower_case, split_special_tokens), those set;
+    nothing when the file is absent."""
     if not config_path.is_file():
-        return None
-    value = read_json_object(config_path, fix="fix or delete the file").get("do_lower_case")
-    if value is not None and not isinstance(value, bool):
-        raise BertkitError(f"{config_path}: do_lower_case must be true or false, got {value!r}")
-    return value
+        return {}
+    config = read_json_object(config_path, fix="fix or delete the file")
+    found = {key: config[key] for key in ("do_lower_case", "split_special_tokens") if config.get(key) is not None}
+    for key, value in found.items():
+        if not isinstance(value, bool):
+            raise BertkitError(f"{config_path}: {key} must be true or false, got {value!r}")
+    return found
 
 
 def _read_tokenizer_json(path: Path) -> tuple[list[str], bool | None]:

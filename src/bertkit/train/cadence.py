@@ -15,11 +15,15 @@ from bertkit.errors import BertkitError
 from bertkit.settings import TrainConfig
 from bertkit.train.resume import Counters
 
+NO_BUDGET = "no training budget: give --max-steps, --max-time or --epochs"
+
 
 class Budget:
     """Total steps / time and the warmup fraction; gives the schedule its progress in [0, 1]."""
 
     def __init__(self, config: TrainConfig, steps_per_epoch: int, counters: Counters) -> None:
+        if config.max_steps is None and config.max_time_s is None and config.num_epochs is None:
+            raise BertkitError(NO_BUDGET)
         self.max_steps = config.max_steps
         if config.num_epochs is not None:
             epoch_steps = max(1, math.ceil(config.num_epochs * steps_per_epoch))
@@ -27,7 +31,7 @@ class Budget:
         self.max_time_s, self.counters = config.max_time_s, counters
         if self.max_steps is not None:
             warmup_steps = (config.warmup_steps if config.warmup_steps is not None
-                            else round(config.warmup_ratio * self.max_steps))
+                            else round((config.warmup_ratio or 0.0) * self.max_steps))
             if warmup_steps > self.max_steps:
                 raise BertkitError(f"--warmup-steps {warmup_steps} is longer than the run "
                                    f"({self.max_steps} steps); lower it")
@@ -36,7 +40,7 @@ class Budget:
             raise BertkitError("--warmup-steps needs a step budget; under --max-time alone use "
                                "--warmup-ratio (a fraction of the time)")
         else:
-            self.warmup = config.warmup_ratio
+            self.warmup = config.warmup_ratio or 0.0
 
     def progress(self, step: int) -> float:
         # Under a time budget the elapsed time is rank 0's, shared every step, so all ranks agree.

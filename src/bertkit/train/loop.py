@@ -106,8 +106,9 @@ class Hooks:
     """What the caller's code does inside the loop: evaluate, keep the best, and the checkpoint's weight files."""
 
     evaluate: EvalFn | None = None
-    """`evaluate(model) -> metrics`: runs on every process (in eval mode, without gradients; it may share the
-    work out and gather it); rank 0's metrics count. Unset: no evaluation."""
+    """`evaluate(model) -> metrics`: runs on every process (in eval mode, without gradients, under no autocast:
+    a hook that evaluates in the training precision is given it, e.g. `evaluate_pretraining(..., precision)`; it
+    may share the work out and gather it); rank 0's metrics count. Unset: no evaluation."""
     on_best: Callable[[nn.Module, int, dict[str, float]], None] | None = None
     """Called on rank 0 with (model, step, metrics) when `config.best_metric` improves."""
     save_weights: Callable[[nn.Module, Path], object] | None = None
@@ -227,7 +228,7 @@ def fit(model: nn.Module, loss_fn: LossFn, data: TrainingData | Dataset, config:
     optimizer = build_optimizer(plain, config.optimizer, config.learning_rate, config.weight_decay,
                                 config.betas, config.adam_epsilon, config.splits_encoder)
     schedule = LearningRateSchedule(config.learning_rate, budget.progress, budget.warmup, config.lr_schedule,
-                                    config.head_warmup_steps, config.encoder_lr_ratio)
+                                    config.head_warmup_steps or 0, config.encoder_lr_ratio)
     checkpoints = output_dir / "checkpoints"
     parts = Checkpointed(plain, optimizer, schedule, scaler, batches, counters, save, load, dict(request.identity))
     start, resumed = restore(parts, request, checkpoints, config, ctx)
@@ -240,7 +241,7 @@ def fit(model: nn.Module, loss_fn: LossFn, data: TrainingData | Dataset, config:
             stop_reason = _train(model, loss_fn, parts, config, budget, autocast, stop, reporter, ctx, hooks,
                                  checkpoints)
             if stop_reason == "budget" and hooks.evaluate is not None and counters.last_eval_step != counters.step:
-                _evaluate(parts, hooks, config, autocast, reporter, ctx)
+                _evaluate(parts, hooks, config, reporter, ctx)
             last_checkpoint = save_checkpoint(parts, checkpoints, config, ctx) or last_checkpoint
             if _any_rank(stop.requested, ctx):  # arrived during the last evaluation or save, on any rank: the
                 stop_reason = "signal"  # run is complete, but the job was asked to stop, so no caller may go on
@@ -268,7 +269,7 @@ def _train(model: nn.Module, loss_fn: LossFn, parts: Checkpointed, config: Train
     if state.eval_pending:  # a stop skipped this step's evaluation to save at once: it is owed first
         state.eval_pending = False
         if hooks.evaluate is not None:
-            _evaluate(parts, hooks, config, autocast, reporter, ctx)
+            _evaluate(parts, hooks, config, reporter, ctx)
         if _patience_spent(state, config, reporter):
             return "early_stop"
     started, elapsed_before = time.perf_counter(), state.elapsed_s
@@ -285,7 +286,7 @@ def _train(model: nn.Module, loss_fn: LossFn, parts: Checkpointed, config: Train
         state.step += 1
         encoder_lr = lr * parts.schedule.encoder_scale(state.step - 1) if config.splits_encoder else None
         taken.append(_Taken(state.step, lr, encoder_lr, parts.batches.epoch, keys, statistics, grad_norm))
-        if state.step == config.head_warmup_steps and ctx.is_main:
+        if config.head_warmup_steps and state.step == config.head_warmup_steps and ctx.is_main:
             logger.info("head warm-up done after %d step(s): the encoder trains from the next step, its learning "
                         "rate rising over %d step(s) to x %g of the heads'", state.step, state.step,
                         config.encoder_lr_ratio)
@@ -298,7 +299,7 @@ def _train(model: nn.Module, loss_fn: LossFn, parts: Checkpointed, config: Train
             state.eval_pending = due
             return "signal"
         if due:
-            _evaluate(parts, hooks, config, autocast, reporter, ctx)
+            _evaluate(parts, hooks, config, reporter, ctx)
         if _patience_spent(state, config, reporter):
             return "early_stop"
         if budget.done(state.step):
@@ -509,14 +510,14 @@ def _count_nonfinite(state: Counters, record: dict[str, Any], reporter: Reporter
                      f"({state.consecutive_nonfinite} in a row, {state.skipped_steps} in total)")
 
 
-def _evaluate(parts: Checkpointed, hooks: Hooks, config: TrainConfig, autocast: Callable[[], Any],
-              reporter: Reporter, ctx: DistributedContext) -> None:
+def _evaluate(parts: Checkpointed, hooks: Hooks, config: TrainConfig, reporter: Reporter,
+              ctx: DistributedContext) -> None:
     """Every process evaluates the plain model (an eval_fn may share the work out and gather it); rank 0's
     metrics are logged and decide the best `config.best_metric`, which every rank then shares."""
     state = parts.counters
     state.last_eval_step = state.step
     parts.model.eval()
-    with torch.no_grad(), autocast():
+    with torch.no_grad():  # in the hook's own precision, which it is given (no autocast leaks in from the loop)
         assert hooks.evaluate is not None  # the loop evaluates only then
         metrics = {key: float(value) for key, value in hooks.evaluate(parts.model).items()}
     parts.model.train()

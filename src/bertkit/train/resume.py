@@ -7,12 +7,12 @@ RNG (python, numpy, torch CPU and CUDA, per rank) and the data position (epoch +
 computed from the step and the run's settings before every step (`optim.LearningRateSchedule`).
 
 Resume rules (docs/pretraining.md, "Resuming, extending, branching"): the settings saved in the checkpoint are
-compared with the new ones; a change that breaks exactness (a setting in RESUME_EXACT_SETTINGS: seed, data
-order, global batch, and the caller's `identity`: data, model) is refused unless `--allow-change` names it;
-every other change (learning rate, budget, cadence, precision, how the global batch is split) is applied from
-the next step and listed in the log and in metrics.jsonl (a "resume" record). Resuming from a checkpoint older
-than the newest moves the newer ones aside (`checkpoint.move_newer_aside`), so later saves and `--resume auto`
-follow the new branch.
+compared with the new ones under the one rulebook (`bertkit.settings.rules`): a change that breaks exactness
+(seed, data order, global batch, and the caller's `identity`: data, model) is refused unless `--allow-change`
+names it; every other change (learning rate, budget, cadence, precision, how the global batch is split) is
+applied from the next step and listed in the log and in metrics.jsonl (a "resume" record). Resuming from a
+checkpoint older than the newest moves the newer ones aside (`checkpoint.move_newer_aside`), so later saves and
+`--resume auto` follow the new branch.
 
 Design decision: one bundle (torchtitan's `Stateful` idea) names everything a checkpoint holds, so writing and
 restoring cannot drift apart; the loop only says when.
@@ -33,7 +33,8 @@ from torch import nn
 
 from bertkit.errors import BertkitError
 from bertkit.runtime.device import seed_everything
-from bertkit.settings import RESUME_EXACT_SETTINGS, TrainConfig
+from bertkit.settings import TrainConfig
+from bertkit.settings.rules import Difference, check_resume, describe_changes
 from bertkit.train import checkpoint as ckpt
 from bertkit.train.batches import EpochBatches
 from bertkit.train.distributed import DistributedContext, all_gather_objects, barrier
@@ -162,7 +163,7 @@ def restore(parts: Checkpointed, request: Resume, root: Path, config: TrainConfi
     if ctx.is_main:
         logger.info("resumed from %s at step %d%s", chosen, step, _describe_changes(changes, lr_before, lr_now))
     return chosen, {"kind": "resume", "step": step, "checkpoint": str(chosen), "lr_last_step": lr_before,
-                    "lr": lr_now, "changed": {name: [old, new] for name, (old, new) in changes.items()}}
+                    "lr": lr_now, "changed": {change.name: [change.then, change.now] for change in changes}}
 
 
 # Older checkpoints saved some settings under another name; compared under today's.
@@ -170,32 +171,23 @@ _RENAMED = {"eps": "adam_epsilon"}
 
 
 def compare_settings(chosen: Path, trainer: dict[str, Any], config: TrainConfig, parts: Checkpointed
-                     ) -> dict[str, tuple[Any, Any]]:
-    """{setting: (checkpoint's value, this run's)} of every setting that differs; a BertkitError for the first
-    one that breaks exactness and --allow-change does not name. Checkpoints of older versions lack some
-    entries: what was not saved is not compared."""
+                     ) -> list[Difference]:
+    """Every setting that differs from the checkpoint's, under the rulebook (`bertkit.settings.rules`: a
+    BertkitError for the first change it refuses). What a checkpoint of an older version did not save is not
+    compared."""
     saved = {_RENAMED.get(name, name): value for name, value in _section(trainer, "config").items()}
     now = json.loads(json.dumps(dataclasses.asdict(config)))  # tuples as lists, as saved
     if saved.get("precision") == "auto":  # older runs saved the setting; now the precision it resolved to
         saved.pop("precision")
-    changes = {name: (saved[name], now[name]) for name in now
-               if name in saved and name not in UNCOMPARED and saved[name] != now[name]}
-    old_global = trainer["data"]["global_batch_size"]
-    if old_global != parts.batches.global_batch_size:
-        changes["global_batch_size"] = (old_global, parts.batches.global_batch_size)
-    elif "global_batch_size" in changes:  # spelled differently, the same batch
-        del changes["global_batch_size"]
-    saved_identity = _section(trainer, "identity")
-    changes |= {name: (saved_identity[name], value) for name, value in parts.identity.items()
-                if name in saved_identity and saved_identity[name] != value}
-    for name, (old, new) in changes.items():
-        exact = name in RESUME_EXACT_SETTINGS or name in parts.identity
-        if exact and name not in config.allow_change:
-            raise BertkitError(
-                f"--resume {chosen}: {name} was {_short(old)} in the run being resumed and is {_short(new)} now; "
-                f"a resumed run with another {name} is no longer exact. Resume with the run's own {name}, "
-                f"continue anyway with --allow-change {name}, or start a new run in another --output directory")
-    return changes
+    for name in UNCOMPARED:
+        saved.pop(name, None)
+        now.pop(name, None)
+    # the global batch the data position counts in, however it was spelled (batch_size, micro x accumulation)
+    saved["global_batch_size"] = trainer["data"]["global_batch_size"]
+    now["global_batch_size"] = parts.batches.global_batch_size
+    saved |= _section(trainer, "identity")
+    now |= parts.identity
+    return check_resume(saved, now, set(config.allow_change), where=str(chosen), exact=set(parts.identity))
 
 
 def _section(trainer: dict[str, Any], name: str) -> dict[str, Any]:
@@ -203,17 +195,12 @@ def _section(trainer: dict[str, Any], name: str) -> dict[str, Any]:
     return section if isinstance(section, dict) else {}
 
 
-def _short(value: Any, limit: int = 80) -> str:
-    text = json.dumps(value) if not isinstance(value, str) else repr(value)
-    return text if len(text) <= limit else text[:limit - 3] + "..."
-
-
-def _describe_changes(changes: dict[str, tuple[Any, Any]], lr_before: float | None, lr_now: float) -> str:
+def _describe_changes(changes: list[Difference], lr_before: float | None, lr_now: float) -> str:
     if not changes:
         return ""
-    listed = ", ".join(f"{name} {_short(old, 40)} -> {_short(new, 40)}" for name, (old, new) in changes.items())
     lr = f"{lr_before:.3g} at the last step, {lr_now:.3g} now" if lr_before is not None else f"{lr_now:.3g} now"
-    return f"; settings changed since the checkpoint, applied from this step: {listed} (learning rate {lr})"
+    return (f"; settings changed since the checkpoint, applied from this step: {describe_changes(changes)} "
+            f"(learning rate {lr})")
 
 
 def _restore_rng(rank_states: list[dict], config: TrainConfig, step: int, ctx: DistributedContext) -> None:

@@ -1,7 +1,7 @@
 """Domain adaptation of an existing BERT directory: its vocabulary extended with a domain's pieces, and the
 pooler a masked-LM-only continuation keeps.
 
-`extend_model(model_dir, corpus, add, output)` (the `bertkit tokenizer extend` command) chooses the pieces
+`extend_model(settings)` (the `bertkit tokenizer extend` command, `TokenizerExtendSettings`) chooses the pieces
 (`bertkit.tokenizer.extend`), appends them to the vocabulary, and writes a copy of the directory whose
 word-embedding matrix, MLM decoder (tied to it) and MLM bias have one more row per new piece.
 `carry_pooler(source, target)` adds the released pooler to a masked-LM-only continuation's weights (the
@@ -38,6 +38,7 @@ from bertkit.errors import BertkitError
 from bertkit.io.atomic import write_file_atomic, write_text_atomic
 from bertkit.io.jsonfile import read_json, read_json_object
 from bertkit.model.pretrained import read_state_dict
+from bertkit.settings import TokenizerExtendSettings
 from bertkit.tokenizer import TOKENIZER_JSON, VOCAB_FILE, WordPieceTokenizer
 from bertkit.tokenizer.extend import Extension, choose_new_pieces, measure, wordpiece
 from bertkit.tokenizer.vocab import vocab_text
@@ -45,7 +46,6 @@ from bertkit.tokenizer.vocab import vocab_text
 logger = logging.getLogger(__name__)
 
 REPORT_FILE = "vocabulary_extension.json"
-INITS = ("mean", "random")
 EMBEDDING_KEYS = ("embeddings.word_embeddings.weight", "bert.embeddings.word_embeddings.weight")
 # Tensors with one entry per vocabulary id besides the embeddings: the MLM bias (twice in older files) and an
 # untied copy of the decoder.
@@ -57,14 +57,13 @@ LEFT_OUT = ("pytorch_model.bin", "pytorch_model.bin.index.json", "tf_model.h5", 
 WRITTEN = ("model.safetensors", "config.json", VOCAB_FILE, TOKENIZER_JSON, REPORT_FILE)
 
 
-def extend_model(model_dir: str | Path, corpus: Sequence[str | Path], add: int, output: str | Path,
-                 init: str = "mean", seed: int = 0, min_count: int = 2, strict: bool = False,
-                 text_column: str = "text") -> dict[str, Any]:
-    """Write `output`: `model_dir` with the `add` most useful pieces of `corpus` appended to its vocabulary
-    and embeddings (module docstring); return the report also written to output/vocabulary_extension.json."""
-    model_dir, output = Path(model_dir), Path(output)
-    if init not in INITS:
-        raise BertkitError(f"--init {init!r}: use one of {', '.join(INITS)}")
+def extend_model(settings: TokenizerExtendSettings) -> dict[str, Any]:
+    """Write `settings.output`: `settings.model` with the `settings.add` most useful pieces of the corpus appended
+    to its vocabulary and embeddings (module docstring); return the report also written to
+    output/vocabulary_extension.json."""
+    model_dir, output, corpus = Path(settings.model), Path(settings.output), settings.corpus
+    add, init, seed, min_count = settings.add, settings.init, settings.seed, settings.min_count
+    strict, text_column = settings.strict, settings.text_column
     config = _bert_config(model_dir)
     if output.exists() and (output.resolve() == model_dir.resolve() or any(output.iterdir())):
         raise BertkitError(f"--output {output} already holds files; give a new directory (the extended model is "

@@ -34,7 +34,7 @@ from bertkit.errors import BertkitError
 from bertkit.interop.sentence_transformers import read_sentence_transformers, write_module_files
 from bertkit.io.atomic import replace_directory
 from bertkit.model import BertModel, accelerate_for_inference, compile_model, enable_gradient_checkpointing
-from bertkit.runtime.device import seed_everything
+from bertkit.runtime.device import apply_threads, seed_everything
 from bertkit.settings import EMBEDDING_POOLINGS, EmbeddingSettings, FinetuneSettings
 from bertkit.tasks.embedding import (
     METRIC_NAMES,
@@ -49,10 +49,11 @@ from bertkit.tokenizer import WordPieceTokenizer
 from bertkit.train import Hooks
 from bertkit.train.distributed import DistributedContext, setup_distributed, unwrap_model
 from bertkit.workflows.finetune import (
+    ModelSource,
     check_length_fits,
     check_without_dev,
     fit_seed,
-    load_tokenizer,
+    model_source,
     run_settings,
     seed_training,
     step_shape,
@@ -62,7 +63,7 @@ from bertkit.workflows.finetune import (
 )
 from bertkit.workflows.predict import RESULTS_FILE, write_results
 from bertkit.workflows.prepare import prepare_training
-from bertkit.workflows.run_output import data_fingerprint, prepare_output
+from bertkit.workflows.run_output import data_record, prepare_output, record_run
 
 log = logging.getLogger(__name__)
 
@@ -86,15 +87,13 @@ def save_sentence_transformers(model: SentenceEncoder, tokenizer: WordPieceToken
 
 def build_encoder(settings: FinetuneSettings, embedding: EmbeddingSettings, tokenizer: WordPieceTokenizer
                   ) -> SentenceEncoder:
-    """The encoder to train: a preset (random initialisation) or a checkpoint's BERT, with --dropout."""
+    """The encoder to train: a preset (random initialisation) or a checkpoint's BERT, with --dropout (its length
+    was checked once, by `check_length_fits`)."""
     dropout = {"hidden_dropout_prob": settings.dropout, "attention_probs_dropout_prob": settings.dropout}
     if settings.model in PRESETS:
         bert = BertModel(preset(settings.model, vocab_size=tokenizer.vocab_size, **dropout))
     else:
         bert = BertModel.from_pretrained(check_model_directory(settings.model, presets=True), **dropout)
-    if embedding.max_seq_length > bert.config.max_position_embeddings:
-        raise BertkitError(f"--max-seq-length {embedding.max_seq_length} exceeds the model's max_position_embeddings "
-                           f"({bert.config.max_position_embeddings}); lower it")
     model = SentenceEncoder(bert, embedding.pooling, embedding.normalize)
     if settings.train.compile:
         compile_model(model)
@@ -210,8 +209,10 @@ def run_embedding_training(train_path: str | Path, dev_paths: Sequence[str | Pat
     sentence-transformers directory) and return eval_results.json's content (also written)."""
     if not dev_paths:
         check_without_dev(settings)
+    apply_threads(settings.train.threads)
     embedding = as_starting_directory(embedding, settings.model)
-    tokenizer = load_tokenizer(settings)
+    source = model_source(settings)
+    tokenizer = source.tokenizer
     report: dict[str, Any] = {}
     train = _read(train_path, embedding, True, report, "train")
     check_settings(settings, train)
@@ -228,19 +229,21 @@ def run_embedding_training(train_path: str | Path, dev_paths: Sequence[str | Pat
     if ctx.world_size > 1:
         raise BertkitError(f"embedding training runs in one process (in-batch negatives come from one "
                            f"micro-batch); run it without torchrun (WORLD_SIZE is {ctx.world_size})")
-    data = {"train": data_fingerprint(train_path), "dev": [data_fingerprint(p) for p in dev_paths]}
-    return _train_seeds(settings, embedding, tokenizer, train, dev_sets, report, ctx, data)
+    data = data_record(train_path, dev_paths)
+    return _train_seeds(settings, embedding, tokenizer, train, dev_sets, report, ctx, data, source)
 
 
 def _train_seeds(settings: FinetuneSettings, embedding: EmbeddingSettings, tokenizer: WordPieceTokenizer,
                  train: list[PairExample], dev_sets: list[DevPairs], report: dict[str, Any],
-                 ctx: DistributedContext, data: dict[str, Any]) -> dict[str, Any]:
-    check_length_fits(settings, embedding.max_seq_length)  # before anything is written
-    prepare_output(settings.output, settings.resume, settings.overwrite,
-                   {**run_settings(settings), **dataclasses.asdict(embedding), "data": data},
-                   settings.train.allow_change)
-    settings = with_learning_rate(settings)
+                 ctx: DistributedContext, data: tuple[dict[str, Any], dict[str, str]], source: ModelSource
+                 ) -> dict[str, Any]:
+    check_length_fits(settings, embedding.max_seq_length, source)  # before anything is written
+    settings = with_learning_rate(settings, source=source)  # recorded as resolved
+    inputs, labels = data
+    record = {**run_settings(settings), **dataclasses.asdict(embedding), **inputs}
+    prepare_output(settings.output, settings.resume, settings.overwrite, record, settings.train.allow_change, labels)
     features, report["truncated_train_texts"] = pair_features(train, tokenizer, embedding.max_seq_length)
+    record_run(settings.output, record)
     report.update(learning_rate=settings.train.learning_rate, **dataclasses.asdict(embedding))
     return train_seeds(settings, METRIC_NAMES if dev_sets else (), ctx, report,
                        lambda seed: _train_seed(settings, embedding, tokenizer, features, dev_sets, seed, ctx))

@@ -3,7 +3,8 @@ evaluation of the best seed kept as OUTPUT/best, and the run's eval_results.json
 
     run_finetuning(kind, train_path, dev_paths, settings, task_settings) -> results   files in, OUTPUT/best out
     finetune(task, settings, tokenizer, train_examples, dev_sets, report) -> results
-    build_model(task, settings, tokenizer, max_seq_length) -> model          the task model (or feature-based)
+    model_source(settings) -> ModelSource                                    --model and --tokenizer, read once
+    build_model(task, settings, tokenizer, source) -> model                  the task model (or feature-based)
     fit_seed(model, loss, data, train, run, ctx, resuming, what) -> best     one seed's `fit` (embedding's too)
 
 The task (`bertkit.tasks.task.Task`, made by `bertkit.tasks.kinds.build_task`) supplies everything
@@ -56,8 +57,8 @@ from bertkit.inference.batching import feature_length, pad_batch
 from bertkit.io.jsonfile import read_json_object
 from bertkit.model import accelerate_for_inference, compile_model, enable_gradient_checkpointing
 from bertkit.model.feature_based import FeatureBasedModel
-from bertkit.runtime.device import peak_memory, seed_everything
-from bertkit.settings import FinetuneSettings, TrainConfig
+from bertkit.runtime.device import apply_threads, peak_memory, seed_everything
+from bertkit.settings import FinetuneSettings, TrainConfig, check_positions
 from bertkit.tasks.finetuned import feature_based_model, save_finetuned
 from bertkit.tasks.kinds import build_task
 from bertkit.tasks.task import Task, warn_empty_texts, warn_skipped
@@ -68,11 +69,12 @@ from bertkit.workflows.predict import RESULTS_FILE, predict_features, write_resu
 from bertkit.workflows.prepare import prepare_training
 from bertkit.workflows.recipes import PRETRAINING_FILE, finetune_learning_rate, pretraining_history
 from bertkit.workflows.run_output import (
-    data_fingerprint,
+    data_record,
     finished_seed,
     keep_best_seed,
     mark_seed_done,
     prepare_output,
+    record_run,
     seed_summary,
 )
 
@@ -80,47 +82,57 @@ log = logging.getLogger(__name__)
 
 # --- the model -------------------------------------------------------------------------------------
 
-def load_tokenizer(settings: FinetuneSettings) -> WordPieceTokenizer:
-    """The run's vocabulary, checked against the model before any data is read: --model first (a directory
-    with config.json, or a preset), then the vocabulary (`check_model_vocabulary`: what serve refuses is
-    refused here, not after training)."""
+@dataclass(frozen=True)
+class ModelSource:
+    """--model and --tokenizer, read once per run: a preset (random initialisation) or a checkpoint directory, its
+    config, the vocabulary checked against it, and what bertkit recorded of its pre-training."""
+
+    directory: Path | None
+    """The checkpoint directory; None for a preset."""
+    config: BertConfig
+    tokenizer: WordPieceTokenizer
+    pretraining: dict[str, Any] | None
+    """None: random initialisation; {}: pre-trained elsewhere (assumed to convergence); {"steps": N}: bertkit's."""
+
+
+def model_source(settings: FinetuneSettings) -> ModelSource:
+    """The run's model and vocabulary, read once and checked before any data is read: --model first (a directory
+    with config.json, or a preset), then the vocabulary (`check_model_vocabulary`: what serve refuses is refused
+    here, not after training)."""
     if settings.model in PRESETS:
         if settings.tokenizer is None:
             raise BertkitError(f"--model {settings.model} is a preset (random initialisation); give --tokenizer DIR "
                                "with the vocab.txt to use")
-        return WordPieceTokenizer.from_pretrained(settings.tokenizer)
-    model_dir = check_model_directory(settings.model, presets=True)
-    tokenizer = WordPieceTokenizer.from_pretrained(settings.tokenizer or model_dir)
-    vocab_size = BertConfig.from_json_file(model_dir / "config.json").vocab_size
-    check_model_vocabulary(tokenizer, vocab_size, model_dir, settings.tokenizer)
-    return tokenizer
+        return ModelSource(None, preset(settings.model), WordPieceTokenizer.from_pretrained(settings.tokenizer), None)
+    directory = check_model_directory(settings.model, presets=True)
+    tokenizer = WordPieceTokenizer.from_pretrained(settings.tokenizer or directory)
+    config = BertConfig.from_json_file(directory / "config.json")
+    check_model_vocabulary(tokenizer, config.vocab_size, directory, settings.tokenizer)
+    record = pretraining_history(read_json_object(directory / PRETRAINING_FILE, missing={}, damaged={}))
+    return ModelSource(directory, config, tokenizer, record)
 
 
-def check_length_fits(settings: FinetuneSettings, max_seq_length: int) -> None:
+def load_tokenizer(settings: FinetuneSettings) -> WordPieceTokenizer:
+    """The run's vocabulary (`model_source`)."""
+    return model_source(settings).tokenizer
+
+
+def check_length_fits(settings: FinetuneSettings, max_seq_length: int, source: ModelSource | None = None) -> None:
     """Refuse a --max-seq-length longer than the model's positions before anything is written (a corrected
-    command then finds --output as it was)."""
-    positions = (preset(settings.model) if settings.model in PRESETS else BertConfig.from_json_file(
-        check_model_directory(settings.model, presets=True) / "config.json")).max_position_embeddings
-    if max_seq_length > positions:
-        raise BertkitError(f"--max-seq-length {max_seq_length} exceeds the model's max_position_embeddings "
-                           f"({positions}); lower it")
+    command then finds --output as it was); the one place fine-tuning checks it."""
+    check_positions(max_seq_length, (source or model_source(settings)).config.max_position_embeddings)
 
 
-def build_model(task: Task, settings: FinetuneSettings, tokenizer: WordPieceTokenizer, max_seq_length: int
+def build_model(task: Task, settings: FinetuneSettings, tokenizer: WordPieceTokenizer, source: ModelSource
                 ) -> nn.Module:
-    """A fresh task model (preset) or one loaded from a checkpoint, with the task's head and dropout, compiled
-    or checkpointing its layers as the run asks."""
+    """A fresh task model (preset) or one loaded from the checkpoint, with the task's head and dropout, compiled
+    or checkpointing its layers as the run asks (its length was checked by `check_length_fits`)."""
     overrides = {**task.config_overrides(), "hidden_dropout_prob": settings.dropout,
                  "attention_probs_dropout_prob": settings.dropout}
-    if settings.model in PRESETS:
-        model = task.model_class(preset(settings.model, vocab_size=tokenizer.vocab_size, **overrides))
+    if source.directory is None:
+        model = task.model_class(source.config.replace(vocab_size=tokenizer.vocab_size, **overrides))
     else:
-        model = task.model_class.from_pretrained(check_model_directory(settings.model, presets=True), **overrides)
-        check_model_vocabulary(tokenizer, model.config.vocab_size, settings.model, settings.tokenizer)
-    config = model.config
-    if max_seq_length > config.max_position_embeddings:
-        raise BertkitError(f"--max-seq-length {max_seq_length} exceeds the model's max_position_embeddings "
-                           f"({config.max_position_embeddings}); lower it")
+        model = task.model_class.from_pretrained(source.directory, **overrides)
     if settings.train.compile:
         compile_model(model)
     if settings.train.gradient_checkpointing:
@@ -200,25 +212,17 @@ class SeedRun:
         write_results(self.directory / RESULTS_FILE, {**metrics, "step": step})
 
 
-def resolve_learning_rate(settings: FinetuneSettings, log_choice: bool = True) -> float:
+def resolve_learning_rate(settings: FinetuneSettings, log_choice: bool = True, source: ModelSource | None = None
+                          ) -> float:
     """The run's peak learning rate: the given one, or the rule's for this model (logged with why)."""
     if settings.train.learning_rate is not None:
         return settings.train.learning_rate
-    if settings.model in PRESETS:
-        config, pretraining = preset(settings.model), None
-    else:
-        config = BertConfig.from_json_file(Path(settings.model) / "config.json")
-        pretraining = _pretraining_record(Path(settings.model))
-    rate, reason = finetune_learning_rate(config.hidden_size, pretraining, config.num_hidden_layers)
+    source = source or model_source(settings)
+    config = source.config
+    rate, reason = finetune_learning_rate(config.hidden_size, source.pretraining, config.num_hidden_layers)
     if log_choice:
         log.info("learning rate auto: %.2g (%s); --learning-rate overrides it", rate, reason)
     return rate
-
-
-def _pretraining_record(directory: Path) -> dict[str, Any]:
-    """What bertkit recorded of a model's pre-training ({} for a checkpoint made elsewhere, or continued from
-    one: `recipes.pretraining_history`)."""
-    return pretraining_history(read_json_object(directory / PRETRAINING_FILE, missing={}, damaged={}))
 
 
 def seed_training(settings: FinetuneSettings, seed: int, main_metric: str | None) -> TrainConfig:
@@ -241,7 +245,7 @@ def training_data(features: list[dict], tokenizer: WordPieceTokenizer, group_by_
 
 
 def _train_seed(task: Task, settings: FinetuneSettings, tokenizer: WordPieceTokenizer, train_features: list[dict],
-                dev_sets: list[DevSet], seed: int, ctx: DistributedContext) -> dict[str, float]:
+                dev_sets: list[DevSet], seed: int, ctx: DistributedContext, source: ModelSource) -> dict[str, float]:
     """Train one seed (continuing its checkpoint when resuming); its best dev metrics with their step."""
     directory = settings.output / f"seed-{seed}"
     resuming = rank0_decides(lambda: settings.resume and any((directory / "checkpoints").glob("step-*")), ctx)
@@ -251,7 +255,7 @@ def _train_seed(task: Task, settings: FinetuneSettings, tokenizer: WordPieceToke
         directory.mkdir(parents=True, exist_ok=True)
     barrier(ctx)
     seed_everything(seed)  # the head's initialisation depends on the seed too (the same on every rank)
-    model = build_model(task, settings, tokenizer, task.settings.max_seq_length)
+    model = build_model(task, settings, tokenizer, source)
     plain = model
     metric = task.metric_names[0] if dev_sets else None
     model, train = prepare_training(model, seed_training(settings, seed, metric), ctx,
@@ -304,41 +308,51 @@ def _interrupted(result: FitResult, what: str, directory: Path) -> Interrupted:
 
 def finetune(task: Task, settings: FinetuneSettings, tokenizer: WordPieceTokenizer, train_examples: Sequence[Any],
              dev_sets: list[tuple[str, Sequence[Any]]], report: dict[str, Any],
-             inputs: dict[str, Any] | None = None) -> dict[str, Any]:
+             inputs: dict[str, Any] | None = None, input_labels: dict[str, str] | None = None,
+             source: ModelSource | None = None) -> dict[str, Any]:
     """Fine-tune once per seed; keep the best seed's best evaluation in OUTPUT/best; write eval_results.json.
 
     `dev_sets` are (name, examples) with '' naming the first (selection) set; `report` holds counts of
     skipped/truncated inputs, written into eval_results.json. With `settings.resume`, seeds finished earlier
     are read back and an interrupted seed continues from its checkpoint; the run's settings, its task and
-    `inputs` (what `run_finetuning` records of the files) must then be those of the interrupted run, except
-    what --allow-change names.
+    `inputs` (what `run_finetuning` records of the files; `input_labels` name them in messages) must then be
+    those of the interrupted run by the rulebook (`bertkit.settings.rules`).
     """
+    apply_threads(settings.train.threads)
     ctx = setup_distributed(settings.train.device)  # the process's group, kept for whatever trains next
-    record = {**run_settings(settings), **run_task(task), **(inputs or {})}
-    return _finetune_seeds(task, settings, tokenizer, train_examples, dev_sets, report, ctx, record)
+    return _finetune_seeds(task, settings, tokenizer, train_examples, dev_sets, report, ctx, inputs or {},
+                           input_labels or {}, source or model_source(settings))
 
 
 def _finetune_seeds(task: Task, settings: FinetuneSettings, tokenizer: WordPieceTokenizer,
                     train_examples: Sequence[Any], dev_sets: list[tuple[str, Sequence[Any]]], report: dict[str, Any],
-                    ctx: DistributedContext, record: dict[str, Any]) -> dict[str, Any]:
-    """`finetune` inside its process group: every rank trains each seed, rank 0 writes the run's files."""
+                    ctx: DistributedContext, inputs: dict[str, Any], labels: dict[str, str], source: ModelSource
+                    ) -> dict[str, Any]:
+    """`finetune` inside its process group: every rank trains each seed, rank 0 writes the run's files. The run's
+    record holds its settings as resolved (the learning rate `auto` chose) and is written once every check has
+    passed and the examples are encoded: a refused or failed resume leaves the record of the run it tried to
+    continue."""
     settings.train.batch_plan(ctx.world_size)  # a batch that cannot be split says so before any work
-    check_length_fits(settings, task.settings.max_seq_length)
+    check_length_fits(settings, task.settings.max_seq_length, source)
+    settings = rank0_decides(lambda: with_learning_rate(settings, source=source), ctx)  # rank 0 says why
+    record = {**run_settings(settings), **run_task(task), **inputs}
     rank0_decides(lambda: prepare_output(settings.output, settings.resume, settings.overwrite, record,
-                                         settings.train.allow_change), ctx)
-    settings = rank0_decides(lambda: with_learning_rate(settings), ctx)  # it may read the model's record
+                                         settings.train.allow_change, labels), ctx)
     report["learning_rate"] = settings.train.learning_rate
     train_features = task.features(train_examples, tokenizer, training=True)
     report["truncated_train_examples"] = task.last_truncated
     sets = [DevSet(name, examples, task.features(examples, tokenizer)) for name, examples in dev_sets]
     report["truncated_dev_examples"] = task.last_truncated if sets else 0
+    if ctx.is_main:
+        record_run(settings.output, record)
     return train_seeds(settings, task.metric_names if sets else (), ctx, report,
-                       lambda seed: _train_seed(task, settings, tokenizer, train_features, sets, seed, ctx))
+                       lambda seed: _train_seed(task, settings, tokenizer, train_features, sets, seed, ctx, source))
 
 
-def with_learning_rate(settings: FinetuneSettings, log_choice: bool = True) -> FinetuneSettings:
+def with_learning_rate(settings: FinetuneSettings, log_choice: bool = True, source: ModelSource | None = None
+                       ) -> FinetuneSettings:
     """`settings` with the run's learning rate resolved (`resolve_learning_rate`)."""
-    rate = resolve_learning_rate(settings, log_choice)
+    rate = resolve_learning_rate(settings, log_choice, source)
     return dataclasses.replace(settings, train=dataclasses.replace(settings.train, learning_rate=rate))
 
 
@@ -375,15 +389,15 @@ def train_seeds(settings: FinetuneSettings, metric_names: tuple[str, ...], ctx: 
     return results
 
 
-_BATCH_FIELDS = ("global_batch_size", "micro_batch_size", "gradient_accumulation_steps", "batch_size")
-# Settings a resumed run must share with the run it continues (others, e.g. --device, may change), by the names
-# OUTPUT/finetune_run.json has always recorded them under (so runs written before still resume).
+# What OUTPUT/finetune_run.json records, by the names it has always used (so runs written before still resume);
+# which of them a resumed run may change is the rulebook's (bertkit.settings.rules). The global batch is not here:
+# each seed's checkpoint holds the one it trained with, and `fit` compares that.
 _RUN_SETTINGS = ("model", "tokenizer", "dropout", "freeze_encoder", "feature_layers", "feature_combine",
                  "group_by_length")
 _RUN_TRAINING = {"epochs": "num_epochs", "max_steps": "max_steps", "eval_every": "eval_every",
-                 **{name: name for name in _BATCH_FIELDS}, "learning_rate": "learning_rate",
-                 "warmup_ratio": "warmup_ratio", "lr_schedule": "lr_schedule", "weight_decay": "weight_decay",
-                 "adam_epsilon": "adam_epsilon", "early_stopping_patience": "early_stopping_patience"}
+                 "learning_rate": "learning_rate", "warmup_ratio": "warmup_ratio", "lr_schedule": "lr_schedule",
+                 "weight_decay": "weight_decay", "adam_epsilon": "adam_epsilon",
+                 "early_stopping_patience": "early_stopping_patience"}
 
 
 def check_without_dev(settings: FinetuneSettings) -> None:
@@ -425,7 +439,9 @@ def run_finetuning(kind: str, train_path: str | Path, dev_paths: list[str | Path
     its whole budget and its model is OUTPUT/best."""
     if not dev_paths:
         check_without_dev(settings)
-    tokenizer = load_tokenizer(settings)
+    apply_threads(settings.train.threads)  # reading and encoding the files run on them too
+    source = model_source(settings)
+    tokenizer = source.tokenizer
     task = build_task(kind, train_path, task_settings)
     report: dict[str, Any] = {}
     train = _read_reporting(task, train_path, True, report, "train")
@@ -435,5 +451,5 @@ def run_finetuning(kind: str, train_path: str | Path, dev_paths: list[str | Path
         if name and any(name == other for other, _ in dev_sets):
             name = f"{name}{index}"
         dev_sets.append((name, _read_reporting(task, path, False, report, f"dev{'_' + name if name else ''}")))
-    inputs = {"data": {"train": data_fingerprint(train_path), "dev": [data_fingerprint(p) for p in dev_paths]}}
-    return finetune(task, settings, tokenizer, train, dev_sets, report, inputs)
+    inputs, labels = data_record(train_path, dev_paths)
+    return finetune(task, settings, tokenizer, train, dev_sets, report, inputs, labels, source)

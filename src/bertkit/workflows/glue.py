@@ -40,13 +40,15 @@ from bertkit.data.glue import GLUE_TASKS, glue_task
 from bertkit.errors import BertkitError
 from bertkit.io.atomic import write_text_atomic
 from bertkit.io.jsonfile import read_json_object
+from bertkit.runtime.device import apply_threads
 from bertkit.settings import FinetuneSettings, GlueSettings
+from bertkit.settings.rules import EXACT, FIXED, differences
 from bertkit.tasks.kinds import build_task
 from bertkit.tasks.metrics import GLUE_METRICS
 from bertkit.train.distributed import DistributedContext, barrier, rank0_decides, setup_distributed
 from bertkit.workflows.finetune import check_length_fits, run_finetuning, run_settings
 from bertkit.workflows.predict import RESULTS_FILE
-from bertkit.workflows.run_output import RUN_FILE
+from bertkit.workflows.run_output import RUN_FILE, upgraded_record
 from bertkit.workflows.significance import compare_seeds
 
 log = logging.getLogger(__name__)
@@ -167,6 +169,7 @@ def run_glue(settings: GlueSettings, finetune: FinetuneSettings, progress: Calla
     `finetune.resume` keeps finished runs and continues interrupted ones; `finetune.overwrite` starts over.
     Under torchrun every process takes part in every run (one process group for the whole sweep); rank 0
     alone reads and writes the sweep's files and reports progress."""
+    apply_threads(finetune.train.threads)
     ctx = setup_distributed(finetune.train.device)
     progress = progress if ctx.is_main else _silent
     tasks, problems = rank0_decides(lambda: find_tasks(Path(settings.data), settings.tasks, settings.max_seq_length),
@@ -246,10 +249,15 @@ def _run_one(found: FoundTask, rate: float, settings: GlueSettings, finetune: Fi
 
 
 def _finished(directory: Path, one_run: FinetuneSettings) -> dict[str, Any] | None:
-    """The eval_results.json of a run that finished with these settings and every requested seed, or None."""
+    """The eval_results.json of a run that finished every requested seed with settings the rulebook
+    (`bertkit.settings.rules`) calls the same run - no exact or fixed setting changed; a free one (a budget, say)
+    applies to seeds not yet finished - or None."""
     results = read_json_object(directory / RESULTS_FILE, missing=None, damaged=None)
     recorded = read_json_object(directory / RUN_FILE, missing=None, damaged=None)
-    if results is None or recorded is None or any(recorded.get(k) != v for k, v in run_settings(one_run).items()):
+    if results is None or recorded is None:
+        return None
+    now = run_settings(one_run)
+    if any(d.setting in EXACT or d.name in FIXED for d in differences(upgraded_record(recorded), now)):
         return None
     seeds = results.get("seeds")
     if not isinstance(seeds, dict) or not all(str(seed) in seeds for seed in one_run.seeds):

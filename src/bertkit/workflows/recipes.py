@@ -191,6 +191,78 @@ def choose_recipe(name: str, hidden_size: int, budget_steps: float | None, init:
                    reason=f"{steps}: too few for the paper's schedule (< {PAPER_MIN_STEPS:,}), so the short-budget one")
 
 
+RECIPE_FIELDS = {"max_seq_length": ("settings", "max_seq_length"), "dropout": ("settings", "dropout"),
+                 "masked_lm_prob": ("settings", "masked_lm_prob"), "nsp": ("settings", "nsp"),
+                 "learning_rate": ("train", "learning_rate"), "warmup_ratio": ("train", "warmup_ratio"),
+                 "batch_size": ("train", "global_batch_size"), "head_warmup_steps": ("train", "head_warmup_steps")}
+"""Recipe attribute -> (where it lands: the pre-training settings or the TrainConfig, the field there). A field that
+is None (unset) takes the recipe's value; a set one is the user's and stays."""
+
+
+@dataclass(frozen=True)
+class DataShape:
+    """What the recipe needs to know of the pre-training data (`bertkit.workflows.pretrain_plan.DataFacts`)."""
+
+    directory: str
+    dynamic: bool
+    """Masked at load (a masking rate can be chosen), not in the shards."""
+    nsp: bool
+    """Sentence pairs with NSP labels (not --no-nsp packed data)."""
+    layout: str
+    built_seq_length: int
+
+
+def apply_recipe(recipe: PretrainRecipe, settings: Any, train: Any, data: DataShape, world_size: int
+                 ) -> tuple[Any, Any, list[str]]:
+    """(settings, train, notes): every recipe field left unset (None) in the pre-training settings or the
+    TrainConfig filled from `recipe`, with the data's own rules - masked-LM-only data turns NSP off, statically
+    masked data keeps its masks (and, under the short recipe, the warmup that paid without 30% masking), a
+    recipe length shorter than the data's cuts instances at load - and the recipe's micro-batch where the user
+    gave no batch setting at all. A pure function: the one planner of `bertkit pretrain` and the quickstart."""
+    values = {name: getattr(recipe, name) for name, (where, field) in RECIPE_FIELDS.items()
+              if getattr(settings if where == "settings" else train, field) is None}
+    notes = []
+    if values.get("nsp") and not data.nsp:
+        values["nsp"] = False
+        notes.append(f"{data.directory} is masked-LM-only data ({data.layout}), so NSP is off")
+    if values.get("masked_lm_prob") is not None and not data.dynamic:
+        values["masked_lm_prob"] = None
+        note = f"{data.directory} is statically masked, so its own masks are used"
+        if recipe.name == "short" and "warmup_ratio" in values:
+            values["warmup_ratio"] = SHORT_STATIC_WARMUP_RATIO
+            note += (f" and the warmup is {SHORT_STATIC_WARMUP_RATIO:.0%} (the one-cycle schedule paid only with the "
+                     "recipe's 30% masking); for the whole recipe, build the data with `--masking dynamic`")
+        notes.append(note)
+    length = values.get("max_seq_length")
+    if length is not None and length < data.built_seq_length:
+        notes.append(f"instances of {data.built_seq_length} tokens are cut to {length} at load; to use all the "
+                     f"text, build the data with `bertkit data pretraining ... --max-seq-length {length} "
+                     "--masking dynamic`")
+    if train.batch_size is not None:  # the older --batch-size gives the global batch itself
+        values.pop("batch_size", None)
+    user_batch = (train.global_batch_size, train.micro_batch_size, train.gradient_accumulation_steps,
+                  train.batch_size)
+    settings = replace(settings, **{RECIPE_FIELDS[k][1]: v for k, v in values.items()
+                                    if RECIPE_FIELDS[k][0] == "settings"})
+    train = replace(train, **{RECIPE_FIELDS[k][1]: v for k, v in values.items() if RECIPE_FIELDS[k][0] == "train"})
+    total = recipe.batch_size
+    if (recipe.micro_batch_size is not None and all(value is None for value in user_batch)
+            and total % (recipe.micro_batch_size * world_size) == 0):  # else: split evenly over the processes
+        train = replace(train, micro_batch_size=recipe.micro_batch_size)
+    return settings, train, notes
+
+
+def library_defaults(settings: Any, train: Any) -> tuple[Any, Any]:
+    """What a run with no recipe (`--recipe` unset, library use) takes for the settings a recipe would decide and
+    the user left unset: the paper's learning rate and 1% warmup, NSP when the data has pairs, no head warm-up; the
+    others (length, masking, dropout) are the data's and the model's own."""
+    paper = paper_recipe()
+    settings = replace(settings, nsp=True if settings.nsp is None else settings.nsp)
+    return settings, replace(train, learning_rate=train.learning_rate or paper.learning_rate,
+                             warmup_ratio=paper.warmup_ratio if train.warmup_ratio is None else train.warmup_ratio,
+                             head_warmup_steps=train.head_warmup_steps or 0)
+
+
 def budget_steps(max_steps: int | None, max_time_s: float | None, steps_per_second: float | None) -> float | None:
     """Optimizer steps a run can take: the step budget, the time budget at the measured rate, or the
     smaller of the two (None when neither is known)."""

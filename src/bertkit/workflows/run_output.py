@@ -1,7 +1,8 @@
 """The fine-tuning run's output directory (OUTPUT): what a run writes there, when an existing one may be
 continued or replaced, the per-seed results, and the promotion of the best seed's model to OUTPUT/best.
 
-    prepare_output(output, resume, overwrite, settings)   create, check resume/overwrite, record settings
+    prepare_output(output, resume, overwrite, settings)   create, check resume/overwrite (the rulebook)
+    record_run(output, settings)                           record the settings the run starts with
     finished_seed(seed_dir) -> results | None              a seed finished by an earlier run
     mark_seed_done(seed_dir, results)                      seed-N/seed_results.json
     keep_best_seed(output, per_seed, seed, main_metric)    OUTPUT/best = the best seed's best evaluation
@@ -27,6 +28,7 @@ from bertkit.errors import BertkitError
 from bertkit.io.atomic import replace_directory, write_text_atomic
 from bertkit.io.digest import update_with_file
 from bertkit.io.jsonfile import read_json_object
+from bertkit.settings.rules import check_resume, describe_changes
 from bertkit.workflows.predict import RESULTS_FILE, write_results
 
 log = logging.getLogger(__name__)
@@ -36,10 +38,11 @@ RUN_FILE = "finetune_run.json"
 
 
 def prepare_output(output: Path, resume: bool, overwrite: bool, settings: dict[str, Any],
-                   allow_change: Sequence[str] = ()) -> None:
-    """Create --output; a non-empty one needs --resume auto (continue) or --overwrite (start over). `settings`
-    are recorded in RUN_FILE; on resume they must equal the interrupted run's, except those `allow_change`
-    names (--allow-change: data, task, max_seq_length, model, tokenizer)."""
+                   allow_change: Sequence[str] = (), labels: dict[str, str] | None = None) -> None:
+    """Create --output; a non-empty one needs --resume auto (continue) or --overwrite (start over). On resume,
+    `settings` (what `record_run` will record) are checked against the interrupted run's RUN_FILE under the
+    rulebook (`bertkit.settings.rules`: exact settings need --allow-change, fixed ones cannot change, the rest
+    apply); nothing is written here, so a refused resume leaves the run directory as it was."""
     if output.exists() and not output.is_dir():
         raise BertkitError(f"--output {output} is a file; give a directory")
     if resume and overwrite:
@@ -50,7 +53,13 @@ def prepare_output(output: Path, resume: bool, overwrite: bool, settings: dict[s
                                "--overwrite to start over, or choose another directory")
         _remove_run(output)
     output.mkdir(parents=True, exist_ok=True)
-    _check_same_run(output, resume, settings, set(allow_change))
+    if resume:
+        _check_same_run(output, settings, set(allow_change), labels or {})
+
+
+def record_run(output: Path, settings: dict[str, Any]) -> None:
+    """Write RUN_FILE: the settings the run starts with (after every check, once its data has been read)."""
+    write_text_atomic(output / RUN_FILE, json.dumps(settings, indent=2) + "\n")
 
 
 def _remove_run(output: Path) -> None:
@@ -66,46 +75,54 @@ def _remove_run(output: Path) -> None:
         shutil.rmtree(path) if path.is_dir() else path.unlink()
 
 
-def _check_same_run(output: Path, resume: bool, settings: dict[str, Any], allowed: set[str]) -> None:
-    """Record the run's settings; on resume, refuse settings that differ from the interrupted run's (runs
-    written before a setting was recorded are not compared on it)."""
+def _check_same_run(output: Path, settings: dict[str, Any], allowed: set[str], labels: dict[str, str]) -> None:
+    """Refuse what the rulebook refuses against the interrupted run's record; log what --allow-change accepted
+    and what changed freely. Runs written before a setting was recorded are not compared on it."""
     path = output / RUN_FILE
-    if resume and path.is_file():
-        earlier = read_json_object(path, fix="start over with --overwrite")
-        differing = [k for k in settings if k in earlier and earlier[k] != settings[k]]
-        changed = [k for k in differing if k not in allowed]
-
-        def describe(keys: list[str]) -> str:
-            return "; ".join(f"{name}: {_short(then)} then, {_short(now)} now" for k in keys
-                             for name, then, now in _differences(k, earlier[k], settings[k]))
-        if changed:
-            details = describe(changed)
-            allowable = [k for k in changed if k in ALLOWABLE]
-            hint = f", accept the change with --allow-change {' --allow-change '.join(allowable)}" if allowable else ""
-            raise BertkitError(f"--resume: the run in {output} used other settings ({details}); resume "
-                               f"with the same flags and files{hint}, or start over with --overwrite")
-        if differing:
-            log.warning("--allow-change %s: resuming the run in %s with other %s than it started with; it is no "
-                        "longer the run it continues (%s)", " --allow-change ".join(differing), output,
-                        ", ".join(differing), describe(differing))
-    write_text_atomic(path, json.dumps(settings, indent=2) + "\n")
+    if not path.is_file():
+        return
+    earlier = upgraded_record(read_json_object(path, fix="start over with --overwrite"))
+    found = check_resume(earlier, settings, allowed, where=str(output), labels=labels)
+    accepted = [d for d in found if d.setting in allowed]
+    if accepted:
+        log.warning("--allow-change %s: resuming the run in %s with other %s than it started with; it is no longer "
+                    "the run it continues (%s)", " --allow-change ".join(sorted({d.setting for d in accepted})),
+                    output, ", ".join(sorted({d.setting for d in accepted})), describe_changes(accepted, labels))
+    free = [d for d in found if d not in accepted]
+    if free:
+        log.info("resuming the run in %s with changed settings, applied to the seeds not yet finished: %s", output,
+                 describe_changes(free, labels))
 
 
-def _differences(name: str, then: Any, now: Any) -> list[tuple[str, Any, Any]]:
-    """Where two recorded settings differ, leaf by leaf ("task.text_column"), so a long record names what changed."""
-    if isinstance(then, dict) and isinstance(now, dict):
-        return [difference for key in sorted(set(then) | set(now)) if then.get(key) != now.get(key)
-                for difference in _differences(f"{name}.{key}", then.get(key), now.get(key))]
-    return [(name, then, now)]
+def upgraded_record(record: dict[str, Any]) -> dict[str, Any]:
+    """A run record as today's runs write it: data fingerprints as {"sha256": ...} (older runs kept the bare
+    hash), and the batch fields, which `fit`'s checkpoints now compare, left out."""
+    record = {k: v for k, v in record.items() if k not in _UNRECORDED}
+    data = record.get("data")
+    if isinstance(data, dict):
+        record["data"] = {name: _as_fingerprint(value) for name, value in data.items()}
+    return record
 
 
-ALLOWABLE = ("data", "task", "max_seq_length", "model", "tokenizer")
-"""What a resumed fine-tuning may change with --allow-change (the run is then no longer the one it continues)."""
+_UNRECORDED = ("global_batch_size", "micro_batch_size", "gradient_accumulation_steps", "batch_size")
 
 
-def _short(value: Any, limit: int = 120) -> str:
-    text = json.dumps(value)
-    return text if len(text) <= limit else text[:limit - 3] + "..."
+def _as_fingerprint(value: Any) -> Any:
+    if isinstance(value, str):
+        return {"sha256": value}
+    if isinstance(value, list):
+        return [_as_fingerprint(item) for item in value]
+    return value
+
+
+def data_record(train_path: str | Path, dev_paths: Sequence[str | Path]) -> tuple[dict[str, Any], dict[str, str]]:
+    """(what a run records of its files: their contents' fingerprints, so a moved file is the same file and an
+    edited one is not; labels naming each file for the messages of a refused resume)."""
+    record = {"train": {"sha256": data_fingerprint(train_path)},
+              "dev": [{"sha256": data_fingerprint(path)} for path in dev_paths]}
+    labels = {"data.train.sha256": f"the training file {train_path}"}
+    labels |= {f"data.dev.{index}.sha256": f"the dev file {path}" for index, path in enumerate(dev_paths)}
+    return {"data": record}, labels
 
 
 def data_fingerprint(path: str | Path) -> str:

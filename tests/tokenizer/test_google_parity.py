@@ -12,6 +12,9 @@ BertTokenizerFast in every field until truncation; truncated, they follow Google
 vocab.txt (tests/assets/vocab/bert-base-uncased, 30522 tokens).
 """
 
+# The texts are deliberately confusable Unicode (fullwidth, fraktur, curly quotes):
+# ruff: noqa: RUF001
+
 from __future__ import annotations
 
 import unicodedata
@@ -25,7 +28,7 @@ from bertkit.tokenizer import WordPieceTokenizer, truncated_pair_lengths
 from bertkit.tokenizer.engine import HAZARD_RANGES, Engine, needs_google_path
 from bertkit.tokenizer.google import BasicTokenizer, FullTokenizer
 
-GOOGLE_UNCASED = Path(__file__).parent / "assets" / "vocab" / "bert-base-uncased"
+GOOGLE_UNCASED = Path(__file__).parents[1] / "assets" / "vocab" / "bert-base-uncased"
 
 
 class GoogleReference:

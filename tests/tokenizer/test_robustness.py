@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from bertkit.errors import BertkitError
 from bertkit.tokenizer import MAX_TEXT_CHARS, WordPieceTokenizer
 
-GOOGLE_UNCASED = Path(__file__).parent / "assets" / "vocab" / "bert-base-uncased"
+GOOGLE_UNCASED = Path(__file__).parents[1] / "assets" / "vocab" / "bert-base-uncased"
 
 
 @pytest.fixture(scope="module", params=[True, False], ids=["uncased", "cased"])

@@ -1,7 +1,7 @@
 """Tests of bertkit.tokenizer: Google's tokenization_test cases, encoding layout, offsets, vocab I/O, training, CLI.
 
-Parity with a reference port of Google's code and transformers lives in test_tokenizer_parity.py;
-robustness (hypothesis, huge and hostile strings) in test_tokenizer_robustness.py.
+Parity with a reference port of Google's code and transformers lives in test_google_parity.py;
+robustness (hypothesis, huge and hostile strings) in test_robustness.py.
 """
 
 from __future__ import annotations
