@@ -40,7 +40,7 @@ from bertkit.export.onnx import export_onnx, sample_batch
 from bertkit.inference.smoothquant import SMOOTHING_FILE
 from bertkit.runtime import report
 from bertkit.serve.predictor import load_predictor
-from bertkit.settings import ExportSettings
+from bertkit.settings import ExportSettings, ServeSettings
 from bertkit.tasks.finetuned import read_task_file
 from bertkit.tokenizer import WordPieceTokenizer
 
@@ -50,7 +50,7 @@ MARGIN = 0.05  # a row whose two likeliest labels are closer than this is a coin
 def bertkit_labels(model: Path, texts: list[str], precision: str, batch_size: int,
                    calibration: Path | None = None) -> tuple[list[str], float, list]:
     """(labels, seconds, each row's probabilities in label order)."""
-    predictor = load_predictor(model, batch_size=batch_size, precision=precision, calibration=calibration)
+    predictor = load_predictor(ServeSettings(model, precision=precision, calibration=calibration), batch_size)
     predictor.classify(texts[:batch_size])  # warm-up
     start = time.perf_counter()
     rows = predictor.classify(texts)
@@ -61,7 +61,7 @@ def bertkit_labels(model: Path, texts: list[str], precision: str, batch_size: in
 def bertkit_tags(model: Path, sentences: list, precision: str, batch_size: int,
                  calibration: Path | None = None) -> tuple[list[str], float, list]:
     """A tagger's (tag of every word, seconds, every word's probabilities in label order)."""
-    predictor = load_predictor(model, batch_size=batch_size, precision=precision, calibration=calibration)
+    predictor = load_predictor(ServeSettings(model, precision=precision, calibration=calibration), batch_size)
     task = predictor.task
     predictor.task_outputs(task, task.features(sentences[:batch_size], predictor.tokenizer))  # warm-up
     start = time.perf_counter()

@@ -22,7 +22,7 @@ import pytest
 from bertkit.cli import main
 from bertkit.config import preset
 from bertkit.model import BertForMaskedLM, BertForSequenceClassification
-from bertkit.settings import PredictSettings
+from bertkit.settings import PredictSettings, ServeSettings
 from bertkit.tasks.classification import ClassificationSettings, ClassificationTask
 from bertkit.tasks.finetuned import save_finetuned
 from bertkit.tokenizer import WordPieceTokenizer
@@ -174,10 +174,10 @@ def test_serve_and_extract_refuse_another_vocabulary_of_the_same_size(tmp_path, 
     mlm = _masked_lm(tmp_path / "mlm", vocab_size=18)
     shuffled = _vocab(tmp_path / "shuffled", [*TOKENS[:5], *reversed(TOKENS[5:])])
     with pytest.raises(BertkitError, match="is not the vocabulary of the model in"):
-        load_predictor(mlm, tokenizer_dir=shuffled)
+        load_predictor(ServeSettings(mlm, tokenizer=shuffled))
     text = tmp_path / "lines.txt"
     text.write_text("the film\n", encoding="utf-8")
     err = _error(capsys, ["extract", "--model", str(mlm), "--tokenizer", str(shuffled), "--input", str(text),
                           "--output", str(tmp_path / "f.jsonl")])
     assert "id 5 is '##s' there, 'the' in the model's vocab.txt" in err
-    load_predictor(mlm, tokenizer_dir=_vocab(tmp_path / "same"))  # the same tokens from elsewhere: fine
+    load_predictor(ServeSettings(mlm, tokenizer=_vocab(tmp_path / "same")))  # the same tokens from elsewhere: fine

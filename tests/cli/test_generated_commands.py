@@ -144,15 +144,12 @@ def test_export_onnx_flags_reach_the_settings(monkeypatch, tmp_path):
 
 
 def test_serve_flags_reach_the_predictor_the_app_and_the_server(monkeypatch, tmp_path):
-    import torch
-
     (tmp_path / "sample.txt").write_text("the cat sat\n")
     from bertkit.serve import app, predictor
 
     loaded = _record(monkeypatch, predictor, "load_predictor", SimpleNamespace(endpoints=["embed"]))
     created = _record(monkeypatch, app, "create_app", "the app")
     served = _record(monkeypatch, app, "run_server")
-    monkeypatch.setattr(torch, "set_num_threads", lambda n: loaded.update(threads=n))
     monkeypatch.setenv("BERTKIT_API_KEY", "secret")
     assert main(["serve", "--model", str(tmp_path), "--tokenizer", str(tmp_path), "--host", "0.0.0.0", "--port", "9",
                  "--max-batch-size", "8", "--max-wait-ms", "2", "--max-queue", "5", "--timeout", "3",
@@ -160,21 +157,20 @@ def test_serve_flags_reach_the_predictor_the_app_and_the_server(monkeypatch, tmp
                  "--header-timeout", "1", "--body-timeout", "2", "--keep-alive-timeout", "4",
                  "--max-header-bytes", "2048", "--drain-timeout", "6", "--threads", "2", "--precision", "int8",
                  "--log-level", "warning", "--calibration", str(tmp_path / "sample.txt")]) == 0
-    assert loaded["args"] == (tmp_path,) and loaded["threads"] == 2
-    assert loaded["kwargs"] == {"batch_size": 8, "precision": "int8", "tokenizer_dir": tmp_path,
-                                "calibration": tmp_path / "sample.txt"}
+    run = ServeSettings(tmp_path, tmp_path, "0.0.0.0", 9, 6.0, "warning", precision="int8",
+                        calibration=tmp_path / "sample.txt", threads=2)
+    assert loaded["args"] == (run, 8, LongDocumentSettings())  # its threads are set by load_predictor
     limits = Limits(100, 2, 10, 7, 1.0, 2.0, 4.0, 2048)
     assert created["args"][1] == ServerSettings(limits, 8, 2.0, 5, 3.0, "secret")
-    assert served["args"] == ("the app",)
-    assert served["kwargs"] == {"host": "0.0.0.0", "port": 9, "drain_timeout_s": 6.0, "log_level": "warning"}
+    assert served["args"] == ("the app", run)
     monkeypatch.delenv("BERTKIT_API_KEY")
     assert main(["serve", "--model", str(tmp_path)]) == 0
-    assert created["args"][1] == ServerSettings() and served["kwargs"]["host"] == "127.0.0.1"
-    assert loaded["kwargs"] == {"batch_size": 32, "precision": "auto", "tokenizer_dir": None, "calibration": None}
+    assert created["args"][1] == ServerSettings() and served["args"][1].host == "127.0.0.1"
+    assert loaded["args"] == (ServeSettings(tmp_path, precision="auto"), 32, LongDocumentSettings())
     assert main(["serve", "--model", str(tmp_path), "--long-documents", "windows", "--doc-stride", "32",
                  "--window-aggregation", "max", "--max-windows", "4"]) == 0
-    assert loaded["kwargs"]["long_documents"] == {"long_documents": "windows", "doc_stride": 32,
-                                                  "window_aggregation": "max", "max_windows": 4}
+    assert loaded["args"][2] == LongDocumentSettings(long_documents="windows", doc_stride=32, window_aggregation="max",
+                                                     max_windows=4)
     assert main(["serve", "--model", str(tmp_path), "--port", "70000"]) == 2
 
 
@@ -244,3 +240,17 @@ def test_hostile_values_are_one_line_errors_naming_the_flag_typed(argv, flag, tm
     err = capsys.readouterr().err
     assert flag in err and "Traceback" not in err
     assert not (tmp_path / "out").exists()  # refused before any work
+
+
+def test_the_finetune_subcommands_are_the_registered_task_kinds():
+    """One list of kinds: the task registry, the torch-free settings the command line builds from, the
+    `bertkit finetune` subcommands and the top-level help agree."""
+    from bertkit.cli import SUMMARIES
+    from bertkit.cli.finetune import finetune
+    from bertkit.settings import FINETUNE_KINDS, TASK_SETTINGS
+    from bertkit.tasks.kinds import TASK_CLASSES
+
+    assert [settings.kind for settings in TASK_SETTINGS] == list(TASK_CLASSES)
+    assert all(TASK_CLASSES[settings.kind].settings_class is settings for settings in TASK_SETTINGS)
+    assert sorted(finetune.list_commands(click.Context(finetune))) == sorted(FINETUNE_KINDS)
+    assert all(kind in SUMMARIES["finetune"] for kind in FINETUNE_KINDS)

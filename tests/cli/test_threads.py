@@ -76,7 +76,8 @@ def test_finetuning_as_a_library_call_sets_its_threads(tmp_path, threads_set):
     assert threads_set == [2]
 
 
-def test_finetune_predict_and_extract_set_threads(monkeypatch, tmp_path, threads_set):
+def test_finetune_predict_and_extract_pass_threads_to_the_library(monkeypatch, tmp_path, threads_set):
+    """The commands put --threads into the settings and leave setting them to the library (below)."""
     from bertkit.workflows import extract, finetune, predict
 
     seen: dict[str, list[int]] = {}
@@ -90,12 +91,32 @@ def test_finetune_predict_and_extract_set_threads(monkeypatch, tmp_path, threads
     model, data = str(tmp_path / "model"), str(tmp_path / "x.tsv")
     main(["finetune", "classification", "--model", model, "--train", data, "--dev", data, "--output",
           str(tmp_path / "out"), "--threads", "2"])
-    assert seen["finetune"] == [2, 2]
+    assert seen["finetune"] == [2]
     assert main(["predict", "--model", model, "--input", data, "--output", str(tmp_path / "p"), "--threads", "3"]) == 0
-    assert seen["predict"] == [2, 3, 3]
+    assert seen["predict"] == [3]
     assert main(["extract", "--model", model, "--input", data, "--output", str(tmp_path / "v.npy"),
                  "--threads", "1"]) == 0
-    assert seen["extract"] == [2, 3, 1, 1]
+    assert seen["extract"] == [1]
+
+
+def test_predict_extract_and_serve_as_library_calls_set_their_threads(tmp_path, threads_set):
+    """A caller of predict_file, extract_features or load_predictor gets the threads its settings give, before
+    anything is read (here: no model, so each stops right after)."""
+    from bertkit.errors import BertkitError
+    from bertkit.serve.predictor import load_predictor
+    from bertkit.settings import ExtractSettings, PredictSettings, ServeSettings
+    from bertkit.workflows.extract import extract_features
+    from bertkit.workflows.predict import predict_file
+
+    missing = tmp_path / "none"
+    predict = PredictSettings(str(missing), str(tmp_path / "in.csv"), str(tmp_path / "out"), threads=3)
+    calls = [lambda: predict_file(predict),
+             lambda: extract_features(ExtractSettings(missing, tmp_path / "in.txt", tmp_path / "v.npy", threads=1)),
+             lambda: load_predictor(ServeSettings(missing, threads=2))]
+    for call in calls:
+        with pytest.raises(BertkitError):
+            call()
+    assert threads_set == [3, 1, 2]
 
 
 def test_tokenizer_train_sizes_the_tokenizers_pool(monkeypatch, tmp_path):

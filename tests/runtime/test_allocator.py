@@ -72,5 +72,6 @@ def test_every_command_and_inference_entry_point_sets_it(monkeypatch, tmp_path):
         tmp_path, tokenizer=WordPieceTokenizer(vocab))
     predictor.load_predictor(tmp_path)
     for_inference(BertModel(preset("bert-debug")), "fp32")
-    prepare.prepare_training(torch.nn.Linear(2, 2), TrainConfig(max_steps=1, precision="fp32"), DistributedContext())
+    prepare.prepare_training(torch.nn.Linear(2, 2), TrainConfig(max_steps=1, precision="fp32", learning_rate=1e-4),
+                             DistributedContext())
     assert calls == ["cli", "predictor", "training"]

@@ -135,7 +135,7 @@ def test_training_asks_for_the_runs_micro_batch_and_length(live, monkeypatch, tm
         return model.bert(batch["input_ids"], attention_mask=batch["attention_mask"]).last_hidden_state.mean(), {}
 
     model = BertForPreTraining(preset("bert-debug", vocab_size=64))
-    config = TrainConfig(max_steps=1, micro_batch_size=3, precision="auto", shuffle=False)
+    config = TrainConfig(max_steps=1, micro_batch_size=3, precision="auto", shuffle=False, learning_rate=1e-4)
     prepared, resolved = prepare_training(model, config, DistributedContext(), 3, sample_length(items, 3))
     fit(prepared, loss_fn, TrainingData(items, collate), resolved, tmp_path / "run")
     assert asked == [("training", 3, 13)]

@@ -29,6 +29,7 @@ from bertkit.model import (
 )
 from bertkit.serve.app import build_server
 from bertkit.serve.client import wait_until_ready
+from bertkit.settings import ServeSettings
 from bertkit.tasks.classification import ClassificationSettings, ClassificationTask
 from bertkit.tasks.finetuned import feature_based_model, save_finetuned
 from bertkit.tasks.squad import SquadSettings, SquadTask
@@ -126,7 +127,8 @@ class LiveServer:
 
     def __init__(self, app) -> None:
         self.port = free_port()
-        self.server = build_server(app, port=self.port, log_level="warning")
+        # The address and log level of `bertkit serve`'s settings (the model is already in the app).
+        self.server = build_server(app, ServeSettings(Path(), port=self.port, log_level="warning"))
         self.thread = threading.Thread(target=self.server.run, daemon=True)
 
     def __enter__(self) -> str:

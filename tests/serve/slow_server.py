@@ -12,7 +12,7 @@ import time
 
 from bertkit.serve.app import create_app, run_server
 from bertkit.serve.predictor import load_predictor
-from bertkit.settings import Limits, ServerSettings
+from bertkit.settings import Limits, ServerSettings, ServeSettings
 
 
 class SlowPredictor:
@@ -47,4 +47,5 @@ def slow_app(model_dir: str, delay_s: float, max_queue: int, timeout_s: float, l
 
 if __name__ == "__main__":
     directory, port, delay, queue, timeout = sys.argv[1:6]
-    run_server(slow_app(directory, float(delay), int(queue), float(timeout)), port=int(port), log_level="warning")
+    run_server(slow_app(directory, float(delay), int(queue), float(timeout)),
+               ServeSettings(directory, port=int(port), log_level="warning"))

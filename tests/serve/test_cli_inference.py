@@ -3,17 +3,22 @@
 from __future__ import annotations
 
 import json
+import re
 import signal
 import subprocess
 import sys
+import tomllib
+from pathlib import Path
 
 import httpx
 import numpy as np
 import pytest
 
 from bertkit.cli import main
+from bertkit.cli.inference import EXTRAS
 from bertkit.serve.client import wait_until_ready
 from bertkit.serve.predictor import load_predictor
+from bertkit.settings import ServeSettings
 from bertkit.tokenizer import WordPieceTokenizer
 
 from .conftest import VOCAB, free_port
@@ -60,12 +65,20 @@ def test_extract_refuses_a_max_seq_length_past_the_position_embeddings(tmp_path,
     assert len(json.loads(output.read_text())["features"]) == 16
 
 
-def test_export_onnx_prints_the_check_and_the_int8_change(classifier_dir, tmp_path, capsys):
-    assert main(["export", "onnx", "--model", str(classifier_dir), "--output", str(tmp_path / "m.onnx"),
-                 "--quantize", "int8"]) == 0
-    out = capsys.readouterr().out
-    assert "onnxruntime vs PyTorch (fp32): max |diff|" in out and "int8 dynamic quantization" in out
-    assert f"wrote {tmp_path / 'm.onnx'} (int8 (dynamic quantization), BertForSequenceClassification: logits" in out
+def test_serve_without_the_serve_extra_says_what_to_install(mlm_dir, monkeypatch, capsys):
+    """A plain `pip install -e .` has no uvicorn: one line naming the extra, exit 2, no traceback."""
+    monkeypatch.setitem(sys.modules, "uvicorn", None)  # an import of it fails, as when it is not installed
+    assert main(["serve", "--model", str(mlm_dir)]) == 2
+    assert capsys.readouterr().err == ("bertkit: error: bertkit serve needs the optional packages of bertkit[serve] "
+                                       "(uvicorn not installed); install them with: pip install \"bertkit[serve]\"\n")
+
+
+def test_the_extras_checked_are_pyprojects():
+    extras = tomllib.loads((Path(__file__).parents[2] / "pyproject.toml").read_text())["project"][
+        "optional-dependencies"]
+    for extra, modules in EXTRAS.items():
+        names = {re.match(r"[A-Za-z0-9_.-]+", requirement)[0].replace("-", "_") for requirement in extras[extra]}
+        assert set(modules) == names, extra
 
 
 def test_serve_help_shows_safe_defaults(capsys):
@@ -93,7 +106,8 @@ def cased_tokenizer_dir(tmp_path_factory):
 
 def test_load_predictor_takes_another_tokenizer_directory(mlm_dir, cased_tokenizer_dir, tmp_path, capsys):
     assert load_predictor(mlm_dir).tokenizer.tokenize("The cat") == ["the", "cat"]
-    assert load_predictor(mlm_dir, tokenizer_dir=cased_tokenizer_dir).tokenizer.tokenize("The cat") == ["[UNK]", "cat"]
+    cased = load_predictor(ServeSettings(mlm_dir, tokenizer=cased_tokenizer_dir))
+    assert cased.tokenizer.tokenize("The cat") == ["[UNK]", "cat"]
     WordPieceTokenizer([*VOCAB, "extra"]).save_pretrained(tmp_path)
     assert main(["serve", "--model", str(mlm_dir), "--tokenizer", str(tmp_path)]) == 2
     assert "vocab.txt is not the vocabulary of the model in" in capsys.readouterr().err  # more tokens, and not its own

@@ -59,7 +59,7 @@ def test_pooled_npy_concatenates_the_requested_layers(mlm_dir, input_file, tmp_p
     assert vectors.shape == (4, 64) and vectors.dtype == np.float32
     layers, _ = _reference(mlm_dir, "paris")
     np.testing.assert_allclose(vectors[3], torch.cat([layers[-1].mean(0), layers[0].mean(0)]).numpy(), atol=1e-5)
-    extract_features(ExtractSettings(mlm_dir, input_file, output, layers="-1", pooling="cls"))
+    extract_features(ExtractSettings(mlm_dir, input_file, output, layers="-1", pooling="cls", overwrite=True))
     np.testing.assert_allclose(np.load(output)[3], layers[-1][0].numpy(), atol=1e-5)
 
 

@@ -19,6 +19,7 @@ from bertkit.cli import main
 from bertkit.serve.app import create_app
 from bertkit.serve.cost import token_cost
 from bertkit.serve.predictor import load_predictor
+from bertkit.serve.routes import CALLS
 from bertkit.settings import Limits, ServerSettings
 
 GENERATED_ID = re.compile(r"[0-9a-f]{32}")
@@ -54,7 +55,7 @@ def _value(samples: dict, name: str, **labels: str) -> float:
 
 def test_metrics_count_requests_batches_and_tokens(mlm_dir, access_log):
     predictor = load_predictor(mlm_dir)
-    counts = token_cost(predictor)
+    counts = token_cost(predictor, CALLS)
 
     def cost(key, text):
         return counts(key, [text])[0]

@@ -13,7 +13,7 @@ import torch
 
 from bertkit.runtime import probe
 from bertkit.serve.predictor import load_predictor
-from bertkit.settings import ExtractSettings, PredictSettings
+from bertkit.settings import ExtractSettings, PredictSettings, ServeSettings
 from bertkit.workflows.extract import extract_features
 from bertkit.workflows.predict import predict_file
 
@@ -39,13 +39,13 @@ def _run_each(classifier_dir, tmp_path, precision):
     lines.write_text("the cat sat\n", encoding="utf-8")
     yield "predict", lambda: predict_file(PredictSettings(str(classifier_dir), str(source), str(tmp_path / "p"),
                                                           device="cpu", precision=precision, evaluate=True))
-    yield "serve", lambda: load_predictor(classifier_dir, precision=precision)
+    yield "serve", lambda: load_predictor(ServeSettings(classifier_dir, precision=precision))
     yield "extract", lambda: extract_features(ExtractSettings(classifier_dir, lines, tmp_path / "f.npy",
                                                               precision=precision))
 
 
-@pytest.mark.parametrize("precision, expected", [("fp32", "precision for inference: fp32 (--precision fp32"),
-                                                 ("bf16", "precision for inference: bf16 (--precision bf16"),
+@pytest.mark.parametrize("precision, expected", [("fp32", "precision for inference: fp32 ("),
+                                                 ("bf16", "precision for inference: bf16 ("),
                                                  ("auto", "precision auto for inference: bf16 (")])
 def test_each_inference_entry_logs_its_precision_in_one_line(classifier_dir, tmp_path, caplog, fresh_choice,
                                                               precision, expected):

@@ -23,7 +23,7 @@ from bertkit.serve.predictor import (
     TaggingPredictor,
     load_predictor,
 )
-from bertkit.settings import PredictSettings
+from bertkit.settings import PredictSettings, ServeSettings
 from bertkit.tasks.classification import ClassificationSettings, ClassificationTask
 from bertkit.tasks.finetuned import FEATURE_HEAD_FILE
 from bertkit.tasks.squad import SquadSettings, SquadTask
@@ -297,7 +297,7 @@ def test_feature_based_directory_without_its_head_is_refused_clearly(tmp_path):
 def test_bf16_predictors_agree_with_fp32(fixture, request):
     """--precision bf16: the weights are cast, every endpoint runs, and scores stay within bf16 rounding."""
     directory = request.getfixturevalue(fixture)
-    exact, fast = load_predictor(directory), load_predictor(directory, precision="bf16")
+    exact, fast = load_predictor(directory), load_predictor(ServeSettings(directory, precision="bf16"))
     assert next(fast.model.parameters()).dtype == torch.bfloat16
     np.testing.assert_allclose(fast.embed(TEXTS, "mean"), exact.embed(TEXTS, "mean"), atol=0.05, rtol=0.05)
     if isinstance(exact, ClassificationPredictor):
@@ -313,5 +313,5 @@ def test_bf16_predictors_agree_with_fp32(fixture, request):
 
 
 def test_unknown_precision_is_a_clear_error(classifier_dir):
-    with pytest.raises(BertkitError, match="--precision 'fp16' is not supported for inference"):
-        load_predictor(classifier_dir, precision="fp16")
+    with pytest.raises(BertkitError, match="--precision 'fp16': use one of auto, fp32, bf16, int8"):
+        load_predictor(ServeSettings(classifier_dir, precision="fp16"))

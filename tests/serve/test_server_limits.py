@@ -149,6 +149,21 @@ def test_limits_inputs_and_characters_422(mlm):
     _assert_clean_error(mlm.post("/embed", json={"inputs": ["a"] * 5}), 422, "too_many_inputs")
 
 
+def test_a_body_sent_as_a_form_is_415_naming_the_header(mlm):
+    """curl -d sends application/x-www-form-urlencoded: the answer says to send JSON with its header (it was a
+    422 about the schema), in the server's error shape, and OpenAI's under /v1/."""
+    body = b'{"inputs": ["the [MASK] sat"]}'
+    form = {"Content-Type": "application/x-www-form-urlencoded"}
+    refused = _assert_clean_error(mlm.post("/fill-mask", content=body, headers=form), 415, "unsupported_media_type")
+    assert "Content-Type: application/json" in refused["error"] and "x-www-form-urlencoded" in refused["error"]
+    _assert_clean_error(mlm.post("/", content=b'{"inputs": "a"}', headers={"Content-Type": "text/plain"}), 415)
+    openai = mlm.post("/v1/embeddings", content=b'{"input": "a"}', headers=form)
+    assert openai.status_code == 415 and openai.json()["error"]["code"] == "unsupported_media_type"
+    assert "sent without a Content-Type" in _assert_clean_error(mlm.post("/fill-mask", content=body), 415)["error"]
+    assert mlm.post("/fill-mask", content=body, headers={"Content-Type": "application/json; charset=utf-8"}
+                    ).status_code == 200
+
+
 def test_body_size_413_before_parsing(mlm):
     big = json.dumps({"inputs": ["a [MASK]"], "pad": "x" * 5000}).encode()
     _assert_clean_error(mlm.post("/fill-mask", content=big, headers={"Content-Type": "application/json"}),

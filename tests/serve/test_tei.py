@@ -18,7 +18,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from bertkit.serve.app import build_server, create_app
 from bertkit.serve.predictor import load_predictor
-from bertkit.settings import Limits, ServerSettings
+from bertkit.settings import Limits, ServerSettings, ServeSettings
 
 from .conftest import LiveServer
 
@@ -263,8 +263,8 @@ def test_te_metrics_parse_and_headers_and_traceparent(sentence_dir):
 
 def test_json_access_log_is_alone_on_stdout(mlm_dir):
     app = create_app(load_predictor(mlm_dir), ServerSettings(json_access_log=True))
-    assert build_server(app).config.access_log is False  # uvicorn's plain-text access lines off
-    assert build_server(create_app(load_predictor(mlm_dir))).config.access_log is True
+    assert build_server(app, ServeSettings(mlm_dir)).config.access_log is False  # uvicorn's plain-text access lines off
+    assert build_server(create_app(load_predictor(mlm_dir)), ServeSettings(mlm_dir)).config.access_log is True
     assert logging.getLogger("bertkit.access").propagate is False  # its JSON lines: test_metrics
 
 
@@ -310,7 +310,7 @@ def test_odd_bodies_probes_and_batches_are_answered_as_tei(classifier_dir, regre
     deep = b"[" * 100_000 + b"]" * 100_000
     with _client(classifier_dir, limits=Limits(max_body_bytes=1 << 20)) as client:
         _tei_error(client.post("/", content=deep, headers={"Content-Type": "application/json"}), 400, "Validation")
-        _tei_error(client.post("/", content=b'{"inputs": "a"}', headers={"Content-Type": "text/plain"}), 422,
+        _tei_error(client.post("/", content=b'{"inputs": "a"}', headers={"Content-Type": "text/plain"}), 415,
                    "Validation")
         body = _tei_error(client.post("/predict", json={"inputs": [["the cat"], ["a dog", "the cat " * 20]],
                                                         "truncate": False}), 422, "Validation")

@@ -23,6 +23,7 @@ from bertkit.serve.app import create_app
 from bertkit.serve.cost import token_cost
 from bertkit.serve.microbatch import MicroBatcher
 from bertkit.serve.predictor import load_predictor
+from bertkit.serve.routes import CALLS
 from bertkit.settings import ServerSettings
 
 
@@ -90,7 +91,7 @@ def test_token_counts_equal_the_predictors_features(mlm_dir, classifier_dir, tag
     # (one [UNK] each, so the prefix has too few tokens and the whole text is counted), no space at all.
     longer = ["the cat sat. " * 1500, ("abcdefghij" * 12 + " ") * 150, "x" * 5000]
     mlm = load_predictor(mlm_dir)
-    cost = _one(token_cost(mlm))
+    cost = _one(token_cost(mlm, CALLS))
     for text in ["the cat", long, "", "x" * 50, *longer]:
         [feature], _ = mlm.encode([text])
         assert cost(("embed", "auto", None), text) == len(feature["input_ids"])
@@ -100,7 +101,7 @@ def test_token_counts_equal_the_predictors_features(mlm_dir, classifier_dir, tag
     assert cost(("fill-mask", 5), masked) == len(mlm._masked_feature(masked, 0)["input_ids"])
 
     classifier = load_predictor(classifier_dir)
-    cost = _one(token_cost(classifier))
+    cost = _one(token_cost(classifier, CALLS))
     for text, pair in [("the cat", None), ("the cat sat", "on the mat"), (long, long), (longer[0], "the cat"),
                        ("the cat", longer[1])]:
         [feature], _ = classifier.encode([text], None if pair is None else [pair])
@@ -109,14 +110,14 @@ def test_token_counts_equal_the_predictors_features(mlm_dir, classifier_dir, tag
             assert cost(("rerank", True, "right", False), (text, pair)) == len(feature["input_ids"])
 
     tagger = load_predictor(tagger_dir)  # max_seq_length 10, doc_stride 3: long texts in windows
-    cost = _one(token_cost(tagger))
+    cost = _one(token_cost(tagger, CALLS))
     for text in ["john smith lives in london", long]:
         sentences, _ = tagger.sentences([text])
         features = tagger.task.features(sentences, tagger.tokenizer)
         assert cost(("tag",), text) == sum(len(f["input_ids"]) for f in features)
 
     reader = load_predictor(squad_dir)  # max_seq_length 24, doc_stride 5, max_query_length 8
-    cost = _one(token_cost(reader))
+    cost = _one(token_cost(reader, CALLS))
     for question, context in [("who lives in london?", "john smith lives in london"), ("where?" * 20, long)]:
         features = reader.task.features([SquadExample("0", question, context, (), False)], reader.tokenizer)
         assert cost(("answer",), (question, context)) == sum(len(f["input_ids"]) for f in features)
@@ -134,7 +135,7 @@ def test_the_app_runs_short_requests_apart_from_a_long_one(mlm_dir):
         return embed(texts, **options)
 
     predictor.embed = recording  # type: ignore[method-assign]
-    cost = _one(token_cost(predictor))
+    cost = _one(token_cost(predictor, CALLS))
     long, shorts = "the cat sat on the mat " * 5, [f"the {w}" for w in "cat dog mat park house city".split()]
     budget = cost(("embed",), long) + 3  # the long text (32 tokens) and one short (4) are over it
     texts = [*shorts[:3], long, *shorts[3:]]

@@ -13,6 +13,7 @@ import pytest
 
 from bertkit.cli import main
 from bertkit.serve.predictor import load_predictor
+from bertkit.settings import ServeSettings
 from bertkit.tokenizer import WordPieceTokenizer
 
 POSITIVE, NEGATIVE = ["good", "great", "fine"], ["bad", "awful"]
@@ -63,7 +64,7 @@ def test_int8_agrees_with_fp32_on_a_finetuned_model(finetuned, tmp_path):
     assert main(["predict", "--model", str(model), "--input", str(dev), "--output", str(tmp_path / "p"),
                  "--device", "cpu", "--precision", "int8"]) == 0
     texts = [json.loads(line)["text"] for line in dev.read_text().splitlines()][:8]
-    fast = [r["label"] for r in load_predictor(model, precision="int8").classify(texts)]
+    fast = [r["label"] for r in load_predictor(ServeSettings(model, precision="int8")).classify(texts)]
     assert np.mean([a == b for a, b in zip(fast, [r["label"] for r in load_predictor(model).classify(texts)])]) >= 0.75
 
 

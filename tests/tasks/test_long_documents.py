@@ -21,7 +21,8 @@ from bertkit.model import BertForTokenClassification
 from bertkit.serve.app import create_app
 from bertkit.serve.cost import token_cost
 from bertkit.serve.predictor import load_predictor
-from bertkit.settings import WINDOW_AGGREGATIONS, ClassificationSettings
+from bertkit.serve.routes import CALLS
+from bertkit.settings import WINDOW_AGGREGATIONS, ClassificationSettings, LongDocumentSettings
 from bertkit.tasks.classification import ClassificationTask
 from bertkit.tasks.finetuned import save_finetuned
 from bertkit.tasks.long_documents import aggregate_logits, plan_windows, window_features
@@ -270,19 +271,20 @@ def test_serve_classify_aggregates_windows_as_predict_does(synthetic, tmp_path):
         assert info["long_documents"] == {"mode": "windows", "doc_stride": None, "window_aggregation": "mean",
                                           "max_windows": 16}
     # the cap: a document over it is flagged, or refused with "truncate": false
-    capped = load_predictor(synthetic["windows"] / "best", long_documents={"max_windows": 2})
+    capped = load_predictor(synthetic["windows"] / "best", long_documents=LongDocumentSettings(max_windows=2))
     with TestClient(create_app(capped)) as client:
         result = client.post("/classify", json={"inputs": [rows[0]["text"]]}).json()["results"][0]
         assert result["windows"] == 2 and result["truncated"] is True
         refused = client.post("/classify", json={"inputs": ["the river", rows[0]["text"]], "truncate": False})
         assert refused.status_code == 422 and "'inputs[1]' has 38;" in refused.json()["error"]
     # the micro-batcher's token budget counts every window, as the predictor builds them
-    cost = token_cost(predictor)(("classify", False, True, "right"), [(r["text"], None) for r in rows[:3]])
+    items = [(r["text"], None) for r in rows[:3]]
+    cost = token_cost(predictor, CALLS)(("classify", False, True, "right"), items)
     examples = [TextExample(f"inputs[{i}]", r["text"], None, None) for i, r in enumerate(rows[:3])]
     features, _ = predictor.task.window_features(examples, predictor.tokenizer)
     assert sum(cost) == sum(len(f["input_ids"]) for f in features) and cost == [plan.tokens] * 3 == [4 * SEQ + 10] * 3
     with pytest.raises(BertkitError, match="--long-documents applies to classification models"):
-        load_predictor(_tagger(tmp_path), long_documents={"long_documents": "windows"})
+        load_predictor(_tagger(tmp_path), long_documents=LongDocumentSettings(long_documents="windows"))
 
 
 def _tagger(directory: Path) -> Path:

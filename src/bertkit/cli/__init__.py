@@ -24,6 +24,7 @@ import click
 
 from bertkit.errors import BertkitError, Interrupted
 from bertkit.runtime.allocator import keep_freed_memory
+from bertkit.settings.tasks import FINETUNE_KINDS
 
 # name -> "module:attribute" of a click command or group.
 COMMANDS: dict[str, str] = {
@@ -51,7 +52,7 @@ SUMMARIES: dict[str, str] = {
     "tokenizer": "Train or inspect a WordPiece vocabulary.",
     "data": "Build pre-training data (MLM + NSP instances) from text.",
     "pretrain": "Pre-train BERT with masked LM + next sentence prediction.",
-    "finetune": "Fine-tune on classification, tagging, SQuAD or multiple choice.",
+    "finetune": "Fine-tune one of: " + ", ".join(FINETUNE_KINDS) + ".",
     "glue": "Fine-tune on every task of a GLUE directory (lr chosen on dev, seeds) -> one table like the paper's.",
     "predict": "Predict with a fine-tuned model directory.",
     "evaluate": "Evaluate a fine-tuned model directory on a labelled file.",

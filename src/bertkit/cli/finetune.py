@@ -1,4 +1,4 @@
-"""`bertkit finetune classification|tagging|squad|multiple-choice`.
+"""`bertkit finetune <kind>`: one subcommand per task kind (bertkit.settings.TASK_SETTINGS), and `embedding`.
 
 Flag parsing only: the flags of a `finetune` subcommand are generated from the fields of `FinetuneSettings`
 and of the task's settings dataclass (bertkit.settings, torch-free, so `--help` answers at once;
@@ -19,12 +19,11 @@ import click
 
 from bertkit.cli.options import memory_line, pop_settings, settings_from_flags, settings_options
 from bertkit.settings import (
+    TASK_SETTINGS,
     ClassificationSettings,
     EmbeddingSettings,
     FinetuneSettings,
-    MultipleChoiceSettings,
-    SquadSettings,
-    TaggingSettings,
+    TaskSettings,
 )
 
 
@@ -124,39 +123,32 @@ def finetune() -> None:
     """Fine-tune a pre-trained BERT with one output layer (paper section 4)."""
 
 
-@finetune.command()
-@_finetune_flags(ClassificationSettings, ("labels",), glue_task={"flag": "--task"})
-@click.option("--regression", is_flag=True, help="Numeric labels, one output, mean squared error (generic files).")
-def classification(regression: bool, **flags: Any) -> None:
-    """Sentence or sentence-pair classification / regression (GLUE TSV, or CSV/TSV/JSONL/Parquet/`datasets`
-    directory by column)."""
-    if flags["glue_task"]:
-        from bertkit.data.glue import glue_task as lookup
-        flags["glue_task"] = lookup(flags["glue_task"]).name
-    _run("classification", ClassificationSettings, flags, regression=regression)
+COMMAND_EXTRAS: dict[type, dict[str, Any]] = {ClassificationSettings: {"glue_task": {"flag": "--task"}}}
+"""Where a kind's flags differ from its settings fields (classification's GLUE task is `--task`)."""
 
 
-@finetune.command()
-@_finetune_flags(TaggingSettings, ("labels",))
-def tagging(**flags: Any) -> None:
-    """Token tagging, e.g. named entities (CoNLL-2003 files, or JSONL/Parquet/`datasets` directory with token and
-    tag lists by --tokens-column/--tags-column)."""
-    _run("tagging", TaggingSettings, flags)
+def _task_command(settings_class: type[TaskSettings]) -> click.Command:
+    """The `bertkit finetune <kind>` subcommand of one task kind, from its settings class."""
+    def command(**flags: Any) -> None:
+        extra: dict[str, Any] = {}
+        if settings_class is ClassificationSettings:
+            extra["regression"] = flags.pop("regression")
+            if flags["glue_task"]:
+                from bertkit.data.glue import glue_task as lookup
+                flags["glue_task"] = lookup(flags["glue_task"]).name
+        _run(settings_class.kind, settings_class, flags, **extra)
+
+    command.__doc__ = settings_class.command_help
+    if settings_class is ClassificationSettings:
+        command = click.option("--regression", is_flag=True,
+                               help="Numeric labels, one output, mean squared error (generic files).")(command)
+    command = _finetune_flags(settings_class, settings_class.decided_by_data,
+                              **COMMAND_EXTRAS.get(settings_class, {}))(command)
+    return finetune.command(name=settings_class.kind)(command)
 
 
-@finetune.command()
-@_finetune_flags(SquadSettings, ("null_score_diff_threshold",))
-def squad(**flags: Any) -> None:
-    """Extractive question answering (SQuAD v1.1 / v2.0 JSON, or JSONL/Parquet/`datasets` directory in the
-    `datasets` squad layout)."""
-    _run("squad", SquadSettings, flags)
-
-
-@finetune.command(name="multiple-choice")
-@_finetune_flags(MultipleChoiceSettings)
-def multiple_choice(**flags: Any) -> None:
-    """Multiple choice (SWAG CSV, or JSONL with context/endings/label; either layout as Parquet/`datasets`)."""
-    _run("multiple-choice", MultipleChoiceSettings, flags)
+for _settings_class in TASK_SETTINGS:
+    _task_command(_settings_class)
 
 
 KEPT_FROM_DIRECTORY = {

@@ -7,17 +7,20 @@ Design decision: the flags are generated (bertkit.cli.options) from the settings
 torch-free). Heavy imports (torch, onnxruntime, FastAPI)
 happen inside each command, so `--help` answers at once; the server binds 127.0.0.1 unless `--host` says
 otherwise, and the API key can come from the environment (BERTKIT_API_KEY) so it stays out of shell
-history and process listings.
+history and process listings. `serve` and `export onnx` need an optional extra of the package: a missing
+module of it is refused first, in one line naming the extra to install, before anything is loaded or written.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import logging
 from typing import Any
 
 import click
 
-from bertkit.cli.options import settings_from_flags, settings_options, use_threads
+from bertkit.cli.options import settings_from_flags, settings_options
+from bertkit.errors import BertkitError
 from bertkit.settings import (
     ExportSettings,
     ExtractSettings,
@@ -28,6 +31,18 @@ from bertkit.settings import (
 
 CONTEXT = {"show_default": True}
 
+EXTRAS = {"serve": ("fastapi", "fastapi_offline", "uvicorn", "prometheus_client", "httpx"),
+          "onnx": ("onnx", "onnxruntime")}
+"""The modules of pyproject.toml's optional dependencies that a command needs (a test compares them)."""
+
+
+def require_extra(extra: str, command: str) -> None:
+    """Refuse `command` in one line naming `pip install "bertkit[extra]"` when a module of the extra is missing."""
+    missing = [name for name in EXTRAS[extra] if importlib.util.find_spec(name) is None]
+    if missing:
+        raise BertkitError(f"bertkit {command} needs the optional packages of bertkit[{extra}] ({', '.join(missing)} "
+                           f"not installed); install them with: pip install \"bertkit[{extra}]\"")
+
 
 @click.command(context_settings=CONTEXT)
 @settings_options(ExtractSettings, overrides={"precision": {"default": "auto"}, "pooling": {"default_text": "auto"}})
@@ -37,7 +52,6 @@ def extract(**flags: Any) -> None:
 
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s")
     settings = settings_from_flags(ExtractSettings, flags)
-    use_threads(settings.threads)
     count = extract_features(settings)
     click.echo(f"wrote features of {count} lines to {settings.output}")
 
@@ -51,6 +65,7 @@ def export() -> None:
 @settings_options(ExportSettings)
 def onnx(**flags: Any) -> None:
     """Export a checkpoint's head to ONNX and check it against onnxruntime."""
+    require_extra("onnx", "export onnx")
     from bertkit.export.onnx import export_onnx
 
     report = export_onnx(settings_from_flags(ExportSettings, flags))
@@ -64,23 +79,16 @@ def onnx(**flags: Any) -> None:
 @settings_options(LongDocumentSettings)
 def serve(**flags: Any) -> None:
     """Serve a model over HTTP (FastAPI + uvicorn; OpenAPI docs at /docs)."""
-    import torch
-
+    require_extra("serve", "serve")
     from bertkit.serve.app import create_app, run_server
     from bertkit.serve.predictor import load_predictor
+    from bertkit.serve.routes import served_paths
 
     run = settings_from_flags(ServeSettings, flags)
-    long_documents = settings_from_flags(LongDocumentSettings, flags).long_document_choices()
+    long_documents = settings_from_flags(LongDocumentSettings, flags)
     settings = settings_from_flags(ServerSettings, flags)
     logging.basicConfig(level=run.log_level.upper(), format="%(levelname)s %(name)s: %(message)s")
-    if run.threads is not None:
-        torch.set_num_threads(run.threads)
-    predictor = load_predictor(run.model, batch_size=settings.max_batch_size, precision=run.precision,
-                               tokenizer_dir=run.tokenizer, calibration=run.calibration,
-                               **({"long_documents": long_documents} if long_documents else {}))
-    from bertkit.serve.compat import served_endpoints
-
-    click.echo(f"serving {', '.join(served_endpoints(predictor))} and POST / (text-embeddings-inference's routes) "
+    predictor = load_predictor(run, settings.max_batch_size, long_documents)
+    click.echo(f"serving {', '.join(served_paths(predictor))} (text-embeddings-inference's routes) "
                f"on http://{run.host}:{run.port}; docs: /docs")
-    run_server(create_app(predictor, settings), host=run.host, port=run.port, drain_timeout_s=run.drain_timeout_s,
-               log_level=run.log_level)
+    run_server(create_app(predictor, settings), run)

@@ -267,14 +267,6 @@ def _click_type(field: dataclasses.Field, base: Any, hint: Any) -> Any:
                     "overrides")
 
 
-def use_threads(threads: int | None) -> None:
-    """torch.set_num_threads(threads) for a command's --threads; unset: torch's default, untouched (as `serve`)."""
-    if threads is not None:
-        import torch
-
-        torch.set_num_threads(threads)
-
-
 def memory_line(peak: dict[str, float]) -> str:
     """`runtime.peak_memory`'s record in words, e.g. 'resident 812 MiB; CUDA tensors 5,120 MiB (reserved 6,000)'."""
     line = f"resident {peak['rss_mib']:,.0f} MiB"

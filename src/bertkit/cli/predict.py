@@ -15,7 +15,7 @@ from typing import Any
 
 import click
 
-from bertkit.cli.options import settings_from_flags, settings_options, use_threads
+from bertkit.cli.options import settings_from_flags, settings_options
 from bertkit.settings import PredictSettings
 
 
@@ -23,7 +23,6 @@ def _predict_file(settings: PredictSettings) -> dict[str, Any]:
     from bertkit.workflows.predict import predict_file  # torch: only when the command runs, not for --help
 
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")  # e.g. the precision
-    use_threads(settings.threads)
     return predict_file(settings)
 
 

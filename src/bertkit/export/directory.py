@@ -87,7 +87,8 @@ def write_deploy_files(output: Path, model_dir: Path, tokenizer: WordPieceTokeni
         written += [name for name in sorted(p.name for p in output.iterdir())
                     if name not in written and name != GRAPH_FILE and name not in TOKENIZER_FILES]
     task = read_task_file(model_dir)
-    _write_input_rules(output, _max_length(task, config, model_dir), split_special=architecture not in MASK_HEADS)
+    split_special = architecture not in MASK_HEADS and tokenizer.split_special_tokens  # as bertkit reads the text
+    _write_input_rules(output, _max_length(task, config, model_dir), split_special)
     if task is not None:
         task = {key: value for key, value in task.items() if key not in FEATURE_KEYS}
         write_text_atomic(output / TASK_FILE, json.dumps(task, indent=2) + "\n")

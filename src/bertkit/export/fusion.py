@@ -13,7 +13,7 @@ BertSelfAttention exports. Measured on the packed export (ORT 1.32): 0 Attention
 SkipLayerNormalization and BiasGelu. So export swaps each layer for a `FusableLayer` that holds the same
 weights (the packed one split in three) and computes that graph, and the embeddings for a
 `FusableEmbeddings` (positions sliced from a buffer, as transformers has them: EmbedLayerNormalization's
-pattern); the outputs equal bertkit's within fp32 rounding (tests/serve/test_onnx_export.py). The mask is
+pattern); the outputs equal bertkit's within fp32 rounding (tests/export/test_onnx_export.py). The mask is
 ONNX Runtime's raw 2D attention mask (`use_raw_attention_mask`), correct for any padding; its BERT default
 (a per-row length) assumes right padding. opt_level 1 (basic graph optimizations): the optimizer's own
 default for model_type "bert"; levels above 1 write graphs for one provider (its docstring: "use_gpu shall

@@ -3,9 +3,12 @@ optimizer and dynamically quantized to int8, written as a directory that deploys
 
 `export_onnx(ExportSettings(model_dir, output))` writes an ONNX graph with inputs `input_ids`, `token_type_ids`,
 `attention_mask` (int64, dynamic batch and sequence axes; multiple choice adds a dynamic choices axis)
-and the head's outputs under their Hugging Face names. `output` is a directory (model.onnx beside
-config.json with the label map, the tokenizer files and bertkit_task.json: bertkit.export.directory) or,
-when it ends in .onnx, that file alone (the graph only, as earlier versions wrote). It then runs the graph in
+and the head's outputs under their Hugging Face names (`heads()`: the encoder's and the pre-training heads', and
+each task kind's as its class declares them, `bertkit.tasks.kinds.TASK_CLASSES`). `output` is a directory
+(model.onnx beside config.json with the label map, the tokenizer files and bertkit_task.json:
+bertkit.export.directory) or,
+when it ends in .onnx, that file alone (the graph only, as earlier versions wrote); an export that fails
+leaves no directory it created. It then runs the graph in
 onnxruntime on a sample batch of a *different* shape than the one traced and reports the largest difference
 from PyTorch's padding-free model. `optimize=True` writes ONNX Runtime's fused graph instead
 (bertkit.export.fusion) and reports its fused operators and its own difference from PyTorch.
@@ -54,18 +57,33 @@ from bertkit.model.attention import PaddedSDPA
 from bertkit.model.feature_based import FeatureBasedModel
 from bertkit.settings import QUANTIZATIONS, ExportSettings
 from bertkit.tasks.finetuned import load_finetuned, read_task_file
+from bertkit.tasks.kinds import TASK_CLASSES
 from bertkit.tokenizer import WordPieceTokenizer, check_model_vocabulary
 
 INPUT_NAMES = ("input_ids", "token_type_ids", "attention_mask")
-OUTPUT_NAMES = {
-    "BertModel": ("last_hidden_state", "pooler_output"),
-    "BertForPreTraining": ("prediction_logits", "seq_relationship_logits"),
-    "BertForMaskedLM": ("logits",),
-    "BertForSequenceClassification": ("logits",),
-    "BertForTokenClassification": ("logits",),
-    "BertForQuestionAnswering": ("start_logits", "end_logits"),
-    "BertForMultipleChoice": ("logits",),
-}
+
+
+@dataclass(frozen=True)
+class Head:
+    """What a head's graph takes and gives: its outputs (Hugging Face names), those with a sequence axis, and the
+    axes of its inputs (the outputs without a sequence axis keep the others: batch, and multiple choice's choices)."""
+
+    outputs: tuple[str, ...]
+    token_level: tuple[str, ...] = ()
+    input_axes: tuple[str, ...] = ("batch", "sequence")
+
+
+def heads() -> dict[str, Head]:
+    """Architecture (config.json's `architectures`) -> its `Head`: the heads no task kind trains, then each
+    kind's (the first kind of a head class decides, as `kind_of_architecture` does)."""
+    found = {"BertModel": Head(("last_hidden_state", "pooler_output"), ("last_hidden_state",)),
+             "BertForPreTraining": Head(("prediction_logits", "seq_relationship_logits"), ("prediction_logits",)),
+             "BertForMaskedLM": Head(("logits",), ("logits",))}
+    for cls in TASK_CLASSES.values():
+        found.setdefault(cls.model_class.__name__, Head(cls.output_names, cls.token_level_outputs, cls.input_axes))
+    return found
+
+
 SAMPLE_TEXTS = (
     "The quick brown fox jumps over the lazy dog.",
     "BERT is pre-trained with a masked language model and next sentence prediction.",
@@ -140,17 +158,35 @@ class _TupleOutputs(nn.Module):
 def export_onnx(settings: ExportSettings) -> ExportReport:
     """Export the directory's head to `settings.output` (a directory, or a .onnx file: the graph alone),
     checked on the lines of `settings.sample` (else SAMPLE_TEXTS); see the module docstring."""
-    quantize, opset = settings.quantize, settings.opset
-    if quantize is not None and quantize not in QUANTIZATIONS:
-        raise BertkitError(f"--quantize {quantize!r}: supported: {', '.join(QUANTIZATIONS)}")
+    if settings.quantize is not None and settings.quantize not in QUANTIZATIONS:
+        raise BertkitError(f"--quantize {settings.quantize!r}: supported: {', '.join(QUANTIZATIONS)}")
     model_dir, output = check_model_directory(settings.model), Path(settings.output)
     directory = output.suffix.lower() != ".onnx"
     if directory:
         check_output_directory(output, model_dir)
     graph = output / GRAPH_FILE if directory else output
+    with _removed_on_failure(graph.parent):
+        return _export(settings, model_dir, output, graph)
+
+
+@contextlib.contextmanager
+def _removed_on_failure(directory: Path) -> Iterator[None]:
+    """Remove what of `directory` did not exist before, should the export fail (nothing half-written stays)."""
+    missing = [d for d in (directory, *directory.parents) if not d.exists()]  # nearest first
+    try:
+        yield
+    except BaseException:
+        if missing:
+            shutil.rmtree(missing[-1], ignore_errors=True)
+        raise
+
+
+def _export(settings: ExportSettings, model_dir: Path, output: Path, graph: Path) -> ExportReport:
+    quantize, opset, directory = settings.quantize, settings.opset, output != graph
     model, architecture, tokenizer = _load(model_dir)
     encoder = model if isinstance(model, BertModel) else cast(BertModel, model.get_submodule("bert"))
-    names = OUTPUT_NAMES[architecture]
+    head = heads()[architecture]
+    names = head.outputs
     if isinstance(model, BertModel) and model.pooler is None:
         names = names[:1]
     texts = list(SAMPLE_TEXTS)
@@ -166,8 +202,8 @@ def export_onnx(settings: ExportSettings) -> ExportReport:
     work = Path(tempfile.mkdtemp(dir=graph.parent))
     try:
         fp32_path = graph if quantize is None and not settings.optimize else work / "fp32.onnx"
-        _trace(wrapper, sample_batch(tokenizer, texts[:2], architecture, pad_to_length=True), fp32_path,
-               architecture, opset)
+        _trace(wrapper, sample_batch(tokenizer, texts[:2], architecture, pad_to_length=True), fp32_path, head,
+               opset)
         fp32 = run_onnx(fp32_path, batch)
         mask = batch["attention_mask"].bool().numpy()
         shown = f"feature-based {architecture}" if isinstance(model, FeatureBasedModel) else architecture
@@ -199,9 +235,9 @@ def _load(model_dir: Path) -> tuple[nn.Module, str, WordPieceTokenizer]:
         return model, task.model_class.__name__, tokenizer
     config = BertConfig.from_json_file(model_dir / "config.json")
     architecture = (config.architectures or ["BertModel"])[0]
-    if architecture not in OUTPUT_NAMES:
+    if architecture not in heads():
         raise BertkitError(f"{model_dir}/config.json: cannot export architecture {architecture!r}; "
-                           f"supported: {', '.join(OUTPUT_NAMES)}")
+                           f"supported: {', '.join(heads())}")
     tokenizer = WordPieceTokenizer.from_pretrained(model_dir)
     check_model_vocabulary(tokenizer, config.vocab_size, model_dir)
     model = MODEL_CLASSES[architecture].from_pretrained(model_dir).eval()
@@ -210,7 +246,7 @@ def _load(model_dir: Path) -> tuple[nn.Module, str, WordPieceTokenizer]:
 
 def sample_batch(tokenizer: WordPieceTokenizer, texts: list[str], architecture: str,
                  pad_to_length: bool = False) -> dict[str, torch.Tensor]:
-    """A padded (B, T) batch of the texts ((1, B, T) for multiple choice: the texts as the choices);
+    """A padded (B, T) batch of the texts ((1, B, T) for a head with a choices axis: the texts as the choices);
     `pad_to_length` adds one longer row, so the others are padded and a trace records the masked
     attention path."""
     encodings = tokenizer.encode_batch(texts, max_length=128)
@@ -220,18 +256,16 @@ def sample_batch(tokenizer: WordPieceTokenizer, texts: list[str], architecture: 
         features.append({key: [1] * (max(len(e) for e in encodings) + 2) for key in INPUT_NAMES})
         features[-1]["token_type_ids"] = [0] * len(features[-1]["input_ids"])
     batch = pad_batch(features, tokenizer.pad_token_id)
-    if architecture == "BertForMultipleChoice":
+    if "choices" in heads()[architecture].input_axes:
         batch = {k: v.unsqueeze(0) for k, v in batch.items()}
     return batch
 
 
-def _trace(wrapper: _TupleOutputs, batch: dict[str, torch.Tensor], path: Path, architecture: str, opset: int) -> None:
-    axes = {0: "batch", 1: "choices", 2: "sequence"} if architecture == "BertForMultipleChoice" else \
-        {0: "batch", 1: "sequence"}
-    dynamic = dict.fromkeys(INPUT_NAMES, axes)
+def _trace(wrapper: _TupleOutputs, batch: dict[str, torch.Tensor], path: Path, head: Head, opset: int) -> None:
+    per_example = tuple(axis for axis in head.input_axes if axis != "sequence")  # e.g. (B, C) choice scores
+    dynamic = {name: dict(enumerate(head.input_axes)) for name in INPUT_NAMES}
     for name in wrapper.names:
-        dynamic[name] = {0: "batch"} if name in ("pooler_output", "seq_relationship_logits") or \
-            architecture in ("BertForSequenceClassification", "BertForMultipleChoice") else {0: "batch", 1: "sequence"}
+        dynamic[name] = dict(enumerate(head.input_axes if name in head.token_level else per_example))
     with warnings.catch_warnings(), torch.inference_mode():
         # The tracer warns about the Python branches it freezes (output_hidden_states=False, the padded path).
         warnings.simplefilter("ignore")

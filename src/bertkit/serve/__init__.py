@@ -1,7 +1,8 @@
 """Inference and serving: predictors (predictor.py, plain Python, no HTTP) and the HTTP server (app.py).
 
 Design decision: importing `bertkit.serve` loads only the predictors; the web stack (FastAPI, uvicorn)
-is imported by `bertkit.serve.app` alone, so the Python API works without the `serve` extra. Nothing
+is imported by the HTTP modules alone (`bertkit.serve.app` and the route table's), so the Python API works
+without the `serve` extra. Nothing
 here imports `bertkit.train`.
 """
 

@@ -23,36 +23,20 @@ References: OpenAI API reference, "Embeddings" and "Error codes"; huggingface/te
 from __future__ import annotations
 
 import base64
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Sequence
 from typing import Any, Literal, cast
 
 import numpy as np
-from fastapi import FastAPI
+from fastapi import Depends
 from pydantic import BaseModel, ConfigDict, Field
 
 import bertkit
-from bertkit.serve.limits import RequestError, check_count, check_text, check_texts
+from bertkit.serve.limits import FieldError, RequestError, check_count, check_text, check_texts
 from bertkit.serve.observability import note_batch
 from bertkit.serve.predictor import Predictor
+from bertkit.serve.routing import Server, paths, serving
 from bertkit.serve.tokens import Ids
 from bertkit.settings import ServerSettings
-
-ALWAYS_SERVED = ("/embed", "/embed_all", "/similarity", "/v1/embeddings", "/embeddings", "/tokenize", "/decode",
-                 "/info", "/metrics", "/ready", "/health", "/ping", "/", "/invocations", "/docs")
-"""Endpoints of every model, beside its task endpoints (predictor.endpoints); `POST /` and /invocations take any
-of them by the body's shape (TEI's and SageMaker's), /docs is the OpenAPI page."""
-
-Submit = Callable[..., Awaitable[list[Any]]]
-"""The app's `submit(key, items, field, paired)`: the items' results from the micro-batcher (app.py)."""
-
-
-class FieldError(RequestError):
-    """A refused request that names the request field at fault (OpenAI's `param`)."""
-
-    def __init__(self, status: int, error: str, message: str, param: str) -> None:
-        super().__init__(status, error, message)
-        self.param = param
-
 
 # --- request bodies ----------------------------------------------------------------------------------
 
@@ -160,81 +144,73 @@ def check_prompt(predictor: Predictor, prompt_name: str | None) -> None:
                          f"prompts ({', '.join(predictor.prompt_names) or 'it has none'})", "prompt_name")
 
 
-# --- routes --------------------------------------------------------------------------------------------
+# --- routes (bertkit.serve.routes declares them) ------------------------------------------------------
 
-def add_routes(app: FastAPI, predictor: Predictor, settings: ServerSettings, submit: Submit,
-               dependencies: list[Any]) -> Callable[[RerankRequest], Awaitable[list[dict[str, Any]]]] | None:
-    """/v1/embeddings (and /embeddings), /tokenize, /decode and /info for every model; /rerank for a model
-    that scores pairs (its handler is returned, for `POST /`)."""
-    limits = settings.limits
-    rerank = None
+async def embeddings(body: EmbeddingsRequest, server: Server = Depends(serving)) -> dict[str, Any]:
+    predictor, settings = server.predictor, server.settings
+    cut = body.direction if body.cuts(settings) else None
+    texts = read_inputs(body.input, "input", predictor, settings, cut)
+    _, _, width = predictor.embedding_spec()
+    normalize = True if settings.normalize else None
+    if body.dimensions is not None and body.dimensions > width:
+        raise FieldError(422, "invalid_dimensions", f"'dimensions' is {body.dimensions} but this model's vectors "
+                         f"have {width} values; send at most {width}", "dimensions")
+    results = await server.submit((normalize, cut is not None, body.direction, None), texts, "input")
+    unit = predictor.embedding_spec(normalize=normalize)[1]
+    data = [{"object": "embedding", "index": i,
+             "embedding": cut_vector(vector, body.dimensions, unit, body.encoding_format)}
+            for i, (vector, _) in enumerate(results)]
+    tokens = sum(count for _, count in results)
+    return {"object": "list", "data": data, "model": body.model or predictor.model_id,
+            "usage": {"prompt_tokens": tokens, "total_tokens": tokens}}
 
-    async def embeddings(body: EmbeddingsRequest) -> dict[str, Any]:
-        cut = body.direction if body.cuts(settings) else None
-        texts = read_inputs(body.input, "input", predictor, settings, cut)
-        _, _, width = predictor.embedding_spec()
-        normalize = True if settings.normalize else None
-        if body.dimensions is not None and body.dimensions > width:
-            raise FieldError(422, "invalid_dimensions", f"'dimensions' is {body.dimensions} but this model's vectors "
-                             f"have {width} values; send at most {width}", "dimensions")
-        results = await submit(("embeddings", normalize, cut is not None, body.direction, None), texts, "input")
-        unit = predictor.embedding_spec(normalize=normalize)[1]
-        data = [{"object": "embedding", "index": i,
-                 "embedding": cut_vector(vector, body.dimensions, unit, body.encoding_format)}
-                for i, (vector, _) in enumerate(results)]
-        tokens = sum(count for _, count in results)
-        return {"object": "list", "data": data, "model": body.model or predictor.model_id,
-                "usage": {"prompt_tokens": tokens, "total_tokens": tokens}}
 
-    summary = "Sentence vectors in OpenAI's format (the directory's pooling; unit length unless --no-normalize)."
-    app.post("/v1/embeddings", dependencies=dependencies, summary=summary)(embeddings)
-    app.post("/embeddings", dependencies=dependencies, summary=summary + " TEI's alias of /v1/embeddings.",
-             operation_id="embeddings_alias")(embeddings)
+async def rerank(body: RerankRequest, server: Server = Depends(serving)) -> list[dict[str, Any]]:
+    note_batch(True)
+    limits = server.settings.limits
+    cut = body.direction if body.cuts(server.settings) else None
+    query = check_text(body.query, "query", limits, cut)
+    texts = check_texts(body.texts, "texts", limits, cut)
+    scores = await server.submit((cut is not None, body.direction, body.raw_scores),
+                                 [(query, text) for text in texts], "texts", " with the query")
+    return ranked(scores, body.texts if body.return_text else None, body.top_n)
 
-    if "rerank" in predictor.endpoints:
-        @app.post("/rerank", dependencies=dependencies, summary="Texts scored against a query by the pair "
-                  "classifier, best first (TEI's shape).")
-        async def rerank(body: RerankRequest) -> list[dict[str, Any]]:
-            note_batch(True)
-            cut = body.direction if body.cuts(settings) else None
-            query = check_text(body.query, "query", limits, cut)
-            texts = check_texts(body.texts, "texts", limits, cut)
-            scores = await submit(("rerank", cut is not None, body.direction, body.raw_scores),
-                                  [(query, text) for text in texts], "texts", " with the query")
-            return ranked(scores, body.texts if body.return_text else None, body.top_n)
 
-    @app.post("/tokenize", dependencies=dependencies, summary="Tokens as the model reads them, never truncated "
-              "(TEI's shape: one list per input; start/stop in bytes, char_start/char_stop in characters).")
-    async def tokenize(body: TokenizeRequest) -> list[list[dict[str, Any]]]:
-        texts = [body.inputs] if isinstance(body.inputs, str) else body.inputs
-        texts = check_texts(texts, "inputs", limits)
-        check_prompt(predictor, body.prompt_name)
-        if predictor.sentence is not None:  # the prompt the model reads, as TEI tokenizes it (offsets include it)
-            sentence = predictor.sentence
-            prompt = dict(sentence.prompts)[body.prompt_name] if body.prompt_name else sentence.prompt
-            texts = [prompt + text for text in texts]
-        return await submit(("tokenize", body.add_special_tokens), texts, "inputs")
+def rerank_refusal(predictor: Predictor) -> str:
+    """Why a classifier without a relevance score has no /rerank (the start of its 404 message)."""
+    if "classify" not in predictor.endpoints:
+        return ""
+    return (f"/rerank needs a classifier with one output or two labels (this one has {len(predictor.labels or [])} "
+            "labels, none a relevance score); ")
 
-    @app.post("/decode", dependencies=dependencies, summary="Token ids back to text (TEI's shape: one string "
-              "per id list).")
-    async def decode(body: DecodeRequest) -> list[str]:
-        ids = cast(list[list[int]], body.ids if body.ids and isinstance(body.ids[0], list) else [body.ids])
-        check_count(len(ids), "ids", limits)
-        size = predictor.tokenizer.vocab_size
-        for i, one in enumerate(ids):
-            if not one:
-                raise RequestError(400, "empty", f"`ids[{i}]` cannot be empty; send some token ids")
-            if not all(0 <= token < size for token in one):
-                raise FieldError(422, "invalid_token_id", f"'ids[{i}]' holds a token id outside this model's "
-                                 f"vocabulary of {size}", "ids")
-        return [predictor.tokenizer.decode(one, skip_special_tokens=body.skip_special_tokens) for one in ids]
 
-    @app.get("/info", dependencies=dependencies, summary="The model, its maximum input length, labels and "
-             "precision, and the server's limits (TEI's keys, then bertkit's).")
-    async def info() -> dict[str, Any]:
-        return server_info(predictor, settings)
+async def tokenize(body: TokenizeRequest, server: Server = Depends(serving)) -> list[list[dict[str, Any]]]:
+    predictor = server.predictor
+    texts = [body.inputs] if isinstance(body.inputs, str) else body.inputs
+    texts = check_texts(texts, "inputs", server.settings.limits)
+    check_prompt(predictor, body.prompt_name)
+    if predictor.sentence is not None:  # the prompt the model reads, as TEI tokenizes it (offsets include it)
+        sentence = predictor.sentence
+        prompt = dict(sentence.prompts)[body.prompt_name] if body.prompt_name else sentence.prompt
+        texts = [prompt + text for text in texts]
+    return await server.submit((body.add_special_tokens,), texts, "inputs")
 
-    return rerank
+
+async def decode(body: DecodeRequest, server: Server = Depends(serving)) -> list[str]:
+    tokenizer = server.predictor.tokenizer
+    ids = cast(list[list[int]], body.ids if body.ids and isinstance(body.ids[0], list) else [body.ids])
+    check_count(len(ids), "ids", server.settings.limits)
+    for i, one in enumerate(ids):
+        if not one:
+            raise RequestError(400, "empty", f"`ids[{i}]` cannot be empty; send some token ids")
+        if not all(0 <= token < tokenizer.vocab_size for token in one):
+            raise FieldError(422, "invalid_token_id", f"'ids[{i}]' holds a token id outside this model's "
+                             f"vocabulary of {tokenizer.vocab_size}", "ids")
+    return [tokenizer.decode(one, skip_special_tokens=body.skip_special_tokens) for one in ids]
+
+
+async def info(server: Server = Depends(serving)) -> dict[str, Any]:
+    return server_info(server.predictor, server.settings, paths(server.routes))
 
 
 def cut_vector(values: Sequence[float], dimensions: int | None, normalize: bool, encoding: str) -> list[float] | str:
@@ -256,12 +232,6 @@ def ranked(scores: Sequence[float], texts: Sequence[str] | None, top_n: int | No
     return [{"index": i, "score": scores[i], **({"text": texts[i]} if texts is not None else {})} for i in order]
 
 
-def served_endpoints(predictor: Predictor) -> list[str]:
-    """Every path this model answers (task endpoints, TEI's /predict for a classifier, then ALWAYS_SERVED)."""
-    tasks = [f"/{name}" for name in predictor.endpoints] + (["/predict"] if "classify" in predictor.endpoints else [])
-    return list(dict.fromkeys([*tasks, *ALWAYS_SERVED]))
-
-
 def tei_model_type(predictor: Predictor) -> dict[str, Any]:
     """TEI's `model_type`: {"reranker": ...} for a classifier with one output (TEI's rule), {"classifier": ...}
     for another classifier, else {"embedding": {"pooling": ...}} (TEI's name of the directory's pooling)."""
@@ -275,9 +245,9 @@ def tei_model_type(predictor: Predictor) -> dict[str, Any]:
     return {"embedding": {"pooling": "+".join(modes)}}
 
 
-def server_info(predictor: Predictor, settings: ServerSettings) -> dict[str, Any]:
+def server_info(predictor: Predictor, settings: ServerSettings, endpoints: list[str]) -> dict[str, Any]:
     """GET /info: TEI's keys first (what its clients read), then what bertkit adds: the model
-    (predictor.describe; its own `model_type` as `task`), what is served, and the limits."""
+    (predictor.describe; its own `model_type` as `task`), what is served (`endpoints`), and the limits."""
     limits = settings.limits
     described = predictor.describe()
     task = described.pop("model_type")
@@ -289,7 +259,7 @@ def server_info(predictor: Predictor, settings: ServerSettings) -> dict[str, Any
            "max_client_batch_size": limits.max_inputs, "auto_truncate": settings.auto_truncate,
            "tokenization_workers": 1, "version": bertkit.__version__, "sha": None, "docker_label": None}
     return {**tei, **{k: v for k, v in described.items() if k not in tei}, "task": task,
-            "endpoints": served_endpoints(predictor),
+            "endpoints": endpoints,
             "truncate_default": settings.auto_truncate, "truncation_direction_default": "right",
             "normalize_default": settings.normalize,
             "limits": {"max_batch_size": settings.max_batch_size, "max_batch_tokens": settings.max_batch_tokens,

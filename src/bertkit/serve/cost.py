@@ -1,13 +1,14 @@
 """Token cost of queued inputs: what the micro-batcher's `--max-batch-tokens` budget counts.
 
-`token_cost(predictor)` returns `cost(key, items)`: the tokens the model will run for each input of a
-request queued under `key` (the app's `(endpoint, *options)` tuple). A text or a pair (/classify,
-/rerank) is [CLS] text [SEP] (pair [SEP]) cut at the model's maximum length (/embed and /v1/embeddings
-with a sentence-transformers prompt first); a /fill-mask text counts each [MASK] as one token; a /tag
-text, an /answer context and a /classify input of a classifier with --long-documents windows count
-every window the task cuts them into, so a long text weighs what it costs; /tokenize runs no model and
-counts 0. An item of a shape this module does not know counts as a full sequence (the most one window
-can cost).
+`token_cost(predictor, calls)` returns `cost(key, items)`: the tokens the model will run for each input of a
+request queued under `key` (a route's `(call name, *options)`, bertkit.serve.routing), counted by the call's
+own `cost` (declared with the call in bertkit.serve.routes), else as one sequence each. A text or a pair
+(/classify, /rerank) is [CLS] text [SEP] (pair [SEP]) cut at the model's maximum length (/embed and
+/v1/embeddings with a sentence-transformers prompt first: `prompted_costs`); a /fill-mask text counts each
+[MASK] as one token (`fill_mask_costs`); a /tag text (`tag_costs`), an /answer context (`answer_costs`) and a
+/classify input of a classifier with --long-documents windows (`classify_costs`) count every window the task
+cuts them into, so a long text weighs what it costs; /tokenize runs no model and counts 0 (`no_cost`). An item
+of a shape this module does not know counts as a full sequence (the most one window can cost).
 
 Design decision: counted when the request is queued (the batcher must know a batch's tokens before it
 runs), on the event loop, so it must be cheap for any request the limits let in (up to --max-inputs texts
@@ -22,8 +23,8 @@ lengths of the features the predictors build (tests/serve/test_token_batching.py
 
 from __future__ import annotations
 
-from collections.abc import Hashable
-from typing import Any, cast
+from collections.abc import Hashable, Mapping
+from typing import TYPE_CHECKING, Any, cast
 
 from bertkit.serve.microbatch import Cost
 from bertkit.serve.predictor import Predictor
@@ -32,37 +33,76 @@ from bertkit.tasks.long_documents import plan_windows
 from bertkit.tasks.windows import sliding_windows
 from bertkit.tokenizer import MASK, WordPieceTokenizer
 
+if TYPE_CHECKING:  # the route table's calls name these functions; counting needs no web stack
+    from bertkit.serve.routing import Call
+
 CHARS_PER_TOKEN = 8  # a prefix of 8 characters per token wanted is cut; English averages 4-5 per token
 
 
-def token_cost(predictor: Predictor) -> Cost:
+def token_cost(predictor: Predictor, calls: Mapping[str, Call]) -> Cost:
     """`cost(key, items)`: the tokens `predictor`'s model runs for each item queued under `key`."""
-    tokenizer, max_length = predictor.tokenizer, predictor.max_seq_length
-    task = cast(Any, getattr(predictor, "task", None))  # the task predictors' window settings
-
     def cost(key: Hashable, items: list[Any]) -> list[int]:
-        endpoint = key[0] if isinstance(key, tuple) and key else key
-        if endpoint == "tokenize":
-            return [0] * len(items)  # the tokenizer alone: no model run
-        if endpoint == "fill-mask" and all(isinstance(item, str) for item in items):
-            pieces = [item.split(MASK) for item in items]
-            lengths = iter(_lengths(tokenizer, [p for parts in pieces for p in parts], max_length))
-            return [min(sum(next(lengths) for _ in parts) + len(parts) + 1, max_length) for parts in pieces]
-        if endpoint == "tag" and task is not None and all(isinstance(item, str) for item in items):
-            s = task.settings
-            return [_windows(n, s.max_seq_length - 2, s.doc_stride, 2) for n in _lengths(tokenizer, items)]
-        if endpoint == "answer" and task is not None and all(_is_pair(item) and item[1] is not None for item in items):
-            return _answer_costs(tokenizer, task.settings, items)
-        if endpoint == "classify" and getattr(getattr(task, "settings", None), "long_documents", None) == "windows" \
-                and all(_is_pair(item) for item in items):
-            return _window_costs(tokenizer, task.settings, items)
-        if endpoint in ("embed", "embeddings", "embed_all") and predictor.sentence is not None:
-            prompt_name = cast(tuple, key)[-1]  # these keys end with the request's prompt_name
-            items = [predictor.sentence.prepare(item, prompt_name=prompt_name) if isinstance(item, str) else item
-                     for item in items]
-        return _sequence_costs(tokenizer, items, max_length)
+        name, *options = cast(tuple[Any, ...], key)  # the routes queue (call name, *options) tuples
+        call = calls.get(name)
+        count = call.cost if call is not None and call.cost is not None else sequence_costs
+        return count(predictor, tuple(options), items)
 
     return cost
+
+
+def sequence_costs(predictor: Predictor, options: tuple[Any, ...], items: list[Any]) -> list[int]:
+    """Each item as one sequence cut at the model's maximum length (`_sequence_costs`)."""
+    return _sequence_costs(predictor.tokenizer, items, predictor.max_seq_length)
+
+
+def no_cost(predictor: Predictor, options: tuple[Any, ...], items: list[Any]) -> list[int]:
+    """0 for each item: the tokenizer alone, no model run."""
+    return [0] * len(items)
+
+
+def prompted_costs(predictor: Predictor, options: tuple[Any, ...], items: list[Any]) -> list[int]:
+    """Texts as the model reads them: a sentence-transformers directory's prompt first (the options of these
+    calls end with the request's prompt_name)."""
+    if predictor.sentence is not None:
+        prompt_name = options[-1] if options else None
+        items = [predictor.sentence.prepare(item, prompt_name=prompt_name) if isinstance(item, str) else item
+                 for item in items]
+    return sequence_costs(predictor, options, items)
+
+
+def fill_mask_costs(predictor: Predictor, options: tuple[Any, ...], items: list[Any]) -> list[int]:
+    """[CLS] pieces [SEP] with each [MASK] one token."""
+    if not all(isinstance(item, str) for item in items):
+        return sequence_costs(predictor, options, items)
+    pieces = [item.split(MASK) for item in items]
+    max_length = predictor.max_seq_length
+    lengths = iter(_lengths(predictor.tokenizer, [p for parts in pieces for p in parts], max_length))
+    return [min(sum(next(lengths) for _ in parts) + len(parts) + 1, max_length) for parts in pieces]
+
+
+def tag_costs(predictor: Predictor, options: tuple[Any, ...], items: list[Any]) -> list[int]:
+    """The tagger's doc-stride windows over each text."""
+    task = getattr(predictor, "task", None)
+    if task is None or not all(isinstance(item, str) for item in items):
+        return sequence_costs(predictor, options, items)
+    s = task.settings
+    return [_windows(n, s.max_seq_length - 2, s.doc_stride, 2) for n in _lengths(predictor.tokenizer, items)]
+
+
+def answer_costs(predictor: Predictor, options: tuple[Any, ...], items: list[Any]) -> list[int]:
+    """The reader's [CLS] question [SEP] window [SEP] features of each (question, context)."""
+    task = getattr(predictor, "task", None)
+    if task is None or not all(_is_pair(item) and item[1] is not None for item in items):
+        return sequence_costs(predictor, options, items)
+    return _answer_costs(predictor.tokenizer, task.settings, items)
+
+
+def classify_costs(predictor: Predictor, options: tuple[Any, ...], items: list[Any]) -> list[int]:
+    """A classifier with --long-documents windows: every window of each (text, pair or None); else a sequence."""
+    settings = getattr(getattr(predictor, "task", None), "settings", None)
+    if getattr(settings, "long_documents", None) != "windows" or not all(_is_pair(item) for item in items):
+        return sequence_costs(predictor, options, items)
+    return _window_costs(predictor.tokenizer, settings, items)
 
 
 def _sequence_costs(tokenizer: WordPieceTokenizer, items: list[Any], max_length: int) -> list[int]:

@@ -28,6 +28,14 @@ class RequestError(Exception):
         self.status, self.error, self.message = status, error, message
 
 
+class FieldError(RequestError):
+    """A refused request that names the request field at fault (OpenAI's `param`)."""
+
+    def __init__(self, status: int, error: str, message: str, param: str) -> None:
+        super().__init__(status, error, message)
+        self.param = param
+
+
 def check_count(count: int, field: str, limits: Limits) -> None:
     """400 (TEI's Empty) for no entries, 422 for more than max_inputs."""
     if not count:
@@ -63,6 +71,18 @@ def check_text(text: str, field: str, limits: Limits, cut: str | None = None) ->
         raise RequestError(422, "invalid_text", f"'{field}' contains a lone surrogate (\\ud800-\\udfff) "
                            "that is not valid Unicode text; send UTF-8 text") from None
     return text
+
+
+def non_json_body(content_type: str | None) -> RequestError | None:
+    """The 415 for a body sent without the JSON Content-Type (application/json, application/*+json), e.g. by
+    curl's -d, which says application/x-www-form-urlencoded: FastAPI does not read such a body as JSON, so its
+    request would fail the schema for no reason it says; None for JSON."""
+    media = (content_type or "").split(";")[0].strip().lower()
+    if media == "application/json" or (media.startswith("application/") and media.endswith("+json")):
+        return None
+    sent = f"as {media}" if media else "without a Content-Type"
+    return RequestError(415, "unsupported_media_type", f"the body was sent {sent}; send JSON with the header "
+                        "Content-Type: application/json (curl: -H 'Content-Type: application/json')")
 
 
 OPENAI_PREFIX = "/v1/"

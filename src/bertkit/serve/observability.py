@@ -1,12 +1,13 @@
 """What the server tells its operators: Prometheus metrics at /metrics, a request id on every response,
 and opt-in JSON access logs (`--json-access-log`).
 
-`install_observability(app, settings, batcher)` adds all three to an app (bertkit.serve.app.create_app):
+`install_observability(app, settings, batcher, routes)` adds all three to an app (bertkit.serve.app.create_app):
 
-- `GET /metrics`, Prometheus' text format from a registry of the app's own (`app.state.metrics`), so
-  several apps in one process (the tests) keep separate counts: requests and their latency by route
-  template, method and status; for each predictor call (label `call`: embed, classify, fill-mask, tag,
-  answer) the queue time, batch size in inputs and in tokens, tokens run and inference time; the queue
+- `GET /metrics` (`metrics_page`, an entry of bertkit.serve.routes), Prometheus' text format from a registry of
+  the app's own (`app.state.metrics`), so several apps in one process (the tests) keep separate counts:
+  requests and their latency by route template, method and status; for each predictor call (label `call`:
+  the route table's call names, embed, classify, fill-mask, tag, answer, ...) the queue time, batch size in
+  inputs and in tokens, tokens run and inference time; the queue
   depth; and the process, platform and garbage-collector collectors of prometheus-client.
   docs/_serve_operations_draft.md lists every metric with its meaning.
 - `X-Request-ID` on every response: the request's own header when it is 1-128 visible ASCII characters
@@ -15,8 +16,9 @@ and opt-in JSON access logs (`--json-access-log`).
   method, path, status, duration_ms, inputs and tokens queued for the model, client, trace_id; uvicorn's
   own plain-text access lines are then off, so stdout carries JSON lines only.
 - text-embeddings-inference's (TEI 1.9) names beside bertkit's, so its dashboards and alerts work unchanged:
-  the counters te_request_count{method}, te_request_success{method}, te_request_failure{err} (written as TEI's
-  exporter writes them, without prometheus_client's `_total`), the histograms te_request_duration,
+  the counters te_request_count{method}, te_request_success{method}, te_request_failure{err} (of the routes the
+  table marks `counted`, the ones that run the model; written as TEI's exporter writes them, without
+  prometheus_client's `_total`), the histograms te_request_duration,
   te_request_tokenization_duration, te_request_queue_duration, te_request_inference_duration,
   te_request_input_length, te_batch_next_size, te_batch_next_tokens, the gauge te_queue_size; and on every
   answer that ran the model TEI's headers x-compute-type, x-compute-time, x-compute-characters,
@@ -48,12 +50,12 @@ import secrets
 import sys
 import time
 import uuid
-from collections.abc import Hashable, Sequence
+from collections.abc import Hashable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import ClassVar
 
-from fastapi import FastAPI, Response
+from fastapi import FastAPI, Request, Response
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
     CollectorRegistry,
@@ -69,6 +71,7 @@ from starlette.routing import Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from bertkit.serve.microbatch import BatchRecord, MicroBatcher, RequestTiming
+from bertkit.serve.routing import Route, calls
 from bertkit.settings import ServerSettings
 
 ACCESS_LOG = "bertkit.access"
@@ -114,19 +117,18 @@ def note_error(code: str) -> None:
 _exchange: contextvars.ContextVar[_Exchange | None] = contextvars.ContextVar("bertkit_exchange", default=None)
 
 
-def install_observability(app: FastAPI, settings: ServerSettings, batcher: MicroBatcher) -> None:
-    """Add /metrics, X-Request-ID and (with `settings.json_access_log`) access logs to `app`; call it
-    after the routes are added, before the app starts."""
+def install_observability(app: FastAPI, settings: ServerSettings, batcher: MicroBatcher,
+                          routes: Iterable[Route]) -> None:
+    """Add the metrics that /metrics shows (of `routes`, the app's), X-Request-ID and (with
+    `settings.json_access_log`) access logs to `app`; call it after the routes are added, before the app starts."""
     registry = CollectorRegistry()
     for collector in (ProcessCollector, PlatformCollector, GCCollector):
         collector(registry=registry)
-    metrics = _Metrics(registry, batcher)
+    routes = tuple(routes)
+    metrics = _Metrics(registry, batcher, {route.path for route in routes if route.counted},
+                       {name for name, call in calls(routes).items() if not call.runs_model})
     batcher.observers.append(metrics)
-    app.state.metrics = registry
-
-    @app.get("/metrics", summary="Prometheus metrics (text format); no API key.", response_class=Response)
-    async def scrape() -> Response:
-        return Response(generate_latest(registry) + metrics.tei_counters.render(), media_type=CONTENT_TYPE_LATEST)
+    app.state.metrics = metrics
 
     access_log = _access_logger() if settings.json_access_log else None
     build = app.build_middleware_stack
@@ -137,10 +139,22 @@ def install_observability(app: FastAPI, settings: ServerSettings, batcher: Micro
                                                    compute_type)
 
 
+async def metrics_page(request: Request) -> Response:
+    """GET /metrics: the app's registry and TEI's counters, in Prometheus' text format."""
+    metrics: _Metrics = request.app.state.metrics
+    return Response(generate_latest(metrics.registry) + metrics.tei_counters.render(), media_type=CONTENT_TYPE_LATEST)
+
+
 class _Metrics:
     """The server's Prometheus metrics, and the batcher's observer that feeds the batch ones."""
 
-    def __init__(self, registry: CollectorRegistry, batcher: MicroBatcher) -> None:
+    def __init__(self, registry: CollectorRegistry, batcher: MicroBatcher, counted: set[str],
+                 model_free: set[str]) -> None:
+        self.registry = registry
+        self.counted = counted
+        """The route templates of requests that run the model: TEI's te_request_* count these."""
+        self.model_free = model_free
+        """The calls that run no model (the tokenizer's): no te_request_input_length, no TEI timing."""
         http = ("endpoint", "method", "status")
         self.requests = Counter("bertkit_requests", "HTTP requests answered, by route template, method and status.",
                                 http, registry=registry)
@@ -175,16 +189,20 @@ class _Metrics:
         if exchange is not None:
             exchange.inputs += len(costs)
             exchange.tokens += sum(costs)
-        if _runs_model(key):
+        if self._runs_model(key):
             for cost in costs:
                 self.tei["te_request_input_length"].observe(cost)
 
     def completed(self, key: Hashable, timing: RequestTiming) -> None:
         exchange = _exchange.get()
-        if exchange is not None and _runs_model(key):
+        if exchange is not None and self._runs_model(key):
             before = exchange.timing or RequestTiming(0.0, 0.0, 0.0, 0)
             exchange.timing = RequestTiming(before.tokenization + timing.tokenization, before.queue + timing.queue,
                                             before.inference + timing.inference, before.characters + timing.characters)
+
+    def _runs_model(self, key: Hashable) -> bool:
+        """Whether a batcher key's calls run the model (/tokenize's only tokenize)."""
+        return not (isinstance(key, tuple) and key and key[0] in self.model_free)
 
     def ran(self, batch: BatchRecord) -> None:
         call = str(batch.key[0] if isinstance(batch.key, tuple) and batch.key else batch.key)
@@ -201,7 +219,7 @@ class _Metrics:
         labels = (endpoint, method, str(status))
         self.requests.labels(*labels).inc()
         self.latency.labels(*labels).observe(seconds)
-        if endpoint not in MODEL_ROUTES or method != "POST" or status in (401, 404, 405):
+        if endpoint not in self.counted or method != "POST" or status in (401, 404, 405):
             return  # TEI counts the requests its handlers take: not probes, wrong methods or refused keys
         batch = exchange.batch if exchange.batch is not None else exchange.inputs > 1
         kind = "batch" if batch else "single"
@@ -217,11 +235,6 @@ class _Metrics:
             self.tei_counters.inc("te_request_failure", err=_failure_label(status, exchange.error))
 
 
-MODEL_ROUTES = frozenset({"/", "/invocations", "/embed", "/embed_all", "/similarity", "/predict", "/rerank",
-                          "/v1/embeddings", "/embeddings", "/classify", "/tag", "/answer", "/fill-mask"})
-"""The routes that run the model: TEI's te_request_* count these."""
-
-
 def _failure_label(status: int, code: str | None) -> str:
     """TEI's `err` label of a failed request: batch_size, tokenization (an input over the maximum length),
     overloaded, inference (5xx) or validation."""
@@ -232,11 +245,6 @@ def _failure_label(status: int, code: str | None) -> str:
     if status in (429, 503):
         return "overloaded"
     return "inference" if status >= 500 else "validation"
-
-
-def _runs_model(key: Hashable) -> bool:
-    """Whether a batcher key's calls run the model (/tokenize's only tokenize)."""
-    return not (isinstance(key, tuple) and key and key[0] == "tokenize")
 
 
 class _Counters:

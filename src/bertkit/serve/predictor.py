@@ -1,19 +1,21 @@
 """Predictors: a loaded checkpoint directory as plain Python functions (no HTTP, no training code).
 
-`load_predictor(directory)` reads a fine-tuned directory (`bertkit.tasks.finetuned`, the format
-fine-tuning writes, feature-based models included) or, without bertkit_task.json, the `architectures`
-entry of config.json, and returns the predictor for what the weights can do:
+`load_predictor(ServeSettings(model=directory))` reads a fine-tuned directory (`bertkit.tasks.finetuned`, the
+format fine-tuning writes, feature-based models included) or, without bertkit_task.json, the `architectures`
+entry of config.json (the task kind whose head it names, `bertkit.tasks.kinds.kind_of_architecture`), and
+returns the predictor for what the weights can do:
 
     FillMaskPredictor           BertForMaskedLM / BertForPreTraining    fill_mask, embed
     ClassificationPredictor     classification (or regression)          classify, rerank, embed
     TaggingPredictor            tagging                                 tag, embed
     QuestionAnsweringPredictor  squad (v1.1, or v2.0 with no-answer)    answer, embed
-    Predictor                   BertModel, multiple choice              embed
+    Predictor                   BertModel, any other task kind          embed
 
-Design decision: each predictor builds its features and decodes its outputs with the task module
-that fine-tuned the model (`bertkit.tasks.*`), so serving uses exactly the windows, sub-token rules,
-n-best search and null threshold that produced the dev scores, and runs the model as dev evaluation
-does (`bertkit.inference.batching.model_outputs`: length-sorted, padding-free batches). Every method
+Design decision: each `TaskPredictor` names the task class it serves (`task_class`) and builds its features
+and decodes its outputs with that task (`bertkit.tasks.*`), so serving uses exactly the windows, sub-token
+rules, n-best search and null threshold that produced the dev scores, and runs the model as dev evaluation
+does (`bertkit.inference.batching.model_outputs`: length-sorted, padding-free batches); a kind without one
+(multiple choice) is served for `embed`. Every method
 takes a list of inputs and returns one result per input, equal to what one-by-one calls return.
 Inputs longer than the model's maximum are cut (`truncate`, the default; the end of each text, or its
 start with `truncation_direction="left"`) or refused with `InputTooLongError`, which names the input and
@@ -25,11 +27,12 @@ google-research/bert `run_classifier.py`, `run_squad.py`, `extract_features.py`.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, cast
+from typing import Any, ClassVar, cast
 
 import numpy as np
 import torch
@@ -52,20 +55,24 @@ from bertkit.interop.sentence_transformers import (
 from bertkit.io.jsonfile import read_json_object
 from bertkit.model import MODEL_CLASSES, BertModel, accelerate_for_inference
 from bertkit.runtime.allocator import keep_freed_memory
-from bertkit.runtime.device import check_inference_precision, inference_precision
+from bertkit.runtime.device import apply_threads, check_inference_precision, inference_precision
 from bertkit.serve.tokens import Ids, ids_feature, keep_end, token_table
+from bertkit.settings import LongDocumentSettings, ServeSettings
 from bertkit.tasks.classification import ClassificationTask
 from bertkit.tasks.finetuned import load_finetuned, load_weights, read_task_file
+from bertkit.tasks.kinds import TASK_CLASSES, kind_of_architecture
 from bertkit.tasks.metrics import entities_conlleval
 from bertkit.tasks.squad import SquadTask
 from bertkit.tasks.tagging import TaggingTask
-from bertkit.tasks.task import Task
+from bertkit.tasks.task import Task, refuse_columns
 from bertkit.tokenizer import MASK, WordPieceTokenizer, check_model_vocabulary
 
 log = logging.getLogger(__name__)
 
 MAX_TOP_K = 100
 TRUNCATION_DIRECTIONS = ("right", "left")
+FILL_MASK_HEADS = ("BertForMaskedLM", "BertForPreTraining")
+"""Heads served as fill-mask (no task kind trains them)."""
 
 
 class InputTooLongError(BertkitError):
@@ -82,7 +89,7 @@ class ModelInfo:
     """What a loaded directory is, as the server describes it (/info, the OpenAI `model` field)."""
 
     kind: str | None = None
-    """What the directory holds: fill-mask, classification, tagging, squad, multiple-choice or embed; unset:
+    """What the directory holds: a task kind (bertkit.tasks.kinds), fill-mask or embed; unset:
     what the predictor's class serves."""
     model_id: str = "bertkit"
     """The model's name (load_predictor: the directory's name)."""
@@ -96,7 +103,7 @@ class Predictor:
     endpoints: tuple[str, ...] = ("embed",)
     """What this predictor does (the server's task endpoints); a classifier's depends on its labels."""
     kind: str = "embed"
-    """What the directory holds: fill-mask, classification, tagging, squad, multiple-choice or embed."""
+    """What the directory holds: a task kind (bertkit.tasks.kinds), fill-mask or embed."""
 
     def __init__(self, model: torch.nn.Module, tokenizer: WordPieceTokenizer, max_seq_length: int,
                  batch_size: int = 32, sentence: SentenceModules | None = None, info: ModelInfo = ModelInfo()
@@ -294,22 +301,47 @@ class FillMaskPredictor(Predictor):
         self.fill_mask([f"warm {MASK} up"], top_k=1)
 
 
-class ClassificationPredictor(Predictor):
+class TaskPredictor(Predictor):
+    """A predictor that runs its model with the task that fine-tuned it (`task_class`), as dev evaluation did."""
+
+    task_class: ClassVar[type[Task]]
+    """The task kind this predictor serves: `TASK_PREDICTORS` is keyed by its `kind`."""
+
+    def __init__(self, model: torch.nn.Module, tokenizer: WordPieceTokenizer, task: Task, batch_size: int = 32,
+                 info: ModelInfo = ModelInfo()) -> None:
+        super().__init__(model, tokenizer, task.settings.max_seq_length, batch_size,
+                         info=dataclasses.replace(info, kind=info.kind or task.kind))
+        self.task = task
+
+    @classmethod
+    def of_directory(cls, model: torch.nn.Module, tokenizer: WordPieceTokenizer, task: Task, batch_size: int,
+                     info: ModelInfo, directory: Path, saved: bool) -> Predictor:
+        """The predictor of a loaded `directory` (`saved`: with bertkit_task.json; else fine-tuned elsewhere)."""
+        return cls(model, tokenizer, task, batch_size, info)
+
+
+class ClassificationPredictor(TaskPredictor):
     """Sentence or sentence-pair classification (label + probabilities), or regression (score); a model with
     one output or two labels also scores (query, text) pairs for reranking."""
 
+    task_class = ClassificationTask
     endpoints: tuple[str, ...] = ("classify", "embed")
-    kind = "classification"
+    task: ClassificationTask
 
     def __init__(self, model: torch.nn.Module, tokenizer: WordPieceTokenizer, task: ClassificationTask,
                  batch_size: int = 32, info: ModelInfo = ModelInfo(), sigmoid_scores: bool = False) -> None:
-        super().__init__(model, tokenizer, task.settings.max_seq_length, batch_size, info=info)
-        self.task = task
+        super().__init__(model, tokenizer, task, batch_size, info)
         labels = task.settings.labels
         if labels is None or len(labels) == 2:  # a relevance score: the value, or the second label's probability
             self.endpoints = ("classify", "rerank", "embed")
         self.sigmoid_scores = sigmoid_scores
         """Rerank scores of a one-output model pass through a sigmoid (a CrossEncoder directory's activation)."""
+
+    @classmethod
+    def of_directory(cls, model: torch.nn.Module, tokenizer: WordPieceTokenizer, task: Task, batch_size: int,
+                     info: ModelInfo, directory: Path, saved: bool) -> Predictor:
+        sigmoid = not saved and cross_encoder_sigmoid(directory, cast(BertConfig, model.config).num_labels or 0)
+        return cls(model, tokenizer, cast(ClassificationTask, task), batch_size, info, sigmoid)
 
     def classify(self, texts: Sequence[str], text_pairs: Sequence[str] | None = None, truncate: bool = True,
                  truncation_direction: str = "right") -> list[dict[str, Any]]:
@@ -381,16 +413,12 @@ class ClassificationPredictor(Predictor):
         self.classify(["warm up"])
 
 
-class TaggingPredictor(Predictor):
+class TaggingPredictor(TaskPredictor):
     """Entities with character spans: words tagged by their first sub-token, long texts in windows."""
 
+    task_class = TaggingTask
     endpoints = ("tag", "embed")
-    kind = "tagging"
-
-    def __init__(self, model: torch.nn.Module, tokenizer: WordPieceTokenizer, task: TaggingTask,
-                 batch_size: int = 32, info: ModelInfo = ModelInfo()) -> None:
-        super().__init__(model, tokenizer, task.settings.max_seq_length, batch_size, info=info)
-        self.task = task
+    task: TaggingTask
 
     def tag(self, texts: Sequence[str]) -> list[list[dict[str, Any]]]:
         """Per text, its entities {entity, text, start, end, score} in order; `text[start:end]` is the
@@ -448,16 +476,12 @@ def _word_confidence(sentences: Sequence[TaggedSentence], features: Sequence[dic
     return confidence
 
 
-class QuestionAnsweringPredictor(Predictor):
+class QuestionAnsweringPredictor(TaskPredictor):
     """Extractive QA over contexts of any length (doc-stride windows), with no-answer for v2.0 models."""
 
+    task_class = SquadTask
     endpoints = ("answer", "embed")
-    kind = "squad"
-
-    def __init__(self, model: torch.nn.Module, tokenizer: WordPieceTokenizer, task: SquadTask,
-                 batch_size: int = 32, info: ModelInfo = ModelInfo()) -> None:
-        super().__init__(model, tokenizer, task.settings.max_seq_length, batch_size, info=info)
-        self.task = task
+    task: SquadTask
 
     def answer(self, questions: Sequence[str], contexts: Sequence[str]) -> list[dict[str, Any]]:
         """Per (question, context): {answer, score, start, end, no_answer}; `context[start:end]` is the
@@ -490,58 +514,73 @@ class QuestionAnsweringPredictor(Predictor):
         self.answer(["warm up?"], ["warm up"])
 
 
-# --- loading ------------------------------------------------------------------------------------
+# --- loading ---------------------------------------------------------------------------------------
 
-def load_predictor(directory: str | Path, batch_size: int = 32, precision: str = "fp32",
-                   tokenizer_dir: str | Path | None = None, long_documents: dict[str, Any] | None = None,
-                   calibration: Path | None = None) -> Predictor:
-    """The predictor for a checkpoint directory (see the module docstring for the choice), built complete;
-    `precision` is an inference precision (`bertkit.model.for_inference`): fp32 exact, bf16 (results within
-    bf16 rounding), int8 (encoder layers quantized), or auto (the faster of fp32 and bf16 as measured here);
-    `tokenizer_dir` is a tokenizer directory to use instead of the checkpoint's; `long_documents` holds
-    a classifier's long-document settings that replace its saved ones (`LongDocumentSettings`); `calibration`
-    a sample of inputs for int8's SmoothQuant scales (bertkit.inference.smoothquant)."""
-    directory = check_model_directory(directory)
-    check_inference_precision(precision)
+TASK_PREDICTORS: dict[str, type[TaskPredictor]] = {
+    cls.task_class.kind: cls for cls in (ClassificationPredictor, TaggingPredictor, QuestionAnsweringPredictor)}
+"""Task kind -> its predictor; a kind without one (multiple choice) is served for `embed` only."""
+
+
+def load_predictor(settings: ServeSettings | str | Path, batch_size: int = 32,
+                   long_documents: LongDocumentSettings | None = None) -> Predictor:
+    """The predictor of `settings.model` (a path: `ServeSettings(model=path)`'s defaults), built complete; see
+    the module docstring for the choice. `settings.precision` is an inference precision
+    (`bertkit.model.for_inference`): fp32 exact, bf16 (results within bf16 rounding), int8 (encoder layers
+    quantized, `settings.calibration` a sample of inputs for its SmoothQuant scales), or auto (the faster of fp32
+    and bf16 as measured here); `settings.tokenizer` a tokenizer directory to use instead of the model's;
+    `batch_size` the most inputs of one forward; `long_documents` the choices that replace a classifier's saved
+    ones."""
+    if not isinstance(settings, ServeSettings):
+        settings = ServeSettings(Path(settings))
+    apply_threads(settings.threads)
+    directory = check_model_directory(settings.model)
+    check_inference_precision(settings.precision)
     keep_freed_memory()  # the process reuses large activations from here on (bertkit.runtime.allocator)
     config = BertConfig.from_json_file(directory / "config.json")
-    settings = read_task_file(directory)
-    kind = settings["task"] if settings else _kind_from_architecture(config)
-    if long_documents and kind != "classification":
-        flag = "--" + next(iter(long_documents)).replace("_", "-")
-        raise BertkitError(f"{flag} applies to classification models; {directory} is a {kind} model")
+    saved = read_task_file(directory)
+    architecture = (config.architectures or ["BertModel"])[0]
+    kind = saved["task"] if saved else kind_of_architecture(architecture) or (
+        "fill-mask" if architecture in FILL_MASK_HEADS else "embed")
+    choices = long_documents.long_document_choices() if long_documents else {}
+    accepted = TASK_CLASSES[kind].column_settings if kind in TASK_CLASSES else ()
+    refuse_columns(kind, {name: value for name, value in choices.items() if name not in accepted})
+    precision = (settings.precision, settings.calibration)
     if kind in TASK_PREDICTORS:
-        return _task_predictor(directory, config, settings, kind, batch_size, (precision, calibration),
-                               tokenizer_dir, long_documents or {})
-    tokenizer = WordPieceTokenizer.from_pretrained(directory if tokenizer_dir is None else tokenizer_dir)
-    check_model_vocabulary(tokenizer, config.vocab_size, directory, tokenizer_dir)
+        return _task_predictor(directory, config, saved is not None, TASK_PREDICTORS[kind], batch_size, precision,
+                               settings.tokenizer, choices)
+    tokenizer = WordPieceTokenizer.from_pretrained(settings.tokenizer or directory)
+    check_model_vocabulary(tokenizer, config.vocab_size, directory, settings.tokenizer)
     sentence = read_sentence_transformers(directory)  # None unless a sentence-transformers directory
-    max_seq_length = int((settings or {}).get("max_seq_length", (sentence and sentence.max_seq_length) or 512))
-    architecture = (config.architectures or ["BertForMaskedLM"])[0] if kind == "fill-mask" else "BertModel"
-    model, resolved = _for_inference(_load(directory, architecture), (precision, calibration), directory, tokenizer,
-                                     max_seq_length)
-    predictor_class = FillMaskPredictor if kind == "fill-mask" else Predictor
-    return predictor_class(model, tokenizer, max_seq_length, batch_size, sentence,
-                           ModelInfo(kind, directory.name, resolved))
+    max_seq_length = int((saved or {}).get("max_seq_length", (sentence and sentence.max_seq_length) or 512))
+    fill_mask = kind == "fill-mask"
+    model, resolved = _for_inference(_load(directory, architecture if fill_mask else "BertModel"), precision,
+                                     directory, tokenizer, max_seq_length)
+    return (FillMaskPredictor if fill_mask else Predictor)(model, tokenizer, max_seq_length, batch_size, sentence,
+                                                           ModelInfo(kind, directory.name, resolved))
 
 
-def _task_predictor(directory: Path, config: BertConfig, settings: dict[str, Any] | None, kind: str,
-                    batch_size: int, precision: tuple[str, Path | None], tokenizer_dir: str | Path | None,
-                    long_documents: dict[str, Any]) -> Predictor:
+def _task_predictor(directory: Path, config: BertConfig, saved: bool, predictor_class: type[TaskPredictor],
+                    batch_size: int, precision: tuple[str, Path | None], tokenizer_dir: Path | None,
+                    choices: dict[str, Any]) -> Predictor:
     """The predictor of a fine-tuned directory (bertkit_task.json), or of a task model fine-tuned elsewhere
-    (its task settings read from config.json)."""
-    predictor_class, task_class = TASK_PREDICTORS[kind]
-    stand_in = None if settings else task_class.from_json(_settings_from_config(kind, config, directory),
-                                                          source=str(directory / "config.json"))
+    (its task read from config.json, and the length a CrossEncoder keeps in tokenizer_config.json)."""
+    stand_in = None if saved else predictor_class.task_class.from_config(
+        config, _given_length(directory, config), source=str(directory / "config.json"))
     task, model, tokenizer = load_finetuned(directory, task=stand_in, tokenizer_dir=tokenizer_dir)
     model, resolved = _for_inference(model, precision, directory, tokenizer, task.settings.max_seq_length)
-    info = ModelInfo(kind, directory.name, resolved)
-    if not isinstance(task, ClassificationTask):
-        return predictor_class(model, tokenizer, task, batch_size, info)
-    if long_documents:
-        task = task.with_long_documents(**long_documents)
-    sigmoid = settings is None and cross_encoder_sigmoid(directory, config.num_labels or 0)
-    return ClassificationPredictor(model, tokenizer, task, batch_size, info, sigmoid)
+    if choices:
+        task = task.with_columns(**choices)
+    return predictor_class.of_directory(model, tokenizer, task, batch_size, ModelInfo(task.kind, directory.name,
+                                                                                      resolved), directory, saved)
+
+
+def _given_length(directory: Path, config: BertConfig) -> int | None:
+    """A CrossEncoder's max_length (sentence-transformers keeps it in tokenizer_config.json), if it fits the
+    position table; None for other directories."""
+    if cross_encoder_config(directory) is None:
+        return None
+    length = read_json_object(directory / "tokenizer_config.json", missing={}, damaged={}).get("model_max_length")
+    return length if isinstance(length, int) and 2 < length <= config.max_position_embeddings else None
 
 
 def _for_inference(model: torch.nn.Module, precision: tuple[str, Path | None], directory: Path,
@@ -551,35 +590,6 @@ def _for_inference(model: torch.nn.Module, precision: tuple[str, Path | None], d
     resolved = inference_precision(precision[0], model, torch.device("cpu"))
     smoothing = int8_smoothing(model, directory, precision[1], tokenizer, max_length) if resolved == "int8" else None
     return accelerate_for_inference(model, resolved, smoothing=smoothing), resolved
-
-
-# task kind -> (predictor, task class); other kinds (multiple-choice) are served for `embed` only
-TASK_PREDICTORS: dict[str, tuple[type[Any], type[Task]]] = {
-    "classification": (ClassificationPredictor, ClassificationTask),
-    "tagging": (TaggingPredictor, TaggingTask),
-    "squad": (QuestionAnsweringPredictor, SquadTask),
-}
-
-
-def _kind_from_architecture(config: BertConfig) -> str:
-    architecture = (config.architectures or ["BertModel"])[0]
-    return {"BertForMaskedLM": "fill-mask", "BertForPreTraining": "fill-mask",
-            "BertForSequenceClassification": "classification", "BertForTokenClassification": "tagging",
-            "BertForQuestionAnswering": "squad"}.get(architecture, "embed")
-
-
-def _settings_from_config(kind: str, config: BertConfig, directory: Path) -> dict[str, Any]:
-    """Task settings of a model fine-tuned elsewhere (no bertkit_task.json), from its config.json (and a
-    CrossEncoder's max_length, which sentence-transformers keeps in tokenizer_config.json)."""
-    if kind == "classification":
-        regression = config.problem_type == "regression" or config.num_labels == 1
-        length = read_json_object(directory / "tokenizer_config.json", missing={}, damaged={}).get(
-            "model_max_length") if cross_encoder_config(directory) else None
-        length = length if isinstance(length, int) and 2 < length <= config.max_position_embeddings else 512
-        return {"labels": None if regression else config.label_names, "max_seq_length": length}
-    if kind == "tagging":
-        return {"labels": config.label_names or []}
-    return {}
 
 
 def _load(directory: Path, architecture: str) -> torch.nn.Module:

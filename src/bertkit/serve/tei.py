@@ -21,25 +21,23 @@ import asyncio
 import math
 from typing import Any, Literal
 
-from fastapi import FastAPI, Request
+from fastapi import Depends, Request
 from fastapi.exceptions import RequestValidationError
 from pydantic import BaseModel, Field, ValidationError
 
 from bertkit.serve.compat import (
-    FieldError,
     Inputs,
     RequestBody,
     RerankRequest,
-    Submit,
     Truncation,
     check_prompt,
     cut_vector,
     read_inputs,
+    rerank,
 )
-from bertkit.serve.limits import RequestError, check_count, check_text, check_texts
+from bertkit.serve.limits import FieldError, RequestError, check_count, check_text, check_texts, non_json_body
 from bertkit.serve.observability import note_batch
-from bertkit.serve.predictor import Predictor
-from bertkit.settings import ServerSettings
+from bertkit.serve.routing import Server, serving
 
 
 class EmbedRequest(Truncation):
@@ -78,96 +76,94 @@ class PredictRequest(Truncation):
     raw_scores: bool = Field(False, description="Logits instead of probabilities (TEI); refused here (422).")
 
 
-def add_tei_routes(app: FastAPI, predictor: Predictor, settings: ServerSettings, submit: Submit,
-                   dependencies: list[Any], rerank: Any) -> None:
-    """TEI's routes over `predictor`; `rerank` is the /rerank handler (compat.py), for `POST /`."""
-    limits = settings.limits
+async def embed(body: EmbedRequest, server: Server = Depends(serving)) -> list[list[float]]:
+    predictor, settings = server.predictor, server.settings
+    check_prompt(predictor, body.prompt_name)
+    cut = body.direction if body.cuts(settings) else None
+    texts = read_inputs(body.inputs, "inputs", predictor, settings, cut, body.prompt_name)
+    normalize = body.normalize if body.normalize is not None else (True if settings.normalize else None)
+    _, unit, width = predictor.embedding_spec(body.pooling, normalize)
+    if body.dimensions is not None and body.dimensions > width:
+        raise FieldError(422, "invalid_dimensions", f"'dimensions' is {body.dimensions} but this model's vectors "
+                         f"have {width} values; send at most {width}", "dimensions")
+    vectors = await server.submit((body.pooling, normalize, cut is not None, body.direction, body.prompt_name),
+                                  texts)
+    if body.dimensions is None:
+        return vectors
+    return [cut_vector(v, body.dimensions, unit, "float") for v in vectors]  # type: ignore[misc]
 
-    @app.post("/embed", dependencies=dependencies, summary="Sentence vectors, a list of lists (TEI's shape); "
-              "unit length unless normalize is false.")
-    async def embed(body: EmbedRequest) -> list[list[float]]:
-        check_prompt(predictor, body.prompt_name)
-        cut = body.direction if body.cuts(settings) else None
-        texts = read_inputs(body.inputs, "inputs", predictor, settings, cut, body.prompt_name)
-        normalize = body.normalize if body.normalize is not None else (True if settings.normalize else None)
-        _, unit, width = predictor.embedding_spec(body.pooling, normalize)
-        if body.dimensions is not None and body.dimensions > width:
-            raise FieldError(422, "invalid_dimensions", f"'dimensions' is {body.dimensions} but this model's vectors "
-                             f"have {width} values; send at most {width}", "dimensions")
-        key = ("embed", body.pooling, normalize, cut is not None, body.direction, body.prompt_name)
-        vectors = await submit(key, texts)
-        if body.dimensions is None:
-            return vectors
-        return [cut_vector(v, body.dimensions, unit, "float") for v in vectors]  # type: ignore[misc]
 
-    @app.post("/embed_all", dependencies=dependencies, summary="The last layer's vector of every token read, "
-              "per input (TEI's shape: a list of lists of vectors).")
-    async def embed_all(body: EmbedAllRequest) -> list[list[list[float]]]:
-        check_prompt(predictor, body.prompt_name)
-        cut = body.direction if body.cuts(settings) else None
-        texts = read_inputs(body.inputs, "inputs", predictor, settings, cut, body.prompt_name)
-        return await submit(("embed_all", cut is not None, body.direction, body.prompt_name), texts)
+async def embed_all(body: EmbedAllRequest, server: Server = Depends(serving)) -> list[list[list[float]]]:
+    check_prompt(server.predictor, body.prompt_name)
+    cut = body.direction if body.cuts(server.settings) else None
+    texts = read_inputs(body.inputs, "inputs", server.predictor, server.settings, cut, body.prompt_name)
+    return await server.submit((cut is not None, body.direction, body.prompt_name), texts)
 
-    @app.post("/similarity", dependencies=dependencies, summary="Cosine similarity of the source sentence to "
-              "each sentence (TEI's shape).")
-    async def similarity(body: SimilarityRequest) -> list[float]:
-        note_batch(True)  # TEI embeds the source and the sentences as one batch
-        parameters = body.parameters or SimilarityParameters.model_validate({})
-        check_prompt(predictor, parameters.prompt_name)
-        cut = parameters.direction if parameters.cuts(settings) else None
-        if not body.inputs.sentences:
-            raise RequestError(400, "empty", "`inputs.sentences` cannot be empty")
-        check_count(len(body.inputs.sentences) + 1, "inputs.sentences (with the source sentence)", limits)
-        source = check_text(body.inputs.source_sentence, "inputs.source_sentence", limits, cut)
-        sentences = check_texts(body.inputs.sentences, "inputs.sentences", limits, cut)
-        key = ("embed", "auto", True, cut is not None, parameters.direction, parameters.prompt_name)
-        names = ["'inputs.source_sentence'", *(f"'inputs.sentences[{i}]'" for i in range(len(sentences)))]
-        source_vector, *vectors = await submit(key, [source, *sentences], names=names)  # unit length: dot = cosine
-        return [min(max(float(sum(a * b for a, b in zip(source_vector, vector))), -1.0), 1.0) for vector in vectors]
 
-    if "classify" in predictor.endpoints:
-        @app.post("/predict", dependencies=dependencies, summary="Every label's probability, best first (TEI's "
-                  "shape; a batch gets one list per input).")
-        async def predict(body: PredictRequest) -> list[Any]:
-            if body.raw_scores and predictor.labels is not None:
-                raise FieldError(422, "raw_scores_not_supported", "raw_scores is for a model with one output here; "
-                                 "a classifier's /predict answers probabilities (/rerank has raw_scores for "
-                                 "pairs)", "raw_scores")
-            single, items = _predict_items(body.inputs)
-            note_batch(not single)
-            cut = body.direction if body.cuts(settings) else None
-            check_count(len(items), "inputs", limits)
-            items = [tuple(check_text(text, f"inputs[{i}]", limits, cut) for text in item)
-                     for i, item in enumerate(items)]
-            results: list[Any] = [None] * len(items)
-            groups = [[i for i, item in enumerate(items) if len(item) == size] for size in (1, 2)]
+async def similarity(body: SimilarityRequest, server: Server = Depends(serving)) -> list[float]:
+    note_batch(True)  # TEI embeds the source and the sentences as one batch
+    limits = server.settings.limits
+    parameters = body.parameters or SimilarityParameters.model_validate({})
+    check_prompt(server.predictor, parameters.prompt_name)
+    cut = parameters.direction if parameters.cuts(server.settings) else None
+    if not body.inputs.sentences:
+        raise RequestError(400, "empty", "`inputs.sentences` cannot be empty")
+    check_count(len(body.inputs.sentences) + 1, "inputs.sentences (with the source sentence)", limits)
+    source = check_text(body.inputs.source_sentence, "inputs.source_sentence", limits, cut)
+    sentences = check_texts(body.inputs.sentences, "inputs.sentences", limits, cut)
+    options = ("auto", True, cut is not None, parameters.direction, parameters.prompt_name)  # /embed's, unit length
+    names = ["'inputs.source_sentence'", *(f"'inputs.sentences[{i}]'" for i in range(len(sentences)))]
+    source_vector, *vectors = await server.submit(options, [source, *sentences], names=names)  # dot = cosine
+    return [min(max(float(sum(a * b for a, b in zip(source_vector, vector))), -1.0), 1.0) for vector in vectors]
 
-            async def run(indices: list[int], pairs: bool) -> None:
-                key = ("classify", pairs, cut is not None, body.direction)
-                answers = await submit(key, [(items[i][0], items[i][1] if pairs else None) for i in indices],
-                                       names=[f"'inputs[{i}]'" for i in indices])
-                sigmoid = getattr(predictor, "sigmoid_scores", False) and not body.raw_scores
-                for i, answer in zip(indices, answers):
-                    results[i] = _labels_best_first(answer, sigmoid)
 
-            await asyncio.gather(*(run(indices, size == 2) for size, indices in zip((1, 2), groups) if indices))
-            return results[0] if single else results
+async def predict(body: PredictRequest, server: Server = Depends(serving)) -> list[Any]:
+    predictor, limits = server.predictor, server.settings.limits
+    if body.raw_scores and predictor.labels is not None:
+        raise FieldError(422, "raw_scores_not_supported", "raw_scores is for a model with one output here; "
+                         "a classifier's /predict answers probabilities (/rerank has raw_scores for pairs)",
+                         "raw_scores")
+    single, items = _predict_items(body.inputs)
+    note_batch(not single)
+    cut = body.direction if body.cuts(server.settings) else None
+    check_count(len(items), "inputs", limits)
+    items = [tuple(check_text(text, f"inputs[{i}]", limits, cut) for text in item) for i, item in enumerate(items)]
+    results: list[Any] = [None] * len(items)
+    groups = [[i for i, item in enumerate(items) if len(item) == size] for size in (1, 2)]
 
-    async def root(request: Request) -> Any:
-        body = await _json_object(request)
-        if isinstance(body.get("query"), str) and "texts" in body and rerank is not None:
-            return await rerank(_validate(RerankRequest, body))
-        inputs = body.get("inputs")
-        if isinstance(inputs, dict) and "source_sentence" in inputs:
-            return await similarity(_validate(SimilarityRequest, body))
-        if "classify" in predictor.endpoints:
-            return await predict(_validate(PredictRequest, body))
-        return await embed(_validate(EmbedRequest, body))
+    async def run(indices: list[int], pairs: bool) -> None:
+        answers = await server.submit((pairs, cut is not None, body.direction),
+                                      [(items[i][0], items[i][1] if pairs else None) for i in indices],
+                                      names=[f"'inputs[{i}]'" for i in indices])
+        sigmoid = getattr(predictor, "sigmoid_scores", False) and not body.raw_scores
+        for i, answer in zip(indices, answers):
+            results[i] = _labels_best_first(answer, sigmoid)
 
-    for path in ("/", "/invocations"):
-        app.post(path, dependencies=dependencies, operation_id=f"root_{path.strip('/') or 'post'}",
-                 summary="By the body, as TEI by the model: rerank (query, texts), similarity (inputs.source_"
-                 "sentence), predict (a classifier), else embed; what huggingface_hub's InferenceClient calls.")(root)
+    await asyncio.gather(*(run(indices, size == 2) for size, indices in zip((1, 2), groups) if indices))
+    return results[0] if single else results
+
+
+async def root(request: Request, server: Server = Depends(serving)) -> Any:
+    """POST / and /invocations: the route the body's shape names, as TEI's model type would (see above)."""
+    body = await _json_object(request)
+    reranking = server.at("/rerank")
+    if isinstance(body.get("query"), str) and "texts" in body and reranking is not None:
+        return await rerank(_validate(RerankRequest, body), reranking)
+    inputs = body.get("inputs")
+    if isinstance(inputs, dict) and "source_sentence" in inputs:
+        return await similarity(_validate(SimilarityRequest, body), _at(server, "/similarity"))
+    predicting = server.at("/predict")
+    if predicting is not None:
+        return await predict(_validate(PredictRequest, body), predicting)
+    return await embed(_validate(EmbedRequest, body), _at(server, "/embed"))
+
+
+def _at(server: Server, path: str) -> Server:
+    """The server as the handler of `path`, a route every model serves."""
+    routed = server.at(path)
+    if routed is None:
+        raise TypeError(f"{path} is missing from the route table")  # every model serves it: a bug
+    return routed
 
 
 def _predict_items(inputs: str | list[str] | list[list[str]]) -> tuple[bool, list[tuple[str, ...]]]:
@@ -199,8 +195,9 @@ def _labels_best_first(answer: dict[str, Any], sigmoid: bool) -> list[dict[str, 
 
 
 async def _json_object(request: Request) -> dict[str, Any]:
-    if "json" not in request.headers.get("content-type", ""):
-        raise RequestError(422, "invalid_request", "send the body as JSON, with Content-Type: application/json")
+    refused = non_json_body(request.headers.get("content-type"))
+    if refused is not None:
+        raise refused
     try:
         body = await request.json()
     except (ValueError, RecursionError):  # RecursionError: nesting deeper than the parser goes

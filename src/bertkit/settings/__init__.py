@@ -68,8 +68,10 @@ from bertkit.settings.serving import (
 )
 from bertkit.settings.tasks import (
     EMBEDDING_POOLINGS,
+    FINETUNE_KINDS,
     LONG_DOCUMENTS,
     TAG_SCHEMES,
+    TASK_SETTINGS,
     WINDOW_AGGREGATIONS,
     ClassificationSettings,
     EmbeddingSettings,
@@ -77,6 +79,7 @@ from bertkit.settings.tasks import (
     MultipleChoiceSettings,
     SquadSettings,
     TaggingSettings,
+    TaskSettings,
 )
 from bertkit.settings.training import (
     DEFAULT_GLOBAL_BATCH_SIZE,
@@ -102,6 +105,7 @@ __all__ = [
     "DUPE_FACTORS",
     "EMBEDDING_POOLINGS",
     "FEATURE_COMBINES",
+    "FINETUNE_KINDS",
     "GLUE_LEARNING_RATES",
     "GLUE_SEEDS",
     "INFERENCE_PRECISIONS",
@@ -120,6 +124,7 @@ __all__ = [
     "RESUME_EXACT_SETTINGS",
     "SINGLE_TEXT_TOKENS",
     "TAG_SCHEMES",
+    "TASK_SETTINGS",
     "VOCABULARY_INITS",
     "WINDOW_AGGREGATIONS",
     "BatchSizes",
@@ -143,6 +148,7 @@ __all__ = [
     "Settings",
     "SquadSettings",
     "TaggingSettings",
+    "TaskSettings",
     "TokenizerEncodeSettings",
     "TokenizerExtendSettings",
     "TokenizerTrainSettings",

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 from bertkit.errors import BertkitError
 from bertkit.settings.fields import Settings, sequence_length_field
@@ -21,9 +21,26 @@ WINDOW_AGGREGATIONS = ("mean", "max")
 
 # --- tasks (saved in bertkit_task.json) ----------------------------------------------------------------
 
+class TaskSettings(Settings):
+    """The settings of a fine-tuning task kind: its own fields, and what the command line needs to know of the
+    kind without importing it (torch)."""
+
+    kind: ClassVar[str]
+    """bertkit_task.json's `task` and the `bertkit finetune` subcommand."""
+    command_help: ClassVar[str]
+    """The subcommand's help."""
+    decided_by_data: ClassVar[tuple[str, ...]] = ()
+    """Fields the training or dev data decides (label sets, SQuAD 2.0's threshold): no flag."""
+
+
 @dataclass
-class ClassificationSettings(Settings):
+class ClassificationSettings(TaskSettings):
     """Everything needed to read, encode and label inputs again (saved in bertkit_task.json)."""
+
+    kind: ClassVar[str] = "classification"
+    command_help: ClassVar[str] = ("Sentence or sentence-pair classification / regression (GLUE TSV, or "
+                                   "CSV/TSV/JSONL/Parquet/`datasets` directory by column).")
+    decided_by_data: ClassVar[tuple[str, ...]] = ("labels",)
 
     labels: list[str] | None
     """Label names by output index; None for regression."""
@@ -74,8 +91,13 @@ class ClassificationSettings(Settings):
 
 
 @dataclass
-class TaggingSettings(Settings):
+class TaggingSettings(TaskSettings):
     """Label names and window settings (saved in bertkit_task.json)."""
+
+    kind: ClassVar[str] = "tagging"
+    command_help: ClassVar[str] = ("Token tagging, e.g. named entities (CoNLL-2003 files, or JSONL/Parquet/`datasets` "
+                                   "directory with token and tag lists by --tokens-column/--tags-column).")
+    decided_by_data: ClassVar[tuple[str, ...]] = ("labels",)
 
     labels: list[str]
     max_seq_length: int = sequence_length_field(128)
@@ -92,8 +114,13 @@ class TaggingSettings(Settings):
 
 
 @dataclass
-class SquadSettings(Settings):
+class SquadSettings(TaskSettings):
     """Window and decoding settings (saved in bertkit_task.json)."""
+
+    kind: ClassVar[str] = "squad"
+    command_help: ClassVar[str] = ("Extractive question answering (SQuAD v1.1 / v2.0 JSON, or JSONL/Parquet/`datasets` "
+                                   "directory in the `datasets` squad layout).")
+    decided_by_data: ClassVar[tuple[str, ...]] = ("null_score_diff_threshold",)
 
     max_seq_length: int = sequence_length_field(384, pairs=True)
     """Longest input in tokens, [CLS]/[SEP] included."""
@@ -112,11 +139,25 @@ class SquadSettings(Settings):
 
 
 @dataclass
-class MultipleChoiceSettings(Settings):
+class MultipleChoiceSettings(TaskSettings):
     """Saved in bertkit_task.json."""
+
+    kind: ClassVar[str] = "multiple-choice"
+    command_help: ClassVar[str] = ("Multiple choice (SWAG CSV, or JSONL with context/endings/label; either layout as "
+                                   "Parquet/`datasets`).")
+    decided_by_data: ClassVar[tuple[str, ...]] = ()
 
     max_seq_length: int = sequence_length_field(128, pairs=True)
     """Longest input in tokens, [CLS]/[SEP] included."""
+
+
+TASK_SETTINGS: tuple[type[TaskSettings], ...] = (ClassificationSettings, TaggingSettings, SquadSettings,
+                                             MultipleChoiceSettings)
+"""The settings of the fine-tuning task kinds, torch-free: each names its kind (bertkit_task.json's `task`, the
+`bertkit finetune` subcommand), the subcommand's help and the fields the data decides (no flag). The task classes
+take their kind from here (bertkit.tasks.kinds.TASK_CLASSES), so the command line and the registry agree."""
+FINETUNE_KINDS: tuple[str, ...] = (*(settings.kind for settings in TASK_SETTINGS), "embedding")
+"""The `bertkit finetune` subcommands: the task kinds, then sentence-embedding training."""
 
 
 EMBEDDING_POOLINGS = ("mean", "cls", "max")

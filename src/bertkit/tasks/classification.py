@@ -18,12 +18,13 @@ import dataclasses
 import logging
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, cast
+from typing import Any, ClassVar, cast
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 
+from bertkit.config import BertConfig
 from bertkit.data.glue import TextExample, check_labels, glue_task, read_glue, read_table
 from bertkit.errors import BertkitError
 from bertkit.io.columnar import is_table_input
@@ -36,14 +37,42 @@ from bertkit.tasks.task import BaseTask, refuse_columns, write_jsonl
 
 log = logging.getLogger(__name__)
 
+LONG_DOCUMENT_CHOICES = ("long_documents", "doc_stride", "window_aggregation", "max_windows")
+"""The `LongDocumentSettings` that predict, evaluate and serve may give in place of the saved ones."""
+
 
 class ClassificationTask(BaseTask):
     """The classification task as a `bertkit.tasks.task.Task`."""
 
-    kind = "classification"
     settings_class = ClassificationSettings
+    kind = ClassificationSettings.kind
     model_class = BertForSequenceClassification
+    column_settings: ClassVar[tuple[str, ...]] = ("text_column", "text_pair_column", "label_column", "id_column",
+                                                  "header", *LONG_DOCUMENT_CHOICES)
     settings: ClassificationSettings
+
+    @classmethod
+    def from_training_file(cls, train_path: str | Path, options: dict[str, Any]) -> ClassificationTask:
+        """The labels of a GLUE task (`glue_task`; its training file is not read here), none for `regression`
+        (the command's --regression), else the training file's, sorted."""
+        options = dict(options)
+        regression = options.pop("regression", False)
+        glue = glue_task(options["glue_task"]) if options.get("glue_task") else None
+        if glue is not None and glue.pair_column is not None and not options.get("text_pair_column"):
+            options["text_pair_column"] = "text_pair"  # JSONL inputs of a GLUE pair task (predict/evaluate)
+        s = ClassificationSettings(labels=None, **options)
+        train = [] if glue else read_table(train_path, s.text_column, s.text_pair_column, s.label_column,
+                                           header=s.header)[0]
+        return cls(dataclasses.replace(s, labels=labels_for(s.glue_task, train, regression)))
+
+    @classmethod
+    def from_config(cls, config: BertConfig, max_seq_length: int | None = None,
+                    source: str = "config.json") -> ClassificationTask:
+        """config.json's labels (one output, or problem_type regression: a score); BERT's 512 tokens unless
+        the directory gives a length."""
+        regression = config.problem_type == "regression" or config.num_labels == 1
+        return cls.from_json({"labels": None if regression else config.label_names,
+                              "max_seq_length": max_seq_length or 512}, source=source)
 
     @property
     def is_regression(self) -> bool:
@@ -76,8 +105,7 @@ class ClassificationTask(BaseTask):
         numbers, in a file without a header row), the saved settings filling in the rest; a GLUE model
         then reads its files as generic tables too. The long-document choices given (`others`:
         `LongDocumentSettings`) replace the saved ones; another task's column settings are refused."""
-        choices = {k: others.pop(k) for k in ("long_documents", "doc_stride", "window_aggregation", "max_windows")
-                   if others.get(k) is not None}
+        choices = {k: others.pop(k) for k in LONG_DOCUMENT_CHOICES if others.get(k) is not None}
         refuse_columns(self.kind, others)
         if text_pair_column and not self.settings.text_pair_column:
             raise BertkitError(f"--text-pair-column {text_pair_column!r}: this model was fine-tuned on single "

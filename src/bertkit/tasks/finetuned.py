@@ -36,7 +36,7 @@ from bertkit.io.jsonfile import read_json
 from bertkit.model import BertModel
 from bertkit.model.feature_based import FeatureBasedModel
 from bertkit.model.pretrained import PreTrainedMixin
-from bertkit.tasks.kinds import task_class
+from bertkit.tasks.kinds import TASK_CLASSES, task_class
 from bertkit.tasks.task import Task
 from bertkit.tokenizer import WordPieceTokenizer, check_model_vocabulary
 
@@ -77,8 +77,7 @@ def read_task_file(directory: str | Path) -> dict[str, Any] | None:
     if data is None:
         return None
     if not isinstance(data, dict) or "task" not in data:
-        raise BertkitError(f"{path}: expected a JSON object with a 'task' key "
-                           "(classification, tagging, squad or multiple-choice)")
+        raise BertkitError(f"{path}: expected a JSON object with a 'task' key ({', '.join(TASK_CLASSES)})")
     return data
 
 
@@ -124,7 +123,7 @@ def _no_task_file(directory: Path) -> str:
         return (f"{directory}: a sentence-embedding model (modules.json, no {TASK_FILE}): it has no labels to "
                 "predict; embed texts with `bertkit extract --model DIR`, or serve it with `bertkit serve`")
     return (f"{directory}: no {TASK_FILE}; --model must be a directory written by `bertkit finetune "
-            "classification|tagging|squad|multiple-choice` (OUTPUT/best)")
+            f"{'|'.join(TASK_CLASSES)}` (OUTPUT/best)")
 
 
 def _load_feature_based(directory: Path, task: Task, layers: tuple[int, ...], combine: str) -> FeatureBasedModel:

@@ -1,25 +1,26 @@
 """The fine-tuning task kinds by name, and the task of a `bertkit finetune` command.
 
 `TASK_CLASSES` maps the `task` value of bertkit_task.json (and the `bertkit finetune` subcommand) to its
-class; `build_task(kind, train_path, task_settings)` makes the task from the command's task settings, taking the
-label sets that the task does not fix from the training file.
+class; `build_task(kind, train_path, task_settings)` makes the task from the command's task settings
+(`Task.from_training_file`); `kind_of_architecture(name)` is the kind whose head a config.json's
+`architectures` names.
 
-Design decision: the only place that lists the task classes; generic code reaches a task through the
-`bertkit.tasks.task.Task` protocol and never imports a task module itself.
+Design decision: the one table of the task classes. A kind is one class (`bertkit.tasks.task`) that carries
+its head, outputs, column flags and readers, so every other list of kinds (the predictors', the ONNX export's
+heads, the owners of a column flag) is derived from this table, and generic code reaches a task through the
+`Task` protocol without importing a task module. A new kind is its module and one entry here.
 """
 
 from __future__ import annotations
 
-import dataclasses
 from pathlib import Path
 from typing import Any
 
-from bertkit.data.glue import glue_task, read_table
 from bertkit.errors import BertkitError
-from bertkit.tasks.classification import ClassificationSettings, ClassificationTask, labels_for
-from bertkit.tasks.multiple_choice import MultipleChoiceSettings, MultipleChoiceTask
-from bertkit.tasks.squad import SquadSettings, SquadTask
-from bertkit.tasks.tagging import TaggingSettings, TaggingTask, labels_from, read_tagged
+from bertkit.tasks.classification import ClassificationTask
+from bertkit.tasks.multiple_choice import MultipleChoiceTask
+from bertkit.tasks.squad import SquadTask
+from bertkit.tasks.tagging import TaggingTask
 from bertkit.tasks.task import Task
 
 TASK_CLASSES: dict[str, type[Task]] = {
@@ -35,23 +36,10 @@ def task_class(kind: str, source: str = "--task") -> type[Task]:
 def build_task(kind: str, train_path: str | Path, task_settings: dict[str, Any]) -> Task:
     """The task object for `kind` with its settings; label sets not fixed by the task come from the
     training file (classification without --task, tagging)."""
-    options = dict(task_settings)
-    if kind == "classification":
-        regression = options.pop("regression", False)
-        glue = glue_task(options["glue_task"]) if options.get("glue_task") else None
-        if glue is not None and glue.pair_column is not None and not options.get("text_pair_column"):
-            options["text_pair_column"] = "text_pair"  # JSONL inputs of a GLUE pair task (predict/evaluate)
-        train = [] if options.get("glue_task") else read_table(
-            train_path, options["text_column"], options.get("text_pair_column"), options["label_column"],
-            header=options.get("header", True))[0]
-        labels = labels_for(options.get("glue_task"), train, regression)
-        return ClassificationTask(ClassificationSettings(labels=labels, **options))
-    if kind == "tagging":
-        defaults = TaggingSettings(labels=[], **options)
-        sentences, _ = read_tagged(train_path, defaults.tag_scheme, defaults.tokens_column, defaults.tags_column)
-        return TaggingTask(dataclasses.replace(defaults, labels=labels_from(sentences)))
-    if kind == "squad":
-        return SquadTask(SquadSettings(**options))
-    if kind == "multiple-choice":
-        return MultipleChoiceTask(MultipleChoiceSettings(**options))
-    raise BertkitError(f"unknown task {kind!r}; choose one of {', '.join(TASK_CLASSES)}")
+    return task_class(kind).from_training_file(train_path, dict(task_settings))
+
+
+def kind_of_architecture(architecture: str) -> str | None:
+    """The first kind (in table order) whose head is the class `architecture` names, e.g. "tagging" for
+    BertForTokenClassification; None for a class no kind trains (BertModel, the pre-training heads)."""
+    return next((cls.kind for cls in TASK_CLASSES.values() if cls.model_class.__name__ == architecture), None)

@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, cast
+from typing import Any, ClassVar, cast
 
 import numpy as np
 import torch
@@ -33,9 +33,10 @@ log = logging.getLogger(__name__)
 class MultipleChoiceTask(BaseTask):
     """Multiple choice as a `bertkit.tasks.task.Task`."""
 
-    kind = "multiple-choice"
     settings_class = MultipleChoiceSettings
+    kind = MultipleChoiceSettings.kind
     model_class = BertForMultipleChoice
+    input_axes: ClassVar[tuple[str, ...]] = ("batch", "choices", "sequence")  # (B, C, T): choices scored together
     settings: MultipleChoiceSettings
 
     @property

@@ -34,7 +34,7 @@ import logging
 import math
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import torch
@@ -72,11 +72,11 @@ def _token_span(offsets: Sequence[tuple[int, int]], char_start: int, char_end: i
 class SquadTask(BaseTask):
     """SQuAD as a `bertkit.tasks.task.Task`."""
 
-    kind = "squad"
     settings_class = SquadSettings
+    kind = SquadSettings.kind
     model_class = BertForQuestionAnswering
-    output_names = ("start_logits", "end_logits")
-    token_level_outputs = ("start_logits", "end_logits")
+    output_names: ClassVar[tuple[str, ...]] = ("start_logits", "end_logits")
+    token_level_outputs: ClassVar[tuple[str, ...]] = ("start_logits", "end_logits")
     settings: SquadSettings
     _kept_threshold_said = False  # select_on_dev's warning, once per task
 

@@ -21,12 +21,13 @@ import dataclasses
 import logging
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, cast
+from typing import Any, ClassVar, cast
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 
+from bertkit.config import BertConfig
 from bertkit.data.conll import TaggedSentence, check_tags, read_conll, write_conll
 from bertkit.data.tag_tables import is_tag_table, read_tag_table
 from bertkit.errors import BertkitError
@@ -45,11 +46,24 @@ IGNORE_INDEX = -100
 class TaggingTask(BaseTask):
     """Tagging as a `bertkit.tasks.task.Task`."""
 
-    kind = "tagging"
     settings_class = TaggingSettings
+    kind = TaggingSettings.kind
     model_class = BertForTokenClassification
-    token_level_outputs = ("logits",)
+    token_level_outputs: ClassVar[tuple[str, ...]] = ("logits",)
+    column_settings: ClassVar[tuple[str, ...]] = ("tokens_column", "tags_column")
     settings: TaggingSettings
+
+    @classmethod
+    def from_training_file(cls, train_path: str | Path, options: dict[str, Any]) -> TaggingTask:
+        """The tag set is the training file's (`labels_from`)."""
+        defaults = TaggingSettings(labels=[], **options)
+        sentences, _ = read_tagged(train_path, defaults.tag_scheme, defaults.tokens_column, defaults.tags_column)
+        return cls(dataclasses.replace(defaults, labels=labels_from(sentences)))
+
+    @classmethod
+    def from_config(cls, config: BertConfig, max_seq_length: int | None = None,
+                    source: str = "config.json") -> TaggingTask:
+        return cls.from_json({"labels": config.label_names or []}, source=source)
 
     @property
     def metric_names(self) -> tuple[str, ...]:

@@ -1,5 +1,5 @@
-"""The `Task` protocol, every method and attribute that the fine-tuning driver, the evaluator, the predictors
-and the CLI use on a fine-tuning task, and `BaseTask`, what the four tasks share.
+"""The `Task` protocol, every method and attribute that the fine-tuning driver, the evaluator, the predictors,
+the ONNX export and the CLI use on a fine-tuning task, and `BaseTask`, what the four tasks share.
 
 A task turns files into examples (`read`), examples into model inputs (`features`), a batch into a loss
 (`loss`), model outputs back into predictions per example (`decode`), and predictions into metrics and
@@ -7,10 +7,15 @@ files (`score`, `write_predictions`). Its settings dataclass round-trips through
 (`to_json`/`from_json`) by field name; an unknown or missing field in a saved file is the user's error,
 reported with the file.
 
-Design decision: generic code (workflows/finetune.py, workflows/predict.py, serve/predictor.py) is typed
-against this protocol and never asks which task it holds; what differs is a method here. Settings that
-one task chooses on the dev set (SQuAD v2.0's null-score threshold) go through `select_on_dev`, which
-the other tasks leave as it is. A task module then reads as its own data, loss and metric code.
+Design decision: a task kind is one class. Everything that differs between kinds is an attribute or method
+here: the head (`model_class`), the outputs and input axes (`output_names`, `token_level_outputs`,
+`input_axes`: what predict, serve and the ONNX export read), the column flags it takes (`column_settings`), how
+`bertkit finetune` makes it from a training file (`from_training_file`) and how a head model fine-tuned elsewhere
+is read (`from_config`). Generic code (workflows/finetune.py, workflows/predict.py, serve/predictor.py,
+export/onnx.py) is typed against this protocol and never asks which task it holds; `bertkit.tasks.kinds` is the
+one table of the classes. Settings that one task chooses on the dev set (SQuAD v2.0's null-score threshold) go
+through `select_on_dev`, which the other tasks leave as it is. A task module then reads as its own data, loss
+and metric code.
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ from typing import Any, ClassVar, Protocol, TypeVar, cast, runtime_checkable
 import numpy as np
 import torch
 
+from bertkit.config import BertConfig
 from bertkit.errors import BertkitError
 from bertkit.io.atomic import write_text_atomic
 from bertkit.model.feature_based import FeatureHead
@@ -43,18 +49,20 @@ class Task(Protocol):
     """The `task` value in bertkit_task.json and the `bertkit finetune` subcommand."""
     model_class: ClassVar[type[Any]]
     """The task model (`BertFor...`): `model_class(config)` or `model_class.from_pretrained(directory)`."""
+    output_names: ClassVar[tuple[str, ...]]
+    """Model outputs that `decode` reads, and the outputs of the kind's ONNX graph."""
+    token_level_outputs: ClassVar[tuple[str, ...]]
+    """Outputs with one value per token (cut back to each input's real length; a sequence axis in ONNX)."""
+    input_axes: ClassVar[tuple[str, ...]]
+    """The axes of the model's inputs, as the ONNX export names them: ("batch", "sequence"), or with a
+    "choices" axis between them for inputs grouped per example (multiple choice)."""
+    column_settings: ClassVar[tuple[str, ...]]
+    """The reading settings of `bertkit predict/evaluate` (and serve's long-document ones) this kind takes
+    (`with_columns`); another kind's are refused naming the kind that takes them."""
     settings: Any
     """The settings dataclass saved in bertkit_task.json."""
     last_truncated: int
     """Examples that the last `features` call truncated to max_seq_length (0 for tasks that window)."""
-
-    @property
-    def output_names(self) -> tuple[str, ...]:
-        """Model outputs that `decode` reads (class attributes of the tasks)."""
-
-    @property
-    def token_level_outputs(self) -> tuple[str, ...]:
-        """Outputs with one value per token (cut back to each input's real length)."""
 
     @property
     def metric_names(self) -> tuple[str, ...]:
@@ -104,6 +112,17 @@ class Task(Protocol):
     def from_json(cls, data: dict[str, Any], source: str = "bertkit_task.json") -> Task:
         """The task of a bertkit_task.json's content."""
 
+    @classmethod
+    def from_training_file(cls, train_path: str | Path, options: dict[str, Any]) -> Task:
+        """The task `bertkit finetune` trains: its settings from the command's task settings (`options`, keyword
+        values of `settings_class`, plus any the kind's command adds), what they leave open (label sets) read
+        from the training file."""
+
+    @classmethod
+    def from_config(cls, config: BertConfig, max_seq_length: int | None = None, source: str = "config.json") -> Task:
+        """The task of a `model_class` directory fine-tuned elsewhere (no bertkit_task.json), from its config.json;
+        `max_seq_length` is a length its own files give (a CrossEncoder's), else the kind's default."""
+
 
 class BaseTask:
     """What ClassificationTask, TaggingTask, SquadTask and MultipleChoiceTask share (each is a `Task`)."""
@@ -114,6 +133,8 @@ class BaseTask:
     """The settings dataclass, read back by `from_json`."""
     output_names: ClassVar[tuple[str, ...]] = ("logits",)
     token_level_outputs: ClassVar[tuple[str, ...]] = ()
+    input_axes: ClassVar[tuple[str, ...]] = ("batch", "sequence")
+    column_settings: ClassVar[tuple[str, ...]] = ()
     last_truncated: int = 0
 
     def __init__(self, settings: Any) -> None:
@@ -126,7 +147,7 @@ class BaseTask:
         return FeatureHead(self.config_overrides()["num_labels"])  # one score per label at [CLS]
 
     def with_columns(self, **columns: Any) -> Task:
-        """Classification and tagging read files by column names; the other tasks refuse the flags."""
+        """A kind that reads no file by column (no `column_settings`) refuses the flags."""
         refuse_columns(self.kind, columns)
         return cast(Task, self)  # nothing was given; every subclass is a Task
 
@@ -149,23 +170,27 @@ class BaseTask:
             raise BertkitError(f"{source}: invalid {cls.kind} settings ({exc}); the fields are {known} - "
                                "was the directory written by another bertkit version?") from None
 
+    @classmethod
+    def from_training_file(cls: type[T], train_path: str | Path, options: dict[str, Any]) -> T:
+        return cls(cls.settings_class(**options))  # a kind whose settings the training file does not complete
 
-COLUMN_SETTINGS = {"classification": ("text_column", "text_pair_column", "label_column", "id_column", "header",
-                                      "long_documents", "doc_stride", "window_aggregation", "max_windows"),
-                   "tagging": ("tokens_column", "tags_column")}
-"""The task kinds that read files by column, and the reading settings of `bertkit predict/evaluate` each takes
-(classification's long-document choices among them)."""
+    @classmethod
+    def from_config(cls: type[T], config: BertConfig, max_seq_length: int | None = None,
+                    source: str = "config.json") -> T:
+        return cls.from_json({}, source=source)  # the kind's defaults: config.json holds none of its settings
 
 
 def refuse_columns(kind: str, columns: dict[str, Any]) -> None:
     """Raise naming the first of the given column settings (None: not given), e.g. `--text-column` for a
-    tagging model, and the task kind that takes it."""
+    tagging model, and the task kind that takes it (its `column_settings`)."""
+    from bertkit.tasks.kinds import TASK_CLASSES  # the registry imports the task modules, which import this one
+
     for name, value in columns.items():
         if value is None:
             continue
-        owner = next(owner for owner, names in COLUMN_SETTINGS.items() if name in names)
+        owners = [cls.kind for cls in TASK_CLASSES.values() if name in cls.column_settings]
         flag = "--" + ("no_header" if name == "header" and value is False else name).replace("_", "-")
-        raise BertkitError(f"{flag} applies to {owner} models; this is a {kind} model")
+        raise BertkitError(f"{flag} applies to {' and '.join(owners) or 'no'} models; this is a {kind} model")
 
 
 def write_jsonl(path: Path, records: Iterable[dict[str, Any]]) -> Path:

@@ -16,7 +16,8 @@ prompt always apply, and "auto" pooling (the default) takes its pooling and norm
 
 Design decision: the encoder runs length-sorted, padding-free batches (inference/batching.py) and the
 output is written as it is produced, so memory holds one batch of hidden states, not the corpus
-(.npy is filled through a memory map of its final size).
+(.npy is filled through a memory map of its final size). An existing non-empty output is refused before any
+work unless `--overwrite`.
 
 Reference: google-research/bert `extract_features.py` (input format, layer indexing, output format);
 Devlin et al. (2018), section 5.3 (feature-based use, concatenating the last four layers).
@@ -42,7 +43,7 @@ from bertkit.inference.smoothquant import int8_smoothing
 from bertkit.interop.sentence_transformers import choose_pooling, read_sentence_transformers
 from bertkit.model import BertModel, for_inference
 from bertkit.runtime.allocator import keep_freed_memory
-from bertkit.runtime.device import check_inference_precision
+from bertkit.runtime.device import apply_threads, check_inference_precision
 from bertkit.settings import ExtractSettings
 from bertkit.tokenizer import WordPieceTokenizer, check_model_vocabulary
 
@@ -75,12 +76,14 @@ def extract_features(settings: ExtractSettings) -> int:
     vocabulary.
     `precision` is an inference precision (`bertkit.model.for_inference`): fp32, bf16 (values within bf16
     rounding), int8 (encoder layers quantized) or auto (the faster of fp32 and bf16 as measured here)."""
+    apply_threads(settings.threads)
     model_dir, output_path, precision = check_model_directory(settings.model), Path(settings.output), settings.precision
     keep_freed_memory()  # the process reuses large activations from here on (bertkit.runtime.allocator)
     config = BertConfig.from_json_file(model_dir / "config.json")
     vocabulary = WordPieceTokenizer.from_pretrained(settings.tokenizer or model_dir)
     check_model_vocabulary(vocabulary, config.vocab_size, model_dir, settings.tokenizer)
     pooled = _pooled_output(output_path, settings.pooling, settings.normalize)
+    _check_output(output_path, settings.overwrite)
     sentence = read_sentence_transformers(model_dir)
     max_seq_length = _max_seq_length(settings.max_seq_length, sentence.max_seq_length if sentence else None,
                                      config.max_position_embeddings, model_dir)
@@ -117,6 +120,14 @@ def _max_seq_length(given: int | None, directory_length: int | None, positions: 
         raise BertkitError(f"--max-seq-length {given} exceeds the model's max_position_embeddings ({positions}, "
                            f"{model_dir / 'config.json'}); give at most {positions}")
     return min(given or directory_length or DEFAULT_MAX_SEQ_LENGTH, positions)
+
+
+def _check_output(path: Path, overwrite: bool) -> None:
+    """Refuse a directory as --output, and an existing non-empty file unless `overwrite`."""
+    if path.is_dir():
+        raise BertkitError(f"--output {path} is a directory; give a file name (*.jsonl or *.npy)")
+    if path.exists() and path.stat().st_size and not overwrite:
+        raise BertkitError(f"--output {path} exists; pass --overwrite to replace it, or choose another name")
 
 
 def _pooled_output(path: Path, pooling: str | None, normalize: bool | None) -> bool:

@@ -8,7 +8,9 @@
 Design decision: one path from features to predictions (`predict_features`: length-sorted batches of
 `bertkit.inference.batching`, then the task's `decode`), so the dev scores of fine-tuning are what
 `bertkit evaluate` reproduces from the saved directory. Everything task-specific is a method of the
-`bertkit.tasks.task.Task` protocol; nothing here asks which task it holds.
+`bertkit.tasks.task.Task` protocol; nothing here asks which task it holds. A non-empty --output is refused
+before any work unless `--overwrite`, which replaces the results an earlier predict/evaluate wrote there, as
+`bertkit finetune` refuses to write over a run.
 """
 
 from __future__ import annotations
@@ -21,12 +23,13 @@ from typing import Any
 import torch
 from torch import nn
 
+from bertkit.errors import BertkitError
 from bertkit.inference.batching import model_outputs
 from bertkit.inference.smoothquant import int8_smoothing
 from bertkit.io.atomic import write_text_atomic
 from bertkit.model import for_inference
 from bertkit.runtime.allocator import keep_freed_memory
-from bertkit.runtime.device import check_inference_precision, resolve_device
+from bertkit.runtime.device import apply_threads, check_inference_precision, resolve_device
 from bertkit.settings import PredictSettings
 from bertkit.tasks.finetuned import load_finetuned, load_task
 from bertkit.tasks.task import Task, warn_skipped
@@ -66,15 +69,36 @@ def write_results(path: Path, results: dict[str, Any]) -> None:
     write_text_atomic(path, json.dumps(results, indent=2, sort_keys=True) + "\n")
 
 
+def check_output(output: Path, overwrite: bool) -> None:
+    """Refuse an --output that is a file, or a directory holding anything unless `overwrite`."""
+    if output.exists() and not output.is_dir():
+        raise BertkitError(f"--output {output} is a file; give a directory")
+    if output.is_dir() and any(output.iterdir()) and not overwrite:
+        raise BertkitError(f"--output {output} is not empty; pass --overwrite to replace the results in it, or "
+                           "choose another directory")
+
+
+def _remove_earlier_results(output: Path) -> None:
+    """Delete what an earlier predict/evaluate wrote (eval_results.json, the task's predictions files), so no
+    result of another run is left beside this one's; other files stay."""
+    for path in output.iterdir():
+        if path.is_file() and (path.name == RESULTS_FILE or "predictions" in path.name
+                               or path.name.endswith("null_odds.json")):
+            path.unlink()
+
+
 def predict_file(settings: PredictSettings) -> dict[str, Any]:
     """Predict (and with `settings.evaluate`, score) a file with a fine-tuned directory; writes predictions
     (and eval_results.json) into `settings.output` and returns the counts of examples and skipped records,
     plus the metrics when evaluating. The column settings given override the saved reading settings of a
     classification model for this file. `precision` is an inference precision (`bertkit.model.for_inference`);
     fp32 reproduces the dev scores of fine-tuning exactly."""
+    apply_threads(settings.threads)
     torch_device = resolve_device(settings.device)
     check_inference_precision(settings.precision)
     task = load_task(settings.model)  # the input is read and checked before the model is loaded and timed
+    output_dir = Path(settings.output)
+    check_output(output_dir, settings.overwrite)
     if settings.columns():
         task = task.with_columns(**settings.columns())
     input_path, evaluate = settings.input, settings.evaluate
@@ -88,8 +112,8 @@ def predict_file(settings: PredictSettings) -> dict[str, Any]:
     features = task.features(examples, tokenizer)
     decoded = predict_features(model, task, examples, features, tokenizer.pad_token_id, settings.batch_size,
                                torch_device)
-    output_dir = Path(settings.output)
     output_dir.mkdir(parents=True, exist_ok=True)
+    _remove_earlier_results(output_dir)
     task.write_predictions(examples, decoded, output_dir, "")
     counts = {"examples": len(examples), "skipped": len(skipped), "truncated": task.last_truncated}
     if not evaluate:

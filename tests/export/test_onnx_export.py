@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from bertkit.errors import BertkitError
-from bertkit.export.onnx import OUTPUT_NAMES, export_onnx, run_onnx, sample_batch
+from bertkit.export.onnx import export_onnx, heads, run_onnx, sample_batch
 from bertkit.model import MODEL_CLASSES
 from bertkit.settings import ClassificationSettings, ExportSettings, SquadSettings
 from bertkit.tasks.classification import ClassificationTask
@@ -62,7 +62,7 @@ def test_a_feature_based_directory_exports_encoder_and_head(kind, tmp_path):
     directory, model = build_feature_based(tmp_path / kind, task)
     report = export_onnx(ExportSettings(directory, tmp_path / "model.onnx"))
     head = task.model_class.__name__
-    assert report.architecture == f"feature-based {head}" and report.outputs == OUTPUT_NAMES[head]
+    assert report.architecture == f"feature-based {head}" and report.outputs == heads()[head].outputs
     assert report.max_abs_diff < 1e-4
     batch = sample_batch(tokenizer(), TEXTS[:3], head)
     with torch.no_grad():

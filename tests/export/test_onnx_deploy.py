@@ -5,6 +5,7 @@ PyTorch within 1e-4, with the fusions it claims."""
 from __future__ import annotations
 
 import json
+import shutil
 
 import numpy as np
 import onnx
@@ -20,6 +21,7 @@ from bertkit.export.onnx import export_onnx
 from bertkit.model import BertForSequenceClassification, BertForTokenClassification
 from bertkit.settings import ClassificationSettings, ExportSettings
 from bertkit.tasks.classification import ClassificationTask
+from bertkit.tokenizer import WordPieceTokenizer
 
 from .conftest import build, build_feature_based, tokenizer
 
@@ -219,3 +221,19 @@ def test_a_tokenizer_json_this_tokenizers_cannot_read_is_kept_with_a_warning(tmp
     assert (tmp_path / "onnx" / "tokenizer.json").read_text() == (directory / "tokenizer.json").read_text()
     assert "kept as copied, without a truncation of 128 tokens" in caplog.text
     assert json.loads((tmp_path / "onnx" / "tokenizer_config.json").read_text())["model_max_length"] == 128
+
+
+def test_a_vocabulary_that_reads_special_token_text_as_special_is_exported_as_it_is_read(tmp_path, classifier_dir):
+    """A directory whose tokenizer_config.json says split_special_tokens false (a transformers save) is read by
+    bertkit with "[SEP]" in a text as the special token; the export says the same, so clients agree with
+    `bertkit predict` on that directory instead of splitting the literal."""
+    copy = tmp_path / "classifier"
+    shutil.copytree(classifier_dir, copy)
+    config = json.loads((copy / "tokenizer_config.json").read_text())
+    (copy / "tokenizer_config.json").write_text(json.dumps({**config, "split_special_tokens": False}))
+    export_onnx(ExportSettings(copy, tmp_path / "onnx"))
+    assert json.loads((tmp_path / "onnx" / "tokenizer_config.json").read_text())["split_special_tokens"] is False
+    ours = WordPieceTokenizer.from_pretrained(copy)
+    expected = ours.encode_batch(["the [SEP] cat"], None, max_length=16, truncation=True)[0].input_ids
+    assert expected.count(ours.vocab["[SEP]"]) == 2
+    assert AutoTokenizer.from_pretrained(tmp_path / "onnx")("the [SEP] cat")["input_ids"] == expected
