@@ -254,3 +254,13 @@ def test_the_finetune_subcommands_are_the_registered_task_kinds():
     assert all(TASK_CLASSES[settings.kind].settings_class is settings for settings in TASK_SETTINGS)
     assert sorted(finetune.list_commands(click.Context(finetune))) == sorted(FINETUNE_KINDS)
     assert all(kind in SUMMARIES["finetune"] for kind in FINETUNE_KINDS)
+
+
+def test_every_command_in_the_table_has_a_summary_and_answers_help():
+    """The command table is the one place a command is registered: each name has its summary (the top-level
+    help needs no import) and its module answers --help."""
+    from bertkit.cli import COMMANDS, SUMMARIES
+
+    assert list(COMMANDS) == list(SUMMARIES)
+    for name in COMMANDS:
+        assert main([name, "--help"]) == 0, name

@@ -17,7 +17,7 @@ from bertkit.cli import cli, main
 from bertkit.settings import TrainConfig
 
 COMMANDS = ("pretrain", "finetune classification", "finetune tagging", "finetune squad", "finetune multiple-choice",
-            "glue", "predict", "evaluate", "extract", "tokenizer train", "serve")
+            "glue", "predict", "evaluate", "extract", "tokenizer train", "serve", "quickstart", "doctor")
 
 
 def _command(name: str) -> click.Command:
@@ -32,7 +32,7 @@ def test_the_commands_take_threads(name):
     [option] = [p for p in _command(name).params if p.name == "threads"]
     assert option.opts == ["--threads"] and option.default is None
     assert isinstance(option.type, click.IntRange) and option.type.min == 1
-    if name not in ("serve", "tokenizer train"):
+    if name not in ("serve", "tokenizer train", "doctor"):
         assert option.help == next(p for p in _command("serve").params if p.name == "threads").help
 
 
@@ -139,3 +139,19 @@ def test_tokenizer_train_sizes_the_tokenizers_pool(monkeypatch, tmp_path):
 def test_threads_must_be_positive_for_python_callers_too():
     with pytest.raises(Exception, match="threads"):
         TrainConfig(max_steps=1, threads=0)
+
+
+def test_quickstart_and_doctor_set_their_threads(monkeypatch, tmp_path, threads_set):
+    """Issue 51: neither had --threads. The quickstart applies them before it measures the machine; doctor
+    before it probes (the probe's cache is kept per thread count)."""
+    from bertkit.errors import BertkitError
+    from bertkit.quickstart import stages
+    from bertkit.runtime import report
+
+    def stop(device):
+        raise BertkitError("stopped after the threads were set")
+    monkeypatch.setattr(stages, "machine_info", stop)
+    assert main(["quickstart", "--output", str(tmp_path / "qs"), "--threads", "1"]) == 2
+    assert threads_set == [1]
+    monkeypatch.setattr(report, "summary", lambda width, refresh: ["the machine"])
+    assert main(["doctor", "--threads", "2"]) == 0 and threads_set == [1, 2]

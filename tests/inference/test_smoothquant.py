@@ -146,6 +146,35 @@ def test_scales_are_kept_beside_the_model_and_reused(tmp_path, caplog):
     assert "unreadable" in caplog.text and "--calibration" in caplog.text
 
 
+def test_a_smaller_sample_does_not_replace_the_scales_of_a_larger_one(tmp_path, caplog):
+    """Issue 51: a later 2-line --calibration silently replaced the scales of a 40-line one. The larger sample's
+    scales stay kept (the smaller one's serve the process that asked for them, and the log says so); a sample at
+    least as large replaces them, saying which; deleting the file lets a smaller one in."""
+    from safetensors import safe_open
+
+    def kept_inputs() -> str:
+        with safe_open(str(tmp_path / SMOOTHING_FILE), "pt") as handle:
+            return handle.metadata()["inputs"]
+
+    tokenizer, model = WordPieceTokenizer(VOCAB, do_lower_case=True), _outlier_model()
+    large, small = tmp_path / "large.txt", tmp_path / "small.txt"
+    large.write_text("\n".join(SAMPLE * 8) + "\n")
+    small.write_text("\n".join(SAMPLE[:2]) + "\n")
+    int8_smoothing(model, tmp_path, large, tokenizer)
+    assert kept_inputs() == "40"
+    with caplog.at_level(logging.INFO, logger="bertkit.inference.smoothquant"):
+        used = int8_smoothing(model, tmp_path, small, tokenizer)
+    assert used is not None and kept_inputs() == "40"
+    assert "in this process only" in caplog.text and "keeps those of 40 inputs of large.txt" in caplog.text
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="bertkit.inference.smoothquant"):
+        int8_smoothing(model, tmp_path, large, tokenizer)
+    assert "replacing the scales kept from 40 inputs of large.txt" in caplog.text and kept_inputs() == "40"
+    (tmp_path / SMOOTHING_FILE).unlink()
+    int8_smoothing(model, tmp_path, small, tokenizer)
+    assert kept_inputs() == "2"
+
+
 @pytest.mark.skipif(os.geteuid() == 0, reason="root writes into read-only directories")
 def test_a_read_only_model_directory_keeps_the_scales_for_the_process(tmp_path, caplog):
     tokenizer = WordPieceTokenizer(VOCAB, do_lower_case=True)

@@ -21,8 +21,8 @@ from bertkit.settings import PredictSettings
 from bertkit.tasks.squad import SquadSettings, SquadTask
 from bertkit.tokenizer import WordPieceTokenizer
 from bertkit.train.distributed import DistributedContext
-from bertkit.workflows.finetune import DevSet, SeedRun
 from bertkit.workflows.predict import predict_file
+from bertkit.workflows.seeds import DevSet, SeedRun
 
 # --- whole words ---------------------------------------------------------------------------------
 

@@ -62,14 +62,14 @@ def file_view(out: Path) -> None:
     from bertkit.settings import ClassificationSettings, FinetuneSettings
     from bertkit.tasks.classification import ClassificationTask
     from bertkit.tokenizer import WordPieceTokenizer
-    from bertkit.workflows import finetune
+    from bertkit.workflows import finetune, seeds
 
     ctx = setup_distributed("cpu")
     words = ["good", "bad", "film", "plot"]
     tokenizer = WordPieceTokenizer(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *words])
     if ctx.rank == 1:  # what rank 1 would read while rank 0 writes the marker: a seed finished
         stale = {"accuracy": 1.0, "step": 1}
-        finetune.finished_seed = lambda seed_dir: stale  # type: ignore[assignment]
+        seeds.finished_seed = lambda seed_dir: stale  # type: ignore[assignment]
     examples = [TextExample(f"t:{i}", " ".join(words[(i + j) % 4] for j in range(3)), None, "good" if i % 2 else "bad")
                 for i in range(16)]
     tokenizer.save_pretrained(out.parent / "vocab")

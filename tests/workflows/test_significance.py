@@ -81,3 +81,28 @@ def test_glue_names_the_runner_up_and_whether_the_choice_is_noise():
     alone = glue._choose(found, {3e-5: run(0.7, 0.6)}, (1, 2))
     assert alone["versus_runner_up"] is None and glue._choice_line(alone) == ""
     assert not math.isnan(compare_seeds([0.7, 0.6], [0.7, 0.6]).p_value or 0.0)
+
+
+def test_a_side_of_equal_scores_prints_no_scipy_warning():
+    """A random-initialisation baseline that predicts the majority class scores the same on every seed; scipy's
+    "precision loss" RuntimeWarning reached the quickstart's output (issue 51's tour). The p-value stays."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        result = compare_seeds([0.365, 0.382], [0.289, 0.289])
+    assert result.p_value is not None and 0 < result.p_value < 1
+
+
+def test_a_short_pretraining_that_gains_anyway_is_not_told_it_cannot():
+    """The verdict on a short pre-training (fewer sequences than where the study saw a gain) said "not expected to
+    beat random initialisation" next to a gain with p = 0.046 (issue 51's tour): where a gain shows, it says so."""
+    from bertkit.quickstart.report import pretraining_verdict
+
+    gained = {**_summary([0.60, 0.62, 0.61], [0.40, 0.41, 0.42]), "pretraining": {"steps": 300},
+              "recipe": {"batch_size": 16}}
+    assert "a gain already shows here" in pretraining_verdict(gained)
+    none = {**_summary([0.40, 0.42], [0.41, 0.40]), "pretraining": {"steps": 300}, "recipe": {"batch_size": 16}}
+    assert "not expected to beat random initialisation" in pretraining_verdict(none)
+    long = {**none, "pretraining": {"steps": 5000}}
+    assert pretraining_verdict(long) is None

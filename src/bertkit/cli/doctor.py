@@ -19,12 +19,17 @@ import click
 @click.option("--refresh", is_flag=True,
               help="Measure again (replacing the cached result) instead of reading the cache.")
 @click.option("--json", "as_json", is_flag=True, help="Print the whole report as JSON.")
+@click.option("--threads", type=click.IntRange(min=1), default=None,
+              help="torch CPU threads to measure with (as a run given the same --threads); unset: torch's.")
 @click.option("--step", is_flag=True,
               help="Also time the training and inference step (2 layers of a bert-base-shaped encoder at this width, "
                    "4 x 128 tokens) in fp32 and bf16, as --precision auto does where the dense layer favours bf16.")
-def doctor(width: int, refresh: bool, as_json: bool, step: bool) -> None:
+def doctor(width: int, refresh: bool, as_json: bool, step: bool, threads: int | None) -> None:
     """Show this machine, its measured fp32/bf16/int8 rates, and the choices of --precision auto."""
     from bertkit.runtime import report
+    from bertkit.runtime.device import apply_threads
+
+    apply_threads(threads)  # the probe's cache is kept per thread count: another count is measured anew
 
     steps = step_lines(width, refresh) if step else []
     if as_json:

@@ -152,6 +152,16 @@ def int8_smoothing(model: nn.Module, directory: Path, calibration: Path | None, 
     scales = calibrate(model, _features(tokenizer, inputs, min(max_length, positions)), tokenizer.pad_token_id)
     about = {"calibration": Path(calibration).name, "sha256": file_sha256(calibration), "inputs": str(len(inputs)),
              "alpha": str(ALPHA), "outlier_channels": str(OUTLIER_CHANNELS), "weights": weights}
+    earlier = _kept_about(directory)
+    if earlier is not None and earlier.get("weights") == weights:
+        earlier_inputs = _count(earlier.get("inputs"))
+        if earlier_inputs > len(inputs):  # a smaller sample sees fewer outliers: it does not replace a larger one
+            log.warning("int8: using the scales of the %d inputs of %s in this process only; %s keeps those of %d "
+                        "inputs of %s (a larger sample measures the outlier channels better); to replace them with a "
+                        "smaller sample, delete that file first", len(inputs), calibration,
+                        directory / SMOOTHING_FILE, earlier_inputs, earlier.get("calibration"))
+            return scales
+        log.info("int8: replacing the scales kept from %d inputs of %s", earlier_inputs, earlier.get("calibration"))
     try:
         write_file_atomic(directory / SMOOTHING_FILE, lambda path: save_file(scales, str(path), metadata=about))
         log.info("int8: SmoothQuant scales from %d inputs of %s, kept in %s", len(inputs), calibration,
@@ -206,6 +216,20 @@ def _features(tokenizer: Any, inputs: list[tuple[str, str | None]], max_length: 
         encodings += tokenizer.encode_batch([a for a, _ in pairs], [b for _, b in pairs], max_length=max_length)
     return [{"input_ids": e.input_ids, "token_type_ids": e.token_type_ids, "attention_mask": e.attention_mask}
             for e in encodings]
+
+
+def _kept_about(directory: Path) -> dict[str, str] | None:
+    """The metadata of the scales kept in `directory` (None: none, or unreadable: replaced without a word)."""
+    try:
+        with safe_open(str(directory / SMOOTHING_FILE), "pt") as handle:
+            return dict(handle.metadata() or {})
+    except (OSError, ValueError, SafetensorError):
+        return None
+
+
+def _count(value: str | None) -> int:
+    """A kept file's number of inputs (0 where it is missing or not a number: an altered file is replaced)."""
+    return int(value) if value is not None and value.isdecimal() else 0
 
 
 def _read(directory: Path) -> tuple[Smoothing, dict[str, str]] | None:

@@ -2,55 +2,55 @@
 
 Design decision: these dataclasses are the command's flags (bertkit.cli.options: a field is a flag, its
 docstring the help) and what `run_quickstart` takes. The module imports no torch, so `bertkit quickstart
---help` answers at once; it lives here rather than in bertkit.settings because the recipe's defaults are
-`bertkit pretrain --recipe short` at bert-mini's width (bertkit.workflows.recipes): one source.
+--help` answers at once. The pre-training recipe is not restated here: its unset fields are `bertkit pretrain
+--recipe short`'s, filled in by the same planner (bertkit.workflows.pretrain_plan).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TypeVar
 
+from bertkit.config import preset
 from bertkit.errors import BertkitError
-from bertkit.settings import DeviceChoice, sequence_length_field
-from bertkit.workflows.recipes import REFERENCE_WIDTH, finetune_learning_rate, short_recipe
+from bertkit.settings import DeviceChoice, TorchThreads, sequence_length_field
+from bertkit.workflows.recipes import finetune_learning_rate, short_recipe
 
 MODEL = "bert-mini"
-_SHORT = short_recipe(REFERENCE_WIDTH)  # bertkit pretrain --recipe short at bert-mini's width: one source
-T = TypeVar("T")
 
 
-def _set(value: T | None) -> T:
-    """A setting the short recipe decides (None would leave it to the data or the model config)."""
-    assert value is not None, "the short recipe sets the length, masking rate and dropout"
-    return value
+PRETRAINING_FIELDS = ("max_seq_length", "masked_lm_prob", "nsp", "dropout", "batch_size", "learning_rate",
+                      "warmup_ratio")
+"""The Recipe fields `bertkit pretrain --recipe short` decides when they are unset (None)."""
 
 
 @dataclass(frozen=True)
 class Recipe:
-    """Pre-training and fine-tuning settings; the defaults are the recipe measured in docs/quickstart.md."""
+    """Pre-training and fine-tuning settings. The pre-training ones left None are the short recipe's, filled in by
+    the pre-training planner as for `bertkit pretrain --recipe short` (bertkit.workflows.recipes: the recipe
+    measured in docs/pretraining.md); `resolved()` says what they come to at bert-mini's width."""
 
     vocab_size: int = 8000
     """WordPiece vocabulary trained on the corpus (small: fewer embedding rows to learn)."""
-    max_seq_length: int = sequence_length_field(_set(_SHORT.max_seq_length), pairs=True)
-    """Pre-training instance length in tokens (a verse is about 35; short instances, more steps)."""
-    masked_lm_prob: float = _set(_SHORT.masked_lm_prob)
-    """Fraction of tokens masked (dynamic masking: new masks every epoch)."""
+    max_seq_length: int | None = sequence_length_field(None, pairs=True)
+    """Pre-training instance length in tokens; None: the short recipe's (64; a verse is about 35)."""
+    masked_lm_prob: float | None = None
+    """Fraction of tokens masked (dynamic masking: new masks every epoch); None: the short recipe's (30%)."""
     max_predictions_per_seq: int | None = None
     """Most masked tokens per instance; None: the masking rate of the longest instance (Google's rule), so a
     Recipe with another rate or length gets its own cap (`prediction_cap`)."""
-    nsp: bool = _SHORT.nsp
-    """Train next sentence prediction too."""
-    dropout: float = _set(_SHORT.dropout)
-    """Dropout while pre-training (fine-tuning uses 0.1)."""
-    batch_size: int = _SHORT.batch_size
-    """Pre-training sequences per optimizer step (small: a short budget needs many updates)."""
-    learning_rate: float = _SHORT.learning_rate
-    """Peak pre-training learning rate."""
-    warmup_ratio: float = _SHORT.warmup_ratio
-    """Warmup as a fraction of the budget; then linear decay to 0 at the end of the budget."""
-    finetune_learning_rate: float = finetune_learning_rate(REFERENCE_WIDTH, None)[0]
+    nsp: bool | None = None
+    """Train next sentence prediction too; None: the short recipe's (yes)."""
+    dropout: float | None = None
+    """Dropout while pre-training (fine-tuning uses 0.1); None: the short recipe's (0)."""
+    batch_size: int | None = None
+    """Pre-training sequences per optimizer step; None: the short recipe's (16: a short budget needs many updates)."""
+    learning_rate: float | None = None
+    """Peak pre-training learning rate; None: the short recipe's at bert-mini's width."""
+    warmup_ratio: float | None = None
+    """Warmup as a fraction of the budget, then linear decay to 0 at its end; None: the short recipe's."""
+    finetune_learning_rate: float = finetune_learning_rate(preset(MODEL).hidden_size, None,
+                                                           preset(MODEL).num_hidden_layers)[0]
     """Fine-tuning learning rate (both initialisations): `--learning-rate auto`'s for bert-mini."""
     finetune_epochs: float = 5.0
     """Fine-tuning epochs (the best dev epoch is kept)."""
@@ -60,17 +60,26 @@ class Recipe:
     """Labelled training verses used: a seeded subset of the bundled 4,000 (few labels are where
     pre-training pays most, and it keeps fine-tuning short); 0 (None from Python): all of them."""
 
+    def resolved(self) -> Recipe:
+        """This recipe with every unset pre-training field at the short recipe's value for bert-mini, as the
+        planner fills it in: what the data is built with, the speed is measured at and the report shows."""
+        short = short_recipe(preset(MODEL).hidden_size)
+        return replace(self, **{name: getattr(short, name) for name in PRETRAINING_FIELDS
+                                if getattr(self, name) is None})
+
     @property
     def prediction_cap(self) -> int:
         """max_predictions_per_seq, or the masking rate's share of the sequence length when it is None."""
         if self.max_predictions_per_seq is not None:
             return self.max_predictions_per_seq
+        recipe = self.resolved()
+        assert recipe.masked_lm_prob is not None and recipe.max_seq_length is not None  # the short recipe sets both
         # bertkit.data.masking.prediction_cap's rule, written out: that module imports torch, this one stays free
-        return max(1, round(self.masked_lm_prob * self.max_seq_length))
+        return max(1, round(recipe.masked_lm_prob * recipe.max_seq_length))
 
 
 @dataclass
-class QuickstartSettings(DeviceChoice):
+class QuickstartSettings(DeviceChoice, TorchThreads):
     """Where and how long; `recipe` says how."""
 
     output: Path = field(metadata={"path": "dir"})

@@ -4,7 +4,7 @@
     machine_load(cpu_s, wall_s, threads) -> Load   the load average and the CPU share the probe got
 
 Design decision: the time plan (plan.py) is made from rates measured in a few seconds, and a busy machine
-makes those seconds slow: measured under load (load average 4-6 on 2 cores, issue 30) the probe planned
+makes those seconds slow: measured under load (load average 4-6 on 2 cores; docs/quickstart.md) the probe planned
 about 8x too long and refused `--minutes 2`, which then ran in 137 s on the idle machine. Three things
 follow. The probe runs several times and each rate keeps its fastest round (the machine's capability,
 not the moment's load); it stops early once two rounds agree within SETTLED, and starts no round after
@@ -38,7 +38,7 @@ SETTLED = 0.1
 IDLE_UNCERTAINTY = 1.5
 """How much faster than measured an idle machine may turn out (1.4x measured between two days)."""
 BUSY_UNCERTAINTY = 8.0
-"""How much faster than measured a busy machine may turn out (8x measured, issue 30)."""
+"""How much faster than measured a busy machine may turn out (8x measured; docs/quickstart.md)."""
 MIN_PROBE_S = 0.5
 """A probe shorter than this says nothing about the CPU share it got."""
 BUSY_CPU_SHARE = 0.5

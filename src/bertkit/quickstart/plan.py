@@ -69,7 +69,7 @@ class TimePlan:
 
     total_s: float
     spent_s: float
-    """Vocabulary and data, measured."""
+    """Set-up, vocabulary, data and the speed probe, measured."""
     pretrain_s: float
     finetune_s: float
     """Estimated."""
@@ -86,6 +86,8 @@ class TimePlan:
     """The machine's load while the rates were measured, in words (quickstart/load.py)."""
     warning: str = ""
     """Why the command may take longer than the budget ('' when the plan fits the measured rates)."""
+    probe_s: float = 0.0
+    """Of spent_s, the speed probe the rates come from."""
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -97,18 +99,21 @@ class TimePlan:
     def describe(self) -> str:
         rate = self.rates.pretrain_steps_per_s
         assumed = f", planned at {self.speedup:.1f}x that" if self.speedup > 1 else ""
-        return (f"{self.total_s / 60:g} min: vocabulary + data {self.spent_s:.0f} s (done), pre-training "
-                f"{self.pretrain_s:.0f} s (~{self.pretrain_s * rate * self.speedup:,.0f} steps at "
-                f"{rate:.2f} steps/s measured{assumed}), fine-tuning ~{self.finetune_s:.0f} s "
+        return (f"{self.total_s / 60:g} min: set-up, vocabulary and data {self.spent_s - self.probe_s:.0f} s and the "
+                f"speed probe {self.probe_s:.0f} s (done), pre-training "
+                f"{self.pretrain_s:.0f} s (up to ~{self.pretrain_s * rate * self.speedup:,.0f} steps at the "
+                f"{rate:.2f} steps/s measured on one batch{assumed}; evaluations and the data's varying shapes take "
+                f"part of it), fine-tuning ~{self.finetune_s:.0f} s "
                 f"({self.finetune_epochs:g} epochs x {len(self.seeds)} seeds), report ~{self.report_s:.0f} s"
                 + (f"; {self.shortened}" if self.shortened else "") + (f"; machine {self.load}" if self.load else ""))
 
 
 def plan_time(total_s: float, spent_s: float, rates: Rates, work: FinetuneWork, epochs: float,
               seeds: tuple[int, ...], epochs_fixed: bool = False, seeds_fixed: bool = False,
-              uncertainty: float = 1.0, load: str = "") -> TimePlan:
-    """Split `total_s` (of which `spent_s` are gone) between pre-training and fine-tuning (see module doc);
-    `uncertainty` is how much faster than `rates` the machine may be, `load` its load in words."""
+              uncertainty: float = 1.0, load: str = "", probe_s: float = 0.0) -> TimePlan:
+    """Split `total_s` (of which `spent_s` are gone, `probe_s` of them measuring `rates`) between pre-training
+    and fine-tuning (see module doc); `uncertainty` is how much faster than `rates` the machine may be, `load`
+    its load in words."""
     speedup = 1.0
     while True:
         plan = _split(total_s, spent_s, rates, speedup, work, epochs, seeds, epochs_fixed, seeds_fixed, load)
@@ -134,7 +139,7 @@ def plan_time(total_s: float, spent_s: float, rates: Rates, work: FinetuneWork, 
             f"the measurement may be up to {uncertainty:g}x slow: planned for the budget assuming "
             f"{speedup:.1f}x the measured speed; if the machine stays this slow, the command takes ~"
             f"{slow_s / 60:.1f} min"))
-    return plan
+    return dataclasses.replace(plan, probe_s=probe_s)
 
 
 SPEEDUP_STEP = 1.25

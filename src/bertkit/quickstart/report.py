@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from bertkit.workflows.significance import compare_seeds
+from bertkit.workflows.significance import SIGNIFICANCE_LEVEL, SeedComparison, compare_seeds
 
 REPORT_FILE = "report.md"
 PRETRAIN_FIGURE = "pretraining.png"
@@ -23,7 +23,7 @@ FINETUNE_FIGURE = "finetuning.png"
 MIN_HELPFUL_SEQUENCES = 32_000
 """Pre-training sequences below which the study (docs/quickstart.md) saw no gain: 400 steps of 32 were worse than
 random initialisation, 1,500 gave +11 points; counted in sequences (1,000 steps of 32), not steps, because the
-recipe's batch changed (issue 37: 16)."""
+recipe's batch changed (to 16)."""
 
 
 def plural(count: int, noun: str) -> str:
@@ -54,18 +54,22 @@ def comparison_lines(summary: dict[str, Any]) -> str:
     return "\n".join(lines + [line for line in (gain, verdict) if line])
 
 
+def _comparisons(summary: dict[str, Any]) -> dict[str, SeedComparison]:
+    """Pre-trained against random initialisation per split ({} without a random-initialisation baseline)."""
+    tables = summary["finetuning"]
+    if not {"pretrained", "random"} <= tables.keys():
+        return {}
+    return {split: compare_seeds(*([100 * seed[split] for seed in tables[name]["seeds"].values()]
+                                   for name in ("pretrained", "random"))) for split in ("dev", "test")}
+
+
 def pretraining_gain(summary: dict[str, Any]) -> str | None:
     """Pre-trained minus random initialisation, in points per split, each with whether it is more than seed
     noise (None without a random-initialisation baseline)."""
-    tables = summary["finetuning"]
-    if not {"pretrained", "random"} <= tables.keys():
+    comparisons = _comparisons(summary)
+    if not comparisons:
         return None
-    parts = []
-    for split in ("dev", "test"):
-        scores = {name: [100 * seed[split] for seed in tables[name]["seeds"].values()]
-                  for name in ("pretrained", "random")}
-        comparison = compare_seeds(scores["pretrained"], scores["random"])
-        parts.append(f"{comparison.difference:+.1f} points on {split} ({comparison.note})")
+    parts = [f"{c.difference:+.1f} points on {split} ({c.note})" for split, c in comparisons.items()]
     return "Gain from pre-training (difference of the means): " + "; ".join(parts) + "."
 
 
@@ -80,10 +84,14 @@ def pretraining_verdict(summary: dict[str, Any]) -> str | None:
     steps, batch = summary["pretraining"]["steps"], int(summary.get("recipe", {}).get("batch_size", 32))
     if steps * batch >= MIN_HELPFUL_SEQUENCES:
         return None
+    shown = any(c.difference > 0 and c.p_value is not None and c.p_value < SIGNIFICANCE_LEVEL
+                for c in _comparisons(summary).values())
+    expectation = ("a gain already shows here, and more pre-training gives more" if shown else
+                   "so the pre-trained model is not expected to beat random initialisation")
     return (f"Pre-training ran {plural(steps, 'step')} of {batch} sequences: below the "
-            f"~{MIN_HELPFUL_SEQUENCES // batch:,} steps ({MIN_HELPFUL_SEQUENCES:,} sequences) where a gain appears "
-            f"(docs/quickstart.md), so the pre-trained model is not expected to beat random initialisation; "
-            f"give it more with --max-steps 2500 (a step budget, however busy the machine) or a larger --minutes.")
+            f"~{MIN_HELPFUL_SEQUENCES // batch:,} steps ({MIN_HELPFUL_SEQUENCES:,} sequences) where the study saw a "
+            f"gain appear (docs/quickstart.md); {expectation}; give it more with --max-steps 2500 (a step budget, "
+            f"however busy the machine) or a larger --minutes.")
 
 
 def plot_pretraining(run: Path, png: Path, by_step: bool = False) -> Path:
@@ -192,10 +200,16 @@ def _save(figure: Any, png: Path) -> Path:
     return png
 
 
-def write_report(output: Path, summary: dict[str, Any]) -> Path:
-    """report.md (with pretraining.png and finetuning.png beside it) from the summary."""
+def write_figures(output: Path, names: Sequence[str], majority: dict[str, Any] | None) -> None:
+    """pretraining.png and finetuning.png (of the fine-tunings `names`), beside report.md."""
     plot_pretraining(output / "pretrain", output / PRETRAIN_FIGURE)
-    plot_finetuning(output, list(summary["finetuning"]), output / FINETUNE_FIGURE, summary.get("dev_majority"))
+    plot_finetuning(output, list(names), output / FINETUNE_FIGURE, majority)
+
+
+def write_report(output: Path, summary: dict[str, Any], figures: bool = True) -> Path:
+    """report.md from the summary (with `figures`, pretraining.png and finetuning.png drawn beside it first)."""
+    if figures:
+        write_figures(output, list(summary["finetuning"]), summary.get("dev_majority"))
     sections = [_report_header(summary), _report_pretraining(summary), _report_fill_mask(summary),
                 _report_finetuning(summary), _report_reuse(output)]
     path = output / REPORT_FILE
@@ -220,10 +234,10 @@ def _report_header(summary: dict[str, Any]) -> str:
 def _report_time(summary: dict[str, Any]) -> str:
     """How the time was planned (with --minutes) and how it was spent, stage by stage."""
     timings, plan = summary["timings"], summary.get("plan")
-    spent = (f"vocabulary + data {timings['vocabulary_and_data_s']:.0f} s, "
-             f"pre-training {timings['pretraining_s']:.0f} s, "
-             f"fine-tuning {timings['finetuning_s']:.0f} s, fill-mask + summary {timings.get('report_s', 0):.0f} s: "
-             f"{sum(timings.values()) / 60:.1f} min in all")
+    names = (("setup_s", "set-up"), ("vocabulary_and_data_s", "vocabulary + data"), ("speed_probe_s", "speed probe"),
+             ("pretraining_s", "pre-training"), ("finetuning_s", "fine-tuning"), ("report_s", "fill-mask + figures"))
+    spent = (", ".join(f"{name} {timings[key]:.0f} s" for key, name in names if key in timings)
+             + f": {sum(timings.values()) / 60:.1f} min in all")
     if not plan:
         return f"Time (a step budget, no time plan): {spent}."
     rates = plan["rates"]

@@ -50,8 +50,10 @@ from bertkit.quickstart.report import (
     majority_class,
     plural,
     seed_table,
+    write_figures,
     write_report,
 )
+from bertkit.runtime.device import apply_threads
 
 SUMMARY_FILE = "quickstart.json"
 TIMINGS_FILE = "timings.json"
@@ -115,12 +117,13 @@ def build_data(settings: QuickstartSettings, tokenizer: Any, echo: Echo) -> Path
     from bertkit.data import InstanceSettings, build_pretraining_data
     from bertkit.settings import PretrainingDataSettings
 
-    directory, recipe = settings.output / "data", settings.recipe
+    directory, recipe = settings.output / "data", settings.recipe.resolved()
     if settings.resume and (directory / "manifest.json").is_file():
         echo(f"[2/5] pre-training data: kept {directory}")
         return directory
     echo(f"[2/5] pre-training data: instances of up to {recipe.max_seq_length} tokens, "
          f"{recipe.masked_lm_prob:.0%} masked dynamically")
+    assert recipe.max_seq_length is not None and recipe.masked_lm_prob is not None  # resolved
     options = InstanceSettings(
         max_seq_length=recipe.max_seq_length, masked_lm_prob=recipe.masked_lm_prob,
         max_predictions_per_seq=recipe.prediction_cap, dupe_factor=1, masking="dynamic", seed=settings.seed)
@@ -131,26 +134,29 @@ def build_data(settings: QuickstartSettings, tokenizer: Any, echo: Echo) -> Path
 
 
 def pretrain_model(settings: QuickstartSettings, echo: Echo, seconds: float | None = None) -> Path:
-    """pretrain/: bert-mini pre-trained for `seconds` (the plan's share) or settings.max_steps; returns
-    pretrain/final (kept when resuming; an interrupted run continues from its newest checkpoint)."""
+    """pretrain/: bert-mini pre-trained for `seconds` (the plan's share) or settings.max_steps with `bertkit
+    pretrain --recipe short`, the recipe's fields the quickstart's Recipe sets kept; returns pretrain/final (kept
+    when resuming; an interrupted run continues from its newest checkpoint)."""
     from bertkit.settings import PretrainSettings
     from bertkit.train import TrainConfig
     from bertkit.workflows.pretrain import pretrain
 
-    run, recipe = settings.output / "pretrain", settings.recipe
+    run, recipe, shown = settings.output / "pretrain", settings.recipe, settings.recipe.resolved()
     final = run / "final"
     if settings.resume and (final / "model.safetensors").is_file():
         echo(f"[3/5] pre-training: kept {final}")
         return final
     budget = f"{settings.max_steps} steps" if settings.max_steps else f"{seconds:.0f} s"
-    echo(f"[3/5] pre-training {MODEL} for {budget}: batch {recipe.batch_size}, peak lr {recipe.learning_rate:g}, "
-         f"{'MLM + NSP' if recipe.nsp else 'MLM only'}, dropout {recipe.dropout:g}")
+    echo(f"[3/5] pre-training {MODEL} for {budget} (the short recipe): batch {shown.batch_size}, peak lr "
+         f"{shown.learning_rate:g}, {'MLM + NSP' if shown.nsp else 'MLM only'}, dropout {shown.dropout:g}")
     what = PretrainSettings(data=str(settings.output / "data"), model=MODEL, output=str(run),
-                            tokenizer=str(settings.output / "vocab"), nsp=recipe.nsp, dropout=recipe.dropout,
-                            eval_examples=settings.eval_examples, resume="auto" if settings.resume else None)
-    train = TrainConfig(
+                            tokenizer=str(settings.output / "vocab"), recipe="short", nsp=recipe.nsp,
+                            dropout=recipe.dropout, max_seq_length=recipe.max_seq_length,
+                            masked_lm_prob=recipe.masked_lm_prob, eval_examples=settings.eval_examples,
+                            resume="auto" if settings.resume else None)
+    train = TrainConfig(  # None: the recipe decides (bertkit.workflows.pretrain_plan, as `bertkit pretrain`)
         max_steps=settings.max_steps, max_time_s=None if settings.max_steps else seconds,
-        micro_batch_size=recipe.batch_size, learning_rate=recipe.learning_rate, warmup_ratio=recipe.warmup_ratio,
+        global_batch_size=recipe.batch_size, learning_rate=recipe.learning_rate, warmup_ratio=recipe.warmup_ratio,
         seed=settings.seed, eval_every=settings.eval_every, save_every=max(settings.eval_every, 200), keep_last=1,
         device=settings.device)
     result = pretrain(what, train)
@@ -182,7 +188,8 @@ def finetune_model(settings: QuickstartSettings, model: str, name: str, echo: Ec
     for random initialisation) once per seed, test accuracy at each seed's best dev epoch; `epochs` and
     `seeds` as planned (default: the recipe's and the config's)."""
     from bertkit.settings import FinetuneSettings, finetune_training
-    from bertkit.workflows.finetune import RESULTS_FILE, run_finetuning
+    from bertkit.workflows.finetune import run_finetuning
+    from bertkit.workflows.predict import RESULTS_FILE
 
     output, recipe = settings.output / f"finetune-{name}", settings.recipe
     if settings.resume and (output / RESULTS_FILE).is_file() and (output / "best").is_dir():
@@ -217,14 +224,16 @@ def fill_mask_examples(final: Path, sentences: Sequence[str] = FILL_MASK_SENTENC
 def run_quickstart(settings: QuickstartSettings, echo: Echo = print) -> dict[str, Any]:
     """Every stage in order; writes quickstart.json, the figures and report.md; returns the summary."""
     started = time.perf_counter()
-    machine = machine_info(settings.device)  # before any stage can change the process (threads, device state)
+    apply_threads(settings.threads)
+    machine = machine_info(settings.device)  # before any stage can change the process (device state)
     prepare_output(settings)
     label_files(settings)  # a bad --train-examples fails now, not after pre-training
     timings = StageClock(settings.output / TIMINGS_FILE)
+    timings.add("setup_s", time.perf_counter() - started)
     with timings.stage("vocabulary_and_data_s"):
         tokenizer = train_vocabulary(settings, echo)
         build_data(settings, tokenizer, echo)
-    plan = None if settings.max_steps else time_plan(settings, tokenizer, timings.totals["vocabulary_and_data_s"], echo)
+    plan = None if settings.max_steps else time_plan(settings, tokenizer, timings, echo)
     epochs, seeds = (plan.finetune_epochs, plan.seeds) if plan else (settings.recipe.finetune_epochs, settings.seeds)
     with timings.stage("pretraining_s"):
         final = pretrain_model(settings, echo, plan.pretrain_s if plan else None)
@@ -236,14 +245,17 @@ def run_quickstart(settings: QuickstartSettings, echo: Echo = print) -> dict[str
         if settings.random_baseline:
             finetuned["random"] = finetune_model(settings, MODEL, "random", echo, epochs, seeds)
     echo("[5/5] fill-mask examples and report")
-    with timings.stage("report_s"):
-        summary = summarize(settings, finetuned, fill_mask_examples(final), timings.totals, machine, plan, epochs)
-    (settings.output / SUMMARY_FILE).write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
-    report = write_report(settings.output, summary)
+    with timings.stage("report_s"):  # the slow part of the report (figures) inside, so the total below is whole
+        examples = fill_mask_examples(final)
+        write_figures(settings.output, list(finetuned), majority_class(_column(kjv_path("dev.tsv"), 1)))
+    summary = summarize(settings, finetuned, examples, timings.totals, machine, plan, epochs)
+    write_text_atomic(settings.output / SUMMARY_FILE, json.dumps(summary, indent=2) + "\n")
+    report = write_report(settings.output, summary, figures=False)
     echo(comparison_lines(summary))
+    # One total, the report's: every stage of every run of this output directory (a resumed run adds its own).
     budget = f" of the {settings.minutes:g}-minute budget" if plan else ""
-    echo(f"report: {report} (whole command {sum(timings.totals.values()) / 60:.1f} min{budget}, this run "
-         f"{(time.perf_counter() - started) / 60:.1f} min)")
+    this_run = f"; this run {(time.perf_counter() - started) / 60:.1f} min" if settings.resume else ""
+    echo(f"report: {report} (the whole command took {sum(timings.totals.values()) / 60:.1f} min{budget}{this_run})")
     return summary
 
 
@@ -261,12 +273,17 @@ class StageClock:
         try:
             yield
         finally:
-            self.totals[name] = self.totals.get(name, 0.0) + time.perf_counter() - started
-            write_text_atomic(self.path, json.dumps(self.totals, indent=2) + "\n")
+            self.add(name, time.perf_counter() - started)
+
+    def add(self, name: str, seconds: float) -> None:
+        """Count `seconds` more to stage `name`, and keep the totals."""
+        self.totals[name] = self.totals.get(name, 0.0) + seconds
+        write_text_atomic(self.path, json.dumps(self.totals, indent=2) + "\n")
 
 
-def time_plan(settings: QuickstartSettings, tokenizer: Any, spent_s: float, echo: Echo) -> TimePlan:
-    """The split of --minutes (plan.py), from rates measured now; a resumed run keeps its first plan."""
+def time_plan(settings: QuickstartSettings, tokenizer: Any, timings: StageClock, echo: Echo) -> TimePlan:
+    """The split of --minutes (plan.py), from rates measured now (the probe's time counted as its own stage,
+    `speed_probe_s`); a resumed run keeps its first plan."""
     path = settings.output / PLAN_FILE
     if settings.resume and path.is_file():
         with contextlib.suppress(BertkitError, KeyError, TypeError):
@@ -275,17 +292,18 @@ def time_plan(settings: QuickstartSettings, tokenizer: Any, spent_s: float, echo
             return plan
     train, dev, test = label_files(settings)
     lengths = [len(ids) + 2 for ids in tokenizer.encode_ids(_texts(train))]  # + [CLS], [SEP]
-    started, cpu = time.perf_counter(), time.process_time()
-    rates = measure_rates(settings, tokenizer.vocab_size, int(min(128, sorted(lengths)[3 * len(lengths) // 4])))
-    probe_s = time.perf_counter() - started
+    before, cpu = timings.totals.get("speed_probe_s", 0.0), time.process_time()
+    with timings.stage("speed_probe_s"):
+        rates = measure_rates(settings, tokenizer.vocab_size, int(min(128, sorted(lengths)[3 * len(lengths) // 4])))
+    probe_s = timings.totals["speed_probe_s"] - before
     load = machine_load(time.process_time() - cpu, probe_s, torch.get_num_threads())
     work = FinetuneWork(runs_per_seed=2 if settings.random_baseline else 1, train_examples=len(lengths),
                         batch_size=settings.recipe.finetune_batch_size,
                         eval_examples=len(_texts(dev)) + len(_texts(test)))
     assert settings.minutes is not None, "a time plan is made only without --max-steps (validate: then minutes)"
-    plan = plan_time(settings.minutes * 60, spent_s + probe_s, rates, work, settings.recipe.finetune_epochs,
+    plan = plan_time(settings.minutes * 60, sum(timings.totals.values()), rates, work, settings.recipe.finetune_epochs,
                      settings.seeds, settings.epochs_fixed, settings.seeds_fixed, uncertainty=load.uncertainty,
-                     load=load.describe())
+                     load=load.describe(), probe_s=probe_s)
     write_text_atomic(path, json.dumps(plan.to_json(), indent=2) + "\n")
     echo(f"      time plan: {plan.describe()}")
     if plan.warning:
@@ -319,7 +337,8 @@ def probe_rates(settings: QuickstartSettings, vocab_size: int, finetune_length: 
     from bertkit.train.throughput import inference_batches_per_second, training_steps_per_second
     from bertkit.workflows.pretrain_plan import measure_steps_per_second
 
-    recipe, device = settings.recipe, resolve_device(settings.device)
+    recipe, device = settings.recipe.resolved(), resolve_device(settings.device)
+    assert recipe.max_seq_length and recipe.batch_size and recipe.masked_lm_prob is not None  # resolved
     pretrain = measure_steps_per_second(preset(MODEL, vocab_size=vocab_size), recipe.max_seq_length,
                                         recipe.batch_size, "auto", settings.device, seconds,
                                         masked_lm_prob=recipe.masked_lm_prob)
@@ -353,7 +372,8 @@ def summarize(settings: QuickstartSettings, finetuned: dict[str, dict[str, Any]]
         "model": MODEL,
         "config": {**{k: v for k, v in asdict(settings).items() if k not in ("output", "recipe")},
                    "output": str(settings.output)},
-        "recipe": {**asdict(settings.recipe), "finetune_epochs": finetune_epochs or settings.recipe.finetune_epochs},
+        "recipe": {**asdict(settings.recipe.resolved()),
+                   "finetune_epochs": finetune_epochs or settings.recipe.finetune_epochs},
         "plan": plan.to_json() if plan else None,
         "machine": machine or machine_info(),
         "timings": {k: round(v, 1) for k, v in timings.items()},

@@ -8,8 +8,8 @@ distinct words, in one Rust call.
 
 Design decision: kept because it pays where it is used. Natural text repeats its chunks and words.
 benchmarks/tokenization.py times bertkit with and without this path and transformers in one run,
-in turn (bundled corpus, batches of 1000 lines, Rust on one thread; two runs on 2 busy cores,
-2026-11-23): the path makes ids 3.1x as fast (5.2-5.4x transformers, against 1.7x without it),
+in turn (bundled corpus, batches of 1000 lines, Rust on one thread; two runs on 2 busy cores;
+docs/tokenizer.md): the path makes ids 3.1x as fast (5.2-5.4x transformers, against 1.7x without it),
 model inputs 3.0-3.5x (3.7-4.1x against 1.2x) and pairs 3.5-5.2x (3.9-6.6x against 1.1-1.25x).
 Its pieces know their ids; offsets and word ids come from the Rust pipeline, for the whole batch,
 only when one of them is read. tests/data/test_pretraining_tokenize.py checks every field against

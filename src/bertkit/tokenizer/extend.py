@@ -17,7 +17,7 @@ taken if it still beats the next one's older score; ties by token). The scores o
 add up to the tokens the extension saves. New pieces are appended after the last id: every existing id
 keeps its token, [unused*] slots included (users put their own markers there).
 
-References: Schuster & Nakajima 2012 (WordPiece); google-research/bert issue 9 (adding domain words);
+References: Schuster & Nakajima 2012 (WordPiece); google-research/bert's GitHub thread #9 (adding domain words);
 Tai et al. 2020, "exBERT" (Findings of EMNLP); Gururangan et al. 2020, "Don't Stop Pretraining".
 """
 

@@ -20,8 +20,8 @@ Learning: Training BERT in 76 Minutes", arXiv:1904.00962 (LAMB, Algorithm 2).
 LAMB's layer adaptation follows the weight-decay rule, decided once in `is_matrix`: matrices (linear
 weights, embeddings) get both weight decay and the trust ratio; vectors (ndim < 2: biases, LayerNorm
 gains and shifts) get neither, so their trust ratio is 1 and they move like AdamW's. Scaling a vector by
-||w|| / ||update|| would pin a zero-initialised bias near zero (issue 23's toy regression: bias norm 0.06 after
-2,000 steps against AdamW's 6.9). This is what NVIDIA's LAMB does for BERT (DeepLearningExamples:
+||w|| / ||update|| would pin a zero-initialised bias near zero (a toy regression: bias norm 0.06 after 2,000
+steps against AdamW's 6.9; docs/pretraining.md). This is what NVIDIA's LAMB does for BERT (DeepLearningExamples:
 apex FusedLAMB with use_nvlamb=False adapts only parameters with weight decay, and no decay on bias,
 gamma, beta) and TF-Addons' `LAMB(exclude_from_layer_adaptation=...)`, which defaults to the
 weight-decay exclusions.

@@ -48,22 +48,11 @@ from bertkit.tasks.task import warn_skipped
 from bertkit.tokenizer import WordPieceTokenizer
 from bertkit.train import Hooks
 from bertkit.train.distributed import DistributedContext, setup_distributed, unwrap_model
-from bertkit.workflows.finetune import (
-    ModelSource,
-    check_length_fits,
-    check_without_dev,
-    fit_seed,
-    model_source,
-    run_settings,
-    seed_training,
-    step_shape,
-    train_seeds,
-    training_data,
-    with_learning_rate,
-)
+from bertkit.workflows.finetune import ModelSource, check_length_fits, model_source, run_settings, with_learning_rate
 from bertkit.workflows.predict import RESULTS_FILE, write_results
 from bertkit.workflows.prepare import prepare_training
 from bertkit.workflows.run_output import data_record, prepare_output, record_run
+from bertkit.workflows.seeds import check_without_dev, fit_seed, seed_training, step_shape, train_seeds, training_data
 
 log = logging.getLogger(__name__)
 

@@ -55,7 +55,8 @@ def prepare_training(model: nn.Module, config: TrainConfig, ctx: DistributedCont
 
 @dataclass(frozen=True)
 class StepPlan:
-    """How a pre-training step runs on its device: each lever of issue 49, resolved once (`plan_step`)."""
+    """How a pre-training step runs on its device: each GPU lever (docs/performance.md, "The GPU step"),
+    resolved once (`plan_step`)."""
 
     static_shapes: bool
     """Batches of one shape with the prediction index and the padding layout made on the host

@@ -106,7 +106,7 @@ def short_recipe(hidden_size: int) -> PretrainRecipe:
 SHORT_STATIC_WARMUP_RATIO = 0.05
 """The short recipe's warmup on statically masked data, whose own (usually 15%) masks replace the recipe's 30%:
 the one-cycle schedule paid only together with 30% masking (alone -1.3 points at 10 CPU-minutes, docs/pretraining.md),
-so such data keeps the warmup of the recipe before issue 37, and batch 16 (alone +0.6)."""
+so such data keeps the earlier recipe's 5% warmup, and batch 16 (alone +0.6)."""
 
 HEAD_WARMUP_SHARE = 0.1
 """Share of a continued pre-training budget spent warming up a fresh MLM head with the encoder held still."""

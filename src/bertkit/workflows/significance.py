@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import statistics
+import warnings
 from collections.abc import Sequence
 
 SIGNIFICANCE_LEVEL = 0.05
@@ -54,5 +55,7 @@ def compare_seeds(a: Sequence[float], b: Sequence[float]) -> SeedComparison:
 def _welch_p_value(a: Sequence[float], b: Sequence[float]) -> float:
     from scipy import stats
 
-    p_value = float(stats.ttest_ind(a, b, equal_var=False).pvalue)
+    with warnings.catch_warnings():  # one side of equal scores: scipy's "precision loss" note; the p-value is sound
+        warnings.simplefilter("ignore", RuntimeWarning)
+        p_value = float(stats.ttest_ind(a, b, equal_var=False).pvalue)
     return 1.0 if math.isnan(p_value) else p_value

@@ -80,7 +80,10 @@ def test_time_plan_on_a_simulated_busy_machine(first_round_only, tmp_path, monke
     cfg = QuickstartSettings(output=tmp_path, minutes=2.0)
     echoed: list[str] = []
     tokenizer = WordPieceTokenizer.from_pretrained("tests/assets/vocab/bert-base-uncased")
-    plan = stages.time_plan(cfg, tokenizer, spent_s=5.0, echo=echoed.append)
+    clock = stages.StageClock(tmp_path / "timings.json")
+    clock.add("vocabulary_and_data_s", 5.0)
+    plan = stages.time_plan(cfg, tokenizer, clock, echo=echoed.append)
+    assert plan.spent_s >= 5.0 + plan.probe_s and clock.totals["speed_probe_s"] == pytest.approx(plan.probe_s)
     assert len(calls) == (3 if first_round_only else 2)  # two equal rounds settle it
     assert plan.rates == (IDLE if first_round_only else LOADED)
     assert TimePlan.from_json(json.loads((tmp_path / "plan.json").read_text())) == plan

@@ -12,7 +12,7 @@ import pytest
 from bertkit.cli import main
 from bertkit.runtime import probe, report
 
-PROFILES = Path(__file__).parent / "assets" / "probe"
+PROFILES = Path(__file__).parent.parent / "assets" / "probe"
 
 
 @pytest.fixture(autouse=True)

@@ -4,7 +4,7 @@ tools, `--resume` reuses finished stages, a non-empty output directory is refuse
 whole command (exit 130) while `--resume` finishes it and reports the whole run; `--minutes` is split by
 a plan from measured rates (tested with injected ones) that a resumed run keeps.
 
-The tests that run the whole command are marked slow (`pytest -m slow tests/test_quickstart.py`): three real
+The tests that run the whole command are marked slow (`pytest -m slow tests/quickstart/test_quickstart.py`): three real
 quickstart runs took 16 of the default suite's 20 minutes on a 2-core VM; the rest (flags, the plan, the
 figure, the refused output) stay in the default suite."""
 
@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 from pathlib import Path
 
@@ -216,11 +217,16 @@ def test_minutes_bound_the_whole_command_with_a_plan_that_a_resume_keeps(tmp_pat
     assert main(args) == 0
     out = capsys.readouterr().out
     plan = json.loads((output / "plan.json").read_text())
-    assert "time plan: 1 min: vocabulary + data" in out and plan["finetune_epochs"] == 5 and len(measured) == 1
+    assert "time plan: 1 min: set-up, vocabulary and data" in out and plan["finetune_epochs"] == 5
+    assert len(measured) == 1
     summary = json.loads((output / "quickstart.json").read_text())
     assert summary["plan"] == plan and summary["pretraining"]["elapsed_s"] <= 1.5 * plan["pretrain_s"] + 10
     report = (output / "report.md").read_text()
     assert "Time budget 1 min, planned from throughput measured on this machine" in report and "Spent: " in report
+    # One total (issue 51: the plan, the report and the last line disagreed): the report's is the last line's.
+    total = re.search(r"([0-9.]+) min in all", report).group(1)
+    assert f"(the whole command took {total} min of the 1-minute budget)" in out
+    assert "speed probe" in report.split("Spent: ")[1] and "set-up" in report.split("Spent: ")[1]
     assert main([*args, "--resume"]) == 0
     assert len(measured) == 1 and "time plan (kept from the first run)" in capsys.readouterr().out
 
@@ -230,6 +236,52 @@ def test_the_prediction_cap_follows_the_recipes_rate_and_length():
     with another rate or length gets its own, not a cap computed for the default (which masks silently less)."""
     from bertkit.quickstart.config import Recipe
 
-    assert (Recipe().masked_lm_prob, Recipe().max_seq_length, Recipe().prediction_cap) == (0.3, 64, 19)
+    short = Recipe().resolved()
+    assert (short.masked_lm_prob, short.max_seq_length, Recipe().prediction_cap) == (0.3, 64, 19)
     assert Recipe(masked_lm_prob=0.4).prediction_cap == 26 and Recipe(max_seq_length=128).prediction_cap == 38
     assert Recipe(max_predictions_per_seq=7).prediction_cap == 7
+
+
+def test_the_quickstart_pretrains_through_the_recipe_planner(tmp_path, monkeypatch):
+    """The quickstart does not restate the short recipe (issue 47): it asks `pretrain` for `--recipe short` with
+    every recipe field unset, so the planner fills them as for `bertkit pretrain --recipe short`; a field its
+    Recipe sets is passed as the user's."""
+    from types import SimpleNamespace
+
+    import bertkit.workflows.pretrain as pretraining
+    from bertkit.quickstart.config import Recipe
+    from bertkit.quickstart.stages import pretrain_model
+    from bertkit.workflows.recipes import apply_recipe, short_recipe
+
+    seen = {}
+    monkeypatch.setattr(pretraining, "pretrain", lambda what, train: seen.update(what=what, train=train)
+                        or SimpleNamespace(stop_reason="done", signal=None))
+    echoed: list[str] = []
+    pretrain_model(QuickstartSettings(output=tmp_path, max_steps=5), echoed.append)
+    what, train = seen["what"], seen["train"]
+    assert what.recipe == "short" and (what.nsp, what.dropout, what.max_seq_length, what.masked_lm_prob) == (None,) * 4
+    assert (train.learning_rate, train.warmup_ratio, train.global_batch_size, train.micro_batch_size) == (None,) * 4
+    shape = SimpleNamespace(directory="data", dynamic=True, nsp=True, layout="pairs", built_seq_length=64)
+    what, train, _ = apply_recipe(short_recipe(256), what, train, shape, 1)  # what the planner makes of it
+    shown = Recipe().resolved()
+    assert (train.learning_rate, train.global_batch_size, what.dropout) == (shown.learning_rate, shown.batch_size,
+                                                                           shown.dropout)
+    assert f"batch {shown.batch_size}, peak lr {shown.learning_rate:g}" in echoed[0]
+    settings = QuickstartSettings(output=tmp_path, max_steps=5, recipe=Recipe(learning_rate=1e-3))
+    pretrain_model(settings, echoed.append)
+    assert seen["train"].learning_rate == 1e-3 and "peak lr 0.001" in echoed[-1]
+
+
+def test_the_time_lines_name_the_probe_and_add_up():
+    """The plan's line splits what was spent before planning into set-up/vocabulary/data and the speed probe
+    (issue 51: "vocabulary + data 21 s" in the plan, 6 s in the report), and claims no more steps than the rate."""
+    from bertkit.quickstart.report import _report_time
+
+    plan = plan_time(180, 12, RATES, WORK, epochs=5, seeds=(1, 2, 3), probe_s=9)
+    assert "set-up, vocabulary and data 3 s and the speed probe 9 s (done)" in plan.describe()
+    assert "up to ~" in plan.describe()
+    timings = {"setup_s": 1.0, "vocabulary_and_data_s": 2.0, "speed_probe_s": 9.0, "pretraining_s": 100.0,
+               "finetuning_s": 60.0, "report_s": 8.0}
+    line = _report_time({"timings": timings, "plan": plan.to_json()})
+    assert "set-up 1 s, vocabulary + data 2 s, speed probe 9 s, pre-training 100 s" in line
+    assert f"{sum(timings.values()) / 60:.1f} min in all" in line
