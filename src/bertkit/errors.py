@@ -5,6 +5,9 @@ names the file/line/flag and says what to do. The CLI prints the message on one 
 non-zero without a traceback; the server turns it into a 4xx answer. Programming errors (bugs)
 stay ordinary Python exceptions so they keep their traceback.
 
+`ModelFault` is a model that computes NaN or infinite values (altered weights or kept scales): the server
+answers 500 and is not ready, a command stops in one line; never a number that is not one.
+
 `Interrupted` is how a command that was stopped by SIGINT/SIGTERM ends: it has saved what it could,
 and the CLI prints its message with the command that continues the run and exits 130 (SIGINT) or 143
 (SIGTERM), so `bertkit pretrain ... && bertkit finetune ...` stops too. It derives from
@@ -16,6 +19,11 @@ from __future__ import annotations
 
 class BertkitError(Exception):
     """A user-caused error: its message names the culprit (file, line, flag) and the fix."""
+
+
+class ModelFault(Exception):
+    """The model computed what cannot be given as an answer (NaN or infinite outputs): not the request's fault
+    (a 500-class answer, a failed readiness), and never answered as numbers. Its message names the cause to check."""
 
 
 class Interrupted(KeyboardInterrupt):

@@ -146,6 +146,34 @@ def test_scales_are_kept_beside_the_model_and_reused(tmp_path, caplog):
     assert "unreadable" in caplog.text and "--calibration" in caplog.text
 
 
+@pytest.mark.parametrize("doctor", ["nan", "zero", "inf", "negative", "integer"])
+def test_doctored_scale_values_are_refused_with_plain_int8(doctor, tmp_path, caplog):
+    """Issue 50: a kept file with the right fingerprint and shapes but NaN, 0, inf, negated or integer scales was
+    trusted, and every output became NaN (or a reflection at cosine 0.16 to fp32) with exit 0. Such values are
+    refused with a warning, and int8 runs plain: outputs finite and as close to fp32 as plain int8's."""
+    tokenizer, model = WordPieceTokenizer(VOCAB, do_lower_case=True), _outlier_model()
+    sample = tmp_path / "sample.txt"
+    sample.write_text("\n".join(SAMPLE) + "\n")
+    measured = int8_smoothing(model, tmp_path, sample, tokenizer)
+    about = {"calibration": "sample.txt", "inputs": "5", "weights": weights_fingerprint(model)}
+    name = "layers.0.qkv"
+    scale = measured[name]
+    doctored = {"nan": torch.full_like(scale, float("nan")), "zero": torch.zeros_like(scale),
+                "inf": torch.full_like(scale, float("inf")), "negative": -scale,
+                "integer": torch.ones_like(scale, dtype=torch.int64)}[doctor]
+    save_file({**measured, name: doctored}, str(tmp_path / SMOOTHING_FILE), metadata=about)
+    with caplog.at_level(logging.WARNING):
+        kept = int8_smoothing(model, tmp_path, None, tokenizer)
+    assert kept is None and "is damaged" in caplog.text and name in caplog.text
+    batch = _batch(tokenizer, SAMPLE[:3])
+    with torch.inference_mode():
+        exact = model(**batch).last_hidden_state
+        plain = bm.for_inference(model, "int8", smoothing=lambda: kept)(**batch).last_hidden_state
+    assert torch.isfinite(plain).all()
+    cosine = torch.nn.functional.cosine_similarity(plain.flatten(), exact.flatten(), dim=0)
+    assert cosine > 0.9
+
+
 def test_a_smaller_sample_does_not_replace_the_scales_of_a_larger_one(tmp_path, caplog):
     """Issue 51: a later 2-line --calibration silently replaced the scales of a 40-line one. The larger sample's
     scales stay kept (the smaller one's serve the process that asked for them, and the log says so); a sample at
@@ -237,3 +265,45 @@ def test_predict_with_int8_and_calibration_end_to_end(tmp_path, capsys):
     main(["predict", "--model", str(directory), "--input", str(rows), "--output", str(tmp_path / "out"),
           "--precision", "int8", "--calibration", str(sample), "--text-column", "text"])
     assert (directory / SMOOTHING_FILE).is_file() and any((tmp_path / "out").iterdir())
+
+
+def test_a_calibration_stream_without_line_breaks_is_refused_after_a_bounded_read(tmp_path):
+    """Issue 50: a link to /dev/zero as --calibration read 4.4 GB in 20 s. The read is bounded before decoding:
+    a line past MAX_CALIBRATION_LINE_BYTES is refused naming the file, having read at most that much (counted on a
+    FIFO fed without end; the bound on memory is about one such line), and /dev/zero is refused at its first line."""
+    import threading
+
+    from bertkit.inference import smoothquant
+
+    os.symlink("/dev/zero", tmp_path / "zero")
+    with pytest.raises(BertkitError, match="line 1 runs past 1,048,576 bytes without a line break"):
+        read_calibration(tmp_path / "zero")
+    fifo = tmp_path / "stream"
+    os.mkfifo(fifo)
+    written = {"bytes": 0}
+
+    def feed() -> None:  # "a" forever, until the reader closes the pipe
+        chunk = b"a" * 65536
+        try:
+            with open(fifo, "wb") as out:
+                while written["bytes"] < 1 << 30:
+                    out.write(chunk)
+                    written["bytes"] += len(chunk)
+        except BrokenPipeError:
+            pass
+    writer = threading.Thread(target=feed, daemon=True)
+    writer.start()
+    with pytest.raises(BertkitError, match="runs past"):
+        read_calibration(fifo)
+    writer.join(timeout=10)
+    assert written["bytes"] <= smoothquant.MAX_CALIBRATION_LINE_BYTES + (4 << 20)  # the pipe's buffers, not GBs
+
+
+def test_an_endless_stream_of_blank_lines_stops_at_the_byte_bound(tmp_path, monkeypatch):
+    from bertkit.inference import smoothquant
+
+    monkeypatch.setattr(smoothquant, "MAX_CALIBRATION_BYTES", 4096)
+    blank = tmp_path / "blank.txt"
+    blank.write_bytes(b"\n" * 100_000)
+    with pytest.raises(BertkitError, match=r"no text in it \(read 4,096 bytes\)"):
+        read_calibration(blank)

@@ -22,7 +22,7 @@ from typing import Any
 
 import click
 
-from bertkit.errors import BertkitError, Interrupted
+from bertkit.errors import BertkitError, Interrupted, ModelFault
 from bertkit.runtime.allocator import keep_freed_memory
 from bertkit.settings.tasks import FINETUNE_KINDS
 
@@ -95,7 +95,7 @@ def main(argv: list[str] | None = None) -> int:
     keep_freed_memory()  # large tensors reused instead of page-faulted on every step (bertkit.runtime.allocator)
     try:
         cli.main(args=argv, prog_name="bertkit", standalone_mode=False)
-    except BertkitError as exc:
+    except (BertkitError, ModelFault) as exc:
         click.echo(f"bertkit: error: {exc}", err=True)
         return 2
     except (click.exceptions.Abort, KeyboardInterrupt) as exc:

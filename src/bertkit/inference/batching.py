@@ -16,6 +16,7 @@ the length-grouped sampler of Hugging Face's Trainer).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager
 from typing import Any, TypeVar
@@ -24,10 +25,36 @@ import numpy as np
 import torch
 from torch import nn
 
+from bertkit.errors import ModelFault
+
 R = TypeVar("R")
 INPUT_KEYS = ("input_ids", "token_type_ids", "attention_mask")
 MODEL_KEYS = (*INPUT_KEYS, "labels", "start_positions", "end_positions")
 IGNORE_INDEX = -100  # padded labels: ignored by the losses
+
+
+def check_finite(results: R, model_id: str) -> R:
+    """`results` (arrays, floats, and lists or dicts of them) as they are, or ModelFault when any number in them
+    is NaN or infinite: the model's weights, or the int8 scales kept beside it, compute garbage."""
+    if not _finite(results):
+        raise ModelFault(f"model {model_id} computed NaN or infinite values; its weights or the int8 scales kept "
+                         "beside it (int8_smoothing.safetensors) are damaged: check them, or run it with --precision "
+                         "fp32")
+    return results
+
+
+def _finite(value: Any) -> bool:
+    if isinstance(value, np.ndarray):
+        return value.dtype.kind not in "fc" or bool(np.isfinite(value).all())
+    if isinstance(value, torch.Tensor):
+        return not value.is_floating_point() or bool(torch.isfinite(value).all())
+    if isinstance(value, float):
+        return math.isfinite(value)
+    if isinstance(value, dict):
+        return all(_finite(v) for v in value.values())
+    if isinstance(value, (list, tuple)):
+        return all(_finite(v) for v in value)
+    return True
 
 
 def feature_length(feature: dict[str, Any]) -> int:

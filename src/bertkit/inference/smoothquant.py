@@ -26,11 +26,11 @@ the sample's real tokens (the padding-free encoder never sees padding); at most 
 from __future__ import annotations
 
 import hashlib
-import io
+import itertools
 import logging
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import IO, Any, cast
+from typing import Any
 
 import torch
 from safetensors import SafetensorError, safe_open
@@ -53,6 +53,12 @@ SMOOTHING_FILE = "int8_smoothing.safetensors"
 ALPHA = 0.5
 OUTLIER_CHANNELS = 4
 MAX_TEXTS = 512
+MAX_CALIBRATION_LINE_BYTES = 1 << 20
+"""Longest calibration line read: an input is cut at the model's length (at most 512 tokens), so a megabyte is
+far more than any input needs; it bounds the memory a file without line breaks can take."""
+MAX_CALIBRATION_BYTES = 64 << 20
+"""Most bytes of a calibration file read in all (decompressed), whatever its lines: it bounds the time an endless
+stream of blank lines can take."""
 
 Smoothing = dict[str, torch.Tensor]
 """Per dense layer ("layers.3.ffn_in"), the scale of each of its input channels; and ("layers.3.ffn_in.outliers")
@@ -61,25 +67,37 @@ the indices of its outlier channels."""
 
 def read_calibration(path: Path) -> list[tuple[str, str | None]]:
     """The calibration sample: one input per line (a pair as two texts separated by a tab; plain, .gz or .zst),
-    blank lines skipped, at most MAX_TEXTS; a line with NUL bytes (a binary file) is an error, not an input."""
+    blank lines skipped, at most MAX_TEXTS inputs. Bounded before decoding: a line of more than
+    MAX_CALIBRATION_LINE_BYTES (no line break: /dev/zero, a binary or single-line file) is refused, and reading
+    stops after MAX_CALIBRATION_BYTES (an endless stream of blank lines); a line with NUL bytes is an error."""
     inputs: list[tuple[str, str | None]] = []
+    read = 0
     try:  # the first MAX_TEXTS inputs only: a whole corpus is never read
-        with io.TextIOWrapper(cast(IO[bytes], open_decompressed(Path(path))), encoding="utf-8") as lines:
-            for number, line in enumerate(lines, 1):
-                if "\x00" in line:
+        with open_decompressed(Path(path)) as raw:
+            for number in itertools.count(1):
+                line = raw.readline(MAX_CALIBRATION_LINE_BYTES + 1)
+                if not line:
+                    break
+                read += len(line)
+                if len(line) > MAX_CALIBRATION_LINE_BYTES:
+                    raise BertkitError(f"--calibration {path}: line {number} runs past {MAX_CALIBRATION_LINE_BYTES:,} "
+                                       "bytes without a line break (a binary file, a stream or one long line); give "
+                                       "a text file with one input per line")
+                text = line.decode("utf-8")
+                if "\x00" in text:
                     raise BertkitError(f"--calibration {path}: line {number} holds NUL bytes, as a binary file does; "
                                        "give a text file with one input per line")
-                if line.strip():
-                    a, _, b = line.rstrip("\r\n").partition("\t")
+                if text.strip():
+                    a, _, b = text.rstrip("\r\n").partition("\t")
                     inputs.append((a, b or None))
-                    if len(inputs) == MAX_TEXTS:
-                        break
+                if len(inputs) == MAX_TEXTS or read >= MAX_CALIBRATION_BYTES:
+                    break
     except (OSError, UnicodeDecodeError, *DECOMPRESSION_ERRORS) as exc:
         raise BertkitError(f"--calibration {path}: cannot read it as UTF-8 text ({exc}); give a text file with one "
                            "input per line (a pair as two texts separated by a tab)") from None
     if not inputs:
-        raise BertkitError(f"--calibration {path}: no text in it; give a sample of the inputs the model will see, "
-                           "one per line")
+        raise BertkitError(f"--calibration {path}: no text in it (read {read:,} bytes); give a sample of the inputs "
+                           "the model will see, one per line")
     return inputs
 
 
@@ -202,9 +220,27 @@ def _misfit(model: nn.Module, smoothing: Smoothing) -> str | None:
             return f"{name}: no such layer in this model"
         if name == layer and tuple(tensor.shape) != (widths[layer],):
             return f"{name}: {tuple(tensor.shape)} scales for {widths[layer]} inputs"
+        if name == layer and not _valid_scales(tensor):
+            return f"{name}: {_scale_fault(tensor)}"
         if name != layer and not int8.valid_channels(tensor, widths[layer]):
             return f"{name}: channels {tensor.tolist()} for {widths[layer]} inputs"
     return None
+
+
+def _valid_scales(scales: torch.Tensor) -> bool:
+    """Whether `scales` can be SmoothQuant's: floating point, every one finite and positive (calibration writes
+    max|X|^a / max|W|^(1-a), clamped above zero). NaN, inf, 0 or a negative scale turns every output into NaN or
+    a reflection, and integers are not what calibration writes: the file was altered."""
+    return scales.is_floating_point() and bool(torch.isfinite(scales).all()) and bool((scales > 0).all())
+
+
+def _scale_fault(scales: torch.Tensor) -> str:
+    """What is wrong with scales that `_valid_scales` refuses, in words."""
+    if not scales.is_floating_point():
+        return f"scales of dtype {scales.dtype}, not floating point"
+    if not bool(torch.isfinite(scales).all()):
+        return f"{int((~torch.isfinite(scales)).sum())} scales are not finite (NaN or inf)"
+    return f"{int((scales <= 0).sum())} scales are zero or negative"
 
 
 def _features(tokenizer: Any, inputs: list[tuple[str, str | None]], max_length: int) -> list[dict[str, Any]]:

@@ -48,7 +48,7 @@ from fastapi.security import APIKeyHeader, HTTPAuthorizationCredentials, HTTPBea
 from fastapi_offline import FastAPIOffline
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from bertkit.errors import BertkitError
+from bertkit.errors import BertkitError, ModelFault
 from bertkit.serve.connections import (
     ConnectionGuard,
     CountRequestWarnings,
@@ -100,6 +100,7 @@ def create_app(predictor: Predictor, settings: ServerSettings | None = None,
                          f"{', '.join(predictor.endpoints)}", lifespan=lifespan, static_url=DOCS_ASSETS,
                          swagger_ui_parameters={"validatorUrl": None})  # no badge from swagger.io either
     app.state.ready = False
+    app.state.failure = None
     app.state.batcher = batcher
     app.state.settings = settings
     app.state.server = Server(predictor, settings, batcher, answered)
@@ -115,7 +116,14 @@ def create_app(predictor: Predictor, settings: ServerSettings | None = None,
 
 
 async def _warm_up(app: FastAPI, batcher: MicroBatcher, predictor: Predictor) -> None:
-    await batcher.call(predictor.warmup)
+    """A real forward pass through every endpoint; ready only if it answers (a model that computes NaN, or fails
+    outright, stays not ready and /ready says why)."""
+    try:
+        await batcher.call(predictor.warmup)
+    except Exception as exc:  # noqa: BLE001 - whatever stops the warm-up keeps the server out of rotation
+        app.state.failure = str(exc) if isinstance(exc, (ModelFault, BertkitError)) else repr(exc)
+        log.error("the warm-up pass failed, so the server is not ready: %s", app.state.failure)
+        return
     app.state.ready = True
     log.info("model warmed up; ready")
 
@@ -157,6 +165,10 @@ def _add_error_handlers(app: FastAPI, predictor: Predictor, routes: tuple[Route,
         if exc.status == 401:
             headers = {"WWW-Authenticate": "Bearer"}
         return _error(request, exc.status, exc.error, exc.message, headers, getattr(exc, "param", None))
+
+    @app.exception_handler(ModelFault)
+    async def model_fault(request: Request, exc: ModelFault) -> JSONResponse:
+        return _error(request, 500, "non_finite_output", str(exc))
 
     @app.exception_handler(BertkitError)
     async def bertkit_error(request: Request, exc: BertkitError) -> JSONResponse:

@@ -102,6 +102,11 @@ TEI_ERROR_TYPES = {400: "Validation", 413: "Validation", 422: "Validation", 424:
 empty input, below); a status TEI never answers (401, 404, 405, 408, 431) is Validation: the request's fault."""
 
 
+CLIENT_CLOSED = 499
+"""nginx's "client closed request": the status counted for a request whose client left before its answer (a
+response never started, or its queued inputs dropped)."""
+
+
 def error_body(error: str, message: str, status: int = 422, **extra: Any) -> dict[str, Any]:
     """The one JSON error shape of the server, TEI's with bertkit's code beside it:
     {"error": message, "error_type": TEI's class, "code": bertkit's code, ...}."""

@@ -40,12 +40,12 @@ import asyncio
 import collections
 import logging
 import time
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Awaitable, Callable, Hashable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from bertkit.errors import BertkitError
+from bertkit.errors import BertkitError, ModelFault
 
 log = logging.getLogger(__name__)
 
@@ -59,6 +59,10 @@ class QueueFullError(Exception):
 
 class NotRunningError(Exception):
     """The batcher is stopped (the server is shutting down)."""
+
+
+class ClientGoneError(Exception):
+    """The client closed its connection before its results were ready: its inputs not yet run are dropped."""
 
 
 @dataclass(frozen=True)
@@ -155,8 +159,11 @@ class MicroBatcher:
             self._worker = None
         self._executor.shutdown(wait=True)
 
-    async def submit(self, key: Hashable, items: Sequence[Any], timeout: float) -> list[Any]:
-        """Queue a request and wait for its results; QueueFullError, NotRunningError or TimeoutError."""
+    async def submit(self, key: Hashable, items: Sequence[Any], timeout: float,
+                     client_gone: Callable[[], Awaitable[Any]] | None = None) -> list[Any]:
+        """Queue a request and wait for its results; QueueFullError, NotRunningError or TimeoutError; and
+        ClientGoneError when `client_gone()` (an awaitable that ends when the client disconnects) ends first:
+        the request's inputs whose batch has not started are then dropped, so nobody computes for it."""
         if self._worker is None or self._worker.done():
             raise NotRunningError
         if self._queue.full():  # before counting tokens: a refused request costs no tokenizing
@@ -171,13 +178,28 @@ class MicroBatcher:
         self._notify("submitted", key, costs)
         self._queue.put_nowait(job)  # no await since the check: the queue cannot have filled
         try:
-            results = await asyncio.wait_for(asyncio.shield(job.future), timeout)
-        except TimeoutError:
+            results = await self._wait(job, timeout, client_gone)
+        except (TimeoutError, ClientGoneError):
             job.future.cancel()  # the worker skips its inputs whose batch has not started
             raise
         self._notify("completed", key, RequestTiming(tokenization, job.started_at - job.queued_at,
                                                      time.monotonic() - job.started_at, _characters(items)))
         return results
+
+    async def _wait(self, job: _Job, timeout: float, client_gone: Callable[[], Awaitable[Any]] | None) -> list[Any]:
+        """The job's results within `timeout`, or ClientGoneError as soon as `client_gone()` ends."""
+        if client_gone is None:
+            return await asyncio.wait_for(asyncio.shield(job.future), timeout)
+        result = asyncio.ensure_future(asyncio.wait_for(asyncio.shield(job.future), timeout))
+        gone = asyncio.ensure_future(client_gone())
+        try:
+            await asyncio.wait({result, gone}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            gone.cancel()
+        if not result.done():
+            result.cancel()
+            raise ClientGoneError
+        return result.result()
 
     async def _work(self) -> None:
         while True:
@@ -201,6 +223,8 @@ class MicroBatcher:
                     await asyncio.wait_for(self._queue.get(), deadline - loop.time())
             except TimeoutError:
                 break
+            if job.future.done():  # its client left (or it timed out) while queued: it takes no room in the batch
+                continue
             jobs.append(job)
             size, tokens = size + len(job.items), tokens + sum(job.costs)
         return jobs
@@ -237,9 +261,12 @@ class MicroBatcher:
             for job in jobs:  # find the culprit: each request's inputs alone
                 await self._run_batch(key, [slot for slot in slots if slot[0] is job])
             return
-        except Exception as exc:  # a bug: the requests get a 500, the worker lives on
+        except Exception as exc:  # a bug or a broken model: the requests get a 500, the worker lives on
             self._record(key, slots, began, waits)
-            log.exception("inference failed for %s", key)
+            if isinstance(exc, ModelFault):  # its message says what to check; a traceback would add nothing
+                log.error("inference failed for %s: %s", key, exc)
+            else:
+                log.exception("inference failed for %s", key)
             for job in jobs:
                 _settle(job, exception=exc)
             return

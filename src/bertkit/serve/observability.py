@@ -70,6 +70,7 @@ from prometheus_client import (
 from starlette.routing import Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from bertkit.serve.limits import CLIENT_CLOSED
 from bertkit.serve.microbatch import BatchRecord, MicroBatcher, RequestTiming
 from bertkit.serve.routing import Route, calls
 from bertkit.settings import ServerSettings
@@ -78,7 +79,6 @@ ACCESS_LOG = "bertkit.access"
 REQUEST_ID_HEADER = "X-Request-ID"
 _VALID_REQUEST_ID = re.compile(r"[\x21-\x7e]{1,128}")  # visible ASCII: no spaces, no control characters
 _TRACEPARENT = re.compile(r"([0-9a-f]{2})-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})(-.*)?")  # W3C Trace Context
-CLIENT_CLOSED = 499  # the status of a request whose response never started
 
 SECONDS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 INPUTS = (1, 2, 4, 8, 16, 32, 64, 128, 256)

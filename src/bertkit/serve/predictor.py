@@ -42,7 +42,7 @@ from bertkit.data.conll import TaggedSentence
 from bertkit.data.glue import TextExample
 from bertkit.data.squad import SquadExample
 from bertkit.errors import BertkitError
-from bertkit.inference.batching import model_outputs, run_sorted
+from bertkit.inference.batching import check_finite, model_outputs, run_sorted
 from bertkit.inference.pooling import sentence_vectors
 from bertkit.inference.smoothquant import int8_smoothing
 from bertkit.interop.sentence_transformers import (
@@ -157,12 +157,15 @@ class Predictor:
         return features, lost
 
     def run(self, features: Sequence[dict[str, Any]], step: Any) -> list[Any]:
-        return run_sorted(features, step, self.batch_size, self.tokenizer.pad_token_id)
+        """`step` over length-sorted batches of `features`, one result per feature; a result holding NaN or inf
+        raises ModelFault (it is never answered as a number)."""
+        return check_finite(run_sorted(features, step, self.batch_size, self.tokenizer.pad_token_id), self.model_id)
 
     def task_outputs(self, task: Task, features: Sequence[dict[str, Any]]) -> dict[str, list[np.ndarray]]:
-        """The model's outputs that `task.decode` reads, per feature (as dev evaluation computes them)."""
-        return model_outputs(self.model, features, task.output_names, task.token_level_outputs, self.batch_size,
-                             self.tokenizer.pad_token_id)
+        """The model's outputs that `task.decode` reads, per feature (as dev evaluation computes them); NaN or
+        inf in them raises ModelFault."""
+        return check_finite(model_outputs(self.model, features, task.output_names, task.token_level_outputs,
+                                          self.batch_size, self.tokenizer.pad_token_id), self.model_id)
 
     def embed(self, texts: Sequence[str], pooling: str = "auto", normalize: bool | None = None,
               truncate: bool = True, truncation_direction: str = "right", prompt_name: str | None = None

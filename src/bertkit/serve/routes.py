@@ -75,6 +75,9 @@ async def health() -> dict[str, str]:
 async def ready(request: Request) -> JSONResponse:
     if request.app.state.ready:
         return JSONResponse({"status": "ready"})
+    failure = getattr(request.app.state, "failure", None)
+    if failure:
+        return JSONResponse(error_body("warm_up_failed", f"the warm-up pass failed: {failure}", 503), status_code=503)
     return JSONResponse(error_body("not_ready", "the model is warming up or shutting down", 503), status_code=503)
 
 

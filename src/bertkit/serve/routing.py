@@ -21,8 +21,8 @@ from typing import Any, cast
 
 from fastapi import Request
 
-from bertkit.serve.limits import FieldError, RequestError
-from bertkit.serve.microbatch import MicroBatcher, NotRunningError, QueueFullError
+from bertkit.serve.limits import CLIENT_CLOSED, FieldError, RequestError
+from bertkit.serve.microbatch import ClientGoneError, MicroBatcher, NotRunningError, QueueFullError
 from bertkit.serve.predictor import InputTooLongError, Predictor
 from bertkit.settings import ServerSettings
 
@@ -96,12 +96,15 @@ class Server:
     """The routes this app serves."""
     call: Call | None = None
     """The call of the route being answered (`submit` queues under it)."""
+    request: Request | None = None
+    """The request being answered: `submit` drops its queued inputs when its client disconnects."""
 
-    def at(self, path: str, method: str = "POST") -> Server | None:
+    def at(self, path: str, method: str = "POST", request: Request | None = None) -> Server | None:
         """This server as the handler of `path` sees it (POST / answers as /embed, /rerank, ...), or None where
         that route is not served."""
         route = next((r for r in self.routes if r.path == path and r.method == method), None)
-        return None if route is None else Server(self.predictor, self.settings, self.batcher, self.routes, route.call)
+        return None if route is None else Server(self.predictor, self.settings, self.batcher, self.routes, route.call,
+                                                 request or self.request)
 
     async def submit(self, options: Sequence[Any], items: list[Any], field: str = "inputs", paired: str = "",
                      names: list[str] | None = None) -> list[Any]:
@@ -111,8 +114,13 @@ class Server:
         if self.call is None:
             raise TypeError("this route declares no call to submit under")  # a bug in the route table
         settings = self.settings
+        request = self.request
+        gone = (lambda: _disconnected(request)) if request is not None else None
         try:
-            return await self.batcher.submit((self.call.name, *options), items, settings.timeout_s)
+            return await self.batcher.submit((self.call.name, *options), items, settings.timeout_s, gone)
+        except ClientGoneError:
+            raise RequestError(CLIENT_CLOSED, "client_closed", "the client closed the connection before its results "
+                               "were ready; its inputs were dropped from the queue") from None
         except QueueFullError:
             raise RequestError(429, "queue_full", f"{settings.max_queue} requests are waiting; retry shortly") \
                 from None
@@ -131,4 +139,11 @@ def serving(request: Request) -> Server:
     """The `Server` of the route answering `request` (a FastAPI dependency of the handlers create_app registers
     from `server.routes`, so the route is there)."""
     server: Server = request.app.state.server
-    return cast(Server, server.at(request.scope["route"].path, request.method))
+    return cast(Server, server.at(request.scope["route"].path, request.method, request))
+
+
+async def _disconnected(request: Request) -> None:
+    """Return when the client of `request` disconnects. Its body has been read, so the server's next message is
+    the disconnect (uvicorn sends it when the connection closes, or once the response is complete)."""
+    while (await request.receive())["type"] != "http.disconnect":
+        pass

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import cast
@@ -37,7 +38,7 @@ import torch
 from bertkit.config import BertConfig, check_model_directory
 from bertkit.data.text_inputs import read_lines
 from bertkit.errors import BertkitError
-from bertkit.inference.batching import sorted_batches
+from bertkit.inference.batching import check_finite, sorted_batches
 from bertkit.inference.pooling import sentence_vectors
 from bertkit.inference.smoothquant import int8_smoothing
 from bertkit.interop.sentence_transformers import choose_pooling, read_sentence_transformers
@@ -104,12 +105,18 @@ def extract_features(settings: ExtractSettings) -> int:
                  " (sentence-transformers directory)" * bool(sentence))
     encodings = _encode(vocabulary, inputs, max_seq_length)
     output_path.parent.mkdir(parents=True, exist_ok=True)
-    batches = _hidden_states(encoder, encodings, indices, settings.batch_size, vocabulary.pad_token_id)
-    if pooled:
-        width = len(indices) * len(modes) * encoder.config.hidden_size
-        _write_npy(output_path, len(encodings), width, modes, normalize, batches)
-    else:
-        _write_jsonl(output_path, encodings, indices, batches)
+    batches = _hidden_states(encoder, encodings, indices, settings.batch_size, vocabulary.pad_token_id,
+                             str(model_dir))
+    partial = output_path.with_name(output_path.name + ".partial")  # the output appears whole, or not at all
+    try:
+        if pooled:
+            width = len(indices) * len(modes) * encoder.config.hidden_size
+            _write_npy(partial, len(encodings), width, modes, normalize, batches)
+        else:
+            _write_jsonl(partial, encodings, indices, batches)
+        os.replace(partial, output_path)
+    finally:
+        partial.unlink(missing_ok=True)
     return len(encodings)
 
 
@@ -162,14 +169,15 @@ def _encode(tokenizer: WordPieceTokenizer, inputs: list[tuple[str, str | None]],
 
 
 def _hidden_states(encoder: BertModel, encodings: Sequence, indices: list[int], batch_size: int,
-                   pad_token_id: int) -> Iterator[tuple[list[int], list[torch.Tensor], torch.Tensor]]:
-    """Per length-sorted batch: its line numbers, the requested layers (B, T, H) each, and the mask."""
+                   pad_token_id: int, model_id: str) -> Iterator[tuple[list[int], list[torch.Tensor], torch.Tensor]]:
+    """Per length-sorted batch: its line numbers, the requested layers (B, T, H) each, and the mask; NaN or inf in
+    them raises ModelFault (never written as features)."""
     features = [{"input_ids": e.input_ids, "token_type_ids": e.token_type_ids, "attention_mask": e.attention_mask}
                 for e in encodings]
     for rows, batch in sorted_batches(features, batch_size, pad_token_id):
         with torch.inference_mode():
             hidden = encoder(**batch, output_hidden_states=True).hidden_states[1:]  # L x (B, T, H), no embeddings
-        yield rows, [hidden[i] for i in indices], batch["attention_mask"]
+        yield rows, check_finite([hidden[i] for i in indices], model_id), batch["attention_mask"]
 
 
 def _write_jsonl(path: Path, encodings: Sequence, indices: list[int], batches: Iterator) -> None:

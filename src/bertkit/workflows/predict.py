@@ -24,7 +24,7 @@ import torch
 from torch import nn
 
 from bertkit.errors import BertkitError
-from bertkit.inference.batching import model_outputs
+from bertkit.inference.batching import check_finite, model_outputs
 from bertkit.inference.smoothquant import int8_smoothing
 from bertkit.io.atomic import write_text_atomic
 from bertkit.model import for_inference
@@ -40,7 +40,7 @@ RESULTS_FILE = "eval_results.json"
 
 def predict_features(model: nn.Module, task: Task, examples: Sequence[Any], features: Sequence[dict[str, Any]],
                      pad_token_id: int, batch_size: int, device: torch.device,
-                     ctx: DistributedContext | None = None) -> Any:
+                     ctx: DistributedContext | None = None, model_id: str | None = None) -> Any:
     """The task's decoded predictions for `features`: the one path behind dev evaluation during fine-tuning
     and `predict` / `evaluate`, so both give the same predictions for the same model and file.
 
@@ -50,7 +50,9 @@ def predict_features(model: nn.Module, task: Task, examples: Sequence[Any], feat
     Gradients are off with `torch.no_grad` (not inference mode): the model trains again afterwards.
 
     Under torchrun (`ctx`), each process runs its contiguous share of the features and the outputs are
-    gathered in order, so every process decodes the whole set exactly as one process would."""
+    gathered in order, so every process decodes the whole set exactly as one process would. With `model_id`
+    (predict, evaluate), NaN or infinite outputs raise ModelFault naming it instead of being decoded; dev
+    evaluation during training leaves them to the loop, which refuses a non-finite metric."""
     ctx = ctx or DistributedContext()
     first, last = len(features) * ctx.rank // ctx.world_size, len(features) * (ctx.rank + 1) // ctx.world_size
     was_training = model.training
@@ -62,6 +64,8 @@ def predict_features(model: nn.Module, task: Task, examples: Sequence[Any], feat
     if ctx.distributed:
         shares = all_gather_objects(outputs, ctx)
         outputs = {name: [row for share in shares for row in share[name]] for name in task.output_names}
+    if model_id is not None:
+        check_finite(outputs, model_id)
     return task.decode(examples, features, outputs)
 
 
@@ -111,7 +115,7 @@ def predict_file(settings: PredictSettings) -> dict[str, Any]:
                                                  task.settings.max_seq_length))
     features = task.features(examples, tokenizer)
     decoded = predict_features(model, task, examples, features, tokenizer.pad_token_id, settings.batch_size,
-                               torch_device)
+                               torch_device, model_id=str(settings.model))
     output_dir.mkdir(parents=True, exist_ok=True)
     _remove_earlier_results(output_dir)
     task.write_predictions(examples, decoded, output_dir, "")
