@@ -171,9 +171,8 @@ def test_a_corpus_without_blank_lines_is_said_once_with_what_it_did_and_the_fix(
     [said] = [r.getMessage() for r in caplog.records if r.name == "bertkit.data.pretraining"]
     assert said == (f"{undivided}: no blank line between documents, so each file was read as one document: "
                     f"{summary['random_next_same_document']} of {summary['random_next']} random-next sentences came "
-                    f"from the same document and {summary['truncated_instances']} of {summary['instances']} instances "
-                    "were truncated; put a blank line between documents, or build --no-nsp data, or give JSONL with "
-                    "one document per line")
+                    "from the same document (next-sentence negatives that are not); put a blank line between "
+                    "documents, or build --no-nsp data, or give JSONL with one document per line")
     assert summary["random_next_same_document"] > 0
     caplog.clear()
     divided = tmp_path / "divided.txt"

@@ -210,3 +210,13 @@ def test_a_record_from_before_the_rulebook_still_resumes(files, tmp_path):
                "batch_size": 32}
     (out / "finetune_run.json").write_text(json.dumps(record), encoding="utf-8")
     assert _run(files, out, "--seeds", "1", "--max-steps", "1", "--resume", "auto", "--batch-size", "4") == 0
+
+
+def test_fine_tuning_refuses_an_allow_change_of_pre_training_alone():
+    """`--allow-change nsp` on a fine-tuning was accepted and meant nothing (issue 51's tour)."""
+    from bertkit.errors import BertkitError
+    from bertkit.settings import FinetuneSettings
+
+    with pytest.raises(BertkitError, match="--allow-change nsp: fine-tuning has no such setting"):
+        FinetuneSettings.of(model="m", output="o", allow_change=("nsp",))
+    assert FinetuneSettings.of(model="m", output="o", allow_change=("data",)).train.allow_change == ("data",)

@@ -403,17 +403,16 @@ def build_pretraining_data(settings: PretrainingDataSettings, tokenizer: WordPie
 def _warn_undivided(stats: CorpusStats, counts: Counter, options: InstanceSettings) -> None:
     """One line when NSP pairs came out wrong because text files had no blank line between documents: each such
     file is one document, so a random next sentence often comes from that same document (a negative that is
-    not one) and instances are cut to fit."""
+    not one). (Instances cut to the length happen with documents divided too: Google's pair truncation.)"""
     if not (options.nsp and stats.undivided_files and counts["random_next_same_document"]):
         return
     files = stats.undivided_files
     logger.warning(
         "%s%s: no blank line between documents, so each file was read as one document: %d of %d random-next "
-        "sentences came from the same document and %d of %d instances were truncated; put a blank line between "
+        "sentences came from the same document (next-sentence negatives that are not); put a blank line between "
         "documents, or build --no-nsp data, or give JSONL with one document per line",
         ", ".join(files[:3]), f" and {len(files) - 3} more" if len(files) > 3 else "",
-        counts["random_next_same_document"], counts["random_next"], counts["truncated_instances"],
-        counts["instances"])
+        counts["random_next_same_document"], counts["random_next"])
 
 
 def _manifest(paths, tokenizer, vocab: MaskingVocab, options, shards, counts: Counter, stats: CorpusStats) -> dict:

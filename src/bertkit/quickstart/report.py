@@ -255,7 +255,8 @@ def _report_pretraining(summary: dict[str, Any]) -> str:
     if "nsp_accuracy" in final:
         accuracies += f", NSP accuracy **{100 * final['nsp_accuracy']:.1f}%**"
     rate = pre["steps"] / max(pre["elapsed_s"], 1e-9)
-    return (f"## Pre-training\n\n{pre['steps']:,} steps in {pre['elapsed_s'] / 60:.1f} min ({rate:.2f} steps/s) on "
+    return (f"## Pre-training\n\n{pre['steps']:,} steps in {pre['elapsed_s'] / 60:.1f} min of training ({rate:.2f} "
+            f"steps/s, its evaluations included; the stage's time above adds building and writing the model) on "
             f"{pre['instances']:,} instances. Held-out at the end: MLM loss {final.get('mlm_loss', float('nan')):.3f}, "
             f"{accuracies}. (docs/quickstart.md: about 2,600 steps fit in 10 minutes of two free cores, "
             f"and a busy machine fits fewer; --max-steps sets a step budget instead.)\n\n"

@@ -55,6 +55,9 @@ FIXED: dict[str, str] = {
 }
 """Changes a resumed run refuses whatever --allow-change says: a dotted setting name -> why."""
 
+PRETRAINING_ONLY = ("held_out", "masked_lm_prob", "nsp")
+"""EXACT settings only pre-training records: --allow-change refuses them on fine-tuning (they would be ignored)."""
+
 RESUME_EXACT_SETTINGS = tuple(EXACT)
 """The names --allow-change accepts (EXACT's)."""
 

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from bertkit.errors import BertkitError
 from bertkit.settings.fields import PRECISIONS, DeviceChoice, Settings, TorchThreads, flag_of, sequence_length_field
-from bertkit.settings.rules import RESUME_EXACT_SETTINGS
+from bertkit.settings.rules import PRETRAINING_ONLY, RESUME_EXACT_SETTINGS
 
 OPTIMIZERS = ("adamw", "lamb")
 """The values of --optimizer (bertkit.train.optim.build_optimizer)."""
@@ -247,8 +247,8 @@ class PretrainSettings(Settings):
     data: str = dataclasses.field(metadata={"path": "dir"})
     """Directory written by `bertkit data pretraining`."""
     model: str
-    """Preset name (bert-tiny, bert-mini, bert-small, bert-medium, bert-base, bert-large) or a config.json;
-    ignored with --init-from."""
+    """Preset name (bert-debug: 2 layers of width 32, for tests; bert-tiny, bert-mini, bert-small, bert-medium,
+    bert-base, bert-large) or a config.json; ignored with --init-from."""
     output: str = dataclasses.field(metadata={"path": "dir"})
     """Run directory: checkpoints, metrics.jsonl, tensorboard/, curves.png, final/."""
     tokenizer: str | None = None
@@ -334,6 +334,13 @@ class FinetuneSettings(Settings):
         own = {field.name for field in dataclasses.fields(cls)} - {"train"}
         train = finetune_training(**{name: value for name, value in values.items() if name not in own})
         return cls(**{name: value for name, value in values.items() if name in own}, train=train)  # type: ignore[arg-type]
+
+    def check(self) -> None:
+        foreign = [name for name in self.train.allow_change if name in PRETRAINING_ONLY]
+        if foreign:
+            choices = ", ".join(name for name in RESUME_EXACT_SETTINGS if name not in PRETRAINING_ONLY)
+            raise BertkitError(f"--allow-change {foreign[0]}: fine-tuning has no such setting (it is pre-training's); "
+                               f"fine-tuning's are {choices}")
 
 
 GLUE_LEARNING_RATES = (5e-5, 4e-5, 3e-5, 2e-5)

@@ -37,6 +37,7 @@ import functools
 import itertools
 import logging
 import re
+import sys
 from collections import Counter
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -81,7 +82,9 @@ def train_vocabulary(settings: VocabularySettings) -> list[str]:
         vocab_size=settings.vocab_size, min_frequency=settings.min_frequency,
         special_tokens=[*SPECIAL_TOKENS, *(f"##{c}" for c in continuing)],  # ids fixed before training
         initial_alphabet=characters, limit_alphabet=settings.alphabet(),
-        continuing_subword_prefix="##", show_progress=settings.progress,
+        # tokenizers' bars print bare line breaks to stdout where it is not a terminal (a log, a pipe): shown only
+        # to a terminal, so a redirected stdout holds bertkit's lines alone
+        continuing_subword_prefix="##", show_progress=settings.progress and sys.stdout.isatty(),
     )
     pipeline = Tokenizer(models.WordPiece(unk_token=UNK, max_input_chars_per_word=MAX_INPUT_CHARS_PER_WORD))
     pipeline.normalizer = bert_normalizer(do_lower_case)
