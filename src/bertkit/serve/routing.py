@@ -21,6 +21,7 @@ from typing import Any, cast
 
 from fastapi import Request
 
+from bertkit.serve.cost import token_cost
 from bertkit.serve.limits import CLIENT_CLOSED, FieldError, RequestError
 from bertkit.serve.microbatch import ClientGoneError, MicroBatcher, NotRunningError, QueueFullError
 from bertkit.serve.predictor import InputTooLongError, Predictor
@@ -105,6 +106,12 @@ class Server:
         route = next((r for r in self.routes if r.path == path and r.method == method), None)
         return None if route is None else Server(self.predictor, self.settings, self.batcher, self.routes, route.call,
                                                  request or self.request)
+
+    def count(self, options: Sequence[Any], items: list[Any]) -> list[int]:
+        """The tokens the model will read for each item under this route's call (what the batcher counts)."""
+        if self.call is None:
+            raise TypeError("this route declares no call to count under")  # a bug in the route table
+        return token_cost(self.predictor, {self.call.name: self.call})((self.call.name, *options), items)
 
     async def submit(self, options: Sequence[Any], items: list[Any], field: str = "inputs", paired: str = "",
                      names: list[str] | None = None) -> list[Any]:

@@ -18,10 +18,11 @@ Design decisions:
 from __future__ import annotations
 
 import asyncio
+import json
 import math
 from typing import Any, Literal
 
-from fastapi import Depends, Request
+from fastapi import Depends, Request, Response
 from fastapi.exceptions import RequestValidationError
 from pydantic import BaseModel, Field, ValidationError
 
@@ -94,10 +95,25 @@ async def embed(body: EmbedRequest, server: Server = Depends(serving)) -> list[l
 
 
 async def embed_all(body: EmbedAllRequest, server: Server = Depends(serving)) -> list[list[list[float]]]:
+    """Every token's vector, bounded: at most --max-token-vectors tokens a request (counted before the model runs),
+    and the JSON made on a worker thread, so a large answer never holds the event loop (/health, other routes)."""
     check_prompt(server.predictor, body.prompt_name)
     cut = body.direction if body.cuts(server.settings) else None
     texts = read_inputs(body.inputs, "inputs", server.predictor, server.settings, cut, body.prompt_name)
-    return await server.submit((cut is not None, body.direction, body.prompt_name), texts)
+    options = (cut is not None, body.direction, body.prompt_name)
+    tokens = sum(server.count(options, texts))
+    most = server.settings.limits.max_token_vectors
+    if tokens > most:
+        raise FieldError(422, "too_many_token_vectors", f"`inputs` read {tokens:,} tokens; /embed_all answers at most "
+                         f"{most:,} token vectors a request (--max-token-vectors): send fewer or shorter inputs",
+                         "inputs")
+    vectors = await server.submit(options, texts)
+    return Response(await asyncio.to_thread(json_bytes, vectors), media_type="application/json")  # type: ignore[return-value]
+
+
+def json_bytes(value: Any) -> bytes:
+    """`value` as compact JSON (what FastAPI would answer, made where the caller runs it)."""
+    return json.dumps(value, separators=(",", ":"), allow_nan=False).encode()
 
 
 async def similarity(body: SimilarityRequest, server: Server = Depends(serving)) -> list[float]:

@@ -39,6 +39,10 @@ class Limits(Settings):
     """Seconds an idle keep-alive connection stays open between requests."""
     max_header_bytes: int = dataclasses.field(default=16_384, metadata={"min": 1024})
     """Largest request line + headers (431 above it)."""
+    max_token_vectors: int = dataclasses.field(default=4096, metadata={"min": 1})
+    """Most token vectors one /embed_all request is answered (its inputs' tokens as the model reads them, specials
+    included; 422 above it): each is hidden-size numbers of JSON, so this bounds the answer a request can make the
+    server build (4,096 at bert-base's width: about 30 MB)."""
 
 
 @dataclass(frozen=True)
