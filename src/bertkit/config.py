@@ -161,11 +161,19 @@ class BertConfig:
     def from_json_file(cls, path: str | Path) -> BertConfig:
         path = Path(path)
         try:
-            data = json.loads(path.read_text(encoding="utf-8"))
+            with open(path, "rb") as handle:  # bounded before decoding: a stream or a huge file is not a config
+                raw = handle.read(MAX_CONFIG_BYTES + 1)
+            if len(raw) > MAX_CONFIG_BYTES:
+                raise BertkitError(f"{path}: more than {MAX_CONFIG_BYTES:,} bytes, which no config.json holds; is it "
+                                   "the right file?")
+            data = json.loads(raw.decode("utf-8"))
         except FileNotFoundError:
             raise BertkitError(f"{path}: config file not found") from None
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            raise BertkitError(f"{path}: not a valid JSON config ({exc})") from None
+        except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as exc:
+            raise BertkitError(f"{path}: not a valid JSON config ({type(exc).__name__}: {exc})") from None
+        except OSError as exc:
+            raise BertkitError(f"{path}: cannot be read ({exc.strerror}); give a model directory or its config.json") \
+                from None
         if not isinstance(data, dict):
             raise BertkitError(f"{path}: a config must be a JSON object")
         try:
@@ -200,6 +208,9 @@ _DERIVED_KEYS = {"label2id", "model_type", "position_embedding_type", "transform
 
 
 # Shapes: (layers, hidden, heads). intermediate_size is 4 * hidden, as in the paper.
+MAX_CONFIG_BYTES = 16 << 20
+"""Largest config.json read (a BERT config is a few KB; one with a large id2label a few MB)."""
+
 PRESETS: dict[str, tuple[int, int, int]] = {
     "bert-debug": (2, 32, 4),
     "bert-tiny": (2, 128, 2),

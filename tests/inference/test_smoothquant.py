@@ -307,3 +307,31 @@ def test_an_endless_stream_of_blank_lines_stops_at_the_byte_bound(tmp_path, monk
     blank.write_bytes(b"\n" * 100_000)
     with pytest.raises(BertkitError, match=r"no text in it \(read 4,096 bytes\)"):
         read_calibration(blank)
+
+
+def test_a_calibration_stream_of_lines_is_read_once_and_not_to_its_end(tmp_path):
+    """`--calibration <(yes a)`: the first MAX_TEXTS lines are the sample, and the digest kept with the scales is of
+    the bytes read (hashing the whole file again never ended on a stream; issue 50's audit)."""
+    import threading
+
+    from safetensors import safe_open
+
+    fifo = tmp_path / "yes"
+    os.mkfifo(fifo)
+    written = {"bytes": 0}
+
+    def feed() -> None:
+        try:
+            with open(fifo, "wb") as out:
+                while written["bytes"] < 1 << 30:
+                    out.write(b"the cat sat\n" * 4096)
+                    written["bytes"] += 12 * 4096
+        except BrokenPipeError:
+            pass
+    threading.Thread(target=feed, daemon=True).start()
+    tokenizer = WordPieceTokenizer(VOCAB, do_lower_case=True)
+    assert int8_smoothing(_outlier_model(), tmp_path, fifo, tokenizer) is not None
+    assert written["bytes"] < 8 << 20
+    with safe_open(str(tmp_path / SMOOTHING_FILE), "pt") as handle:
+        about = handle.metadata()
+    assert about["inputs"] == "512" and len(about["sha256"]) == 64

@@ -14,6 +14,7 @@ or 143 (SIGTERM), as a shell reports death by those signals, so `a && b` does no
 
 from __future__ import annotations
 
+import errno
 import importlib
 import shlex
 import signal
@@ -98,6 +99,9 @@ def main(argv: list[str] | None = None) -> int:
     except (BertkitError, ModelFault) as exc:
         click.echo(f"bertkit: error: {exc}", err=True)
         return 2
+    except OSError as exc:  # a failure no check could foresee (a disk that filled, a path removed meanwhile)
+        click.echo(f"bertkit: error: {_os_error(exc)}", err=True)
+        return 1
     except (click.exceptions.Abort, KeyboardInterrupt) as exc:
         return _interrupted(exc, argv)
     except click.ClickException as exc:
@@ -123,6 +127,18 @@ def _stop_on_sigterm() -> Any:
 def _restore_sigterm(previous: Any) -> None:
     if previous is not None:
         signal.signal(signal.SIGTERM, previous)
+
+
+def _os_error(exc: OSError) -> str:
+    """An OSError in one line: the path, what failed, what to do."""
+    where = f"{exc.filename}: " if exc.filename else ""
+    if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        advice = "free space on that disk, then run the command again (with --resume auto where it has one)"
+    elif exc.errno in (errno.EROFS, errno.EACCES, errno.EPERM):
+        advice = "choose a path you can write to"
+    else:
+        advice = "check the path and run the command again"
+    return f"{where}{exc.strerror or exc}; {advice}"
 
 
 def _interrupted(exc: BaseException, argv: list[str]) -> int:

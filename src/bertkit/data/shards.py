@@ -37,7 +37,7 @@ from pathlib import Path
 import numpy as np
 
 from bertkit.errors import BertkitError
-from bertkit.io.atomic import AtomicFile, temp_glob, write_text_atomic
+from bertkit.io.atomic import AtomicFile, check_writable, temp_glob, write_text_atomic
 from bertkit.io.digest import file_sha256
 from bertkit.io.jsonfile import read_json_object
 
@@ -141,6 +141,7 @@ def prepare_output(directory: Path, overwrite: bool) -> None:
                            "choose another directory or pass --overwrite")
     if directory.exists() and not directory.is_dir():
         raise BertkitError(f"--output {directory}: exists and is not a directory")
+    check_writable(directory, "--output")
     directory.mkdir(parents=True, exist_ok=True)
     manifest.unlink(missing_ok=True)  # first, so old shards are never paired with a new manifest
     leftovers = ("shard-*.bin", temp_glob("shard-*.bin"), temp_glob(MANIFEST))

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from bertkit.errors import BertkitError, where
 from bertkit.io.columnar import is_table_input, read_rows
-from bertkit.io.textfile import read_text, text_lines
+from bertkit.io.textfile import check_length, read_text, text_lines
 
 
 def read_lines(path: str | Path, flag: str = "--input", text_column: str = "text",
@@ -28,7 +28,11 @@ def read_lines(path: str | Path, flag: str = "--input", text_column: str = "text
         a, sep, b = line.partition("|||")
         if sep and "|||" in b:
             raise BertkitError(f"{where(path, number)}: more than one '|||'; write 'text_a ||| text_b'")
-        inputs.append((a.strip(), b.strip()) if sep else (line.strip(), None))
+        text, pair = (a.strip(), b.strip()) if sep else (line.strip(), None)
+        check_length(text, where(path, number))
+        if pair is not None:
+            check_length(pair, where(path, number), "second text")
+        inputs.append((text, pair))
     if not inputs:
         raise BertkitError(f"{flag} {path}: the file is empty; write one text per line")
     return inputs

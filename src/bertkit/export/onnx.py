@@ -52,6 +52,7 @@ from bertkit.errors import BertkitError
 from bertkit.export.directory import GRAPH_FILE, check_output_directory, write_deploy_files
 from bertkit.export.fusion import OPT_LEVEL, fusable_encoder, optimize_graph
 from bertkit.inference.batching import pad_batch
+from bertkit.io.atomic import check_writable
 from bertkit.model import MODEL_CLASSES, BertModel
 from bertkit.model.attention import PaddedSDPA
 from bertkit.model.feature_based import FeatureBasedModel
@@ -84,6 +85,8 @@ def heads() -> dict[str, Head]:
     return found
 
 
+log = logging.getLogger(__name__)
+
 SAMPLE_TEXTS = (
     "The quick brown fox jumps over the lazy dog.",
     "BERT is pre-trained with a masked language model and next sentence prediction.",
@@ -92,6 +95,8 @@ SAMPLE_TEXTS = (
     "A short one.",
     "Fine-tuning adds one output layer and trains all parameters end to end on the task.",
 )
+MAX_SAMPLE_TEXTS = 256
+"""Most --sample lines checked: they run as one batch through PyTorch and onnxruntime (and int8's calibration)."""
 
 
 @dataclass
@@ -162,6 +167,7 @@ def export_onnx(settings: ExportSettings) -> ExportReport:
         raise BertkitError(f"--quantize {settings.quantize!r}: supported: {', '.join(QUANTIZATIONS)}")
     model_dir, output = check_model_directory(settings.model), Path(settings.output)
     directory = output.suffix.lower() != ".onnx"
+    check_writable(output, "--output", directory=directory)
     if directory:
         check_output_directory(output, model_dir)
     graph = output / GRAPH_FILE if directory else output
@@ -192,6 +198,10 @@ def _export(settings: ExportSettings, model_dir: Path, output: Path, graph: Path
     texts = list(SAMPLE_TEXTS)
     if settings.sample is not None:
         texts = [a for a, _ in read_lines(settings.sample, flag="--sample")]
+        if len(texts) > MAX_SAMPLE_TEXTS:  # one batch through PyTorch and onnxruntime: its first lines are enough
+            log.info("--sample %s: checking on its first %d of %d lines", settings.sample, MAX_SAMPLE_TEXTS,
+                     len(texts))
+            texts = texts[:MAX_SAMPLE_TEXTS]
     batch = sample_batch(tokenizer, texts, architecture)  # another shape than the traced one
     with torch.inference_mode():  # the model as bertkit runs it (padding-free), before the export transform
         expected = [t.float().numpy() for t in _TupleOutputs(model, names).eval()(*batch.values())]

@@ -40,7 +40,6 @@ from torch import nn
 from bertkit.errors import BertkitError
 from bertkit.inference.batching import run_sorted
 from bertkit.io.atomic import write_file_atomic
-from bertkit.io.digest import file_sha256
 from bertkit.io.textlines import DECOMPRESSION_ERRORS, open_decompressed
 from bertkit.kernels import int8
 from bertkit.model import BertModel
@@ -66,12 +65,19 @@ the indices of its outlier channels."""
 
 
 def read_calibration(path: Path) -> list[tuple[str, str | None]]:
+    """The calibration sample's inputs (`calibration_sample` without its digest)."""
+    return calibration_sample(path)[0]
+
+
+def calibration_sample(path: Path) -> tuple[list[tuple[str, str | None]], str]:
     """The calibration sample: one input per line (a pair as two texts separated by a tab; plain, .gz or .zst),
     blank lines skipped, at most MAX_TEXTS inputs. Bounded before decoding: a line of more than
     MAX_CALIBRATION_LINE_BYTES (no line break: /dev/zero, a binary or single-line file) is refused, and reading
-    stops after MAX_CALIBRATION_BYTES (an endless stream of blank lines); a line with NUL bytes is an error."""
+    stops after MAX_CALIBRATION_BYTES (an endless stream of blank lines); a line with NUL bytes is an error.
+    Returns the inputs and the sha256 of the bytes read (what the kept scales record: a stream is never read to
+    its end to hash it)."""
     inputs: list[tuple[str, str | None]] = []
-    read = 0
+    read, digest = 0, hashlib.sha256()
     try:  # the first MAX_TEXTS inputs only: a whole corpus is never read
         with open_decompressed(Path(path)) as raw:
             for number in itertools.count(1):
@@ -79,6 +85,7 @@ def read_calibration(path: Path) -> list[tuple[str, str | None]]:
                 if not line:
                     break
                 read += len(line)
+                digest.update(line)
                 if len(line) > MAX_CALIBRATION_LINE_BYTES:
                     raise BertkitError(f"--calibration {path}: line {number} runs past {MAX_CALIBRATION_LINE_BYTES:,} "
                                        "bytes without a line break (a binary file, a stream or one long line); give "
@@ -98,7 +105,7 @@ def read_calibration(path: Path) -> list[tuple[str, str | None]]:
     if not inputs:
         raise BertkitError(f"--calibration {path}: no text in it (read {read:,} bytes); give a sample of the inputs "
                            "the model will see, one per line")
-    return inputs
+    return inputs, digest.hexdigest()
 
 
 def calibrate(model: nn.Module, features: Sequence[dict[str, Any]], pad_token_id: int, alpha: float = ALPHA,
@@ -165,10 +172,10 @@ def int8_smoothing(model: nn.Module, directory: Path, calibration: Path | None, 
             log.info("int8: %s names no outlier channels (it was made by an earlier bertkit); --calibration FILE "
                      "again keeps them in fp32, closer to fp32", directory / SMOOTHING_FILE)
         return scales
-    inputs = read_calibration(calibration)
+    inputs, sha256 = calibration_sample(calibration)
     positions = next(m for m in model.modules() if isinstance(m, BertModel)).config.max_position_embeddings
     scales = calibrate(model, _features(tokenizer, inputs, min(max_length, positions)), tokenizer.pad_token_id)
-    about = {"calibration": Path(calibration).name, "sha256": file_sha256(calibration), "inputs": str(len(inputs)),
+    about = {"calibration": Path(calibration).name, "sha256": sha256, "inputs": str(len(inputs)),
              "alpha": str(ALPHA), "outlier_channels": str(OUTLIER_CHANNELS), "weights": weights}
     earlier = _kept_about(directory)
     if earlier is not None and earlier.get("weights") == weights:

@@ -105,6 +105,9 @@ def read_sentence_transformers(directory: str | Path) -> SentenceModules | None:
         raise BertkitError(f"{directory}: the pooling excludes the default prompt's tokens (include_prompt "
                            "false), which bertkit does not implement; use sentence-transformers for this model")
     prompts = _optional_object(directory / "config_sentence_transformers.json").get("prompts") or {}
+    if not isinstance(prompts, dict):
+        raise BertkitError(f"{directory / 'config_sentence_transformers.json'}: 'prompts' must map names to texts, "
+                           f"found {type(prompts).__name__}")
     return SentenceModules(poolings, len(kinds) == 3, _max_seq_length(directory, transformer),
                             bool(transformer.get("do_lower_case", False)), prompt,
                             tuple((str(name), str(text)) for name, text in sorted(prompts.items())))
@@ -113,7 +116,18 @@ def read_sentence_transformers(directory: str | Path) -> SentenceModules | None:
 def _module_kind(path: Path, module: Any) -> str:
     if not isinstance(module, dict) or not isinstance(module.get("type"), str):
         raise BertkitError(f"{path}: expected a list of modules with a 'type' each, as sentence-transformers writes")
+    _module_folder(path, module)
     return module["type"].rpartition(".")[2]
+
+
+def _module_folder(path: Path, module: dict[str, Any]) -> str:
+    """A module's folder as modules.json names it: relative, inside the directory ("" the directory itself).
+    Anything else (an absolute path, "..", not a string) is refused: a model's files never reach outside it."""
+    folder = module.get("path", "")
+    if not isinstance(folder, str) or Path(folder).is_absolute() or ".." in Path(folder).parts:
+        raise BertkitError(f"{path}: module path {folder!r} is not a folder inside the model directory, as "
+                           "sentence-transformers writes them (e.g. \"1_Pooling\"); fix modules.json")
+    return folder
 
 
 def _read_pooling(path: Path) -> tuple[tuple[str, ...], bool]:
@@ -122,6 +136,8 @@ def _read_pooling(path: Path) -> tuple[tuple[str, ...], bool]:
     modes = config.get("pooling_mode")
     if modes is None:
         modes = [mode for key, mode in LEGACY_POOLING_KEYS.items() if config.get(key)] or ["mean"]
+    if not isinstance(modes, (str, list)):
+        raise BertkitError(f"{path}: 'pooling_mode' must be a name or a list of names, found {type(modes).__name__}")
     modes = [modes] if isinstance(modes, str) else list(modes)
     unsupported = [m for m in modes if m not in POOLINGS]
     if unsupported or not modes:
@@ -193,12 +209,14 @@ def copy_module_files(source: str | Path, target: str | Path) -> bool:
     if not (source / MODULES_FILE).is_file():
         return False
     modules = read_json(source / MODULES_FILE, fix=_INCOMPLETE)
-    folders = {m.get("path", "") for m in modules if isinstance(m, dict)} - {""} if isinstance(modules, list) else set()
+    if not isinstance(modules, list):
+        return False
+    folders = {_module_folder(source / MODULES_FILE, m) for m in modules if isinstance(m, dict)} - {""}
     for name in (MODULES_FILE, *CONFIG_FILES):
         if (source / name).is_file():
             shutil.copy2(source / name, target / name)
     for folder in sorted(folders):
-        if (source / folder).is_dir() and ".." not in Path(folder).parts:
+        if (source / folder).is_dir():
             shutil.copytree(source / folder, target / folder, dirs_exist_ok=True)
     return True
 

@@ -23,6 +23,7 @@ import torch
 
 from bertkit.config import BertConfig
 from bertkit.errors import BertkitError
+from bertkit.io.atomic import check_writable
 
 SKIPPED = re.compile(r"(^|/)(adam_m|adam_v|global_step|bad_steps|loss_scale|good_steps)$")
 
@@ -105,6 +106,7 @@ def convert_tf_checkpoint(source: str | Path, output: str | Path, do_lower_case:
     from bertkit.tokenizer import WordPieceTokenizer  # noqa: PLC0415
 
     source, output = Path(source), Path(output)
+    check_writable(output, "--output")
     config = BertConfig.from_json_file(source / "bert_config.json")
     if variables is None:
         variables = read_tf_checkpoint(find_checkpoint_prefix(source))

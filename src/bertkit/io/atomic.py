@@ -24,6 +24,8 @@ from typing import BinaryIO
 
 from safetensors import SafetensorError
 
+from bertkit.errors import BertkitError
+
 TEMP_SUFFIX = ".tmp"
 _counter = itertools.count()
 
@@ -53,6 +55,25 @@ def failed_write_advice(exc: BaseException, directory: Path) -> str | None:
             os.strerror(code) in text for code in (errno.ENOSPC, errno.EDQUOT)):
         return f"free space on the disk of {directory}"
     return f"check that {directory} is writable"
+
+
+def check_writable(path: str | Path, flag: str, directory: bool = True) -> None:
+    """Refuse, in one line naming `flag` and `path`, an output bertkit could not write, before any work: a
+    read-only or full filesystem, /proc or /sys, a file where a directory is needed. `path` is the output
+    directory (`directory`) or file; nothing is left behind: a probe file is made and removed in the nearest
+    directory that exists (the output, or the ancestor its directories would be made in)."""
+    path = Path(path)
+    target = path if directory else path.parent
+    existing = next((p for p in (target, *target.parents) if p.exists()), Path("."))
+    if not existing.is_dir():
+        raise BertkitError(f"{flag} {path}: {existing} is a file, not a directory; choose another {flag}")
+    try:
+        handle, probe = _make_temp(existing / ".bertkit-write-check")
+        os.close(handle)
+        probe.unlink()
+    except OSError as exc:
+        advice = failed_write_advice(exc, existing) or "choose a directory you can write to"
+        raise BertkitError(f"{flag} {path}: cannot write in {existing} ({exc.strerror}); {advice}") from None
 
 
 def _make_temp(path: Path) -> tuple[int, Path]:

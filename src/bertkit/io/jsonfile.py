@@ -18,6 +18,10 @@ from pathlib import Path
 from typing import Any
 
 from bertkit.errors import BertkitError
+from bertkit.io.bounded import read_bounded
+
+MAX_JSON_BYTES = 256 << 20
+"""Largest JSON file read: a multilingual tokenizer.json is tens of MB; nothing bertkit reads comes near this."""
 
 
 class _Raise:
@@ -35,15 +39,19 @@ def read_json(path: str | Path, *, missing: Any = RAISE, damaged: Any = RAISE, f
     left at RAISE is a BertkitError naming the file (and `fix`, a sentence saying what to do)."""
     path = Path(path)
     try:
-        text = path.read_text(encoding="utf-8")
+        text = read_bounded(path, MAX_JSON_BYTES, "a JSON file", decompress=False).decode("utf-8")
     except FileNotFoundError:
         return _fail(missing, f"{path}: not found", fix)
     except (OSError, UnicodeDecodeError) as exc:
         return _fail(damaged, f"{path}: unreadable ({exc})", fix)
+    except BertkitError as exc:  # larger than any JSON file bertkit reads
+        return _fail(damaged, str(exc), fix)
     try:
         return json.loads(text)
     except json.JSONDecodeError as exc:
         return _fail(damaged, f"{path}: not valid JSON ({exc})", fix)
+    except RecursionError:
+        return _fail(damaged, f"{path}: not valid JSON (nested deeper than Python's parser goes)", fix)
 
 
 def read_json_object(path: str | Path, *, missing: Any = RAISE, damaged: Any = RAISE, fix: str = "") -> Any:

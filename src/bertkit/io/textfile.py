@@ -28,10 +28,15 @@ from pathlib import Path
 from typing import Any
 
 from bertkit.errors import BertkitError, where
-from bertkit.io.textlines import COMPRESSION_SUFFIXES, DECOMPRESSION_ERRORS, open_decompressed
+from bertkit.io.bounded import read_bounded
+from bertkit.io.textlines import COMPRESSION_SUFFIXES, DECOMPRESSION_ERRORS
 
 log = logging.getLogger(__name__)
 
+MAX_DATA_FILE_BYTES = 1 << 30
+"""Largest file (decompressed) `read_text` reads whole: tables of labelled examples are tens of MB (MNLI's train
+is 80 MB); past this, a stream, a decompression bomb or the wrong file would take the memory first. Larger data
+goes in Parquet or a `datasets` directory, read in batches."""
 MAX_TEXT_CHARS = 1_000_000
 """Longest text read or encoded in one piece (the tokenizer's limit per call, `bertkit.tokenizer.MAX_TEXT_CHARS`).
 Bounds time (~1 s on the Rust path, a few seconds in Python) and memory (offset tracking costs ~100 bytes per
@@ -52,10 +57,10 @@ def read_text(path: str | Path, flag: str | None = None) -> str:
     path = Path(path)
     label = f"{flag} {path}" if flag else str(path)
     try:
-        if path.suffix in COMPRESSION_SUFFIXES:
-            with open_decompressed(path) as stream:  # decoded as read_text does below (newlines, BOM)
-                return io.TextIOWrapper(io.BytesIO(stream.read()), encoding="utf-8-sig").read()
-        return path.read_text(encoding="utf-8-sig")  # utf-8, a BOM at the start dropped
+        data = read_bounded(path, MAX_DATA_FILE_BYTES, "a file it reads whole (a fine-tuning or input table; "
+                            "give a larger one as Parquet or a `datasets` directory)")
+        # decoded as Path.read_text would: universal newlines, a BOM at the start dropped
+        return io.TextIOWrapper(io.BytesIO(data), encoding="utf-8-sig").read()
     except DECOMPRESSION_ERRORS as exc:
         raise BertkitError(f"{label}: corrupt {path.suffix[1:]} data ({exc}); fix or replace the file") from None
     except FileNotFoundError:

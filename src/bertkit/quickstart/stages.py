@@ -37,7 +37,7 @@ import torch
 
 from bertkit.assets import kjv_path
 from bertkit.errors import BertkitError, Interrupted
-from bertkit.io.atomic import write_text_atomic
+from bertkit.io.atomic import check_writable, write_text_atomic
 from bertkit.io.jsonfile import read_json_object
 from bertkit.quickstart.config import MODEL, QuickstartSettings
 from bertkit.quickstart.load import fastest_rates, machine_load
@@ -78,6 +78,7 @@ def prepare_output(settings: QuickstartSettings) -> None:
     output = settings.output
     if output.exists() and not output.is_dir():
         raise BertkitError(f"--output {output} is a file; give a directory")
+    check_writable(output, "--output")
     if output.is_dir() and any(output.iterdir()):
         if settings.overwrite:
             _remove_stage_outputs(output)

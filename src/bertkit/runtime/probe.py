@@ -46,6 +46,7 @@ from torch import nn
 from bertkit import __version__
 from bertkit.errors import BertkitError
 from bertkit.io.atomic import write_text_atomic
+from bertkit.io.jsonfile import read_json_object
 from bertkit.kernels import int8
 from bertkit.kernels.attention import bmm_attention
 
@@ -405,14 +406,14 @@ def cache_file(key: dict) -> Path:
 def read_cache(path: Path, key: dict) -> Measurements | None:
     """The cached measurements, or None when the file is missing, corrupt or for another key (stale)."""
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = read_json_object(path)
         if data["key"] != key:
             log.info("ignoring %s: measured for another machine or version", path)
             return None
         return Measurements.from_json(data["measurements"])
-    except FileNotFoundError:
-        return None
-    except (OSError, UnicodeDecodeError, ValueError, TypeError, KeyError) as exc:
+    except (BertkitError, ValueError, TypeError, KeyError) as exc:
+        if not path.exists():
+            return None
         log.warning("ignoring the unreadable probe cache %s (%s); measuring again", path, exc)
         return None
 
@@ -471,9 +472,9 @@ def _load_or_measure(width: int, refresh: bool) -> tuple[Measurements, str]:
 
 def _probe_file(path: Path) -> Measurements:
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = read_json_object(path)
         return Measurements.from_json(data["measurements"])
-    except (OSError, UnicodeDecodeError, ValueError, TypeError, KeyError) as exc:
+    except (BertkitError, ValueError, TypeError, KeyError) as exc:
         raise BertkitError(f"BERTKIT_PROBE_FILE {path}: not a probe result ({exc}); write one with "
                            "`bertkit doctor --json > FILE`, or unset the variable to measure") from None
 

@@ -41,7 +41,9 @@ import torch
 from torch import nn
 
 from bertkit.config import BertConfig
+from bertkit.errors import BertkitError
 from bertkit.io.atomic import write_text_atomic
+from bertkit.io.jsonfile import read_json_object
 from bertkit.runtime import probe
 
 log = logging.getLogger(__name__)
@@ -240,15 +242,15 @@ def _step(model: nn.Module, ids: torch.Tensor, purpose: str, precision: str) -> 
 
 def _read(path: Path, key: dict) -> StepTimings | None:
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = read_json_object(path)
         if data["key"] != key:
             return None
         t = data["timings"]
         return StepTimings(str(t["purpose"]), int(t["rows"]), int(t["length"]), int(t["layers"]),
                            {str(p): float(s) for p, s in t["seconds"].items()}, bool(t["steady"]))
-    except FileNotFoundError:
-        return None
-    except (OSError, UnicodeDecodeError, ValueError, TypeError, KeyError, AttributeError) as exc:
+    except (BertkitError, ValueError, TypeError, KeyError, AttributeError) as exc:
+        if not path.exists():
+            return None
         log.warning("ignoring the unreadable step-probe cache %s (%s); measuring again", path, exc)
         return None
 

@@ -15,11 +15,9 @@ Design decision: each `TaskPredictor` names the task class it serves (`task_clas
 and decodes its outputs with that task (`bertkit.tasks.*`), so serving uses exactly the windows, sub-token
 rules, n-best search and null threshold that produced the dev scores, and runs the model as dev evaluation
 does (`bertkit.inference.batching.model_outputs`: length-sorted, padding-free batches); a kind without one
-(multiple choice) is served for `embed`. Every method
-takes a list of inputs and returns one result per input, equal to what one-by-one calls return.
-Inputs longer than the model's maximum are cut (`truncate`, the default; the end of each text, or its
-start with `truncation_direction="left"`) or refused with `InputTooLongError`, which names the input and
-its token count.
+(multiple choice) is served for `embed`. Every method takes a list of inputs and returns one result per input,
+equal to what one-by-one calls return. Inputs longer than the model's maximum are cut (`truncate`, the default;
+the end of each text, or its start with `truncation_direction="left"`) or refused with `InputTooLongError`.
 
 References: Devlin et al. (2018) sections 3-5 (tasks and the feature-based [CLS] / layer usage);
 google-research/bert `run_classifier.py`, `run_squad.py`, `extract_features.py`.

@@ -30,6 +30,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from bertkit.errors import BertkitError
+from bertkit.io.atomic import check_writable
 from bertkit.io.textfile import MAX_TEXT_CHARS
 from bertkit.settings.data import TokenizerTrainSettings, VocabularySettings
 from bertkit.tokenizer import vocab
@@ -272,6 +273,7 @@ def train_tokenizer(settings: TokenizerTrainSettings) -> WordPieceTokenizer:
     rules), learned on `settings.threads` threads and written to `settings.output`."""
     if settings.threads is not None:  # read when the tokenizers library first runs in parallel: before training
         os.environ["RAYON_NUM_THREADS"] = str(settings.threads)
+    check_writable(settings.output, "--output")  # before the training, whose result would be lost
     vocabulary = settings.vocabulary
     tokenizer = WordPieceTokenizer(train_vocabulary(vocabulary), not vocabulary.cased, source="trained vocabulary")
     tokenizer.save_pretrained(settings.output)

@@ -27,6 +27,7 @@ from pathlib import Path
 
 from bertkit.errors import BertkitError, where
 from bertkit.io.atomic import write_text_atomic
+from bertkit.io.bounded import read_bounded
 from bertkit.io.jsonfile import read_json_object
 
 PAD, UNK, CLS, SEP, MASK = "[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"
@@ -115,10 +116,14 @@ def _vocabulary_file(path: Path) -> Path:
                        "directory of a BERT tokenizer (e.g. the output of `bertkit tokenizer train`)")
 
 
+MAX_VOCAB_BYTES = 64 << 20
+"""Largest vocab.txt read: 250,000 tokens (the largest multilingual vocabularies) take a few MB."""
+
+
 def _read_vocab(path: Path) -> list[str]:
     """vocab.txt lines -> tokens (id = line index), stripped as Google's loader strips them."""
     try:
-        raw = path.read_bytes()
+        raw = read_bounded(path, MAX_VOCAB_BYTES, "a vocabulary", decompress=False)
     except OSError as exc:
         raise BertkitError(f"cannot read vocabulary {path}: {exc.strerror}; pass a directory holding "
                            f"{VOCAB_FILE} or the path of a {VOCAB_FILE} file") from exc

@@ -23,16 +23,28 @@ METRICS_FILE = "metrics.jsonl"
 PLOT_FILE = "curves.png"
 
 
+MAX_RECORD_BYTES = 1 << 20
+"""Longest metrics.jsonl line read (a record is a few hundred bytes)."""
+
+
 def read_metrics(path: Path) -> list[dict[str, Any]]:
-    """All records of a metrics.jsonl file (a torn last line from a killed run is ignored)."""
+    """All records of a metrics.jsonl file, read a line at a time: a line that is not a JSON object (a torn last
+    line from a killed run, an edit, bytes that are not UTF-8, a line longer than any record) is skipped."""
     if not path.is_file():
         return []
     records = []
-    for line in path.read_text(encoding="utf-8").splitlines():
-        try:
-            records.append(json.loads(line))
-        except json.JSONDecodeError:
-            continue
+    with open(path, "rb") as lines:
+        while line := lines.readline(MAX_RECORD_BYTES + 1):
+            if len(line) > MAX_RECORD_BYTES and not line.endswith(b"\n"):
+                while (rest := lines.readline(MAX_RECORD_BYTES)) and not rest.endswith(b"\n"):
+                    pass  # the remainder of an overlong line
+                continue
+            try:
+                record = json.loads(line)
+            except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):
+                continue
+            if isinstance(record, dict):
+                records.append(record)
     return records
 
 

@@ -35,7 +35,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from bertkit.errors import BertkitError
-from bertkit.io.atomic import write_file_atomic, write_text_atomic
+from bertkit.io.atomic import check_writable, write_file_atomic, write_text_atomic
 from bertkit.io.jsonfile import read_json, read_json_object
 from bertkit.model.pretrained import read_state_dict
 from bertkit.settings import TokenizerExtendSettings
@@ -68,6 +68,7 @@ def extend_model(settings: TokenizerExtendSettings) -> dict[str, Any]:
     if output.exists() and (output.resolve() == model_dir.resolve() or any(output.iterdir())):
         raise BertkitError(f"--output {output} already holds files; give a new directory (the extended model is "
                            "written beside the original, never over it)")
+    check_writable(output, "--output")
     tokenizer = WordPieceTokenizer.from_pretrained(model_dir)
     tokens = sorted(tokenizer.vocab, key=tokenizer.vocab.__getitem__)  # in id order
     state = read_state_dict(model_dir)

@@ -42,6 +42,7 @@ from bertkit.inference.batching import check_finite, sorted_batches
 from bertkit.inference.pooling import sentence_vectors
 from bertkit.inference.smoothquant import int8_smoothing
 from bertkit.interop.sentence_transformers import choose_pooling, read_sentence_transformers
+from bertkit.io.atomic import check_writable
 from bertkit.model import BertModel, for_inference
 from bertkit.runtime.allocator import keep_freed_memory
 from bertkit.runtime.device import apply_threads, check_inference_precision
@@ -135,6 +136,7 @@ def _check_output(path: Path, overwrite: bool) -> None:
         raise BertkitError(f"--output {path} is a directory; give a file name (*.jsonl or *.npy)")
     if path.exists() and path.stat().st_size and not overwrite:
         raise BertkitError(f"--output {path} exists; pass --overwrite to replace it, or choose another name")
+    check_writable(path, "--output", directory=False)
 
 
 def _pooled_output(path: Path, pooling: str | None, normalize: bool | None) -> bool:

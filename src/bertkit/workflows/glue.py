@@ -38,7 +38,7 @@ from typing import Any
 
 from bertkit.data.glue import GLUE_TASKS, glue_task
 from bertkit.errors import BertkitError
-from bertkit.io.atomic import write_text_atomic
+from bertkit.io.atomic import check_writable, write_text_atomic
 from bertkit.io.jsonfile import read_json_object
 from bertkit.runtime.device import apply_threads
 from bertkit.settings import FinetuneSettings, GlueSettings
@@ -175,6 +175,8 @@ def run_glue(settings: GlueSettings, finetune: FinetuneSettings, progress: Calla
     tasks, problems = rank0_decides(lambda: find_tasks(Path(settings.data), settings.tasks, settings.max_seq_length),
                                     ctx)
     out = Path(finetune.output)
+    if ctx.is_main:
+        check_writable(out, "--output")
     check_length_fits(finetune, settings.max_seq_length)  # before the sweep's files are written
     sweep = rank0_decides(lambda: _prepare_output(out, finetune.resume, finetune.overwrite, settings, finetune), ctx)
     for line in problems:

@@ -26,7 +26,7 @@ from torch import nn
 from bertkit.errors import BertkitError
 from bertkit.inference.batching import check_finite, model_outputs
 from bertkit.inference.smoothquant import int8_smoothing
-from bertkit.io.atomic import write_text_atomic
+from bertkit.io.atomic import check_writable, write_text_atomic
 from bertkit.model import for_inference
 from bertkit.runtime.allocator import keep_freed_memory
 from bertkit.runtime.device import apply_threads, check_inference_precision, resolve_device
@@ -80,6 +80,7 @@ def check_output(output: Path, overwrite: bool) -> None:
     if output.is_dir() and any(output.iterdir()) and not overwrite:
         raise BertkitError(f"--output {output} is not empty; pass --overwrite to replace the results in it, or "
                            "choose another directory")
+    check_writable(output, "--output")
 
 
 def _remove_earlier_results(output: Path) -> None:

@@ -33,7 +33,7 @@ from bertkit.config import BertConfig, load_config
 from bertkit.data import PretrainingDataset, collate_pretraining, collate_static
 from bertkit.errors import BertkitError
 from bertkit.interop.sentence_transformers import copy_module_files
-from bertkit.io.atomic import write_text_atomic
+from bertkit.io.atomic import check_writable, write_text_atomic
 from bertkit.io.jsonfile import read_json_object
 from bertkit.model import (
     BertForMaskedLM,
@@ -181,6 +181,8 @@ def pretrain(settings: PretrainSettings, train: TrainConfig) -> FitResult:
     bertkit_pretraining.json: steps, recipe, last held-out metrics). Every decision is made first, once
     (`pretrain_plan.plan_pretraining`), and recorded in pretrain_settings.json."""
     ctx = setup_distributed(train.device)  # the process's group, kept for whatever trains next
+    if ctx.is_main:
+        check_writable(settings.output, "--output")
     plan = plan_pretraining(settings, train, ctx)
     settings, train = plan.settings, plan.train
     assert settings.nsp is not None  # the plan decides it

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from bertkit.errors import BertkitError
-from bertkit.io.atomic import replace_directory, write_text_atomic
+from bertkit.io.atomic import check_writable, replace_directory, write_text_atomic
 from bertkit.io.digest import update_with_file
 from bertkit.io.jsonfile import read_json_object
 from bertkit.settings.rules import check_resume, describe_changes
@@ -47,6 +47,7 @@ def prepare_output(output: Path, resume: bool, overwrite: bool, settings: dict[s
         raise BertkitError(f"--output {output} is a file; give a directory")
     if resume and overwrite:
         raise BertkitError("--resume and --overwrite contradict each other; pick one")
+    check_writable(output, "--output")
     if output.is_dir() and any(output.iterdir()) and not resume:
         if not overwrite:
             raise BertkitError(f"--output {output} is not empty; pass --resume auto to continue the run in it, "

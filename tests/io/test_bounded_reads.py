@@ -1,0 +1,95 @@
+"""Every reader of a user's path bounds what it reads before decoding (issue 50's audit, docs/robustness.md): a
+link to /dev/zero, a stream or a file far larger than what it should hold is one line naming the file, never a
+MemoryError or RecursionError traceback; kept records that are not what bertkit wrote are skipped or refused."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+from bertkit.cli import main
+from bertkit.config import BertConfig
+from bertkit.errors import BertkitError
+from bertkit.io import jsonfile, textfile
+from bertkit.io.jsonfile import read_json, read_json_object
+from bertkit.io.textfile import read_text
+from bertkit.tokenizer import WordPieceTokenizer
+from bertkit.train.reporting import read_metrics, truncate_metrics
+
+
+@pytest.fixture
+def zero(tmp_path):
+    link = tmp_path / "zero"
+    os.symlink("/dev/zero", link)
+    return link
+
+
+def _deep(tmp_path):
+    path = tmp_path / "deep.json"
+    path.write_text("[" * 200_000 + "]" * 200_000)
+    return path
+
+
+def test_json_files_are_bounded_and_deep_nesting_is_damage(tmp_path, zero, monkeypatch):
+    monkeypatch.setattr(jsonfile, "MAX_JSON_BYTES", 1 << 20)  # the bound's logic, without reading 256 MiB
+    with pytest.raises(BertkitError, match="zero: more than 1,048,576 bytes"):
+        read_json(zero)
+    assert read_json_object(zero, damaged={}) == {}
+    with pytest.raises(BertkitError, match="nested deeper"):
+        read_json(_deep(tmp_path))
+
+
+def test_config_json_is_bounded_and_deep_nesting_is_one_line(tmp_path, zero):
+    with pytest.raises(BertkitError, match="no config.json holds"):
+        BertConfig.from_json_file(zero)
+    with pytest.raises(BertkitError, match="not a valid JSON config"):
+        BertConfig.from_json_file(_deep(tmp_path))
+    with pytest.raises(BertkitError, match="cannot be read"):
+        BertConfig.from_json_file(tmp_path)
+
+
+def test_whole_file_readers_are_bounded(zero, tmp_path, monkeypatch):
+    monkeypatch.setattr(textfile, "MAX_DATA_FILE_BYTES", 1 << 20)
+    with pytest.raises(BertkitError, match="more than 1,048,576 bytes"):
+        read_text(zero)
+    with pytest.raises(BertkitError, match="the most bertkit reads of a vocabulary"):
+        WordPieceTokenizer.from_pretrained(zero)
+
+
+def test_a_stream_as_probe_file_is_one_line(zero, tmp_path, capsys, monkeypatch):
+    from bertkit.runtime import probe
+
+    monkeypatch.setenv("BERTKIT_PROBE_FILE", str(zero))
+    probe.reset()  # this process's measurements are read again, from the file
+    try:
+        assert main(["doctor"]) == 2
+    finally:
+        monkeypatch.delenv("BERTKIT_PROBE_FILE")
+        probe.reset()
+    err = capsys.readouterr().err
+    assert "BERTKIT_PROBE_FILE" in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
+
+
+def test_metrics_records_that_are_not_objects_are_skipped(tmp_path):
+    """A metrics.jsonl line that is not a JSON object (a number, bytes that are not UTF-8, an overlong line)
+    gave AttributeError or UnicodeDecodeError tracebacks on resume (issue 50's audit)."""
+    path = tmp_path / "metrics.jsonl"
+    path.write_bytes(b'{"step": 1}\n5\n\xff\xfe\n{"a": "' + b"x" * (2 << 20) + b'"}\n{"step": 2}\n{"step": 3')
+    assert read_metrics(path) == [{"step": 1}, {"step": 2}]
+    truncate_metrics(path, 2)
+    assert [json.loads(line) for line in path.read_text().splitlines()] == [{"step": 1}, {"step": 2}]
+
+
+@pytest.mark.parametrize("module_path", ["/etc", "../elsewhere", 5])
+def test_a_sentence_transformers_module_outside_the_directory_is_refused(tmp_path, module_path):
+    from bertkit.interop.sentence_transformers import copy_module_files, read_sentence_transformers
+
+    (tmp_path / "modules.json").write_text(json.dumps([
+        {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
+        {"idx": 1, "name": "1", "path": module_path, "type": "sentence_transformers.models.Pooling"}]))
+    with pytest.raises(BertkitError, match="is not a folder inside the model directory"):
+        read_sentence_transformers(tmp_path)
+    with pytest.raises(BertkitError, match="is not a folder inside the model directory"):
+        copy_module_files(tmp_path, tmp_path / "copy")
