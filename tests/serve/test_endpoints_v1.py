@@ -96,7 +96,7 @@ def test_openai_client_errors_carry_code_param_and_message(sentence_dir):
         with pytest.raises(openai.APIStatusError) as error:
             client.embeddings.create(model="m", input=["the cat", LONG], extra_body={"truncate": False})
         assert error.value.status_code == 422 and error.value.code == "too_many_tokens"
-        assert "'input[1]' has 38" in error.value.message and "less than 8 tokens" in error.value.message
+        assert "'input[1]' has 38" in error.value.message and "at most 8 tokens" in error.value.message
         client.embeddings.create(model="m", input=["the cat"], extra_body={"colour": "red"})  # ignored, as TEI does
         with pytest.raises(openai.UnprocessableEntityError) as error:
             client.embeddings.create(model="m", input=["the cat"], extra_body={"truncate": "no"})
@@ -239,7 +239,7 @@ def test_truncate_false_answers_422_with_the_token_count(classifier_dir, pair_di
     with _client(classifier_dir) as client:
         body = _clean(client.post("/embed", json={"inputs": ["the cat", LONG], "truncate": False}), 422,
                       "too_many_tokens")
-        assert body["error"] == ("`inputs` must have less than 16 tokens: 'inputs[1]' has 38; shorten it, or send "
+        assert body["error"] == ("`inputs` must have at most 16 tokens: 'inputs[1]' has 38; shorten it, or send "
                                  "\"truncate\": true to cut it")  # TEI 1.9's words, and 422 as TEI 1.9
         body = _clean(client.post("/classify", json={"inputs": ["a", "the cat"], "text_pairs": ["b", LONG],
                                                      "truncate": False}), 422, "too_many_tokens")

@@ -178,7 +178,7 @@ def test_every_error_class_has_teis_status_and_shape(bert_dir, classifier_dir):
         body = _tei_error(client.post("/embed", json={"inputs": "the cat " * 40, "truncate": False}), 422, "Validation")
         assert "limit is 100" in body["error"]
         body = _tei_error(client.post("/embed", json={"inputs": "." * 90, "truncate": False}), 422, "Validation")
-        assert body["error"].startswith("`inputs` must have less than")  # TEI 1.9: too many tokens is 422
+        assert body["error"].startswith("`inputs` must have at most")  # TEI 1.9: too many tokens is 422
         _tei_error(client.post("/embed", json={"inputs": [5, 1 << 20]}), 422, "Validation")
         _tei_error(client.post("/embed", json={"inputs": "a", "prompt_name": "query"}), 422, "Validation")
         _tei_error(client.post("/embed", json={"inputs": "a", "truncate": "yes"}), 422, "Validation")

@@ -58,7 +58,15 @@ from bertkit.serve.connections import (
     handle_accept_errors,
 )
 from bertkit.serve.cost import token_cost
-from bertkit.serve.limits import OPENAI_PREFIX, BodySizeLimit, RequestError, error_body, non_json_body, openai_error
+from bertkit.serve.limits import (
+    OPENAI_PREFIX,
+    BodySizeLimit,
+    HeadAsGet,
+    RequestError,
+    error_body,
+    non_json_body,
+    openai_error,
+)
 from bertkit.serve.microbatch import MicroBatcher
 from bertkit.serve.observability import install_observability, note_error
 from bertkit.serve.predictor import Predictor
@@ -68,6 +76,8 @@ from bertkit.settings import ServerSettings, ServeSettings
 
 log = logging.getLogger(__name__)
 
+BODY_PARSE_FAILURE = "There was an error parsing the body"
+"""FastAPI's 400 for a body its json.loads failed on other than with a JSONDecodeError (those are 422s)."""
 DOCS_ASSETS = "/docs-assets"
 """Where /docs and /redoc load Swagger UI's and ReDoc's scripts, styles and icon from: this app."""
 
@@ -106,6 +116,7 @@ def create_app(predictor: Predictor, settings: ServerSettings | None = None,
     app.state.server = Server(predictor, settings, batcher, answered)
     app.state.device = next(predictor.model.parameters(), torch.empty(0)).device.type
     app.add_middleware(BodySizeLimit, max_bytes=settings.limits.max_body_bytes)
+    app.add_middleware(HeadAsGet, paths=frozenset(route.path for route in answered if route.method == "GET"))
     _add_error_handlers(app, predictor, routes, answered)
     secured = [Depends(_auth(settings))]
     for route in answered:
@@ -197,6 +208,11 @@ def _add_error_handlers(app: FastAPI, predictor: Predictor, routes: tuple[Route,
             why = refusal(predictor) if refusal is not None else ""
             return _error(request, 404, "not_found", f"{why}this model serves {', '.join(served_paths)}",
                           endpoints=served_paths)
+        if exc.status_code == 400 and exc.detail == BODY_PARSE_FAILURE:  # json.loads failed with other than a
+            # JSONDecodeError: a number past Python's digit limit, nesting past its recursion, bytes not UTF-8
+            cause = exc.__cause__
+            why = f" ({type(cause).__name__}: {str(cause)[:200]})" if cause is not None else ""
+            return _error(request, 400, "invalid_json", f"the body is not valid JSON{why}")
         message = exc.detail if isinstance(exc.detail, str) else "request refused"
         code = "method_not_allowed" if exc.status_code == 405 else "http_error"
         return _error(request, exc.status_code, code, message, exc.headers)

@@ -114,6 +114,26 @@ def error_body(error: str, message: str, status: int = 422, **extra: Any) -> dic
     return {"error": message, "error_type": kind, "code": error, **extra}
 
 
+class HeadAsGet:
+    """ASGI middleware: HEAD on a GET route (/health, /ready, /info, /metrics, /) is answered as GET, without the
+    body (the HTTP server drops it for HEAD): a monitor that checks with HEAD sees what GET says, not a 405."""
+
+    def __init__(self, app: ASGIApp, paths: frozenset[str]) -> None:
+        self.app, self.paths = app, paths
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope["method"] == "HEAD" and scope["path"] in self.paths:
+            scope = {**scope, "method": "GET"}
+
+            async def headers_only(message: Message) -> None:
+                if message["type"] == "http.response.body":
+                    message = {**message, "body": b""}
+                await send(message)
+            await self.app(scope, receive, headers_only)
+            return
+        await self.app(scope, receive, send)
+
+
 class BodySizeLimit:
     """ASGI middleware: answer 413 to a body over `max_bytes` before the app reads or parses it."""
 

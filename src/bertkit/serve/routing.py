@@ -138,7 +138,7 @@ class Server:
                                "shorter inputs") from None
         except InputTooLongError as exc:  # sent with "truncate": false
             name = names[exc.index] if names else f"'{field}[{exc.index}]'{paired.format(i=exc.index)}"
-            raise FieldError(422, "too_many_tokens", f"`{field}` must have less than {exc.maximum} tokens: {name} "
+            raise FieldError(422, "too_many_tokens", f"`{field}` must have at most {exc.maximum} tokens: {name} "
                              f"has {exc.tokens}; shorten it, or send \"truncate\": true to cut it", field) from None
 
 
