@@ -13,7 +13,6 @@ from __future__ import annotations
 from pathlib import Path
 
 from bertkit.errors import BertkitError
-from bertkit.io.textlines import COMPRESSION_SUFFIXES, open_decompressed
 
 
 def read_bounded(path: str | Path, limit: int, what: str, decompress: bool = True) -> bytes:
@@ -21,7 +20,9 @@ def read_bounded(path: str | Path, limit: int, what: str, decompress: bool = Tru
     them; a longer file is a BertkitError naming it and `what` it should be. OSError and decompression errors
     propagate for the caller to name."""
     path = Path(path)
-    if decompress and path.suffix in COMPRESSION_SUFFIXES:
+    if decompress and path.suffix in (".gz", ".zst"):  # textlines.COMPRESSION_SUFFIXES
+        from bertkit.io.textlines import open_decompressed  # here: textlines reads tables, whose JSON reads use this
+
         with open_decompressed(path) as stream:
             data = stream.read(limit + 1)
     else:

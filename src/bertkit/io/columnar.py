@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from bertkit.errors import BertkitError
+from bertkit.io.jsonfile import read_json_object
 
 COLUMNAR_SUFFIXES = (".parquet", ".arrow")
 """File name endings read as columns of rows instead of lines."""
@@ -61,11 +62,16 @@ def dataset_files(directory: Path) -> list[Path] | None:
     if not state_path.is_file():
         return None
     try:
-        state = json.loads(state_path.read_text(encoding="utf-8"))
+        state = read_json_object(state_path)
         names = [entry["filename"] for entry in state["_data_files"]]
-    except (OSError, ValueError, KeyError, TypeError) as exc:
+    except (BertkitError, KeyError, TypeError) as exc:
         raise BertkitError(f"{state_path}: not a `datasets` state.json with a '_data_files' list ({exc}); "
                            "write the directory again with Dataset.save_to_disk") from None
+    outside = [name for name in names if not isinstance(name, str) or Path(name).is_absolute()
+               or ".." in Path(name).parts]
+    if outside:
+        raise BertkitError(f"{state_path}: lists {outside[0]!r}, not a file inside the directory as save_to_disk "
+                           "writes them; write the directory again with Dataset.save_to_disk")
     files = [directory / name for name in names]
     absent = [str(f) for f in files if not f.is_file()]
     if absent:
@@ -76,9 +82,9 @@ def dataset_files(directory: Path) -> list[Path] | None:
 
 def _splits(directory: Path) -> list[str]:
     try:
-        splits = json.loads((directory / "dataset_dict.json").read_text(encoding="utf-8"))["splits"]
+        splits = read_json_object(directory / "dataset_dict.json")["splits"]
         return [str(s) for s in splits]
-    except (OSError, ValueError, KeyError, TypeError):
+    except (BertkitError, KeyError, TypeError):
         return sorted(p.name for p in directory.iterdir() if (p / "state.json").is_file())
 
 

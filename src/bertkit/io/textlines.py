@@ -271,8 +271,9 @@ MAX_LINE_BYTES = 1_000_000
 """Longest text line kept whole (1,000,000 bytes, so at most the characters one text the tokenizer
 takes, `bertkit.tokenizer.MAX_TEXT_CHARS`); longer lines are cut here, and JSONL sentences at as many
 characters."""
-MAX_JSONL_LINE_BYTES = 64 << 20
-"""Longest JSONL line parsed (64 MiB); a longer one cannot be parsed in part and is skipped."""
+MAX_JSONL_LINE_BYTES = 16 << 20
+"""Longest JSONL line parsed (16 MiB, twice a document's MAX_DOCUMENT_BYTES: json.loads takes some 25 times a
+line's bytes at worst); a longer one cannot be parsed in part and is skipped and counted."""
 MAX_DOCUMENT_BYTES = 8 << 20
 """Longest document (8 MiB of text); longer ones are split into documents of about this size."""
 
@@ -472,7 +473,7 @@ def _text_documents(path: Path, lines, stats: CorpusStats, strict: bool) -> Iter
 def _jsonl_documents(path: Path, lines, stats: CorpusStats, strict: bool, column: str) -> Iterator[list[str]]:
     for lineno, (raw, cut) in enumerate(lines, start=1):
         stats.text_bytes += len(raw)
-        problem = "JSONL line over 64 MiB" if cut else None
+        problem = "JSONL line over 16 MiB" if cut else None
         text = ""
         if problem is None:
             line = decode_line(raw, path, lineno, stats, strict).strip()
