@@ -255,3 +255,38 @@ def test_the_time_budget_counts_every_process(data, monkeypatch):
     assert measured == [16, 4]
     assert "3,600 steps" in alone.reason or "~3,600 steps" in alone.reason, alone.reason
     assert "~14,400 steps" in four.reason and "each of 4 processes' share" in four.reason, four.reason
+
+
+def test_pretraining_records_the_positions_it_trained_and_fine_tuning_says_when_inputs_go_past(data, tmp_path,
+                                                                                                caplog):
+    """Issue 48: the short recipe trains 64-token instances, and fine-tuning 128-token inputs then read positions
+    64-127 through embeddings pre-training never trained (it lost to random initialisation on long texts, silently).
+    `final/bertkit_pretraining.json` records the positions trained (the longest chain of --init-from runs), and
+    fine-tuning names the examples that reach past them, with the fix."""
+    from bertkit.data.glue import TextExample
+    from bertkit.tasks.classification import ClassificationSettings, ClassificationTask
+    from bertkit.workflows.finetune import FinetuneSettings, finetune
+
+    assert _pretrain(data, tmp_path / "short", "--max-steps", "2", "--max-seq-length", "24") == 0
+    record = json.loads((tmp_path / "short" / "final" / "bertkit_pretraining.json").read_text())
+    assert record["trained_positions"] == 24
+    assert _pretrain(data, tmp_path / "long", "--max-steps", "2", "--max-seq-length", "64", "--init-from",
+                     str(tmp_path / "short" / "final")) == 0
+    assert json.loads((tmp_path / "long" / "final" / "bertkit_pretraining.json").read_text())["trained_positions"] == 64
+
+    tokenizer = WordPieceTokenizer.from_pretrained(data["tok"])
+    words = [w for w in tokenizer.vocab if w.isalpha()][:40]
+    texts = [" ".join(words[(i + j) % len(words)] for j in range(40 if i % 2 else 5)) for i in range(8)]
+    examples = [TextExample(f"x:{i}", text, None, ("a", "b")[i % 2]) for i, text in enumerate(texts)]
+    task = ClassificationTask(ClassificationSettings(labels=["a", "b"], max_seq_length=48))
+    for model, expected in (("short", 4), ("long", 0)):
+        settings = FinetuneSettings.of(model=str(tmp_path / model / "final"), output=tmp_path / f"ft-{model}",
+                                       max_steps=1, precision="fp32", device="cpu")
+        caplog.clear()
+        with caplog.at_level(logging.WARNING):
+            results = finetune(task, settings, tokenizer, examples, [("", examples)], {})
+        assert results["past_trained_positions"] == expected
+        said = [r.getMessage() for r in caplog.records if "never trained" in r.getMessage()]
+        assert len(said) == (1 if expected else 0)
+        if expected:
+            assert said[0].startswith("4 of 8 training examples reach positions past 24") and "--init-from" in said[0]

@@ -48,6 +48,7 @@ from torch import nn
 
 from bertkit.config import PRESETS, BertConfig, check_model_directory, preset
 from bertkit.errors import BertkitError
+from bertkit.inference.batching import feature_length
 from bertkit.io.jsonfile import read_json_object
 from bertkit.model import accelerate_for_inference, compile_model, enable_gradient_checkpointing
 from bertkit.model.feature_based import FeatureBasedModel
@@ -59,7 +60,7 @@ from bertkit.tasks.task import Task, warn_empty_texts, warn_skipped
 from bertkit.tokenizer import WordPieceTokenizer, check_model_vocabulary
 from bertkit.train.distributed import DistributedContext, barrier, rank0_decides, setup_distributed
 from bertkit.workflows.prepare import prepare_training
-from bertkit.workflows.recipes import PRETRAINING_FILE, finetune_learning_rate, pretraining_history
+from bertkit.workflows.recipes import PRETRAINING_FILE, finetune_learning_rate, pretraining_history, trained_positions
 from bertkit.workflows.run_output import (
     data_record,
     prepare_output,
@@ -91,6 +92,9 @@ class ModelSource:
     tokenizer: WordPieceTokenizer
     pretraining: dict[str, Any] | None
     """None: random initialisation; {}: pre-trained elsewhere (assumed to convergence); {"steps": N}: bertkit's."""
+    trained_positions: int | None = None
+    """The leading positions bertkit's pre-training of it trained (`recipes.trained_positions`); None: all of them
+    (a checkpoint made elsewhere), or random initialisation (none, and none expected)."""
 
 
 def model_source(settings: FinetuneSettings) -> ModelSource:
@@ -106,8 +110,8 @@ def model_source(settings: FinetuneSettings) -> ModelSource:
     tokenizer = WordPieceTokenizer.from_pretrained(settings.tokenizer or directory)
     config = BertConfig.from_json_file(directory / "config.json")
     check_model_vocabulary(tokenizer, config.vocab_size, directory, settings.tokenizer)
-    record = pretraining_history(read_json_object(directory / PRETRAINING_FILE, missing={}, damaged={}))
-    return ModelSource(directory, config, tokenizer, record)
+    kept = read_json_object(directory / PRETRAINING_FILE, missing={}, damaged={})
+    return ModelSource(directory, config, tokenizer, pretraining_history(kept), trained_positions(kept))
 
 
 def load_tokenizer(settings: FinetuneSettings) -> WordPieceTokenizer:
@@ -221,12 +225,32 @@ def _finetune_seeds(task: Task, settings: FinetuneSettings, tokenizer: WordPiece
     report["learning_rate"] = settings.train.learning_rate
     train_features = task.features(train_examples, tokenizer, training=True)
     report["truncated_train_examples"] = task.last_truncated
+    report["past_trained_positions"] = warn_untrained_positions(source, train_features, task.settings.max_seq_length)
     sets = [DevSet(name, examples, task.features(examples, tokenizer)) for name, examples in dev_sets]
     report["truncated_dev_examples"] = task.last_truncated if sets else 0
     if ctx.is_main:
         record_run(settings.output, record)
     return train_seeds(settings, task.metric_names if sets else (), ctx, report,
                        lambda seed: _train_seed(task, settings, tokenizer, train_features, sets, seed, ctx, source))
+
+
+def warn_untrained_positions(source: ModelSource, features: list[dict], max_seq_length: int) -> int:
+    """How many training features reach positions the model's pre-training never trained (0 when it trained them
+    all, or is a checkpoint made elsewhere); said in one line with the fix when any do. A short-budget recipe
+    trains on short instances (64 tokens), and fine-tuning longer inputs through positions it never saw cost the
+    pre-trained model its gain over random initialisation on long texts (docs/pretraining.md)."""
+    trained = source.trained_positions
+    if trained is None or trained >= max_seq_length:
+        return 0
+    past = sum(feature_length(f) > trained for f in features)
+    if past:
+        log.warning("%d of %d training examples reach positions past %d, which the pre-training of %s never trained "
+                    "(its instances were %d tokens): continue pre-training at the length you fine-tune at "
+                    "(`bertkit pretrain --init-from %s --max-seq-length %d ...`), or fine-tune with "
+                    "--max-seq-length %d",
+                    past, len(features), trained, source.directory, trained, source.directory, max_seq_length,
+                    trained)
+    return past
 
 
 def with_learning_rate(settings: FinetuneSettings, log_choice: bool = True, source: ModelSource | None = None

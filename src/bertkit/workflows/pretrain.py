@@ -54,7 +54,7 @@ from bertkit.train.distributed import DistributedContext, all_reduce_sum, barrie
 from bertkit.workflows.adapt import carry_pooler
 from bertkit.workflows.prepare import StepPlan, prepare_training
 from bertkit.workflows.pretrain_plan import SETTINGS_FILE, plan_pretraining
-from bertkit.workflows.recipes import PRETRAINING_FILE, PretrainRecipe, pretraining_history
+from bertkit.workflows.recipes import PRETRAINING_FILE, PretrainRecipe, pretraining_history, trained_positions
 
 logger = logging.getLogger(__name__)
 
@@ -216,7 +216,8 @@ def pretrain(settings: PretrainSettings, train: TrainConfig) -> FitResult:
                  ctx=ctx, hooks=hooks, resume=Resume(settings.resume, settings.overwrite,
                                                      run_identity(settings, train_set.dataset, model, eval_set)))
     if ctx.is_main and result.stop_reason == "budget":
-        _write_final(settings, train, model, tokenizer, output, result.step, plan.recipe)
+        length = settings.max_seq_length or int(train_set.dataset.options["max_seq_length"])
+        _write_final(settings, train, model, tokenizer, output, result.step, plan.recipe, length)
     barrier(ctx)  # final/ is complete before any rank goes on (a command may fine-tune from it next)
     return result
 
@@ -244,12 +245,16 @@ def _training_data(train_set: _Split, step: StepPlan, pad: int) -> TrainingData:
 
 
 def _write_final(settings: PretrainSettings, train: TrainConfig, model: BertForPreTraining | BertForMaskedLM,
-                 tokenizer: WordPieceTokenizer, output: Path, steps: int, recipe: PretrainRecipe | None) -> None:
+                 tokenizer: WordPieceTokenizer, output: Path, steps: int, recipe: PretrainRecipe | None,
+                 length: int) -> None:
     """OUTPUT/final: the model as a Hugging Face directory (never the DDP wrapper), what it keeps of --init-from,
     and bertkit_pretraining.json (the record the fine-tuning learning-rate rule and a later recipe read): this
     run's steps and recipe, and its lineage (`continued_from`: the --init-from directory, whether that was
     released elsewhere, the bertkit steps before; `total_steps` along the chain), so a released checkpoint
-    continued for 30 steps is still a released checkpoint to the rules that read it."""
+    continued for 30 steps is still a released checkpoint to the rules that read it; and `trained_positions`, the
+    leading positions some instance of this run or of a bertkit run before it reached (`length` tokens here), so
+    fine-tuning can say when its inputs reach positions pre-training never trained (None: a checkpoint made
+    elsewhere is in the chain, assumed trained at every position)."""
     model.save_pretrained(output / "final", tokenizer=tokenizer)
     if settings.init_from is not None and copy_module_files(settings.init_from, output / "final"):
         logger.info("%s is a sentence-transformers directory: its modules.json and pooling are in final/ too",
@@ -258,13 +263,15 @@ def _write_final(settings: PretrainSettings, train: TrainConfig, model: BertForP
         logger.info("final/ keeps the pooler of %s (masked-LM-only training leaves it as it was)", settings.init_from)
     record: dict[str, Any] = {"steps": steps, "recipe": recipe.name if recipe else settings.recipe,
                               "max_seq_length": settings.max_seq_length, "learning_rate": train.learning_rate,
-                              "last_eval": _last_eval(output)}
+                              "trained_positions": length, "last_eval": _last_eval(output)}
     if settings.init_from is not None:
-        before = pretraining_history(read_json_object(Path(settings.init_from) / PRETRAINING_FILE, missing={},
-                                                      damaged={}))
+        earlier = read_json_object(Path(settings.init_from) / PRETRAINING_FILE, missing={}, damaged={})
+        before = pretraining_history(earlier)
         record["continued_from"] = {"directory": str(settings.init_from), "released": not before,
                                     "steps": before.get("steps")}
         record["total_steps"] = None if not before else before["steps"] + steps
+        covered = trained_positions(earlier)
+        record["trained_positions"] = None if not before or covered is None else max(covered, length)
     write_text_atomic(output / "final" / PRETRAINING_FILE, json.dumps(record, indent=2) + "\n")
 
 

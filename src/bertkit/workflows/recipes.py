@@ -286,6 +286,17 @@ def pretraining_history(record: dict[str, Any]) -> dict[str, Any]:
     return {"steps": steps} if isinstance(steps, int) and not isinstance(steps, bool) and steps >= 0 else {}
 
 
+def trained_positions(record: dict[str, Any]) -> int | None:
+    """The leading positions a model's bertkit_pretraining.json says its pre-training trained (every run of its
+    --init-from chain); None when a checkpoint made elsewhere is in the chain, or the record does not say (a run
+    of a bertkit from before it was recorded): then every position is assumed trained."""
+    origin = record.get("continued_from")
+    if isinstance(origin, dict) and origin.get("released"):
+        return None
+    value = record.get("trained_positions")
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
+
+
 RELEASED_MAX_RATE = 3e-4
 """The largest `--learning-rate auto` for a converged checkpoint: the top of Google's grid for its miniatures."""
 
