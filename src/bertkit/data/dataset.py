@@ -111,11 +111,17 @@ class PretrainingDataset(torch.utils.data.Dataset):
         start, stop = int(shard["offsets"][k]), int(shard["offsets"][k + 1])
         ids = np.asarray(shard["input_ids"][start:stop], dtype=np.int64)
         a_length = int(shard["a_lengths"][k])  # [CLS] A [SEP]: where segment B starts
+        self._check(shard_index, k, start <= stop <= len(shard["input_ids"]) and 0 < a_length <= len(ids)
+                    and (not len(ids) or (ids.min() >= 0 and ids.max() < self.vocab_size))
+                    and int(shard["nsp_labels"][k]) in (0, 1), "its ids, offsets or labels")
         labels = None
         if not self.dynamic:
             labels = np.full(len(ids), IGNORE_INDEX, dtype=np.int64)
             m0, m1 = int(shard["mlm_offsets"][k]), int(shard["mlm_offsets"][k + 1])
-            labels[np.asarray(shard["mlm_positions"][m0:m1], dtype=np.int64)] = shard["mlm_labels"][m0:m1]
+            positions = np.asarray(shard["mlm_positions"][m0:m1], dtype=np.int64)
+            self._check(shard_index, k, 0 <= m0 <= m1 <= len(shard["mlm_positions"])
+                        and (not len(positions) or positions.max() < len(ids)), "its masked positions")
+            labels[positions] = shard["mlm_labels"][m0:m1]
         if len(ids) > self.options["max_seq_length"]:
             kept, a_length = truncated_positions(len(ids), a_length, self.options["max_seq_length"])
             ids, labels = ids[kept], None if labels is None else labels[kept]
@@ -129,6 +135,19 @@ class PretrainingDataset(torch.utils.data.Dataset):
                 "attention_mask": torch.ones(len(ids), dtype=torch.int64),
                 "mlm_labels": torch.from_numpy(labels),
                 "nsp_labels": torch.tensor(int(shard["nsp_labels"][k]), dtype=torch.int64)}
+
+    @property
+    def vocab_size(self) -> int:
+        """The vocabulary the ids were written with (the manifest's)."""
+        return int(self.manifest["tokenizer"]["vocab_size"])
+
+    def _check(self, shard_index: int, k: int, fine: bool, what: str) -> None:
+        """Refuse an instance whose stored arrays cannot be what `bertkit data pretraining` wrote (checked as each
+        is read: the shards' sha256 is not hashed at every start), naming the shard."""
+        if not fine:
+            name = self.manifest["shards"][shard_index]["file"]
+            raise BertkitError(f"{self.directory / name}: instance {k} is damaged ({what} are out of range); the data "
+                               "was altered after it was written - re-create it with `bertkit data pretraining`")
 
     def verify(self) -> None:
         """Check every shard's sha256 against the manifest (reads all data once)."""

@@ -47,6 +47,10 @@ MANIFEST = "manifest.json"
 ALIGN = 8
 
 
+SHARD_DTYPES = ("uint8", "uint16", "uint32", "int64")
+"""The dtypes a shard's arrays are written in (ids, lengths, offsets, labels)."""
+
+
 def ids_dtype(vocab_size: int) -> np.dtype:
     """The narrowest unsigned dtype that holds every token id."""
     return np.dtype(np.uint16) if vocab_size <= 1 << 16 else np.dtype(np.uint32)
@@ -172,11 +176,21 @@ def instance_layout(manifest: dict) -> str:
 
 
 def open_shard(directory: Path, entry: dict) -> dict[str, np.ndarray]:
-    """The arrays of one shard, memory-mapped read-only, after checking the file's size."""
-    path = Path(directory) / entry["file"]
+    """The arrays of one shard, memory-mapped read-only, after checking the manifest's entry: a file inside the
+    directory, of the size it says, each array of a shard dtype lying within the file."""
+    name = entry.get("file")
+    if not isinstance(name, str) or Path(name).name != name or name in ("", ".", ".."):
+        raise BertkitError(f"{directory / MANIFEST}: shard file {name!r} is not a file name in the data directory; "
+                           "the manifest was altered - re-create the data")
+    path = Path(directory) / name
     if not path.is_file() or path.stat().st_size != entry["bytes"]:
         raise BertkitError(f"{path}: missing or not {entry['bytes']} bytes as the manifest says; "
                            "the data directory is damaged - re-create it")
+    for array, spec in entry["arrays"].items():
+        size = np.dtype(spec["dtype"]).itemsize if spec["dtype"] in SHARD_DTYPES else 0
+        if not size or not 0 <= spec["offset"] <= spec["offset"] + spec["length"] * size <= entry["bytes"]:
+            raise BertkitError(f"{path}: the manifest's {array} array ({spec}) does not lie within the file; the "
+                               "manifest was altered - re-create the data")
     arrays = {}
     for name, spec in entry["arrays"].items():
         if spec["length"] == 0:

@@ -1,0 +1,57 @@
+"""Pre-training shards altered after they were written are refused naming the shard, never read into an
+IndexError traceback or trained on quietly (issue 50's audit: ids past the vocabulary loaded without complaint,
+masked positions past an instance gave an IndexError, a manifest's `"file": "../elsewhere"` was followed)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import numpy as np
+import pytest
+
+from bertkit.data import InstanceSettings, PretrainingDataset, build_pretraining_data
+from bertkit.errors import BertkitError
+from bertkit.settings import PretrainingDataSettings
+from bertkit.tokenizer import WordPieceTokenizer
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory, write_toy_corpus):
+    root = tmp_path_factory.mktemp("shards")
+    corpus = write_toy_corpus(root / "corpus.txt", documents=10, sentences=(3, 6), words=(4, 12))
+    tokenizer = WordPieceTokenizer.train([corpus], vocab_size=100, min_frequency=1)
+    build_pretraining_data(PretrainingDataSettings((str(corpus),), "(in memory)", str(root / "static"), workers=1,
+                                                   quiet=True, instances=InstanceSettings(max_seq_length=32)),
+                           tokenizer)
+    return root / "static"
+
+
+def _altered(data, tmp_path, array: str, value: int):
+    copy = tmp_path / "data"
+    shutil.copytree(data, copy)
+    manifest = json.loads((copy / "manifest.json").read_text())
+    entry = manifest["shards"][0]
+    spec = entry["arrays"][array]
+    with open(copy / entry["file"], "r+b") as shard:
+        shard.seek(spec["offset"])
+        shard.write(np.array([value], dtype=spec["dtype"]).tobytes())
+    return copy
+
+
+@pytest.mark.parametrize("array, value", [("input_ids", 60_000), ("mlm_positions", 60_000)])
+def test_an_altered_instance_is_refused_naming_its_shard(data, tmp_path, array, value):
+    dataset = PretrainingDataset(_altered(data, tmp_path, array, value))
+    with pytest.raises(BertkitError, match=r"shard-00000\.bin: instance 0 is damaged"):
+        dataset[0]
+    assert dataset[1]["input_ids"].max() < 100  # the others are read as written
+
+
+def test_a_manifest_that_points_outside_the_directory_is_refused(data, tmp_path):
+    copy = tmp_path / "data"
+    shutil.copytree(data, copy)
+    manifest = json.loads((copy / "manifest.json").read_text())
+    manifest["shards"][0]["file"] = "../elsewhere/shard-00000.bin"
+    (copy / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(BertkitError, match="is not a file name in the data directory"):
+        PretrainingDataset(copy)
