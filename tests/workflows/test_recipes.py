@@ -290,3 +290,22 @@ def test_pretraining_records_the_positions_it_trained_and_fine_tuning_says_when_
         assert len(said) == (1 if expected else 0)
         if expected:
             assert said[0].startswith("4 of 8 training examples reach positions past 24") and "--init-from" in said[0]
+
+
+def test_precision_auto_is_measured_once_and_the_plans_answer_is_what_runs(data, tmp_path, monkeypatch):
+    """Issue 47: `--precision auto` was resolved twice at different shapes (the budget's rate and the run), so near
+    the threshold a recipe could plan for bf16 and run fp32. The plan measures once; the run and its record use
+    that answer."""
+    from bertkit.workflows import prepare
+
+    asked = []
+    monkeypatch.setattr(pretrain_plan, "resolve_precision", lambda *a, **k: asked.append(a[3:]) or "bf16")
+    original = prepare.resolve_precision
+    monkeypatch.setattr(prepare, "resolve_precision", lambda *a, **k: pytest.fail("resolved again") if a[0] == "auto"
+                        else original(*a, **k))
+    assert main(["pretrain", "--data", str(data["dynamic"]), "--tokenizer", str(data["tok"]), "--model", "bert-debug",
+                 "--output", str(tmp_path / "run"), "--eval-examples", "8", "--device", "cpu", "--max-steps", "1",
+                 "--recipe", "short"]) == 0
+    assert len(asked) == 1 and asked[0] == (16, 64)  # the short recipe's micro-batch and length
+    recorded = json.loads((tmp_path / "run" / "pretrain_settings.json").read_text())
+    assert recorded["train"]["precision"] == "bf16"
