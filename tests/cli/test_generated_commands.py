@@ -85,6 +85,9 @@ def test_data_pretraining_flags_reach_the_settings_of_the_build(monkeypatch, tmp
         instances=InstanceSettings(max_seq_length=64, masking="dynamic", rng="python", whole_word_masking=True))
     assert settings.instances.resolved().dupe_factor == 1  # dynamic: one pass
     assert main(base) == 0 and seen["args"][0].instances == InstanceSettings()
+    assert seen["args"][0].instances.masking == "dynamic"  # the default: what the short recipe was measured on
+    assert seen["args"][0].instances.resolved().dupe_factor == 1
+    assert main([*base, "--masking", "static"]) == 0
     assert seen["args"][0].instances.resolved().dupe_factor == 10  # static: Google's 10 passes
     assert (seen["args"][0].workers, seen["args"][0].quiet, seen["args"][0].text_column) == (None, False, "text")
     assert main([*base, "--masking", "dynamic", "--dupe-factor", "4"]) == 0

@@ -21,9 +21,9 @@ def data(tmp_path_factory, write_toy_corpus):
     root = tmp_path_factory.mktemp("shards")
     corpus = write_toy_corpus(root / "corpus.txt", documents=10, sentences=(3, 6), words=(4, 12))
     tokenizer = WordPieceTokenizer.train([corpus], vocab_size=100, min_frequency=1)
+    instances = InstanceSettings(max_seq_length=32, masking="static")
     build_pretraining_data(PretrainingDataSettings((str(corpus),), "(in memory)", str(root / "static"), workers=1,
-                                                   quiet=True, instances=InstanceSettings(max_seq_length=32)),
-                           tokenizer)
+                                                   quiet=True, instances=instances), tokenizer)
     return root / "static"
 
 

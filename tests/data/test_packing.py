@@ -226,7 +226,8 @@ def test_cli_no_nsp(corpus, tokenizer, tmp_path, capsys):
     printed = capsys.readouterr().out
     assert "packing          doc-sentences, no NSP" in printed and "NSP random next" not in printed
     options = json.loads((tmp_path / "out" / "manifest.json").read_text())["options"]
-    assert options["nsp"] is False and options["packing"] == "doc-sentences" and options["dupe_factor"] == 10
+    assert options["nsp"] is False and options["packing"] == "doc-sentences" and options["dupe_factor"] == 1
+    assert options["masking"] == "dynamic"  # the default: the short recipe chooses its masking rate at load
     assert main([*base, "--output", str(tmp_path / "o2"), "--packing", "contiguous"]) == 2
     assert "--packing applies to --no-nsp data only" in capsys.readouterr().err
 
@@ -269,6 +270,7 @@ def test_nsp_data_byte_identical(tmp_path, write_toy_corpus):
     tokenizer = WordPieceTokenizer.from_pretrained(ASSETS / "vocab" / "bert-base-uncased")
     build_pretraining_data(PretrainingDataSettings(
         (str(corpus),), "(in memory)", str(tmp_path / "out"), workers=1, quiet=True,
-        instances=InstanceSettings(max_seq_length=64, dupe_factor=2, shuffle_buffer_mb=0.004)), tokenizer)
+        instances=InstanceSettings(max_seq_length=64, dupe_factor=2, shuffle_buffer_mb=0.004, masking="static")),
+        tokenizer)
     shards = sorted((tmp_path / "out").glob("shard-*.bin"))
     assert hashlib.sha256(b"".join(p.read_bytes() for p in shards)).hexdigest() == NSP_SHARDS_SHA256

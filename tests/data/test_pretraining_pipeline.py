@@ -58,6 +58,7 @@ def tokenizer(corpus, tmp_path_factory) -> WordPieceTokenizer:
 
 def build(inputs, tokenizer, output, workers=1, **options):
     options.setdefault("shuffle_buffer_mb", 0.004)  # several blocks even for a tiny corpus
+    options.setdefault("masking", "static")  # Google's pipeline, masks in the shards (the default is dynamic)
     return build_pretraining_data(PretrainingDataSettings(
         tuple(map(str, inputs)), "(in memory)", str(output), workers=workers, quiet=True,
         shard_size_mb=20_000 * 2 / 2**20, instances=InstanceSettings(**options)), tokenizer)  # 20,000 uint16 ids

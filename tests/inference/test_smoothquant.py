@@ -146,7 +146,7 @@ def test_scales_are_kept_beside_the_model_and_reused(tmp_path, caplog):
     assert "unreadable" in caplog.text and "--calibration" in caplog.text
 
 
-@pytest.mark.parametrize("doctor", ["nan", "zero", "inf", "negative", "integer"])
+@pytest.mark.parametrize("doctor", ["nan", "zero", "inf", "negative", "integer", "tiny", "huge", "missing"])
 def test_doctored_scale_values_are_refused_with_plain_int8(doctor, tmp_path, caplog):
     """Issue 50: a kept file with the right fingerprint and shapes but NaN, 0, inf, negated or integer scales was
     trusted, and every output became NaN (or a reflection at cosine 0.16 to fp32) with exit 0. Such values are
@@ -160,8 +160,11 @@ def test_doctored_scale_values_are_refused_with_plain_int8(doctor, tmp_path, cap
     scale = measured[name]
     doctored = {"nan": torch.full_like(scale, float("nan")), "zero": torch.zeros_like(scale),
                 "inf": torch.full_like(scale, float("inf")), "negative": -scale,
-                "integer": torch.ones_like(scale, dtype=torch.int64)}[doctor]
-    save_file({**measured, name: doctored}, str(tmp_path / SMOOTHING_FILE), metadata=about)
+                "integer": torch.ones_like(scale, dtype=torch.int64), "tiny": torch.full_like(scale, 1e-38),
+                "huge": torch.full_like(scale, 1e38), "missing": None}[doctor]
+    kept_tensors = ({k: v for k, v in measured.items() if k != name} if doctored is None
+                    else {**measured, name: doctored})
+    save_file(kept_tensors, str(tmp_path / SMOOTHING_FILE), metadata=about)
     with caplog.at_level(logging.WARNING):
         kept = int8_smoothing(model, tmp_path, None, tokenizer)
     assert kept is None and "is damaged" in caplog.text and name in caplog.text

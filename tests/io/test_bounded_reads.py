@@ -93,3 +93,37 @@ def test_a_sentence_transformers_module_outside_the_directory_is_refused(tmp_pat
         read_sentence_transformers(tmp_path)
     with pytest.raises(BertkitError, match="is not a folder inside the model directory"):
         copy_module_files(tmp_path, tmp_path / "copy")
+
+
+@pytest.mark.parametrize("field, value", [("rate", 0), ("width", 1e400)])
+def test_a_probe_file_with_impossible_measurements_is_one_line(tmp_path, capsys, monkeypatch, field, value):
+    """Zero rates divided the choices by zero, and a width of 1e400 overflowed (issue 50's attack pass)."""
+    from bertkit.runtime import probe
+
+    measured = probe.Measurements.from_json(json.loads(json.dumps({
+        "width": 64, "int8": 1.0, "seconds": 1.0, "steady": True,
+        "attention": {p: [[128, 1.0, 1.0]] for p in probe.FLOAT_PRECISIONS},
+        **{key: dict.fromkeys(probe.FLOAT_PRECISIONS, 1.0) for key in ("train", "linear", "packed")}})))
+    data = {"measurements": measured.to_json()}
+    if field == "rate":
+        data["measurements"]["linear"] = dict.fromkeys(probe.FLOAT_PRECISIONS, 0)
+    else:
+        data["measurements"]["width"] = value
+    path = tmp_path / "probe.json"
+    path.write_text(json.dumps(data).replace("Infinity", "1e400"))
+    monkeypatch.setenv("BERTKIT_PROBE_FILE", str(path))
+    probe.reset()
+    try:
+        assert main(["doctor"]) == 2
+    finally:
+        monkeypatch.delenv("BERTKIT_PROBE_FILE")
+        probe.reset()
+    err = capsys.readouterr().err
+    assert "not a probe result" in err and "Traceback" not in err
+
+
+def test_metrics_records_with_a_step_that_is_not_a_number_are_skipped(tmp_path):
+    path = tmp_path / "metrics.jsonl"
+    path.write_text('{"step": 1}\n{"kind": "train", "step": "abc"}\n{"step": null}\n{"step": 2}\n')
+    truncate_metrics(path, 5)
+    assert read_metrics(path) == [{"step": 1}, {"step": 2}]

@@ -220,3 +220,20 @@ def test_fine_tuning_refuses_an_allow_change_of_pre_training_alone():
     with pytest.raises(BertkitError, match="--allow-change nsp: fine-tuning has no such setting"):
         FinetuneSettings.of(model="m", output="o", allow_change=("nsp",))
     assert FinetuneSettings.of(model="m", output="o", allow_change=("data",)).train.allow_change == ("data",)
+
+
+@pytest.mark.parametrize("kept", [{}, {"accuracy": float("nan"), "step": 2}, {"accuracy": "x", "step": 2},
+                                  {"accuracy": 0.5}, {"accuracy": 0.5, "step": True}])
+def test_a_finished_seeds_marker_that_bertkit_did_not_write_trains_the_seed_again(tmp_path, kept, caplog):
+    """seed_results.json as `{}`, with NaN or a string metric gave KeyError/AttributeError/ValueError tracebacks on
+    resume (issue 50's attack pass): such a marker is not a finished seed."""
+    import json
+    import logging
+
+    from bertkit.workflows.run_output import finished_seed
+
+    (tmp_path / "seed_results.json").write_text(json.dumps(kept))
+    with caplog.at_level(logging.WARNING):
+        assert finished_seed(tmp_path) is None
+    (tmp_path / "seed_results.json").write_text(json.dumps({"accuracy": 0.5, "step": 2}))
+    assert finished_seed(tmp_path) == {"accuracy": 0.5, "step": 2}

@@ -102,6 +102,10 @@ def main(argv: list[str] | None = None) -> int:
     except OSError as exc:  # a failure no check could foresee (a disk that filled, a path removed meanwhile)
         click.echo(f"bertkit: error: {_os_error(exc)}", err=True)
         return 1
+    except MemoryError:  # every reader is bounded, but a bound can still exceed a small machine's memory
+        click.echo("bertkit: error: out of memory; give large data as Parquet or a `datasets` directory (read in "
+                   "batches), fewer or shorter inputs, or run on a machine with more memory", err=True)
+        return 1
     except (click.exceptions.Abort, KeyboardInterrupt) as exc:
         return _interrupted(exc, argv)
     except click.ClickException as exc:

@@ -52,7 +52,7 @@ from bertkit.errors import BertkitError
 from bertkit.export.directory import GRAPH_FILE, check_output_directory, write_deploy_files
 from bertkit.export.fusion import OPT_LEVEL, fusable_encoder, optimize_graph
 from bertkit.inference.batching import pad_batch
-from bertkit.io.atomic import check_writable
+from bertkit.io.atomic import check_writable, failed_write_advice
 from bertkit.model import MODEL_CLASSES, BertModel
 from bertkit.model.attention import PaddedSDPA
 from bertkit.model.feature_based import FeatureBasedModel
@@ -171,8 +171,12 @@ def export_onnx(settings: ExportSettings) -> ExportReport:
     if directory:
         check_output_directory(output, model_dir)
     graph = output / GRAPH_FILE if directory else output
-    with _removed_on_failure(graph.parent):
-        return _export(settings, model_dir, output, graph)
+    try:
+        with _removed_on_failure(graph.parent):
+            return _export(settings, model_dir, output, graph)
+    except OSError as exc:  # a disk that filled while writing
+        raise BertkitError(f"--output {output}: cannot write it ({exc.strerror}); "
+                           f"{failed_write_advice(exc, graph.parent)}") from None
 
 
 @contextlib.contextmanager
@@ -202,7 +206,8 @@ def _export(settings: ExportSettings, model_dir: Path, output: Path, graph: Path
             log.info("--sample %s: checking on its first %d of %d lines", settings.sample, MAX_SAMPLE_TEXTS,
                      len(texts))
             texts = texts[:MAX_SAMPLE_TEXTS]
-    batch = sample_batch(tokenizer, texts, architecture)  # another shape than the traced one
+    longest = min(128, encoder.config.max_position_embeddings)  # a sample line of any length fits the model
+    batch = sample_batch(tokenizer, texts, architecture, max_length=longest)  # another shape than the traced one
     with torch.inference_mode():  # the model as bertkit runs it (padding-free), before the export transform
         expected = [t.float().numpy() for t in _TupleOutputs(model, names).eval()(*batch.values())]
     encoder.attention = PaddedSDPA()  # the padded layout, which FusableLayer reads
@@ -212,8 +217,8 @@ def _export(settings: ExportSettings, model_dir: Path, output: Path, graph: Path
     work = Path(tempfile.mkdtemp(dir=graph.parent))
     try:
         fp32_path = graph if quantize is None and not settings.optimize else work / "fp32.onnx"
-        _trace(wrapper, sample_batch(tokenizer, texts[:2], architecture, pad_to_length=True), fp32_path, head,
-               opset)
+        _trace(wrapper, sample_batch(tokenizer, texts[:2], architecture, pad_to_length=True, max_length=longest),
+               fp32_path, head, opset)
         fp32 = run_onnx(fp32_path, batch)
         mask = batch["attention_mask"].bool().numpy()
         shown = f"feature-based {architecture}" if isinstance(model, FeatureBasedModel) else architecture
@@ -255,11 +260,11 @@ def _load(model_dir: Path) -> tuple[nn.Module, str, WordPieceTokenizer]:
 
 
 def sample_batch(tokenizer: WordPieceTokenizer, texts: list[str], architecture: str,
-                 pad_to_length: bool = False) -> dict[str, torch.Tensor]:
-    """A padded (B, T) batch of the texts ((1, B, T) for a head with a choices axis: the texts as the choices);
-    `pad_to_length` adds one longer row, so the others are padded and a trace records the masked
-    attention path."""
-    encodings = tokenizer.encode_batch(texts, max_length=128)
+                 pad_to_length: bool = False, max_length: int = 128) -> dict[str, torch.Tensor]:
+    """A padded (B, T) batch of the texts, each cut to `max_length` tokens ((1, B, T) for a head with a choices
+    axis: the texts as the choices); `pad_to_length` adds one row two tokens longer (within `max_length`), so the
+    others are padded and a trace records the masked attention path."""
+    encodings = tokenizer.encode_batch(texts, max_length=max_length - 2 if pad_to_length else max_length)
     features = [{"input_ids": e.input_ids, "token_type_ids": e.token_type_ids, "attention_mask": e.attention_mask}
                 for e in encodings]
     if pad_to_length:

@@ -52,6 +52,9 @@ SMOOTHING_FILE = "int8_smoothing.safetensors"
 ALPHA = 0.5
 OUTLIER_CHANNELS = 4
 MAX_TEXTS = 512
+MIN_SCALE, MAX_SCALE = 1e-5, 1e5
+"""The range a kept scale may have: calibration clamps at MIN_SCALE, and max|X|^0.5 / max|W|^0.5 of a BERT layer
+stays in the hundreds; outside it the file was altered (1e38 scales took int8 50x further from fp32)."""
 MAX_CALIBRATION_LINE_BYTES = 1 << 20
 """Longest calibration line read: an input is cut at the model's length (at most 512 tokens), so a megabyte is
 far more than any input needs; it bounds the memory a file without line breaks can take."""
@@ -140,7 +143,7 @@ def calibrate(model: nn.Module, features: Sequence[dict[str, Any]], pad_token_id
             name = f"layers.{i}.{dense}"
             weight_max = getattr(layer, dense).weight.detach().float().abs().amax(dim=0)  # per input channel
             scale = maxima[name].clamp(min=1e-5).pow(alpha) / weight_max.clamp(min=1e-5).pow(1 - alpha)
-            scales[name] = scale.clamp(min=1e-5)
+            scales[name] = scale.clamp(MIN_SCALE, MAX_SCALE)  # the range a kept file is checked against
             largest = (maxima[name] / scales[name]).topk(min(OUTLIER_CHANNELS, len(scale))).indices
             scales[name + OUTLIERS] = largest.sort().values  # what the scaled inputs still hold largest
     return scales
@@ -221,6 +224,9 @@ def _misfit(model: nn.Module, smoothing: Smoothing) -> str | None:
     layers = [m for m in encoder.modules() if isinstance(m, BertLayer)]
     widths = {f"layers.{i}.{dense}": getattr(layer, dense).in_features
               for i, layer in enumerate(layers) for dense in DENSE_LAYERS}
+    missing = sorted(set(widths) - set(smoothing))
+    if missing:
+        return f"no scales for {missing[0]}" + (f" and {len(missing) - 1} more layers" if len(missing) > 1 else "")
     for name, tensor in smoothing.items():
         layer = name.removesuffix(OUTLIERS)
         if layer not in widths:
@@ -238,7 +244,8 @@ def _valid_scales(scales: torch.Tensor) -> bool:
     """Whether `scales` can be SmoothQuant's: floating point, every one finite and positive (calibration writes
     max|X|^a / max|W|^(1-a), clamped above zero). NaN, inf, 0 or a negative scale turns every output into NaN or
     a reflection, and integers are not what calibration writes: the file was altered."""
-    return scales.is_floating_point() and bool(torch.isfinite(scales).all()) and bool((scales > 0).all())
+    return (scales.is_floating_point() and bool(torch.isfinite(scales).all())
+            and bool(((scales >= MIN_SCALE) & (scales <= MAX_SCALE)).all()))
 
 
 def _scale_fault(scales: torch.Tensor) -> str:
@@ -247,7 +254,8 @@ def _scale_fault(scales: torch.Tensor) -> str:
         return f"scales of dtype {scales.dtype}, not floating point"
     if not bool(torch.isfinite(scales).all()):
         return f"{int((~torch.isfinite(scales)).sum())} scales are not finite (NaN or inf)"
-    return f"{int((scales <= 0).sum())} scales are zero or negative"
+    return (f"{int(((scales < MIN_SCALE) | (scales > MAX_SCALE)).sum())} scales outside [{MIN_SCALE:g}, {MAX_SCALE:g}] "
+            "(zero, negative or extreme)")
 
 
 def _features(tokenizer: Any, inputs: list[tuple[str, str | None]], max_length: int) -> list[dict[str, Any]]:

@@ -20,8 +20,9 @@ from typing import Any
 from bertkit.errors import BertkitError
 from bertkit.io.bounded import read_bounded
 
-MAX_JSON_BYTES = 256 << 20
-"""Largest JSON file read: a multilingual tokenizer.json is tens of MB; nothing bertkit reads comes near this."""
+MAX_JSON_BYTES = 64 << 20
+"""Largest JSON file read: a multilingual tokenizer.json is tens of MB (XLM-R's 17); parsed JSON takes up to some
+25 times its bytes, so this keeps a file that passes within a few GB."""
 
 
 class _Raise:

@@ -33,7 +33,7 @@ from bertkit.io.textlines import COMPRESSION_SUFFIXES, DECOMPRESSION_ERRORS
 
 log = logging.getLogger(__name__)
 
-MAX_DATA_FILE_BYTES = 1 << 30
+MAX_DATA_FILE_BYTES = 256 << 20
 """Largest file (decompressed) `read_text` reads whole: tables of labelled examples are tens of MB (MNLI's train
 is 80 MB); past this, a stream, a decompression bomb or the wrong file would take the memory first. Larger data
 goes in Parquet or a `datasets` directory, read in batches."""

@@ -144,17 +144,28 @@ class Measurements:
 
     @classmethod
     def from_json(cls, data: dict) -> Measurements:
-        """Checked: ValueError/TypeError/KeyError on anything but the shape `to_json` writes."""
-        rates = {key: {p: _rate(data[key][p]) for p in FLOAT_PRECISIONS} for key in ("train", "linear", "packed")}
-        attention = {p: [(int(n), _rate(s), _rate(b)) for n, s, b in data["attention"][p]] for p in FLOAT_PRECISIONS}
-        return cls(width=int(data["width"]), int8=_rate(data["int8"]), attention=attention,
+        """Checked: ValueError/TypeError/KeyError on anything but the shape `to_json` writes (rates positive and
+        finite: a zero rate would divide the choices by zero)."""
+        rates = {key: {p: _rate(data[key][p], positive=True) for p in FLOAT_PRECISIONS}
+                 for key in ("train", "linear", "packed")}
+        attention = {p: [(_count(n), _rate(s), _rate(b)) for n, s, b in data["attention"][p]] for p in FLOAT_PRECISIONS}
+        return cls(width=_count(data["width"]), int8=_rate(data["int8"]), attention=attention,
                    seconds=_rate(data["seconds"]), steady=data.get("steady", True) is True, **rates)
 
 
-def _rate(value: object) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+def _rate(value: object, positive: bool = False) -> float:
+    if (isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0
+            or (positive and value == 0)):
         raise ValueError(f"not a measurement: {value!r}")
     return float(value)
+
+
+def _count(value: object) -> int:
+    """A width or a length: a whole number from 1 to 2**20 (1e400 is no width)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 1 <= value <= 1 << 20 \
+            or int(value) != value:
+        raise ValueError(f"not a width or length: {value!r}")
+    return int(value)
 
 
 @dataclass(frozen=True)

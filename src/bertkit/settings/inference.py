@@ -35,7 +35,7 @@ class ExtractSettings(InferencePrecision, TorchThreads):
     """Directory with vocab.txt (or the file); unset: the --model directory."""
     layers: str | None = None
     """Encoder layers to output, comma-separated, -1 = last (as extract_features.py); unset: -1,-2,-3,-4 for
-    .jsonl, -1 for .npy."""
+    .jsonl (all of a model with fewer than four layers), -1 for .npy."""
     pooling: str | None = dataclasses.field(default=None, metadata={"choices": POOLINGS})
     """How .npy vectors pool the tokens (layers concatenated); auto (unset): a sentence-transformers
     directory's pooling, else [CLS]."""

@@ -55,6 +55,15 @@ def save_finetuned(model: nn.Module, task: Task, tokenizer: WordPieceTokenizer, 
     """Write the self-contained fine-tuned directory (replacing an older one only once complete)."""
     staging = directory.with_name(f".{directory.name}.{os.getpid()}.tmp")
     shutil.rmtree(staging, ignore_errors=True)
+    try:
+        _write_finetuned(model, task, tokenizer, staging)
+        replace_directory(staging, directory)
+    except BaseException:  # a full disk, a signal: no half-written staging directory stays behind
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+
+
+def _write_finetuned(model: nn.Module, task: Task, tokenizer: WordPieceTokenizer, staging: Path) -> None:
     settings = task.to_json()
     if isinstance(model, FeatureBasedModel):
         encoder_config = model.bert.config
@@ -67,7 +76,6 @@ def save_finetuned(model: nn.Module, task: Task, tokenizer: WordPieceTokenizer, 
     else:  # a task model (possibly wrapped, e.g. compiled, which forwards attributes): PreTrainedMixin's API
         cast(PreTrainedMixin, model).save_pretrained(staging, tokenizer=tokenizer)
     write_text_atomic(staging / TASK_FILE, json.dumps(settings, indent=2) + "\n")
-    replace_directory(staging, directory)
 
 
 def read_task_file(directory: str | Path) -> dict[str, Any] | None:

@@ -28,8 +28,9 @@ MAX_RECORD_BYTES = 1 << 20
 
 
 def read_metrics(path: Path) -> list[dict[str, Any]]:
-    """All records of a metrics.jsonl file, read a line at a time: a line that is not a JSON object (a torn last
-    line from a killed run, an edit, bytes that are not UTF-8, a line longer than any record) is skipped."""
+    """All records of a metrics.jsonl file, read a line at a time: a line that is not a JSON object with an integer
+    step (a torn last line from a killed run, an edit, bytes that are not UTF-8, a line longer than any record) is
+    skipped."""
     if not path.is_file():
         return []
     records = []
@@ -43,7 +44,8 @@ def read_metrics(path: Path) -> list[dict[str, Any]]:
                 record = json.loads(line)
             except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):
                 continue
-            if isinstance(record, dict):
+            step = record.get("step", 0) if isinstance(record, dict) else None
+            if isinstance(step, int) and not isinstance(step, bool):  # a record bertkit wrote has an integer step
                 records.append(record)
     return records
 

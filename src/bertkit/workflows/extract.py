@@ -42,7 +42,7 @@ from bertkit.inference.batching import check_finite, sorted_batches
 from bertkit.inference.pooling import sentence_vectors
 from bertkit.inference.smoothquant import int8_smoothing
 from bertkit.interop.sentence_transformers import choose_pooling, read_sentence_transformers
-from bertkit.io.atomic import check_writable
+from bertkit.io.atomic import check_writable, failed_write_advice
 from bertkit.model import BertModel, for_inference
 from bertkit.runtime.allocator import keep_freed_memory
 from bertkit.runtime.device import apply_threads, check_inference_precision
@@ -99,7 +99,9 @@ def extract_features(settings: ExtractSettings) -> int:
     encoder = cast(BertModel, for_inference(bert, precision,  # the same class; int8 with the kept or calibrated scales
                                             smoothing=lambda: int8_smoothing(bert, model_dir, settings.calibration,
                                                                              vocabulary, max_seq_length)))
-    indices = parse_layers(settings.layers or ("-1" if pooled else "-1,-2,-3,-4"), encoder.config.num_hidden_layers)
+    depth = encoder.config.num_hidden_layers  # the default: the last four layers, or all of a shallower model
+    default = "-1" if pooled else ",".join(f"-{i}" for i in range(1, min(4, depth) + 1))
+    indices = parse_layers(settings.layers or default, depth)
     if pooled:
         log.info("vectors: %s pooling of layer(s) %s%s, max_seq_length %d%s", "+".join(modes),
                  ",".join(map(str, indices)), ", normalized" * normalize, max_seq_length,
@@ -116,6 +118,9 @@ def extract_features(settings: ExtractSettings) -> int:
         else:
             _write_jsonl(partial, encodings, indices, batches)
         os.replace(partial, output_path)
+    except OSError as exc:  # a disk that filled while writing
+        raise BertkitError(f"--output {output_path}: cannot write it ({exc.strerror}); "
+                           f"{failed_write_advice(exc, output_path.parent)}") from None
     finally:
         partial.unlink(missing_ok=True)
     return len(encodings)

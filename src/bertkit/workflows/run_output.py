@@ -18,6 +18,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import math
 import shutil
 import statistics
 from collections.abc import Sequence
@@ -144,7 +145,15 @@ def finished_seed(seed_dir: Path) -> dict[str, float] | None:
     path = seed_dir / SEED_DONE_FILE
     if not path.is_file():
         return None
-    return read_json_object(path, damaged=None)  # a damaged marker: train the seed again
+    results = read_json_object(path, damaged=None)  # a damaged marker: train the seed again
+    if results is None:
+        return None
+    step = results.get("step")
+    if not (isinstance(step, int) and not isinstance(step, bool) and step >= 0 and all(
+            isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in results.values())):
+        log.warning("%s: not the results bertkit writes (a step and finite metrics); the seed is trained again", path)
+        return None
+    return results
 
 
 def mark_seed_done(seed_dir: Path, results: dict[str, float]) -> None:

@@ -175,6 +175,8 @@ def train_seeds(settings: FinetuneSettings, metric_names: tuple[str, ...], ctx: 
     for seed in settings.seeds:
         seed_dir = settings.output / f"seed-{seed}"
         finished = rank0_decides(lambda: finished_seed(seed_dir) if settings.resume else None, ctx)  # noqa: B023
+        if finished is not None and main is not None and main not in finished:  # another task's, or edited
+            finished = None
         result = "trained" if finished is None else "finished earlier"
         if finished is None:
             finished = train_one(seed)
