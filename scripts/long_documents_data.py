@@ -9,8 +9,8 @@ words cannot know the label (dev accuracy at chance), while one that reads the w
 
     python scripts/long_documents_data.py --output synth/ --train 1000 --dev 300 --words 200 --after 64
 
-writes synth/train.jsonl and synth/dev.jsonl ({"id", "text", "label"} per line) and synth/corpus.txt (the
-verses, for `bertkit tokenizer train`). Deterministic for a given --seed.
+writes synth/train.jsonl and synth/dev.jsonl (and with --test N, synth/test.jsonl; {"id", "text", "label"}
+per line) and synth/corpus.txt (the verses, for `bertkit tokenizer train`). Deterministic for a given --seed.
 """
 
 from __future__ import annotations
@@ -52,6 +52,7 @@ def main() -> None:
     parser.add_argument("--output", type=Path, required=True)
     parser.add_argument("--train", type=int, default=1000, help="training documents")
     parser.add_argument("--dev", type=int, default=300, help="dev documents")
+    parser.add_argument("--test", type=int, default=0, help="test documents (test.jsonl; 0: none)")
     parser.add_argument("--words", type=int, default=200, help="words of verse text per document")
     parser.add_argument("--after", type=int, default=64, help="the verdict sentence starts at this word or later")
     parser.add_argument("--seed", type=int, default=0)
@@ -60,7 +61,9 @@ def main() -> None:
     lines = verses()
     args.output.mkdir(parents=True, exist_ok=True)
     (args.output / "corpus.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
-    for name, count in (("train", args.train), ("dev", args.dev)):
+    for name, count in (("train", args.train), ("dev", args.dev), ("test", args.test)):
+        if not count:
+            continue
         rows = documents(lines, count, args.words, args.after, rng)
         (args.output / f"{name}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
         print(f"{args.output / name}.jsonl: {count} documents")

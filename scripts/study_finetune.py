@@ -61,6 +61,11 @@ TASKS: dict[str, dict[str, Any]] = {
     "kjv-verse": {"kind": "classification", "files": ("train.tsv", "dev.tsv", "test.tsv"), "metric": "accuracy"},
     "wordnet-lexname": {"kind": "classification", "metric": "accuracy",
                         "files": ("wordnet/lexname-train.tsv", "wordnet/lexname-dev.tsv", "wordnet/lexname-test.tsv")},
+    # the length study's long-input families (scripts/length_study.py): files given with --train/--dev/--test
+    "gcide-domain": {"kind": "classification", "metric": "accuracy", "files": ("train.jsonl", "dev.jsonl",
+                                                                               "test.jsonl")},
+    "kjv-verdict": {"kind": "classification", "metric": "accuracy", "files": ("train.jsonl", "dev.jsonl",
+                                                                             "test.jsonl")},
     "wordnet-qa": {"kind": "squad", "metric": "f1",
                    "files": ("wordnet/qa-train.json", "wordnet/qa-dev.json", "wordnet/qa-test.json")},
 }

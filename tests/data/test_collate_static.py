@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from bertkit.data import collate_pretraining, collate_static
+from bertkit.data import collate_pretraining, collate_static, collate_static_buckets
 from bertkit.data.masking import IGNORE_INDEX
 
 
@@ -55,3 +55,13 @@ def test_full_rows_carry_no_mask_and_no_layout():
 def test_an_item_over_the_bounds_is_refused(length, masked, message):
     with pytest.raises(ValueError, match=message):
         collate_static([_item(length, masked)], 0, 10, 4)
+
+
+def test_a_run_with_full_length_steps_pads_each_batch_to_the_shortest_length_that_holds_it():
+    """Issue 48: a short-budget run reads most steps at 64 tokens and some at the data's full length; each batch
+    takes one of those static shapes (one compilation each), never the full length for a short batch."""
+    short = collate_static_buckets([_item(5, [1]), _item(6, [2])], 0, (8, 16), 4)
+    full = collate_static_buckets([_item(5, [1]), _item(12, [2])], 0, (8, 16), 4)
+    assert short["input_ids"].shape == (2, 8) and full["input_ids"].shape == (2, 16)
+    with pytest.raises(ValueError, match="exceeds max_seq_length 16"):
+        collate_static_buckets([_item(17, [])], 0, (8, 16), 4)

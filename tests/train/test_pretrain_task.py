@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import json
+import math
 import shutil
 from pathlib import Path
 
@@ -224,3 +225,23 @@ def test_compiled_static_fused_pretraining_runs_and_resumes_bit_exactly(prepared
     shutil.rmtree(killed / "final")
     assert run_cli(prepared, killed, *flags, "--resume", "auto") == 0
     assert _losses(killed) == _losses(straight) and len(_losses(straight)) == 6
+
+
+def test_compiled_static_steps_take_one_shape_per_length_with_full_length_steps(prepared, tmp_path, traced,
+                                                                                  monkeypatch):
+    """Issue 48 on the GPU path: a static-shape (compiled) run with full-length steps pads the short steps to the
+    short length and the full-length ones to the data's, two shapes in all, and trains finite losses."""
+    shapes = []
+    original = pretrain_workflow.collate_static_buckets
+
+    def recording(*args, **kwargs):
+        batch = original(*args, **kwargs)
+        shapes.append(tuple(batch["input_ids"].shape))
+        return batch
+
+    monkeypatch.setattr(pretrain_workflow, "collate_static_buckets", recording)
+    assert run_cli(prepared, tmp_path / "run", "--compile", "--max-steps", "4", "--max-seq-length", "16",
+                   "--full-length-share", "0.5", "--full-length-placement", "spread") == 0
+    assert shapes == [(8, 16), (8, 32)] * 2
+    losses = _losses(tmp_path / "run")
+    assert len(losses) == 4 and all(math.isfinite(loss) for loss in losses)

@@ -19,7 +19,14 @@ from bertkit.errors import BertkitError
 from bertkit.settings import PretrainingDataSettings
 from bertkit.tokenizer import WordPieceTokenizer
 from bertkit.workflows import pretrain_plan
-from bertkit.workflows.recipes import PAPER_MIN_STEPS, budget_steps, choose_recipe, finetune_learning_rate, short_recipe
+from bertkit.workflows.recipes import (
+    PAPER_MIN_STEPS,
+    budget_steps,
+    choose_recipe,
+    finetune_learning_rate,
+    full_length_step,
+    short_recipe,
+)
 
 
 @pytest.mark.parametrize(("max_steps", "max_time_s", "rate", "expected"), [
@@ -142,7 +149,9 @@ def test_pretrain_chooses_prints_and_records_the_recipe_and_flags_override_it(da
     line = record.getMessage()
     assert line.startswith("recipe short (~3 steps: too few for the paper's schedule")
     assert "0.05 steps/s measured at 64 tokens x 16 on this machine" in line
-    assert "instances of 96 tokens are cut to 64 at load" in line and "--max-seq-length 64 --masking dynamic" in line
+    assert "instances of 96 tokens are cut to 64 at load except in 10% of the steps, which train positions 64-95" \
+        in line
+    assert "the last 10% of the steps at the data's full length" in line
     assert measured and measured[0][1:3] == (64, 16)  # measured at the short recipe's shape
     assert measured[0][-1]["masked_lm_prob"] == 0.3  # and its predictions: the MLM head's cost grows with them
     saved = json.loads((tmp_path / "auto" / "pretrain_settings.json").read_text())
@@ -267,12 +276,29 @@ def test_pretraining_records_the_positions_it_trained_and_fine_tuning_says_when_
     from bertkit.tasks.classification import ClassificationSettings, ClassificationTask
     from bertkit.workflows.finetune import FinetuneSettings, finetune
 
-    assert _pretrain(data, tmp_path / "short", "--max-steps", "2", "--max-seq-length", "24") == 0
+    with caplog.at_level(logging.WARNING):
+        assert _pretrain(data, tmp_path / "short", "--max-steps", "2", "--max-seq-length", "24",
+                         "--full-length-share", "0") == 0
+    said = [r.getMessage() for r in caplog.records if "stay untrained" in r.getMessage()]
+    assert len(said) == 1 and said[0].startswith("positions 24-95 stay untrained") and "--full-length-share" in said[0]
     record = json.loads((tmp_path / "short" / "final" / "bertkit_pretraining.json").read_text())
     assert record["trained_positions"] == 24
     assert _pretrain(data, tmp_path / "long", "--max-steps", "2", "--max-seq-length", "64", "--init-from",
-                     str(tmp_path / "short" / "final")) == 0
+                     str(tmp_path / "short" / "final"), "--full-length-share", "0") == 0
     assert json.loads((tmp_path / "long" / "final" / "bertkit_pretraining.json").read_text())["trained_positions"] == 64
+
+    from bertkit.serve.predictor import load_predictor
+
+    embedder = load_predictor(tmp_path / "short" / "final")  # predict, extract and serve read it so
+    caplog.clear()
+    with caplog.at_level(logging.WARNING):
+        embedder.embed(["word " * 40, "word", "word " * 30])
+        embedder.embed(["word " * 40])  # said once: a server reads many batches
+    said = [r.getMessage() for r in caplog.records if "never trained" in r.getMessage()]
+    assert len(said) == 1 and said[0].startswith("2 of 3 inputs reach positions past 24")
+    assert "--max-seq-length 24" in said[0]
+    assert embedder.untrained.past == 3
+    assert load_predictor(tmp_path / "long" / "final").untrained.trained == 64
 
     tokenizer = WordPieceTokenizer.from_pretrained(data["tok"])
     words = [w for w in tokenizer.vocab if w.isalpha()][:40]
@@ -309,3 +335,70 @@ def test_precision_auto_is_measured_once_and_the_plans_answer_is_what_runs(data,
     assert len(asked) == 1 and asked[0] == (16, 64)  # the short recipe's micro-batch and length
     recorded = json.loads((tmp_path / "run" / "pretrain_settings.json").read_text())
     assert recorded["train"]["precision"] == "bf16"
+
+
+@pytest.mark.parametrize(("share", "placement", "steps", "expected"), [
+    (0.25, "spread", 12, [3, 7, 11]),  # every 4th step, evenly: floor((k + 1) / 4) > floor(k / 4)
+    (0.1, "end", 10, [9]),  # the last tenth of the budget
+    (0.5, "end", 10, [5, 6, 7, 8, 9]),
+    (0.0, "end", 10, []),
+])
+def test_full_length_steps_are_a_share_of_the_budget(share, placement, steps, expected):
+    chosen = [k for k in range(steps) if full_length_step(k, k / steps, share, placement)]
+    assert chosen == expected
+    spread = [k for k in range(1000) if full_length_step(k, k / 1000, 0.3, "spread")]
+    assert len(spread) == 300 and max(np.diff(spread)) <= 4  # exactly the share, no long gaps
+
+
+def _lengths_read(monkeypatch) -> list:
+    """The (index, length) keys the training split is read with, in order (one process, no workers)."""
+    from bertkit.workflows import pretrain as pretrain_workflow
+
+    keys: list = []
+    original = pretrain_workflow._Split.__getitem__
+
+    def recording(self, key):
+        if isinstance(key, tuple):  # the training split's reads (the held-out split is read by index)
+            keys.append(key)
+        return original(self, key)
+
+    monkeypatch.setattr(pretrain_workflow._Split, "__getitem__", recording)
+    return keys
+
+
+def test_the_short_recipe_trains_every_position_the_data_has(data, tmp_path, monkeypatch, caplog):
+    """Issue 48: the short recipe cuts instances to 64 tokens for speed, which left positions 64 and up untrained
+    (fine-tuning at 128 tokens then lost to random initialisation). Its last steps read the data at full length, as
+    the paper's 512-token phase: every step's batch is one length, the full-length steps are the share asked for,
+    and final/ records the full length as trained."""
+    keys = _lengths_read(monkeypatch)
+    assert _pretrain(data, tmp_path / "auto", "--max-steps", "10", "--max-seq-length", "24",
+                     "--global-batch-size", "4") == 0
+    lengths = [length for _, length in keys]
+    per_step = [set(lengths[k:k + 4]) for k in range(0, len(lengths), 4)]
+    assert per_step == [{24}] * 9 + [{96}]  # the short recipe: the last 10% of the steps at the data's length
+    record = json.loads((tmp_path / "auto" / "final" / "bertkit_pretraining.json").read_text())
+    assert record["trained_positions"] == 96
+    saved = json.loads((tmp_path / "auto" / "pretrain_settings.json").read_text())
+    assert (saved["settings"]["full_length_share"], saved["settings"]["full_length_placement"]) == (0.1, "end")
+    keys.clear()
+    assert _pretrain(data, tmp_path / "spread", "--max-steps", "8", "--max-seq-length", "24", "--global-batch-size",
+                     "4", "--full-length-share", "0.25", "--full-length-placement", "spread") == 0
+    lengths = [length for _, length in keys]
+    assert [lengths[k] for k in range(0, len(lengths), 4)] == [24, 24, 24, 96, 24, 24, 24, 96]
+
+
+def test_full_length_steps_resume_exactly(data, tmp_path, monkeypatch):
+    """A run stopped and resumed reads the same lengths at the same steps, and so trains the same losses."""
+    common = ("--max-seq-length", "24", "--global-batch-size", "4", "--full-length-share", "0.34",
+              "--full-length-placement", "spread", "--learning-rate", "1e-3", "--warmup-ratio", "0",
+              "--lr-schedule", "constant-with-warmup")  # (a decay would follow the budget)
+    assert _pretrain(data, tmp_path / "whole", "--max-steps", "6", *common) == 0
+    assert _pretrain(data, tmp_path / "parts", "--max-steps", "3", "--save-every", "3", *common) == 0
+    assert _pretrain(data, tmp_path / "parts", "--max-steps", "6", "--resume", "auto", *common) == 0
+
+    def losses(run: str) -> dict[int, float]:
+        lines = (tmp_path / run / "metrics.jsonl").read_text().splitlines()
+        return {r["step"]: r["loss"] for r in map(json.loads, lines) if r.get("kind") == "train"}
+
+    assert losses("parts") == losses("whole") and len(losses("whole")) == 6

@@ -12,8 +12,8 @@ bad-input rules), `instances` (Google's pair rules), `masking` (Google's masking
 reader) - see docs/data.md.
 """
 
-from bertkit.data.dataset import PretrainingDataset, collate_pretraining, collate_static
+from bertkit.data.dataset import PretrainingDataset, collate_pretraining, collate_static, collate_static_buckets
 from bertkit.data.pretraining import InstanceSettings, PretrainingDataSettings, build_pretraining_data
 
 __all__ = ["InstanceSettings", "PretrainingDataSettings", "PretrainingDataset", "build_pretraining_data",
-           "collate_pretraining", "collate_static"]
+           "collate_pretraining", "collate_static", "collate_static_buckets"]

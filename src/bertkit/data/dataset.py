@@ -103,6 +103,13 @@ class PretrainingDataset(torch.utils.data.Dataset):
         return int(self._starts[-1])
 
     def __getitem__(self, index: int) -> dict[str, torch.Tensor]:
+        return self.read(index)
+
+    def read(self, index: int, max_seq_length: int | None = None) -> dict[str, torch.Tensor]:
+        """Instance `index`, cut to `max_seq_length` tokens (at most the data's own length) with the pair rule;
+        None: to the dataset's `max_seq_length`. Masked after the cut: dynamic masking masks the tokens kept."""
+        length = self.options["max_seq_length"] if max_seq_length is None else min(max_seq_length,
+                                                                                  self.built_seq_length)
         if not -len(self) <= index < len(self):
             raise IndexError(f"index {index} out of range for {len(self)} instances")
         index = index % len(self)
@@ -122,8 +129,8 @@ class PretrainingDataset(torch.utils.data.Dataset):
             self._check(shard_index, k, 0 <= m0 <= m1 <= len(shard["mlm_positions"])
                         and (not len(positions) or positions.max() < len(ids)), "its masked positions")
             labels[positions] = shard["mlm_labels"][m0:m1]
-        if len(ids) > self.options["max_seq_length"]:
-            kept, a_length = truncated_positions(len(ids), a_length, self.options["max_seq_length"])
+        if len(ids) > length:
+            kept, a_length = truncated_positions(len(ids), a_length, length)
             ids, labels = ids[kept], None if labels is None else labels[kept]
         if self.vocab is not None:  # dynamic masking
             gen = np.random.default_rng([self.options["seed"], self.epoch, index])
@@ -239,3 +246,12 @@ def collate_static(items: list[dict[str, torch.Tensor]], pad_token_id: int, max_
         batch["token_indices"] = torch.from_numpy(np.flatnonzero(real))
         batch["cu_seqlens"] = torch.from_numpy(np.concatenate([[0], np.cumsum(lengths)]).astype(np.int32))
     return batch
+
+
+def collate_static_buckets(items: list[dict[str, torch.Tensor]], pad_token_id: int, lengths: tuple[int, ...],
+                           max_predictions: int) -> dict[str, torch.Tensor]:
+    """`collate_static` padded to the shortest of `lengths` that holds the longest item: a run whose steps read
+    instances at a few lengths (a short phase, some full-length steps) compiles one static shape per length."""
+    longest = max((len(item["input_ids"]) for item in items), default=0)
+    fits = [length for length in sorted(lengths) if length >= longest]  # none: the longest, whose error names the item
+    return collate_static(items, pad_token_id, fits[0] if fits else max(lengths), max_predictions)

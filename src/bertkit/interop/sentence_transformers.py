@@ -228,6 +228,15 @@ def cross_encoder_config(directory: Path) -> dict[str, Any] | None:
     return config if config.get("model_type") == "CrossEncoder" else None
 
 
+def cross_encoder_length(directory: Path, max_position_embeddings: int) -> int | None:
+    """A CrossEncoder's max_length (sentence-transformers keeps it in tokenizer_config.json), if it fits the
+    position table; None for other directories."""
+    if cross_encoder_config(directory) is None:
+        return None
+    length = read_json_object(directory / "tokenizer_config.json", missing={}, damaged={}).get("model_max_length")
+    return length if isinstance(length, int) and 2 < length <= max_position_embeddings else None
+
+
 def cross_encoder_sigmoid(directory: Path, num_labels: int) -> bool:
     """Whether sentence-transformers' CrossEncoder.predict passes this directory's one output through a
     sigmoid: the activation it saved (config_sentence_transformers.json since v5, config.json before), or

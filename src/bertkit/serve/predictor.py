@@ -42,15 +42,15 @@ from bertkit.data.squad import SquadExample
 from bertkit.errors import BertkitError
 from bertkit.inference.batching import check_finite, model_outputs, run_sorted
 from bertkit.inference.pooling import sentence_vectors
+from bertkit.inference.positions import UntrainedPositions, directory_trained_positions
 from bertkit.inference.smoothquant import int8_smoothing
 from bertkit.interop.sentence_transformers import (
     SentenceModules,
     choose_pooling,
-    cross_encoder_config,
+    cross_encoder_length,
     cross_encoder_sigmoid,
     read_sentence_transformers,
 )
-from bertkit.io.jsonfile import read_json_object
 from bertkit.model import MODEL_CLASSES, BertModel, accelerate_for_inference
 from bertkit.runtime.allocator import keep_freed_memory
 from bertkit.runtime.device import apply_threads, check_inference_precision, inference_precision
@@ -93,6 +93,8 @@ class ModelInfo:
     """The model's name (load_predictor: the directory's name)."""
     precision: str | None = None
     """The precision the model runs in (what --precision resolved to); unset: the weights' dtype."""
+    trained_positions: int | None = None
+    """The leading positions its bertkit pre-training trained (`bertkit.inference.positions`); unset: all."""
 
 
 class Predictor:
@@ -120,6 +122,7 @@ class Predictor:
         first_weight = next(model.parameters(), torch.empty(0))  # float32 for a model without weights
         self.precision = info.precision or ("bf16" if first_weight.dtype == torch.bfloat16 else "fp32")
         """The precision the model runs in."""
+        self.untrained = UntrainedPositions(info.trained_positions, self.model_id)
 
     @property
     def encoder(self) -> BertModel:
@@ -152,6 +155,7 @@ class Predictor:
         if any(lost):
             log.warning("%d of %d inputs are longer than max_seq_length %d tokens and were truncated",
                         sum(map(bool, lost)), len(texts), self.max_seq_length)
+        self.untrained.check([len(f["input_ids"]) for f in features])
         return features, lost
 
     def run(self, features: Sequence[dict[str, Any]], step: Any) -> list[Any]:
@@ -557,7 +561,8 @@ def load_predictor(settings: ServeSettings | str | Path, batch_size: int = 32,
     model, resolved = _for_inference(_load(directory, architecture if fill_mask else "BertModel"), precision,
                                      directory, tokenizer, max_seq_length)
     return (FillMaskPredictor if fill_mask else Predictor)(model, tokenizer, max_seq_length, batch_size, sentence,
-                                                           ModelInfo(kind, directory.name, resolved))
+                                                           ModelInfo(kind, directory.name, resolved,
+                                                                     directory_trained_positions(directory)))
 
 
 def _task_predictor(directory: Path, config: BertConfig, saved: bool, predictor_class: type[TaskPredictor],
@@ -566,22 +571,13 @@ def _task_predictor(directory: Path, config: BertConfig, saved: bool, predictor_
     """The predictor of a fine-tuned directory (bertkit_task.json), or of a task model fine-tuned elsewhere
     (its task read from config.json, and the length a CrossEncoder keeps in tokenizer_config.json)."""
     stand_in = None if saved else predictor_class.task_class.from_config(
-        config, _given_length(directory, config), source=str(directory / "config.json"))
+        config, cross_encoder_length(directory, config.max_position_embeddings), source=str(directory / "config.json"))
     task, model, tokenizer = load_finetuned(directory, task=stand_in, tokenizer_dir=tokenizer_dir)
     model, resolved = _for_inference(model, precision, directory, tokenizer, task.settings.max_seq_length)
     if choices:
         task = task.with_columns(**choices)
     return predictor_class.of_directory(model, tokenizer, task, batch_size, ModelInfo(task.kind, directory.name,
                                                                                       resolved), directory, saved)
-
-
-def _given_length(directory: Path, config: BertConfig) -> int | None:
-    """A CrossEncoder's max_length (sentence-transformers keeps it in tokenizer_config.json), if it fits the
-    position table; None for other directories."""
-    if cross_encoder_config(directory) is None:
-        return None
-    length = read_json_object(directory / "tokenizer_config.json", missing={}, damaged={}).get("model_max_length")
-    return length if isinstance(length, int) and 2 < length <= config.max_position_embeddings else None
 
 
 def _for_inference(model: torch.nn.Module, precision: tuple[str, Path | None], directory: Path,

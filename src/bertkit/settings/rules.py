@@ -38,6 +38,8 @@ EXACT: dict[str, str] = {
     "tokenizer": "the token ids",
     "max_seq_length": "the inputs",
     "masked_lm_prob": "the objective",
+    "full_length_share": "the inputs' lengths",
+    "full_length_placement": "the inputs' lengths",
     "nsp": "the objective",
     "dropout": "the model's regularisation",
     "freeze_encoder": "which weights train",
@@ -55,7 +57,7 @@ FIXED: dict[str, str] = {
 }
 """Changes a resumed run refuses whatever --allow-change says: a dotted setting name -> why."""
 
-PRETRAINING_ONLY = ("held_out", "masked_lm_prob", "nsp")
+PRETRAINING_ONLY = ("held_out", "masked_lm_prob", "nsp", "full_length_share", "full_length_placement")
 """EXACT settings only pre-training records: --allow-change refuses them on fine-tuning (they would be ignored)."""
 
 RESUME_EXACT_SETTINGS = tuple(EXACT)

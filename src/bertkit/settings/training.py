@@ -277,11 +277,18 @@ class PretrainSettings(Settings):
     masked_lm_prob: float | None = None
     """Masking rate of dynamically masked data; unset: the data's. A rate above what the data's cap on
     predictions per instance allows (set when it was built) raises that cap to rate x length."""
+    full_length_share: float | None = dataclasses.field(default=None, metadata={"min": 0.0, "max": 1.0})
+    """Share of the steps trained at the data's full length when --max-seq-length cuts instances shorter (positions
+    past the cut are trained only by these steps); unset: the recipe's (none without a recipe)."""
+    full_length_placement: str | None = dataclasses.field(default=None, metadata={"choices": ("end", "spread")})
+    """Where those steps go: end (the last share of the budget, as the paper's 512-token phase) or spread (evenly
+    through the run); unset: the recipe's."""
     recipe: str | None = dataclasses.field(default=None, metadata={"choices": RECIPES})
     """Fills the settings a budget decides (sequence length, learning rate, warmup, dropout, masking rate,
     NSP, batch size) that are not given (None). auto: the paper's settings when the budget allows
     ~100,000 steps, else the short-budget recipe (64 tokens, batch 16, lr 5e-4 at bert-mini's width reached
-    at half the budget, no dropout, 30% dynamic masking, NSP); the choice and its reason are printed (recipes.py);
+    at half the budget, no dropout, 30% dynamic masking, NSP, the last 10% of the steps at the data's full
+    length); the choice and its reason are printed (recipes.py);
     each setting's own flag overrides it. None (library use): the paper's learning rate and warmup for those
     not given (recipes.library_defaults)."""
 

@@ -101,6 +101,9 @@ class EpochBatches:
         """The smallest last global batch of an epoch that is trained on (smaller ones are skipped and counted)."""
         self.epoch, self.samples_in_epoch = 0, 0
         self.skipped_samples = 0
+        self.phase: Callable[[int], Any] | None = None
+        """`phase(step)`: the key read with each index of the batch of the step after `step` steps (items are then
+        `dataset[(index, key)]`, `TrainingData.phase`); None: `dataset[index]`."""
         if self.num_examples < accumulation * world_size:
             raise BertkitError(
                 f"the training data has {self.num_examples} examples, fewer than one per micro-step and "
@@ -152,11 +155,18 @@ class EpochBatches:
                           worker_init_fn=ignore_stop_signals if self.num_workers else None)
 
     def __iter__(self) -> Iterator[StepBatch]:
+        return self.iterate(0)
+
+    def iterate(self, first_step: int) -> Iterator[StepBatch]:
+        """StepBatches from the current position; the first feeds the step after `first_step` steps (what
+        `phase` is asked about)."""
+        step = first_step
         while True:
             if hasattr(self.dataset, "set_epoch"):
                 self.dataset.set_epoch(self.epoch)
             plan = self._plan(self.epoch)
-            loader = iter(self._loader(_MicroBatchSampler(plan), self.epoch))
+            loader = iter(self._loader(_MicroBatchSampler(plan, step, self.phase), self.epoch))
+            step += len(plan)
             remaining = len(plan)
             for index, (pieces, global_size) in enumerate(plan.steps()):
                 micro_batches = [next(loader) for _ in pieces]
@@ -210,13 +220,15 @@ class _MicroBatchSampler:
     """The DataLoader's batch_sampler: this process's micro-batch index lists, made as they are asked for
     (it lives in the main process; workers receive the lists)."""
 
-    def __init__(self, plan: _EpochPlan) -> None:
-        self.plan = plan
+    def __init__(self, plan: _EpochPlan, first_step: int = 0, phase: Callable[[int], Any] | None = None) -> None:
+        self.plan, self.first_step, self.phase = plan, first_step, phase
 
-    def __iter__(self) -> Iterator[list[int]]:
-        for pieces, _ in self.plan.steps():
+    def __iter__(self) -> Iterator[list[Any]]:
+        for number, (pieces, _) in enumerate(self.plan.steps()):
+            key = None if self.phase is None else self.phase(self.first_step + number)
             for piece in pieces:
-                yield self.plan.order[piece].tolist()
+                indices = self.plan.order[piece].tolist()
+                yield indices if self.phase is None else [(index, key) for index in indices]
 
     def __len__(self) -> int:
         return len(self.plan) * len(self.plan.mine)

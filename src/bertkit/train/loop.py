@@ -99,6 +99,11 @@ class TrainingData:
     full_batches_only: bool = False
     """Every global batch the same size: an epoch's last, smaller global batch is skipped and counted (a step
     compiled for static shapes would compile again for it)."""
+    phase: Callable[[int, float], Any] | None = None
+    """`phase(step, progress)`: a key handed to the dataset with every index of the batch the optimizer step after
+    `step` steps trains on, at `progress` (the budget's share spent, in [0, 1]): items are read as
+    `dataset[(index, key)]` (pre-training's sequence length per step); unset: `dataset[index]`. A function of the
+    step and the budget, so a resumed run reads the same keys."""
 
 
 @dataclass
@@ -223,6 +228,9 @@ def fit(model: nn.Module, loss_fn: LossFn, data: TrainingData | Dataset, config:
                            num_workers=config.num_workers, lengths=data.lengths,
                            full_batches_only=data.full_batches_only, pin_memory=ctx.device.type == "cuda")
     budget = Budget(config, batches.steps_per_epoch, counters)
+    if data.phase is not None:
+        phase = data.phase
+        batches.phase = lambda step: phase(step, budget.progress(step))
     plain = unwrap_model(model)  # the optimizer and the checkpoints see the model's own parameter names
     assert config.learning_rate is not None  # _check_prepared
     optimizer = build_optimizer(plain, config.optimizer, config.learning_rate, config.weight_decay,
@@ -274,7 +282,7 @@ def _train(model: nn.Module, loss_fn: LossFn, parts: Checkpointed, config: Train
             return "early_stop"
     started, elapsed_before = time.perf_counter(), state.elapsed_s
     cadence = Cadence(config, parts.batches.steps_per_epoch, state, ctx.device)
-    data: Iterator[StepBatch] = iter(parts.batches)
+    data: Iterator[StepBatch] = parts.batches.iterate(state.step)
     taken: list[_Taken] = []
     while True:
         lr = parts.schedule.apply(parts.optimizer, state.step)  # skipped steps count: see optim.py

@@ -49,6 +49,7 @@ from torch import nn
 from bertkit.config import PRESETS, BertConfig, check_model_directory, preset
 from bertkit.errors import BertkitError
 from bertkit.inference.batching import feature_length
+from bertkit.inference.positions import PRETRAINING_FILE, trained_positions
 from bertkit.io.jsonfile import read_json_object
 from bertkit.model import accelerate_for_inference, compile_model, enable_gradient_checkpointing
 from bertkit.model.feature_based import FeatureBasedModel
@@ -60,7 +61,7 @@ from bertkit.tasks.task import Task, warn_empty_texts, warn_skipped
 from bertkit.tokenizer import WordPieceTokenizer, check_model_vocabulary
 from bertkit.train.distributed import DistributedContext, barrier, rank0_decides, setup_distributed
 from bertkit.workflows.prepare import prepare_training
-from bertkit.workflows.recipes import PRETRAINING_FILE, finetune_learning_rate, pretraining_history, trained_positions
+from bertkit.workflows.recipes import finetune_learning_rate, pretraining_history
 from bertkit.workflows.run_output import (
     data_record,
     prepare_output,
@@ -93,7 +94,7 @@ class ModelSource:
     pretraining: dict[str, Any] | None
     """None: random initialisation; {}: pre-trained elsewhere (assumed to convergence); {"steps": N}: bertkit's."""
     trained_positions: int | None = None
-    """The leading positions bertkit's pre-training of it trained (`recipes.trained_positions`); None: all of them
+    """The leading positions bertkit's pre-training of it trained (`bertkit.inference.positions`); None: all of them
     (a checkpoint made elsewhere), or random initialisation (none, and none expected)."""
 
 

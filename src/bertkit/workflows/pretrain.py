@@ -20,6 +20,7 @@ import functools
 import hashlib
 import json
 import logging
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -30,8 +31,9 @@ from torch.nn import functional as F
 from torch.utils.data import Dataset
 
 from bertkit.config import BertConfig, load_config
-from bertkit.data import PretrainingDataset, collate_pretraining, collate_static
+from bertkit.data import PretrainingDataset, collate_pretraining, collate_static_buckets
 from bertkit.errors import BertkitError
+from bertkit.inference.positions import PRETRAINING_FILE, trained_positions
 from bertkit.interop.sentence_transformers import copy_module_files
 from bertkit.io.atomic import check_writable, write_text_atomic
 from bertkit.io.jsonfile import read_json_object
@@ -54,7 +56,7 @@ from bertkit.train.distributed import DistributedContext, all_reduce_sum, barrie
 from bertkit.workflows.adapt import carry_pooler
 from bertkit.workflows.prepare import StepPlan, prepare_training
 from bertkit.workflows.pretrain_plan import SETTINGS_FILE, plan_pretraining
-from bertkit.workflows.recipes import PRETRAINING_FILE, PretrainRecipe, pretraining_history, trained_positions
+from bertkit.workflows.recipes import PretrainRecipe, full_length_step, pretraining_history
 
 logger = logging.getLogger(__name__)
 
@@ -114,15 +116,19 @@ class _Split(Dataset):
     def __len__(self) -> int:
         return len(self.indices)
 
-    def __getitem__(self, index: int) -> dict[str, torch.Tensor]:
-        return self.dataset[int(self.indices[index])]
+    def __getitem__(self, key: int | tuple[int, int]) -> dict[str, torch.Tensor]:
+        """Item `key`, or with a (index, length) key (`TrainingData.phase`) that item cut to that length."""
+        index, length = key if isinstance(key, tuple) else (key, None)
+        return self.dataset.read(int(self.indices[index]), length)
 
 
-def split_held_out(data_dir: Path, eval_examples: int, seed: int, **loading: Any) -> tuple[_Split, _Split]:
+def split_held_out(data_dir: Path, eval_examples: int, seed: int, train_length: int | None = None, **loading: Any
+                   ) -> tuple[_Split, _Split]:
     """(train, held-out) from one data directory: `eval_examples` random instances (at most a tenth)
     are held out and never trained on; the held-out copy keeps epoch 0's masks so evaluations compare.
-    `loading` goes to PretrainingDataset (max_seq_length, masked_lm_prob)."""
-    train = PretrainingDataset(data_dir, **loading)
+    `loading` goes to PretrainingDataset (max_seq_length, masked_lm_prob); `train_length` replaces its
+    max_seq_length for the training copy (a run with full-length steps reads it at full length)."""
+    train = PretrainingDataset(data_dir, **{**loading, "max_seq_length": train_length or loading.get("max_seq_length")})
     count = min(eval_examples, len(train) // 10)
     order = np.random.default_rng([seed, 7]).permutation(len(train))
     held_out = np.sort(order[:count])
@@ -191,7 +197,9 @@ def pretrain(settings: PretrainSettings, train: TrainConfig) -> FitResult:
         raise BertkitError(f"--data {settings.data}: masked-LM-only data ({plan.data.layout}, made with "
                            "`bertkit data pretraining --no-nsp`) has no sentence pairs to learn next sentence "
                            "prediction from; pass --no-nsp")
-    train_set, eval_set = _datasets(settings, train.seed)
+    train_set, eval_set = _datasets(settings, train.seed, plan.data.built_seq_length)
+    if ctx.is_main:
+        _warn_untrained_positions(settings, plan.data.built_seq_length)
     tokenizer = _tokenizer(settings, train_set.dataset.vocab_hash)
     if ctx.is_main:
         logger.info("pre-training step: %s", plan.step.describe())
@@ -212,11 +220,12 @@ def pretrain(settings: PretrainSettings, train: TrainConfig) -> FitResult:
     hooks = Hooks(evaluate=evaluate if len(eval_set) else None,
                   save_weights=lambda _, d: model.save_pretrained(d, tokenizer=tokenizer),
                   load_weights=lambda _, d: model.load_hf_state_dict(read_state_dict(d), source=str(d)))
-    result = fit(prepared, _objective(settings, plan.step), _training_data(train_set, plan.step, pad), train, output,
+    training_data = _training_data(train_set, plan.step, pad, _phase(settings, plan.data.built_seq_length))
+    result = fit(prepared, _objective(settings, plan.step), training_data, train, output,
                  ctx=ctx, hooks=hooks, resume=Resume(settings.resume, settings.overwrite,
                                                      run_identity(settings, train_set.dataset, model, eval_set)))
     if ctx.is_main and result.stop_reason == "budget":
-        length = settings.max_seq_length or int(train_set.dataset.options["max_seq_length"])
+        length = int(train_set.dataset.options["max_seq_length"])  # the full length when some steps read it
         _write_final(settings, train, model, tokenizer, output, result.step, plan.recipe, length)
     barrier(ctx)  # final/ is complete before any rank goes on (a command may fine-tune from it next)
     return result
@@ -233,15 +242,47 @@ def _objective(settings: PretrainSettings, step: StepPlan) -> PretrainingObjecti
     return CompiledObjective(objective, cuda_graphs=step.cuda_graphs) if step.compile else objective
 
 
-def _training_data(train_set: _Split, step: StepPlan, pad: int) -> TrainingData:
-    """The training split, collated to one static shape when `step` says so (then an epoch's smaller last batch
-    is skipped and counted rather than compiled for), else to each batch's longest."""
+def _warn_untrained_positions(settings: PretrainSettings, built_seq_length: int) -> None:
+    """Say up front, with the fix, when --max-seq-length cuts the data's instances and no step reads them whole:
+    the positions past the cut stay untrained, and a fine-tuning at the data's length reads them as noise."""
+    cut = settings.max_seq_length or built_seq_length
+    if cut < built_seq_length and not _full_length_steps(settings, built_seq_length):
+        logger.warning("positions %d-%d stay untrained (instances of %d tokens are cut to %d and no step reads them "
+                       "whole): fine-tuning inputs longer than %d tokens would read them as noise (on long texts "
+                       "that lost to random initialisation, docs/pretraining.md); give --full-length-share 0.1 to "
+                       "end at the full length, or fine-tune at --max-seq-length %d", cut, built_seq_length - 1,
+                       built_seq_length, cut, cut, cut)
+
+
+def _full_length_steps(settings: PretrainSettings, built_seq_length: int) -> bool:
+    """Whether some steps read the data at its full length: a share is set and --max-seq-length cuts shorter."""
+    return bool(settings.full_length_share) and (settings.max_seq_length or built_seq_length) < built_seq_length
+
+
+def _phase(settings: PretrainSettings, built_seq_length: int) -> Callable[[int, float], int] | None:
+    """`TrainingData.phase`: the length each step reads its instances at (`recipes.full_length_step`), or None
+    when every step reads them at --max-seq-length."""
+    if not _full_length_steps(settings, built_seq_length):
+        return None
+    short, share = settings.max_seq_length or built_seq_length, float(settings.full_length_share or 0.0)
+    placement = settings.full_length_placement or "end"
+    return lambda step, progress: (built_seq_length if full_length_step(step, progress, share, placement)
+                                   else short)
+
+
+def _training_data(train_set: _Split, step: StepPlan, pad: int, phase: Callable[[int, float], int] | None
+                   ) -> TrainingData:
+    """The training split, read at the lengths `phase` gives each step, collated to one static shape per length
+    when `step` says so (then an epoch's smaller last batch is skipped and counted rather than compiled for), else
+    to each batch's longest."""
     if not step.static_shapes:
-        return TrainingData(train_set, functools.partial(collate_pretraining, pad_token_id=pad))
+        return TrainingData(train_set, functools.partial(collate_pretraining, pad_token_id=pad), phase=phase)
     options = train_set.dataset.options
-    collate = functools.partial(collate_static, pad_token_id=pad, max_seq_length=int(options["max_seq_length"]),
+    full = int(options["max_seq_length"])
+    lengths = (full,) if phase is None else (int(phase(0, 0.0)), full)
+    collate = functools.partial(collate_static_buckets, pad_token_id=pad, lengths=lengths,
                                 max_predictions=int(options["max_predictions_per_seq"]))
-    return TrainingData(train_set, collate, full_batches_only=True)
+    return TrainingData(train_set, collate, full_batches_only=True, phase=phase)
 
 
 def _write_final(settings: PretrainSettings, train: TrainConfig, model: BertForPreTraining | BertForMaskedLM,
@@ -288,6 +329,7 @@ def run_identity(settings: PretrainSettings, data: PretrainingDataset, model: Be
             "model": (f"L={config.num_hidden_layers} H={config.hidden_size} A={config.num_attention_heads} "
                       f"I={config.intermediate_size} V={config.vocab_size} P={config.max_position_embeddings}"),
             "max_seq_length": settings.max_seq_length, "masked_lm_prob": settings.masked_lm_prob,
+            "full_length_share": settings.full_length_share, "full_length_placement": settings.full_length_placement,
             "nsp": settings.nsp, "dropout": config.hidden_dropout_prob}
 
 
@@ -295,11 +337,15 @@ def _manifest_hash(manifest: dict[str, Any]) -> str:
     return hashlib.sha256(json.dumps(manifest, sort_keys=True).encode()).hexdigest()[:16]
 
 
-def _datasets(settings: PretrainSettings, seed: int) -> tuple[_Split, _Split | PretrainingDataset]:
+def _datasets(settings: PretrainSettings, seed: int, built_seq_length: int
+              ) -> tuple[_Split, _Split | PretrainingDataset]:
+    """(train, held-out); the held-out instances are cut to --max-seq-length, the training ones too unless the run
+    has full-length steps (then read at the data's length: `_phase` cuts the others as each step asks)."""
     loading: dict[str, Any] = {"max_seq_length": settings.max_seq_length, "masked_lm_prob": settings.masked_lm_prob}
+    train_length = built_seq_length if _full_length_steps(settings, built_seq_length) else None
     if settings.eval_data is None:
-        return split_held_out(Path(settings.data), settings.eval_examples, seed, **loading)
-    train = PretrainingDataset(settings.data, **loading)
+        return split_held_out(Path(settings.data), settings.eval_examples, seed, train_length, **loading)
+    train = PretrainingDataset(settings.data, **{**loading, "max_seq_length": train_length or settings.max_seq_length})
     return _Split(train, np.arange(len(train))), PretrainingDataset(settings.eval_data, **loading)
 
 

@@ -28,6 +28,7 @@ import torch
 from bertkit.config import BertConfig, load_config
 from bertkit.data import PretrainingDataset
 from bertkit.errors import BertkitError
+from bertkit.inference.positions import PRETRAINING_FILE
 from bertkit.io.jsonfile import read_json_object
 from bertkit.model import BertForPreTraining, read_state_dict
 from bertkit.model.pretrained import SAFETENSORS_NAME, safetensors_shapes
@@ -41,7 +42,6 @@ from bertkit.workflows.prepare import StepPlan, plan_step
 from bertkit.workflows.recipes import (
     CONTINUE_PASSES,
     PAPER_MIN_STEPS,
-    PRETRAINING_FILE,
     DataShape,
     PretrainRecipe,
     apply_recipe,
@@ -167,7 +167,9 @@ def _applied(recipe: PretrainRecipe, settings: PretrainSettings, train: TrainCon
                                       ("masked_lm_prob", settings.masked_lm_prob), ("nsp", settings.nsp),
                                       ("learning_rate", train.learning_rate), ("warmup_ratio", train.warmup_ratio),
                                       (batch, train.global_batch_size or train.batch_size),
-                                      ("head_warmup_steps", train.head_warmup_steps)) if value is not None]
+                                      ("head_warmup_steps", train.head_warmup_steps),
+                                      ("full_length_share", settings.full_length_share),
+                                      ("full_length_placement", settings.full_length_placement)) if value is not None]
     settings, train, notes = apply_recipe(recipe, settings, train, data.shape(), ctx.world_size)
     if ctx.is_main:
         logger.info("recipe %s (%s): %s%s%s", recipe.name, recipe.reason, recipe.describe(),

@@ -26,9 +26,6 @@ from typing import Any
 from bertkit.errors import BertkitError
 from bertkit.settings import RECIPES
 
-PRETRAINING_FILE = "bertkit_pretraining.json"
-"""Written into a pre-training run's final/ (steps, recipe, last held-out metrics); read by fine-tuning's
-learning-rate rule."""
 PAPER_MIN_STEPS = 100_000
 """Steps below which the paper's schedule (lr 1e-4, 1% warmup of 1M steps, dropout 0.1) does not leave the
 unigram plateau in time; measured: 600 such steps gave 10% MLM accuracy where the short recipe gave 17%."""
@@ -63,6 +60,13 @@ class PretrainRecipe:
     head_warmup_steps: int = 0
     """Steps at the start with the encoder held still while a freshly initialised MLM head learns to read it
     (continuing a checkpoint released without its MLM head); 0: none."""
+    full_length_share: float = 0.0
+    """Share of the steps trained at the data's full length when `max_seq_length` cuts its instances shorter, so
+    every position a user fine-tunes at is trained (`full_length_placement` says where); 0: none."""
+    full_length_placement: str = "end"
+    """end: the last `full_length_share` of the budget (its steps, or its time under a time budget: the paper's
+    two phases, 90% at 128 tokens then 10% at 512); spread: that share of the steps, evenly spaced through the
+    run (`full_length_step`)."""
     reason: str = ""
     """One line: why this recipe was chosen."""
 
@@ -75,6 +79,9 @@ class PretrainRecipe:
                  f"dropout {self.dropout:g}" if self.dropout is not None else "the config's dropout",
                  f"masking {self.masked_lm_prob:.0%}" if self.masked_lm_prob else "the data's masking",
                  "MLM + NSP" if self.nsp else "MLM only"]
+        if self.full_length_share and self.max_seq_length:
+            where = "the last" if self.full_length_placement == "end" else "spread over the run:"
+            parts.append(f"{where} {self.full_length_share:.0%} of the steps at the data's full length")
         if self.head_warmup_steps:
             steps = self.head_warmup_steps
             parts.append(f"the new MLM head trained alone for the first {steps} step{'s' if steps != 1 else ''}")
@@ -90,7 +97,8 @@ def paper_recipe() -> PretrainRecipe:
 def short_recipe(hidden_size: int) -> PretrainRecipe:
     """The short-budget recipe for a model of this width: 64-token sequences, batch 16, peak lr 5e-4 at H=256
     reached at half the budget and decayed linearly to 0 at its end (one-cycle, as Cramming), 30% dynamic
-    masking (Wettig et al. 2022), no dropout, NSP kept.
+    masking (Wettig et al. 2022), no dropout, NSP kept; the last 10% of the steps at the data's full length (the
+    paper's two phases scaled to the budget), so every position a fine-tuning reads was trained.
 
     Chosen by measurement (docs/pretraining.md, "What pays at which budget"): at 10 CPU-minutes on the held-out
     WordNet corpus, bert-mini fine-tuned on its 45-way task scored 48.7 +- 0.8 test accuracy where the recipe
@@ -100,7 +108,15 @@ def short_recipe(hidden_size: int) -> PretrainRecipe:
     alone -1.3; batch 16 with 30% masking +3.1, all three +7.4. On one CPU thread
     batch 16 takes twice the steps of batch 32 in the same time (the same tokens per second); on two threads
     fewer, and the 10-minute quickstart still gained more with it (+20.2 test points against +14.8)."""
-    return PretrainRecipe("short", 64, width_scaled(5e-4, hidden_size), 0.5, 0.0, 0.3, True, 16)
+    return PretrainRecipe("short", 64, width_scaled(5e-4, hidden_size), 0.5, 0.0, 0.3, True, 16,
+                          full_length_share=SHORT_FULL_LENGTH_SHARE, full_length_placement=SHORT_FULL_LENGTH_PLACEMENT)
+
+
+SHORT_FULL_LENGTH_SHARE = 0.1
+"""Share of the short recipe's steps at the data's full length (see SHORT_FULL_LENGTH_PLACEMENT)."""
+SHORT_FULL_LENGTH_PLACEMENT = "end"
+"""Where the short recipe puts its full-length steps: 64-token steps alone leave positions 64 and up untrained, and
+a fine-tuning at 128 tokens then reads them as noise (docs/pretraining.md, "Every position a fine-tuning reads")."""
 
 
 SHORT_STATIC_WARMUP_RATIO = 0.05
@@ -191,10 +207,27 @@ def choose_recipe(name: str, hidden_size: int, budget_steps: float | None, init:
                    reason=f"{steps}: too few for the paper's schedule (< {PAPER_MIN_STEPS:,}), so the short-budget one")
 
 
+FULL_LENGTH_PLACEMENTS = ("end", "spread")
+
+
+def full_length_step(step: int, progress: float, share: float, placement: str) -> bool:
+    """Whether the optimizer step after `step` steps, at `progress` (the budget's share spent, in [0, 1]), trains at
+    the data's full length: `placement` end - once progress reaches 1 - `share`; spread - `share` of the steps,
+    evenly spaced (step k when floor((k + 1) x share) > floor(k x share)). A pure function of the step and the
+    budget, so a resumed run continues the same sequence of lengths."""
+    if share <= 0.0:
+        return False
+    if placement == "end":
+        return progress >= 1.0 - share
+    return math.floor((step + 1) * share) > math.floor(step * share)
+
+
 RECIPE_FIELDS = {"max_seq_length": ("settings", "max_seq_length"), "dropout": ("settings", "dropout"),
                  "masked_lm_prob": ("settings", "masked_lm_prob"), "nsp": ("settings", "nsp"),
                  "learning_rate": ("train", "learning_rate"), "warmup_ratio": ("train", "warmup_ratio"),
-                 "batch_size": ("train", "global_batch_size"), "head_warmup_steps": ("train", "head_warmup_steps")}
+                 "batch_size": ("train", "global_batch_size"), "head_warmup_steps": ("train", "head_warmup_steps"),
+                 "full_length_share": ("settings", "full_length_share"),
+                 "full_length_placement": ("settings", "full_length_placement")}
 """Recipe attribute -> (where it lands: the pre-training settings or the TrainConfig, the field there). A field that
 is None (unset) takes the recipe's value; a set one is the user's and stays."""
 
@@ -235,9 +268,11 @@ def apply_recipe(recipe: PretrainRecipe, settings: Any, train: Any, data: DataSh
         notes.append(note)
     length = values.get("max_seq_length")
     if length is not None and length < data.built_seq_length:
-        notes.append(f"instances of {data.built_seq_length} tokens are cut to {length} at load; to use all the "
-                     f"text, build the data with `bertkit data pretraining ... --max-seq-length {length} "
-                     "--masking dynamic`")
+        share = values.get("full_length_share", settings.full_length_share) or 0.0
+        notes.append(f"instances of {data.built_seq_length} tokens are cut to {length} at load"
+                     + (f" except in {share:.0%} of the steps, which train positions {length}-"
+                        f"{data.built_seq_length - 1} too" if share else
+                        f", so positions {length}-{data.built_seq_length - 1} stay untrained"))
     if train.batch_size is not None:  # the older --batch-size gives the global batch itself
         values.pop("batch_size", None)
     user_batch = (train.global_batch_size, train.micro_batch_size, train.gradient_accumulation_steps,
@@ -254,10 +289,12 @@ def apply_recipe(recipe: PretrainRecipe, settings: Any, train: Any, data: DataSh
 
 def library_defaults(settings: Any, train: Any) -> tuple[Any, Any]:
     """What a run with no recipe (`--recipe` unset, library use) takes for the settings a recipe would decide and
-    the user left unset: the paper's learning rate and 1% warmup, NSP when the data has pairs, no head warm-up; the
-    others (length, masking, dropout) are the data's and the model's own."""
+    the user left unset: the paper's learning rate and 1% warmup, NSP when the data has pairs, no head warm-up, no
+    full-length steps; the others (length, masking, dropout) are the data's and the model's own."""
     paper = paper_recipe()
-    settings = replace(settings, nsp=True if settings.nsp is None else settings.nsp)
+    settings = replace(settings, nsp=True if settings.nsp is None else settings.nsp,
+                       full_length_share=settings.full_length_share or 0.0,
+                       full_length_placement=settings.full_length_placement or paper.full_length_placement)
     return settings, replace(train, learning_rate=train.learning_rate or paper.learning_rate,
                              warmup_ratio=paper.warmup_ratio if train.warmup_ratio is None else train.warmup_ratio,
                              head_warmup_steps=train.head_warmup_steps or 0)
@@ -284,17 +321,6 @@ def pretraining_history(record: dict[str, Any]) -> dict[str, Any]:
         return {}
     steps = record.get("total_steps", record.get("steps"))
     return {"steps": steps} if isinstance(steps, int) and not isinstance(steps, bool) and steps >= 0 else {}
-
-
-def trained_positions(record: dict[str, Any]) -> int | None:
-    """The leading positions a model's bertkit_pretraining.json says its pre-training trained (every run of its
-    --init-from chain); None when a checkpoint made elsewhere is in the chain, or the record does not say (a run
-    of a bertkit from before it was recorded): then every position is assumed trained."""
-    origin = record.get("continued_from")
-    if isinstance(origin, dict) and origin.get("released"):
-        return None
-    value = record.get("trained_positions")
-    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
 
 
 RELEASED_MAX_RATE = 3e-4
