@@ -37,7 +37,7 @@ from pathlib import Path
 
 from pretraining_study import SCRIPTS, Job, _run, bertkit
 
-from bertkit.workflows.recipes import SHORT_FULL_LENGTH_SHARE, short_recipe
+from bertkit.workflows.recipes import short_recipe
 
 SHORT_BATCH = short_recipe(256).batch_size
 SEEDS = "1,2,3"
@@ -49,7 +49,10 @@ FAMILIES = {
 }
 # recipe label -> (`bertkit pretrain` flags, share of the steps at 128 tokens)
 RECIPES = {"short-64": (["--full-length-share", "0"], 0.0),
-           "short-end10": ([], SHORT_FULL_LENGTH_SHARE)}
+           "short-end10": (["--full-length-share", "0.1", "--full-length-placement", "end"], 0.1),
+           # the full-length steps at the peak of the schedule as well as its tail: the end phase falls where the
+           # one-cycle schedule's learning rate is low (at most a fifth of the peak)
+           "short-spread25": (["--full-length-share", "0.25", "--full-length-placement", "spread"], 0.25)}
 
 
 def steps_for(budget_cpu_min: float, rate_64: float, rate_128: float, full_share: float) -> int:
@@ -82,7 +85,7 @@ def jobs(args: argparse.Namespace) -> list[Job]:
         out.append(Job(f"{family}:data", bertkit("data", "pretraining", "--input", text, "--tokenizer", str(vocab),
                                                  "--output", str(built), "--max-seq-length", "128", "--workers", "1"),
                        built / "manifest.json", [f"{family}:vocab"]))
-        models = [("random", None, f"{family}:vocab")]
+        models = [("random", None, f"{family}:vocab")] if args.random else []
         for recipe, (flags, share) in RECIPES.items():
             run = folder / f"pretrain-{recipe}-{args.budget}cpu"
             steps = steps_for(args.budget, args.rate_64, args.rate_128, share)
@@ -159,10 +162,12 @@ def main() -> None:
     run.add_argument("--budget", type=float, default=10, help="CPU-minutes of pre-training.")
     run.add_argument("--jobs", type=int, default=2)
     run.add_argument("--only", nargs="*", help="Families to run (default: all).")
+    run.add_argument("--recipes", nargs="*", help=f"Recipes to run (default: all of {', '.join(RECIPES)}).")
+    run.add_argument("--no-random", dest="random", action="store_false", help="No random-initialisation rows.")
     args = parser.parse_args()
-    if args.only:
-        for name in set(FAMILIES) - set(args.only):
-            del FAMILIES[name]
+    for table, keep in ((FAMILIES, args.only), (RECIPES, args.recipes)):
+        for name in set(table) - set(keep or table):
+            del table[name]
     run_all(args)
 
 

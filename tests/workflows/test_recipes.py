@@ -149,9 +149,8 @@ def test_pretrain_chooses_prints_and_records_the_recipe_and_flags_override_it(da
     line = record.getMessage()
     assert line.startswith("recipe short (~3 steps: too few for the paper's schedule")
     assert "0.05 steps/s measured at 64 tokens x 16 on this machine" in line
-    assert "instances of 96 tokens are cut to 64 at load except in 10% of the steps, which train positions 64-95" \
+    assert "instances of 96 tokens are cut to 64 at load, so positions 64-95 stay untrained (--full-length-share" \
         in line
-    assert "the last 10% of the steps at the data's full length" in line
     assert measured and measured[0][1:3] == (64, 16)  # measured at the short recipe's shape
     assert measured[0][-1]["masked_lm_prob"] == 0.3  # and its predictions: the MLM head's cost grows with them
     saved = json.loads((tmp_path / "auto" / "pretrain_settings.json").read_text())
@@ -276,15 +275,14 @@ def test_pretraining_records_the_positions_it_trained_and_fine_tuning_says_when_
     from bertkit.tasks.classification import ClassificationSettings, ClassificationTask
     from bertkit.workflows.finetune import FinetuneSettings, finetune
 
-    with caplog.at_level(logging.WARNING):
-        assert _pretrain(data, tmp_path / "short", "--max-steps", "2", "--max-seq-length", "24",
-                         "--full-length-share", "0") == 0
+    with caplog.at_level(logging.INFO):
+        assert _pretrain(data, tmp_path / "short", "--max-steps", "2", "--max-seq-length", "24") == 0
     said = [r.getMessage() for r in caplog.records if "stay untrained" in r.getMessage()]
-    assert len(said) == 1 and said[0].startswith("positions 24-95 stay untrained") and "--full-length-share" in said[0]
+    assert len(said) == 1 and "so positions 24-95 stay untrained (--full-length-share" in said[0]  # the recipe's line
     record = json.loads((tmp_path / "short" / "final" / "bertkit_pretraining.json").read_text())
     assert record["trained_positions"] == 24
     assert _pretrain(data, tmp_path / "long", "--max-steps", "2", "--max-seq-length", "64", "--init-from",
-                     str(tmp_path / "short" / "final"), "--full-length-share", "0") == 0
+                     str(tmp_path / "short" / "final")) == 0
     assert json.loads((tmp_path / "long" / "final" / "bertkit_pretraining.json").read_text())["trained_positions"] == 64
 
     from bertkit.serve.predictor import load_predictor
@@ -298,6 +296,13 @@ def test_pretraining_records_the_positions_it_trained_and_fine_tuning_says_when_
     assert len(said) == 1 and said[0].startswith("2 of 3 inputs reach positions past 24")
     assert "--max-seq-length 24" in said[0]
     assert embedder.untrained.past == 3
+    lines = tmp_path / "lines.txt"
+    lines.write_text("word " * 40 + "\nword\n")
+    caplog.clear()
+    with caplog.at_level(logging.WARNING):
+        assert main(["extract", "--model", str(tmp_path / "short" / "final"), "--input", str(lines), "--output",
+                     str(tmp_path / "vectors.npy")]) == 0
+    assert any(r.getMessage().startswith("1 of 2 inputs reach positions past 24") for r in caplog.records)
     assert load_predictor(tmp_path / "long" / "final").untrained.trained == 64
 
     tokenizer = WordPieceTokenizer.from_pretrained(data["tok"])
@@ -366,17 +371,17 @@ def _lengths_read(monkeypatch) -> list:
     return keys
 
 
-def test_the_short_recipe_trains_every_position_the_data_has(data, tmp_path, monkeypatch, caplog):
-    """Issue 48: the short recipe cuts instances to 64 tokens for speed, which left positions 64 and up untrained
-    (fine-tuning at 128 tokens then lost to random initialisation). Its last steps read the data at full length, as
-    the paper's 512-token phase: every step's batch is one length, the full-length steps are the share asked for,
+def test_full_length_steps_train_every_position_the_data_has(data, tmp_path, monkeypatch, caplog):
+    """Issue 48: the short recipe cuts instances to 64 tokens for speed, which leaves positions 64 and up untrained.
+    --full-length-share reads the data whole in that share of the steps (end: as the paper's 512-token phase;
+    spread: through the run): every step's batch is one length, the full-length steps are the share asked for,
     and final/ records the full length as trained."""
     keys = _lengths_read(monkeypatch)
     assert _pretrain(data, tmp_path / "auto", "--max-steps", "10", "--max-seq-length", "24",
-                     "--global-batch-size", "4") == 0
+                     "--global-batch-size", "4", "--full-length-share", "0.1", "--full-length-placement", "end") == 0
     lengths = [length for _, length in keys]
     per_step = [set(lengths[k:k + 4]) for k in range(0, len(lengths), 4)]
-    assert per_step == [{24}] * 9 + [{96}]  # the short recipe: the last 10% of the steps at the data's length
+    assert per_step == [{24}] * 9 + [{96}]  # the last 10% of the steps at the data's length
     record = json.loads((tmp_path / "auto" / "final" / "bertkit_pretraining.json").read_text())
     assert record["trained_positions"] == 96
     saved = json.loads((tmp_path / "auto" / "pretrain_settings.json").read_text())

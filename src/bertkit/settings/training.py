@@ -287,8 +287,7 @@ class PretrainSettings(Settings):
     """Fills the settings a budget decides (sequence length, learning rate, warmup, dropout, masking rate,
     NSP, batch size) that are not given (None). auto: the paper's settings when the budget allows
     ~100,000 steps, else the short-budget recipe (64 tokens, batch 16, lr 5e-4 at bert-mini's width reached
-    at half the budget, no dropout, 30% dynamic masking, NSP, the last 10% of the steps at the data's full
-    length); the choice and its reason are printed (recipes.py);
+    at half the budget, no dropout, 30% dynamic masking, NSP); the choice and its reason are printed (recipes.py);
     each setting's own flag overrides it. None (library use): the paper's learning rate and warmup for those
     not given (recipes.library_defaults)."""
 

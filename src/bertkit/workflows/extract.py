@@ -40,6 +40,7 @@ from bertkit.data.text_inputs import read_lines
 from bertkit.errors import BertkitError
 from bertkit.inference.batching import check_finite, sorted_batches
 from bertkit.inference.pooling import sentence_vectors
+from bertkit.inference.positions import UntrainedPositions, directory_trained_positions
 from bertkit.inference.smoothquant import int8_smoothing
 from bertkit.interop.sentence_transformers import choose_pooling, read_sentence_transformers
 from bertkit.io.atomic import check_writable, failed_write_advice
@@ -107,6 +108,7 @@ def extract_features(settings: ExtractSettings) -> int:
                  ",".join(map(str, indices)), ", normalized" * normalize, max_seq_length,
                  " (sentence-transformers directory)" * bool(sentence))
     encodings = _encode(vocabulary, inputs, max_seq_length)
+    UntrainedPositions(directory_trained_positions(model_dir), str(model_dir)).check([len(e) for e in encodings])
     output_path.parent.mkdir(parents=True, exist_ok=True)
     batches = _hidden_states(encoder, encodings, indices, settings.batch_size, vocabulary.pad_token_id,
                              str(model_dir))

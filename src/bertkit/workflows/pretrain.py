@@ -198,7 +198,7 @@ def pretrain(settings: PretrainSettings, train: TrainConfig) -> FitResult:
                            "`bertkit data pretraining --no-nsp`) has no sentence pairs to learn next sentence "
                            "prediction from; pass --no-nsp")
     train_set, eval_set = _datasets(settings, train.seed, plan.data.built_seq_length)
-    if ctx.is_main:
+    if ctx.is_main and plan.recipe is None:  # (a recipe's line says it)
         _warn_untrained_positions(settings, plan.data.built_seq_length)
     tokenizer = _tokenizer(settings, train_set.dataset.vocab_hash)
     if ctx.is_main:
@@ -244,14 +244,13 @@ def _objective(settings: PretrainSettings, step: StepPlan) -> PretrainingObjecti
 
 def _warn_untrained_positions(settings: PretrainSettings, built_seq_length: int) -> None:
     """Say up front, with the fix, when --max-seq-length cuts the data's instances and no step reads them whole:
-    the positions past the cut stay untrained, and a fine-tuning at the data's length reads them as noise."""
+    the positions past the cut stay untrained, and a fine-tuning at the data's length reads them untrained."""
     cut = settings.max_seq_length or built_seq_length
     if cut < built_seq_length and not _full_length_steps(settings, built_seq_length):
         logger.warning("positions %d-%d stay untrained (instances of %d tokens are cut to %d and no step reads them "
-                       "whole): fine-tuning inputs longer than %d tokens would read them as noise (on long texts "
-                       "that lost to random initialisation, docs/pretraining.md); give --full-length-share 0.1 to "
-                       "end at the full length, or fine-tune at --max-seq-length %d", cut, built_seq_length - 1,
-                       built_seq_length, cut, cut, cut)
+                       "whole): fine-tuning inputs longer than %d tokens will read them untrained; "
+                       "--full-length-share 0.1 ends the run at the full length", cut, built_seq_length - 1,
+                       built_seq_length, cut, cut)
 
 
 def _full_length_steps(settings: PretrainSettings, built_seq_length: int) -> bool:
