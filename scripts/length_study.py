@@ -17,8 +17,9 @@ with `bertkit data pretraining --max-seq-length 128` and every other default - d
   wordnet-lexname short inputs (glosses, < 64 tokens), the family the short recipe was tuned on (+15.0 at 10
                   CPU-minutes before this change): it must keep its gain.
 
-Rows per family: random initialisation; the short recipe as it was (`--full-length-share 0`: every step at 64
-tokens); the short recipe since issue 48 (the last 10% of the steps at the data's 128 tokens). A budget is in
+Rows per family: random initialisation; the short recipe with every step at 64 tokens (`--full-length-share 0`, its
+default: the study's outcome); the last 10% of the steps at the data's 128 tokens (`end`, the paper's two phases);
+25% of the steps at 128 tokens spread through the run (`spread`: at the schedule's peak too). A budget is in
 CPU-minutes turned into steps at the rates of an idle machine (`scripts/pretraining_study.py rates`; batch 16 takes
 twice the steps per second of batch 32), counting the full-length steps at the 128-token rate, so both recipes get
 the same CPU time; every run uses one thread, two at a time. Fine-tuning is `scripts/study_finetune.py` with the
