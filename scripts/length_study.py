@@ -30,13 +30,10 @@ default on the long families, whose fine-tunings cost 4-8x more), seeds 1, 2, 3.
 from __future__ import annotations
 
 import argparse
-import os
 import sys
-import time
-from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from pathlib import Path
 
-from pretraining_study import SCRIPTS, Job, _run, bertkit
+from pretraining_study import SCRIPTS, Job, bertkit, run_jobs
 
 from bertkit.workflows.recipes import short_recipe
 
@@ -119,36 +116,10 @@ def _task_files(family: str, args: argparse.Namespace) -> list[str]:
 
 
 def run_all(args: argparse.Namespace) -> None:
-    """Every job in dependency order, `--jobs` at a time, pre-trainings before fine-tunings of the same family;
-    a job whose mark exists is skipped (an interrupted study continues)."""
-    todo = {job.name: job for job in jobs(args)}
-    done = {name for name, job in todo.items() if job.done.exists()}
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    args.root.mkdir(parents=True, exist_ok=True)
-    order = list(todo)
-    with ThreadPoolExecutor(args.jobs) as pool:
-        running: dict = {}
-        while len(done) < len(todo):
-            ready = [todo[n] for n in order if n not in done and n not in running.values()
-                     and all(a in done for a in todo[n].after)]
-            ready.sort(key=lambda job: (":finetune:" in job.name, order.index(job.name)))
-            for job in ready[:args.jobs - len(running)]:
-                print(f"{time.strftime('%H:%M:%S')} start {job.name}", flush=True)
-                log = args.root / "logs" / f"{job.name.replace(':', '_')}.log"
-                log.parent.mkdir(parents=True, exist_ok=True)
-                running[pool.submit(_run, job, log, env)] = job.name
-            if not running:
-                raise SystemExit(f"stuck: {sorted(set(todo) - done)} wait on jobs that failed")
-            finished, _ = wait(running, return_when=FIRST_COMPLETED)
-            for future in finished:
-                name = running.pop(future)
-                code = future.result()
-                print(f"{time.strftime('%H:%M:%S')} {'done' if code == 0 else f'FAILED ({code})'} {name}", flush=True)
-                if code != 0:
-                    raise SystemExit(f"{name} failed; see {args.root / 'logs'}")
-                todo[name].done.parent.mkdir(parents=True, exist_ok=True)
-                todo[name].done.touch()
-                done.add(name)
+    """Every job (pretraining_study.run_jobs), pre-trainings before fine-tunings, else in the order listed."""
+    all_jobs = jobs(args)
+    order = [job.name for job in all_jobs]
+    run_jobs(all_jobs, args.root, args.jobs, lambda job: (":finetune:" in job.name, order.index(job.name)))
 
 
 def main() -> None:

@@ -39,9 +39,11 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from bertkit.workflows.recipes import REFERENCE_WIDTH, short_recipe
 
@@ -202,19 +204,25 @@ def _lever_models(corpus: str, root: Path, args: argparse.Namespace, out: list[J
 
 
 def run_all(args: argparse.Namespace) -> None:
-    todo = {job.name: job for job in jobs(args)}
+    run_jobs(jobs(args), args.root, args.jobs, _priority)
+
+
+def run_jobs(all_jobs: list[Job], root: Path, workers: int, priority: Callable[[Job], Any]) -> None:
+    """Every job in dependency order, `workers` at a time, one thread each, the ready ones by `priority`; a job
+    whose mark exists is skipped (an interrupted study continues); the first failure stops the study."""
+    todo = {job.name: job for job in all_jobs}
     done = {name for name, job in todo.items() if job.done.exists()}
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    args.root.mkdir(parents=True, exist_ok=True)
-    with ThreadPoolExecutor(args.jobs) as pool:
+    root.mkdir(parents=True, exist_ok=True)
+    with ThreadPoolExecutor(workers) as pool:
         running: dict = {}
         while len(done) < len(todo):
             ready = [j for n, j in todo.items() if n not in done and n not in running.values()
                      and all(a in done for a in j.after)]
-            ready.sort(key=_priority)
-            for job in ready[:args.jobs - len(running)]:
+            ready.sort(key=priority)
+            for job in ready[:workers - len(running)]:
                 print(f"{time.strftime('%H:%M:%S')} start {job.name}", flush=True)
-                log = args.root / "logs" / f"{job.name.replace(':', '_')}.log"
+                log = root / "logs" / f"{job.name.replace(':', '_')}.log"
                 log.parent.mkdir(parents=True, exist_ok=True)
                 running[pool.submit(_run, job, log, env)] = job.name
             if not running:
@@ -229,7 +237,7 @@ def run_all(args: argparse.Namespace) -> None:
                     todo[name].done.touch()
                     done.add(name)
                 else:
-                    raise SystemExit(f"{name} failed; see {args.root / 'logs'}")
+                    raise SystemExit(f"{name} failed; see {root / 'logs'}")
 
 
 def _priority(job: Job) -> tuple[int, float, int]:

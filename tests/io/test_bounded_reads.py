@@ -58,17 +58,23 @@ def test_whole_file_readers_are_bounded(zero, tmp_path, monkeypatch):
         WordPieceTokenizer.from_pretrained(zero)
 
 
-def test_a_stream_as_probe_file_is_one_line(zero, tmp_path, capsys, monkeypatch):
+def _doctor_refuses_probe_file(path, monkeypatch, capsys) -> str:
+    """`bertkit doctor` with BERTKIT_PROBE_FILE=path: exits 2; its stderr."""
     from bertkit.runtime import probe
 
-    monkeypatch.setenv("BERTKIT_PROBE_FILE", str(zero))
+    monkeypatch.setenv("BERTKIT_PROBE_FILE", str(path))
     probe.reset()  # this process's measurements are read again, from the file
     try:
         assert main(["doctor"]) == 2
     finally:
         monkeypatch.delenv("BERTKIT_PROBE_FILE")
         probe.reset()
-    err = capsys.readouterr().err
+    return capsys.readouterr().err
+
+
+def test_a_stream_as_probe_file_is_one_line(zero, tmp_path, capsys, monkeypatch):
+
+    err = _doctor_refuses_probe_file(zero, monkeypatch, capsys)
     assert "BERTKIT_PROBE_FILE" in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
 
 
@@ -111,14 +117,7 @@ def test_a_probe_file_with_impossible_measurements_is_one_line(tmp_path, capsys,
         data["measurements"]["width"] = value
     path = tmp_path / "probe.json"
     path.write_text(json.dumps(data).replace("Infinity", "1e400"))
-    monkeypatch.setenv("BERTKIT_PROBE_FILE", str(path))
-    probe.reset()
-    try:
-        assert main(["doctor"]) == 2
-    finally:
-        monkeypatch.delenv("BERTKIT_PROBE_FILE")
-        probe.reset()
-    err = capsys.readouterr().err
+    err = _doctor_refuses_probe_file(path, monkeypatch, capsys)
     assert "not a probe result" in err and "Traceback" not in err
 
 
