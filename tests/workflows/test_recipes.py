@@ -407,3 +407,23 @@ def test_full_length_steps_resume_exactly(data, tmp_path, monkeypatch):
         return {r["step"]: r["loss"] for r in map(json.loads, lines) if r.get("kind") == "train"}
 
     assert losses("parts") == losses("whole") and len(losses("whole")) == 6
+
+
+def test_a_library_run_that_cuts_instances_says_which_positions_stay_untrained(data, tmp_path, caplog):
+    """Without a recipe (a library caller) no recipe line says it, so `pretrain` warns once, with the fix; with
+    full-length steps it does not."""
+    from bertkit.settings import PretrainSettings, TrainConfig
+    from bertkit.workflows.pretrain import pretrain
+
+    def run(name: str, share: float | None) -> list[str]:
+        caplog.clear()
+        settings = PretrainSettings(data=str(data["dynamic"]), model="bert-debug", output=str(tmp_path / name),
+                                    tokenizer=str(data["tok"]), eval_examples=8, max_seq_length=24,
+                                    full_length_share=share)
+        with caplog.at_level(logging.WARNING):
+            pretrain(settings, TrainConfig(max_steps=1, device="cpu", precision="fp32", batch_size=4))
+        return [r.getMessage() for r in caplog.records if "stay untrained" in r.getMessage()]
+
+    said = run("cut", None)
+    assert len(said) == 1 and said[0].startswith("positions 24-95 stay untrained") and "--full-length-share" in said[0]
+    assert run("whole", 0.5) == []
