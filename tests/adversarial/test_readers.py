@@ -27,7 +27,7 @@ from bertkit.tasks.classification import ClassificationSettings, ClassificationT
 from bertkit.tasks.finetuned import save_finetuned
 from bertkit.tasks.kinds import build_task
 from bertkit.tokenizer import MAX_TEXT_CHARS, WordPieceTokenizer
-from bertkit.workflows.finetune import _read_reporting
+from bertkit.workflows.finetune import read_reporting
 from bertkit.workflows.predict import predict_file
 
 WORDS = "the a film was good bad quoted start plain more inner quotes last def x y eu rejects german".split()
@@ -145,7 +145,7 @@ def test_unseen_dev_label_is_skipped_counted_and_named(tmp_path: Path, caplog: p
     task = build_task("classification", train, {"text_column": "text", "label_column": "label"})
     report: dict = {}
     with caplog.at_level(logging.WARNING):
-        examples = _read_reporting(task, dev, False, report, "dev")
+        examples = read_reporting(task, dev, False, report, "dev")
     assert [e.label for e in examples] == ["pos", "neg"] and report["skipped_dev"] == 1
     assert f"{dev}:3: unknown label 'neutral'" in caplog.text
     with pytest.raises(BertkitError, match=rf"{dev}:3: unknown label 'neutral'"):
@@ -157,7 +157,7 @@ def test_unseen_dev_tag_skips_its_sentence_counted_and_named(tmp_path: Path) -> 
     dev = _write(tmp_path / "dev.conll", "EU B-ORG\n\nPeter O\nBlackburn B-PER\n")
     task = build_task("tagging", train, {"tag_scheme": "BIO"})
     report: dict = {}
-    sentences = _read_reporting(task, dev, False, report, "dev")
+    sentences = read_reporting(task, dev, False, report, "dev")
     assert [s.words for s in sentences] == [["EU"]] and report["skipped_dev"] == 1
     assert task.read(dev)[1] == [f"{dev}:4: label 'B-PER' is not one of the model's labels (B-ORG, O), "
                                  "which come from the training file"]

@@ -25,6 +25,7 @@ import click
 
 from bertkit.errors import BertkitError, Interrupted, ModelFault
 from bertkit.runtime.allocator import keep_freed_memory
+from bertkit.settings.distillation import DISTILL_KINDS
 from bertkit.settings.tasks import FINETUNE_KINDS
 
 # name -> "module:attribute" of a click command or group.
@@ -36,6 +37,7 @@ COMMANDS: dict[str, str] = {
     "data": "bertkit.cli.data:data",
     "pretrain": "bertkit.cli.pretrain:pretrain",
     "finetune": "bertkit.cli.finetune:finetune",
+    "distill": "bertkit.cli.distill:distill",
     "glue": "bertkit.cli.glue:glue",
     "predict": "bertkit.cli.predict:predict",
     "evaluate": "bertkit.cli.predict:evaluate",
@@ -54,6 +56,7 @@ SUMMARIES: dict[str, str] = {
     "data": "Build pre-training data (MLM + NSP instances) from text.",
     "pretrain": "Pre-train BERT with masked LM + next sentence prediction.",
     "finetune": "Fine-tune one of: " + ", ".join(FINETUNE_KINDS) + ".",
+    "distill": "Distil a fine-tuned model into a smaller, faster student (" + ", ".join(DISTILL_KINDS) + ").",
     "glue": "Fine-tune on every task of a GLUE directory (lr chosen on dev, seeds) -> one table like the paper's.",
     "predict": "Predict with a fine-tuned model directory.",
     "evaluate": "Evaluate a fine-tuned model directory on a labelled file.",

@@ -95,10 +95,10 @@ def _run(kind: str, settings_class: type, flags: dict[str, Any], **task_settings
     task_settings = {**pop_settings(settings_class, flags), **task_settings}
     results = finetuning.run_finetuning(kind, flags.pop("train_file"), list(flags.pop("dev_files")), settings,
                                         task_settings)
-    _print_summary(results, settings.output)
+    print_summary(results, settings.output)
 
 
-def _print_summary(results: dict[str, Any], output: Path) -> None:
+def print_summary(results: dict[str, Any], output: Path) -> None:
     for seed, metrics in results["seeds"].items():
         shown = ", ".join(f"{k} {v:.4f}" for k, v in metrics.items()
                           if k != "step" and not k.endswith("_seconds") and isinstance(v, float))
@@ -176,7 +176,7 @@ def embedding(**flags: Any) -> None:
                                      embedding_settings)
     if "before_" + METRIC_NAMES[0] in results:
         click.echo("before training: " + ", ".join(f"{k} {results['before_' + k]:.4f}" for k in METRIC_NAMES))
-    _print_summary({**results, "seeds": {s: {k: v for k, v in m.items() if not k.startswith("before_")}
+    print_summary({**results, "seeds": {s: {k: v for k, v in m.items() if not k.startswith("before_")}
                                          for s, m in results["seeds"].items()}}, settings.output)
     if results["truncated_train_texts"]:
         click.echo(f"truncated train texts: {results['truncated_train_texts']} (longer than --max-seq-length)")

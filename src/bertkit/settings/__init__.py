@@ -9,6 +9,7 @@
 - `data`: `InstanceSettings` (what changes pre-training data, recorded in the manifest) and
   `PretrainingDataSettings` (`bertkit data pretraining`'s files and workers); `TokenizerTrainSettings`,
   `TokenizerExtendSettings`, `TokenizerEncodeSettings`.
+- `distillation`: `DistillSettings` (`bertkit distill`'s teacher, student and losses).
 - `inference`: `ExtractSettings`, `ExportSettings`, `PredictSettings`.
 - `serving`: `Limits`, `ServerSettings`, `ServeSettings`.
 
@@ -36,6 +37,13 @@ from bertkit.settings.data import (
     TokenizerExtendSettings,
     TokenizerTrainSettings,
     VocabularySettings,
+)
+from bertkit.settings.distillation import (
+    DISTILL_KINDS,
+    UNLABELED_KINDS,
+    DistillSettings,
+    every_other_layer,
+    student_layers,
 )
 from bertkit.settings.fields import (
     DEVICES,
@@ -102,6 +110,7 @@ __all__ = [
     "DATA_RNGS",
     "DEFAULT_GLOBAL_BATCH_SIZE",
     "DEVICES",
+    "DISTILL_KINDS",
     "DUPE_FACTORS",
     "EMBEDDING_POOLINGS",
     "FEATURE_COMBINES",
@@ -125,11 +134,13 @@ __all__ = [
     "SINGLE_TEXT_TOKENS",
     "TAG_SCHEMES",
     "TASK_SETTINGS",
+    "UNLABELED_KINDS",
     "VOCABULARY_INITS",
     "WINDOW_AGGREGATIONS",
     "BatchSizes",
     "ClassificationSettings",
     "DeviceChoice",
+    "DistillSettings",
     "EmbeddingSettings",
     "ExportSettings",
     "ExtractSettings",
@@ -157,8 +168,10 @@ __all__ = [
     "VocabularySettings",
     "check_fields",
     "check_positions",
+    "every_other_layer",
     "field_flag",
     "finetune_training",
     "flag_of",
     "sequence_length_field",
+    "student_layers",
 ]

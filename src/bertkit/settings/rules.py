@@ -44,6 +44,7 @@ EXACT: dict[str, str] = {
     "dropout": "the model's regularisation",
     "freeze_encoder": "which weights train",
     "task": "the task's files and columns",
+    "distillation": "the teacher, the student and the objective",
 }
 """Settings a resumed run shares with its checkpoint unless --allow-change names them: name -> what it decides."""
 

@@ -39,7 +39,7 @@ import functools
 import json
 import logging
 import shutil
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -48,7 +48,7 @@ from torch import nn
 
 from bertkit.config import PRESETS, BertConfig, check_model_directory, preset
 from bertkit.errors import BertkitError
-from bertkit.inference.batching import feature_length
+from bertkit.inference.batching import feature_length, pad_batch
 from bertkit.inference.positions import PRETRAINING_FILE, trained_positions
 from bertkit.io.jsonfile import read_json_object
 from bertkit.model import accelerate_for_inference, compile_model, enable_gradient_checkpointing
@@ -151,6 +151,28 @@ def build_model(task: Task, settings: FinetuneSettings, tokenizer: WordPieceToke
 
 # --- training ----------------------------------------------------------------------------------------
 
+@dataclass(frozen=True)
+class SeedRecipe:
+    """What each seed trains and on what: fine-tuning's own by default (the task model, the task's loss, the
+    training file's features); distillation (`bertkit.workflows.distill`) gives its own, over the same seeds,
+    evaluation, best-keeping and resume."""
+
+    wrap: Callable[[nn.Module], nn.Module] = lambda model: model
+    """The module that trains, made around the seed's task model (`build_model`'s)."""
+    export: Callable[[nn.Module], nn.Module] = lambda model: model
+    """The task model inside the trained module: what is evaluated and saved as OUTPUT/best."""
+    loss: Callable[[Task], Any] = lambda task: task.training_loss()
+    """The loop's loss (`bertkit.train.loop.LossFn`) for the task."""
+    extend: Callable[[list[dict]], list[dict]] = lambda features: features
+    """The training features (the training file's, encoded) as the seeds train on them."""
+    collate: Callable[[list[dict], int], Any] = pad_batch
+    """A micro-batch of features: `collate(features, pad token id)`."""
+    record: dict[str, Any] = dataclasses.field(default_factory=dict)
+    """What finetune_run.json records beside fine-tuning's settings (checked on resume by the rulebook)."""
+
+
+PLAIN = SeedRecipe()
+
 def resolve_learning_rate(settings: FinetuneSettings, log_choice: bool = True, source: ModelSource | None = None
                           ) -> float:
     """The run's peak learning rate: the given one, or the rule's for this model (logged with why)."""
@@ -165,7 +187,8 @@ def resolve_learning_rate(settings: FinetuneSettings, log_choice: bool = True, s
 
 
 def _train_seed(task: Task, settings: FinetuneSettings, tokenizer: WordPieceTokenizer, train_features: list[dict],
-                dev_sets: list[DevSet], seed: int, ctx: DistributedContext, source: ModelSource) -> dict[str, float]:
+                dev_sets: list[DevSet], seed: int, ctx: DistributedContext, source: ModelSource,
+                recipe: SeedRecipe = PLAIN) -> dict[str, float]:
     """Train one seed (continuing its checkpoint when resuming); its best dev metrics with their step."""
     directory = settings.output / f"seed-{seed}"
     resuming = rank0_decides(lambda: settings.resume and any((directory / "checkpoints").glob("step-*")), ctx)
@@ -175,7 +198,7 @@ def _train_seed(task: Task, settings: FinetuneSettings, tokenizer: WordPieceToke
         directory.mkdir(parents=True, exist_ok=True)
     barrier(ctx)
     seed_everything(seed)  # the head's initialisation depends on the seed too (the same on every rank)
-    model = build_model(task, settings, tokenizer, source)
+    model = recipe.wrap(build_model(task, settings, tokenizer, source))
     plain = model
     metric = task.metric_names[0] if dev_sets else None
     model, train = prepare_training(model, seed_training(settings, seed, metric), ctx,
@@ -183,36 +206,37 @@ def _train_seed(task: Task, settings: FinetuneSettings, tokenizer: WordPieceToke
     if isinstance(plain, FeatureBasedModel) and ctx.device.type == "cpu" and not train.compile:
         # Frozen features with prediction's kernels (with --compile, the compiled encoder computes them).
         plain.use_encoder_copy(functools.partial(accelerate_for_inference, autocast=train.precision == "bf16"))
-    run = SeedRun(task, tokenizer, dev_sets, settings.eval_batch_size, directory, ctx)
+    run = SeedRun(task, tokenizer, dev_sets, settings.eval_batch_size, directory, ctx, recipe.export)
     every = f"{train.eval_every} steps" if train.eval_every else "epoch"
     log.info("seed %d: %s, precision %s%s", seed, f"evaluation every {every}" if dev_sets else "no dev set",
              train.precision, ", resuming" if resuming else "")
-    data = training_data(train_features, tokenizer, settings.group_by_length)
-    return fit_seed(model, task.training_loss(), data, train, run, ctx, resuming, f"fine-tuning seed {seed}")
+    data = training_data(train_features, tokenizer, settings.group_by_length, recipe.collate)
+    return fit_seed(model, recipe.loss(task), data, train, run, ctx, resuming, f"fine-tuning seed {seed}")
 
 
 def finetune(task: Task, settings: FinetuneSettings, tokenizer: WordPieceTokenizer, train_examples: Sequence[Any],
              dev_sets: list[tuple[str, Sequence[Any]]], report: dict[str, Any],
              inputs: dict[str, Any] | None = None, input_labels: dict[str, str] | None = None,
-             source: ModelSource | None = None) -> dict[str, Any]:
+             source: ModelSource | None = None, recipe: SeedRecipe = PLAIN) -> dict[str, Any]:
     """Fine-tune once per seed; keep the best seed's best evaluation in OUTPUT/best; write eval_results.json.
 
     `dev_sets` are (name, examples) with '' naming the first (selection) set; `report` holds counts of
     skipped/truncated inputs, written into eval_results.json. With `settings.resume`, seeds finished earlier
     are read back and an interrupted seed continues from its checkpoint; the run's settings, its task and
     `inputs` (what `run_finetuning` records of the files; `input_labels` name them in messages) must then be
-    those of the interrupted run by the rulebook (`bertkit.settings.rules`).
+    those of the interrupted run by the rulebook (`bertkit.settings.rules`). `recipe` says what each seed trains
+    (fine-tuning's own unless a distillation gives another).
     """
     apply_threads(settings.train.threads)
     ctx = setup_distributed(settings.train.device)  # the process's group, kept for whatever trains next
     return _finetune_seeds(task, settings, tokenizer, train_examples, dev_sets, report, ctx, inputs or {},
-                           input_labels or {}, source or model_source(settings))
+                           input_labels or {}, source or model_source(settings), recipe)
 
 
 def _finetune_seeds(task: Task, settings: FinetuneSettings, tokenizer: WordPieceTokenizer,
                     train_examples: Sequence[Any], dev_sets: list[tuple[str, Sequence[Any]]], report: dict[str, Any],
-                    ctx: DistributedContext, inputs: dict[str, Any], labels: dict[str, str], source: ModelSource
-                    ) -> dict[str, Any]:
+                    ctx: DistributedContext, inputs: dict[str, Any], labels: dict[str, str], source: ModelSource,
+                    recipe: SeedRecipe = PLAIN) -> dict[str, Any]:
     """`finetune` inside its process group: every rank trains each seed, rank 0 writes the run's files. The run's
     record holds its settings as resolved (the learning rate `auto` chose) and is written once every check has
     passed and the examples are encoded: a refused or failed resume leaves the record of the run it tried to
@@ -220,19 +244,21 @@ def _finetune_seeds(task: Task, settings: FinetuneSettings, tokenizer: WordPiece
     settings.train.batch_plan(ctx.world_size)  # a batch that cannot be split says so before any work
     check_length_fits(settings, task.settings.max_seq_length, source)
     settings = rank0_decides(lambda: with_learning_rate(settings, source=source), ctx)  # rank 0 says why
-    record = {**run_settings(settings), **run_task(task), **inputs}
+    record = {**run_settings(settings), **run_task(task), **inputs, **recipe.record}
     rank0_decides(lambda: prepare_output(settings.output, settings.resume, settings.overwrite, record,
                                          settings.train.allow_change, labels), ctx)
     report["learning_rate"] = settings.train.learning_rate
     train_features = task.features(train_examples, tokenizer, training=True)
     report["truncated_train_examples"] = task.last_truncated
     report["past_trained_positions"] = warn_untrained_positions(source, train_features, task.settings.max_seq_length)
+    train_features = recipe.extend(train_features)
     sets = [DevSet(name, examples, task.features(examples, tokenizer)) for name, examples in dev_sets]
     report["truncated_dev_examples"] = task.last_truncated if sets else 0
     if ctx.is_main:
         record_run(settings.output, record)
     return train_seeds(settings, task.metric_names if sets else (), ctx, report,
-                       lambda seed: _train_seed(task, settings, tokenizer, train_features, sets, seed, ctx, source))
+                       lambda seed: _train_seed(task, settings, tokenizer, train_features, sets, seed, ctx, source,
+                                                recipe))
 
 
 def warn_untrained_positions(source: ModelSource, features: list[dict], max_seq_length: int) -> int:
@@ -285,7 +311,7 @@ def run_settings(settings: FinetuneSettings) -> dict[str, Any]:
     return json.loads(json.dumps(values))
 
 
-def _read_reporting(task: Task, path: str | Path, training: bool, report: dict[str, Any], key: str) -> list[Any]:
+def read_reporting(task: Task, path: str | Path, training: bool, report: dict[str, Any], key: str) -> list[Any]:
     examples, skipped = task.read(path, labelled=True, training=training)
     report[f"skipped_{key}"] = len(skipped)
     warn_skipped(path, examples, skipped)
@@ -305,12 +331,20 @@ def run_finetuning(kind: str, train_path: str | Path, dev_paths: list[str | Path
     tokenizer = source.tokenizer
     task = build_task(kind, train_path, task_settings)
     report: dict[str, Any] = {}
-    train = _read_reporting(task, train_path, True, report, "train")
+    train, dev_sets = read_files(task, train_path, dev_paths, report)
+    inputs, labels = data_record(train_path, dev_paths)
+    return finetune(task, settings, tokenizer, train, dev_sets, report, inputs, labels, source)
+
+
+def read_files(task: Task, train_path: str | Path, dev_paths: Sequence[str | Path], report: dict[str, Any]
+               ) -> tuple[list[Any], list[tuple[str, Sequence[Any]]]]:
+    """(training examples, dev sets as (name, examples)) read with the task, what each skipped counted in `report`;
+    the first dev set is named '' (it selects the best evaluation), the others by their file's stem."""
+    train = read_reporting(task, train_path, True, report, "train")
     dev_sets: list[tuple[str, Sequence[Any]]] = []
     for index, path in enumerate(dev_paths):
         name = "" if index == 0 else Path(path).stem
         if name and any(name == other for other, _ in dev_sets):
             name = f"{name}{index}"
-        dev_sets.append((name, _read_reporting(task, path, False, report, f"dev{'_' + name if name else ''}")))
-    inputs, labels = data_record(train_path, dev_paths)
-    return finetune(task, settings, tokenizer, train, dev_sets, report, inputs, labels, source)
+        dev_sets.append((name, read_reporting(task, path, False, report, f"dev{'_' + name if name else ''}")))
+    return train, dev_sets

@@ -36,6 +36,8 @@ log = logging.getLogger(__name__)
 
 SEED_DONE_FILE = "seed_results.json"
 RUN_FILE = "finetune_run.json"
+DISTILLATION_PATHS = ("teacher-outputs", "without-teacher")
+"""What `bertkit distill` adds to a fine-tuning run's directory (bertkit.workflows.distill)."""
 
 
 def prepare_output(output: Path, resume: bool, overwrite: bool, settings: dict[str, Any],
@@ -67,7 +69,8 @@ def record_run(output: Path, settings: dict[str, Any]) -> None:
 def _remove_run(output: Path) -> None:
     """Delete an earlier fine-tuning run; refuse a directory holding anything a run does not write."""
     def ours(path: Path) -> bool:
-        return (path.name in ("best", RESULTS_FILE, RUN_FILE, "tensorboard") or path.name.startswith("seed-")
+        return (path.name in ("best", RESULTS_FILE, RUN_FILE, "tensorboard", *DISTILLATION_PATHS)
+                or path.name.startswith("seed-")
                 or "predictions" in path.name or path.name.endswith("null_odds.json"))
     foreign = sorted(p.name for p in output.iterdir() if not ours(p))
     if foreign:

@@ -63,9 +63,12 @@ class SeedRun:
     doubled the quickstart's evaluation cost)."""
 
     def __init__(self, task: Task, tokenizer: WordPieceTokenizer, dev_sets: list[DevSet], eval_batch_size: int,
-                 directory: Path, ctx: DistributedContext) -> None:
+                 directory: Path, ctx: DistributedContext,
+                 export: Callable[[nn.Module], nn.Module] = lambda model: model) -> None:
         self.task, self.tokenizer, self.dev_sets, self.eval_batch_size = task, tokenizer, dev_sets, eval_batch_size
         self.directory, self.ctx = directory, ctx
+        self.export = export
+        """The task model inside what trains (a distillation's student), which is evaluated and saved."""
         self.latest: list[tuple[DevSet, Any]] = []
         self.best_main: float | None = None  # of the evaluations of this process (a resumed run starts again)
 
@@ -74,13 +77,13 @@ class SeedRun:
 
     def on_final(self, model: nn.Module, step: int) -> None:
         """Without a dev set: the trained model is the seed's result."""
-        save_finetuned(model, self.task, self.tokenizer, self.directory / "best")
+        save_finetuned(self.export(model), self.task, self.tokenizer, self.directory / "best")
         write_results(self.directory / RESULTS_FILE, {"step": step})
 
     def evaluate(self, model: nn.Module) -> dict[str, float]:
         self.latest = []
         first, *others = self.dev_sets
-        model = accelerate_for_inference(model)  # fp32: predict_features turns autocast off
+        model = accelerate_for_inference(self.export(model))  # fp32: predict_features turns autocast off
         metrics = self._score(model, first)
         if others and self._improved(metrics[self.task.metric_names[0]]):
             for dev in others:
@@ -104,7 +107,7 @@ class SeedRun:
         return True
 
     def on_best(self, model: nn.Module, step: int, metrics: dict[str, float]) -> None:
-        save_finetuned(model, self.task, self.tokenizer, self.directory / "best")
+        save_finetuned(self.export(model), self.task, self.tokenizer, self.directory / "best")
         for dev, decoded in self.latest:
             self.task.write_predictions(dev.examples, decoded, self.directory, f"{dev.name}_" if dev.name else "")
         write_results(self.directory / RESULTS_FILE, {**metrics, "step": step})
@@ -122,10 +125,12 @@ def seed_training(settings: FinetuneSettings, seed: int, main_metric: str | None
                                best_metric=main_metric)
 
 
-def training_data(features: list[dict], tokenizer: WordPieceTokenizer, group_by_length: bool) -> TrainingData:
-    """Encoded examples as the loop draws batches from them: padded per micro-batch, grouped by length if asked."""
+def training_data(features: list[dict], tokenizer: WordPieceTokenizer, group_by_length: bool,
+                  collate: Callable[[list[dict], int], Any] = pad_batch) -> TrainingData:
+    """Encoded examples as the loop draws batches from them: `collate(items, pad id)` per micro-batch (padded), grouped
+    by length if asked."""
     # A list of feature dicts is a map-style dataset (sized, indexable), which is all fit needs.
-    return TrainingData(cast(Dataset, features), lambda items: pad_batch(items, tokenizer.pad_token_id),
+    return TrainingData(cast(Dataset, features), lambda items: collate(items, tokenizer.pad_token_id),
                         [feature_length(f) for f in features] if group_by_length else None)
 
 

@@ -1,0 +1,75 @@
+"""`bertkit distill <kind>`: a smaller student of a fine-tuned teacher, one subcommand per task kind.
+
+Flag parsing only: the flags are fine-tuning's (`FinetuneSettings`, as `bertkit finetune` has them, without --model
+and --tokenizer: the student and its vocabulary come from --teacher and --student) plus `DistillSettings`'s;
+`bertkit.workflows.distill.run_distillation` runs, imported only when the command does.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any
+
+import click
+
+from bertkit.cli.finetune import FINETUNE, NOT_FLAGS, print_summary
+from bertkit.cli.options import settings_from_flags, settings_options
+from bertkit.settings import DISTILL_KINDS, DistillSettings, FinetuneSettings
+
+NOT_DISTILL_FLAGS = ("model", "tokenizer", "freeze_encoder", "feature_layers", "feature_combine")
+"""Fine-tuning's settings that --teacher and --student decide (the model, its vocabulary), or that a distilled
+student does not take (a frozen encoder, a feature-based head)."""
+STUDENT_CHOICE = "the student (--student)"
+"""What OUTPUT's finetune_run.json records as the model before the workflow names it."""
+
+
+def _distill_flags(function: Callable) -> Callable:
+    function = settings_options(DistillSettings)(function)
+    exclude = (*NOT_FLAGS, *NOT_DISTILL_FLAGS)
+    function = settings_options(FinetuneSettings, exclude=exclude, overrides=FINETUNE)(function)
+    function = click.option("--dev", "dev_files", multiple=True, type=click.Path(),
+                            help="Dev file, scored every epoch (the first selects the best epoch), and where the "
+                                 "teacher's score and both models' speeds are measured.")(function)
+    return click.option("--train", "train_file", required=True, type=click.Path(),
+                        help="Labelled training file, in the teacher's task format.")(function)
+
+
+def _command(kind: str) -> click.Command:
+    def command(**flags: Any) -> None:
+        from bertkit.workflows.distill import run_distillation  # torch: only when the command runs
+
+        logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+        settings = settings_from_flags(FinetuneSettings, flags, model=STUDENT_CHOICE)
+        distill = settings_from_flags(DistillSettings, flags)
+        results = run_distillation(kind, flags.pop("train_file"), list(flags.pop("dev_files")), settings, distill)
+        print_summary(results, settings.output)
+        _print_distillation(results["distillation"])
+
+    command.__doc__ = (f"Distil a fine-tuned {kind} teacher into a smaller student: soft targets at a temperature, "
+                       "the gold labels, optionally hidden states; OUTPUT/best is an ordinary fine-tuned directory.")
+    return distill.command(name=kind)(_distill_flags(command))
+
+
+def _print_distillation(report: dict[str, Any]) -> None:
+    click.echo(f"student: {report['student_layers']} layers, {report['student_parameters']:,} parameters; teacher: "
+               f"{report['teacher_layers']} layers, {report['teacher_parameters']:,}")
+    if "teacher_score" in report:
+        kept = f" ({100 * report['kept']:.1f}% kept)" if report["kept"] is not None else ""
+        click.echo(f"{report['metric']}: student mean {report['student_mean']:.4f}, teacher "
+                   f"{report['teacher_score']:.4f}{kept}")
+        click.echo(f"speed on this machine: student {report['student_examples_per_s']:,.1f} examples/s, teacher "
+                   f"{report['teacher_examples_per_s']:,.1f} ({report['speedup']:.2f}x)")
+    if "without_teacher" in report:
+        other = report["without_teacher"]
+        click.echo(f"without the teacher: mean {other['mean']:.4f}; with it {other['difference']:+.4f} "
+                   f"({other['note']})")
+
+
+@click.group(context_settings={"show_default": True})
+def distill() -> None:
+    """Distil a fine-tuned model into a smaller, faster student (DistilBERT, TinyBERT-style)."""
+
+
+for _kind in DISTILL_KINDS:
+    _command(_kind)

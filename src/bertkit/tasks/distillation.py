@@ -1,0 +1,201 @@
+"""The distillation objective of any task kind: soft targets, the gold labels, hidden states.
+
+    DistillationModel(student, projection)          what trains: the student, and the projection onto the
+                                                    teacher's width that only the hidden-state loss uses
+    DistillationLoss(task, weights, teacher, layer_map)   (model, batch) -> (loss, metrics), a per-example mean
+    collate_distillation(features, pad_token_id)    a padded batch with the teacher's outputs and `labelled`
+
+    loss = soft_weight * T^2 * KL(teacher_T || student_T) + hard_weight * task loss (labelled examples)
+           + hidden_weight * mean over mapped layers of MSE(projection(student h), teacher h) (real tokens)
+
+Design decision: the objective reads the task only through the `Task` protocol: the soft targets are the task's
+`output_names` (the teacher's, computed once before training and carried in each feature as `teacher`), and the
+distribution each one is depends on its shape: a score per class (classification, multiple choice), a score per
+class at every token (tagging: averaged over real tokens), a score per position (SQuAD's start and end: a
+distribution over the real tokens), or one number (regression: mean squared error, no temperature). The hard loss
+is the task's own `loss` on the labelled rows of the batch, given the student's outputs already computed, so a
+batch mixing labelled and teacher-labelled examples costs one student forward. The hidden-state term needs the
+teacher's hidden states, so with a positive weight the teacher (frozen, in eval mode) runs beside the student.
+
+References: Hinton et al. 2015 (the T^2 factor keeps the soft gradients' scale across temperatures); Sanh et al.
+2019 (DistilBERT); Jiao et al. 2020 (TinyBERT, the hidden-state MSE and the width projection).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from bertkit.inference.batching import pad_batch
+from bertkit.tasks.task import Task
+
+TEACHER_KEY = "teacher"
+"""A feature's teacher outputs: {output name: float32 array, cut to the feature's real length where token-level}."""
+LABELLED_KEY = "labelled"
+"""Whether a feature carries gold labels (an unlabelled or augmented one has placeholders the hard loss skips)."""
+
+
+@dataclass(frozen=True)
+class LossWeights:
+    """The weights of the three terms, and the soft targets' temperature."""
+
+    soft: float
+    hard: float
+    hidden: float
+    temperature: float
+
+
+class DistillationModel(nn.Module):
+    """The student and the projection of its hidden states onto the teacher's width (`width_projection`). Evaluation
+    and saving read `student` alone (the projection only serves the hidden-state loss); its forward is the
+    student's, so whatever calls the trained module as a model gets the student."""
+
+    def __init__(self, student: nn.Module, projection: nn.Module) -> None:
+        super().__init__()
+        self.student = student
+        self.projection = projection
+
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        return self.student(*args, **kwargs)
+
+
+class DistillationLoss:
+    """The distillation loss of a `DistillationModel` on a `collate_distillation` batch: (mean loss, metrics with
+    each term's mean, so the log shows what each contributes)."""
+
+    def __init__(self, task: Task, weights: LossWeights, teacher: nn.Module | None = None,
+                 layer_map: Sequence[tuple[int, int]] = ()) -> None:
+        if weights.hidden > 0 and (teacher is None or not layer_map):
+            raise ValueError("the hidden-state loss needs the teacher and a layer map")
+        self.task, self.weights, self.teacher, self.layer_map = task, weights, teacher, tuple(layer_map)
+        if teacher is not None:
+            teacher.eval().requires_grad_(False)
+
+    def __call__(self, model: nn.Module, batch: dict[str, Any]) -> tuple[torch.Tensor, dict[str, Any]]:
+        w = self.weights
+        parts = _distillation_model(model)
+        student = parts.student
+        inputs = (batch["input_ids"], batch["token_type_ids"], batch["attention_mask"])
+        outputs = student(*inputs, output_hidden_states=w.hidden > 0)
+        loss = torch.zeros((), device=batch["input_ids"].device)
+        metrics: dict[str, Any] = {}
+        if w.soft > 0:
+            soft = soft_target_loss(self.task, outputs, batch[TEACHER_KEY], batch["attention_mask"], w.temperature)
+            loss, metrics["soft_loss"] = loss + w.soft * soft, soft.detach()
+        if w.hard > 0:
+            hard = self._hard_loss(outputs, batch)
+            loss, metrics["hard_loss"] = loss + w.hard * hard, hard.detach()
+        if w.hidden > 0:
+            hidden = self._hidden_loss(outputs.hidden_states, parts.projection, inputs)
+            loss, metrics["hidden_loss"] = loss + w.hidden * hidden, hidden.detach()
+        return loss, metrics
+
+    def _hard_loss(self, outputs: Any, batch: dict[str, Any]) -> torch.Tensor:
+        """The task's loss on the labelled rows, times their share of the batch (so the batch's loss stays a mean
+        per example); 0 for a batch without labels."""
+        labelled = batch[LABELLED_KEY]
+        count = int(labelled.sum())  # one read of the device a step: which rows the task's loss may see
+        if count == 0:
+            return torch.zeros((), device=labelled.device)
+        rows = labelled.bool()
+        subset = dataclasses.replace(outputs, hidden_states=None,
+                                     **{name: getattr(outputs, name)[rows] for name in self.task.output_names})
+        hard, _ = self.task.loss(_Outputs(subset), {k: v[rows] for k, v in batch.items()
+                                                    if isinstance(v, torch.Tensor)})
+        return hard * (count / labelled.numel())
+
+    def _hidden_loss(self, student_hidden: Sequence[torch.Tensor], projection: nn.Module,
+                     inputs: tuple[torch.Tensor, ...]) -> torch.Tensor:
+        """Mean over the mapped layers of the MSE between projected student and teacher states at real tokens."""
+        assert self.teacher is not None  # __init__ refuses a hidden weight without one
+        with torch.no_grad():
+            teacher_hidden = self.teacher(*inputs, output_hidden_states=True).hidden_states
+        real = inputs[2].reshape(-1, inputs[2].shape[-1]).bool()  # (B, T); multiple choice: (B*C, T)
+        terms = [F.mse_loss(projection(student_hidden[s][real]).float(), teacher_hidden[t][real].float())
+                 for s, t in self.layer_map]
+        return torch.stack(terms).mean()
+
+
+def _distillation_model(model: nn.Module) -> DistillationModel:
+    """The DistillationModel that trains (inside DDP's wrapper under torchrun)."""
+    plain = model.module if isinstance(model, nn.parallel.DistributedDataParallel) else model
+    if not isinstance(plain, DistillationModel):
+        raise TypeError(f"the distillation loss trains a DistillationModel, not {type(plain).__name__}")
+    return plain
+
+
+class _Outputs(nn.Module):
+    """Stands in for the model in a task's `loss`: returns the outputs computed already, whatever it is given."""
+
+    def __init__(self, outputs: Any) -> None:
+        super().__init__()
+        self.outputs = outputs
+
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        return self.outputs
+
+
+def soft_target_loss(task: Task, outputs: Any, teacher: dict[str, torch.Tensor], attention_mask: torch.Tensor,
+                     temperature: float) -> torch.Tensor:
+    """The mean over the task's outputs of each output's soft-target loss (see the module docstring)."""
+    terms = []
+    for name in task.output_names:
+        student, target = getattr(outputs, name).float(), teacher[name].float()
+        if name in task.token_level_outputs:
+            real = attention_mask.bool()
+            target = target[:, :student.shape[1]]
+            if student.dim() == 2:  # a score per position: a distribution over the real tokens of each row
+                terms.append(_kl(student, target, temperature, real))
+            else:  # a distribution over classes at each real token
+                terms.append(_kl(student[real], target[real], temperature))
+        elif student.shape[-1] == 1:  # regression: the teacher's score
+            terms.append(F.mse_loss(student, target))
+        else:
+            terms.append(_kl(student, target, temperature))
+    return torch.stack(terms).mean()
+
+
+def _kl(student: torch.Tensor, teacher: torch.Tensor, temperature: float, real: torch.Tensor | None = None
+        ) -> torch.Tensor:
+    """T^2 * KL(softmax(teacher / T) || softmax(student / T)) over the last axis, the mean over rows; `real` (same
+    shape) leaves the other entries out of both distributions (padding in a distribution over positions)."""
+    if student.shape[0] == 0:
+        return student.sum() * 0.0
+    student, teacher = student / temperature, teacher / temperature
+    if real is not None:  # a large finite score, not -inf: exp gives 0 and no inf - inf appears
+        student, teacher = student.masked_fill(~real, -1e30), teacher.masked_fill(~real, -1e30)
+    log_student = F.log_softmax(student, dim=-1)
+    log_teacher = F.log_softmax(teacher, dim=-1)
+    terms = log_teacher.exp() * (log_teacher - log_student)
+    if real is not None:
+        terms = terms.masked_fill(~real, 0.0)
+    return terms.sum(-1).mean() * temperature ** 2
+
+
+def collate_distillation(features: Sequence[dict[str, Any]], pad_token_id: int) -> dict[str, Any]:
+    """`pad_batch` of the features, with `labelled` (B,) and each teacher output padded with zeros to the longest
+    (token-level outputs are cut to their feature's length; padded positions are masked by the loss)."""
+    batch: dict[str, Any] = pad_batch(features, pad_token_id)
+    batch[LABELLED_KEY] = torch.tensor([bool(f[LABELLED_KEY]) for f in features])
+    if TEACHER_KEY in features[0]:  # (a hidden-state loss alone reads no teacher outputs)
+        batch[TEACHER_KEY] = {name: _pad_arrays([f[TEACHER_KEY][name] for f in features])
+                              for name in features[0][TEACHER_KEY]}
+    return batch
+
+
+def _pad_arrays(arrays: list[np.ndarray]) -> torch.Tensor:
+    """Arrays of one rank, zero-padded along the first axis to the longest: (B, *longest shape) float32."""
+    if arrays[0].ndim == 0:
+        return torch.tensor(np.stack(arrays), dtype=torch.float32)
+    longest = max(a.shape[0] for a in arrays)
+    out = np.zeros((len(arrays), longest, *arrays[0].shape[1:]), dtype=np.float32)
+    for row, array in enumerate(arrays):
+        out[row, :array.shape[0]] = array
+    return torch.from_numpy(out)

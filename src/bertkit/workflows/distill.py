@@ -1,0 +1,335 @@
+"""Task distillation: a smaller student trained on a fine-tuned teacher's outputs, one run per seed, reported
+against the teacher (accuracy kept, speed on this machine) and, if asked, against the same student trained on the
+labels alone.
+
+    run_distillation(kind, train_path, dev_paths, settings, distill) -> results     files in, OUTPUT/best out
+    student_source(distill, teacher, tokenizer, teacher_dir) -> StudentPlan          --student, read once
+    measure_speed(models, features, ...) -> {name: examples/s}                        same process, alternating
+
+The run, in order: the teacher (`load_finetuned`: its task is the student's), the student (`StudentPlan`: a copy of
+teacher layers, a preset or a checkpoint with the teacher's vocabulary), the training file and dev files read with
+the teacher's task, the extra inputs (--unlabeled, --augment), the teacher's outputs on every training input
+(`bertkit.workflows.teacher_outputs`: once, kept in OUTPUT/teacher-outputs), then fine-tuning's seeds
+(`bertkit.workflows.finetune.finetune`) with the distillation objective (`bertkit.tasks.distillation`); with
+--compare-without-teacher the same student is fine-tuned on the labels alone in OUTPUT/without-teacher; last the
+teacher is scored on the first dev set and both models' inference rates measured in this process.
+
+Design decision: distillation is fine-tuning with another `SeedRecipe`, so seeds, evaluation, the best kept as
+OUTPUT/best, exact resume, torchrun and precision are fine-tuning's, and OUTPUT/best is an ordinary fine-tuned
+directory (plus distillation.json, its lineage). Whatever the student starts from, every seed starts from the same
+weights (a preset: the seed's random ones), and so does the comparison without a teacher.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import math
+import statistics
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, cast
+
+import torch
+from torch import nn
+
+from bertkit.config import PRESETS, BertConfig, check_model_directory, preset
+from bertkit.data.augment import augmented_features
+from bertkit.data.conll import TaggedSentence
+from bertkit.data.glue import TextExample
+from bertkit.data.text_inputs import read_lines
+from bertkit.errors import BertkitError
+from bertkit.inference.batching import model_outputs
+from bertkit.inference.positions import PRETRAINING_FILE, trained_positions
+from bertkit.io.atomic import write_text_atomic
+from bertkit.io.jsonfile import read_json_object
+from bertkit.model import accelerate_for_inference
+from bertkit.model.feature_based import FeatureBasedModel
+from bertkit.model.student import student_from_teacher, uniform_layer_map, width_projection
+from bertkit.runtime.device import apply_threads
+from bertkit.settings import (
+    UNLABELED_KINDS,
+    DistillSettings,
+    FinetuneSettings,
+    every_other_layer,
+    student_layers,
+)
+from bertkit.tasks.distillation import (
+    LABELLED_KEY,
+    TEACHER_KEY,
+    DistillationLoss,
+    DistillationModel,
+    LossWeights,
+    collate_distillation,
+)
+from bertkit.tasks.finetuned import load_finetuned
+from bertkit.tasks.task import Task
+from bertkit.tokenizer import WordPieceTokenizer
+from bertkit.train.distributed import DistributedContext, setup_distributed
+from bertkit.workflows.finetune import ModelSource, SeedRecipe, finetune, model_source, read_files
+from bertkit.workflows.predict import RESULTS_FILE, predict_features, write_results
+from bertkit.workflows.recipes import pretraining_history
+from bertkit.workflows.run_output import DISTILLATION_PATHS, data_fingerprint, data_record
+from bertkit.workflows.significance import compare_seeds
+from bertkit.workflows.teacher_outputs import teacher_outputs
+
+log = logging.getLogger(__name__)
+
+LINEAGE_FILE = "distillation.json"
+"""Beside the student's weights in OUTPUT/best: its teacher, starting point, objective, data and report."""
+TEACHER_OUTPUTS, WITHOUT_TEACHER = DISTILLATION_PATHS
+SPEED_FEATURES = 256
+"""Dev inputs the speed comparison runs (the first ones)."""
+SPEED_ROUNDS = 5
+"""Timed rounds per model, taking turns; the median counts."""
+ROUND_S = 0.5
+"""A round lasts at least this long (passes repeated), so timer and scheduler noise stay small beside it."""
+
+
+@dataclass(frozen=True)
+class StudentPlan:
+    """Where the student starts: the model source fine-tuning reads, the weights every seed starts from (None: the
+    source's own, or a preset's random ones), and what the run records of it."""
+
+    source: ModelSource
+    weights: dict[str, torch.Tensor] | None
+    description: str
+    layers: tuple[int, ...] | None = None
+    """The teacher layers the student copies, for a student made from the teacher."""
+
+
+def run_distillation(kind: str, train_path: str | Path, dev_paths: Sequence[str | Path], settings: FinetuneSettings,
+                     distill: DistillSettings) -> dict[str, Any]:
+    """Distil the teacher into the student (see the module docstring); eval_results.json's content, with the
+    distillation report under "distillation"."""
+    apply_threads(settings.train.threads)
+    ctx = setup_distributed(settings.train.device)
+    distill = dataclasses.replace(distill, teacher=distill.teacher.resolve())  # recorded: the same from any cwd
+    task, teacher, tokenizer = _teacher(kind, distill.teacher)
+    teacher = teacher.to(ctx.device)
+    plan = student_source(distill, teacher, tokenizer, distill.teacher)
+    settings = dataclasses.replace(settings, model=plan.description, tokenizer=None)
+    report: dict[str, Any] = {}
+    train, dev_sets = read_files(task, train_path, dev_paths, report)
+    unlabeled = _read_unlabeled(task, distill)
+    report["unlabeled_examples"] = len(unlabeled)
+    inputs, labels = data_record(train_path, dev_paths)
+    weights = LossWeights(distill.soft_weight, distill.hard_weight, distill.hidden_weight, distill.temperature)
+    recipe = _recipe(task, teacher, tokenizer, plan, weights, distill, unlabeled, settings, ctx, report)
+    log.info("distilling %s into %s: soft targets x %g at temperature %g, labels x %g, hidden states x %g",
+             distill.teacher, plan.description, weights.soft, weights.temperature, weights.hard, weights.hidden)
+    results = finetune(task, settings, tokenizer, train, dev_sets, report, inputs, labels, plan.source, recipe)
+    baseline = None
+    if distill.compare_without_teacher:
+        baseline = finetune(task, dataclasses.replace(settings, output=settings.output / WITHOUT_TEACHER), tokenizer,
+                            train, dev_sets, {}, inputs, labels, plan.source, SeedRecipe(wrap=_starting(plan)))
+    results["distillation"] = distillation_report(task, teacher, tokenizer, dev_sets, settings, results, baseline,
+                                                  plan, distill, ctx)
+    if ctx.is_main:
+        write_results(settings.output / RESULTS_FILE, results)
+        lineage = {**recipe.record["distillation"], "report": results["distillation"]}
+        write_text_atomic(settings.output / "best" / LINEAGE_FILE, json.dumps(lineage, indent=2) + "\n")
+    return results
+
+
+def _teacher(kind: str, directory: Path) -> tuple[Task, nn.Module, WordPieceTokenizer]:
+    """The teacher's task, model (eval mode) and vocabulary; a model of another kind, or feature-based, is refused."""
+    task, model, tokenizer = load_finetuned(directory)
+    if task.kind != kind:
+        raise BertkitError(f"--teacher {directory} is a {task.kind} model; run `bertkit distill {task.kind}`")
+    if isinstance(model, FeatureBasedModel):
+        raise BertkitError(f"--teacher {directory} is feature-based (a frozen encoder and a head over its layers); "
+                           "distil a fully fine-tuned model")
+    return task, model, tokenizer
+
+
+def student_source(distill: DistillSettings, teacher: nn.Module, tokenizer: WordPieceTokenizer,
+                   teacher_dir: Path) -> StudentPlan:
+    """The student `--student` names: teacher layers (`layers:...`, or every other one when unset), a preset, or a
+    checkpoint directory whose vocabulary is the teacher's (the soft targets of tagging and SQuAD are per token)."""
+    config: BertConfig = teacher.config  # type: ignore[assignment]
+    spec = distill.student
+    kept = read_json_object(teacher_dir / PRETRAINING_FILE, missing={}, damaged={})
+    if spec is None or spec.startswith("layers:"):
+        layers = every_other_layer(config.num_hidden_layers) if spec is None else student_layers(
+            spec, config.num_hidden_layers)
+        student = student_from_teacher(teacher, layers)
+        source = ModelSource(None, cast(BertConfig, student.config), tokenizer, pretraining_history(kept),
+                             trained_positions(kept))
+        return StudentPlan(source, student.state_dict(), f"{teacher_dir} layers:{','.join(map(str, layers))}",
+                           layers)
+    if spec in PRESETS:
+        return StudentPlan(ModelSource(None, preset(spec), tokenizer, None), None, spec)
+    directory = check_model_directory(spec, presets=True)
+    source = model_source(FinetuneSettings(model=str(directory), output=Path(".")))
+    if source.tokenizer.vocab_hash != tokenizer.vocab_hash:
+        raise BertkitError(f"--student {directory}: its vocabulary is not the teacher's ({teacher_dir}); a student "
+                           "reads the teacher's token ids: start it from the teacher (--student layers:...), a "
+                           "preset, or a checkpoint with the teacher's vocab.txt")
+    return StudentPlan(source, None, str(directory))
+
+
+def _starting(plan: StudentPlan) -> Callable[[nn.Module], nn.Module]:
+    """The seed's task model with the plan's starting weights (the head's too, for a copy of the teacher)."""
+    def wrap(model: nn.Module) -> nn.Module:
+        if plan.weights is not None:
+            model.load_state_dict(plan.weights)
+        return model
+    return wrap
+
+
+def _recipe(task: Task, teacher: nn.Module, tokenizer: WordPieceTokenizer, plan: StudentPlan, weights: LossWeights,
+            distill: DistillSettings, unlabeled: list[Any], settings: FinetuneSettings, ctx: DistributedContext,
+            report: dict[str, Any]) -> SeedRecipe:
+    """Fine-tuning's seeds with the distillation objective: the student (and a width projection) trains on the
+    training features, the extra ones, and the teacher's outputs on all of them."""
+    teacher_config: BertConfig = teacher.config  # type: ignore[assignment]
+    student_config = plan.source.config
+    layer_map = uniform_layer_map(student_config.num_hidden_layers, teacher_config.num_hidden_layers)
+    start = _starting(plan)
+
+    def wrap(model: nn.Module) -> nn.Module:
+        return DistillationModel(start(model), width_projection(student_config.hidden_size,
+                                                                 teacher_config.hidden_size))
+
+    def extend(features: list[dict]) -> list[dict]:
+        extra = _extra_features(task, tokenizer, features, unlabeled, distill, settings.seeds[0])
+        report["augmented_examples"] = len(extra) - len(unlabeled) if extra else 0
+        everything = [{**f, LABELLED_KEY: True} for f in features] + [_unlabelled(f, features[0]) for f in extra]
+        if weights.soft == 0:
+            return everything
+        outputs = teacher_outputs(teacher, task, everything, settings.output / TEACHER_OUTPUTS,
+                                  tokenizer.pad_token_id, settings.eval_batch_size, ctx.device, str(distill.teacher),
+                                  ctx)
+        return [{**f, TEACHER_KEY: o} for f, o in zip(everything, outputs)]
+
+    record = {"teacher": str(distill.teacher), "student": plan.description, "layers": plan.layers,
+              "layer_map": layer_map if weights.hidden else None, **dataclasses.asdict(weights),
+              "unlabeled": data_fingerprint(distill.unlabeled) if distill.unlabeled else None,
+              "max_unlabeled": distill.max_unlabeled, "augment": distill.augment}
+    return SeedRecipe(wrap=wrap, export=_student_of,
+                      loss=lambda task: DistillationLoss(task, weights, teacher if weights.hidden else None,
+                                                         layer_map),
+                      extend=extend, collate=collate_distillation, record={"distillation": record})
+
+
+def _student_of(model: nn.Module) -> nn.Module:
+    """The student inside the DistillationModel that trains: what is evaluated and saved."""
+    assert isinstance(model, DistillationModel)  # what `_recipe`'s wrap made
+    return model.student
+
+
+def _extra_features(task: Task, tokenizer: WordPieceTokenizer, features: list[dict], unlabeled: list[Any],
+                    distill: DistillSettings, seed: int) -> list[dict]:
+    """Augmented copies of the training features, then the unlabelled inputs' features."""
+    import random
+
+    extra: list[dict] = []
+    if distill.augment:
+        extra += augmented_features(features, distill.augment, random.Random(seed), tokenizer.mask_token_id,
+                                    tokenizer.special_token_ids, ngrams=task.kind == "classification")
+    if unlabeled:
+        extra += task.features(unlabeled, tokenizer)
+    return extra
+
+
+def _unlabelled(feature: dict[str, Any], template: dict[str, Any]) -> dict[str, Any]:
+    """A feature without gold labels: the label fields a labelled feature has, as placeholders the hard loss skips
+    (-100 per token, 0 per example), and `labelled` False."""
+    out = {**feature, LABELLED_KEY: False}
+    for key in ("labels", "start_positions", "end_positions"):
+        if key in template:
+            out[key] = [-100] * len(feature["input_ids"]) if isinstance(template[key], list) else 0
+    return out
+
+
+def _read_unlabeled(task: Task, distill: DistillSettings) -> list[Any]:
+    """--unlabeled as the task's examples without labels: a text (or 'a ||| b' pair) per line, or a table's text
+    column; words split on white space for tagging. The first --max-unlabeled of them."""
+    if distill.unlabeled is None:
+        if distill.augment and task.kind not in UNLABELED_KINDS:
+            raise BertkitError(f"--augment: {task.kind} inputs cannot be augmented (a question and its context); "
+                               f"it extends {' and '.join(UNLABELED_KINDS)}")
+        return []
+    if task.kind not in UNLABELED_KINDS:
+        raise BertkitError(f"--unlabeled: a {task.kind} input is not a line of text; --unlabeled extends "
+                           f"{' and '.join(UNLABELED_KINDS)} tasks")
+    settings = task.settings
+    pair_column = getattr(settings, "text_pair_column", None)
+    lines = read_lines(distill.unlabeled, "--unlabeled", getattr(settings, "text_column", "text"), pair_column)
+    lines = lines[:distill.max_unlabeled] if distill.max_unlabeled else lines
+    where = str(distill.unlabeled)
+    if task.kind == "tagging":
+        return [TaggedSentence(a.split(), None, f"{where}:{n}") for n, (a, _) in enumerate(lines, 1) if a.split()]
+    pairs = pair_column is not None
+    for number, (_, b) in enumerate(lines, 1):
+        if (b is not None) != pairs:
+            raise BertkitError(f"{where}:{number}: the teacher reads {'pairs' if pairs else 'single texts'}; write "
+                               f"{'text_a ||| text_b' if pairs else 'one text per line without |||'}")
+    return [TextExample(f"{where}:{n}", a, b, None) for n, (a, b) in enumerate(lines, 1)]
+
+
+# --- the report -----------------------------------------------------------------------------------------------
+
+def distillation_report(task: Task, teacher: nn.Module, tokenizer: WordPieceTokenizer,
+                        dev_sets: list[tuple[str, Sequence[Any]]], settings: FinetuneSettings,
+                        results: dict[str, Any], baseline: dict[str, Any] | None, plan: StudentPlan,
+                        distill: DistillSettings, ctx: DistributedContext) -> dict[str, Any]:
+    """The teacher's score on the first dev set, the share of it the student keeps (mean over seeds), both models'
+    sizes and inference rates on this machine, and the comparison without a teacher."""
+    _, student, _ = load_finetuned(settings.output / "best", ctx.device)
+    report: dict[str, Any] = {"teacher": str(distill.teacher), "student": plan.description,
+                              "teacher_parameters": teacher.num_parameters(),  # type: ignore[operator]
+                              "student_parameters": student.num_parameters(),  # type: ignore[operator]
+                              "teacher_layers": teacher.config.num_hidden_layers,  # type: ignore[union-attr]
+                              "student_layers": student.config.num_hidden_layers}  # type: ignore[union-attr]
+    main = task.metric_names[0]
+    if dev_sets:
+        _, examples = dev_sets[0]
+        features = task.features(examples, tokenizer)
+        decoded = task.select_on_dev(examples, predict_features(teacher, task, examples, features,
+                                                                tokenizer.pad_token_id, settings.eval_batch_size,
+                                                                ctx.device, ctx))
+        teacher_scores = task.score(examples, decoded)
+        student_mean = results["summary"][main]["mean"]
+        report |= {"metric": main, "teacher_score": teacher_scores[main], "student_mean": student_mean,
+                   "kept": student_mean / teacher_scores[main] if teacher_scores[main] else None}
+        rates = measure_speed({"teacher": teacher, "student": student}, features[:SPEED_FEATURES], task.output_names,
+                              settings.eval_batch_size, tokenizer.pad_token_id, ctx.device)
+        report |= {"teacher_examples_per_s": rates["teacher"], "student_examples_per_s": rates["student"],
+                   "speedup": rates["student"] / rates["teacher"]}
+    if baseline is not None and dev_sets:
+        with_teacher = [m[main] for m in results["seeds"].values()]
+        without = [m[main] for m in baseline["seeds"].values()]
+        comparison = compare_seeds(with_teacher, without)
+        report["without_teacher"] = {"mean": statistics.fmean(without), "seeds": without,
+                                     "difference": comparison.difference, "p_value": comparison.p_value,
+                                     "note": comparison.note}
+    return report
+
+
+def measure_speed(models: dict[str, nn.Module], features: Sequence[dict[str, Any]], names: Sequence[str],
+                  batch_size: int, pad_token_id: int, device: torch.device) -> dict[str, float]:
+    """Examples per second of each model on `features` as `bertkit predict` runs them (`accelerate_for_inference`,
+    length-sorted batches, outputs `names` brought back): a warm-up pass each, which also sets how many passes make
+    one timed round (at least `ROUND_S` of the slowest), then `SPEED_ROUNDS` rounds taking turns (so a busy moment
+    of the machine falls on both), the median round of each."""
+    ready = {name: accelerate_for_inference(model.eval()) for name, model in models.items()}
+
+    def one_pass(model: nn.Module) -> float:
+        started = time.perf_counter()
+        model_outputs(model, features, names, (), batch_size, pad_token_id, device)
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        return time.perf_counter() - started
+
+    slowest = max(one_pass(model) for model in ready.values())
+    passes = max(1, math.ceil(ROUND_S / max(slowest, 1e-6)))
+    times: dict[str, list[float]] = {name: [] for name in ready}
+    for _ in range(SPEED_ROUNDS):
+        for name, model in ready.items():
+            times[name].append(sum(one_pass(model) for _ in range(passes)))
+    return {name: passes * len(features) / statistics.median(seconds) for name, seconds in times.items()}

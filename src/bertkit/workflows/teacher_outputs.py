@@ -1,0 +1,143 @@
+"""The teacher's outputs on every training feature, computed once and kept in chunks that a resumed run reuses.
+
+    teacher_outputs(teacher, task, features, directory, pad_token_id, batch_size, device) -> [{name: array}]
+
+Layout: DIRECTORY/manifest.json (`{"key": ..., "chunk_size": ..., "features": ...}`) and one
+chunk-NNNNN.safetensors per `CHUNK_SIZE` features, each holding, per output name, the chunk's arrays flattened
+into one float32 vector and their shapes (`NAME.shapes`, int64 (n, ndim)).
+
+Design decision: the key is a digest of the teacher's weights, the features' token ids and the output names, so
+a cache is reused only for the same teacher on the same inputs (another key: the directory starts over, said in a
+line); each chunk is written atomically and validated when read back (the right count, sizes and finite values),
+and a damaged one is computed again with a warning, never used. An interrupted computation keeps its finished
+chunks. Under torchrun, rank 0 computes and writes; every rank then reads.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import shutil
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from safetensors import SafetensorError
+from safetensors.numpy import load_file, save_file
+from torch import nn
+from tqdm.auto import tqdm
+
+from bertkit.inference.batching import check_finite, model_outputs
+from bertkit.io.atomic import write_file_atomic, write_text_atomic
+from bertkit.io.jsonfile import read_json_object
+from bertkit.tasks.task import Task
+from bertkit.train.distributed import DistributedContext, barrier
+
+log = logging.getLogger(__name__)
+
+CHUNK_SIZE = 2048
+"""Features per chunk file: what an interruption can cost to compute again."""
+MANIFEST = "manifest.json"
+
+
+def cache_key(teacher: nn.Module, features: Sequence[dict[str, Any]], names: Sequence[str]) -> str:
+    """sha256 of the teacher's weights (names, shapes, bytes), every feature's token ids and segment ids, and the
+    output names."""
+    digest = hashlib.sha256(json.dumps(list(names)).encode())
+    for key, value in sorted(teacher.state_dict().items()):
+        tensor = value.detach().cpu().contiguous()
+        digest.update(f"{key}:{tuple(tensor.shape)}:{tensor.dtype}".encode())
+        digest.update(tensor.reshape(-1).view(torch.uint8).numpy().tobytes())
+    for feature in features:
+        digest.update(json.dumps([feature["input_ids"], feature["token_type_ids"]]).encode())
+    return digest.hexdigest()
+
+
+def teacher_outputs(teacher: nn.Module, task: Task, features: Sequence[dict[str, Any]], directory: Path,
+                    pad_token_id: int, batch_size: int, device: torch.device, teacher_id: str = "the teacher",
+                    ctx: DistributedContext | None = None) -> list[dict[str, np.ndarray]]:
+    """The teacher's `task.output_names` for each feature (float32; token-level ones cut to the feature's length),
+    from the cache in `directory` where it holds them, computed (and kept) where it does not. A non-finite output
+    raises `ModelFault` naming `teacher_id` (a broken teacher teaches nothing)."""
+    names = tuple(task.output_names)
+    key = cache_key(teacher, features, names)
+    chunks = range(0, len(features), CHUNK_SIZE)
+    if ctx is None or ctx.is_main:
+        _start(directory, key, len(features))
+        computed = 0
+        for start in tqdm(chunks, desc="teacher outputs", unit="chunk", disable=len(chunks) < 2):
+            path = _chunk_path(directory, start)
+            part = features[start:start + CHUNK_SIZE]
+            if _read_chunk(path, names, len(part)) is None:
+                outputs = model_outputs(teacher, part, names, task.token_level_outputs, batch_size, pad_token_id,
+                                        device)
+                check_finite(outputs, teacher_id)
+                _write_chunk(path, names, outputs)
+                computed += 1
+        log.info("teacher outputs of %d features: %d chunk(s) computed, %d read from %s", len(features), computed,
+                 len(chunks) - computed, directory)
+    if ctx is not None:
+        barrier(ctx)
+    rows: list[dict[str, np.ndarray]] = []
+    for start in chunks:
+        count = len(features[start:start + CHUNK_SIZE])
+        chunk = _read_chunk(_chunk_path(directory, start), names, count)
+        if chunk is None:
+            raise RuntimeError(f"{_chunk_path(directory, start)}: written and then unreadable")
+        rows += [{name: chunk[name][i] for name in names} for i in range(count)]
+    return rows
+
+
+def _start(directory: Path, key: str, count: int) -> None:
+    """Keep the directory's chunks when its manifest has this key; else start it over."""
+    manifest = read_json_object(directory / MANIFEST, missing={}, damaged={})
+    if manifest.get("key") != key or manifest.get("chunk_size") != CHUNK_SIZE:
+        if directory.exists():
+            if manifest:
+                log.info("%s holds another teacher's outputs or other inputs; computing them again", directory)
+            shutil.rmtree(directory)
+        directory.mkdir(parents=True)
+        write_text_atomic(directory / MANIFEST, json.dumps({"key": key, "chunk_size": CHUNK_SIZE,
+                                                            "features": count}) + "\n")
+
+
+def _chunk_path(directory: Path, start: int) -> Path:
+    return directory / f"chunk-{start // CHUNK_SIZE:05d}.safetensors"
+
+
+def _write_chunk(path: Path, names: Sequence[str], outputs: dict[str, list[np.ndarray]]) -> None:
+    tensors: dict[str, np.ndarray] = {}
+    for name in names:
+        arrays = outputs[name]
+        tensors[name] = np.concatenate([a.reshape(-1) for a in arrays]).astype(np.float32)
+        tensors[f"{name}.shapes"] = np.array([a.shape for a in arrays], dtype=np.int64).reshape(len(arrays), -1)
+    write_file_atomic(path, lambda target: save_file(tensors, str(target)))
+
+
+def _read_chunk(path: Path, names: Sequence[str], count: int) -> dict[str, list[np.ndarray]] | None:
+    """The chunk's arrays per name, or None when it is missing or damaged (said: it is then computed again)."""
+    if not path.is_file():
+        return None
+    try:
+        tensors = load_file(str(path))
+        chunk = {name: _split(tensors[name], tensors[f"{name}.shapes"], count) for name in names}
+    except (SafetensorError, KeyError, ValueError, OSError) as exc:
+        log.warning("%s is damaged (%s); computing it again", path, exc)
+        return None
+    return chunk
+
+
+def _split(flat: np.ndarray, shapes: np.ndarray, count: int) -> list[np.ndarray]:
+    """The arrays of a chunk's flat vector; ValueError for a wrong count or size, or a non-finite value."""
+    if shapes.ndim != 2 or shapes.shape[0] != count or (shapes < 0).any():
+        raise ValueError(f"{shapes.shape[0] if shapes.ndim else 0} arrays, expected {count}")
+    sizes = [int(np.prod(shape)) for shape in shapes]
+    if sum(sizes) != flat.size:
+        raise ValueError(f"{flat.size} values, the shapes say {sum(sizes)}")
+    if not np.isfinite(flat).all():
+        raise ValueError("non-finite values")
+    offsets = np.cumsum([0, *sizes])
+    return [flat[offsets[i]:offsets[i + 1]].reshape(tuple(shapes[i])) for i in range(count)]

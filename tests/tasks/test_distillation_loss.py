@@ -1,0 +1,137 @@
+"""The distillation objective: Hinton's soft targets (checked against torch's KL and against the closed-form
+gradient T * (p_student - p_teacher) / B), padding left out of distributions over positions, the gold labels of the
+labelled rows only, hidden states through the layer map, and the collated teacher outputs."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from bertkit.config import preset
+from bertkit.model import BertForSequenceClassification
+from bertkit.model.student import student_from_teacher, uniform_layer_map, width_projection
+from bertkit.settings import ClassificationSettings, SquadSettings, TaggingSettings
+from bertkit.tasks.classification import ClassificationTask
+from bertkit.tasks.distillation import (
+    LABELLED_KEY,
+    TEACHER_KEY,
+    DistillationLoss,
+    DistillationModel,
+    LossWeights,
+    _kl,
+    collate_distillation,
+    soft_target_loss,
+)
+from bertkit.tasks.squad import SquadTask
+from bertkit.tasks.tagging import TaggingTask
+
+CLASSIFICATION = ClassificationTask(ClassificationSettings(labels=["a", "b", "c"], max_seq_length=16))
+
+
+class _Out:
+    def __init__(self, **values):
+        self.__dict__.update(values)
+
+
+def test_soft_targets_are_hintons_kl_times_t_squared_with_its_gradient() -> None:
+    torch.manual_seed(0)
+    student, teacher = torch.randn(5, 3, requires_grad=True), torch.randn(5, 3)
+    for temperature in (1.0, 2.0, 4.0):
+        loss = _kl(student, teacher, temperature)
+        reference = F.kl_div(F.log_softmax(student / temperature, -1), F.softmax(teacher / temperature, -1),
+                             reduction="batchmean") * temperature ** 2
+        torch.testing.assert_close(loss, reference)
+        (grad,) = torch.autograd.grad(loss, student)
+        expected = temperature * (F.softmax(student / temperature, -1) - F.softmax(teacher / temperature, -1)) / 5
+        torch.testing.assert_close(grad, expected.detach())
+    assert float(_kl(teacher, teacher, 2.0)) == 0.0
+
+
+def test_a_distribution_over_positions_leaves_the_padding_out() -> None:
+    """SQuAD's start/end: each row's softmax over its real tokens, whatever the batch is padded to."""
+    torch.manual_seed(1)
+    student, teacher = torch.randn(2, 6), torch.randn(2, 6)
+    real = torch.tensor([[1, 1, 1, 1, 0, 0], [1, 1, 1, 1, 1, 1]]).bool()
+    padded = _kl(student, teacher, 2.0, real)
+    alone = (_kl(student[:1, :4], teacher[:1, :4], 2.0) + _kl(student[1:], teacher[1:], 2.0)) / 2
+    torch.testing.assert_close(padded, alone)
+    # Whatever sits at padded positions changes nothing, even at a temperature below 1.
+    student[0, 4:], teacher[0, 4:] = 1e30, -1e30
+    torch.testing.assert_close(_kl(student, teacher, 0.5, real),
+                               (_kl(student[:1, :4], teacher[:1, :4], 0.5) + _kl(student[1:], teacher[1:], 0.5)) / 2)
+
+
+def test_each_task_kind_reads_its_outputs_as_its_own_distribution() -> None:
+    torch.manual_seed(2)
+    mask = torch.tensor([[1, 1, 1, 0], [1, 1, 1, 1]])
+    tagging = TaggingTask(TaggingSettings(labels=["O", "B-X", "I-X"]))
+    tokens, targets = torch.randn(2, 4, 3), torch.randn(2, 4, 3)
+    real = mask.bool()
+    torch.testing.assert_close(soft_target_loss(tagging, _Out(logits=tokens), {"logits": targets}, mask, 2.0),
+                               _kl(tokens[real], targets[real], 2.0))  # one distribution per real token
+    squad = SquadTask(SquadSettings())
+    start, end, t_start, t_end = (torch.randn(2, 4) for _ in range(4))
+    loss = soft_target_loss(squad, _Out(start_logits=start, end_logits=end),
+                            {"start_logits": t_start, "end_logits": t_end}, mask, 2.0)
+    torch.testing.assert_close(loss, (_kl(start, t_start, 2.0, real) + _kl(end, t_end, 2.0, real)) / 2)
+    regression = ClassificationTask(ClassificationSettings(labels=None))
+    scores, t_scores = torch.randn(2, 1), torch.randn(2, 1)
+    torch.testing.assert_close(soft_target_loss(regression, _Out(logits=scores), {"logits": t_scores}, mask, 2.0),
+                               F.mse_loss(scores, t_scores))
+
+
+def _batch(labelled: list[bool]) -> dict:
+    features = [{"input_ids": [2, 5 + i, 6, 3], "token_type_ids": [0] * 4, "attention_mask": [1] * 4,
+                 "labels": i % 3, LABELLED_KEY: flag, TEACHER_KEY: {"logits": np.array([0.5, -1.0, 2.0 * i])}}
+                for i, flag in enumerate(labelled)]
+    return collate_distillation(features, 0)
+
+
+def _model() -> DistillationModel:
+    torch.manual_seed(3)
+    model = BertForSequenceClassification(preset("bert-debug", vocab_size=12).replace(num_labels=3))
+    return DistillationModel(model.eval(), torch.nn.Identity())
+
+
+def test_the_gold_labels_count_for_labelled_rows_only() -> None:
+    model, batch = _model(), _batch([True, False, True, False])
+    hard_only = DistillationLoss(CLASSIFICATION, LossWeights(soft=0.0, hard=1.0, hidden=0.0, temperature=2.0))
+    loss, _ = hard_only(model, batch)
+    logits = model.student(batch["input_ids"], batch["token_type_ids"], batch["attention_mask"]).logits
+    expected = F.cross_entropy(logits[[0, 2]], batch["labels"][[0, 2]]) * 2 / 4  # their share of the batch
+    torch.testing.assert_close(loss, expected)
+    nothing, _ = hard_only(model, _batch([False, False]))
+    assert float(nothing) == 0.0  # no labelled row: no term, and no NaN from an empty mean
+    both = DistillationLoss(CLASSIFICATION, LossWeights(soft=0.5, hard=2.0, hidden=0.0, temperature=2.0))
+    total, parts = both(model, batch)
+    torch.testing.assert_close(total, 0.5 * parts["soft_loss"] + 2.0 * parts["hard_loss"])
+    torch.testing.assert_close(parts["soft_loss"], _kl(logits, batch[TEACHER_KEY]["logits"], 2.0))
+
+
+def test_hidden_states_match_through_the_layer_map_and_projection() -> None:
+    torch.manual_seed(4)
+    teacher = BertForSequenceClassification(preset("bert-debug", vocab_size=12).replace(
+        num_hidden_layers=4, num_labels=3)).eval()
+    batch = _batch([True, True])
+    weights = LossWeights(soft=0.0, hard=0.0, hidden=1.0, temperature=2.0)
+    same = DistillationModel(student_from_teacher(teacher, (0, 1, 2, 3)).eval(), torch.nn.Identity())
+    loss, _ = DistillationLoss(CLASSIFICATION, weights, teacher, uniform_layer_map(4, 4))(same, batch)
+    assert float(loss.detach()) == 0.0  # the teacher's own layers reproduce its hidden states
+    half = DistillationModel(student_from_teacher(teacher, (0, 2)).eval(), width_projection(32, 32))
+    loss, _ = DistillationLoss(CLASSIFICATION, weights, teacher, uniform_layer_map(2, 4))(half, batch)
+    inputs = (batch["input_ids"], batch["token_type_ids"], batch["attention_mask"])
+    mine = half.student(*inputs, output_hidden_states=True).hidden_states
+    theirs = teacher(*inputs, output_hidden_states=True).hidden_states
+    expected = torch.stack([F.mse_loss(mine[s], theirs[t]) for s, t in ((0, 0), (1, 2), (2, 4))]).mean()
+    torch.testing.assert_close(loss, expected)
+    assert float(loss.detach()) > 0 and all(not p.requires_grad for p in teacher.parameters())
+
+
+def test_collated_teacher_outputs_pad_token_level_arrays() -> None:
+    features = [{"input_ids": [2, 5, 3][:n], "token_type_ids": [0] * n, "attention_mask": [1] * n, LABELLED_KEY: True,
+                 TEACHER_KEY: {"logits": np.full((n, 2), float(n), dtype=np.float32)}} for n in (3, 2)]
+    batch = collate_distillation(features, 0)
+    assert batch[TEACHER_KEY]["logits"].shape == (2, 3, 2) and batch[LABELLED_KEY].tolist() == [True, True]
+    assert batch[TEACHER_KEY]["logits"][1, 2].tolist() == [0.0, 0.0]
+    assert batch["input_ids"].tolist() == [[2, 5, 3], [2, 5, 0]]
