@@ -15,7 +15,9 @@ import click
 
 from bertkit.cli.finetune import FINETUNE, NOT_FLAGS, print_summary
 from bertkit.cli.options import settings_from_flags, settings_options
-from bertkit.settings import DISTILL_KINDS, DistillSettings, FinetuneSettings
+from bertkit.cli.pretrain import NOT_FLAGS as PRETRAIN_NOT_FLAGS
+from bertkit.cli.pretrain import SETTINGS, TRAINING, report_pretraining, with_recipe
+from bertkit.settings import DISTILL_KINDS, DistillSettings, FinetuneSettings, PretrainSettings, TrainConfig
 
 NOT_DISTILL_FLAGS = ("model", "tokenizer", "freeze_encoder", "feature_layers", "feature_combine")
 """Fine-tuning's settings that --teacher and --student decide (the model, its vocabulary), or that a distilled
@@ -73,3 +75,33 @@ def distill() -> None:
 
 for _kind in DISTILL_KINDS:
     _command(_kind)
+
+
+GENERAL = ("teacher", "student", "temperature", "soft_weight", "hard_weight", "hidden_weight")
+"""The DistillSettings general distillation takes (the extra text and the comparison are task distillation's)."""
+GENERAL_DEFAULTS: dict[str, dict[str, Any]] = {
+    "soft_weight": {"default": 5.0}, "hard_weight": {"default": 2.0,
+                                                     "help": "Weight of the masked-LM loss on the original tokens."},
+    "hidden_weight": {"default": 1.0, "help": "Weight of the cosine distance between the student's and the "
+                                              "teacher's last hidden states (the student at the teacher's width)."},
+    "teacher": {"help": "The teacher: a pre-trained checkpoint directory with its masked-LM head (`bertkit "
+                        "pretrain`'s final/, bert-base-uncased)."}}
+"""DistilBERT's weights (5 soft targets, 2 masked LM, 1 cosine; Sanh et al. 2019) as the command's defaults."""
+NOT_GENERAL_FLAGS = ("model", "init_from", "nsp", "tokenizer")
+"""Pre-training's settings --teacher and --student decide (masked LM only, as DistilBERT)."""
+
+
+@distill.command()
+@settings_options(DistillSettings, only=GENERAL, overrides=GENERAL_DEFAULTS)
+@settings_options(PretrainSettings, exclude=NOT_GENERAL_FLAGS, overrides=with_recipe(PretrainSettings, SETTINGS))
+@settings_options(TrainConfig, exclude=PRETRAIN_NOT_FLAGS, overrides=with_recipe(TrainConfig, TRAINING))
+def pretraining(**flags: Any) -> None:
+    """General distillation: pre-train a student on a teacher's masked-LM outputs (DistilBERT) from a `bertkit
+    data pretraining` directory; OUTPUT/final is a checkpoint that finetune and distill take."""
+    from bertkit.workflows.distill_pretraining import distill_pretraining  # torch: only when the command runs
+
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    settings = settings_from_flags(PretrainSettings, flags, model="bert-base")
+    distill_settings = DistillSettings(**{name: flags.pop(name) for name in GENERAL})
+    report_pretraining(distill_pretraining(settings, settings_from_flags(TrainConfig, flags), distill_settings),
+                       settings)

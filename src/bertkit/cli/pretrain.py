@@ -77,7 +77,7 @@ TRAINING: dict[str, dict[str, Any]] = {
                                          "global batch / (accumulation steps x processes)"}}
 
 
-def _with_recipe(cls: type, overrides: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+def with_recipe(cls: type, overrides: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
     """`overrides`, and for the fields of `cls` that the recipe decides: no default, the recipe's in --help."""
     names = {f.name for f in dataclasses.fields(cls)}
     decided = {name: {"default": None, "default_text": text}
@@ -91,8 +91,8 @@ NOT_FLAGS = ("num_epochs", "betas", "shuffle", "max_nonfinite_steps", "best_metr
 
 
 @click.command()
-@settings_options(PretrainSettings, overrides=_with_recipe(PretrainSettings, SETTINGS))
-@settings_options(TrainConfig, exclude=NOT_FLAGS, overrides=_with_recipe(TrainConfig, TRAINING))
+@settings_options(PretrainSettings, overrides=with_recipe(PretrainSettings, SETTINGS))
+@settings_options(TrainConfig, exclude=NOT_FLAGS, overrides=with_recipe(TrainConfig, TRAINING))
 def pretrain(**flags) -> None:
     """Pre-train BERT with masked LM + next sentence prediction on a `bertkit data pretraining` directory."""
     from bertkit.workflows import pretrain as pretraining  # torch: only when the command runs, not for --help
@@ -100,7 +100,11 @@ def pretrain(**flags) -> None:
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     # a recipe setting left unset stays None: the run's plan fills it (bertkit.workflows.pretrain_plan)
     settings = settings_from_flags(PretrainSettings, flags)
-    result = pretraining.pretrain(settings, settings_from_flags(TrainConfig, flags))
+    report_pretraining(pretraining.pretrain(settings, settings_from_flags(TrainConfig, flags)), settings)
+
+
+def report_pretraining(result: Any, settings: PretrainSettings) -> None:
+    """A pre-training's last line: where its model is, or how to continue an interrupted run (exit 130/143)."""
     if result.stop_reason == "signal" and result.signal is not None:
         raise Interrupted(f"pre-training stopped by {signal.Signals(result.signal).name} at step {result.step}; "
                           f"saved {result.checkpoint}", result.signal, "--resume auto")

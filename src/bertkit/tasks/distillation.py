@@ -4,6 +4,8 @@
                                                     teacher's width that only the hidden-state loss uses
     DistillationLoss(task, weights, teacher, layer_map)   (model, batch) -> (loss, metrics), a per-example mean
     collate_distillation(features, pad_token_id)    a padded batch with the teacher's outputs and `labelled`
+    MaskedLMDistillation(teacher, weights)          general distillation: DistilBERT's objective on
+                                                    pre-training data (`bertkit distill pretraining`)
 
     loss = soft_weight * T^2 * KL(teacher_T || student_T) + hard_weight * task loss (labelled examples)
            + hidden_weight * mean over mapped layers of MSE(projection(student h), teacher h) (real tokens)
@@ -34,6 +36,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from bertkit.inference.batching import pad_batch
+from bertkit.model.padding import Unpadded
 from bertkit.tasks.task import Task
 
 TEACHER_KEY = "teacher"
@@ -199,3 +202,69 @@ def _pad_arrays(arrays: list[np.ndarray]) -> torch.Tensor:
     for row, array in enumerate(arrays):
         out[row, :array.shape[0]] = array
     return torch.from_numpy(out)
+
+
+class MaskedLMDistillation:
+    """General (pre-training) distillation as the training loop normalises it (`bertkit.train.loop.Objective`),
+    DistilBERT's objective (Sanh et al. 2019, section 3): at the masked positions, the soft targets of the
+    teacher's masked-LM distribution at a temperature (x T^2) and the masked-LM cross-entropy on the original
+    tokens, each averaged over the masked tokens of the whole global batch; and the cosine distance between the
+    student's and the teacher's last hidden states, averaged over the real tokens. The teacher (a masked-LM model,
+    frozen, eval mode) reads the same batch; a static batch (`collate_static`'s listed positions, padding entries
+    of weight 0) and a dynamic one (`mlm_labels`) both work."""
+
+    def __init__(self, teacher: nn.Module, weights: LossWeights) -> None:
+        self.teacher, self.weights = teacher.eval().requires_grad_(False), weights
+
+    def counts(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        if "masked_lm_weights" in batch:
+            masked = batch["masked_lm_weights"].sum().to(torch.int64)
+        else:
+            masked = (batch["mlm_labels"] != -100).sum()
+        mask = batch.get("attention_mask")  # a static batch without padding has none
+        return {"mlm": masked, "tokens": mask.sum() if mask is not None else torch.tensor(batch["input_ids"].numel())}
+
+    def __call__(self, model: nn.Module, batch: dict[str, torch.Tensor], totals: dict[str, torch.Tensor]
+                 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        w = self.weights
+        hidden = w.hidden > 0
+        student, targets, weights = _masked_lm(model, batch, hidden)
+        with torch.no_grad():
+            teacher, _, _ = _masked_lm(self.teacher, batch, hidden)
+        logits = student.logits.float()  # (M, V) at the masked positions
+        mlm = (F.cross_entropy(logits, targets.clamp(min=0), reduction="none") * weights).sum() / totals["mlm"]
+        t = w.temperature
+        log_student = F.log_softmax(logits / t, -1)
+        log_teacher = F.log_softmax(teacher.logits.float() / t, -1)
+        kl = (log_teacher.exp() * (log_teacher - log_student)).sum(-1)
+        soft = (kl * weights).sum() / totals["mlm"] * t ** 2
+        loss = w.soft * soft + w.hard * mlm
+        correct = ((logits.argmax(-1) == targets).float() * weights).sum() / totals["mlm"]
+        metrics = {"mlm_loss": mlm.detach(), "mlm_accuracy": correct, "soft_loss": soft.detach()}
+        if hidden:
+            mask = batch.get("attention_mask")
+            real = mask.bool() if mask is not None else torch.ones_like(batch["input_ids"], dtype=torch.bool)
+            cosine = F.cosine_similarity(student.hidden_states[-1][real].float(),
+                                         teacher.hidden_states[-1][real].float(), dim=-1)
+            distance = (1.0 - cosine).sum() / totals["tokens"]
+            loss = loss + w.hidden * distance
+            metrics["cosine_loss"] = distance.detach()
+        return loss, metrics
+
+
+def _masked_lm(model: nn.Module, batch: dict[str, torch.Tensor], hidden: bool
+               ) -> tuple[Any, torch.Tensor, torch.Tensor]:
+    """(the masked-LM model's outputs at the masked positions, their targets (M,), their weights (M,): 0 for a
+    static batch's padding entries)."""
+    if "masked_lm_positions" in batch:
+        layout = None
+        if "cu_seqlens" in batch:  # the collator's layout: the model reads nothing back from the device
+            layout = Unpadded.from_collated(batch["attention_mask"], batch["token_indices"], batch["cu_seqlens"])
+        out = model(batch["input_ids"], batch["token_type_ids"], batch.get("attention_mask"), hidden,
+                    masked_positions=batch["masked_lm_positions"], layout=layout)
+        return out, batch["masked_lm_ids"].reshape(-1), batch["masked_lm_weights"].reshape(-1).float()
+    masked = batch["mlm_labels"] != -100  # (B, T)
+    out = model(batch["input_ids"], batch["token_type_ids"], batch["attention_mask"], hidden,
+                masked_positions=masked)
+    targets = batch["mlm_labels"][masked]
+    return out, targets, torch.ones_like(targets, dtype=torch.float32)

@@ -182,10 +182,13 @@ def build_model(settings: PretrainSettings, train: TrainConfig, tokenizer: WordP
     return model
 
 
-def pretrain(settings: PretrainSettings, train: TrainConfig) -> FitResult:
+def pretrain(settings: PretrainSettings, train: TrainConfig, objective: ObjectiveFactory | None = None,
+             identity: dict[str, Any] | None = None) -> FitResult:
     """Pre-train with MLM (+ NSP) under torchrun or alone; writes `final/` (save_pretrained + vocab, and
     bertkit_pretraining.json: steps, recipe, last held-out metrics). Every decision is made first, once
-    (`pretrain_plan.plan_pretraining`), and recorded in pretrain_settings.json."""
+    (`pretrain_plan.plan_pretraining`), and recorded in pretrain_settings.json. `objective(ctx)` replaces the
+    MLM (+ NSP) objective (general distillation's, run eagerly: `bertkit.workflows.distill`), and `identity` is what
+    a resumed run must share beyond pre-training's own (`run_identity`)."""
     ctx = setup_distributed(train.device)  # the process's group, kept for whatever trains next
     if ctx.is_main:
         check_writable(settings.output, "--output")
@@ -221,14 +224,19 @@ def pretrain(settings: PretrainSettings, train: TrainConfig) -> FitResult:
                   save_weights=lambda _, d: model.save_pretrained(d, tokenizer=tokenizer),
                   load_weights=lambda _, d: model.load_hf_state_dict(read_state_dict(d), source=str(d)))
     training_data = _training_data(train_set, plan.step, pad, _phase(settings, plan.data.built_seq_length))
-    result = fit(prepared, _objective(settings, plan.step), training_data, train, output,
-                 ctx=ctx, hooks=hooks, resume=Resume(settings.resume, settings.overwrite,
-                                                     run_identity(settings, train_set.dataset, model, eval_set)))
+    loss = _objective(settings, plan.step) if objective is None else objective(ctx)
+    result = fit(prepared, loss, training_data, train, output, ctx=ctx, hooks=hooks,
+                 resume=Resume(settings.resume, settings.overwrite,
+                               {**run_identity(settings, train_set.dataset, model, eval_set), **(identity or {})}))
     if ctx.is_main and result.stop_reason == "budget":
         length = int(train_set.dataset.options["max_seq_length"])  # the full length when some steps read it
         _write_final(settings, train, model, tokenizer, output, result.step, plan.recipe, length)
     barrier(ctx)  # final/ is complete before any rank goes on (a command may fine-tune from it next)
     return result
+
+
+ObjectiveFactory = Callable[[DistributedContext], Any]
+"""The objective of a pre-training run that trains on something else than MLM (+ NSP), made on the run's device."""
 
 
 def _objective(settings: PretrainSettings, step: StepPlan) -> PretrainingObjective | CompiledObjective:
