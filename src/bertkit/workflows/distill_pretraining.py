@@ -22,6 +22,7 @@ import dataclasses
 import json
 import logging
 from pathlib import Path
+from typing import cast
 
 from bertkit.config import PRESETS, BertConfig, load_config
 from bertkit.errors import BertkitError
@@ -89,7 +90,7 @@ def _student(settings: PretrainSettings, distill: DistillSettings, teacher: Bert
             spec, teacher.config.num_hidden_layers)
         init = Path(settings.output) / STUDENT_INIT
         if ctx.is_main:
-            student_from_teacher(teacher, layers).save_pretrained(init, tokenizer=tokenizer)
+            cast(BertForMaskedLM, student_from_teacher(teacher, layers)).save_pretrained(init, tokenizer=tokenizer)
         barrier(ctx)
         return (dataclasses.replace(settings, init_from=str(init)),
                 f"{teacher_dir} layers:{','.join(map(str, layers))}")
