@@ -135,3 +135,47 @@ def test_collated_teacher_outputs_pad_token_level_arrays() -> None:
     assert batch[TEACHER_KEY]["logits"].shape == (2, 3, 2) and batch[LABELLED_KEY].tolist() == [True, True]
     assert batch[TEACHER_KEY]["logits"][1, 2].tolist() == [0.0, 0.0]
     assert batch["input_ids"].tolist() == [[2, 5, 3], [2, 5, 0]]
+
+
+def test_attention_probes_attend_as_sdpa_and_keep_each_layers_distributions() -> None:
+    from bertkit.model.attention import recording_attention
+
+    torch.manual_seed(5)
+    model = BertForSequenceClassification(preset("bert-debug", vocab_size=12).replace(
+        num_hidden_layers=3, num_labels=3)).eval()
+    ids = torch.randint(4, 12, (2, 7))
+    mask = torch.ones_like(ids)
+    mask[0, 5:] = 0
+    plain = model(ids, None, mask).logits
+    backend = model.bert.attention
+    with recording_attention(model.bert) as probes:
+        recorded = model(ids, None, mask).logits
+    assert model.bert.attention is backend  # its own backend again after the block
+    torch.testing.assert_close(recorded, plain, rtol=1e-5, atol=1e-6)
+    assert len(probes.probabilities) == 3 and probes.probabilities[0].shape == (2, 4, 7, 7)
+    for p in probes.probabilities:
+        torch.testing.assert_close(p.sum(-1), torch.ones(2, 4, 7))
+        assert float(p[0, :, :, 5:].detach().abs().max()) == 0.0  # padded keys get no weight
+
+
+def test_attention_distributions_match_through_the_layer_map() -> None:
+    from bertkit.model.attention import recording_attention
+
+    torch.manual_seed(6)
+    teacher = BertForSequenceClassification(preset("bert-debug", vocab_size=12).replace(
+        num_hidden_layers=4, num_labels=3)).eval()
+    batch = _batch([True, True])
+    weights = LossWeights(soft=0.0, hard=0.0, hidden=0.0, temperature=2.0, attention=1.0)
+    same = DistillationModel(student_from_teacher(teacher, (0, 1, 2, 3)).eval(), torch.nn.Identity())
+    loss, _ = DistillationLoss(CLASSIFICATION, weights, teacher, uniform_layer_map(4, 4))(same, batch)
+    assert abs(float(loss.detach())) < 1e-6
+    half = DistillationModel(student_from_teacher(teacher, (0, 2)).eval(), torch.nn.Identity())
+    loss, parts = DistillationLoss(CLASSIFICATION, weights, teacher, uniform_layer_map(2, 4))(half, batch)
+    inputs = (batch["input_ids"], batch["token_type_ids"], batch["attention_mask"])
+    with recording_attention(half.student.bert) as mine, recording_attention(teacher.bert) as theirs:
+        half.student(*inputs)
+        teacher(*inputs)
+    expected = torch.stack([F.kl_div(mine.probabilities[s - 1].log(), theirs.probabilities[t - 1],
+                                     reduction="none").sum(-1).mean() for s, t in ((1, 2), (2, 4))]).mean()
+    torch.testing.assert_close(loss, expected, rtol=1e-5, atol=1e-6)
+    assert float(parts["attention_loss"]) > 0

@@ -77,12 +77,14 @@ def test_a_student_learns_the_teachers_answers_from_unlabelled_text(files, tmp_p
 
 def test_the_student_is_an_ordinary_fine_tuned_directory_with_its_lineage(files, tmp_path) -> None:
     out = tmp_path / "out"
-    results = _distill(files, out, "--augment", "2", "--hidden-weight", "1", "--temperature", "3", train="train")
+    results = _distill(files, out, "--augment", "2", "--hidden-weight", "1", "--attention-weight", "1",
+                       "--temperature", "3", train="train")
     config = json.loads((out / "best" / "config.json").read_text())
     assert config["num_hidden_layers"] == 1 and config["architectures"] == ["BertForSequenceClassification"]
     lineage = json.loads((out / "best" / "distillation.json").read_text())
     assert lineage["teacher"] == str(files["teacher"].resolve()) and lineage["layers"] == [0]
-    assert (lineage["soft"], lineage["hard"], lineage["hidden"], lineage["temperature"]) == (1.0, 1.0, 1.0, 3.0)
+    assert (lineage["soft"], lineage["hard"], lineage["hidden"], lineage["attention"], lineage["temperature"]) \
+        == (1.0, 1.0, 1.0, 1.0, 3.0)
     assert lineage["layer_map"] == [[0, 0], [1, 2]] and lineage["augment"] == 2
     report = results["distillation"]
     assert report["student_layers"] == 1 and report["teacher_layers"] == 2 and report["speedup"] > 0
@@ -141,6 +143,9 @@ def test_what_a_user_can_get_wrong_is_one_line_naming_it(files, tmp_path) -> Non
         with pytest.raises(BertkitError, match=message):
             distilling.run_distillation("classification", files["few"], [files["dev"]],
                                         *_settings(files, tmp_path / "x", student=spec))
+    with pytest.raises(BertkitError, match="has 2 attention heads and the teacher 4"):
+        distilling.run_distillation("classification", files["few"], [files["dev"]],
+                                    *_settings(files, tmp_path / "x", student="bert-tiny", attention_weight=1.0))
     other = tmp_path / "other-vocab"
     assert main(["finetune", "classification", "--model", "bert-debug", "--tokenizer", str(files["vocab"]),
                  "--train", str(files["few"]), "--output", str(tmp_path / "plain"), "--epochs", "1", *COMMON]) == 0

@@ -36,6 +36,9 @@ Shape legend: B batch, T sequence length, N real tokens, D hidden size, A heads,
 
 from __future__ import annotations
 
+import contextlib
+import math
+from collections.abc import Iterator
 from typing import Generic, Protocol, TypeVar, cast
 
 import torch
@@ -82,6 +85,36 @@ class PaddedSDPA(Attention[torch.Tensor | None]):
     def kernel(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None,
                dropout_p: float) -> torch.Tensor:
         return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p)
+
+
+class AttentionProbes(PaddedSDPA):
+    """Softmax attention written out on the padded batch, keeping every layer's attention distributions (B, A, T, T),
+    taken before dropout, in `probabilities` (in layer order), for an objective that reads them (distillation's
+    attention loss). Slower than SDPA, so it is installed only around the forward passes that are read
+    (`recording_attention`)."""
+
+    def __init__(self) -> None:
+        self.probabilities: list[torch.Tensor] = []
+
+    def kernel(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None,
+               dropout_p: float) -> torch.Tensor:
+        scores = q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1])  # (B, A, T, T)
+        if mask is not None:  # (B, 1, 1, T): padded keys get no weight
+            scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)
+        probabilities = scores.softmax(-1)
+        self.probabilities.append(probabilities)
+        return F.dropout(probabilities, dropout_p, training=dropout_p > 0) @ v  # (B, A, T, Dh)
+
+
+@contextlib.contextmanager
+def recording_attention(bert: torch.nn.Module) -> Iterator[AttentionProbes]:
+    """`bert` (a BertModel) attending through `AttentionProbes` inside the block, its own backend again after."""
+    kept, probes = bert.attention, AttentionProbes()
+    setattr(bert, "attention", probes)  # noqa: B010 - a plain attribute (backends are not modules)
+    try:
+        yield probes
+    finally:
+        setattr(bert, "attention", kept)  # noqa: B010
 
 
 class MeasuredChoices(Protocol):

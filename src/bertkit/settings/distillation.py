@@ -46,6 +46,9 @@ class DistillSettings(Settings):
     hidden_weight: float = dataclasses.field(default=0.0, metadata={"min": 0.0})
     """Weight of the hidden-state MSE on a uniform layer map (a learned projection when widths differ); above 0 the
     teacher runs beside the student at every step."""
+    attention_weight: float = dataclasses.field(default=0.0, metadata={"min": 0.0})
+    """Weight of the attention-distribution KL on the same layer map (TinyBERT, MiniLM; the student needs the
+    teacher's number of heads); above 0 the teacher runs beside the student at every step."""
     unlabeled: Path | None = dataclasses.field(default=None, metadata={"path": "file"})
     """Unlabelled inputs the teacher labels (classification, tagging): one text per line ('a ||| b' for pairs), or
     a table with the task's text column; unset: none."""
@@ -59,9 +62,9 @@ class DistillSettings(Settings):
     difference with Welch's p."""
 
     def check(self) -> None:
-        if self.soft_weight == 0 and self.hard_weight == 0 and self.hidden_weight == 0:
-            raise BertkitError("--soft-weight, --hard-weight and --hidden-weight are all 0: nothing to train on; "
-                               "give one a positive weight")
+        if not any((self.soft_weight, self.hard_weight, self.hidden_weight, self.attention_weight)):
+            raise BertkitError("--soft-weight, --hard-weight, --hidden-weight and --attention-weight are all 0: "
+                               "nothing to train on; give one a positive weight")
 
 
 def student_layers(spec: str, teacher_layers: int) -> tuple[int, ...]:

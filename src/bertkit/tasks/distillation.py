@@ -9,6 +9,7 @@
 
     loss = soft_weight * T^2 * KL(teacher_T || student_T) + hard_weight * task loss (labelled examples)
            + hidden_weight * mean over mapped layers of MSE(projection(student h), teacher h) (real tokens)
+           + attention_weight * mean over mapped layers of KL(teacher attention || student attention)
 
 Design decision: the objective reads the task only through the `Task` protocol: the soft targets are the task's
 `output_names` (the teacher's, computed once before training and carried in each feature as `teacher`), and the
@@ -25,6 +26,7 @@ References: Hinton et al. 2015 (the T^2 factor keeps the soft gradients' scale a
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -36,6 +38,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from bertkit.inference.batching import pad_batch
+from bertkit.model.attention import AttentionProbes, recording_attention
 from bertkit.model.padding import Unpadded
 from bertkit.tasks.task import Task
 
@@ -53,6 +56,7 @@ class LossWeights:
     hard: float
     hidden: float
     temperature: float
+    attention: float = 0.0
 
 
 class DistillationModel(nn.Module):
@@ -75,8 +79,8 @@ class DistillationLoss:
 
     def __init__(self, task: Task, weights: LossWeights, teacher: nn.Module | None = None,
                  layer_map: Sequence[tuple[int, int]] = ()) -> None:
-        if weights.hidden > 0 and (teacher is None or not layer_map):
-            raise ValueError("the hidden-state loss needs the teacher and a layer map")
+        if (weights.hidden > 0 or weights.attention > 0) and (teacher is None or not layer_map):
+            raise ValueError("the hidden-state and attention losses need the teacher and a layer map")
         self.task, self.weights, self.teacher, self.layer_map = task, weights, teacher, tuple(layer_map)
         if teacher is not None:
             teacher.eval().requires_grad_(False)
@@ -84,9 +88,9 @@ class DistillationLoss:
     def __call__(self, model: nn.Module, batch: dict[str, Any]) -> tuple[torch.Tensor, dict[str, Any]]:
         w = self.weights
         parts = _distillation_model(model)
-        student = parts.student
         inputs = (batch["input_ids"], batch["token_type_ids"], batch["attention_mask"])
-        outputs = student(*inputs, output_hidden_states=w.hidden > 0)
+        with _probes(parts.student, w.attention > 0) as probes:
+            outputs = parts.student(*inputs, output_hidden_states=w.hidden > 0)
         loss = torch.zeros((), device=batch["input_ids"].device)
         metrics: dict[str, Any] = {}
         if w.soft > 0:
@@ -95,10 +99,22 @@ class DistillationLoss:
         if w.hard > 0:
             hard = self._hard_loss(outputs, batch)
             loss, metrics["hard_loss"] = loss + w.hard * hard, hard.detach()
-        if w.hidden > 0:
-            hidden = self._hidden_loss(outputs.hidden_states, parts.projection, inputs)
-            loss, metrics["hidden_loss"] = loss + w.hidden * hidden, hidden.detach()
+        if w.hidden > 0 or w.attention > 0:
+            teacher, teacher_probes = self._teacher(inputs, w.attention > 0)
+            if w.hidden > 0:
+                hidden = self._hidden_loss(outputs.hidden_states, teacher.hidden_states, parts.projection, inputs)
+                loss, metrics["hidden_loss"] = loss + w.hidden * hidden, hidden.detach()
+            if w.attention > 0:
+                attention = self._attention_loss(probes.probabilities, teacher_probes, inputs[2])
+                loss, metrics["attention_loss"] = loss + w.attention * attention, attention.detach()
         return loss, metrics
+
+    def _teacher(self, inputs: tuple[torch.Tensor, ...], attention: bool) -> tuple[Any, list[torch.Tensor]]:
+        """The teacher's outputs with its hidden states, and its attention distributions when asked."""
+        assert self.teacher is not None  # __init__ refuses these terms without one
+        with torch.no_grad(), _probes(self.teacher, attention) as probes:
+            out = self.teacher(*inputs, output_hidden_states=True)
+        return out, probes.probabilities
 
     def _hard_loss(self, outputs: Any, batch: dict[str, Any]) -> torch.Tensor:
         """The task's loss on the labelled rows, times their share of the batch (so the batch's loss stays a mean
@@ -114,16 +130,35 @@ class DistillationLoss:
                                                     if isinstance(v, torch.Tensor)})
         return hard * (count / labelled.numel())
 
-    def _hidden_loss(self, student_hidden: Sequence[torch.Tensor], projection: nn.Module,
-                     inputs: tuple[torch.Tensor, ...]) -> torch.Tensor:
+    def _hidden_loss(self, student_hidden: Sequence[torch.Tensor], teacher_hidden: Sequence[torch.Tensor],
+                     projection: nn.Module, inputs: tuple[torch.Tensor, ...]) -> torch.Tensor:
         """Mean over the mapped layers of the MSE between projected student and teacher states at real tokens."""
-        assert self.teacher is not None  # __init__ refuses a hidden weight without one
-        with torch.no_grad():
-            teacher_hidden = self.teacher(*inputs, output_hidden_states=True).hidden_states
         real = inputs[2].reshape(-1, inputs[2].shape[-1]).bool()  # (B, T); multiple choice: (B*C, T)
         terms = [F.mse_loss(projection(student_hidden[s][real]).float(), teacher_hidden[t][real].float())
                  for s, t in self.layer_map]
         return torch.stack(terms).mean()
+
+    def _attention_loss(self, student: Sequence[torch.Tensor], teacher: Sequence[torch.Tensor],
+                        attention_mask: torch.Tensor) -> torch.Tensor:
+        """Mean over the mapped layers (the embeddings have none) of KL(teacher || student) between attention
+        distributions (B, A, T, T), each query's averaged over the real queries and the heads."""
+        real = attention_mask.reshape(-1, attention_mask.shape[-1]).bool()  # (B, T)
+        terms = []
+        for s, t in self.layer_map:
+            if s == 0:
+                continue
+            p_student, p_teacher = student[s - 1].float(), teacher[t - 1].float()
+            # xlogy: a padded key has probability 0 in both, and 0 * log 0 counts 0.
+            kl = (torch.xlogy(p_teacher, p_teacher) - p_teacher * p_student.clamp_min(1e-30).log()).sum(-1)
+            terms.append(kl.mean(1)[real].mean())  # (B, A, T) -> (B, T) -> the real queries
+        return torch.stack(terms).mean()
+
+
+def _probes(model: nn.Module, record: bool) -> Any:
+    """`recording_attention` around the task model's encoder when `record`, else nothing."""
+    bert = model.bert
+    assert isinstance(bert, nn.Module)  # every task model's encoder
+    return recording_attention(bert) if record else contextlib.nullcontext(AttentionProbes())
 
 
 def _distillation_model(model: nn.Module) -> DistillationModel:

@@ -117,10 +117,13 @@ def run_distillation(kind: str, train_path: str | Path, dev_paths: Sequence[str 
     unlabeled = _read_unlabeled(task, distill)
     report["unlabeled_examples"] = len(unlabeled)
     inputs, labels = data_record(train_path, dev_paths)
-    weights = LossWeights(distill.soft_weight, distill.hard_weight, distill.hidden_weight, distill.temperature)
+    weights = LossWeights(distill.soft_weight, distill.hard_weight, distill.hidden_weight, distill.temperature,
+                          distill.attention_weight)
+    _check_attention(weights, teacher, plan)
     recipe = _recipe(task, teacher, tokenizer, plan, weights, distill, unlabeled, settings, ctx, report)
-    log.info("distilling %s into %s: soft targets x %g at temperature %g, labels x %g, hidden states x %g",
-             distill.teacher, plan.description, weights.soft, weights.temperature, weights.hard, weights.hidden)
+    log.info("distilling %s into %s: soft targets x %g at temperature %g, labels x %g, hidden states x %g, "
+             "attention x %g", distill.teacher, plan.description, weights.soft, weights.temperature, weights.hard,
+             weights.hidden, weights.attention)
     results = finetune(task, settings, tokenizer, train, dev_sets, report, inputs, labels, plan.source, recipe)
     baseline = None
     if distill.compare_without_teacher:
@@ -172,6 +175,16 @@ def student_source(distill: DistillSettings, teacher: nn.Module, tokenizer: Word
     return StudentPlan(source, None, str(directory))
 
 
+def _check_attention(weights: LossWeights, teacher: nn.Module, plan: StudentPlan) -> None:
+    """Attention distributions compare head by head: the student needs the teacher's number of heads."""
+    heads = cast(BertConfig, teacher.config).num_attention_heads
+    if weights.attention > 0 and plan.source.config.num_attention_heads != heads:
+        raise BertkitError(f"--attention-weight {weights.attention:g}: the student ({plan.description}) has "
+                           f"{plan.source.config.num_attention_heads} attention heads and the teacher {heads}; "
+                           "attention distributions compare head by head: give a student with the teacher's heads, "
+                           "or --attention-weight 0")
+
+
 def _starting(plan: StudentPlan) -> Callable[[nn.Module], nn.Module]:
     """The seed's task model with the plan's starting weights (the head's too, for a copy of the teacher)."""
     def wrap(model: nn.Module) -> nn.Module:
@@ -207,12 +220,12 @@ def _recipe(task: Task, teacher: nn.Module, tokenizer: WordPieceTokenizer, plan:
         return [{**f, TEACHER_KEY: o} for f, o in zip(everything, outputs)]
 
     record = {"teacher": str(distill.teacher), "student": plan.description, "layers": plan.layers,
-              "layer_map": layer_map if weights.hidden else None, **dataclasses.asdict(weights),
+              "layer_map": layer_map if weights.hidden or weights.attention else None, **dataclasses.asdict(weights),
               "unlabeled": data_fingerprint(distill.unlabeled) if distill.unlabeled else None,
               "max_unlabeled": distill.max_unlabeled, "augment": distill.augment}
     return SeedRecipe(wrap=wrap, export=_student_of,
-                      loss=lambda task: DistillationLoss(task, weights, teacher if weights.hidden else None,
-                                                         layer_map),
+                      loss=lambda task: DistillationLoss(
+                          task, weights, teacher if weights.hidden or weights.attention else None, layer_map),
                       extend=extend, collate=collate_distillation, record={"distillation": record})
 
 
