@@ -56,3 +56,15 @@ def test_layer_choices_and_maps() -> None:
     assert uniform_layer_map(3, 12) == ((0, 0), (1, 4), (2, 8), (3, 12))
     assert isinstance(width_projection(32, 32), torch.nn.Identity)
     assert width_projection(16, 32)(torch.zeros(2, 16)).shape == (2, 32)
+
+
+def test_a_bare_encoder_has_students_too() -> None:
+    from bertkit.model import BertModel
+
+    torch.manual_seed(1)
+    teacher = BertModel(preset("bert-debug", vocab_size=40).replace(num_hidden_layers=4)).eval()
+    student = student_from_teacher(teacher, (0, 1, 2, 3)).eval()
+    ids = torch.randint(5, 40, (2, 6))
+    torch.testing.assert_close(student(ids).last_hidden_state, teacher(ids).last_hidden_state, rtol=0, atol=0)
+    half = student_from_teacher(teacher, (1, 3))
+    assert torch.equal(half.layers[1].ffn_in.weight, teacher.layers[3].ffn_in.weight)

@@ -13,11 +13,18 @@ from typing import Any
 
 import click
 
-from bertkit.cli.finetune import FINETUNE, NOT_FLAGS, print_summary
+from bertkit.cli.finetune import FINETUNE, KEPT_FROM_DIRECTORY, NOT_FLAGS, finetune_flags, print_summary
 from bertkit.cli.options import settings_from_flags, settings_options
 from bertkit.cli.pretrain import NOT_FLAGS as PRETRAIN_NOT_FLAGS
 from bertkit.cli.pretrain import SETTINGS, TRAINING, report_pretraining, with_recipe
-from bertkit.settings import DISTILL_KINDS, DistillSettings, FinetuneSettings, PretrainSettings, TrainConfig
+from bertkit.settings import (
+    DISTILL_KINDS,
+    DistillSettings,
+    EmbeddingSettings,
+    FinetuneSettings,
+    PretrainSettings,
+    TrainConfig,
+)
 
 NOT_DISTILL_FLAGS = ("model", "tokenizer", "freeze_encoder", "feature_layers", "feature_combine")
 """Fine-tuning's settings that --teacher and --student decide (the model, its vocabulary), or that a distilled
@@ -75,6 +82,38 @@ def distill() -> None:
 
 for _kind in DISTILL_KINDS:
     _command(_kind)
+
+
+KEPT_FROM_TEACHER = {name: {"default": None, "default_text": text.replace("starting sentence-transformers directory",
+                                                                           "teacher")}
+                     for name, text in KEPT_FROM_DIRECTORY.items()}
+"""`distill embedding` settings the teacher decides unless their flag is given."""
+EMBEDDING = ("teacher", "student", "unlabeled", "max_unlabeled", "compare_without_teacher")
+"""The DistillSettings embedding distillation takes (its loss is the vectors' mean squared error, no weights)."""
+
+
+@distill.command()
+@settings_options(DistillSettings, only=EMBEDDING, overrides={"teacher": {
+    "help": "The teacher: a sentence-transformers directory (`bertkit finetune embedding`'s OUTPUT/best); its "
+            "pooling, normalisation and length are the student's unless a flag says otherwise."},
+    "unlabeled": {"help": "Unlabelled texts whose teacher vectors the student learns too, one a line; unset: none."},
+    "compare_without_teacher": {"help": "Also train the same student on the pairs alone (in-batch negatives, same "
+                                        "seeds, OUTPUT/without-teacher) and report the difference with Welch's p."}})
+@finetune_flags(EmbeddingSettings, ("given",), run_exclude=NOT_DISTILL_FLAGS, overrides=KEPT_FROM_TEACHER)
+def embedding(**flags: Any) -> None:
+    """A smaller sentence encoder that gives a teacher's sentence vectors (mean squared error on the training pairs'
+    texts and --unlabeled's), scored by retrieval on --dev; OUTPUT/best is a sentence-transformers directory."""
+    from bertkit.workflows.distill_embedding import run_embedding_distillation  # torch: only when the command runs
+
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    settings = settings_from_flags(FinetuneSettings, flags, model=STUDENT_CHOICE)
+    given = tuple(name for name in KEPT_FROM_DIRECTORY if flags[name] is not None)
+    embedding_settings = settings_from_flags(EmbeddingSettings, flags, drop_none=KEPT_FROM_DIRECTORY, given=given)
+    distill_settings = DistillSettings(**{name: flags.pop(name) for name in EMBEDDING})
+    results = run_embedding_distillation(flags.pop("train_file"), list(flags.pop("dev_files")), settings,
+                                         embedding_settings, distill_settings)
+    print_summary(results, settings.output)
+    _print_distillation(results["distillation"])
 
 
 GENERAL = ("teacher", "student", "temperature", "soft_weight", "hard_weight", "hidden_weight")

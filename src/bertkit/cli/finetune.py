@@ -70,13 +70,15 @@ FINETUNE: dict[str, dict[str, Any]] = {
 }
 
 
-def _finetune_flags(settings_class: type, exclude: tuple[str, ...] = (), **overrides: dict[str, Any]
-                  ) -> Callable[[Callable], Callable]:
-    """The options of every `finetune` subcommand: the files, FinetuneSettings's, then the task's settings
-    except `exclude` (those the data decides: label names, SQuAD 2.0's threshold chosen on dev)."""
+def finetune_flags(settings_class: type, exclude: tuple[str, ...] = (), *, run_exclude: tuple[str, ...] = (),
+                   overrides: dict[str, dict[str, Any]] | None = None) -> Callable[[Callable], Callable]:
+    """The options of every `finetune` subcommand: the files, FinetuneSettings's (except `run_exclude`: what
+    `distill` decides from its teacher), then the task's settings except `exclude` (those the data decides: label
+    names, SQuAD 2.0's threshold chosen on dev)."""
     def decorate(function: Callable) -> Callable:
         function = settings_options(settings_class, exclude=exclude, overrides=overrides)(function)
-        function = settings_options(FinetuneSettings, exclude=NOT_FLAGS, overrides=FINETUNE)(function)
+        function = settings_options(FinetuneSettings, exclude=(*NOT_FLAGS, *run_exclude), overrides=FINETUNE)(
+            function)
         function = click.option("--dev", "dev_files", multiple=True, type=click.Path(),
                                 help="Dev file (or `datasets` directory), evaluated every epoch; repeat for more "
                                      "(the first selects the best epoch, e.g. MNLI matched then mismatched). "
@@ -142,8 +144,8 @@ def _task_command(settings_class: type[TaskSettings]) -> click.Command:
     if settings_class is ClassificationSettings:
         command = click.option("--regression", is_flag=True,
                                help="Numeric labels, one output, mean squared error (generic files).")(command)
-    command = _finetune_flags(settings_class, settings_class.decided_by_data,
-                              **COMMAND_EXTRAS.get(settings_class, {}))(command)
+    command = finetune_flags(settings_class, settings_class.decided_by_data,
+                             overrides=COMMAND_EXTRAS.get(settings_class, {}))(command)
     return finetune.command(name=settings_class.kind)(command)
 
 
@@ -160,8 +162,8 @@ KEPT_FROM_DIRECTORY = {
 
 
 @finetune.command()
-@_finetune_flags(EmbeddingSettings, ("given",), **{name: {"default": None, "default_text": text}
-                                                   for name, text in KEPT_FROM_DIRECTORY.items()})
+@finetune_flags(EmbeddingSettings, ("given",), overrides={name: {"default": None, "default_text": text}
+                                                          for name, text in KEPT_FROM_DIRECTORY.items()})
 def embedding(**flags: Any) -> None:
     """Sentence embeddings from (anchor, positive[, negative]) pairs: in-batch negatives (multiple negatives
     ranking loss), retrieval scored on --dev before and after; OUTPUT/best is a sentence-transformers directory

@@ -12,6 +12,7 @@ al. 2020, section 3.2): student layer m matches teacher layer m * L / M, and the
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from typing import cast
 
@@ -21,22 +22,27 @@ from bertkit.config import BertConfig
 
 
 def student_from_teacher(teacher: nn.Module, layers: Sequence[int]) -> nn.Module:
-    """A model of the teacher's class with `len(layers)` encoder layers, each a copy of the teacher layer named
-    in `layers` (0-based), and copies of everything outside the layers (embeddings, pooler, head)."""
+    """A model of the teacher's class (a task model, or a `BertModel`) with `len(layers)` encoder layers, each a
+    copy of the teacher layer named in `layers` (0-based), and copies of everything outside the layers
+    (embeddings, pooler, head)."""
     config = cast(BertConfig, teacher.config).replace(num_hidden_layers=len(layers))
     student = type(teacher)(config)
-    renamed = {f"bert.layers.{teacher_index}.": f"bert.layers.{student_index}."
-               for student_index, teacher_index in enumerate(layers)}
+    renumbered = {teacher_index: student_index for student_index, teacher_index in enumerate(layers)}
     state = {}
     for key, value in teacher.state_dict().items():
-        if key.startswith("bert.layers."):
-            prefix = ".".join(key.split(".")[:3]) + "."
-            if prefix not in renamed:
+        match = _LAYER_KEY.match(key)
+        if match is not None:
+            index = int(match["index"])
+            if index not in renumbered:
                 continue  # a layer the student leaves out
-            key = renamed[prefix] + key[len(prefix):]
+            key = f"{match['prefix']}.{renumbered[index]}.{match['rest']}"
         state[key] = value.detach().clone()
     student.load_state_dict(state, strict=True)
     return student
+
+
+_LAYER_KEY = re.compile(r"^(?P<prefix>(?:bert\.)?layers)\.(?P<index>\d+)\.(?P<rest>.+)$")
+"""An encoder layer's weight: `bert.layers.N.` in a task model, `layers.N.` in a BertModel."""
 
 
 def uniform_layer_map(student_layers: int, teacher_layers: int) -> tuple[tuple[int, int], ...]:

@@ -21,7 +21,8 @@ from bertkit.errors import BertkitError
 from bertkit.settings.fields import Settings
 
 DISTILL_KINDS = ("classification", "tagging", "squad", "multiple-choice")
-"""The task kinds `bertkit distill` trains students for (every fine-tuning task kind)."""
+"""The task kinds `bertkit distill` trains students for (every fine-tuning task kind); `distill embedding` and
+`distill pretraining` are commands of their own (another loss, another output)."""
 
 UNLABELED_KINDS = ("classification", "tagging")
 """Kinds whose inputs a line of plain text can be: the ones --unlabeled and --augment extend."""

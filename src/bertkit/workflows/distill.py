@@ -166,7 +166,7 @@ def student_source(distill: DistillSettings, teacher: nn.Module, tokenizer: Word
                            layers)
     if spec in PRESETS:
         return StudentPlan(ModelSource(None, preset(spec), tokenizer, None), None, spec)
-    directory = check_model_directory(spec, presets=True)
+    directory = check_model_directory(spec, "--student", presets=True)
     source = model_source(FinetuneSettings(model=str(directory), output=Path(".")))
     if source.tokenizer.vocab_hash != tokenizer.vocab_hash:
         raise BertkitError(f"--student {directory}: its vocabulary is not the teacher's ({teacher_dir}); a student "

@@ -21,7 +21,8 @@ import logging
 import os
 import shutil
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
 
@@ -31,6 +32,7 @@ from torch import nn
 from bertkit.config import PRESETS, check_model_directory, preset
 from bertkit.data.pairs import PairExample, read_pairs
 from bertkit.errors import BertkitError
+from bertkit.inference.batching import pad_batch
 from bertkit.interop.sentence_transformers import read_sentence_transformers, write_module_files
 from bertkit.io.atomic import replace_directory
 from bertkit.model import BertModel, accelerate_for_inference, compile_model, enable_gradient_checkpointing
@@ -154,9 +156,31 @@ class EmbeddingRun:
         write_results(self.directory / RESULTS_FILE, {**metrics, "step": step})
 
 
+@dataclass(frozen=True)
+class EncoderRecipe:
+    """What each seed of an embedding run trains: by default the encoder `build_encoder` makes, on the pairs with
+    in-batch negatives; embedding distillation (`bertkit.workflows.distill_embedding`) gives its own: a student, on
+    texts and the teacher's vectors."""
+
+    build: Callable[[FinetuneSettings, EmbeddingSettings, WordPieceTokenizer], SentenceEncoder] = build_encoder
+    """The seed's encoder, before training."""
+    loss: Callable[[EmbeddingSettings], Any] = lambda embedding: pair_loss(embedding.scale)
+    """The loop's loss."""
+    features: Callable[[list[PairExample], WordPieceTokenizer, int], tuple[list[dict[str, Any]], int]] = \
+        pair_features
+    """(training features, texts truncated) of the training pairs at the run's length."""
+    collate: Callable[[list[dict], int], Any] = pad_batch
+    """A micro-batch of features: `collate(features, pad token id)`."""
+    record: dict[str, Any] = dataclasses.field(default_factory=dict)
+    """What finetune_run.json records beside the run's settings."""
+
+
+PAIRS = EncoderRecipe()
+
+
 def _train_seed(settings: FinetuneSettings, embedding: EmbeddingSettings, tokenizer: WordPieceTokenizer,
                 features: list[dict[str, Any]], dev_sets: list[DevPairs], seed: int,
-                ctx: DistributedContext) -> dict[str, float]:
+                ctx: DistributedContext, recipe: EncoderRecipe = PAIRS) -> dict[str, float]:
     """Train one seed (continuing its checkpoint when resuming); its best dev metrics with their step, and the
     metrics of the model before training (before_*)."""
     directory = settings.output / f"seed-{seed}"
@@ -165,7 +189,7 @@ def _train_seed(settings: FinetuneSettings, embedding: EmbeddingSettings, tokeni
         shutil.rmtree(directory, ignore_errors=True)  # a partial seed without a checkpoint starts fresh
     directory.mkdir(parents=True, exist_ok=True)
     seed_everything(seed)
-    model, train = prepare_training(build_encoder(settings, embedding, tokenizer),
+    model, train = prepare_training(recipe.build(settings, embedding, tokenizer),
                                     seed_training(settings, seed, METRIC_NAMES[0] if dev_sets else None), ctx,
                                     *step_shape(settings, features, ctx))
     run = EmbeddingRun(tokenizer, dev_sets, embedding, settings.eval_batch_size, directory, ctx.device)
@@ -173,8 +197,8 @@ def _train_seed(settings: FinetuneSettings, embedding: EmbeddingSettings, tokeni
     scores = f"before training {_shown(before)}" if before else "no dev set"
     log.info("seed %d: %s; precision %s%s", seed, scores, train.precision, ", resuming" if resuming else "")
     start = time.perf_counter()
-    best = fit_seed(model, pair_loss(embedding.scale), training_data(features, tokenizer, settings.group_by_length),
-                    train, run, ctx, resuming, f"embedding training seed {seed}")
+    data = training_data(features, tokenizer, settings.group_by_length, recipe.collate)
+    best = fit_seed(model, recipe.loss(embedding), data, train, run, ctx, resuming, f"embedding training seed {seed}")
     return {**best, "train_seconds": time.perf_counter() - start,
             **{f"before_{k}": v for k, v in before.items()}}
 
@@ -203,8 +227,18 @@ def run_embedding_training(train_path: str | Path, dev_paths: Sequence[str | Pat
     source = model_source(settings)
     tokenizer = source.tokenizer
     report: dict[str, Any] = {}
-    train = _read(train_path, embedding, True, report, "train")
+    train, dev_sets = read_pair_files(train_path, dev_paths, embedding, report)
     check_settings(settings, train)
+    ctx = one_process(settings)
+    data = data_record(train_path, dev_paths)
+    return train_encoder_seeds(settings, embedding, tokenizer, train, dev_sets, report, ctx, data, source)
+
+
+def read_pair_files(train_path: str | Path, dev_paths: Sequence[str | Path], embedding: EmbeddingSettings,
+                    report: dict[str, Any]) -> tuple[list[PairExample], list[DevPairs]]:
+    """(training pairs, dev sets) read by the run's columns, what each skipped and their sizes counted in
+    `report`; the first dev set is named '' (it selects the best evaluation), the others by their file's stem."""
+    train = _read(train_path, embedding, True, report, "train")
     dev_sets: list[DevPairs] = []
     for index, path in enumerate(dev_paths):
         name = "" if index == 0 else Path(path).stem
@@ -214,25 +248,29 @@ def run_embedding_training(train_path: str | Path, dev_paths: Sequence[str | Pat
         dev_sets.append(DevPairs.of(name, pairs))
     report.update(train_pairs=len(train), dev_pairs=len(dev_sets[0].anchors) if dev_sets else 0,
                   dev_candidates=len(dev_sets[0].candidates) if dev_sets else 0)
+    return train, dev_sets
+
+
+def one_process(settings: FinetuneSettings) -> DistributedContext:
+    """The run's context, refusing torchrun: in-batch negatives come from one micro-batch on one process."""
     ctx = setup_distributed(settings.train.device)
     if ctx.world_size > 1:
         raise BertkitError(f"embedding training runs in one process (in-batch negatives come from one "
                            f"micro-batch); run it without torchrun (WORLD_SIZE is {ctx.world_size})")
-    data = data_record(train_path, dev_paths)
-    return _train_seeds(settings, embedding, tokenizer, train, dev_sets, report, ctx, data, source)
+    return ctx
 
 
-def _train_seeds(settings: FinetuneSettings, embedding: EmbeddingSettings, tokenizer: WordPieceTokenizer,
+def train_encoder_seeds(settings: FinetuneSettings, embedding: EmbeddingSettings, tokenizer: WordPieceTokenizer,
                  train: list[PairExample], dev_sets: list[DevPairs], report: dict[str, Any],
-                 ctx: DistributedContext, data: tuple[dict[str, Any], dict[str, str]], source: ModelSource
-                 ) -> dict[str, Any]:
+                 ctx: DistributedContext, data: tuple[dict[str, Any], dict[str, str]], source: ModelSource,
+                 recipe: EncoderRecipe = PAIRS) -> dict[str, Any]:
     check_length_fits(settings, embedding.max_seq_length, source)  # before anything is written
     settings = with_learning_rate(settings, source=source)  # recorded as resolved
     inputs, labels = data
-    record = {**run_settings(settings), **dataclasses.asdict(embedding), **inputs}
+    record = {**run_settings(settings), **dataclasses.asdict(embedding), **inputs, **recipe.record}
     prepare_output(settings.output, settings.resume, settings.overwrite, record, settings.train.allow_change, labels)
-    features, report["truncated_train_texts"] = pair_features(train, tokenizer, embedding.max_seq_length)
+    features, report["truncated_train_texts"] = recipe.features(train, tokenizer, embedding.max_seq_length)
     record_run(settings.output, record)
     report.update(learning_rate=settings.train.learning_rate, **dataclasses.asdict(embedding))
     return train_seeds(settings, METRIC_NAMES if dev_sets else (), ctx, report,
-                       lambda seed: _train_seed(settings, embedding, tokenizer, features, dev_sets, seed, ctx))
+                       lambda seed: _train_seed(settings, embedding, tokenizer, features, dev_sets, seed, ctx, recipe))

@@ -1,6 +1,6 @@
 """The teacher's outputs on every training feature, computed once and kept in chunks that a resumed run reuses.
 
-    teacher_outputs(teacher, task, features, directory, pad_token_id, batch_size, device) -> [{name: array}]
+    teacher_outputs(teacher, outputs, features, directory, pad_token_id, batch_size, device) -> [{name: array}]
 
 Layout: DIRECTORY/manifest.json (`{"key": ..., "chunk_size": ..., "features": ...}`) and one
 chunk-NNNNN.safetensors per `CHUNK_SIZE` features, each holding, per output name, the chunk's arrays flattened
@@ -21,7 +21,7 @@ import logging
 import shutil
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 import torch
@@ -33,10 +33,19 @@ from tqdm.auto import tqdm
 from bertkit.inference.batching import check_finite, model_outputs
 from bertkit.io.atomic import write_file_atomic, write_text_atomic
 from bertkit.io.jsonfile import read_json_object
-from bertkit.tasks.task import Task
 from bertkit.train.distributed import DistributedContext, barrier
 
 log = logging.getLogger(__name__)
+
+class Outputs(Protocol):
+    """Which outputs of the teacher are kept: a `Task` (its outputs), or any object naming them alike."""
+
+    @property
+    def output_names(self) -> Sequence[str]: ...
+
+    @property
+    def token_level_outputs(self) -> Sequence[str]: ...
+
 
 CHUNK_SIZE = 2048
 """Features per chunk file: what an interruption can cost to compute again."""
@@ -56,13 +65,13 @@ def cache_key(teacher: nn.Module, features: Sequence[dict[str, Any]], names: Seq
     return digest.hexdigest()
 
 
-def teacher_outputs(teacher: nn.Module, task: Task, features: Sequence[dict[str, Any]], directory: Path,
+def teacher_outputs(teacher: nn.Module, outputs: Outputs, features: Sequence[dict[str, Any]], directory: Path,
                     pad_token_id: int, batch_size: int, device: torch.device, teacher_id: str = "the teacher",
                     ctx: DistributedContext | None = None) -> list[dict[str, np.ndarray]]:
-    """The teacher's `task.output_names` for each feature (float32; token-level ones cut to the feature's length),
-    from the cache in `directory` where it holds them, computed (and kept) where it does not. A non-finite output
-    raises `ModelFault` naming `teacher_id` (a broken teacher teaches nothing)."""
-    names = tuple(task.output_names)
+    """The teacher's `outputs.output_names` for each feature (float32; its `token_level_outputs` cut to the
+    feature's length), from the cache in `directory` where it holds them, computed (and kept) where it does not. A
+    non-finite output raises `ModelFault` naming `teacher_id` (a broken teacher teaches nothing)."""
+    names = tuple(outputs.output_names)
     key = cache_key(teacher, features, names)
     chunks = range(0, len(features), CHUNK_SIZE)
     if ctx is None or ctx.is_main:
@@ -72,10 +81,10 @@ def teacher_outputs(teacher: nn.Module, task: Task, features: Sequence[dict[str,
             path = _chunk_path(directory, start)
             part = features[start:start + CHUNK_SIZE]
             if _read_chunk(path, names, len(part)) is None:
-                outputs = model_outputs(teacher, part, names, task.token_level_outputs, batch_size, pad_token_id,
-                                        device)
-                check_finite(outputs, teacher_id)
-                _write_chunk(path, names, outputs)
+                computed_outputs = model_outputs(teacher, part, names, outputs.token_level_outputs, batch_size,
+                                                 pad_token_id, device)
+                check_finite(computed_outputs, teacher_id)
+                _write_chunk(path, names, computed_outputs)
                 computed += 1
         log.info("teacher outputs of %d features: %d chunk(s) computed, %d read from %s", len(features), computed,
                  len(chunks) - computed, directory)
