@@ -71,14 +71,15 @@ def jobs(args: argparse.Namespace) -> list[Job]:
                                      *files(triple), "--output", str(out), "--seeds", SEEDS, *flags, *common],
                    out / "eval_results.json", after=[f"{name}:teacher"])
 
-    lex_flags = ("--learning-rate", "1e-3", "--epochs", "5", "--max-seq-length", "128")
-    gc_flags = ("--learning-rate", "3e-4", "--epochs", "10", "--max-seq-length", "128")
-    qa_flags = ("--epochs", "3", "--max-seq-length", "128")
+    lex_flags = ("--learning-rate", "1e-3", "--epochs", "5")
+    gc_flags = ("--learning-rate", "3e-4", "--epochs", "10")
+    qa_flags = ("--epochs", "3")
+    length = ("--max-seq-length", "128")  # the teachers'; a student reads its teacher's
     with_unlabeled = ("--unlabeled", str(unlabeled))
     return [
-        teacher("lexname", "classification", str(args.lexname_model), lex, *lex_flags),
-        teacher("gcide", "classification", str(args.gcide_model), gc, *gc_flags),
-        teacher("qa", "squad", str(args.lexname_model), qa, *qa_flags),
+        teacher("lexname", "classification", str(args.lexname_model), lex, *lex_flags, *length),
+        teacher("gcide", "classification", str(args.gcide_model), gc, *gc_flags, *length),
+        teacher("qa", "squad", str(args.lexname_model), qa, *qa_flags, *length),
         # lexname: the grid that chose the defaults (every row: half depth, every other teacher layer)
         student("lexname", "soft-hard-unlabeled", "classification", lex, *lex_flags, *with_unlabeled,
                 "--compare-without-teacher"),

@@ -161,6 +161,9 @@ def test_what_a_user_can_get_wrong_is_one_line_naming_it(files, tmp_path) -> Non
                                     *_settings(files, tmp_path / "x", unlabeled=pairs))
     with pytest.raises(BertkitError, match="--unlabeled: a squad input is not a line of text"):
         distilling._read_unlabeled(SquadTask(SquadSettings()), DistillSettings(teacher=tmp_path, unlabeled=pairs))
+    with pytest.raises(BertkitError, match="--compare-without-teacher compares dev scores: give --dev"):
+        distilling.run_distillation("classification", files["few"], [],
+                                    *_settings(files, tmp_path / "x", compare_without_teacher=True))
     with pytest.raises(BertkitError, match="all 0"):
         DistillSettings(teacher=tmp_path, soft_weight=0, hard_weight=0)
     assert main(["distill", "classification", "--teacher", str(files["teacher"]), "--train", str(files["few"]),

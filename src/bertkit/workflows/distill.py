@@ -73,6 +73,7 @@ from bertkit.workflows.finetune import ModelSource, SeedRecipe, finetune, model_
 from bertkit.workflows.predict import RESULTS_FILE, predict_features, write_results
 from bertkit.workflows.recipes import pretraining_history
 from bertkit.workflows.run_output import DISTILLATION_PATHS, data_fingerprint, data_record
+from bertkit.workflows.seeds import check_without_dev
 from bertkit.workflows.significance import compare_seeds
 from bertkit.workflows.teacher_outputs import teacher_outputs
 
@@ -105,6 +106,7 @@ def run_distillation(kind: str, train_path: str | Path, dev_paths: Sequence[str 
                      distill: DistillSettings) -> dict[str, Any]:
     """Distil the teacher into the student (see the module docstring); eval_results.json's content, with the
     distillation report under "distillation"."""
+    check_run(settings, distill, bool(dev_paths))
     apply_threads(settings.train.threads)
     ctx = setup_distributed(settings.train.device)
     distill = dataclasses.replace(distill, teacher=distill.teacher.resolve())  # recorded: the same from any cwd
@@ -136,6 +138,18 @@ def run_distillation(kind: str, train_path: str | Path, dev_paths: Sequence[str 
         lineage = {**recipe.record["distillation"], "report": results["distillation"]}
         write_text_atomic(settings.output / "best" / LINEAGE_FILE, json.dumps(lineage, indent=2) + "\n")
     return results
+
+
+def check_run(settings: FinetuneSettings, distill: DistillSettings, dev: bool) -> None:
+    """Refuse, before anything is read, what a distillation cannot do: a student that is not fully trained (a
+    frozen encoder, a feature-based head), or what only a dev set can do."""
+    if settings.freeze_encoder or settings.feature_layers:
+        raise BertkitError("a distilled student trains its whole encoder: leave --freeze-encoder and "
+                           "--feature-layers out")
+    if not dev:
+        if distill.compare_without_teacher:
+            raise BertkitError("--compare-without-teacher compares dev scores: give --dev")
+        check_without_dev(settings)
 
 
 def _teacher(kind: str, directory: Path) -> tuple[Task, nn.Module, WordPieceTokenizer]:

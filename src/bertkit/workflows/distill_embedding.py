@@ -45,7 +45,7 @@ from bertkit.settings import DistillSettings, EmbeddingSettings, FinetuneSetting
 from bertkit.tasks.distillation import TEACHER_KEY, collate_distillation
 from bertkit.tasks.embedding import METRIC_NAMES, DevPairs, SentenceEncoder, evaluate_retrieval
 from bertkit.tokenizer import WordPieceTokenizer
-from bertkit.workflows.distill import LINEAGE_FILE, TEACHER_OUTPUTS, WITHOUT_TEACHER, measure_speed
+from bertkit.workflows.distill import LINEAGE_FILE, TEACHER_OUTPUTS, WITHOUT_TEACHER, check_run, measure_speed
 from bertkit.workflows.embedding import (
     EncoderRecipe,
     as_starting_directory,
@@ -95,6 +95,7 @@ def run_embedding_distillation(train_path: str | Path, dev_paths: Sequence[str |
                                embedding: EmbeddingSettings, distill: DistillSettings) -> dict[str, Any]:
     """Distil the teacher's sentence vectors into the student (see the module docstring); eval_results.json's
     content with the report under "distillation"."""
+    check_run(settings, distill, bool(dev_paths))
     apply_threads(settings.train.threads)
     teacher_dir = check_model_directory(distill.teacher.resolve(), "--teacher")
     if read_sentence_transformers(teacher_dir) is None:
