@@ -26,6 +26,7 @@ import dataclasses
 import json
 import logging
 import math
+import random
 import statistics
 import time
 from collections.abc import Callable, Sequence
@@ -252,8 +253,6 @@ def _student_of(model: nn.Module) -> nn.Module:
 def _extra_features(task: Task, tokenizer: WordPieceTokenizer, features: list[dict], unlabeled: list[Any],
                     distill: DistillSettings, seed: int) -> list[dict]:
     """Augmented copies of the training features, then the unlabelled inputs' features."""
-    import random
-
     extra: list[dict] = []
     if distill.augment:
         extra += augmented_features(features, distill.augment, random.Random(seed), tokenizer.mask_token_id,
