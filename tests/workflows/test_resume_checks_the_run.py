@@ -133,9 +133,9 @@ def test_embedding_training_keeps_what_its_starting_directory_says(files, tmp_pa
 
 
 def test_the_summary_shows_metrics_not_timings(capsys):
-    from bertkit.cli.finetune import _print_summary
+    from bertkit.cli.finetune import print_summary
 
-    _print_summary({"seeds": {"1": {"mrr@10": 0.5, "train_seconds": 109.4576, "step": 24}}, "summary": {}},
+    print_summary({"seeds": {"1": {"mrr@10": 0.5, "train_seconds": 109.4576, "step": 24}}, "summary": {}},
                    Path("out"))
     line = capsys.readouterr().out.splitlines()[0]
     assert line == "seed 1: mrr@10 0.5000 (step 24, 109 s)"
