@@ -5,6 +5,7 @@ on the labels alone, 3 seeds, Welch's p, on the test files.
     python scripts/distill_study.py run --root /tmp/distill-study --data STUDY_DATA --gcide GCIDE_DIR \
         --lexname-model PRETRAINED --gcide-model PRETRAINED [--jobs 2]
     python scripts/distill_study.py table /tmp/distill-study
+    python scripts/distill_study.py speed /tmp/distill-study --data STUDY_DATA --gcide GCIDE_DIR  # alone
 
 STUDY_DATA is scripts/study_data.py's output (WordNet lexname and QA), GCIDE_DIR scripts/gcide_task_data.py's; the
 pre-trained models are `bertkit pretrain` outputs on the same corpora (scripts/length_study.py's short recipe at 10
@@ -28,7 +29,7 @@ from pretraining_study import Job, run_jobs
 from bertkit.workflows.significance import compare_seeds
 
 SEEDS = "1,2,3"
-UNLABELED_GLOSSES = 8000
+UNLABELED_GLOSSES = (8000, 32000)
 
 
 def glosses(corpus: Path, held_out: list[Path], out: Path, count: int) -> Path:
@@ -54,7 +55,8 @@ def jobs(args: argparse.Namespace) -> list[Job]:
     lex = (data / "lexname-train.jsonl", data / "lexname-dev.jsonl", data / "lexname-test.jsonl")
     qa = (data / "qa-train.json", data / "qa-dev.json", data / "qa-test.json")
     gc = (gcide / "train.jsonl", gcide / "dev.jsonl", gcide / "test.jsonl")
-    unlabeled = glosses(data / "corpus.txt", list(lex), root / "lexname-unlabeled.txt", UNLABELED_GLOSSES)
+    unlabeled, more = (glosses(data / "corpus.txt", list(lex), root / name, count) for name, count in
+                       zip(("lexname-unlabeled.txt", "lexname-unlabeled-32k.txt"), UNLABELED_GLOSSES))
     common = ["--threads", "1", "--device", "cpu", "--overwrite"]
 
     def files(triple: tuple[Path, Path, Path]) -> list[str]:
@@ -95,6 +97,9 @@ def jobs(args: argparse.Namespace) -> list[Job]:
         student("gcide", "soft-hard-augment", "classification", gc, *gc_flags, "--augment", "2",
                 "--compare-without-teacher"),
         student("qa", "soft-hard", "squad", qa, *qa_flags, "--compare-without-teacher"),
+        # more of the user's own text (the first 8,000 lines are the row above's)
+        student("lexname", "soft-hard-unlabeled32k", "classification", lex, *lex_flags, "--unlabeled", str(more),
+                "--compare-without-teacher"),
     ]
 
 
@@ -134,6 +139,32 @@ def table(root: Path) -> None:
             print(line)
 
 
+def speed(root: Path, data: Path, gcide: Path, threads: int) -> None:
+    """Each student's inference rate against its teacher's, measured again with the machine otherwise idle (the
+    rates in the runs' reports were measured beside the other lane), on the first 256 dev inputs."""
+    import torch
+
+    from bertkit.tasks.finetuned import load_finetuned
+    from bertkit.workflows.distill import SPEED_FEATURES, measure_speed
+
+    torch.set_num_threads(threads)
+    for family in ("lexname", "gcide", "qa"):
+        teacher_dir = root / family / "teacher" / "best"
+        if not teacher_dir.is_dir():
+            continue
+        task, teacher, tokenizer = load_finetuned(teacher_dir)
+        dev = {"lexname": data / "wordnet" / "lexname-dev.jsonl", "gcide": gcide / "dev.jsonl",
+               "qa": data / "wordnet" / "qa-dev.json"}[family]
+        examples, _ = task.read(dev)
+        features = task.features(examples, tokenizer)[:SPEED_FEATURES]
+        for row in sorted(p.parent.parent.name for p in (root / family).glob("*/best/distillation.json")):
+            _, student, _ = load_finetuned(root / family / row / "best")
+            rates = measure_speed({"teacher": teacher, "student": student}, features, task.output_names, 64,
+                                  tokenizer.pad_token_id, torch.device("cpu"))
+            print(f"{family:8s} {row:28s} {threads} thread(s): teacher {rates['teacher']:8.1f}/s student "
+                  f"{rates['student']:8.1f}/s = {rates['student'] / rates['teacher']:.2f}x", flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     commands = parser.add_subparsers(dest="command", required=True)
@@ -146,9 +177,17 @@ def main() -> None:
     go.add_argument("--jobs", type=int, default=2)
     show = commands.add_parser("table")
     show.add_argument("root", type=Path)
+    timing = commands.add_parser("speed")
+    timing.add_argument("root", type=Path)
+    timing.add_argument("--data", type=Path, required=True)
+    timing.add_argument("--gcide", type=Path, required=True)
+    timing.add_argument("--threads", type=int, default=1)
     args = parser.parse_args()
     if args.command == "table":
         table(args.root)
+        return
+    if args.command == "speed":
+        speed(args.root, args.data, args.gcide, args.threads)
         return
     order = [job.name for job in jobs(args)]
     run_jobs(jobs(args), args.root, args.jobs, lambda job: order.index(job.name))
