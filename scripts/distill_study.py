@@ -123,12 +123,14 @@ def table(root: Path) -> None:
             if row == "teacher":
                 continue
             results = json.loads((root / family / row / "eval_results.json").read_text())
+            if "distillation" not in results:  # its seeds are done, its comparison or report not yet
+                continue
             scores = test_metric(results, metric)
             report = results["distillation"]
             line = (f"{family:8s} {row:28s} {report['student_layers']}L {report['student_parameters'] / 1e6:5.2f}M "
                     f"test {metric} {statistics.fmean(scores):5.1f} ± {statistics.stdev(scores):3.1f} | teacher "
                     f"{teacher_test:5.1f} ({report['teacher_layers']}L) "
-                    f"kept {100 * statistics.fmean(scores) / teacher_test:5.1f}% "
+                    f"kept {100 * statistics.fmean(scores) / teacher_test:5.1f}% (dev {100 * report['kept']:5.1f}%) "
                     f"| speed {report['speedup']:.2f}x")
             baseline = root / family / row / "without-teacher" / "eval_results.json"
             if baseline.is_file():

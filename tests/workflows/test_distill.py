@@ -164,7 +164,7 @@ def test_what_a_user_can_get_wrong_is_one_line_naming_it(files, tmp_path) -> Non
     with pytest.raises(BertkitError, match="--compare-without-teacher compares dev scores: give --dev"):
         distilling.run_distillation("classification", files["few"], [],
                                     *_settings(files, tmp_path / "x", compare_without_teacher=True))
-    with pytest.raises(BertkitError, match="all 0"):
+    with pytest.raises(BertkitError, match="every loss weight"):
         DistillSettings(teacher=tmp_path, soft_weight=0, hard_weight=0)
     assert main(["distill", "classification", "--teacher", str(files["teacher"]), "--train", str(files["few"]),
                  "--output", str(tmp_path / "y"), "--temperature", "0"]) != 0
@@ -199,3 +199,43 @@ def test_tagging_and_squad_students_through_the_command(files, tmp_path) -> None
         assert (out / "best" / "distillation.json").is_file()
     assert results["distillation"]["student_parameters"] > results["distillation"]["teacher_parameters"]
     assert json.loads((tmp_path / "squad-student" / "best" / "config.json").read_text())["hidden_size"] == 128
+
+
+def test_unlabelled_files_are_read_as_their_format_says(files, tmp_path) -> None:
+    """A JSONL file by the teacher's text column (not its raw lines), blank lines skipped, a CoNLL file's words (not
+    'word tag' sentences), sentences a line for a tagger, and an output that holds the teacher refused."""
+    from bertkit.tasks.finetuned import load_task
+
+    task = load_task(files["teacher"])
+    table = _jsonl(tmp_path / "more.jsonl", [{"text": "good film"}, {"other": "x"}, {"text": "bad plot"}])
+    read = distilling._read_unlabeled(task, DistillSettings(teacher=tmp_path, unlabeled=table))
+    assert [e.text for e in read] == ["good film", "bad plot"]  # the row without the column is skipped, said
+    lines = tmp_path / "lines.txt"
+    lines.write_text("good film\n\n   \nbad plot\n")
+    assert [e.text for e in distilling._read_unlabeled(task, DistillSettings(teacher=tmp_path, unlabeled=lines))] \
+        == ["good film", "bad plot"]
+    blank = tmp_path / "blank.txt"
+    blank.write_text("\n  \n")
+    with pytest.raises(BertkitError, match="no inputs in it"):
+        distilling._read_unlabeled(task, DistillSettings(teacher=tmp_path, unlabeled=blank))
+    from bertkit.settings import TaggingSettings
+    from bertkit.tasks.tagging import TaggingTask
+
+    tagger = TaggingTask(TaggingSettings(labels=["B-P", "O"]))
+    for text, words in (("the O\nfilm B-P\n\nbad O\n", [["the", "film"], ["bad"]]),
+                        ("the\nfilm\n\nbad\n", [["the", "film"], ["bad"]]),
+                        ("the film was good\nbad plot\n", [["the", "film", "was", "good"], ["bad", "plot"]])):
+        path = tmp_path / "tags.txt"
+        path.write_text(text)
+        read = distilling._read_unlabeled(tagger, DistillSettings(teacher=tmp_path, unlabeled=path))
+        assert [s.words for s in read] == words and all(s.labels is None for s in read)
+    with pytest.raises(BertkitError, match="holds the teacher"):
+        distilling.check_teacher(files["teacher"], files["teacher"].parent)
+    with pytest.raises(BertkitError, match="is a preset"):
+        distilling.check_teacher(Path("bert-debug"), tmp_path / "out")
+    with pytest.raises(BertkitError, match="--teacher"):
+        distilling.check_teacher(tmp_path / "missing", tmp_path / "out")
+    with pytest.raises(BertkitError, match="temperature"):
+        DistillSettings(teacher=tmp_path, temperature=float("inf"))
+    with pytest.raises(BertkitError, match="soft_weight|soft-weight"):
+        DistillSettings(teacher=tmp_path, soft_weight=float("inf"))

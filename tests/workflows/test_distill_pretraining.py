@@ -81,7 +81,7 @@ def test_general_distillation_end_to_end_and_resume(prepared, tmp_path) -> None:
     assert _distill(prepared, out, "--max-steps", "6") == 0
     final = out / "final"
     lineage = json.loads((final / "distillation.json").read_text())
-    assert lineage["student"].endswith("layers:0") and (lineage["soft"], lineage["hard"]) == (5.0, 2.0)
+    assert lineage["student"] == "teacher layers 0" and (lineage["soft"], lineage["hard"]) == (5.0, 2.0)
     assert json.loads((final / "config.json").read_text())["num_hidden_layers"] == 1
     records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     train = [r for r in records if r["kind"] == "train"]

@@ -119,7 +119,9 @@ def embedding(**flags: Any) -> None:
 GENERAL = ("teacher", "student", "temperature", "soft_weight", "hard_weight", "hidden_weight")
 """The DistillSettings general distillation takes (the extra text and the comparison are task distillation's)."""
 GENERAL_DEFAULTS: dict[str, dict[str, Any]] = {
-    "soft_weight": {"default": 5.0}, "hard_weight": {"default": 2.0,
+    "soft_weight": {"default": 5.0, "help": "Weight of the soft targets: KL divergence to the teacher's masked-LM "
+                                            "distribution at the masked positions."},
+    "hard_weight": {"default": 2.0,
                                                      "help": "Weight of the masked-LM loss on the original tokens."},
     "hidden_weight": {"default": 1.0, "help": "Weight of the cosine distance between the student's and the "
                                               "teacher's last hidden states (the student at the teacher's width)."},

@@ -24,6 +24,8 @@ DISTILL_KINDS = ("classification", "tagging", "squad", "multiple-choice")
 """The task kinds `bertkit distill` trains students for (every fine-tuning task kind); `distill embedding` and
 `distill pretraining` are commands of their own (another loss, another output)."""
 
+MAX_WEIGHT = 1000.0
+"""The largest loss weight accepted (a finite bound: an infinite weight makes every step non-finite)."""
 UNLABELED_KINDS = ("classification", "tagging")
 """Kinds whose inputs a line of plain text can be: the ones --unlabeled and --augment extend."""
 
@@ -38,21 +40,22 @@ class DistillSettings(Settings):
     student: str | None = None
     """The student: `layers:0,2,...` (these teacher layers, width kept), a preset (random initialisation, e.g.
     bert-mini), or a pre-trained checkpoint directory; unset: every other teacher layer (DistilBERT's rule)."""
-    temperature: float = dataclasses.field(default=2.0, metadata={"min": 0.05})
+    temperature: float = dataclasses.field(default=2.0, metadata={"min": 0.05, "max": 100.0})
     """Softmax temperature of the soft targets (the loss is scaled by its square)."""
-    soft_weight: float = dataclasses.field(default=1.0, metadata={"min": 0.0})
+    soft_weight: float = dataclasses.field(default=1.0, metadata={"min": 0.0, "max": MAX_WEIGHT})
     """Weight of the soft-target loss (KL divergence to the teacher's distribution; MSE for regression)."""
-    hard_weight: float = dataclasses.field(default=1.0, metadata={"min": 0.0})
+    hard_weight: float = dataclasses.field(default=1.0, metadata={"min": 0.0, "max": MAX_WEIGHT})
     """Weight of the task's own loss on the gold labels (examples without labels add none)."""
-    hidden_weight: float = dataclasses.field(default=0.0, metadata={"min": 0.0})
+    hidden_weight: float = dataclasses.field(default=0.0, metadata={"min": 0.0, "max": MAX_WEIGHT})
     """Weight of the hidden-state MSE on a uniform layer map (a learned projection when widths differ); above 0 the
     teacher runs beside the student at every step."""
-    attention_weight: float = dataclasses.field(default=0.0, metadata={"min": 0.0})
+    attention_weight: float = dataclasses.field(default=0.0, metadata={"min": 0.0, "max": MAX_WEIGHT})
     """Weight of the attention-distribution KL on the same layer map (TinyBERT, MiniLM; the student needs the
     teacher's number of heads); above 0 the teacher runs beside the student at every step."""
     unlabeled: Path | None = dataclasses.field(default=None, metadata={"path": "file"})
-    """Unlabelled inputs the teacher labels (classification, tagging): one text per line ('a ||| b' for pairs), or
-    a table with the task's text column; unset: none."""
+    """Unlabelled inputs the teacher labels (classification, tagging): a .txt file of one text per line ('a ||| b'
+    for a pair teacher; blank lines skipped), or a file in the training file's format (JSONL, CSV, TSV, Parquet,
+    CoNLL for tagging) read by the teacher's columns without labels; unset: none."""
     max_unlabeled: int | None = dataclasses.field(default=None, metadata={"min": 1})
     """Read at most this many --unlabeled inputs (the first ones); unset: all."""
     augment: int = dataclasses.field(default=0, metadata={"min": 0, "max": 64})
@@ -64,8 +67,8 @@ class DistillSettings(Settings):
 
     def check(self) -> None:
         if not any((self.soft_weight, self.hard_weight, self.hidden_weight, self.attention_weight)):
-            raise BertkitError("--soft-weight, --hard-weight, --hidden-weight and --attention-weight are all 0: "
-                               "nothing to train on; give one a positive weight")
+            raise BertkitError("every loss weight (--soft-weight, --hard-weight, ...) is 0: nothing to train on; give "
+                               "one a positive weight")
 
 
 def student_layers(spec: str, teacher_layers: int) -> tuple[int, ...]:

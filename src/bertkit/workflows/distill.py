@@ -46,7 +46,9 @@ from bertkit.errors import BertkitError
 from bertkit.inference.batching import model_outputs
 from bertkit.inference.positions import PRETRAINING_FILE, trained_positions
 from bertkit.io.atomic import write_text_atomic
+from bertkit.io.columnar import is_table_input
 from bertkit.io.jsonfile import read_json_object
+from bertkit.io.textfile import format_suffix
 from bertkit.model import accelerate_for_inference
 from bertkit.model.feature_based import FeatureBasedModel
 from bertkit.model.student import student_from_teacher, uniform_layer_map, width_projection
@@ -66,8 +68,8 @@ from bertkit.tasks.distillation import (
     LossWeights,
     collate_distillation,
 )
-from bertkit.tasks.finetuned import load_finetuned
-from bertkit.tasks.task import Task
+from bertkit.tasks.finetuned import load_finetuned, read_task_file
+from bertkit.tasks.task import Task, warn_skipped
 from bertkit.tokenizer import WordPieceTokenizer
 from bertkit.train.distributed import DistributedContext, setup_distributed
 from bertkit.workflows.finetune import ModelSource, SeedRecipe, finetune, model_source, read_files
@@ -110,7 +112,8 @@ def run_distillation(kind: str, train_path: str | Path, dev_paths: Sequence[str 
     check_run(settings, distill, bool(dev_paths))
     apply_threads(settings.train.threads)
     ctx = setup_distributed(settings.train.device)
-    distill = dataclasses.replace(distill, teacher=distill.teacher.resolve())  # recorded: the same from any cwd
+    # the teacher's path is recorded resolved: the same run from any working directory
+    distill = dataclasses.replace(distill, teacher=check_teacher(distill.teacher, settings.output))
     task, teacher, tokenizer = _teacher(kind, distill.teacher)
     teacher = teacher.to(ctx.device)
     plan = student_source(distill, teacher, tokenizer, distill.teacher)
@@ -123,6 +126,7 @@ def run_distillation(kind: str, train_path: str | Path, dev_paths: Sequence[str 
     weights = LossWeights(distill.soft_weight, distill.hard_weight, distill.hidden_weight, distill.temperature,
                           distill.attention_weight)
     _check_attention(weights, teacher, plan)
+    warn_not_smaller(teacher, plan.source.config)
     recipe = _recipe(task, teacher, tokenizer, plan, weights, distill, unlabeled, settings, ctx, report)
     log.info("distilling %s into %s: soft targets x %g at temperature %g, labels x %g, hidden states x %g, "
              "attention x %g", distill.teacher, plan.description, weights.soft, weights.temperature, weights.hard,
@@ -136,7 +140,8 @@ def run_distillation(kind: str, train_path: str | Path, dev_paths: Sequence[str 
                                                   plan, distill, ctx)
     if ctx.is_main:
         write_results(settings.output / RESULTS_FILE, results)
-        lineage = {**recipe.record["distillation"], "report": results["distillation"]}
+        lineage = {**recipe.record["distillation"], "unlabeled_file": str(distill.unlabeled or "") or None,
+                   "report": results["distillation"]}
         write_text_atomic(settings.output / "best" / LINEAGE_FILE, json.dumps(lineage, indent=2) + "\n")
     return results
 
@@ -153,8 +158,24 @@ def check_run(settings: FinetuneSettings, distill: DistillSettings, dev: bool) -
         check_without_dev(settings)
 
 
+def check_teacher(teacher: Path, output: Path) -> Path:
+    """The teacher's model directory (named by --teacher in every message), refusing a preset name and an --output
+    that holds it (--overwrite would delete the teacher, and the student would name itself as its teacher)."""
+    if not teacher.exists() and str(teacher) in PRESETS:
+        raise BertkitError(f"--teacher {teacher} is a preset (random weights): a teacher is a trained model "
+                           "directory (`bertkit finetune`'s OUTPUT/best, `bertkit pretrain`'s final/)")
+    directory = check_model_directory(teacher, "--teacher").resolve()
+    out = output.resolve()
+    if out == directory or out in directory.parents:
+        raise BertkitError(f"--output {output} holds the teacher ({directory}); write the student elsewhere")
+    return directory
+
+
 def _teacher(kind: str, directory: Path) -> tuple[Task, nn.Module, WordPieceTokenizer]:
     """The teacher's task, model (eval mode) and vocabulary; a model of another kind, or feature-based, is refused."""
+    if read_task_file(directory) is None and (directory / "modules.json").is_file():
+        raise BertkitError(f"--teacher {directory} is a sentence-embedding model; distil it with `bertkit distill "
+                           "embedding`")
     task, model, tokenizer = load_finetuned(directory)
     if task.kind != kind:
         raise BertkitError(f"--teacher {directory} is a {task.kind} model; run `bertkit distill {task.kind}`")
@@ -177,8 +198,7 @@ def student_source(distill: DistillSettings, teacher: nn.Module, tokenizer: Word
         student = student_from_teacher(teacher, layers)
         source = ModelSource(None, cast(BertConfig, student.config), tokenizer, pretraining_history(kept),
                              trained_positions(kept))
-        return StudentPlan(source, student.state_dict(), f"{teacher_dir} layers:{','.join(map(str, layers))}",
-                           layers)
+        return StudentPlan(source, student.state_dict(), f"teacher layers {','.join(map(str, layers))}", layers)
     if spec in PRESETS:
         return StudentPlan(ModelSource(None, preset(spec), tokenizer, None), None, spec)
     directory = check_model_directory(spec, "--student", presets=True)
@@ -188,6 +208,17 @@ def student_source(distill: DistillSettings, teacher: nn.Module, tokenizer: Word
                            "reads the teacher's token ids: start it from the teacher (--student layers:...), a "
                            "preset, or a checkpoint with the teacher's vocab.txt")
     return StudentPlan(source, None, str(directory))
+
+
+def warn_not_smaller(teacher: nn.Module, student: BertConfig) -> None:
+    """Say so when the student is no smaller than its teacher (no faster to run: a layer list of every teacher
+    layer, a larger preset)."""
+    config = cast(BertConfig, teacher.config)
+    if (student.num_hidden_layers, student.hidden_size) >= (config.num_hidden_layers, config.hidden_size) \
+            or student.hidden_size > config.hidden_size:
+        log.warning("the student (%d layers, width %d) is no smaller than the teacher (%d layers, width %d): it will "
+                    "not run faster; --student layers:0,2,... or a smaller preset makes a cheaper one",
+                    student.num_hidden_layers, student.hidden_size, config.num_hidden_layers, config.hidden_size)
 
 
 def _check_attention(weights: LossWeights, teacher: nn.Module, plan: StudentPlan) -> None:
@@ -272,9 +303,14 @@ def _unlabelled(feature: dict[str, Any], template: dict[str, Any]) -> dict[str, 
     return out
 
 
+TABLE_SUFFIXES = (".jsonl", ".json", ".csv", ".tsv")
+"""--unlabeled files read by the teacher's columns (as the training file is), not as lines of text."""
+
+
 def _read_unlabeled(task: Task, distill: DistillSettings) -> list[Any]:
-    """--unlabeled as the task's examples without labels: a text (or 'a ||| b' pair) per line, or a table's text
-    column; words split on white space for tagging. The first --max-unlabeled of them."""
+    """--unlabeled as the task's examples without labels, the first --max-unlabeled of them: a table (JSONL, CSV,
+    TSV, Parquet, `datasets`) by the teacher's columns; for tagging a CoNLL file (one word a line, with or without
+    tags) or one sentence a line; else one text (or 'a ||| b' pair) a line. Blank lines are skipped and counted."""
     if distill.unlabeled is None:
         if distill.augment and task.kind not in UNLABELED_KINDS:
             raise BertkitError(f"--augment: {task.kind} inputs cannot be augmented (a question and its context); "
@@ -283,19 +319,53 @@ def _read_unlabeled(task: Task, distill: DistillSettings) -> list[Any]:
     if task.kind not in UNLABELED_KINDS:
         raise BertkitError(f"--unlabeled: a {task.kind} input is not a line of text; --unlabeled extends "
                            f"{' and '.join(UNLABELED_KINDS)} tasks")
-    settings = task.settings
-    pair_column = getattr(settings, "text_pair_column", None)
-    lines = read_lines(distill.unlabeled, "--unlabeled", getattr(settings, "text_column", "text"), pair_column)
-    lines = lines[:distill.max_unlabeled] if distill.max_unlabeled else lines
-    where = str(distill.unlabeled)
-    if task.kind == "tagging":
-        return [TaggedSentence(a.split(), None, f"{where}:{n}") for n, (a, _) in enumerate(lines, 1) if a.split()]
-    pairs = pair_column is not None
-    for number, (_, b) in enumerate(lines, 1):
+    path = distill.unlabeled
+    if is_table_input(path) or format_suffix(path) in TABLE_SUFFIXES:
+        examples, skipped = task.read(path, labelled=False)
+        warn_skipped(path, examples, skipped)
+    elif task.kind == "tagging":
+        examples = _tagging_lines(task, path)
+    else:
+        examples = _text_lines(task, path)
+    if not examples:
+        raise BertkitError(f"--unlabeled {path}: no inputs in it; write one text per line")
+    return examples[:distill.max_unlabeled] if distill.max_unlabeled else examples
+
+
+def _text_lines(task: Task, path: Path) -> list[TextExample]:
+    """One classification input per non-blank line; a pair teacher reads 'a ||| b' lines, a single-text one none."""
+    pairs = getattr(task.settings, "text_pair_column", None) is not None
+    examples, blank = [], 0
+    for number, (a, b) in enumerate(read_lines(path, "--unlabeled"), 1):
+        if not a.strip() and not (b or "").strip():
+            blank += 1
+            continue
         if (b is not None) != pairs:
-            raise BertkitError(f"{where}:{number}: the teacher reads {'pairs' if pairs else 'single texts'}; write "
+            raise BertkitError(f"{path}:{number}: the teacher reads {'pairs' if pairs else 'single texts'}; write "
                                f"{'text_a ||| text_b' if pairs else 'one text per line without |||'}")
-    return [TextExample(f"{where}:{n}", a, b, None) for n, (a, b) in enumerate(lines, 1)]
+        examples.append(TextExample(f"{path}:{number}", a, b, None))
+    if blank:
+        log.info("%s: %d blank line(s) skipped", path, blank)
+    return examples
+
+
+def _tagging_lines(task: Task, path: Path) -> list[TaggedSentence]:
+    """A tagging --unlabeled text file: CoNLL with the teacher's tags, or one word a line (blank lines between
+    sentences), read as CoNLL; any other text, one sentence a line (words split on white space)."""
+    try:
+        sentences, skipped = task.read(path, labelled=True)
+        if not skipped:  # every line ends with one of the teacher's tags: CoNLL
+            return [dataclasses.replace(s, labels=None) for s in sentences]
+    except BertkitError:
+        pass
+    lines = [(n, a) for n, (a, _) in enumerate(read_lines(path, "--unlabeled"), 1)]
+    if all(len(a.split()) <= 1 for _, a in lines):  # one word a line: CoNLL without tags
+        return list(task.read(path, labelled=False)[0])
+    for number, line in lines:
+        if "|||" in line:
+            raise BertkitError(f"{path}:{number}: ' ||| ' in a tagging --unlabeled line; a tagger reads one "
+                               "sentence a line")
+    return [TaggedSentence(a.split(), None, f"{path}:{n}") for n, a in lines if a.split()]
 
 
 # --- the report -----------------------------------------------------------------------------------------------

@@ -38,6 +38,7 @@ from bertkit.data.text_inputs import read_lines
 from bertkit.errors import BertkitError
 from bertkit.interop.sentence_transformers import read_sentence_transformers
 from bertkit.io.atomic import write_text_atomic
+from bertkit.io.textfile import format_suffix
 from bertkit.model import BertModel
 from bertkit.model.student import student_from_teacher
 from bertkit.runtime.device import apply_threads
@@ -45,7 +46,16 @@ from bertkit.settings import DistillSettings, EmbeddingSettings, FinetuneSetting
 from bertkit.tasks.distillation import TEACHER_KEY, collate_distillation
 from bertkit.tasks.embedding import METRIC_NAMES, DevPairs, SentenceEncoder, evaluate_retrieval
 from bertkit.tokenizer import WordPieceTokenizer
-from bertkit.workflows.distill import LINEAGE_FILE, TEACHER_OUTPUTS, WITHOUT_TEACHER, check_run, measure_speed
+from bertkit.workflows.distill import (
+    LINEAGE_FILE,
+    TABLE_SUFFIXES,
+    TEACHER_OUTPUTS,
+    WITHOUT_TEACHER,
+    check_run,
+    check_teacher,
+    measure_speed,
+    warn_not_smaller,
+)
 from bertkit.workflows.embedding import (
     EncoderRecipe,
     as_starting_directory,
@@ -97,7 +107,7 @@ def run_embedding_distillation(train_path: str | Path, dev_paths: Sequence[str |
     content with the report under "distillation"."""
     check_run(settings, distill, bool(dev_paths))
     apply_threads(settings.train.threads)
-    teacher_dir = check_model_directory(distill.teacher.resolve(), "--teacher")
+    teacher_dir = check_teacher(distill.teacher, settings.output)
     if read_sentence_transformers(teacher_dir) is None:
         raise BertkitError(f"--teacher {teacher_dir}: not a sentence-transformers directory (no modules.json); "
                            "give a `bertkit finetune embedding` OUTPUT/best or a sentence-transformers model")
@@ -105,6 +115,7 @@ def run_embedding_distillation(train_path: str | Path, dev_paths: Sequence[str |
     tokenizer = WordPieceTokenizer.from_pretrained(teacher_dir)
     teacher = SentenceEncoder(BertModel.from_pretrained(teacher_dir), embedding.pooling, embedding.normalize).eval()
     source, state, description = _student(distill, teacher.bert, tokenizer, teacher_dir)
+    warn_not_smaller(teacher.bert, source.config)
     report: dict[str, Any] = {}
     train, dev_sets = read_pair_files(train_path, dev_paths, embedding, report)
     check_settings(settings, train)
@@ -163,8 +174,8 @@ def _student(distill: DistillSettings, teacher: BertModel, tokenizer: WordPieceT
             spec, teacher.config.num_hidden_layers)
         student = student_from_teacher(teacher, layers)
         config = cast(BertConfig, student.config)
-        return (ModelSource(None, config, tokenizer, {}), student.state_dict(),
-                f"{teacher_dir} layers:{','.join(map(str, layers))}")
+        description = f"teacher layers {','.join(map(str, layers))}"
+        return ModelSource(None, config, tokenizer, {}), student.state_dict(), description
     if spec in PRESETS:
         config, state = preset(spec), None
     else:
@@ -181,15 +192,22 @@ def _student(distill: DistillSettings, teacher: BertModel, tokenizer: WordPieceT
 
 
 def _unlabeled(distill: DistillSettings) -> list[str]:
-    """--unlabeled's texts (one a line; a pair line is refused: a sentence encoder reads one text)."""
-    if distill.unlabeled is None:
+    """--unlabeled's texts: one a non-blank line of a text file (a pair line is refused: a sentence encoder reads
+    one text), or a Parquet / `datasets` table's `text` column."""
+    path = distill.unlabeled
+    if path is None:
         return []
-    lines = read_lines(distill.unlabeled, "--unlabeled")
+    if format_suffix(path) in TABLE_SUFFIXES:
+        raise BertkitError(f"--unlabeled {path}: give one text per line (.txt), or a Parquet or `datasets` table "
+                           "with a 'text' column")
+    lines = read_lines(path, "--unlabeled")
     for number, (_, pair) in enumerate(lines, 1):
         if pair is not None:
-            raise BertkitError(f"{distill.unlabeled}:{number}: ' ||| ' in an --unlabeled line; a sentence encoder "
-                               "reads one text a line")
-    texts = [text for text, _ in lines]
+            raise BertkitError(f"{path}:{number}: ' ||| ' in an --unlabeled line; a sentence encoder reads one text a "
+                               "line")
+    texts = [text for text, _ in lines if text.strip()]
+    if not texts:
+        raise BertkitError(f"--unlabeled {path}: no text in it; write one text per line")
     return texts[:distill.max_unlabeled] if distill.max_unlabeled else texts
 
 

@@ -34,6 +34,7 @@ from bertkit.tasks.distillation import LossWeights, MaskedLMDistillation
 from bertkit.tokenizer import WordPieceTokenizer
 from bertkit.train import FitResult
 from bertkit.train.distributed import DistributedContext, barrier, setup_distributed
+from bertkit.workflows.distill import check_teacher, warn_not_smaller
 from bertkit.workflows.pretrain import pretrain
 
 log = logging.getLogger(__name__)
@@ -46,11 +47,13 @@ def distill_pretraining(settings: PretrainSettings, train: TrainConfig, distill:
     """Pre-train the student on the teacher's masked-LM outputs (see the module docstring); OUTPUT/final gets
     distillation.json, its lineage."""
     ctx = setup_distributed(train.device)
-    teacher_dir = distill.teacher.resolve()
+    teacher_dir = check_teacher(distill.teacher, Path(settings.output))
     teacher = _teacher(teacher_dir)
     tokenizer = WordPieceTokenizer.from_pretrained(teacher_dir)
     settings, description = _student(settings, distill, teacher, tokenizer, teacher_dir, ctx)
     config: BertConfig = teacher.config
+    if settings.init_from is not None:
+        warn_not_smaller(teacher, BertConfig.from_json_file(Path(settings.init_from) / "config.json"))
     if distill.hidden_weight > 0 and _student_width(settings) not in (None, config.hidden_size):
         raise BertkitError(f"--hidden-weight {distill.hidden_weight:g}: the cosine of last hidden states needs the "
                            f"student at the teacher's width ({config.hidden_size}); give --hidden-weight 0, or a "
@@ -92,8 +95,7 @@ def _student(settings: PretrainSettings, distill: DistillSettings, teacher: Bert
         if ctx.is_main:
             cast(BertForMaskedLM, student_from_teacher(teacher, layers)).save_pretrained(init, tokenizer=tokenizer)
         barrier(ctx)
-        return (dataclasses.replace(settings, init_from=str(init)),
-                f"{teacher_dir} layers:{','.join(map(str, layers))}")
+        return dataclasses.replace(settings, init_from=str(init)), f"teacher layers {','.join(map(str, layers))}"
     if spec in PRESETS:
         return dataclasses.replace(settings, model=spec, init_from=None), spec
     student = WordPieceTokenizer.from_pretrained(spec)
