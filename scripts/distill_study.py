@@ -106,7 +106,8 @@ def jobs(args: argparse.Namespace) -> list[Job]:
 def test_metric(results: dict, metric: str) -> list[float]:
     """Per-seed test scores (the second --dev file, scored at the evaluation the first selected), in points."""
     keys = [k for k in next(iter(results["seeds"].values())) if k.endswith(f"_{metric}")]
-    return [100 * seed[keys[0]] for seed in results["seeds"].values()]
+    scale = 1 if metric == "f1" else 100  # SQuAD's F1 is in points already
+    return [scale * seed[keys[0]] for seed in results["seeds"].values()]
 
 
 def table(root: Path) -> None:
