@@ -52,10 +52,10 @@ class DistillSettings(Settings):
     attention_weight: float = dataclasses.field(default=0.0, metadata={"min": 0.0, "max": MAX_WEIGHT})
     """Weight of the attention-distribution KL on the same layer map (TinyBERT, MiniLM; the student needs the
     teacher's number of heads); above 0 the teacher runs beside the student at every step."""
-    unlabeled: Path | None = dataclasses.field(default=None, metadata={"path": "file"})
+    unlabeled: Path | None = None
     """Unlabelled inputs the teacher labels (classification, tagging): a .txt file of one text per line ('a ||| b'
-    for a pair teacher; blank lines skipped), or a file in the training file's format (JSONL, CSV, TSV, Parquet,
-    CoNLL for tagging) read by the teacher's columns without labels; unset: none."""
+    for a pair teacher; blank lines skipped), or a file in the training file's format (JSONL, CSV, TSV, Parquet, a
+    `datasets` directory, CoNLL for tagging) read by the teacher's columns without labels; unset: none."""
     max_unlabeled: int | None = dataclasses.field(default=None, metadata={"min": 1})
     """Read at most this many --unlabeled inputs (the first ones); unset: all."""
     augment: int = dataclasses.field(default=0, metadata={"min": 0, "max": 64})
