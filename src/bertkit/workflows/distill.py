@@ -119,7 +119,7 @@ def run_distillation(kind: str, train_path: str | Path, dev_paths: Sequence[str 
     plan = student_source(distill, teacher, tokenizer, distill.teacher)
     settings = dataclasses.replace(settings, model=plan.description, tokenizer=None)
     report: dict[str, Any] = {}
-    train, dev_sets = read_files(task, train_path, dev_paths, report)
+    train, dev_sets = _read_files(task, train_path, dev_paths, report)
     unlabeled = _read_unlabeled(task, distill)
     report["unlabeled_examples"] = len(unlabeled)
     inputs, labels = data_record(train_path, dev_paths)
@@ -156,6 +156,20 @@ def check_run(settings: FinetuneSettings, distill: DistillSettings, dev: bool) -
         if distill.compare_without_teacher:
             raise BertkitError("--compare-without-teacher compares dev scores: give --dev")
         check_without_dev(settings)
+
+
+def _read_files(task: Task, train_path: str | Path, dev_paths: Sequence[str | Path], report: dict[str, Any]
+                ) -> tuple[list[Any], list[tuple[str, Sequence[Any]]]]:
+    """Fine-tuning's `read_files` with the teacher's task; a refusal says that the columns are the teacher's (the
+    column flags a reader's message may name are `finetune`'s, not distill's)."""
+    try:
+        return read_files(task, train_path, dev_paths, report)
+    except BertkitError as exc:
+        columns = {k: v for k, v in task.to_json().items() if k.endswith("_column") and v is not None}
+        if not columns:
+            raise
+        named = ", ".join(f"{k.replace('_', ' ')} {v!r}" for k, v in columns.items())
+        raise BertkitError(f"{exc} (distill reads files by the teacher's columns: {named})") from None
 
 
 def check_teacher(teacher: Path, output: Path) -> Path:
