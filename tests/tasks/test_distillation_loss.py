@@ -179,3 +179,21 @@ def test_attention_distributions_match_through_the_layer_map() -> None:
                                      reduction="none").sum(-1).mean() for s, t in ((1, 2), (2, 4))]).mean()
     torch.testing.assert_close(loss, expected, rtol=1e-5, atol=1e-6)
     assert float(parts["attention_loss"]) > 0
+
+
+def test_a_taggers_soft_targets_are_read_at_its_first_sub_tokens_only() -> None:
+    from bertkit.model import BertForTokenClassification
+    from bertkit.tasks.distillation import SOFT_MASK_KEY
+
+    torch.manual_seed(7)
+    tagging = TaggingTask(TaggingSettings(labels=["O", "B-X", "I-X"]))
+    model = DistillationModel(BertForTokenClassification(preset("bert-debug", vocab_size=12).replace(
+        num_labels=3)).eval(), torch.nn.Identity())
+    features = [{"input_ids": [2, 5, 6, 7, 3], "token_type_ids": [0] * 5, "attention_mask": [1] * 5,
+                 "labels": [-100] * 5, LABELLED_KEY: False, SOFT_MASK_KEY: [0, 1, 0, 1, 0],
+                 TEACHER_KEY: {"logits": np.random.default_rng(0).normal(size=(5, 3)).astype(np.float32)}}]
+    batch = collate_distillation(features, 0)
+    loss, _ = DistillationLoss(tagging, LossWeights(soft=1.0, hard=0.0, hidden=0.0, temperature=2.0))(model, batch)
+    logits = model.student(batch["input_ids"], batch["token_type_ids"], batch["attention_mask"]).logits
+    first = torch.tensor([[False, True, False, True, False]])
+    torch.testing.assert_close(loss, _kl(logits[first], batch[TEACHER_KEY]["logits"][first], 2.0))

@@ -5,6 +5,7 @@ and the errors a user can cause."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import random
@@ -143,6 +144,13 @@ def test_what_a_user_can_get_wrong_is_one_line_naming_it(files, tmp_path) -> Non
         with pytest.raises(BertkitError, match=message):
             distilling.run_distillation("classification", files["few"], [files["dev"]],
                                         *_settings(files, tmp_path / "x", student=spec))
+    with pytest.raises(BertkitError, match="has more layers"):
+        distilling.run_distillation("classification", files["few"], [files["dev"]],
+                                    *_settings(files, tmp_path / "x", student="bert-mini", hidden_weight=1.0))
+    finetune, distill = _settings(files, tmp_path / "x")
+    with pytest.raises(BertkitError, match="--head-warmup-steps and --encoder-lr-ratio"):
+        distilling.run_distillation("classification", files["few"], [files["dev"]], dataclasses.replace(
+            finetune, train=dataclasses.replace(finetune.train, head_warmup_steps=5)), distill)
     with pytest.raises(BertkitError, match="has 2 attention heads and the teacher 4"):
         distilling.run_distillation("classification", files["few"], [files["dev"]],
                                     *_settings(files, tmp_path / "x", student="bert-tiny", attention_weight=1.0))

@@ -60,15 +60,3 @@ def width_projection(student_width: int, teacher_width: int) -> nn.Module:
     nn.init.xavier_uniform_(projection.weight)
     nn.init.zeros_(projection.bias)
     return projection
-
-
-def count_parameters(model: nn.Module) -> int:
-    """Parameters of a model (tied ones once)."""
-    seen: set[int] = set()
-    total = 0
-    for parameter in model.parameters():
-        if id(parameter) not in seen:
-            seen.add(id(parameter))
-            total += parameter.numel()
-    return total
-

@@ -41,9 +41,13 @@ from bertkit.inference.batching import pad_batch
 from bertkit.model.attention import AttentionProbes, recording_attention
 from bertkit.model.padding import Unpadded
 from bertkit.tasks.task import Task
+from bertkit.train.distributed import unwrap_model
 
 TEACHER_KEY = "teacher"
 """A feature's teacher outputs: {output name: float32 array, cut to the feature's real length where token-level}."""
+SOFT_MASK_KEY = "soft_mask"
+"""Where a per-token distribution is a target (1) or not (0): a tagger's first sub-tokens, the positions it was
+trained and predicts at; absent: every real token."""
 LABELLED_KEY = "labelled"
 """Whether a feature carries gold labels (an unlabelled or augmented one has placeholders the hard loss skips)."""
 
@@ -90,11 +94,13 @@ class DistillationLoss:
         parts = _distillation_model(model)
         inputs = (batch["input_ids"], batch["token_type_ids"], batch["attention_mask"])
         with _probes(parts.student, w.attention > 0) as probes:
-            outputs = parts.student(*inputs, output_hidden_states=w.hidden > 0)
+            # through `model` itself: under torchrun, DDP's wrapper averages the gradients only of its own forward
+            outputs = model(*inputs, output_hidden_states=w.hidden > 0)
         loss = torch.zeros((), device=batch["input_ids"].device)
         metrics: dict[str, Any] = {}
         if w.soft > 0:
-            soft = soft_target_loss(self.task, outputs, batch[TEACHER_KEY], batch["attention_mask"], w.temperature)
+            where = batch.get(SOFT_MASK_KEY, batch["attention_mask"])
+            soft = soft_target_loss(self.task, outputs, batch[TEACHER_KEY], where, w.temperature)
             loss, metrics["soft_loss"] = loss + w.soft * soft, soft.detach()
         if w.hard > 0:
             hard = self._hard_loss(outputs, batch)
@@ -163,7 +169,7 @@ def _probes(model: nn.Module, record: bool) -> Any:
 
 def _distillation_model(model: nn.Module) -> DistillationModel:
     """The DistillationModel that trains (inside DDP's wrapper under torchrun)."""
-    plain = model.module if isinstance(model, nn.parallel.DistributedDataParallel) else model
+    plain = unwrap_model(model)
     if not isinstance(plain, DistillationModel):
         raise TypeError(f"the distillation loss trains a DistillationModel, not {type(plain).__name__}")
     return plain
@@ -182,7 +188,8 @@ class _Outputs(nn.Module):
 
 def soft_target_loss(task: Task, outputs: Any, teacher: dict[str, torch.Tensor], attention_mask: torch.Tensor,
                      temperature: float) -> torch.Tensor:
-    """The mean over the task's outputs of each output's soft-target loss (see the module docstring)."""
+    """The mean over the task's outputs of each output's soft-target loss (see the module docstring); token-level
+    outputs are read where `attention_mask` is 1 (a tagger's first sub-tokens, with `SOFT_MASK_KEY`)."""
     terms = []
     for name in task.output_names:
         student, target = getattr(outputs, name).float(), teacher[name].float()
@@ -222,6 +229,10 @@ def collate_distillation(features: Sequence[dict[str, Any]], pad_token_id: int) 
     (token-level outputs are cut to their feature's length; padded positions are masked by the loss)."""
     batch: dict[str, Any] = pad_batch(features, pad_token_id)
     batch[LABELLED_KEY] = torch.tensor([bool(f[LABELLED_KEY]) for f in features])
+    if SOFT_MASK_KEY in features[0]:
+        longest = batch["input_ids"].shape[-1]
+        batch[SOFT_MASK_KEY] = torch.tensor([[*f[SOFT_MASK_KEY], *[0] * (longest - len(f[SOFT_MASK_KEY]))]
+                                             for f in features])
     if TEACHER_KEY in features[0]:  # (a hidden-state loss alone reads no teacher outputs)
         batch[TEACHER_KEY] = {name: _pad_arrays([f[TEACHER_KEY][name] for f in features])
                               for name in features[0][TEACHER_KEY]}

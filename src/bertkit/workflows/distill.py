@@ -27,6 +27,7 @@ import json
 import logging
 import math
 import random
+import re
 import statistics
 import time
 from collections.abc import Callable, Sequence
@@ -62,6 +63,7 @@ from bertkit.settings import (
 )
 from bertkit.tasks.distillation import (
     LABELLED_KEY,
+    SOFT_MASK_KEY,
     TEACHER_KEY,
     DistillationLoss,
     DistillationModel,
@@ -71,7 +73,7 @@ from bertkit.tasks.distillation import (
 from bertkit.tasks.finetuned import load_finetuned, read_task_file
 from bertkit.tasks.task import Task, warn_skipped
 from bertkit.tokenizer import WordPieceTokenizer
-from bertkit.train.distributed import DistributedContext, setup_distributed
+from bertkit.train.distributed import DistributedContext, barrier, setup_distributed
 from bertkit.workflows.finetune import ModelSource, SeedRecipe, finetune, model_source, read_files
 from bertkit.workflows.predict import RESULTS_FILE, predict_features, write_results
 from bertkit.workflows.recipes import pretraining_history
@@ -152,6 +154,9 @@ def check_run(settings: FinetuneSettings, distill: DistillSettings, dev: bool) -
     if settings.freeze_encoder or settings.feature_layers:
         raise BertkitError("a distilled student trains its whole encoder: leave --freeze-encoder and "
                            "--feature-layers out")
+    if settings.train.head_warmup_steps or settings.train.encoder_lr_ratio != 1.0:
+        raise BertkitError("--head-warmup-steps and --encoder-lr-ratio are fine-tuning's; a distilled student trains "
+                           "all its weights at one rate: leave them out")
     if not dev:
         if distill.compare_without_teacher:
             raise BertkitError("--compare-without-teacher compares dev scores: give --dev")
@@ -228,8 +233,8 @@ def warn_not_smaller(teacher: nn.Module, student: BertConfig) -> None:
     """Say so when the student is no smaller than its teacher (no faster to run: a layer list of every teacher
     layer, a larger preset)."""
     config = cast(BertConfig, teacher.config)
-    if (student.num_hidden_layers, student.hidden_size) >= (config.num_hidden_layers, config.hidden_size) \
-            or student.hidden_size > config.hidden_size:
+    # an encoder layer's cost grows with its width squared (the dense layers)
+    if student.num_hidden_layers * student.hidden_size ** 2 >= config.num_hidden_layers * config.hidden_size ** 2:
         log.warning("the student (%d layers, width %d) is no smaller than the teacher (%d layers, width %d): it will "
                     "not run faster; --student layers:0,2,... or a smaller preset makes a cheaper one",
                     student.num_hidden_layers, student.hidden_size, config.num_hidden_layers, config.hidden_size)
@@ -237,7 +242,13 @@ def warn_not_smaller(teacher: nn.Module, student: BertConfig) -> None:
 
 def _check_attention(weights: LossWeights, teacher: nn.Module, plan: StudentPlan) -> None:
     """Attention distributions compare head by head: the student needs the teacher's number of heads."""
-    heads = cast(BertConfig, teacher.config).num_attention_heads
+    config = cast(BertConfig, teacher.config)
+    if (weights.hidden or weights.attention) and plan.source.config.num_hidden_layers > config.num_hidden_layers:
+        raise BertkitError(f"--hidden-weight/--attention-weight: the student ({plan.description}) has more layers "
+                           f"({plan.source.config.num_hidden_layers}) than the teacher ({config.num_hidden_layers}); "
+                           "the layer map matches each student layer to a deeper teacher layer: give a shallower "
+                           "student, or leave both weights at 0")
+    heads = config.num_attention_heads
     if weights.attention > 0 and plan.source.config.num_attention_heads != heads:
         raise BertkitError(f"--attention-weight {weights.attention:g}: the student ({plan.description}) has "
                            f"{plan.source.config.num_attention_heads} attention heads and the teacher {heads}; "
@@ -265,13 +276,21 @@ def _recipe(task: Task, teacher: nn.Module, tokenizer: WordPieceTokenizer, plan:
     start = _starting(plan)
 
     def wrap(model: nn.Module) -> nn.Module:
-        return DistillationModel(start(model), width_projection(student_config.hidden_size,
-                                                                 teacher_config.hidden_size))
+        # a projection only where the hidden-state term reads it (DDP refuses a parameter that gets no gradient)
+        projection = width_projection(student_config.hidden_size, teacher_config.hidden_size) if weights.hidden \
+            else nn.Identity()
+        return DistillationModel(start(model), projection)
 
     def extend(features: list[dict]) -> list[dict]:
-        extra = _extra_features(task, tokenizer, features, unlabeled, distill, settings.seeds[0])
-        report["augmented_examples"] = len(extra) - len(unlabeled) if extra else 0
+        augmented = augmented_features(features, distill.augment, random.Random(settings.seeds[0]),
+                                       tokenizer.mask_token_id, tokenizer.special_token_ids,
+                                       ngrams=task.kind == "classification") if distill.augment else []
+        report["augmented_examples"] = len(augmented)
+        extra = augmented + (task.features(unlabeled, tokenizer) if unlabeled else [])
         everything = [{**f, LABELLED_KEY: True} for f in features] + [_unlabelled(f, features[0]) for f in extra]
+        if task.kind == "tagging":  # the teacher's tags are targets at first sub-tokens only, as its labels were
+            everything = [{**f, SOFT_MASK_KEY: [int(w is not None) for w in f["word_positions"]]}
+                          for f in everything]
         if weights.soft == 0:
             return everything
         outputs = teacher_outputs(teacher, task, everything, settings.output / TEACHER_OUTPUTS,
@@ -293,18 +312,6 @@ def _student_of(model: nn.Module) -> nn.Module:
     """The student inside the DistillationModel that trains: what is evaluated and saved."""
     assert isinstance(model, DistillationModel)  # what `_recipe`'s wrap made
     return model.student
-
-
-def _extra_features(task: Task, tokenizer: WordPieceTokenizer, features: list[dict], unlabeled: list[Any],
-                    distill: DistillSettings, seed: int) -> list[dict]:
-    """Augmented copies of the training features, then the unlabelled inputs' features."""
-    extra: list[dict] = []
-    if distill.augment:
-        extra += augmented_features(features, distill.augment, random.Random(seed), tokenizer.mask_token_id,
-                                    tokenizer.special_token_ids, ngrams=task.kind == "classification")
-    if unlabeled:
-        extra += task.features(unlabeled, tokenizer)
-    return extra
 
 
 def _unlabelled(feature: dict[str, Any], template: dict[str, Any]) -> dict[str, Any]:
@@ -340,17 +347,21 @@ def _read_unlabeled(task: Task, distill: DistillSettings) -> list[Any]:
     elif task.kind == "tagging":
         examples = _tagging_lines(task, path)
     else:
-        examples = _text_lines(task, path)
+        examples = _text_lines(task, path, distill.max_unlabeled)
     if not examples:
         raise BertkitError(f"--unlabeled {path}: no inputs in it; write one text per line")
     return examples[:distill.max_unlabeled] if distill.max_unlabeled else examples
 
 
-def _text_lines(task: Task, path: Path) -> list[TextExample]:
-    """One classification input per non-blank line; a pair teacher reads 'a ||| b' lines, a single-text one none."""
+def _text_lines(task: Task, path: Path, limit: int | None) -> list[TextExample]:
+    """One classification input per non-blank line, the first `limit` (None: all) of them; a pair teacher reads
+    'a ||| b' lines, a single-text one none."""
     pairs = getattr(task.settings, "text_pair_column", None) is not None
-    examples, blank = [], 0
+    examples: list[TextExample] = []
+    blank = 0
     for number, (a, b) in enumerate(read_lines(path, "--unlabeled"), 1):
+        if limit is not None and len(examples) == limit:
+            break
         if not a.strip() and not (b or "").strip():
             blank += 1
             continue
@@ -364,22 +375,24 @@ def _text_lines(task: Task, path: Path) -> list[TextExample]:
 
 
 def _tagging_lines(task: Task, path: Path) -> list[TaggedSentence]:
-    """A tagging --unlabeled text file: CoNLL with the teacher's tags, or one word a line (blank lines between
-    sentences), read as CoNLL; any other text, one sentence a line (words split on white space)."""
-    try:
-        sentences, skipped = task.read(path, labelled=True)
-        if not skipped:  # every line ends with one of the teacher's tags: CoNLL
-            return [dataclasses.replace(s, labels=None) for s in sentences]
-    except BertkitError:
-        pass
-    lines = [(n, a) for n, (a, _) in enumerate(read_lines(path, "--unlabeled"), 1)]
-    if all(len(a.split()) <= 1 for _, a in lines):  # one word a line: CoNLL without tags
-        return list(task.read(path, labelled=False)[0])
+    """A tagging --unlabeled text file: CoNLL (one word a line, blank lines between sentences; a line's other columns,
+    tags of any tag set included, are ignored) when every line is one word or ends with a tag-like column (O, B-X,
+    I-X, ...); any other text, one sentence a line, words split on white space. Which reading was chosen is said."""
+    lines = [(n, a) for n, (a, _) in enumerate(read_lines(path, "--unlabeled"), 1) if a.strip()]
+    if all(len(a.split()) == 1 or _TAG.match(a.split()[-1]) for _, a in lines):
+        sentences = list(task.read(path, labelled=False)[0])
+        log.info("--unlabeled %s read as CoNLL: %d sentences", path, len(sentences))
+        return sentences
     for number, line in lines:
         if "|||" in line:
             raise BertkitError(f"{path}:{number}: ' ||| ' in a tagging --unlabeled line; a tagger reads one "
                                "sentence a line")
-    return [TaggedSentence(a.split(), None, f"{path}:{n}") for n, a in lines if a.split()]
+    log.info("--unlabeled %s read as one sentence a line: %d sentences", path, len(lines))
+    return [TaggedSentence(a.split(), None, f"{path}:{n}") for n, a in lines]
+
+
+_TAG = re.compile(r"^(O|[BIESLU]-\S+)$")
+"""A CoNLL tag column (the BIO, IOBES and BILOU schemes)."""
 
 
 # --- the report -----------------------------------------------------------------------------------------------
@@ -407,10 +420,12 @@ def distillation_report(task: Task, teacher: nn.Module, tokenizer: WordPieceToke
         student_mean = results["summary"][main]["mean"]
         report |= {"metric": main, "teacher_score": teacher_scores[main], "student_mean": student_mean,
                    "kept": student_mean / teacher_scores[main] if teacher_scores[main] else None}
-        rates = measure_speed({"teacher": teacher, "student": student}, features[:SPEED_FEATURES], task.output_names,
-                              settings.eval_batch_size, tokenizer.pad_token_id, ctx.device)
-        report |= {"teacher_examples_per_s": rates["teacher"], "student_examples_per_s": rates["student"],
-                   "speedup": rates["student"] / rates["teacher"]}
+        if ctx.is_main:  # timed alone: under torchrun on one machine the other processes would share its CPU
+            rates = measure_speed({"teacher": teacher, "student": student}, features[:SPEED_FEATURES],
+                                  task.output_names, settings.eval_batch_size, tokenizer.pad_token_id, ctx.device)
+            report |= {"teacher_examples_per_s": rates["teacher"], "student_examples_per_s": rates["student"],
+                       "speedup": rates["student"] / rates["teacher"]}
+        barrier(ctx)
     if baseline is not None and dev_sets:
         with_teacher = [m[main] for m in results["seeds"].values()]
         without = [m[main] for m in baseline["seeds"].values()]

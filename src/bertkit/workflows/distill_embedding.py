@@ -143,7 +143,8 @@ def run_embedding_distillation(train_path: str | Path, dev_paths: Sequence[str |
         rows = [{"input_ids": e.input_ids, "token_type_ids": e.token_type_ids, "attention_mask": e.attention_mask,
                  "labelled": False} for e in encodings]
         vectors = teacher_outputs(_Vectors(teacher), _Vectors, rows, settings.output / TEACHER_OUTPUTS,
-                                  tokenizer.pad_token_id, settings.eval_batch_size, ctx.device, str(teacher_dir))
+                                  tokenizer.pad_token_id, settings.eval_batch_size, ctx.device, str(teacher_dir),
+                                  variant=f"pooling {embedding.pooling}, normalize {embedding.normalize}")
         report["distilled_texts"] = len(rows)
         return [{**row, TEACHER_KEY: vector} for row, vector in zip(rows, vectors)], sum(e.truncated for e in encodings)
 
@@ -201,6 +202,8 @@ def _unlabeled(distill: DistillSettings) -> list[str]:
         raise BertkitError(f"--unlabeled {path}: give one text per line (.txt), or a Parquet or `datasets` table "
                            "with a 'text' column")
     lines = read_lines(path, "--unlabeled")
+    if distill.max_unlabeled:
+        lines = lines[:distill.max_unlabeled]
     for number, (_, pair) in enumerate(lines, 1):
         if pair is not None:
             raise BertkitError(f"{path}:{number}: ' ||| ' in an --unlabeled line; a sentence encoder reads one text a "
@@ -208,7 +211,7 @@ def _unlabeled(distill: DistillSettings) -> list[str]:
     texts = [text for text, _ in lines if text.strip()]
     if not texts:
         raise BertkitError(f"--unlabeled {path}: no text in it; write one text per line")
-    return texts[:distill.max_unlabeled] if distill.max_unlabeled else texts
+    return texts
 
 
 def _report(teacher: SentenceEncoder, settings: FinetuneSettings, embedding: EmbeddingSettings,

@@ -34,13 +34,12 @@ from bertkit.tasks.distillation import LossWeights, MaskedLMDistillation
 from bertkit.tokenizer import WordPieceTokenizer
 from bertkit.train import FitResult
 from bertkit.train.distributed import DistributedContext, barrier, setup_distributed
-from bertkit.workflows.distill import check_teacher, warn_not_smaller
+from bertkit.workflows.distill import LINEAGE_FILE, check_teacher, warn_not_smaller
 from bertkit.workflows.pretrain import pretrain
 
 log = logging.getLogger(__name__)
 
 STUDENT_INIT = "student-init"
-LINEAGE_FILE = "distillation.json"
 
 
 def distill_pretraining(settings: PretrainSettings, train: TrainConfig, distill: DistillSettings) -> FitResult:
@@ -64,7 +63,7 @@ def distill_pretraining(settings: PretrainSettings, train: TrainConfig, distill:
              "last hidden states x %g", teacher_dir, description, weights.soft, weights.temperature, weights.hard,
              weights.hidden)
     result = pretrain(settings, dataclasses.replace(train, compile=False),
-                      objective=lambda run: MaskedLMDistillation(teacher.to(run.device), weights),
+                      objective=lambda run_ctx: MaskedLMDistillation(teacher.to(run_ctx.device), weights),
                       identity={"distillation": record})
     final = Path(settings.output) / "final"
     if ctx.is_main and result.stop_reason == "budget" and final.is_dir():

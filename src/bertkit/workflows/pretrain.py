@@ -187,8 +187,8 @@ def pretrain(settings: PretrainSettings, train: TrainConfig, objective: Objectiv
     """Pre-train with MLM (+ NSP) under torchrun or alone; writes `final/` (save_pretrained + vocab, and
     bertkit_pretraining.json: steps, recipe, last held-out metrics). Every decision is made first, once
     (`pretrain_plan.plan_pretraining`), and recorded in pretrain_settings.json. `objective(ctx)` replaces the
-    MLM (+ NSP) objective (general distillation's, run eagerly: `bertkit.workflows.distill`), and `identity` is what
-    a resumed run must share beyond pre-training's own (`run_identity`)."""
+    MLM (+ NSP) objective (general distillation's, run eagerly: `bertkit.workflows.distill_pretraining`), and
+    `identity` is what a resumed run must share beyond pre-training's own (`run_identity`)."""
     ctx = setup_distributed(train.device)  # the process's group, kept for whatever trains next
     if ctx.is_main:
         check_writable(settings.output, "--output")

@@ -1,6 +1,7 @@
 """The teacher's outputs on every training feature, computed once and kept in chunks that a resumed run reuses.
 
-    teacher_outputs(teacher, outputs, features, directory, pad_token_id, batch_size, device) -> [{name: array}]
+    teacher_outputs(teacher, outputs, features, directory, pad_token_id, batch_size, device, teacher_id, ctx,
+                    variant) -> [{name: array}]
 
 Layout: DIRECTORY/manifest.json (`{"key": ..., "chunk_size": ..., "features": ...}`) and one
 chunk-NNNNN.safetensors per `CHUNK_SIZE` features, each holding, per output name, the chunk's arrays flattened
@@ -10,7 +11,9 @@ Design decision: the key is a digest of the teacher's weights, the features' tok
 a cache is reused only for the same teacher on the same inputs (another key: the directory starts over, said in a
 line); each chunk is written atomically and validated when read back (the right count, sizes and finite values),
 and a damaged one is computed again with a warning, never used. An interrupted computation keeps its finished
-chunks. Under torchrun, rank 0 computes and writes; every rank then reads.
+chunks. Under torchrun, rank 0 computes and writes (the others wait at a barrier: a large --unlabeled file is
+computed by one process, within the process group's timeout) and every rank then reads; the output directory must
+be shared by the processes, as the run's checkpoints are.
 """
 
 from __future__ import annotations
@@ -52,10 +55,10 @@ CHUNK_SIZE = 2048
 MANIFEST = "manifest.json"
 
 
-def cache_key(teacher: nn.Module, features: Sequence[dict[str, Any]], names: Sequence[str]) -> str:
-    """sha256 of the teacher's weights (names, shapes, bytes), every feature's token ids and segment ids, and the
-    output names."""
-    digest = hashlib.sha256(json.dumps(list(names)).encode())
+def cache_key(teacher: nn.Module, features: Sequence[dict[str, Any]], names: Sequence[str], variant: str = "") -> str:
+    """sha256 of the teacher's weights (names, shapes, bytes), every feature's token ids and segment ids, the output
+    names and `variant` (what else decides the outputs, e.g. a sentence encoder's pooling)."""
+    digest = hashlib.sha256(json.dumps([list(names), variant]).encode())
     for key, value in sorted(teacher.state_dict().items()):
         tensor = value.detach().cpu().contiguous()
         digest.update(f"{key}:{tuple(tensor.shape)}:{tensor.dtype}".encode())
@@ -67,12 +70,12 @@ def cache_key(teacher: nn.Module, features: Sequence[dict[str, Any]], names: Seq
 
 def teacher_outputs(teacher: nn.Module, outputs: Outputs, features: Sequence[dict[str, Any]], directory: Path,
                     pad_token_id: int, batch_size: int, device: torch.device, teacher_id: str = "the teacher",
-                    ctx: DistributedContext | None = None) -> list[dict[str, np.ndarray]]:
+                    ctx: DistributedContext | None = None, variant: str = "") -> list[dict[str, np.ndarray]]:
     """The teacher's `outputs.output_names` for each feature (float32; its `token_level_outputs` cut to the
     feature's length), from the cache in `directory` where it holds them, computed (and kept) where it does not. A
     non-finite output raises `ModelFault` naming `teacher_id` (a broken teacher teaches nothing)."""
     names = tuple(outputs.output_names)
-    key = cache_key(teacher, features, names)
+    key = cache_key(teacher, features, names, variant)
     chunks = range(0, len(features), CHUNK_SIZE)
     if ctx is None or ctx.is_main:
         _start(directory, key, len(features))
