@@ -41,7 +41,6 @@ from bertkit.inference.batching import pad_batch
 from bertkit.model.attention import AttentionProbes, recording_attention
 from bertkit.model.padding import Unpadded
 from bertkit.tasks.task import Task
-from bertkit.train.distributed import unwrap_model
 
 TEACHER_KEY = "teacher"
 """A feature's teacher outputs: {output name: float32 array, cut to the feature's real length where token-level}."""
@@ -168,8 +167,8 @@ def _probes(model: nn.Module, record: bool) -> Any:
 
 
 def _distillation_model(model: nn.Module) -> DistillationModel:
-    """The DistillationModel that trains (inside DDP's wrapper under torchrun)."""
-    plain = unwrap_model(model)
+    """The DistillationModel that trains (inside DDP's wrapper under torchrun; tasks/ does not reach train/)."""
+    plain = model.module if isinstance(model, nn.parallel.DistributedDataParallel) else model
     if not isinstance(plain, DistillationModel):
         raise TypeError(f"the distillation loss trains a DistillationModel, not {type(plain).__name__}")
     return plain
