@@ -417,23 +417,37 @@ def distillation_report(task: Task, teacher: nn.Module, tokenizer: WordPieceToke
                                                                 tokenizer.pad_token_id, settings.eval_batch_size,
                                                                 ctx.device, ctx))
         teacher_scores = task.score(examples, decoded)
-        student_mean = results["summary"][main]["mean"]
-        report |= {"metric": main, "teacher_score": teacher_scores[main], "student_mean": student_mean,
-                   "kept": student_mean / teacher_scores[main] if teacher_scores[main] else None}
+        report |= kept_report(main, teacher_scores[main], results)
         if ctx.is_main:  # timed alone: under torchrun on one machine the other processes would share its CPU
-            rates = measure_speed({"teacher": teacher, "student": student}, features[:SPEED_FEATURES],
-                                  task.output_names, settings.eval_batch_size, tokenizer.pad_token_id, ctx.device)
-            report |= {"teacher_examples_per_s": rates["teacher"], "student_examples_per_s": rates["student"],
-                       "speedup": rates["student"] / rates["teacher"]}
+            report |= speed_report(measure_speed({"teacher": teacher, "student": student}, features[:SPEED_FEATURES],
+                                                 task.output_names, settings.eval_batch_size, tokenizer.pad_token_id,
+                                                 ctx.device))
         barrier(ctx)
-    if baseline is not None and dev_sets:
-        with_teacher = [m[main] for m in results["seeds"].values()]
-        without = [m[main] for m in baseline["seeds"].values()]
-        comparison = compare_seeds(with_teacher, without)
-        report["without_teacher"] = {"mean": statistics.fmean(without), "seeds": without,
-                                     "difference": comparison.difference, "p_value": comparison.p_value,
-                                     "note": comparison.note}
+        if baseline is not None:
+            report["without_teacher"] = without_teacher_report(main, results, baseline)
     return report
+
+
+def kept_report(main: str, teacher_score: float, results: dict[str, Any]) -> dict[str, Any]:
+    """The teacher's score on the first dev set, the student's mean over its seeds, and their ratio."""
+    student_mean = results["summary"][main]["mean"]
+    return {"metric": main, "teacher_score": teacher_score, "student_mean": student_mean,
+            "kept": student_mean / teacher_score if teacher_score else None}
+
+
+def speed_report(rates: dict[str, float]) -> dict[str, float]:
+    """`measure_speed`'s rates of the teacher and the student, and their ratio."""
+    return {"teacher_examples_per_s": rates["teacher"], "student_examples_per_s": rates["student"],
+            "speedup": rates["student"] / rates["teacher"]}
+
+
+def without_teacher_report(main: str, results: dict[str, Any], baseline: dict[str, Any]) -> dict[str, Any]:
+    """The same student trained without the teacher: its seeds' `main`, their mean, and the distilled seeds'
+    difference from them with Welch's p (`bertkit.workflows.significance`)."""
+    without = [m[main] for m in baseline["seeds"].values()]
+    comparison = compare_seeds([m[main] for m in results["seeds"].values()], without)
+    return {"mean": statistics.fmean(without), "seeds": without, "difference": comparison.difference,
+            "p_value": comparison.p_value, "note": comparison.note}
 
 
 def measure_speed(models: dict[str, nn.Module], features: Sequence[dict[str, Any]], names: Sequence[str],

@@ -23,7 +23,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
-import statistics
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, ClassVar, cast
@@ -48,13 +47,17 @@ from bertkit.tasks.embedding import METRIC_NAMES, DevPairs, SentenceEncoder, eva
 from bertkit.tokenizer import WordPieceTokenizer
 from bertkit.workflows.distill import (
     LINEAGE_FILE,
+    SPEED_FEATURES,
     TABLE_SUFFIXES,
     TEACHER_OUTPUTS,
     WITHOUT_TEACHER,
     check_run,
     check_teacher,
+    kept_report,
     measure_speed,
+    speed_report,
     warn_not_smaller,
+    without_teacher_report,
 )
 from bertkit.workflows.embedding import (
     EncoderRecipe,
@@ -67,7 +70,6 @@ from bertkit.workflows.embedding import (
 from bertkit.workflows.finetune import ModelSource
 from bertkit.workflows.predict import RESULTS_FILE, write_results
 from bertkit.workflows.run_output import data_fingerprint, data_record
-from bertkit.workflows.significance import compare_seeds
 from bertkit.workflows.teacher_outputs import teacher_outputs
 
 log = logging.getLogger(__name__)
@@ -229,21 +231,12 @@ def _report(teacher: SentenceEncoder, settings: FinetuneSettings, embedding: Emb
     main = METRIC_NAMES[0]
     if dev_sets:
         scores = evaluate_retrieval(teacher, tokenizer, dev_sets[:1], embedding, settings.eval_batch_size, device)
-        student_mean = results["summary"][main]["mean"]
-        report |= {"metric": main, "teacher_score": scores[main], "student_mean": student_mean,
-                   "kept": student_mean / scores[main] if scores[main] else None}
-        texts = dev_sets[0].anchors[:256]
+        report |= kept_report(main, scores[main], results)
+        texts = dev_sets[0].anchors[:SPEED_FEATURES]
         rows = [{"input_ids": e.input_ids, "token_type_ids": e.token_type_ids, "attention_mask": e.attention_mask}
                 for e in tokenizer.encode_batch(texts, max_length=embedding.max_seq_length)]
-        rates = measure_speed({"teacher": _Vectors(teacher), "student": _Vectors(student)}, rows, (VECTOR,),
-                              settings.eval_batch_size, tokenizer.pad_token_id, device)
-        report |= {"teacher_examples_per_s": rates["teacher"], "student_examples_per_s": rates["student"],
-                   "speedup": rates["student"] / rates["teacher"]}
-    if baseline is not None and dev_sets:
-        with_teacher = [m[main] for m in results["seeds"].values()]
-        without = [m[main] for m in baseline["seeds"].values()]
-        comparison = compare_seeds(with_teacher, without)
-        report["without_teacher"] = {"mean": statistics.fmean(without), "seeds": without,
-                                     "difference": comparison.difference, "p_value": comparison.p_value,
-                                     "note": comparison.note}
+        report |= speed_report(measure_speed({"teacher": _Vectors(teacher), "student": _Vectors(student)}, rows,
+                                             (VECTOR,), settings.eval_batch_size, tokenizer.pad_token_id, device))
+        if baseline is not None:
+            report["without_teacher"] = without_teacher_report(main, results, baseline)
     return report
