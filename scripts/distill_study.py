@@ -142,13 +142,48 @@ def table(root: Path) -> None:
             print(line)
 
 
+class _Transformers:
+    """A transformers model called as bertkit's are (input ids, segment ids, mask: by position)."""
+
+    def __init__(self, model):
+        self.model = model
+
+    def __call__(self, input_ids, token_type_ids=None, attention_mask=None):
+        return self.model(input_ids=input_ids, token_type_ids=token_type_ids, attention_mask=attention_mask)
+
+
+def _rates(models: dict, features: list, names: tuple, rounds: int = 5) -> dict[str, float]:
+    """Examples per second of each model on `features` through the same batching (`model_outputs`), taking turns
+    over `rounds` rounds of at least half a second each after a warm-up pass, the median of each."""
+    import math
+    import time
+
+    from bertkit.inference.batching import model_outputs
+
+    def one_pass(model) -> float:
+        started = time.perf_counter()
+        model_outputs(model, features, names, (), 64, 0)
+        return time.perf_counter() - started
+
+    passes = max(1, math.ceil(0.5 / max(one_pass(m) for m in models.values())))
+    times: dict[str, list[float]] = {name: [] for name in models}
+    for _ in range(rounds):
+        for name, model in models.items():
+            times[name].append(sum(one_pass(model) for _ in range(passes)))
+    return {name: passes * len(features) / statistics.median(seconds) for name, seconds in times.items()}
+
+
 def speed(root: Path, data: Path, gcide: Path, threads: int) -> None:
     """Each student's inference rate against its teacher's, measured again with the machine otherwise idle (the
-    rates in the runs' reports were measured beside the other lane), on the first 256 dev inputs."""
+    rates in the runs' reports were measured beside the other lane), on the first 256 dev inputs: bertkit's
+    (`bertkit predict`'s kernels) and transformers' own forward of the same two directories, all four in one
+    process, taking turns."""
     import torch
+    from transformers import AutoModelForQuestionAnswering, AutoModelForSequenceClassification
 
+    from bertkit.model import accelerate_for_inference
     from bertkit.tasks.finetuned import load_finetuned
-    from bertkit.workflows.distill import SPEED_FEATURES, measure_speed
+    from bertkit.workflows.distill import SPEED_FEATURES
 
     torch.set_num_threads(threads)
     for family in ("lexname", "gcide", "qa"):
@@ -160,12 +195,19 @@ def speed(root: Path, data: Path, gcide: Path, threads: int) -> None:
                "qa": data / "wordnet" / "qa-dev.json"}[family]
         examples, _ = task.read(dev)
         features = task.features(examples, tokenizer)[:SPEED_FEATURES]
+        auto = AutoModelForQuestionAnswering if family == "qa" else AutoModelForSequenceClassification
         for row in sorted(p.parent.parent.name for p in (root / family).glob("*/best/distillation.json")):
             _, student, _ = load_finetuned(root / family / row / "best")
-            rates = measure_speed({"teacher": teacher, "student": student}, features, task.output_names, 64,
-                                  tokenizer.pad_token_id, torch.device("cpu"))
-            print(f"{family:8s} {row:28s} {threads} thread(s): teacher {rates['teacher']:8.1f}/s student "
-                  f"{rates['student']:8.1f}/s = {rates['student'] / rates['teacher']:.2f}x", flush=True)
+            models = {"teacher": accelerate_for_inference(teacher), "student": accelerate_for_inference(student),
+                      "hf_teacher": _Transformers(auto.from_pretrained(teacher_dir).eval()),
+                      "hf_student": _Transformers(auto.from_pretrained(root / family / row / "best").eval())}
+            rates = _rates(models, features, tuple(task.output_names))
+            ratio = rates["student"] / rates["teacher"]
+            print(f"{family:8s} {row:28s} {threads} thread(s): student/teacher {ratio:.2f}x "
+                  f"(bertkit {rates['student']:.0f}/s vs {rates['teacher']:.0f}/s); bertkit student / transformers "
+                  f"teacher {rates['student'] / rates['hf_teacher']:.2f}x; in transformers student/teacher "
+                  f"{rates['hf_student'] / rates['hf_teacher']:.2f}x; bertkit/transformers on the student "
+                  f"{rates['student'] / rates['hf_student']:.2f}x", flush=True)
 
 
 def main() -> None:
