@@ -285,3 +285,30 @@ def test_the_time_lines_name_the_probe_and_add_up():
     line = _report_time({"timings": timings, "plan": plan.to_json()})
     assert "set-up 1 s, vocabulary + data 2 s, speed probe 9 s, pre-training 100 s" in line
     assert f"{sum(timings.values()) / 60:.1f} min in all" in line
+
+
+def test_the_quickstart_says_up_front_when_its_task_is_too_long_for_its_budget(tmp_path):
+    """Issue 48, item 4: before pre-training, the quickstart says when most of its task's training inputs are
+    longer than the instances pre-training trains on at a budget measured too short for them; the bundled verses
+    (a median of 32 tokens) are not."""
+    from bertkit.quickstart.stages import say_long_inputs
+
+    class Lengths:
+        """A tokenizer giving every text `length` ids."""
+
+        def __init__(self, length: int) -> None:
+            self.length = length
+
+        def encode_ids(self, texts):
+            return [[5] * self.length for _ in texts]
+
+    settings = QuickstartSettings(tmp_path, minutes=None, max_steps=100)
+    said: list[str] = []
+    say_long_inputs(settings, Lengths(200), None, said.append)
+    assert len(said) == 1 and said[0].startswith("      warning: 100% of the inputs are longer than the 64 tokens")
+    said.clear()
+    say_long_inputs(settings, Lengths(20), None, said.append)
+    bert_base = Path(__file__).resolve().parents[1] / "assets" / "vocab" / "bert-base-uncased"
+    say_long_inputs(settings, WordPieceTokenizer.from_pretrained(bert_base), None, said.append)  # the verses
+    say_long_inputs(QuickstartSettings(tmp_path, minutes=None, max_steps=100_000), Lengths(200), None, said.append)
+    assert said == []

@@ -25,6 +25,9 @@ from bertkit.workflows.recipes import (
     choose_recipe,
     finetune_learning_rate,
     full_length_step,
+    long_input_budget,
+    long_input_note,
+    long_input_task_note,
     short_recipe,
 )
 
@@ -152,6 +155,8 @@ def test_pretrain_chooses_prints_and_records_the_recipe_and_flags_override_it(da
     assert "instances of 96 tokens are cut to 64 at load, so positions 64-95 stay untrained (--full-length-share" \
         in line
     assert measured and measured[0][1:3] == (64, 16)  # measured at the short recipe's shape
+    too_short = [r for r in caplog.records if r.getMessage().startswith("if the inputs you will fine-tune on")]
+    assert len(too_short) == 1 and too_short[0].levelno == logging.WARNING  # said up front: a 3-step budget
     assert measured[0][-1]["masked_lm_prob"] == 0.3  # and its predictions: the MLM head's cost grows with them
     saved = json.loads((tmp_path / "auto" / "pretrain_settings.json").read_text())
     assert saved["recipe"]["name"] == "short" and saved["train"]["learning_rate"] == pytest.approx(5e-4 * math.sqrt(8))
@@ -321,6 +326,10 @@ def test_pretraining_records_the_positions_it_trained_and_fine_tuning_says_when_
         assert len(said) == (1 if expected else 0)
         if expected:
             assert said[0].startswith("4 of 8 training examples reach positions past 24") and "--init-from" in said[0]
+        budget = [r.getMessage() for r in caplog.records if "likely too short to beat random" in r.getMessage()]
+        assert budget == ([] if not expected else [budget[0]])
+        if expected:  # half the inputs past a 2-step model's positions: the long-input measurement applies
+            assert budget[0].startswith("50% of the inputs are longer than the 24 tokens this model was pre-trained")
 
 
 def test_precision_auto_is_measured_once_and_the_plans_answer_is_what_runs(data, tmp_path, monkeypatch):
@@ -427,3 +436,40 @@ def test_a_library_run_that_cuts_instances_says_which_positions_stay_untrained(d
     said = run("cut", None)
     assert len(said) == 1 and said[0].startswith("positions 24-95 stay untrained") and "--full-length-share" in said[0]
     assert run("whole", 0.5) == []
+
+
+def test_budgets_measured_too_short_for_long_inputs_are_said_with_the_measurement(monkeypatch):
+    """Issue 48, item 4: a short-recipe budget no longer than every budget measured not to pay on long inputs is said
+    to be too short for them, with the figures; a longer or unknown budget, or one that paid, is not."""
+    from bertkit.workflows import recipes
+
+    monkeypatch.setattr(recipes, "LONG_INPUT_STUDY", ((100, "1 minute", 0.5, 0.4), (200, "2 minutes", 1.5, 0.2)))
+    assert "1 minute (~100 steps of bert-mini) +0.5 points (p = 0.4); 2 minutes" in long_input_budget(150)
+    assert long_input_budget(200) and not long_input_budget(201) and not long_input_budget(None)
+    monkeypatch.setattr(recipes, "LONG_INPUT_STUDY", ((100, "1 minute", 0.5, 0.4), (200, "2 minutes", 6.0, 0.01)))
+    assert long_input_budget(100) and not long_input_budget(150)  # 2 minutes paid: longer budgets are not said
+    short = choose_recipe("auto", 256, 100)
+    assert short.budget_steps == 100  # the budget the recipe was planned at is kept with it
+    note = long_input_note(short, 64, 128)
+    assert note.startswith("if the inputs you will fine-tune on are mostly longer than 64 tokens, this budget is")
+    assert "--model bert-mini --tokenizer VOCAB" in note
+    assert not long_input_note(short, 128, 128)  # every step reads the data whole: not what was measured
+    assert not long_input_note(choose_recipe("paper", 256, 100), 64, 128)  # not the short recipe
+    assert not long_input_note(choose_recipe("auto", 256, 150), 64, 128)  # a budget not measured to fail
+    lengths = [100] * 5 + [20] * 5
+    said = long_input_task_note(64, lengths, 80)
+    assert said.startswith("50% of the inputs are longer than the 64 tokens this model was pre-trained on for ~80 steps")
+    assert not long_input_task_note(64, lengths[1:], 80)  # fewer than half
+    assert not long_input_task_note(None, lengths, 80)  # trained everywhere (made elsewhere)
+    assert not long_input_task_note(64, lengths, 150) and not long_input_task_note(64, lengths, None)
+
+
+def test_the_long_input_measurement_is_the_studys():
+    """The figures said are docs/pretraining.md's rows."""
+    from bertkit.workflows import recipes
+
+    rows = [row for row in recipes.LONG_INPUT_STUDY if row[2] is not None]
+    assert rows and all(gain < recipes.LONG_INPUT_PAYS for _, _, gain, _ in rows)
+    text = (Path(__file__).resolve().parents[2] / "docs" / "pretraining.md").read_text(encoding="utf-8")
+    for steps, budget, gain, p in rows:
+        assert f"{gain:+.1f}" in text and f"p = {p:.2g}" in text and f"{steps:,}" in text

@@ -54,6 +54,7 @@ from bertkit.quickstart.report import (
     write_report,
 )
 from bertkit.runtime.device import apply_threads
+from bertkit.workflows.recipes import long_input_task_note
 
 SUMMARY_FILE = "quickstart.json"
 TIMINGS_FILE = "timings.json"
@@ -235,6 +236,7 @@ def run_quickstart(settings: QuickstartSettings, echo: Echo = print) -> dict[str
         tokenizer = train_vocabulary(settings, echo)
         build_data(settings, tokenizer, echo)
     plan = None if settings.max_steps else time_plan(settings, tokenizer, timings, echo)
+    say_long_inputs(settings, tokenizer, plan, echo)
     epochs, seeds = (plan.finetune_epochs, plan.seeds) if plan else (settings.recipe.finetune_epochs, settings.seeds)
     with timings.stage("pretraining_s"):
         final = pretrain_model(settings, echo, plan.pretrain_s if plan else None)
@@ -310,6 +312,18 @@ def time_plan(settings: QuickstartSettings, tokenizer: Any, timings: StageClock,
     if plan.warning:
         echo(f"      warning: {plan.warning}")
     return plan
+
+
+def say_long_inputs(settings: QuickstartSettings, tokenizer: Any, plan: TimePlan | None, echo: Echo) -> None:
+    """Say up front, before pre-training, when most of the task's training inputs are longer than the instances
+    pre-training trains on and its budget was measured too short to pay on such inputs
+    (`recipes.long_input_task_note`; the bundled verses are short: a median of 32 tokens)."""
+    lengths = [len(ids) + 2 for ids in tokenizer.encode_ids(_texts(label_files(settings)[0]))]  # + [CLS], [SEP]
+    steps = (settings.max_steps if plan is None
+             else plan.pretrain_s * plan.rates.pretrain_steps_per_s * plan.speedup)
+    note = long_input_task_note(settings.recipe.resolved().max_seq_length, lengths, steps)
+    if note:
+        echo(f"      warning: {note}")
 
 
 def _texts(tsv: Path) -> list[str]:

@@ -61,7 +61,7 @@ from bertkit.tasks.task import Task, warn_empty_texts, warn_skipped
 from bertkit.tokenizer import WordPieceTokenizer, check_model_vocabulary
 from bertkit.train.distributed import DistributedContext, barrier, rank0_decides, setup_distributed
 from bertkit.workflows.prepare import prepare_training
-from bertkit.workflows.recipes import finetune_learning_rate, pretraining_history
+from bertkit.workflows.recipes import finetune_learning_rate, long_input_task_note, pretraining_history
 from bertkit.workflows.run_output import (
     data_record,
     prepare_output,
@@ -277,6 +277,10 @@ def warn_untrained_positions(source: ModelSource, features: list[dict], max_seq_
                     "--max-seq-length %d",
                     past, len(features), trained, source.directory, trained, source.directory, max_seq_length,
                     trained)
+    budget = long_input_task_note(trained, [feature_length(f) for f in features],
+                                  (source.pretraining or {}).get("steps"))
+    if budget:
+        log.warning("%s", budget)
     return past
 
 

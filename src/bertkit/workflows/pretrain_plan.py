@@ -50,6 +50,7 @@ from bertkit.workflows.recipes import (
     continue_recipe,
     continue_steps,
     library_defaults,
+    long_input_note,
     pretraining_history,
     short_recipe,
 )
@@ -174,6 +175,9 @@ def _applied(recipe: PretrainRecipe, settings: PretrainSettings, train: TrainCon
     if ctx.is_main:
         logger.info("recipe %s (%s): %s%s%s", recipe.name, recipe.reason, recipe.describe(),
                     f"; your flags kept: {', '.join(given)}" if given else "", "".join(f"; {n}" for n in notes))
+        long_inputs = long_input_note(recipe, settings.max_seq_length or data.built_seq_length, data.built_seq_length)
+        if long_inputs:
+            logger.warning("%s", long_inputs)
     return settings, train
 
 

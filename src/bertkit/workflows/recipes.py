@@ -69,6 +69,9 @@ class PretrainRecipe:
     run (`full_length_step`)."""
     reason: str = ""
     """One line: why this recipe was chosen."""
+    budget_steps: float | None = None
+    """The optimizer steps the budget was planned at (--max-steps, or --max-time at the measured rate); None:
+    unknown (an epoch budget)."""
 
     def describe(self) -> str:
         parts = [f"{self.max_seq_length}-token sequences" if self.max_seq_length else "the data's sequence length",
@@ -120,6 +123,56 @@ run -4.2, and neither moved a long-input task); `--full-length-share` gives them
 serving say when inputs reach untrained positions."""
 SHORT_FULL_LENGTH_PLACEMENT = "end"
 """Where the short recipe would put full-length steps given a share (the paper's rule: at the end)."""
+
+
+LONG_INPUT_STUDY = ((2_640, "10 CPU-minutes", 0.8, 0.26), (5_280, "20 CPU-minutes", None, None))
+"""What the short recipe gained on a task whose inputs are longer than its 64-token instances: (bert-mini steps,
+the budget they were, test points over random initialisation, Welch's p), from docs/pretraining.md ("Every position a
+fine-tuning reads"): Webster's 1913 entries of >= 100 words by subject field, 1,001 labels, fine-tuned at 128 tokens
+for 10 epochs, so that random initialisation learns too. None of these budgets paid LONG_INPUT_PAYS points."""
+LONG_INPUT_PAYS = 5.0
+"""Test points over random initialisation that count as pre-training paying (issue 48's bar)."""
+LONG_INPUT_MAJORITY = 0.5
+"""Share of a task's inputs past the trained positions from which the long-input measurement applies to it."""
+
+
+def long_input_budget(steps: float | None) -> str:
+    """'' when a short-recipe budget of `steps` optimizer steps is longer than every budget LONG_INPUT_STUDY
+    measured not to pay on long inputs (or is unknown), else what was measured at the budgets up to it, in words."""
+    failed = [row for row in LONG_INPUT_STUDY if row[2] is None or row[2] < LONG_INPUT_PAYS]
+    if steps is None or not failed or steps > max(row[0] for row in failed):
+        return ""
+    measured = "; ".join(f"{budget} (~{count:,} steps of bert-mini) {gain:+.1f} points (p = {p:.2g})"
+                         for count, budget, gain, p in LONG_INPUT_STUDY if gain is not None and p is not None)
+    return (f"on a long-input task fine-tuned at 128 tokens, the short recipe gained over random initialisation "
+            f"{measured} (docs/pretraining.md, \"Every position a fine-tuning reads\")")
+
+
+def long_input_note(recipe: PretrainRecipe, cut: int, data_length: int) -> str:
+    """'' or one line for `pretrain`: the short recipe cuts the data's instances to `cut` tokens (built longer, as
+    for fine-tuning inputs that long) at a budget measured too short to pay on long inputs (`long_input_budget`);
+    full-length steps do not change it (they were measured not to move the long-input task)."""
+    measured = long_input_budget(recipe.budget_steps) if recipe.name == "short" else ""
+    if not measured or cut >= data_length:
+        return ""
+    return (f"if the inputs you will fine-tune on are mostly longer than {cut} tokens, this budget is likely too "
+            f"short to beat random initialisation on them: {measured}; give a longer budget, or fine-tune both and "
+            "keep the better (`bertkit finetune --model bert-mini --tokenizer VOCAB` is random initialisation)")
+
+
+def long_input_task_note(trained_length: int | None, lengths: list[int], steps: float | None) -> str:
+    """'' or one line for a task whose inputs are known (`finetune`, the quickstart): at least LONG_INPUT_MAJORITY
+    of `lengths` (tokens with the special ones) reach past the `trained_length` positions of a model pre-trained
+    for `steps` optimizer steps of the short recipe, a budget measured too short to pay on long inputs."""
+    measured = long_input_budget(steps)
+    if trained_length is None or not lengths or not measured:
+        return ""
+    past = sum(length > trained_length for length in lengths) / len(lengths)
+    if past < LONG_INPUT_MAJORITY:
+        return ""
+    return (f"{past:.0%} of the inputs are longer than the {trained_length} tokens this model was pre-trained on "
+            f"for ~{steps:,.0f} steps, a budget likely too short to beat random initialisation on them: {measured}; "
+            "pre-train longer, or fine-tune from random initialisation as well and keep the better")
 
 
 SHORT_STATIC_WARMUP_RATIO = 0.05
@@ -187,12 +240,17 @@ def width_scaled(learning_rate: float, hidden_size: int) -> float:
 def choose_recipe(name: str, hidden_size: int, budget_steps: float | None, init: str | None = None,
                   nsp_head: bool = True, mlm_head: bool = True) -> PretrainRecipe:
     """The recipe `name` (auto, paper, short, continue) for a budget of `budget_steps` optimizer steps (None:
-    unknown, e.g. an epoch budget), with the reason in one line. `init` describes the --init-from checkpoint:
-    None (random initialisation), "released" (trained elsewhere: auto continues it) or "short" (a bertkit
-    run on a short budget: auto goes on with the budget's recipe); `nsp_head` / `mlm_head`: whether it has an
-    NSP / MLM head."""
+    unknown, e.g. an epoch budget), with the reason in one line and the budget kept. `init` describes the
+    --init-from checkpoint: None (random initialisation), "released" (trained elsewhere: auto continues it) or
+    "short" (a bertkit run on a short budget: auto goes on with the budget's recipe); `nsp_head` / `mlm_head`:
+    whether it has an NSP / MLM head."""
     if name not in RECIPES:
         raise BertkitError(f"--recipe {name!r}: use one of {', '.join(RECIPES)}")
+    return replace(_recipe_for(name, hidden_size, budget_steps, init, nsp_head, mlm_head), budget_steps=budget_steps)
+
+
+def _recipe_for(name: str, hidden_size: int, budget_steps: float | None, init: str | None, nsp_head: bool,
+                mlm_head: bool) -> PretrainRecipe:
     steps = f"~{budget_steps:,.0f} steps" if budget_steps is not None else "an unknown number of steps"
     if name == "continue" or (name == "auto" and init == "released"):
         head = "its NSP head kept" if nsp_head else "no NSP head in the checkpoint, so MLM only"
