@@ -71,7 +71,7 @@ def step(model, loss_fn, optimizer, batch, autocast) -> float:
     torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
     optimizer.step()
     optimizer.zero_grad(set_to_none=True)
-    return float(loss)
+    return float(loss.detach())
 
 
 def rate_ratio(config, vocab_size: int, stream, autocast, lr: float, rounds: int, steps: int) -> dict:

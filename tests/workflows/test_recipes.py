@@ -326,7 +326,7 @@ def test_pretraining_records_the_positions_it_trained_and_fine_tuning_says_when_
         assert len(said) == (1 if expected else 0)
         if expected:
             assert said[0].startswith("4 of 8 training examples reach positions past 24") and "--init-from" in said[0]
-        budget = [r.getMessage() for r in caplog.records if "likely too short to beat random" in r.getMessage()]
+        budget = [r.getMessage() for r in caplog.records if "measured to gain little over random" in r.getMessage()]
         assert budget == ([] if not expected else [budget[0]])
         if expected:  # half the inputs past a 2-step model's positions: the long-input measurement applies
             assert budget[0].startswith("50% of the inputs are longer than the 24 tokens this model was pre-trained")
@@ -444,21 +444,21 @@ def test_budgets_measured_too_short_for_long_inputs_are_said_with_the_measuremen
     from bertkit.workflows import recipes
 
     monkeypatch.setattr(recipes, "LONG_INPUT_STUDY", ((100, "1 minute", 0.5, 0.4), (200, "2 minutes", 1.5, 0.2)))
-    assert "1 minute (~100 steps of bert-mini) +0.5 points (p = 0.4); 2 minutes" in long_input_budget(150)
+    assert "+0.5 points after 1 minute (~100 steps of bert-mini, p = 0.4); +1.5 points after" in long_input_budget(150)
     assert long_input_budget(200) and not long_input_budget(201) and not long_input_budget(None)
     monkeypatch.setattr(recipes, "LONG_INPUT_STUDY", ((100, "1 minute", 0.5, 0.4), (200, "2 minutes", 6.0, 0.01)))
     assert long_input_budget(100) and not long_input_budget(150)  # 2 minutes paid: longer budgets are not said
     short = choose_recipe("auto", 256, 100)
     assert short.budget_steps == 100  # the budget the recipe was planned at is kept with it
     note = long_input_note(short, 64, 128)
-    assert note.startswith("if the inputs you will fine-tune on are mostly longer than 64 tokens, this budget is")
+    assert note.startswith("if the inputs you will fine-tune on are mostly longer than 64 tokens, expect this")
     assert "--model bert-mini --tokenizer VOCAB" in note
     assert not long_input_note(short, 128, 128)  # every step reads the data whole: not what was measured
     assert not long_input_note(choose_recipe("paper", 256, 100), 64, 128)  # not the short recipe
     assert not long_input_note(choose_recipe("auto", 256, 150), 64, 128)  # a budget not measured to fail
     lengths = [100] * 5 + [20] * 5
     said = long_input_task_note(64, lengths, 80)
-    assert said.startswith("50% of the inputs are longer than the 64 tokens this model was pre-trained on for ~80 steps")
+    assert said.startswith("50% of the inputs are longer than the 64 tokens this model was pre-trained on for ~80")
     assert not long_input_task_note(64, lengths[1:], 80)  # fewer than half
     assert not long_input_task_note(None, lengths, 80)  # trained everywhere (made elsewhere)
     assert not long_input_task_note(64, lengths, 150) and not long_input_task_note(64, lengths, None)
@@ -471,5 +471,5 @@ def test_the_long_input_measurement_is_the_studys():
     rows = [row for row in recipes.LONG_INPUT_STUDY if row[2] is not None]
     assert rows and all(gain < recipes.LONG_INPUT_PAYS for _, _, gain, _ in rows)
     text = (Path(__file__).resolve().parents[2] / "docs" / "pretraining.md").read_text(encoding="utf-8")
-    for steps, budget, gain, p in rows:
+    for steps, _, gain, p in rows:
         assert f"{gain:+.1f}" in text and f"p = {p:.2g}" in text and f"{steps:,}" in text
