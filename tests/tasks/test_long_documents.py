@@ -146,6 +146,25 @@ def test_the_window_cap_keeps_head_and_tail_and_is_counted(vocab, caplog):
     assert "3 inputs (from dev.tsv) read in 9 windows of at most 12 tokens" in caplog.text
 
 
+def test_truncating_most_inputs_names_the_setting_that_reads_them_whole(vocab, caplog):
+    """A truncated minority is counted; when most inputs lose tokens, the warning names --long-documents windows
+    (on long dictionary entries it was worth several points: docs/finetuning.md)."""
+    tokenizer = WordPieceTokenizer.from_pretrained(vocab)
+    task = ClassificationTask(ClassificationSettings(labels=["a", "b"], max_seq_length=12))
+    long, short = " ".join(["river"] * 30), "the river"
+
+    def said(texts: list[str]) -> str:
+        caplog.clear()
+        with caplog.at_level(logging.WARNING, logger="bertkit.tasks.classification"):
+            task.features([TextExample(f"dev.tsv:{i}", t, None, "a") for i, t in enumerate(texts)], tokenizer)
+        return caplog.text
+
+    assert "1 of 3 examples (from dev.tsv) are longer" in said([long, short, short])
+    assert "--long-documents windows" not in said([long, short, short])
+    assert "2 of 3 examples (from dev.tsv) are longer than --max-seq-length 12 and were truncated longest-first; " \
+           "--long-documents windows reads every token of them" in said([long, long, short])
+
+
 # --- flags -----------------------------------------------------------------------------------------
 
 def _finetune_argv(vocab: Path, train: Path, out: Path, *extra: str) -> list[str]:

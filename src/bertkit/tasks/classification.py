@@ -215,11 +215,16 @@ class ClassificationTask(BaseTask):
         self.last_truncated = sum(p.truncated for p in plans)
 
     def _report_truncation(self, examples: Sequence[TextExample], encodings: Sequence[Any]) -> int:
+        """Count and say the examples truncated; when most are, name the setting that reads them whole (on long
+        dictionary entries it was worth several points: docs/finetuning.md, "Documents longer than the model")."""
         truncated = sum(e.truncated for e in encodings)
         if truncated:
+            most = 2 * truncated >= len(examples)
             log.warning("%d of %d examples (from %s) are longer than --max-seq-length %d and were truncated "
-                        "longest-first", truncated, len(examples), examples[0].guid.rsplit(":", 1)[0],
-                        self.settings.max_seq_length)
+                        "longest-first%s", truncated, len(examples), examples[0].guid.rsplit(":", 1)[0],
+                        self.settings.max_seq_length,
+                        "; --long-documents windows reads every token of them (docs/finetuning.md, \"Documents "
+                        "longer than the model\")" if most else "")
         self.last_truncated = truncated
         return truncated
 
