@@ -17,6 +17,12 @@ with `bertkit data pretraining --max-seq-length 128` and every other default - d
   wordnet-lexname short inputs (glosses, < 64 tokens), the family the short recipe was tuned on (+15.0 at 10
                   CPU-minutes before this change): it must keep its gain.
 
+Beyond the 10 CPU-minute rows (docs/pretraining.md has each command): `--budget 20 --only gcide --recipes short-64
+--no-random` for the 20 CPU-minute row, `--gcide` pointing at `scripts/gcide_task_data.py --min-words 70`'s output
+for the issue's own case (2,565 labels, every default), `scripts/transformers_pretrain.py` for transformers'
+BertForPreTraining at the same CPU time, and `scripts/study_finetune.py run ... --epochs 10` on the same models so
+that random initialisation learns too.
+
 Rows per family: random initialisation; the short recipe with every step at 64 tokens (`--full-length-share 0`, its
 default: the study's outcome); the last 10% of the steps at the data's 128 tokens (`end`, the paper's two phases);
 25% of the steps at 128 tokens spread through the run (`spread`: at the schedule's peak too). A budget is in
