@@ -133,7 +133,7 @@ fine-tuning reads"): Webster's 1913 entries of >= 100 words by subject field, 1,
 for 10 epochs, so that random initialisation learns too. 10 and 20 CPU-minutes gained less than LONG_INPUT_PAYS
 points, 40 more: budgets up to 5,280 steps are warned about."""
 LONG_INPUT_PAYS = 5.0
-"""Test points over random initialisation that count as pre-training paying (issue 48's bar)."""
+"""Test points over random initialisation that count as pre-training paying on a task (the study's bar)."""
 LONG_INPUT_MAJORITY = 0.5
 """Share of a task's inputs past the trained positions from which the long-input measurement applies to it."""
 
