@@ -312,3 +312,9 @@ def test_the_quickstart_says_up_front_when_its_task_is_too_long_for_its_budget(t
     say_long_inputs(settings, WordPieceTokenizer.from_pretrained(bert_base), None, said.append)  # the verses
     say_long_inputs(QuickstartSettings(tmp_path, minutes=None, max_steps=100_000), Lengths(200), None, said.append)
     assert said == []
+    timed = QuickstartSettings(tmp_path, minutes=10.0)  # a time budget: its steps are the plan's
+    for rate, warned in ((5.0, True), (100.0, False)):  # ~2,900 steps planned / ~58,000
+        plan = plan_time(600, 5, Rates(rate, 2.0, 150.0), WORK, epochs=5, seeds=(1, 2, 3))
+        said.clear()
+        say_long_inputs(timed, Lengths(200), plan, said.append)
+        assert bool(said) == warned, (plan.pretrain_s * rate, said)

@@ -141,11 +141,11 @@ LONG_INPUT_MAJORITY = 0.5
 def long_input_budget(steps: float | None) -> str:
     """'' when a short-recipe budget of `steps` optimizer steps is longer than every budget LONG_INPUT_STUDY
     measured not to pay on long inputs (or is unknown), else what was measured at the budgets up to it, in words."""
-    failed = [row for row in LONG_INPUT_STUDY if row[2] is None or row[2] < LONG_INPUT_PAYS]
-    if steps is None or not failed or steps > max(row[0] for row in failed):
+    failed = [count for count, _, gain, _ in LONG_INPUT_STUDY if gain < LONG_INPUT_PAYS]
+    if steps is None or not failed or steps > max(failed):
         return ""
     measured = "; ".join(f"{gain:+.1f} points after {budget} (~{count:,} steps of bert-mini, p = {p:.2g})"
-                         for count, budget, gain, p in LONG_INPUT_STUDY if gain is not None and p is not None)
+                         for count, budget, gain, p in LONG_INPUT_STUDY)
     return (f"measured on a long-input task fine-tuned at 128 tokens, over random initialisation: {measured} "
             "(docs/pretraining.md, \"Every position a fine-tuning reads\")")
 
