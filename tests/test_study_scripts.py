@@ -302,3 +302,36 @@ def test_the_lever_study_changes_one_thing_per_run_at_the_same_cpu_budget(tmp_pa
     assert batch16[batch16.index("--global-batch-size") + 1] == "16"
     vocab = jobs["wordnet:vocab4000"].command
     assert vocab[vocab.index("--vocab-size") + 1] == "4000"
+
+
+def test_the_linear_probe_reads_every_layer_of_a_frozen_encoder(tmp_path, monkeypatch, capsys):
+    """scripts/linear_probe.py: one score per layer and pooling; a topic a word decides is read off the embeddings
+    of even a random encoder (each class has its own words), and a row is appended with --results."""
+    words = {"zool": ["fin", "claw", "beak", "hoof"], "bot": ["leaf", "root", "stem", "seed"]}
+    vocab = tmp_path / "vocab"
+    vocab.mkdir()
+    pieces = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "the", "of", "a"] + [w for ws in words.values() for w in ws]
+    (vocab / "vocab.txt").write_text("\n".join(pieces) + "\n", encoding="utf-8")
+    (vocab / "tokenizer_config.json").write_text(json.dumps({"do_lower_case": True}), encoding="utf-8")
+    rng = random.Random(0)
+    task = tmp_path / "task"
+    task.mkdir()
+    for split, count in (("train", 40), ("test", 20)):
+        rows = []
+        for i in range(count):
+            label = ("zool", "bot")[i % 2]
+            text = " ".join(rng.choice(words[label] + ["the", "of", "a"]) for _ in range(12))
+            rows.append(json.dumps({"text": text, "label": label}))
+        (task / f"{split}.jsonl").write_text("\n".join(rows) + "\n", encoding="utf-8")
+    probe = load_script("linear_probe")
+    results = tmp_path / "rows.jsonl"
+    monkeypatch.setattr(sys, "argv", ["linear_probe.py", "--task", str(task), "--random", "bert-debug", "--tokenizer",
+                                      str(vocab), "--max-seq-length", "16", "--results", str(results)])
+    probe.main()
+    line = capsys.readouterr().out.strip().splitlines()[-1]
+    scores = dict(item.split("=") for item in line.split()[1:])
+    assert line.startswith("random-bert-debug ")
+    assert set(scores) == {f"L{layer}{pooling}" for layer in range(3) for pooling in ("mean", "cls")}
+    assert float(scores["L0mean"]) >= 90.0
+    row = json.loads(results.read_text(encoding="utf-8"))
+    assert row["probe"]["L0mean"] == float(scores["L0mean"]) and row["max_seq_length"] == 16
