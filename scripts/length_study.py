@@ -15,7 +15,8 @@ with `bertkit data pretraining --max-seq-length 128` and every other default - d
                   "the verdict is positive/negative." inserted at word 45 or later (scripts/long_documents_data.py);
                   1,000 labels, 128 tokens. A model that cannot read positions 64-127 cannot score above chance.
   wordnet-lexname short inputs (glosses, < 64 tokens), the family the short recipe was tuned on (+15.0 at 10
-                  CPU-minutes before this change): it must keep its gain.
+                  CPU-minutes before this change; +8.2 against random initialisation fine-tuned 10 epochs): it must
+                  keep its gain.
 
 Beyond the 10 CPU-minute rows (docs/pretraining.md has each command): `--budget 20 --only gcide --recipes short-64
 --no-random` for the 20 CPU-minute row, `--gcide` pointing at `scripts/gcide_task_data.py --min-words 70`'s output

@@ -18,15 +18,19 @@ screen, not the study's measure (docs/pretraining.md says how far it agreed with
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 from pathlib import Path
 
 import numpy as np
 import torch
 from sklearn.linear_model import LogisticRegression
-from transformers import BertConfig, BertModel, BertTokenizerFast
 
 from bertkit.config import preset
+from bertkit.inference.batching import sorted_batches
+from bertkit.inference.pooling import pool
+from bertkit.model import BertModel
+from bertkit.tokenizer import WordPieceTokenizer
 
 
 def read_rows(path: Path) -> tuple[list[str], list[str]]:
@@ -34,29 +38,28 @@ def read_rows(path: Path) -> tuple[list[str], list[str]]:
     return [row["text"] for row in rows], [str(row["label"]) for row in rows]
 
 
-def load_encoder(args: argparse.Namespace) -> tuple[BertModel, BertTokenizerFast]:
-    """The model of --model, or a randomly initialised --random preset with --tokenizer's vocabulary."""
-    tokenizer = BertTokenizerFast.from_pretrained(str(args.tokenizer or args.model))
+def load_encoder(args: argparse.Namespace) -> tuple[BertModel, WordPieceTokenizer]:
+    """bertkit's encoder of --model, or a randomly initialised --random preset with --tokenizer's vocabulary."""
+    tokenizer = WordPieceTokenizer.from_pretrained(args.tokenizer or args.model)
     if args.model:
-        return BertModel.from_pretrained(str(args.model), add_pooling_layer=False), tokenizer
-    shape = preset(args.random)
-    config = BertConfig(vocab_size=len(tokenizer.vocab), hidden_size=shape.hidden_size,
-                        num_hidden_layers=shape.num_hidden_layers, num_attention_heads=shape.num_attention_heads,
-                        intermediate_size=shape.intermediate_size)
-    return BertModel(config, add_pooling_layer=False), tokenizer
+        return BertModel.from_pretrained(args.model), tokenizer
+    config = dataclasses.replace(preset(args.random), vocab_size=len(tokenizer.vocab))
+    return BertModel(config), tokenizer
 
 
 @torch.no_grad()
-def features(model: BertModel, tokenizer: BertTokenizerFast, texts: list[str], length: int) -> np.ndarray:
-    """(examples, layers + 1, 2 x hidden): each layer's token mean and [CLS] vector."""
-    out = []
-    for start in range(0, len(texts), 64):
-        batch = tokenizer(texts[start:start + 64], truncation=True, max_length=length, padding=True,
-                          return_tensors="pt")
-        states = model(**batch, output_hidden_states=True).hidden_states
-        mask = batch["attention_mask"].unsqueeze(-1).float()
-        out.append(torch.stack([torch.cat([(h * mask).sum(1) / mask.sum(1), h[:, 0]], -1) for h in states], 1))
-    return torch.cat(out).float().numpy()
+def features(model: BertModel, tokenizer: WordPieceTokenizer, texts: list[str], length: int) -> np.ndarray:
+    """(examples, layers + 1, 2 x hidden): each layer's token mean and [CLS] vector (bertkit's pooling)."""
+    encodings = tokenizer.encode_batch(texts, max_length=length)
+    rows = [{"input_ids": e.input_ids, "token_type_ids": e.token_type_ids, "attention_mask": e.attention_mask}
+            for e in encodings]
+    out = np.zeros((len(texts), model.config.num_hidden_layers + 1, 2 * model.config.hidden_size), np.float32)
+    for indices, batch in sorted_batches(rows, 64, tokenizer.pad_token_id):
+        states = model(**batch, output_hidden_states=True).hidden_states  # the embeddings first
+        mask = batch["attention_mask"]
+        pooled = torch.stack([torch.cat([pool(h, mask, "mean"), pool(h, mask, "cls")], -1) for h in states], 1)
+        out[indices] = pooled.numpy()
+    return out
 
 
 def probe(train: np.ndarray, train_labels: list[str], test: np.ndarray, test_labels: list[str]) -> float:
