@@ -154,7 +154,7 @@ def _lower_and_strip_accents(chars: list[str], starts: list[int], ends: list[int
 
     Lower-casing the whole token matters (final sigma), so each character's piece is cut out of
     the whole-token result; NFD of the whole token is used when per-character NFD would differ
-    (canonical reordering), then every output character spans the whole token.
+    (canonical reordering that moves a kept character), then every output character spans the whole token.
     """
     lowered = "".join(chars).lower()
     pieces = [c.lower() for c in chars]
@@ -168,7 +168,8 @@ def _lower_and_strip_accents(chars: list[str], starts: list[int], ends: list[int
         pieces = [lowered] + [""] * (len(chars) - 1)
         starts, ends = [starts[0]] * len(chars), [ends[-1]] * len(chars)
     decomposed = [unicodedata.normalize("NFD", p) for p in pieces]
-    if "".join(decomposed) != unicodedata.normalize("NFD", lowered):
+    # Reordering only among marks that are dropped anyway leaves each kept character's span as it was.
+    if _without_marks("".join(decomposed)) != _without_marks(unicodedata.normalize("NFD", lowered)):
         decomposed = [unicodedata.normalize("NFD", lowered)] + [""] * (len(pieces) - 1)
         starts, ends = [starts[0]] * len(pieces), [ends[-1]] * len(pieces)
     out: _Chars = ([], [], [])
@@ -179,6 +180,10 @@ def _lower_and_strip_accents(chars: list[str], starts: list[int], ends: list[int
                 out[1].append(s)
                 out[2].append(e)
     return out
+
+
+def _without_marks(text: str) -> str:
+    return "".join(char for char in text if unicodedata.category(char) != "Mn")
 
 
 def _split_on_punctuation(chars: list[str], starts: list[int], ends: list[int]) -> list[Word]:
@@ -195,7 +200,9 @@ def _split_on_punctuation(chars: list[str], starts: list[int], ends: list[int]) 
 
 
 def _word(chars: list[str], starts: list[int], ends: list[int]) -> Word:
-    one_to_one = all(e == s + 1 for s, e in zip(starts, ends)) and ends[-1] - starts[0] == len(chars)
+    # Each character its own next source character: a decomposed one (two jamo of one syllable) followed by a
+    # dropped control character can have the right total length without being one-to-one.
+    one_to_one = all(s == starts[0] + i and e == s + 1 for i, (s, e) in enumerate(zip(starts, ends)))
     if one_to_one:
         return Word("".join(chars), starts[0], ends[-1])
     return Word("".join(chars), starts[0], ends[-1], starts, ends)
