@@ -335,3 +335,45 @@ def test_the_linear_probe_reads_every_layer_of_a_frozen_encoder(tmp_path, monkey
     assert float(scores["L0mean"]) >= 90.0
     row = json.loads(results.read_text(encoding="utf-8"))
     assert row["probe"]["L0mean"] == float(scores["L0mean"]) and row["max_seq_length"] == 16
+
+
+def test_commentary_task_holds_dev_and_test_out_of_its_corpus(tmp_path, monkeypatch):
+    """scripts/mhcc_task_data.py (the length study's never-used family): every book has a part; a comment is cut
+    at its verse markers, the outline before the first goes to the corpus only; short sections are skipped and
+    counted; no dev/test section reaches the corpus; splits are deterministic and dev/test fixed under --train."""
+    spec = importlib.util.spec_from_file_location("mhcc_task_data", SCRIPTS / "mhcc_task_data.py")
+    mhcc = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mhcc)
+    assert len(mhcc.GROUP_OF) == 66 and len(set(mhcc.GROUPS)) == 8
+    outline, parts = mhcc.sections("The first sabbath.(1-3) The garden.(4-7) Verses 1-3 After six days God "
+                                   "ceased. Verse 4 Here is a name. Verses 5, 6 And more.")
+    assert outline == "The first sabbath.(1-3) The garden.(4-7)"
+    assert parts == ["After six days God ceased.", "Here is a name.", "And more."]
+    rng = random.Random(0)
+    words = NOUNS + VERBS + ADJECTIVES
+
+    def comment(n: int) -> str:
+        return " ".join(rng.choice(words) for _ in range(n)).capitalize() + "."
+
+    books = sorted(mhcc.GROUP_OF)
+    comments = [(book, f"Outline of {book}.(1-9) Verses 1-4 {comment(30 + i % 40)} Verses 5-9 {comment(8)}")
+                for i, book in enumerate(books * 3)]
+    monkeypatch.setattr(mhcc, "read_comments", lambda module: (comments, __import__("collections").Counter()))
+
+    def build(out: Path, train: int) -> dict:
+        return mhcc.main(["--module", "m", "--output", str(out), "--train", str(train), "--dev", "20",
+                          "--test", "30", "--min-words", "40"])
+
+    manifest = build(tmp_path / "a", 100)
+    rows = {s: [json.loads(x) for x in (tmp_path / "a" / f"{s}.jsonl").read_text().splitlines()]
+            for s in ("train", "dev", "test")}
+    counts = manifest["counts"]
+    assert counts["sections under 40 words (skipped)"] == counts["sections"] - manifest["eligible"]
+    assert all(len(r["text"].split()) >= 40 and r["label"] in mhcc.GROUPS for split in rows.values() for r in split)
+    corpus = (tmp_path / "a" / "corpus.txt").read_text()
+    assert all(r["text"] not in corpus for s in ("dev", "test") for r in rows[s])
+    assert all(r["text"] in corpus.replace("\n", " ") for r in rows["train"])
+    assert "Outline of Gen.(1-9)" in corpus
+    build(tmp_path / "b", 10)
+    for split in ("dev", "test"):
+        assert (tmp_path / "a" / f"{split}.jsonl").read_bytes() == (tmp_path / "b" / f"{split}.jsonl").read_bytes()
