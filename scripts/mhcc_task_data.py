@@ -14,7 +14,7 @@ What it writes into OUTPUT (deterministic for a given --seed and module):
                  words per example), settings and the sha256 of every output.
 
 How to get the input (Debian's sword-comm-mhcc 2.0-1, fetched once by hand; the script never runs apt), and the
-reader of SWORD modules (`pip install pysword`, used by this script only):
+reader of SWORD modules (pysword: `pip install -e ".[study]"`, used by this script only):
 
     apt-get download sword-comm-mhcc && dpkg -x sword-comm-mhcc_*.deb /tmp/mhcc
     python scripts/mhcc_task_data.py --module /tmp/mhcc/usr/share/sword/modules/comments/zcom/mhcc --output OUT
@@ -72,7 +72,7 @@ def read_comments(module: Path) -> tuple[list[tuple[str, str]], Counter]:
     try:
         from pysword.bible import SwordBible
     except ImportError:
-        raise SystemExit("scripts/mhcc_task_data.py reads the SWORD module with pysword: pip install pysword") from None
+        raise SystemExit("scripts/mhcc_task_data.py reads the SWORD module with pysword: pip install -e \".[study]\" (or pip install pysword)") from None
     if not (module / "ot.bzv").is_file():
         raise SystemExit(f"--module {module}: no ot.bzv there; give the module's directory "
                          "(.../usr/share/sword/modules/comments/zcom/mhcc)")
