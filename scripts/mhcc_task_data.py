@@ -72,7 +72,8 @@ def read_comments(module: Path) -> tuple[list[tuple[str, str]], Counter]:
     try:
         from pysword.bible import SwordBible
     except ImportError:
-        raise SystemExit("scripts/mhcc_task_data.py reads the SWORD module with pysword: pip install -e \".[study]\" (or pip install pysword)") from None
+        raise SystemExit("scripts/mhcc_task_data.py reads the SWORD module with pysword: "
+                         'pip install -e ".[study]" (or pip install pysword)') from None
     if not (module / "ot.bzv").is_file():
         raise SystemExit(f"--module {module}: no ot.bzv there; give the module's directory "
                          "(.../usr/share/sword/modules/comments/zcom/mhcc)")
