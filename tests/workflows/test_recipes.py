@@ -326,7 +326,8 @@ def test_pretraining_records_the_positions_it_trained_and_fine_tuning_says_when_
         assert len(said) == (1 if expected else 0)
         if expected:
             assert said[0].startswith("4 of 8 training examples reach positions past 24") and "--init-from" in said[0]
-        budget = [r.getMessage() for r in caplog.records if "measured to gain little over random" in r.getMessage()]
+        budget = [r.getMessage() for r in caplog.records
+                  if "measured to gain less than 5 points over random" in r.getMessage()]
         assert budget == ([] if not expected else [budget[0]])
         if expected:  # half the inputs past a 2-step model's positions: the long-input measurement applies
             assert budget[0].startswith("50% of the inputs are longer than the 24 tokens this model was pre-trained")
@@ -443,15 +444,29 @@ def test_budgets_measured_too_short_for_long_inputs_are_said_with_the_measuremen
     to be too short for them, with the figures; a longer or unknown budget, or one that paid, is not."""
     from bertkit.workflows import recipes
 
-    monkeypatch.setattr(recipes, "LONG_INPUT_STUDY", ((100, "1 minute", 0.5, 0.4), (200, "2 minutes", 1.5, 0.2)))
-    assert "+0.5 points after 1 minute (~100 steps of bert-mini, p = 0.4); +1.5 points after" in long_input_budget(150)
+    monkeypatch.setattr(recipes, "LONG_INPUT_STUDY", (("task A", ((100, "1 minute", 0.5, 0.4),
+                                                                   (200, "2 minutes", 1.5, 0.2))),))
+    said = long_input_budget(150)
+    assert said.startswith("measured with bert-mini on a long-input task fine-tuned at 128 tokens, in points over "
+                           "random initialisation: task A: +0.5 after 1 minute (~100 steps, p = 0.4), +1.5 after")
     assert long_input_budget(200) and not long_input_budget(201) and not long_input_budget(None)
-    monkeypatch.setattr(recipes, "LONG_INPUT_STUDY", ((100, "1 minute", 0.5, 0.4), (200, "2 minutes", 6.0, 0.01)))
+    monkeypatch.setattr(recipes, "LONG_INPUT_STUDY", (("task A", ((100, "1 minute", 0.5, 0.4),
+                                                                   (200, "2 minutes", 6.0, 0.01))),))
     assert long_input_budget(100) and not long_input_budget(150)  # 2 minutes paid: longer budgets are not said
+    # Two tasks: a budget is said while any task failed at it or longer; every task's figures are said.
+    monkeypatch.setattr(recipes, "LONG_INPUT_STUDY", (("task A", ((100, "1 minute", 6.0, 0.01),)),
+                                                      ("task B", ((100, "1 minute", -9.0, 0.01),
+                                                                  (200, "2 minutes", 2.0, 0.3)))))
+    said = long_input_budget(150)
+    assert said.startswith("measured with bert-mini on 2 long-input tasks") and "task A: +6.0 after" in said
+    assert "task B: -9.0 after 1 minute" in said and not long_input_budget(201)
+    monkeypatch.setattr(recipes, "LONG_INPUT_STUDY", (("task A", ((100, "1 minute", 0.5, 0.4),
+                                                                   (200, "2 minutes", 6.0, 0.01))),))
     short = choose_recipe("auto", 256, 100)
     assert short.budget_steps == 100  # the budget the recipe was planned at is kept with it
     note = long_input_note(short, 64, 128)
     assert note.startswith("if the inputs you will fine-tune on are mostly longer than 64 tokens, expect this")
+    assert "over random initialisation on them, or to lose" in note
     assert "--model bert-mini --tokenizer VOCAB" in note
     assert not long_input_note(short, 128, 128)  # every step reads the data whole: not what was measured
     assert not long_input_note(choose_recipe("paper", 256, 100), 64, 128)  # not the short recipe
@@ -468,9 +483,10 @@ def test_the_long_input_measurement_is_the_studys():
     """The figures said are docs/pretraining.md's rows."""
     from bertkit.workflows import recipes
 
-    rows = recipes.LONG_INPUT_STUDY
+    rows = [row for _, task_rows in recipes.LONG_INPUT_STUDY for row in task_rows]
     assert long_input_budget(5_280) and not long_input_budget(5_281)  # 40 CPU-minutes paid; 20 did not
-    assert "+9.8 points after 40 CPU-minutes" in long_input_budget(2_640)  # the budget that paid is said too
+    assert "+9.8 after 40 CPU-minutes" in long_input_budget(2_640)  # the budget that paid is said too
+    assert "-15.5 after 10 CPU-minutes" in long_input_budget(2_640)  # and the task it lost on
     text = (Path(__file__).resolve().parents[2] / "docs" / "pretraining.md").read_text(encoding="utf-8")
     for steps, _, gain, p in rows:
         assert f"{gain:+.1f}" in text and f"p = {p:.2g}" in text and f"{steps:,}" in text
