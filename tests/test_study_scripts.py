@@ -341,9 +341,8 @@ def test_commentary_task_holds_dev_and_test_out_of_its_corpus(tmp_path, monkeypa
     """scripts/mhcc_task_data.py (the length study's never-used family): every book has a part; a comment is cut
     at its verse markers, the outline before the first goes to the corpus only; short sections are skipped and
     counted; no dev/test section reaches the corpus; splits are deterministic and dev/test fixed under --train."""
-    spec = importlib.util.spec_from_file_location("mhcc_task_data", SCRIPTS / "mhcc_task_data.py")
-    mhcc = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mhcc)
+    monkeypatch.syspath_prepend(str(SCRIPTS))  # it reuses scripts/gcide_task_data.py's helpers
+    mhcc = load_script("mhcc_task_data")
     assert len(mhcc.GROUP_OF) == 66 and len(set(mhcc.GROUPS)) == 8
     outline, parts = mhcc.sections("The first sabbath.(1-3) The garden.(4-7) Verses 1-3 After six days God "
                                    "ceased. Verse 4 Here is a name. Verses 5, 6 And more.")

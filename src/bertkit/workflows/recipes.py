@@ -135,7 +135,7 @@ LONG_INPUT_STUDY = (
 )
 """What the short recipe gained on tasks whose inputs are longer than its 64-token instances, per task: (its name,
 rows of (bert-mini steps, the budget they were, test points over random initialisation, Welch's p)), from
-docs/pretraining.md ("Every position a fine-tuning reads"). Both tasks: 1,000 labels, fine-tuned at 128 tokens for
+docs/pretraining.md ("Every position a fine-tuning reads"). Both tasks: about 1,000 labels, fine-tuned at 128 tokens for
 10 epochs so that random initialisation learns too, pre-trained on the task's own domain text. A budget is warned
 about when, on some task, it or a longer budget gained less than LONG_INPUT_PAYS points."""
 LONG_INPUT_PAYS = 5.0
