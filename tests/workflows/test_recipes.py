@@ -467,7 +467,7 @@ def test_budgets_measured_too_short_for_long_inputs_are_said_with_the_measuremen
     note = long_input_note(short, 64, 128)
     assert note.startswith("if the inputs you will fine-tune on are mostly longer than 64 tokens, expect this")
     assert "over random initialisation on them, or to lose" in note
-    assert "--model bert-mini --tokenizer VOCAB" in note
+    assert "`bertkit finetune` fine-tunes random initialisation as well" in note and "--compare-random-init" in note
     assert not long_input_note(short, 128, 128)  # every step reads the data whole: not what was measured
     assert not long_input_note(choose_recipe("paper", 256, 100), 64, 128)  # not the short recipe
     assert not long_input_note(choose_recipe("auto", 256, 150), 64, 128)  # a budget not measured to fail

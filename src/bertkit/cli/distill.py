@@ -26,9 +26,10 @@ from bertkit.settings import (
     TrainConfig,
 )
 
-NOT_DISTILL_FLAGS = ("model", "tokenizer", "freeze_encoder", "feature_layers", "feature_combine")
+NOT_DISTILL_FLAGS = ("model", "tokenizer", "freeze_encoder", "feature_layers", "feature_combine", "compare_random_init")
 """Fine-tuning's settings that --teacher and --student decide (the model, its vocabulary), or that a distilled
-student does not take (a frozen encoder, a feature-based head)."""
+student does not take (a frozen encoder, a feature-based head, a comparison with random initialisation:
+--compare-without-teacher is distillation's)."""
 STUDENT_CHOICE = "the student (--student)"
 """What OUTPUT's finetune_run.json records as the model before the workflow names it."""
 

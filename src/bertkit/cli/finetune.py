@@ -115,9 +115,21 @@ def print_summary(results: dict[str, Any], output: Path) -> None:
         if results.get(key):
             click.echo(f"{key.replace('_', ' ')}: {results[key]} (longer than --max-seq-length; with "
                        "--long-documents windows: than --max-windows windows)")
+    compared = results.get("random_init") or {}
+    if "kept" in compared:
+        metric, kept = compared["metric"], compared["kept"]
+        other = next(name for name in ("pre-trained", "random initialisation") if name != kept)
+        click.echo(f"kept {kept}: dev {metric} mean {compared[kept]['mean']:.4f} against {compared[other]['mean']:.4f} "
+                   f"({other}; {compared['note']}); the other's best model: {output / _other_best(kept)}")
     if results.get("peak_memory"):
         click.echo(f"peak memory: {memory_line(results['peak_memory'])}")
     click.echo(f"best model: {output / 'best'}; results: {output / 'eval_results.json'}")
+
+
+def _other_best(kept: str) -> str:
+    """Where `finetune --compare-random-init` keeps the initialisation it did not keep
+    (bertkit.workflows.random_init)."""
+    return "pretrained-best" if kept == "random initialisation" else "random-init/best"
 
 
 @click.group(context_settings={"show_default": True})
@@ -162,8 +174,8 @@ KEPT_FROM_DIRECTORY = {
 
 
 @finetune.command()
-@finetune_flags(EmbeddingSettings, ("given",), overrides={name: {"default": None, "default_text": text}
-                                                          for name, text in KEPT_FROM_DIRECTORY.items()})
+@finetune_flags(EmbeddingSettings, ("given",), run_exclude=("compare_random_init",),
+                overrides={name: {"default": None, "default_text": text} for name, text in KEPT_FROM_DIRECTORY.items()})
 def embedding(**flags: Any) -> None:
     """Sentence embeddings from (anchor, positive[, negative]) pairs: in-batch negatives (multiple negatives
     ranking loss), retrieval scored on --dev before and after; OUTPUT/best is a sentence-transformers directory

@@ -201,6 +201,7 @@ def finetune_model(settings: QuickstartSettings, model: str, name: str, echo: Ec
     how = FinetuneSettings(
         model=model, output=output, tokenizer=str(settings.output / "vocab"), seeds=seeds or settings.seeds,
         resume=settings.resume,  # finished seeds kept, an interrupted one continued
+        compare_random_init="off",  # the quickstart fine-tunes random initialisation itself, and reports both
         train=finetune_training(num_epochs=epochs or recipe.finetune_epochs, batch_size=recipe.finetune_batch_size,
                                 learning_rate=recipe.finetune_learning_rate, device=settings.device))
     task_settings = {"text_column": "text", "label_column": "label", "max_seq_length": 128}

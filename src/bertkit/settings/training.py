@@ -26,6 +26,9 @@ LR_SCHEDULES = ("linear", "cosine", "constant-with-warmup", "inverse-sqrt")
 """The values of --lr-schedule (bertkit.train.optim.SCHEDULES)."""
 FEATURE_COMBINES = ("concat", "sum", "mean")
 """How a feature-based head combines the hidden states of --feature-layers (bertkit.model.feature_based)."""
+RANDOM_INIT_COMPARISONS = ("auto", "on", "off")
+"""The values of `finetune --compare-random-init` (bertkit.workflows.random_init: auto compares where pre-training was
+measured to lose, bertkit.workflows.recipes.random_init_comparison)."""
 RECIPES = ("auto", "paper", "short", "continue")
 """The values of --recipe (bertkit.workflows.recipes: auto picks paper or short from the budget, continue with
 --init-from)."""
@@ -323,6 +326,11 @@ class FinetuneSettings(Settings):
     group_by_length: bool = True
     """Batch training examples of similar length together (batch order still shuffled; less padding, same
     recipe)."""
+    compare_random_init: str = dataclasses.field(default="auto", metadata={"choices": RANDOM_INIT_COMPARISONS})
+    """Also fine-tune the model's architecture from random initialisation, same seeds and settings (in
+    OUTPUT/random-init), and keep as OUTPUT/best the initialisation whose seeds score higher on the first dev set
+    (mean), with Welch's p. auto: only where pre-training was measured to lose, a bertkit model pre-trained on a
+    short budget with most inputs longer than its pre-training's; needs --dev."""
     resume: bool = False
     """Continue the run in the output directory: finished seeds are kept, an interrupted seed resumes from
     its checkpoint (bit-exact on CPU)."""

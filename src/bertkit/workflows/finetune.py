@@ -61,7 +61,13 @@ from bertkit.tasks.task import Task, warn_empty_texts, warn_skipped
 from bertkit.tokenizer import WordPieceTokenizer, check_model_vocabulary
 from bertkit.train.distributed import DistributedContext, barrier, rank0_decides, setup_distributed
 from bertkit.workflows.prepare import prepare_training
-from bertkit.workflows.recipes import finetune_learning_rate, long_input_task_note, pretraining_history
+from bertkit.workflows.random_init import RANDOM_INIT_DIRECTORY, keep_better_initialisation
+from bertkit.workflows.recipes import (
+    finetune_learning_rate,
+    long_input_task_note,
+    pretraining_history,
+    random_init_comparison,
+)
 from bertkit.workflows.run_output import (
     data_record,
     prepare_output,
@@ -251,6 +257,8 @@ def _finetune_seeds(task: Task, settings: FinetuneSettings, tokenizer: WordPiece
     train_features = task.features(train_examples, tokenizer, training=True)
     report["truncated_train_examples"] = task.last_truncated
     report["past_trained_positions"] = warn_untrained_positions(source, train_features, task.settings.max_seq_length)
+    if recipe is PLAIN:
+        report["random_init"] = decide_random_init(settings, source, train_features, bool(dev_sets))
     train_features = recipe.extend(train_features)
     sets = [DevSet(name, examples, task.features(examples, tokenizer)) for name, examples in dev_sets]
     report["truncated_dev_examples"] = task.last_truncated if sets else 0
@@ -284,6 +292,54 @@ def warn_untrained_positions(source: ModelSource, features: list[dict], max_seq_
     return past
 
 
+def decide_random_init(settings: FinetuneSettings, source: ModelSource, features: list[dict], dev: bool
+                       ) -> dict[str, Any]:
+    """--compare-random-init resolved for this model and these training inputs (`recipes.random_init_comparison`),
+    said in one line when it compares: {"compare": bool, "reason": why}. auto without a dev set cannot compare,
+    and says so (`check_random_init` refused `on` without one)."""
+    compare, reason = random_init_comparison(settings.compare_random_init, source.trained_positions,
+                                             [feature_length(f) for f in features],
+                                             (source.pretraining or {}).get("steps"))
+    if compare and not dev:
+        log.warning("--compare-random-init %s: no --dev to compare on, so only the pre-trained model is fine-tuned "
+                    "(%s)", settings.compare_random_init, reason)
+        return {"compare": False, "reason": f"{reason}; no dev set to compare on"}
+    if compare:
+        log.warning("fine-tuning random initialisation as well, the same seeds in %s, and keeping the better on dev "
+                    "(%s); this doubles the run: --compare-random-init off skips it",
+                    settings.output / RANDOM_INIT_DIRECTORY, reason)
+    return {"compare": compare, "reason": reason}
+
+
+def check_random_init(settings: FinetuneSettings, dev: bool) -> None:
+    """Refuse, before anything is read, a comparison --compare-random-init on cannot make."""
+    if settings.compare_random_init != "on":
+        return
+    if not dev:
+        raise BertkitError("--compare-random-init on compares dev scores: give --dev")
+    if settings.model in PRESETS:
+        raise BertkitError(f"--compare-random-init on: --model {settings.model} is random initialisation already; "
+                           "give a pre-trained model directory, or leave the flag out")
+
+
+def compare_random_init(task: Task, settings: FinetuneSettings, tokenizer: WordPieceTokenizer,
+                        train: Sequence[Any], dev_sets: list[tuple[str, Sequence[Any]]], results: dict[str, Any],
+                        inputs: dict[str, Any], labels: dict[str, str], source: ModelSource) -> dict[str, Any]:
+    """After the pre-trained model's seeds: where the run decided to compare (`decide_random_init`), fine-tune the
+    same architecture from random initialisation with the same seeds and settings in OUTPUT/random-init and keep
+    the better (`bertkit.workflows.random_init`); else `results` as they are."""
+    decision = results.get("random_init")
+    if not decision or not decision["compare"]:
+        return results
+    baseline = dataclasses.replace(settings, output=settings.output / RANDOM_INIT_DIRECTORY,
+                                   model=f"random initialisation of {settings.model}", compare_random_init="off")
+    random_source = ModelSource(None, source.config, tokenizer, None)
+    random_results = finetune(task, baseline, tokenizer, train, dev_sets, {}, inputs, labels, random_source)
+    ctx = setup_distributed(settings.train.device)  # the group the seeds trained in: rank 0 alone writes
+    return rank0_decides(lambda: keep_better_initialisation(settings.output, task.metric_names[0], results,
+                                                             random_results, decision), ctx)
+
+
 def with_learning_rate(settings: FinetuneSettings, log_choice: bool = True, source: ModelSource | None = None
                        ) -> FinetuneSettings:
     """`settings` with the run's learning rate resolved (`resolve_learning_rate`)."""
@@ -295,7 +351,7 @@ def with_learning_rate(settings: FinetuneSettings, log_choice: bool = True, sour
 # which of them a resumed run may change is the rulebook's (bertkit.settings.rules). The global batch is not here:
 # each seed's checkpoint holds the one it trained with, and `fit` compares that.
 _RUN_SETTINGS = ("model", "tokenizer", "dropout", "freeze_encoder", "feature_layers", "feature_combine",
-                 "group_by_length")
+                 "group_by_length", "compare_random_init")
 _RUN_TRAINING = {"epochs": "num_epochs", "max_steps": "max_steps", "eval_every": "eval_every",
                  "learning_rate": "learning_rate", "warmup_ratio": "warmup_ratio", "lr_schedule": "lr_schedule",
                  "weight_decay": "weight_decay", "adam_epsilon": "adam_epsilon",
@@ -330,6 +386,7 @@ def run_finetuning(kind: str, train_path: str | Path, dev_paths: list[str | Path
     its whole budget and its model is OUTPUT/best."""
     if not dev_paths:
         check_without_dev(settings)
+    check_random_init(settings, bool(dev_paths))
     apply_threads(settings.train.threads)  # reading and encoding the files run on them too
     source = model_source(settings)
     tokenizer = source.tokenizer
@@ -337,7 +394,8 @@ def run_finetuning(kind: str, train_path: str | Path, dev_paths: list[str | Path
     report: dict[str, Any] = {}
     train, dev_sets = read_files(task, train_path, dev_paths, report)
     inputs, labels = data_record(train_path, dev_paths)
-    return finetune(task, settings, tokenizer, train, dev_sets, report, inputs, labels, source)
+    results = finetune(task, settings, tokenizer, train, dev_sets, report, inputs, labels, source)
+    return compare_random_init(task, settings, tokenizer, train, dev_sets, results, inputs, labels, source)
 
 
 def read_files(task: Task, train_path: str | Path, dev_paths: Sequence[str | Path], report: dict[str, Any]

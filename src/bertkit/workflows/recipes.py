@@ -168,8 +168,8 @@ def long_input_note(recipe: PretrainRecipe, cut: int, data_length: int) -> str:
         return ""
     return (f"if the inputs you will fine-tune on are mostly longer than {cut} tokens, expect this budget to gain "
             f"less than {LONG_INPUT_PAYS:g} points over random initialisation on them, or to lose: {measured}; give a "
-            "longer budget, or fine-tune both and keep the better (`bertkit finetune --model bert-mini --tokenizer "
-            "VOCAB` is random initialisation)")
+            "longer budget; on such inputs `bertkit finetune` fine-tunes random initialisation as well and keeps the "
+            "better on dev (--compare-random-init auto)")
 
 
 def long_input_task_note(trained_length: int | None, lengths: list[int], steps: float | None) -> str:
@@ -184,8 +184,23 @@ def long_input_task_note(trained_length: int | None, lengths: list[int], steps: 
         return ""
     return (f"{past:.0%} of the inputs are longer than the {trained_length} tokens this model was pre-trained on "
             f"for ~{steps:,.0f} steps, a budget measured to gain less than {LONG_INPUT_PAYS:g} points over random "
-            f"initialisation on such inputs, or to lose: {measured}; pre-train longer, or fine-tune from random "
-            "initialisation as well and keep the better")
+            f"initialisation on such inputs, or to lose: {measured}; pre-train longer, or fine-tune random "
+            "initialisation as well and keep the better (`bertkit finetune --compare-random-init auto` does, for "
+            "such a model and such inputs)")
+
+
+def random_init_comparison(choice: str, trained_length: int | None, lengths: list[int], steps: float | None
+                           ) -> tuple[bool, str]:
+    """`finetune --compare-random-init`, resolved: (whether to fine-tune random initialisation as well, why). auto
+    compares exactly where `long_input_task_note` speaks, the budgets and lengths at which pre-training was measured
+    to gain less than LONG_INPUT_PAYS points or to lose (a commentary task: -15.5 at 10 CPU-minutes); elsewhere
+    pre-training paid, and a comparison would double the run for nothing."""
+    if choice != "auto":
+        return choice == "on", f"--compare-random-init {choice}"
+    if long_input_task_note(trained_length, lengths, steps):
+        return True, (f"auto: most inputs are longer than the {trained_length} tokens of a {steps:,.0f}-step "
+                      "pre-training, where pre-training was measured to lose to random initialisation")
+    return False, "auto: pre-training was not measured to lose on these inputs at this budget"
 
 
 SHORT_STATIC_WARMUP_RATIO = 0.05

@@ -31,6 +31,7 @@ from bertkit.io.digest import update_with_file
 from bertkit.io.jsonfile import read_json_object
 from bertkit.settings.rules import check_resume, describe_changes
 from bertkit.workflows.predict import RESULTS_FILE, write_results
+from bertkit.workflows.random_init import PRETRAINED_ASIDE, RANDOM_INIT_DIRECTORY, STAGED
 
 log = logging.getLogger(__name__)
 
@@ -38,6 +39,8 @@ SEED_DONE_FILE = "seed_results.json"
 RUN_FILE = "finetune_run.json"
 DISTILLATION_PATHS = ("teacher-outputs", "without-teacher")
 """What `bertkit distill` adds to a fine-tuning run's directory (bertkit.workflows.distill)."""
+COMPARISON_PATHS = (RANDOM_INIT_DIRECTORY, PRETRAINED_ASIDE, *STAGED)
+"""What `finetune --compare-random-init` adds to it (bertkit.workflows.random_init)."""
 
 
 def prepare_output(output: Path, resume: bool, overwrite: bool, settings: dict[str, Any],
@@ -69,7 +72,7 @@ def record_run(output: Path, settings: dict[str, Any]) -> None:
 def _remove_run(output: Path) -> None:
     """Delete an earlier fine-tuning run; refuse a directory holding anything a run does not write."""
     def ours(path: Path) -> bool:
-        return (path.name in ("best", RESULTS_FILE, RUN_FILE, "tensorboard", *DISTILLATION_PATHS)
+        return (path.name in ("best", RESULTS_FILE, RUN_FILE, "tensorboard", *DISTILLATION_PATHS, *COMPARISON_PATHS)
                 or path.name.startswith("seed-")
                 or "predictions" in path.name or path.name.endswith("null_odds.json"))
     foreign = sorted(p.name for p in output.iterdir() if not ours(p))

@@ -1,0 +1,189 @@
+"""`finetune --compare-random-init`: where a short pre-training was measured to lose to random initialisation on long
+inputs, the run fine-tunes both and keeps the better on dev, so it never ends below random initialisation; the other
+model is kept beside it, and every step resumes."""
+
+from __future__ import annotations
+
+import json
+import logging
+import random
+from pathlib import Path
+
+import pytest
+
+from bertkit.cli import main
+from bertkit.workflows.random_init import INITIALISATION_FILE, keep_better_initialisation
+from bertkit.workflows.recipes import random_init_comparison
+
+from .conftest import TOKENS, WORDS, tiny_model
+
+
+def _short_budget_model(directory: Path, steps: int = 100, trained_positions: int = 8) -> Path:
+    """A tiny checkpoint whose record says bertkit pre-trained it `steps` steps at `trained_positions` tokens."""
+    tiny_model(directory)
+    record = {"steps": steps, "recipe": "short", "max_seq_length": trained_positions,
+              "trained_positions": trained_positions}
+    (directory / "bertkit_pretraining.json").write_text(json.dumps(record))
+    return directory
+
+
+def _task(tmp_path: Path, words: int = 12, name: str = "train.jsonl") -> Path:
+    rng = random.Random(0)
+    rows = []
+    for i in range(16):
+        label = ("good", "bad")[i % 2]
+        text = " ".join([label] + [rng.choice(WORDS) for _ in range(words - 1)])
+        rows.append(json.dumps({"text": text, "label": label}))
+    path = tmp_path / name
+    path.write_text("\n".join(rows) + "\n", encoding="utf-8")
+    return path
+
+
+def _finetune(model: Path | str, data: Path, output: Path, *extra: str, dev: bool = True) -> int:
+    argv = ["finetune", "classification", "--model", str(model), "--train", str(data), "--output", str(output),
+            "--epochs", "2", "--batch-size", "4", "--precision", "fp32", "--device", "cpu", "--max-seq-length",
+            "32", *extra]
+    if dev:
+        argv += ["--dev", str(data)]
+    if model == "bert-debug":
+        argv += ["--tokenizer", str(output.parent / "vocab")]
+    return main(argv)
+
+
+def test_auto_compares_exactly_where_pretraining_was_measured_to_lose():
+    """auto follows the long-input measurement: a short budget (<= 5,280 steps) with most inputs past its positions."""
+    long, short = [40] * 6 + [10] * 4, [10] * 6 + [40] * 4
+    compare, reason = random_init_comparison("auto", 24, long, 2_640)
+    assert compare and "longer than the 24 tokens of a 2,640-step pre-training" in reason
+    assert not random_init_comparison("auto", 24, short, 2_640)[0]  # short inputs: pre-training paid
+    assert not random_init_comparison("auto", 24, long, 10_560)[0]  # 40 CPU-minutes paid on both long tasks
+    assert not random_init_comparison("auto", None, long, 2_640)[0]  # every position trained (made elsewhere)
+    assert not random_init_comparison("auto", 24, long, None)[0]  # converged elsewhere, or random initialisation
+    assert random_init_comparison("on", None, short, None) == (True, "--compare-random-init on")
+    assert random_init_comparison("off", 24, long, 2_640) == (False, "--compare-random-init off")
+
+
+def test_a_short_budget_model_on_long_inputs_is_fine_tuned_beside_random_initialisation(tmp_path, caplog):
+    model = _short_budget_model(tmp_path / "model")
+    data = _task(tmp_path)
+    with caplog.at_level(logging.INFO):
+        assert _finetune(model, data, tmp_path / "out", "--seeds", "1,2") == 0
+    out = tmp_path / "out"
+    results = json.loads((out / "eval_results.json").read_text())
+    report = results["random_init"]
+    assert report["compare"] and report["reason"].startswith("auto: most inputs are longer than the 8 tokens")
+    assert report["metric"] == "accuracy" and report["kept"] in ("pre-trained", "random initialisation")
+    for side in ("pre-trained", "random initialisation"):
+        assert len(report[side]["seeds"]) == 2
+    means = {side: report[side]["mean"] for side in ("pre-trained", "random initialisation")}
+    assert report["difference"] == pytest.approx(means["random initialisation"] - means["pre-trained"])
+    kept = report["kept"]
+    assert (report[kept]["mean"] > report[_other(kept)]["mean"]
+            or (kept == "pre-trained" and report[kept]["mean"] == report[_other(kept)]["mean"]))
+    # The top-level results are the kept run's, OUTPUT/best is its best seed, and says so.
+    assert results["accuracy"] == max(report[kept]["seeds"])
+    assert json.loads((out / "best" / INITIALISATION_FILE).read_text())["kept"] == kept
+    # random initialisation ran at its own rate rule, in its own ordinary run directory
+    random_run = json.loads((out / "random-init" / "finetune_run.json").read_text())
+    assert random_run["model"] == f"random initialisation of {model}"
+    assert (out / "random-init" / "best" / "model.safetensors").is_file()
+    said = [r.getMessage() for r in caplog.records if r.getMessage().startswith("fine-tuning random initialisation")]
+    assert len(said) == 1 and "--compare-random-init off skips it" in said[0]
+    assert any(r.getMessage().startswith(f"kept {kept}: dev accuracy") for r in caplog.records)
+    # predict reads the kept model with nothing else
+    assert main(["predict", "--model", str(out / "best"), "--input", str(data), "--output", str(tmp_path / "pred"),
+                 "--device", "cpu"]) == 0
+
+    # Resumed with a third seed: each side trains seed 3 only, and the choice is made again over three seeds.
+    caplog.clear()
+    with caplog.at_level(logging.INFO):
+        assert _finetune(model, data, out, "--seeds", "1,2,3", "--resume", "auto") == 0
+    again = json.loads((out / "eval_results.json").read_text())["random_init"]
+    assert [len(again[side]["seeds"]) for side in ("pre-trained", "random initialisation")] == [3, 3]
+    assert again["pre-trained"]["seeds"][:2] == report["pre-trained"]["seeds"]
+    assert again["random initialisation"]["seeds"][:2] == report["random initialisation"]["seeds"]
+    finished = [r.getMessage() for r in caplog.records if "finished earlier" in r.getMessage()]
+    assert len(finished) == 4  # seeds 1 and 2 of both sides
+    assert json.loads((out / "best" / INITIALISATION_FILE).read_text())["kept"] == again["kept"]
+
+    # --overwrite removes what the comparison wrote too
+    assert _finetune(model, data, out, "--overwrite", "--compare-random-init", "off") == 0
+    assert not (out / "random-init").exists() and "random_init" in json.loads((out / "eval_results.json").read_text())
+
+
+def _other(kept: str) -> str:
+    return "pre-trained" if kept == "random initialisation" else "random initialisation"
+
+
+def test_no_comparison_where_pretraining_paid_or_when_asked_not_to(tmp_path, caplog):
+    data = _task(tmp_path)
+    long_budget = _short_budget_model(tmp_path / "long-budget", steps=20_000)
+    short_budget = _short_budget_model(tmp_path / "short-budget")
+    for name, model, extra in (("paid", long_budget, ()), ("off", short_budget, ("--compare-random-init", "off"))):
+        assert _finetune(model, data, tmp_path / name, *extra) == 0
+        results = json.loads((tmp_path / name / "eval_results.json").read_text())
+        assert not results["random_init"]["compare"] and not (tmp_path / name / "random-init").exists()
+    short_inputs = _task(tmp_path, words=3, name="short.jsonl")
+    assert _finetune(short_budget, short_inputs, tmp_path / "short-inputs") == 0
+    decision = json.loads((tmp_path / "short-inputs" / "eval_results.json").read_text())["random_init"]
+    assert decision == {"compare": False,
+                        "reason": "auto: pre-training was not measured to lose on these inputs at this budget"}
+    # auto without a dev set cannot compare, and says so
+    caplog.clear()
+    with caplog.at_level(logging.WARNING):
+        assert _finetune(short_budget, data, tmp_path / "no-dev", dev=False) == 0
+    assert any("no --dev to compare on" in r.getMessage() for r in caplog.records)
+    assert not (tmp_path / "no-dev" / "random-init").exists()
+
+
+def test_on_is_refused_where_it_cannot_compare(tmp_path, capsys):
+    data = _task(tmp_path)
+    from bertkit.tokenizer import WordPieceTokenizer
+
+    WordPieceTokenizer(TOKENS).save_pretrained(tmp_path / "vocab")
+    assert _finetune("bert-debug", data, tmp_path / "preset", "--compare-random-init", "on") == 2
+    assert "--model bert-debug is random initialisation already" in capsys.readouterr().err
+    assert _finetune(_short_budget_model(tmp_path / "m"), data, tmp_path / "x", "--compare-random-init", "on",
+                     dev=False) == 2
+    assert "--compare-random-init on compares dev scores: give --dev" in capsys.readouterr().err
+    assert not (tmp_path / "preset").exists() and not (tmp_path / "x").exists()  # refused before anything is written
+
+
+def _run(directory: Path, scores: list[float], tag: str) -> dict:
+    """A finished fine-tuning run's layout: best/ (tagged), its dev predictions, and its results."""
+    (directory / "best").mkdir(parents=True, exist_ok=True)
+    (directory / "best" / "tag").write_text(tag)
+    (directory / "predictions.jsonl").write_text(tag)
+    seeds = {str(i + 1): {"accuracy": score, "step": 4} for i, score in enumerate(scores)}
+    return {"accuracy": max(scores), "step": 4, "best_seed": 1, "seeds": seeds, "learning_rate": 1e-3}
+
+
+def test_keeping_the_better_moves_nothing_it_cannot_move_back(tmp_path):
+    """Random initialisation kept: the pre-trained best is set aside with its predictions; a later choice of the
+    pre-trained model (a resumed run with more seeds) puts it back; every step can run twice."""
+    out = tmp_path / "out"
+    decision = {"compare": True, "reason": "test"}
+    pretrained = _run(out, [0.5, 0.6], "pretrained")
+    random_init = _run(out / "random-init", [0.7, 0.8], "random")
+    for _ in range(2):  # idempotent: a run killed after the choice makes it again
+        results = keep_better_initialisation(out, "accuracy", pretrained, random_init, decision)
+        assert results["random_init"]["kept"] == "random initialisation" and results["accuracy"] == 0.8
+        assert (out / "best" / "tag").read_text() == "random" and (out / "predictions.jsonl").read_text() == "random"
+        assert (out / "pretrained-best" / "tag").read_text() == "pretrained"
+        assert (out / "pretrained-best" / "predictions.jsonl").read_text() == "pretrained"
+        assert (out / "random-init" / "best" / "tag").read_text() == "random"  # the source stays
+        assert json.loads((out / "eval_results.json").read_text())["random_init"]["kept"] == "random initialisation"
+    assert results["random_init"]["p_value"] is not None and results["random_init"]["difference"] == pytest.approx(0.2)
+
+    more = {str(seed): {"accuracy": 0.99, "step": 4} for seed in (3, 4)}  # mean 0.77 against 0.75
+    better = {**pretrained, "seeds": {**pretrained["seeds"], **more}}
+    results = keep_better_initialisation(out, "accuracy", better, random_init, decision)
+    assert results["random_init"]["kept"] == "pre-trained"
+    assert (out / "best" / "tag").read_text() == "pretrained"
+    assert (out / "predictions.jsonl").read_text() == "pretrained"
+    assert not (out / "pretrained-best").exists()
+    assert json.loads((out / "best" / INITIALISATION_FILE).read_text())["kept"] == "pre-trained"
+
+    tie = keep_better_initialisation(tmp_path / "tie", "accuracy", _run(tmp_path / "tie", [0.5], "pretrained"),
+                                     _run(tmp_path / "tie" / "random-init", [0.5], "random"), decision)
+    assert tie["random_init"]["kept"] == "pre-trained" and tie["random_init"]["p_value"] is None
