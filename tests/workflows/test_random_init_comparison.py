@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from bertkit.cli import main
-from bertkit.workflows.random_init import INITIALISATION_FILE, keep_better_initialisation
+from bertkit.workflows.random_init import INITIALISATION_FILE, keep_better_initialisation, restore_pretrained
 from bertkit.workflows.recipes import random_init_comparison
 
 from .conftest import TOKENS, WORDS, tiny_model
@@ -187,3 +187,67 @@ def test_keeping_the_better_moves_nothing_it_cannot_move_back(tmp_path):
     tie = keep_better_initialisation(tmp_path / "tie", "accuracy", _run(tmp_path / "tie", [0.5], "pretrained"),
                                      _run(tmp_path / "tie" / "random-init", [0.5], "random"), decision)
     assert tie["random_init"]["kept"] == "pre-trained" and tie["random_init"]["p_value"] is None
+
+
+def test_a_stale_aside_is_dropped_and_a_run_that_no_longer_compares_gets_its_own_model_back(tmp_path):
+    """A resumed seed promoted into OUTPUT/best makes the aside stale; a run that no longer compares (off, or auto
+    deciding otherwise) puts the pre-trained best back, with no choice left written in it."""
+    out = tmp_path / "out"
+    decision = {"compare": True, "reason": "test"}
+    pretrained, random_init = _run(out, [0.5], "pretrained"), _run(out / "random-init", [0.7], "random")
+    keep_better_initialisation(out, "accuracy", pretrained, random_init, decision)
+    _run(out / "seed-3", [0.99], "pretrained seed 3")  # the resumed seed 3, better, promoted into OUTPUT/best
+    (out / "best").rename(tmp_path / "random-copy")
+    (out / "seed-3" / "best").rename(out / "best")
+    better = {**pretrained, "seeds": {"1": {"accuracy": 0.5, "step": 4}, "3": {"accuracy": 0.99, "step": 4}}}
+    assert keep_better_initialisation(out, "accuracy", better, random_init, decision)["random_init"]["kept"] == \
+        "pre-trained"
+    assert (out / "best" / "tag").read_text() == "pretrained seed 3" and not (out / "pretrained-best").exists()
+
+    keep_better_initialisation(tmp_path / "b", "accuracy", _run(tmp_path / "b", [0.5], "pretrained"),
+                               _run(tmp_path / "b" / "random-init", [0.7], "random"), decision)
+    restore_pretrained(tmp_path / "b")
+    assert (tmp_path / "b" / "best" / "tag").read_text() == "pretrained"
+    assert (tmp_path / "b" / "predictions.jsonl").read_text() == "pretrained"
+    assert not (tmp_path / "b" / "pretrained-best").exists()
+    assert not (tmp_path / "b" / "best" / INITIALISATION_FILE).exists()
+    restore_pretrained(tmp_path / "b")  # nothing to do twice
+    assert (tmp_path / "b" / "best" / "tag").read_text() == "pretrained"
+
+
+def test_a_resume_that_no_longer_compares_scores_what_its_results_say(tmp_path):
+    """End to end: a run whose OUTPUT/best holds random initialisation, resumed with --compare-random-init off, ends
+    with the pre-trained model's best in OUTPUT/best, as its eval_results.json says."""
+    model, data, out = _short_budget_model(tmp_path / "model"), _task(tmp_path), tmp_path / "out"
+    assert _finetune(model, data, out, "--compare-random-init", "on") == 0
+    results = json.loads((out / "eval_results.json").read_text())
+    if results["random_init"]["kept"] == "pre-trained":  # make random initialisation the kept one, as it can be
+        pretrained = {**results, "seeds": {"1": {"accuracy": 0.0, "step": 1}}}
+        random_init = json.loads((out / "random-init" / "eval_results.json").read_text())
+        keep_better_initialisation(out, "accuracy", pretrained, random_init, results["random_init"])
+    pretrained_model = (out / "pretrained-best" / "model.safetensors").read_bytes()
+    assert json.loads((out / "best" / INITIALISATION_FILE).read_text())["kept"] == "random initialisation"
+    assert _finetune(model, data, out, "--compare-random-init", "off", "--resume", "auto") == 0
+    assert (out / "best" / "model.safetensors").read_bytes() == pretrained_model
+    assert not (out / "best" / INITIALISATION_FILE).exists() and not (out / "pretrained-best").exists()
+    assert json.loads((out / "eval_results.json").read_text())["random_init"]["compare"] is False
+
+
+def test_glue_scores_the_model_given_and_a_damaged_pretraining_record_is_said(tmp_path, caplog):
+    from bertkit.cli.glue import glue
+    from bertkit.settings import FinetuneSettings
+    from bertkit.workflows.finetune import model_source
+
+    assert "--compare-random-init" not in [opt for param in glue.params for opt in param.opts]
+    model = _short_budget_model(tmp_path / "model")
+    (model / "bertkit_pretraining.json").write_text('{"steps": 100, "trained_')
+    with caplog.at_level(logging.WARNING):
+        source = model_source(FinetuneSettings.of(model=str(model), output=tmp_path / "out"))
+    assert source.pretraining == {} and source.trained_positions is None
+    [said] = [r.getMessage() for r in caplog.records if "bertkit_pretraining.json" in r.getMessage()]
+    assert "not readable JSON, so the model is taken as pre-trained elsewhere to convergence" in said
+    (model / "bertkit_pretraining.json").write_text('{"steps": "100", "trained_positions": 8}')
+    caplog.clear()
+    with caplog.at_level(logging.WARNING):
+        model_source(FinetuneSettings.of(model=str(model), output=tmp_path / "out"))
+    assert any("its step count '100' is not a whole number" in r.getMessage() for r in caplog.records)

@@ -2,9 +2,9 @@
 
 Flag parsing only: the flags come from `GlueSettings` (the directory, the tasks, the learning-rate grid,
 the sequence length) and `FinetuneSettings` (every `bertkit finetune` flag except --learning-rate, which the
-grid replaces), both in bertkit.settings, so `--help` imports no torch; `bertkit.workflows.glue.run_glue`
-runs the sweep. Defaults where the command differs from `bertkit finetune`: seeds 1,2,3 (a mean ± std per
-task) and an --output of its own.
+grid replaces, and --compare-random-init: the table scores the model given), both in bertkit.settings, so
+`--help` imports no torch; `bertkit.workflows.glue.run_glue` runs the sweep. Defaults where the command differs
+from `bertkit finetune`: seeds 1,2,3 (a mean ± std per task) and an --output of its own.
 """
 
 from __future__ import annotations
@@ -59,7 +59,8 @@ SWEEP_OPTIONS: dict[str, dict[str, Any]] = {
 
 @click.command(context_settings={"show_default": True})
 @settings_options(GlueSettings, overrides=GLUE_OPTIONS)
-@settings_options(FinetuneSettings, exclude=(*NOT_FLAGS, "learning_rate"), overrides=SWEEP_OPTIONS)
+@settings_options(FinetuneSettings, exclude=(*NOT_FLAGS, "learning_rate", "compare_random_init"),
+                  overrides=SWEEP_OPTIONS)
 def glue(**flags: Any) -> None:
     """Fine-tune on every GLUE task in --data (the paper's recipe: batch 32, 3 epochs, the learning rate
     chosen on dev among 5e-5, 4e-5, 3e-5, 2e-5), several seeds each, and write one table like the paper's

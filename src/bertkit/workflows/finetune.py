@@ -5,6 +5,8 @@ evaluation of the best seed kept as OUTPUT/best, and the run's eval_results.json
     finetune(task, settings, tokenizer, train_examples, dev_sets, report) -> results
     model_source(settings) -> ModelSource                                    --model and --tokenizer, read once
     build_model(task, settings, tokenizer, source) -> model                  the task model (or feature-based)
+    compare_random_init(task, settings, ..., results, ...) -> results         random initialisation too, the
+                                                                              better kept (`random_init`)
 
 The task (`bertkit.tasks.task.Task`, made by `bertkit.tasks.kinds.build_task`) supplies everything
 task-specific; the loop over seeds is `bertkit.workflows.seeds`, evaluation
@@ -61,7 +63,7 @@ from bertkit.tasks.task import Task, warn_empty_texts, warn_skipped
 from bertkit.tokenizer import WordPieceTokenizer, check_model_vocabulary
 from bertkit.train.distributed import DistributedContext, barrier, rank0_decides, setup_distributed
 from bertkit.workflows.prepare import prepare_training
-from bertkit.workflows.random_init import RANDOM_INIT_DIRECTORY, keep_better_initialisation
+from bertkit.workflows.random_init import RANDOM_INIT_DIRECTORY, keep_better_initialisation, restore_pretrained
 from bertkit.workflows.recipes import (
     finetune_learning_rate,
     long_input_task_note,
@@ -117,8 +119,25 @@ def model_source(settings: FinetuneSettings) -> ModelSource:
     tokenizer = WordPieceTokenizer.from_pretrained(settings.tokenizer or directory)
     config = BertConfig.from_json_file(directory / "config.json")
     check_model_vocabulary(tokenizer, config.vocab_size, directory, settings.tokenizer)
-    kept = read_json_object(directory / PRETRAINING_FILE, missing={}, damaged={})
+    kept = pretraining_record(directory)
     return ModelSource(directory, config, tokenizer, pretraining_history(kept), trained_positions(kept))
+
+
+def pretraining_record(directory: Path) -> dict[str, Any]:
+    """The model's bertkit_pretraining.json ({} without one). One that cannot be read, or whose step count is not
+    a count, is said in one line and read as {}: a checkpoint pre-trained elsewhere, assumed to convergence, which
+    decides the learning rate rule and --compare-random-init auto."""
+    path = directory / PRETRAINING_FILE
+    kept = read_json_object(path, missing={}, damaged=None)
+    steps = kept.get("total_steps", kept.get("steps")) if kept else None
+    if kept is None or (steps is not None and not (isinstance(steps, int) and not isinstance(steps, bool)
+                                                     and steps >= 0)):
+        log.warning("%s: %s, so the model is taken as pre-trained elsewhere to convergence (the learning rate rule "
+                    "and --compare-random-init auto read it); restore the file bertkit wrote, or give "
+                    "--learning-rate and --compare-random-init yourself", path,
+                    "not readable JSON" if kept is None else f"its step count {steps!r} is not a whole number")
+        return {}
+    return kept
 
 
 def load_tokenizer(settings: FinetuneSettings) -> WordPieceTokenizer:
@@ -297,6 +316,8 @@ def decide_random_init(settings: FinetuneSettings, source: ModelSource, features
     """--compare-random-init resolved for this model and these training inputs (`recipes.random_init_comparison`),
     said in one line when it compares: {"compare": bool, "reason": why}. auto without a dev set cannot compare,
     and says so (`check_random_init` refused `on` without one)."""
+    if source.directory is None:
+        return {"compare": False, "reason": "the model is random initialisation"}
     compare, reason = random_init_comparison(settings.compare_random_init, source.trained_positions,
                                              [feature_length(f) for f in features],
                                              (source.pretraining or {}).get("steps"))
@@ -329,13 +350,18 @@ def compare_random_init(task: Task, settings: FinetuneSettings, tokenizer: WordP
     same architecture from random initialisation with the same seeds and settings in OUTPUT/random-init and keep
     the better (`bertkit.workflows.random_init`); else `results` as they are."""
     decision = results.get("random_init")
+    ctx = setup_distributed(settings.train.device)  # the group the seeds trained in: rank 0 alone writes
     if not decision or not decision["compare"]:
+        # a resumed run that compared before and no longer does: OUTPUT/best is what `results` describe
+        rank0_decides(lambda: restore_pretrained(settings.output), ctx)
         return results
     baseline = dataclasses.replace(settings, output=settings.output / RANDOM_INIT_DIRECTORY,
                                    model=f"random initialisation of {settings.model}", compare_random_init="off")
     random_source = ModelSource(None, source.config, tokenizer, None)
-    random_results = finetune(task, baseline, tokenizer, train, dev_sets, {}, inputs, labels, random_source)
-    ctx = setup_distributed(settings.train.device)  # the group the seeds trained in: rank 0 alone writes
+    log.info("random initialisation: fine-tuning seeds %s in %s", ",".join(map(str, settings.seeds)),
+             baseline.output)
+    counts = {key: value for key, value in results.items() if key.startswith("skipped_")}
+    random_results = finetune(task, baseline, tokenizer, train, dev_sets, counts, inputs, labels, random_source)
     return rank0_decides(lambda: keep_better_initialisation(settings.output, task.metric_names[0], results,
                                                              random_results, decision), ctx)
 

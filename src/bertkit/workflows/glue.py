@@ -227,7 +227,9 @@ def _run_one(found: FoundTask, rate: float, settings: GlueSettings, finetune: Fi
     name = f"{found.spec.key}/lr-{rate:g}"
     directory = out / name
     continuing = rank0_decides(lambda: finetune.resume and directory.is_dir(), ctx)
+    # compare_random_init off: the table scores the model given, never random initialisation in its place
     one_run = dataclasses.replace(finetune, output=directory, overwrite=False, resume=continuing,
+                                  compare_random_init="off",
                                   train=dataclasses.replace(finetune.train, learning_rate=rate))
     results = rank0_decides(lambda: _finished(directory, one_run) if finetune.resume else None, ctx)
     if results is None:

@@ -3,6 +3,7 @@
 a run that compares both cannot end below random initialisation on dev.
 
     keep_better_initialisation(output, metric, pretrained, random_init, decision) -> results   OUTPUT/best, report
+    restore_pretrained(output)                          OUTPUT/best the pre-trained model's again (no comparison now)
     INITIALISATION_FILE                                                  OUTPUT/best/initialisation.json: the report
 
 The run itself is `bertkit.workflows.finetune`'s: the pre-trained model's seeds as always (OUTPUT/seed-N), then the
@@ -59,9 +60,9 @@ def keep_better_initialisation(output: Path, metric: str, pretrained: dict[str, 
               RANDOM: {"mean": statistics.fmean(theirs), "seeds": theirs},
               "difference": comparison.difference, "p_value": comparison.p_value, "note": comparison.note}
     _keep(output, kept == RANDOM, report)
-    log.info("kept %s: dev %s %.4f (%s seeds) against %.4f (%s), random - pre-trained %+.4f; %s", kept, metric,
-             report[kept]["mean"], len(report[kept]["seeds"]), report[_other(kept)]["mean"], _other(kept),
-             comparison.difference, comparison.note)
+    log.info("kept %s: dev %s mean %.4f against %.4f (%s), random - pre-trained %+.4f; %s", kept, metric,
+             report[kept]["mean"], report[_other(kept)]["mean"], _other(kept), comparison.difference,
+             comparison.note)
     results = {**pretrained, **random_init} if kept == RANDOM else dict(pretrained)
     results["random_init"] = report
     write_results(output / RESULTS_FILE, results)
@@ -88,20 +89,34 @@ def _keep(output: Path, random_kept: bool, report: dict[str, Any]) -> None:
             replace_directory(staged, aside)
         _install(output / RANDOM_INIT_DIRECTORY, output, report)
     else:
-        if holds_random and aside.is_dir():  # an earlier resolution kept random initialisation: put it back
-            _install(aside, output, report)
-            shutil.rmtree(aside, ignore_errors=True)
-        elif best.is_dir():
+        restore_pretrained(output)
+        if best.is_dir():
             write_text_atomic(best / INITIALISATION_FILE, json.dumps(report, indent=2) + "\n")
 
 
-def _install(run: Path, output: Path, report: dict[str, Any]) -> None:
-    """Copy `run`'s best model and dev predictions to OUTPUT/best and OUTPUT, the report written into the copy."""
+def restore_pretrained(output: Path) -> None:
+    """Make OUTPUT/best the pre-trained model's again where an earlier run kept random initialisation there (its
+    best set aside in OUTPUT/pretrained-best): for a choice that now keeps the pre-trained model, and for a resumed
+    run that no longer compares, whose results are the pre-trained model's. An aside no longer the pre-trained
+    best (a resumed seed promoted a better one into OUTPUT/best) is dropped."""
+    best, aside = output / "best", output / PRETRAINED_ASIDE
+    marker = read_json_object(best / INITIALISATION_FILE, missing={}, damaged={})
+    if marker.get("kept") == RANDOM and aside.is_dir():
+        _install(aside, output, None)
+    shutil.rmtree(aside, ignore_errors=True)
+    (best / INITIALISATION_FILE).unlink(missing_ok=True)  # the choice that wrote it is no longer this run's
+
+
+def _install(run: Path, output: Path, report: dict[str, Any] | None) -> None:
+    """Copy `run`'s best model and dev predictions to OUTPUT/best and OUTPUT, the report (if any) written into the
+    copy."""
     staged = output / STAGED[0]
     shutil.rmtree(staged, ignore_errors=True)
     shutil.copytree(run / "best" if (run / "best").is_dir() else run, staged,
                     ignore=shutil.ignore_patterns("*predictions*", "*null_odds.json"))
-    write_text_atomic(staged / INITIALISATION_FILE, json.dumps(report, indent=2) + "\n")
+    (staged / INITIALISATION_FILE).unlink(missing_ok=True)
+    if report is not None:
+        write_text_atomic(staged / INITIALISATION_FILE, json.dumps(report, indent=2) + "\n")
     replace_directory(staged, output / "best")
     for path in _predictions(run):
         shutil.copyfile(path, output / path.name)
