@@ -120,8 +120,9 @@ def finetune_at(args: argparse.Namespace, files: tuple[Path, Path, Path], lr: fl
         given["learning_rate"] = lr
     output = args.output / (f"lr-{lr:g}" if lr is not None else "lr-default")
     tokenizer = str(args.tokenizer) if args.tokenizer else None
+    # compare_random_init off: a study row measures the model it names, never random initialisation in its place
     cfg = FinetuneSettings.of(model=args.random or str(args.model), tokenizer=tokenizer, output=output, seeds=seeds,
-                         device=args.device, resume=True, **given)
+                              device=args.device, resume=True, compare_random_init="off", **given)
     options = dict(CLASSIFICATION_OPTIONS) if spec["kind"] == "classification" else {}
     if args.max_seq_length is not None:
         options["max_seq_length"] = args.max_seq_length

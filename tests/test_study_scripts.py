@@ -242,6 +242,22 @@ def test_finetune_grid_rule_and_table(built, tmp_path):
     assert expected.p_value is not None and line.endswith(f"| {expected.p_value:.2g} |")
 
 
+def test_a_study_row_measures_the_model_it_names(tmp_path, monkeypatch):
+    """A study row fine-tunes the model it names: never random initialisation in its place, which
+    `--compare-random-init auto` keeps where a short pre-training loses on long inputs."""
+    import argparse
+
+    import bertkit.workflows.finetune as finetuning
+
+    study = load_script("study_finetune")
+    seen = []
+    monkeypatch.setattr(finetuning, "run_finetuning", lambda kind, train, devs, cfg, options: seen.append(cfg) or {})
+    args = argparse.Namespace(task="mhcc-part", epochs=10.0, batch_size=None, precision=None, output=tmp_path,
+                              tokenizer=None, random=None, model=tmp_path / "model", device="cpu", max_seq_length=None)
+    study.finetune_at(args, (tmp_path / "train", tmp_path / "dev", tmp_path / "test"), None, (1, 2, 3))
+    assert [cfg.compare_random_init for cfg in seen] == ["off"]
+
+
 def test_finetune_flags_are_checked(tmp_path):
     study = load_script("study_finetune")
     with pytest.raises(SystemExit):
