@@ -490,3 +490,7 @@ def test_the_long_input_measurement_is_the_studys():
     text = (Path(__file__).resolve().parents[2] / "docs" / "pretraining.md").read_text(encoding="utf-8")
     for steps, _, gain, p in rows:
         assert f"{gain:+.1f}" in text and f"p = {p:.2g}" in text and f"{steps:,}" in text
+    # the lever said with it: the recipe without NSP, measured on both tasks (docs/pretraining.md's rows)
+    assert "-3.7 instead of -15.5 on the commentary, +1.4 instead of +0.8 on the dictionary" in long_input_note(
+        choose_recipe("auto", 256, 2_640), 64, 128)
+    assert "45.5 ± 1.9" in text and "29.7 ± 0.3" in text
