@@ -49,15 +49,15 @@ def keep_better_initialisation(output: Path, metric: str, pretrained: dict[str, 
                                decision: dict[str, Any]) -> dict[str, Any]:
     """Compare the two runs' results (`train_seeds`'s) on `metric`, make the better one's best OUTPUT/best, and
     return (and write as OUTPUT/eval_results.json) the kept run's results with the comparison under
-    "random_init": both sides' per-seed scores and means, the difference (random - pre-trained) with Welch's p,
+    "random_init": both sides' scores by seed and their means, the difference (random - pre-trained) with Welch's p,
     and which was kept."""
-    ours = [seeds[metric] for seeds in pretrained["seeds"].values()]
-    theirs = [seeds[metric] for seeds in random_init["seeds"].values()]
-    comparison = compare_seeds(theirs, ours)
+    ours = {seed: scores[metric] for seed, scores in pretrained["seeds"].items()}
+    theirs = {seed: scores[metric] for seed, scores in random_init["seeds"].items()}
+    comparison = compare_seeds(list(theirs.values()), list(ours.values()))
     kept = RANDOM if comparison.difference > 0 else PRETRAINED
     report = {**decision, "metric": metric, "kept": kept,
-              PRETRAINED: {"mean": statistics.fmean(ours), "seeds": ours},
-              RANDOM: {"mean": statistics.fmean(theirs), "seeds": theirs},
+              PRETRAINED: {"mean": statistics.fmean(ours.values()), "seeds": ours},
+              RANDOM: {"mean": statistics.fmean(theirs.values()), "seeds": theirs},
               "difference": comparison.difference, "p_value": comparison.p_value, "note": comparison.note}
     _keep(output, kept == RANDOM, report)
     log.info("kept %s: dev %s mean %.4f against %.4f (%s), random - pre-trained %+.4f; %s", kept, metric,
