@@ -63,7 +63,7 @@ def test_auto_compares_exactly_where_pretraining_was_measured_to_lose():
     assert random_init_comparison("off", 24, long, 2_640) == (False, "--compare-random-init off")
 
 
-def test_a_short_budget_model_on_long_inputs_is_fine_tuned_beside_random_initialisation(tmp_path, caplog):
+def test_a_short_budget_model_on_long_inputs_is_fine_tuned_beside_random_initialisation(tmp_path, caplog, capsys):
     model = _short_budget_model(tmp_path / "model")
     data = _task(tmp_path)
     with caplog.at_level(logging.INFO):
@@ -91,6 +91,9 @@ def test_a_short_budget_model_on_long_inputs_is_fine_tuned_beside_random_initial
     said = [r.getMessage() for r in caplog.records if r.getMessage().startswith("fine-tuning random initialisation")]
     assert len(said) == 1 and "--compare-random-init off skips it" in said[0]
     assert any(r.getMessage().startswith(f"kept {kept}: dev accuracy") for r in caplog.records)
+    printed = [line for line in capsys.readouterr().out.splitlines() if line.startswith(f"kept {kept}:")]
+    assert len(printed) == 1 and printed[0].endswith(f"the other's best model: {report['other_model']}")
+    assert Path(report["other_model"], "model.safetensors").is_file()
     # predict reads the kept model with nothing else
     assert main(["predict", "--model", str(out / "best"), "--input", str(data), "--output", str(tmp_path / "pred"),
                  "--device", "cpu"]) == 0

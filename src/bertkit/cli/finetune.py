@@ -117,19 +117,13 @@ def print_summary(results: dict[str, Any], output: Path) -> None:
                        "--long-documents windows: than --max-windows windows)")
     compared = results.get("random_init") or {}
     if "kept" in compared:
-        metric, kept = compared["metric"], compared["kept"]
-        other = next(name for name in ("pre-trained", "random initialisation") if name != kept)
-        click.echo(f"kept {kept}: dev {metric} mean {compared[kept]['mean']:.4f} against {compared[other]['mean']:.4f} "
-                   f"({other}; {compared['note']}); the other's best model: {output / _other_best(kept)}")
+        kept, other = compared["kept"], compared["other"]
+        click.echo(f"kept {kept}: dev {compared['metric']} mean {compared[kept]['mean']:.4f} against "
+                   f"{compared[other]['mean']:.4f} ({other}; {compared['note']}); the other's best model: "
+                   f"{compared['other_model']}")
     if results.get("peak_memory"):
         click.echo(f"peak memory: {memory_line(results['peak_memory'])}")
     click.echo(f"best model: {output / 'best'}; results: {output / 'eval_results.json'}")
-
-
-def _other_best(kept: str) -> str:
-    """Where `finetune --compare-random-init` keeps the initialisation it did not keep
-    (bertkit.workflows.random_init)."""
-    return "pretrained-best" if kept == "random initialisation" else "random-init/best"
 
 
 @click.group(context_settings={"show_default": True})

@@ -50,7 +50,7 @@ def keep_better_initialisation(output: Path, metric: str, pretrained: dict[str, 
     """Compare the two runs' results (`train_seeds`'s) on `metric`, make the better one's best OUTPUT/best, and
     return (and write as OUTPUT/eval_results.json) the kept run's results with the comparison under
     "random_init": both sides' scores by seed and their means, the difference (random - pre-trained) with Welch's p,
-    and which was kept."""
+    which was kept, and where the other's best model is."""
     ours = {seed: scores[metric] for seed, scores in pretrained["seeds"].items()}
     theirs = {seed: scores[metric] for seed, scores in random_init["seeds"].items()}
     comparison = compare_seeds(list(theirs.values()), list(ours.values()))
@@ -58,7 +58,9 @@ def keep_better_initialisation(output: Path, metric: str, pretrained: dict[str, 
     report = {**decision, "metric": metric, "kept": kept,
               PRETRAINED: {"mean": statistics.fmean(ours.values()), "seeds": ours},
               RANDOM: {"mean": statistics.fmean(theirs.values()), "seeds": theirs},
-              "difference": comparison.difference, "p_value": comparison.p_value, "note": comparison.note}
+              "difference": comparison.difference, "p_value": comparison.p_value, "note": comparison.note,
+              "other": _other(kept),
+              "other_model": str(output / (PRETRAINED_ASIDE if kept == RANDOM else f"{RANDOM_INIT_DIRECTORY}/best"))}
     _keep(output, kept == RANDOM, report)
     log.info("kept %s: dev %s mean %.4f against %.4f (%s), random - pre-trained %+.4f; %s", kept, metric,
              report[kept]["mean"], report[_other(kept)]["mean"], _other(kept), comparison.difference,
