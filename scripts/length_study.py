@@ -17,6 +17,9 @@ with `bertkit data pretraining --max-seq-length 128` and every other default - d
   mhcc-part       long inputs, from public-domain text no earlier study used: sections of Matthew Henry's Concise
                   Commentary (median 167 words) classified by the part of the Bible they comment on, 8 parts, 1,000
                   labels (scripts/mhcc_task_data.py); run by hand with the same commands, fine-tuned 10 epochs.
+  tdavid-book     long inputs, from public-domain text no study used before it and on which nothing was chosen:
+                  paragraphs of Spurgeon's Treasury of David (median 153 words) classified by the book of the Psalter
+                  (5), 1,000 labels (scripts/tdavid_task_data.py); run by hand like mhcc-part.
   wordnet-lexname short inputs (glosses, < 64 tokens), the family the short recipe was tuned on (+15.0 at 10
                   CPU-minutes before this change; +8.2 against random initialisation fine-tuned 10 epochs): it must
                   keep its gain.

@@ -392,3 +392,43 @@ def test_commentary_task_holds_dev_and_test_out_of_its_corpus(tmp_path, monkeypa
     build(tmp_path / "b", 10)
     for split in ("dev", "test"):
         assert (tmp_path / "a" / f"{split}.jsonl").read_bytes() == (tmp_path / "b" / f"{split}.jsonl").read_bytes()
+
+
+def test_psalter_task_removes_what_names_its_label_and_holds_dev_and_test_out(tmp_path, monkeypatch):
+    """scripts/tdavid_task_data.py (a never-used long-input family): each paragraph loses its verse marker, its
+    closing attribution and psalm numbers (they would name the book); short ones are skipped and counted; the corpus
+    has one document per psalm and no dev/test paragraph; dev and test do not change with --train."""
+    monkeypatch.syspath_prepend(str(SCRIPTS))
+    tdavid = load_script("tdavid_task_data")
+    assert sorted(tdavid.BOOK_OF) == list(range(1, 151)) and tdavid.BOOK_OF[119] == "V" and tdavid.BOOK_OF[41] == "I"
+    counts = __import__("collections").Counter()
+    text = tdavid.clean("Ver. 115. Depart from me, as in Psalm 6:8 and Ps. 119 — he said. —Thomas Manton, on the "
+                        "Hundred and Nineteenth Psalm, 1681.", 25, counts)
+    assert text == "Depart from me, as in Psalm and Ps. — he said."
+    assert counts["attributions removed"] == 1 and counts["psalm numbers removed"] == 2
+    assert tdavid.clean("Verses 3-5. A long — dash " + "word " * 30, 25, counts).startswith("A long — dash")
+    rng = random.Random(0)
+    words = NOUNS + VERBS + ADJECTIVES
+
+    def paragraph(n: int) -> str:
+        return "Verse 1. " + " ".join(rng.choice(words) for _ in range(n)).capitalize() + ". —A. Writer, 1660."
+
+    entries = ["   ".join(paragraph(20 + (psalm * k) % 50) for k in range(3)) for psalm in range(1, 151)]
+
+    def build(out: Path, train: int) -> dict:
+        return tdavid.main(["--module", "m", "--output", str(out), "--train", str(train), "--dev", "20",
+                            "--test", "30", "--min-words", "40"], entries=entries)
+
+    manifest = build(tmp_path / "a", 100)
+    rows = {s: [json.loads(x) for x in (tmp_path / "a" / f"{s}.jsonl").read_text().splitlines()]
+            for s in ("train", "dev", "test")}
+    assert manifest["counts"]["paragraphs under 40 words (skipped)"] == 450 - manifest["eligible"]
+    assert all(len(r["text"].split()) >= 40 and r["label"] in tdavid.BOOKS for split in rows.values() for r in split)
+    assert not any("Verse" in r["text"] or "Writer" in r["text"] for split in rows.values() for r in split)
+    corpus = (tmp_path / "a" / "corpus.txt").read_text()
+    assert corpus.count("\n\n") == 150  # one document per psalm
+    assert all(r["text"] not in corpus.replace("\n", " ") for s in ("dev", "test") for r in rows[s])
+    assert all(r["text"] in corpus.replace("\n", " ") for r in rows["train"])
+    build(tmp_path / "b", 10)
+    for split in ("dev", "test"):
+        assert (tmp_path / "a" / f"{split}.jsonl").read_bytes() == (tmp_path / "b" / f"{split}.jsonl").read_bytes()
