@@ -255,3 +255,26 @@ def test_glue_scores_the_model_given_and_a_damaged_pretraining_record_is_said(tm
     with caplog.at_level(logging.WARNING):
         model_source(FinetuneSettings.of(model=str(model), output=tmp_path / "out"))
     assert any("its step count '100' is not a whole number" in r.getMessage() for r in caplog.records)
+
+
+def test_ctrl_c_between_the_last_seed_and_the_choice_says_how_to_continue(tmp_path, monkeypatch, capsys):
+    """A SIGINT outside every training loop (here: as the better initialisation is being kept) ends in the same one
+    line as one inside a loop, with the command that continues the run, and the resumed run makes the choice."""
+    import bertkit.workflows.finetune as workflow
+
+    model = _short_budget_model(tmp_path / "model")
+    data = _task(tmp_path)
+    real_keep = workflow.keep_better_initialisation
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(workflow, "keep_better_initialisation", interrupted)
+    assert _finetune(model, data, tmp_path / "out", "--seeds", "1") == 130
+    err = capsys.readouterr().err
+    assert "fine-tuning stopped by SIGINT between training loops" in err
+    continue_line = next(line for line in err.splitlines() if line.startswith("continue with: bertkit finetune"))
+    assert continue_line.endswith("--resume auto")
+    monkeypatch.setattr(workflow, "keep_better_initialisation", real_keep)
+    assert _finetune(model, data, tmp_path / "out", "--seeds", "1", "--resume", "auto") == 0
+    assert json.loads((tmp_path / "out" / "eval_results.json").read_text())["random_init"]["kept"]

@@ -41,6 +41,7 @@ import functools
 import json
 import logging
 import shutil
+import signal
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -49,7 +50,7 @@ from typing import Any
 from torch import nn
 
 from bertkit.config import PRESETS, BertConfig, check_model_directory, preset
-from bertkit.errors import BertkitError
+from bertkit.errors import BertkitError, Interrupted
 from bertkit.inference.batching import feature_length, pad_batch
 from bertkit.inference.positions import PRETRAINING_FILE, trained_positions
 from bertkit.io.jsonfile import read_json_object
@@ -420,8 +421,16 @@ def run_finetuning(kind: str, train_path: str | Path, dev_paths: list[str | Path
     report: dict[str, Any] = {}
     train, dev_sets = read_files(task, train_path, dev_paths, report)
     inputs, labels = data_record(train_path, dev_paths)
-    results = finetune(task, settings, tokenizer, train, dev_sets, report, inputs, labels, source)
-    return compare_random_init(task, settings, tokenizer, train, dev_sets, results, inputs, labels, source)
+    try:
+        results = finetune(task, settings, tokenizer, train, dev_sets, report, inputs, labels, source)
+        return compare_random_init(task, settings, tokenizer, train, dev_sets, results, inputs, labels, source)
+    except Interrupted:
+        raise
+    except KeyboardInterrupt:
+        # Ctrl-C outside a training loop (whose handler saves and says so): between seeds, or between the two
+        # initialisations and the choice. Every finished step was published atomically, so the run continues.
+        raise Interrupted(f"fine-tuning stopped by SIGINT between training loops; what finished is saved in "
+                          f"{settings.output}", signal.SIGINT, "--resume auto") from None
 
 
 def read_files(task: Task, train_path: str | Path, dev_paths: Sequence[str | Path], report: dict[str, Any]
