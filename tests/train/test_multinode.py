@@ -174,3 +174,22 @@ def test_every_task_kind_fine_tunes_on_two_processes_as_on_one(kind, pretrained,
     results = [json.loads((tmp_path / run / "eval_results.json").read_text()) for run in ("one", "two")]
     main = next(k for k in results[0]["seeds"]["1"] if k != "step")
     assert results[1]["seeds"]["1"][main] == pytest.approx(results[0]["seeds"]["1"][main], rel=1e-4)
+
+
+def test_the_random_initialisation_comparison_on_two_nodes_equals_one_process(files, pretrained, tmp_path):
+    """`--compare-random-init on` under torchrun: both halves train with DDP, rank 0 alone keeps the better
+    initialisation (its marker, the model set aside), and the choice and scores are those of one process."""
+    common = ("finetune", "classification", "--model", str(pretrained), "--train", str(files["train"]),
+              "--dev", str(files["dev"]), "--epochs", "1", "--global-batch-size", "8", "--dropout", "0",
+              "--precision", "fp32", "--device", "cpu", "--learning-rate", "1e-3", "--seeds", "1,2",
+              "--compare-random-init", "on")
+    run_alone(*common, "--micro-batch-size", "8", "--output", str(tmp_path / "one"))
+    run_two_nodes(*common, "--micro-batch-size", "4", "--output", str(tmp_path / "two"), per_node=1)
+    reports = [json.loads((tmp_path / run / "eval_results.json").read_text())["random_init"] for run in ("one", "two")]
+    assert reports[1]["kept"] == reports[0]["kept"] and reports[1]["compare"]
+    for side in ("pre-trained", "random initialisation"):
+        assert reports[1][side]["seeds"] == pytest.approx(reports[0][side]["seeds"], rel=1e-4)
+    marker = json.loads((tmp_path / "two" / "best" / "initialisation.json").read_text())
+    assert marker["kept"] == reports[1]["kept"]
+    assert Path(reports[1]["other_model"]).is_dir()  # the side not kept, whole, beside the kept one
+    assert json.loads((tmp_path / "two" / "random-init" / "eval_results.json").read_text())["world_size"] == 2
