@@ -270,6 +270,10 @@ def test_the_quickstart_pretrains_through_the_recipe_planner(tmp_path, monkeypat
     settings = QuickstartSettings(output=tmp_path, max_steps=5, recipe=Recipe(learning_rate=1e-3))
     pretrain_model(settings, echoed.append)
     assert seen["train"].learning_rate == 1e-3 and "peak lr 0.001" in echoed[-1]
+    # the line says the objective the planner will choose for the budget: masked LM only from 5,280 steps
+    assert "MLM + NSP" in echoed[-1]
+    pretrain_model(QuickstartSettings(output=tmp_path, max_steps=6000), echoed.append, None, 6000)
+    assert "MLM only" in echoed[-1] and seen["what"].nsp is None and not short_recipe(256, 6000).nsp
 
 
 def test_the_time_lines_name_the_probe_and_add_up():

@@ -480,17 +480,42 @@ def test_budgets_measured_too_short_for_long_inputs_are_said_with_the_measuremen
 
 
 def test_the_long_input_measurement_is_the_studys():
-    """The figures said are docs/pretraining.md's rows."""
+    """The figures said are docs/pretraining.md's rows, of the recipe each budget gets."""
     from bertkit.workflows import recipes
 
     rows = [row for _, task_rows in recipes.LONG_INPUT_STUDY for row in task_rows]
-    assert long_input_budget(5_280) and not long_input_budget(5_281)  # 40 CPU-minutes paid; 20 did not
-    assert "+9.8 after 40 CPU-minutes" in long_input_budget(2_640)  # the budget that paid is said too
-    assert "-15.5 after 10 CPU-minutes" in long_input_budget(2_640)  # and the task it lost on
+    assert long_input_budget(5_280) and not long_input_budget(5_281)  # 20 CPU-minutes did not pay on every task
+    assert "-15.5 after 10 CPU-minutes" in long_input_budget(2_640)  # the task it lost most on
+    assert "+8.4 after 20 CPU-minutes" in long_input_budget(2_640)  # and where 20 CPU-minutes paid
     text = (Path(__file__).resolve().parents[2] / "docs" / "pretraining.md").read_text(encoding="utf-8")
     for steps, _, gain, p in rows:
         assert f"{gain:+.1f}" in text and f"p = {p:.2g}" in text and f"{steps:,}" in text
-    # the lever said with it: the recipe without NSP, measured on both tasks (docs/pretraining.md's rows)
-    assert "-3.7 instead of -15.5 on the commentary, +1.4 instead of +0.8 on the dictionary" in long_input_note(
-        choose_recipe("auto", 256, 2_640), 64, 128)
-    assert "45.5 ± 1.9" in text and "29.7 ± 0.3" in text
+    # the lever said with it where the recipe keeps NSP: the recipe without NSP, measured on every task
+    note = long_input_note(choose_recipe("auto", 256, 2_640), 64, 128)
+    assert ("leave NSP out (--no-nsp: at 10 CPU-minutes -3.7 instead of -15.5 on the commentary, +1.4 instead of "
+            "+0.8 on the dictionary, -3.5 instead of -2.8 on the Treasury)") in note
+    assert "leave NSP out" not in long_input_note(choose_recipe("auto", 256, 5_280), 64, 128)  # it is the recipe
+    assert "45.5 ± 1.9" in text and "29.7 ± 0.3" in text and "42.9 ± 4.6" in text and "53.4 ± 0.9" in text
+
+
+def test_the_short_recipe_drops_nsp_from_the_budget_where_it_was_measured_to_cost():
+    """Below SHORT_MLM_ONLY_FROM_STEPS (and for an unknown budget) the short recipe keeps NSP; from there it trains
+    masked LM only, and its reason says why; --nsp / --no-nsp decide it for any budget."""
+    from bertkit.workflows.recipes import SHORT_MLM_ONLY_FROM_STEPS
+
+    assert SHORT_MLM_ONLY_FROM_STEPS == 5_280  # the 20 CPU-minute budget the study measured
+    assert choose_recipe("auto", 256, 2_640).nsp and choose_recipe("short", 256, None).nsp
+    twenty = choose_recipe("auto", 256, 5_280)
+    assert not twenty.nsp and twenty.describe().endswith("MLM only")
+    assert twenty.reason.endswith("masked LM only from ~5,280 steps (NSP measured to cost there)")
+    assert not choose_recipe("short", 256, 50_000).nsp and choose_recipe("auto", 256, 100_000).nsp  # the paper's
+    from types import SimpleNamespace
+
+    from bertkit.settings import PretrainSettings
+    from bertkit.train import TrainConfig
+    from bertkit.workflows.recipes import apply_recipe
+
+    shape = SimpleNamespace(directory="data", dynamic=True, nsp=True, layout="pairs", built_seq_length=128)
+    for given, expected in ((None, False), (True, True)):  # the recipe's, or the user's --nsp
+        settings = PretrainSettings(data="data", model="bert-mini", output="o", recipe="auto", nsp=given)
+        assert apply_recipe(twenty, settings, TrainConfig(max_steps=5_280), shape, 1)[0].nsp is expected

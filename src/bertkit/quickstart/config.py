@@ -40,7 +40,8 @@ class Recipe:
     """Most masked tokens per instance; None: the masking rate of the longest instance (Google's rule), so a
     Recipe with another rate or length gets its own cap (`prediction_cap`)."""
     nsp: bool | None = None
-    """Train next sentence prediction too; None: the short recipe's (yes)."""
+    """Train next sentence prediction too; None: the short recipe's for the budget (yes below ~5,280 steps, the
+    default 10 minutes on 2 cores included)."""
     dropout: float | None = None
     """Dropout while pre-training (fine-tuning uses 0.1); None: the short recipe's (0)."""
     batch_size: int | None = None
@@ -60,10 +61,11 @@ class Recipe:
     """Labelled training verses used: a seeded subset of the bundled 4,000 (few labels are where
     pre-training pays most, and it keeps fine-tuning short); 0 (None from Python): all of them."""
 
-    def resolved(self) -> Recipe:
-        """This recipe with every unset pre-training field at the short recipe's value for bert-mini, as the
-        planner fills it in: what the data is built with, the speed is measured at and the report shows."""
-        short = short_recipe(preset(MODEL).hidden_size)
+    def resolved(self, budget_steps: float | None = None) -> Recipe:
+        """This recipe with every unset pre-training field at the short recipe's value for bert-mini and a budget of
+        `budget_steps` optimizer steps (None: unknown), as the planner fills it in: what the data is built with, the
+        speed is measured at and the report shows."""
+        short = short_recipe(preset(MODEL).hidden_size, budget_steps)
         return replace(self, **{name: getattr(short, name) for name in PRETRAINING_FIELDS
                                 if getattr(self, name) is None})
 

@@ -135,15 +135,17 @@ def build_data(settings: QuickstartSettings, tokenizer: Any, echo: Echo) -> Path
     return directory
 
 
-def pretrain_model(settings: QuickstartSettings, echo: Echo, seconds: float | None = None) -> Path:
+def pretrain_model(settings: QuickstartSettings, echo: Echo, seconds: float | None = None,
+                   steps: float | None = None) -> Path:
     """pretrain/: bert-mini pre-trained for `seconds` (the plan's share) or settings.max_steps with `bertkit
     pretrain --recipe short`, the recipe's fields the quickstart's Recipe sets kept; returns pretrain/final (kept
-    when resuming; an interrupted run continues from its newest checkpoint)."""
+    when resuming; an interrupted run continues from its newest checkpoint). `steps`: the budget in steps the
+    plan expects, for the line that says the recipe (the planner decides it from its own measurement)."""
     from bertkit.settings import PretrainSettings
     from bertkit.train import TrainConfig
     from bertkit.workflows.pretrain import pretrain
 
-    run, recipe, shown = settings.output / "pretrain", settings.recipe, settings.recipe.resolved()
+    run, recipe, shown = settings.output / "pretrain", settings.recipe, settings.recipe.resolved(steps)
     final = run / "final"
     if settings.resume and (final / "model.safetensors").is_file():
         echo(f"[3/5] pre-training: kept {final}")
@@ -240,7 +242,7 @@ def run_quickstart(settings: QuickstartSettings, echo: Echo = print) -> dict[str
     say_long_inputs(settings, tokenizer, plan, echo)
     epochs, seeds = (plan.finetune_epochs, plan.seeds) if plan else (settings.recipe.finetune_epochs, settings.seeds)
     with timings.stage("pretraining_s"):
-        final = pretrain_model(settings, echo, plan.pretrain_s if plan else None)
+        final = pretrain_model(settings, echo, plan.pretrain_s if plan else None, planned_steps(settings, plan))
     runs = "from the pre-trained model" + (" and from random initialisation" if settings.random_baseline else "")
     echo(f"[4/5] fine-tuning on the bundled task, {epochs:g} epochs, {plural(len(seeds), 'seed')} "
          f"{', '.join(map(str, seeds))}: {runs}")
@@ -315,13 +317,19 @@ def time_plan(settings: QuickstartSettings, tokenizer: Any, timings: StageClock,
     return plan
 
 
+def planned_steps(settings: QuickstartSettings, plan: TimePlan | None) -> float | None:
+    """The pre-training budget in optimizer steps: --max-steps, or the time plan's share at its measured rate."""
+    if plan is None:
+        return settings.max_steps
+    return plan.pretrain_s * plan.rates.pretrain_steps_per_s * plan.speedup
+
+
 def say_long_inputs(settings: QuickstartSettings, tokenizer: Any, plan: TimePlan | None, echo: Echo) -> None:
     """Say up front, before pre-training, when most of the task's training inputs are longer than the instances
     pre-training trains on and its budget was measured too short to pay on such inputs
     (`recipes.long_input_task_note`; the bundled verses are short: a median of 32 tokens)."""
     lengths = [len(ids) + 2 for ids in tokenizer.encode_ids(_texts(label_files(settings)[0]))]  # + [CLS], [SEP]
-    steps = (settings.max_steps if plan is None
-             else plan.pretrain_s * plan.rates.pretrain_steps_per_s * plan.speedup)
+    steps = planned_steps(settings, plan)
     note = long_input_task_note(settings.recipe.resolved().max_seq_length, lengths, steps)
     if note:
         echo(f"      warning: {note}")
