@@ -244,8 +244,9 @@ def test_the_prediction_cap_follows_the_recipes_rate_and_length():
 
 def test_the_quickstart_pretrains_through_the_recipe_planner(tmp_path, monkeypatch):
     """The quickstart does not restate the short recipe (issue 47): it asks `pretrain` for `--recipe short` with
-    every recipe field unset, so the planner fills them as for `bertkit pretrain --recipe short`; a field its
-    Recipe sets is passed as the user's."""
+    every recipe field unset but the objective, so the planner fills them as for `bertkit pretrain --recipe short`;
+    a field its Recipe sets is passed as the user's. The objective is decided on the plan's steps and passed, so the
+    line it prints and the run agree."""
     from types import SimpleNamespace
 
     import bertkit.workflows.pretrain as pretraining
@@ -259,7 +260,8 @@ def test_the_quickstart_pretrains_through_the_recipe_planner(tmp_path, monkeypat
     echoed: list[str] = []
     pretrain_model(QuickstartSettings(output=tmp_path, max_steps=5), echoed.append)
     what, train = seen["what"], seen["train"]
-    assert what.recipe == "short" and (what.nsp, what.dropout, what.max_seq_length, what.masked_lm_prob) == (None,) * 4
+    assert what.recipe == "short" and (what.dropout, what.max_seq_length, what.masked_lm_prob) == (None,) * 3
+    assert what.nsp is True  # the short recipe's objective below 5,280 steps
     assert (train.learning_rate, train.warmup_ratio, train.global_batch_size, train.micro_batch_size) == (None,) * 4
     shape = SimpleNamespace(directory="data", dynamic=True, nsp=True, layout="pairs", built_seq_length=64)
     what, train, _ = apply_recipe(short_recipe(256), what, train, shape, 1)  # what the planner makes of it
@@ -273,7 +275,7 @@ def test_the_quickstart_pretrains_through_the_recipe_planner(tmp_path, monkeypat
     # the line says the objective the planner will choose for the budget: masked LM only from 5,280 steps
     assert "MLM + NSP" in echoed[-1]
     pretrain_model(QuickstartSettings(output=tmp_path, max_steps=6000), echoed.append, None, 6000)
-    assert "MLM only" in echoed[-1] and seen["what"].nsp is None and not short_recipe(256, 6000).nsp
+    assert "MLM only" in echoed[-1] and seen["what"].nsp is False and not short_recipe(256, 6000).nsp
 
 
 def test_the_time_lines_name_the_probe_and_add_up():

@@ -5,6 +5,7 @@ recipe is chosen, printed, overridable by flag and kept on resume."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import math
@@ -268,6 +269,13 @@ def test_the_time_budget_counts_every_process(data, monkeypatch):
     assert measured == [16, 4]
     assert "3,600 steps" in alone.reason or "~3,600 steps" in alone.reason, alone.reason
     assert "~14,400 steps" in four.reason and "each of 4 processes' share" in four.reason, four.reason
+    # --recipe short under a time budget is measured too: its objective follows the steps the time buys
+    short = dataclasses.replace(settings, recipe="short")
+    shape = pretrain_plan._planning_shape(short, facts, None, config, 1)
+    for seconds, nsp in ((3_600, True), (7_200, False)):  # 1 step/s: 3,600 steps keep NSP, 7,200 drop it
+        chosen = pretrain_plan._choose(short, dataclasses.replace(train, max_time_s=seconds), facts, None, config,
+                                       shape, 1)
+        assert (chosen.budget_steps, chosen.nsp) == (seconds, nsp)
 
 
 def test_pretraining_records_the_positions_it_trained_and_fine_tuning_says_when_inputs_go_past(data, tmp_path,
@@ -509,6 +517,8 @@ def test_the_short_recipe_drops_nsp_from_the_budget_where_it_was_measured_to_cos
     assert not twenty.nsp and twenty.describe().endswith("MLM only")
     assert twenty.reason.endswith("masked LM only from ~5,280 steps (NSP measured to cost there)")
     assert not choose_recipe("short", 256, 50_000).nsp and choose_recipe("auto", 256, 100_000).nsp  # the paper's
+    assert not choose_recipe("auto", 256, 2_640, "short", False).nsp  # a short run trained without NSP goes on so
+    assert choose_recipe("auto", 256, 2_640, "short", True).nsp
     from types import SimpleNamespace
 
     from bertkit.settings import PretrainSettings

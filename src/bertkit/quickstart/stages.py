@@ -140,7 +140,8 @@ def pretrain_model(settings: QuickstartSettings, echo: Echo, seconds: float | No
     """pretrain/: bert-mini pre-trained for `seconds` (the plan's share) or settings.max_steps with `bertkit
     pretrain --recipe short`, the recipe's fields the quickstart's Recipe sets kept; returns pretrain/final (kept
     when resuming; an interrupted run continues from its newest checkpoint). `steps`: the budget in steps the
-    plan expects, for the line that says the recipe (the planner decides it from its own measurement)."""
+    plan expects; the objective (NSP or masked LM only, `recipes.short_recipe`) is decided on it here and passed
+    on, so the line that says the recipe and the run agree (the planner's own rate measurement could differ)."""
     from bertkit.settings import PretrainSettings
     from bertkit.train import TrainConfig
     from bertkit.workflows.pretrain import pretrain
@@ -154,7 +155,7 @@ def pretrain_model(settings: QuickstartSettings, echo: Echo, seconds: float | No
     echo(f"[3/5] pre-training {MODEL} for {budget} (the short recipe): batch {shown.batch_size}, peak lr "
          f"{shown.learning_rate:g}, {'MLM + NSP' if shown.nsp else 'MLM only'}, dropout {shown.dropout:g}")
     what = PretrainSettings(data=str(settings.output / "data"), model=MODEL, output=str(run),
-                            tokenizer=str(settings.output / "vocab"), recipe="short", nsp=recipe.nsp,
+                            tokenizer=str(settings.output / "vocab"), recipe="short", nsp=shown.nsp,
                             dropout=recipe.dropout, max_seq_length=recipe.max_seq_length,
                             masked_lm_prob=recipe.masked_lm_prob, eval_examples=settings.eval_examples,
                             resume="auto" if settings.resume else None)
@@ -396,7 +397,7 @@ def summarize(settings: QuickstartSettings, finetuned: dict[str, dict[str, Any]]
         "model": MODEL,
         "config": {**{k: v for k, v in asdict(settings).items() if k not in ("output", "recipe")},
                    "output": str(settings.output)},
-        "recipe": {**asdict(settings.recipe.resolved()),
+        "recipe": {**asdict(settings.recipe.resolved(planned_steps(settings, plan))),
                    "finetune_epochs": finetune_epochs or settings.recipe.finetune_epochs},
         "plan": plan.to_json() if plan else None,
         "machine": machine or machine_info(),

@@ -229,7 +229,7 @@ def _choose(settings: PretrainSettings, train: TrainConfig, data: DataFacts, ini
     in the run's resolved precision (the all-reduce's cost is not measured, so on many processes this is an upper
     bound on the rate)."""
     rate = None
-    if settings.recipe in ("auto", "continue") and train.max_time_s:
+    if settings.recipe in ("auto", "continue", "short") and train.max_time_s:  # short: its objective follows the steps
         rate = measure_steps_per_second(config, shape[1], shape[0], train.precision, train.device,
                                         masked_lm_prob=_masking(settings, data, init, config))
     steps = budget_steps(train.max_steps, train.max_time_s, rate)

@@ -314,13 +314,23 @@ def _recipe_for(name: str, hidden_size: int, budget_steps: float | None, init: s
                        reason=f"{why}, {steps}: continued pre-training at a lower learning rate, {head}")
     if name == "paper":
         return replace(paper_recipe(), reason="--recipe paper")
+    # a bertkit short run trained without NSP is continued without it: a fresh NSP head would start from nothing
+    without_nsp = init == "short" and not nsp_head
     if name == "short":
-        return replace(short_recipe(hidden_size, budget_steps), reason="--recipe short" + _objective(budget_steps))
+        return _short(hidden_size, budget_steps, without_nsp, "--recipe short")
     if budget_steps is None or budget_steps >= PAPER_MIN_STEPS:
         return replace(paper_recipe(), reason=f"{steps}: enough for the paper's schedule (>= {PAPER_MIN_STEPS:,})")
-    return replace(short_recipe(hidden_size, budget_steps),
-                   reason=f"{steps}: too few for the paper's schedule (< {PAPER_MIN_STEPS:,}), so the short-budget one"
-                   + _objective(budget_steps))
+    return _short(hidden_size, budget_steps, without_nsp,
+                  f"{steps}: too few for the paper's schedule (< {PAPER_MIN_STEPS:,}), so the short-budget one")
+
+
+def _short(hidden_size: int, budget_steps: float | None, without_nsp: bool, why: str) -> PretrainRecipe:
+    """The short recipe for the budget, NSP off too when the --init-from run trained without it; `why` + the
+    objective's reason."""
+    recipe = short_recipe(hidden_size, budget_steps)
+    if recipe.nsp and without_nsp:
+        return replace(recipe, nsp=False, reason=f"{why}, MLM only as the --init-from run trained")
+    return replace(recipe, reason=why + _objective(budget_steps))
 
 
 def _objective(budget_steps: float | None) -> str:
