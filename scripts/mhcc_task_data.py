@@ -109,6 +109,22 @@ def sentences(text: str) -> list[str]:
     return [s.strip() for s in SENTENCE_END.split(text) if s.strip()]
 
 
+def write_splits(eligible: list[dict], args: argparse.Namespace, what: str) -> dict[str, list[dict]]:
+    """Draw test, dev, then train (at most --train: fewer said with `what`) from one --seed shuffle of `eligible`,
+    so dev and test never change with --train; write each to OUTPUT/{split}.jsonl ({"id", "text", "label"})."""
+    random.Random(args.seed).shuffle(eligible)
+    splits = {"test": eligible[: args.test], "dev": eligible[args.test : args.test + args.dev],
+              "train": eligible[args.test + args.dev : args.test + args.dev + args.train]}
+    if len(splits["train"]) < args.train:
+        print(f"{what}: only {len(splits['train'])} left for train (asked {args.train})")
+    args.output.mkdir(parents=True, exist_ok=True)
+    for name, rows in splits.items():
+        with open(args.output / f"{name}.jsonl", "w") as f:
+            for row in rows:
+                f.write(json.dumps({"id": row["id"], "text": row["text"], "label": row["label"]}) + "\n")
+    return splits
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--module", type=Path, required=True, help="The SWORD module's directory (ot.bzv ...).")
@@ -144,16 +160,7 @@ def main(argv: list[str] | None = None) -> dict:
             counts[f"sections cut at {args.max_words} words"] += 1
         eligible.append({"id": f"mhcc-{i}", "doc": i, "text": " ".join(words[: args.max_words]),
                          "label": GROUP_OF[book], "book": book})
-    random.Random(args.seed).shuffle(eligible)
-    splits = {"test": eligible[: args.test], "dev": eligible[args.test : args.test + args.dev],
-              "train": eligible[args.test + args.dev : args.test + args.dev + args.train]}
-    if len(splits["train"]) < args.train:
-        print(f"mhcc: only {len(splits['train'])} sections left for train (asked {args.train})")
-    args.output.mkdir(parents=True, exist_ok=True)
-    for name, rows in splits.items():
-        with open(args.output / f"{name}.jsonl", "w") as f:
-            for row in rows:
-                f.write(json.dumps({"id": row["id"], "text": row["text"], "label": row["label"]}) + "\n")
+    splits = write_splits(eligible, args, "mhcc: sections")
     held = {row["doc"] for name in ("dev", "test") for row in splits[name]}
     with open(args.output / "corpus.txt", "w") as f:
         for i, (_, text, _) in enumerate(documents):

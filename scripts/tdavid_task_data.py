@@ -49,14 +49,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import random
 import re
 import tempfile
 from collections import Counter
 from pathlib import Path
 
 from gcide_task_data import sha256, words_summary
-from mhcc_task_data import sentences
+from mhcc_task_data import sentences, write_splits
 
 BOOKS = {"I": range(1, 42), "II": range(42, 73), "III": range(73, 90), "IV": range(90, 107), "V": range(107, 151)}
 BOOK_OF = {psalm: book for book, psalms in BOOKS.items() for psalm in psalms}
@@ -141,22 +140,15 @@ def main(argv: list[str] | None = None, entries: list[str] | None = None) -> dic
             counts[f"paragraphs cut at {args.max_words} words"] += 1
         eligible.append({"id": f"tdavid-{i}", "doc": i, "text": " ".join(words[: args.max_words]),
                          "label": BOOK_OF[psalm]})
-    random.Random(args.seed).shuffle(eligible)
-    splits = {"test": eligible[: args.test], "dev": eligible[args.test : args.test + args.dev],
-              "train": eligible[args.test + args.dev : args.test + args.dev + args.train]}
-    if len(splits["train"]) < args.train:
-        print(f"tdavid: only {len(splits['train'])} paragraphs left for train (asked {args.train})")
-    args.output.mkdir(parents=True, exist_ok=True)
-    for name, rows in splits.items():
-        with open(args.output / f"{name}.jsonl", "w") as f:
-            for row in rows:
-                f.write(json.dumps({"id": row["id"], "text": row["text"], "label": row["label"]}) + "\n")
+    splits = write_splits(eligible, args, "tdavid: paragraphs")
     held = {row["doc"] for name in ("dev", "test") for row in splits[name]}
+    by_psalm: dict[int, list[str]] = {}
+    for i, (psalm, text) in enumerate(documents):
+        if i not in held:
+            by_psalm.setdefault(psalm, []).append(text)
     with open(args.output / "corpus.txt", "w") as f:
-        for psalm in range(1, 151):
-            kept = [text for i, (number, text) in enumerate(documents) if number == psalm and i not in held]
-            if kept:
-                f.write("".join("\n".join(sentences(text)) + "\n" for text in kept) + "\n")
+        for kept in by_psalm.values():  # psalms in order: `documents` is
+            f.write("".join("\n".join(sentences(text)) + "\n" for text in kept) + "\n")
     manifest = {
         "source": "Debian sword-comm-tdavid 2.1-1 (C. H. Spurgeon's Treasury of David, public domain)",
         "settings": {k: str(v) for k, v in vars(args).items()},
