@@ -276,6 +276,8 @@ def test_the_quickstart_pretrains_through_the_recipe_planner(tmp_path, monkeypat
     assert "MLM + NSP" in echoed[-1]
     pretrain_model(QuickstartSettings(output=tmp_path, max_steps=6000), echoed.append, None, 6000)
     assert "MLM only" in echoed[-1] and seen["what"].nsp is False and not short_recipe(256, 6000).nsp
+    pretrain_model(QuickstartSettings(output=tmp_path, max_steps=6000, resume=True), echoed.append, None, 6000)
+    assert seen["what"].nsp is None  # a resumed run keeps the objective it recorded, whatever the new estimate
 
 
 def test_the_time_lines_name_the_probe_and_add_up():

@@ -155,7 +155,8 @@ def pretrain_model(settings: QuickstartSettings, echo: Echo, seconds: float | No
     echo(f"[3/5] pre-training {MODEL} for {budget} (the short recipe): batch {shown.batch_size}, peak lr "
          f"{shown.learning_rate:g}, {'MLM + NSP' if shown.nsp else 'MLM only'}, dropout {shown.dropout:g}")
     what = PretrainSettings(data=str(settings.output / "data"), model=MODEL, output=str(run),
-                            tokenizer=str(settings.output / "vocab"), recipe="short", nsp=shown.nsp,
+                            tokenizer=str(settings.output / "vocab"), recipe="short",
+                            nsp=recipe.nsp if settings.resume else shown.nsp,  # resumed: the run's recorded one
                             dropout=recipe.dropout, max_seq_length=recipe.max_seq_length,
                             masked_lm_prob=recipe.masked_lm_prob, eval_examples=settings.eval_examples,
                             resume="auto" if settings.resume else None)
