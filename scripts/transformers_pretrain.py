@@ -10,15 +10,19 @@ model instead of bertkit's - what does the fine-tuning get? Everything but the i
   recipe's 64 tokens, 30% dynamic masking with the 80/10/10 rule), shuffled with the run's seed;
 * the recipe: bertkit's short recipe for bert-mini (`recipes.short_recipe`): batch 16, AdamW (epsilon 1e-6,
   weight decay 0.01 off biases and LayerNorm), peak lr 5e-4 reached at half the budget and decayed linearly to 0
-  (transformers' `get_linear_schedule_with_warmup`), global norm clipping at 1.0, no dropout, MLM + NSP;
+  (transformers' `get_linear_schedule_with_warmup`), global norm clipping at 1.0, no dropout, and the objective
+  bertkit's recipe gives `--bertkit-steps` (MLM + NSP below `recipes.SHORT_MLM_ONLY_FROM_STEPS`, masked LM only
+  from there; `--nsp` / `--no-nsp` override it, as they do for `bertkit pretrain`);
 * the precision: bf16 autocast where bertkit's `--precision auto` measures it faster, as bertkit's run did;
 * the budget: the same CPU time. Both implementations are timed on the same batches in this process, taking turns
   (a median of rounds), and transformers gets `--bertkit-steps` x (its steps per second / bertkit's) steps.
 
-transformers' model is `transformers.BertForPreTraining` with `labels` and `next_sentence_label` (its dense MLM
-head over every position), initialised by transformers itself. The output directory is a Hugging Face checkpoint
-with the vocabulary, which `bertkit finetune` reads like any other (recorded as pre-trained elsewhere, so its
-fine-tuning learning rate is the released-checkpoint rule unless `--learning-rate` is given).
+transformers' model is `transformers.BertForPreTraining` with `labels` and `next_sentence_label` (its dense MLM head
+over every position), initialised by transformers itself; masked LM only, `transformers.BertForMaskedLM` with
+`labels` (no pooler and no NSP head, as bertkit's `BertForMaskedLM`, which `bertkit pretrain` trains then). The
+output directory is a Hugging Face checkpoint with the vocabulary, which `bertkit finetune` reads like any other
+(recorded as pre-trained elsewhere, so its fine-tuning learning rate is the released-checkpoint rule unless
+`--learning-rate` is given).
 """
 
 from __future__ import annotations
@@ -37,7 +41,7 @@ import transformers
 
 from bertkit.config import preset
 from bertkit.data import PretrainingDataset, collate_pretraining
-from bertkit.model import BertForPreTraining
+from bertkit.model import BertForMaskedLM, BertForPreTraining
 from bertkit.tasks.pretraining import pretraining_loss
 from bertkit.workflows.recipes import short_recipe
 
@@ -52,9 +56,23 @@ def batches(dataset: PretrainingDataset, batch_size: int, length: int, seed: int
 
 
 def transformers_loss(model: torch.nn.Module, batch: dict) -> torch.Tensor:
+    """MLM + NSP, as transformers computes it for `labels` and `next_sentence_label`."""
     return model(input_ids=batch["input_ids"], token_type_ids=batch["token_type_ids"],
                  attention_mask=batch["attention_mask"], labels=batch["mlm_labels"],
                  next_sentence_label=batch["nsp_labels"]).loss
+
+
+def transformers_mlm_loss(model: torch.nn.Module, batch: dict) -> torch.Tensor:
+    """Masked LM only, as transformers' BertForMaskedLM computes it for `labels`."""
+    return model(input_ids=batch["input_ids"], token_type_ids=batch["token_type_ids"],
+                 attention_mask=batch["attention_mask"], labels=batch["mlm_labels"]).loss
+
+
+def models(config, nsp: bool) -> tuple[torch.nn.Module, torch.nn.Module]:
+    """(bertkit's, transformers') model for the objective: the pre-training heads, or masked LM only."""
+    theirs = transformers.BertForPreTraining if nsp else transformers.BertForMaskedLM
+    return ((BertForPreTraining if nsp else BertForMaskedLM)(config),
+            theirs(transformers.BertConfig(**config.to_dict())))
 
 
 def optimizer_for(model: torch.nn.Module, lr: float) -> torch.optim.Optimizer:
@@ -74,11 +92,12 @@ def step(model, loss_fn, optimizer, batch, autocast) -> float:
     return float(loss.detach())
 
 
-def rate_ratio(config, vocab_size: int, stream, autocast, lr: float, rounds: int, steps: int) -> dict:
-    """transformers' steps per second over bertkit's, both timed on the same batches, taking turns."""
-    ours = BertForPreTraining(config)
-    theirs = transformers.BertForPreTraining(transformers.BertConfig(**config.to_dict()))
-    sides = {"bertkit": (ours, lambda m, b: pretraining_loss(m, b)[0]), "transformers": (theirs, transformers_loss)}
+def rate_ratio(config, vocab_size: int, stream, autocast, lr: float, rounds: int, steps: int, nsp: bool) -> dict:
+    """transformers' steps per second over bertkit's, both timed on the same batches with the run's objective,
+    taking turns."""
+    ours, theirs = models(config, nsp)
+    sides = {"bertkit": (ours, lambda m, b: pretraining_loss(m, b, nsp=nsp)[0]),
+             "transformers": (theirs, transformers_loss if nsp else transformers_mlm_loss)}
     optimizers = {name: optimizer_for(model, lr) for name, (model, _) in sides.items()}
     times: dict[str, list[float]] = {name: [] for name in sides}
     for round_ in range(rounds + 1):  # the first round warms up
@@ -104,9 +123,12 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--seed", type=int, default=42)
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--nsp", action=argparse.BooleanOptionalAction, default=None,
+                        help="Train NSP beside masked LM (default: what bertkit's recipe does at --bertkit-steps).")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    recipe = short_recipe(preset(args.model).hidden_size)
+    recipe = short_recipe(preset(args.model).hidden_size, budget_steps=args.bertkit_steps)
+    nsp = recipe.nsp if args.nsp is None else args.nsp
     dataset = PretrainingDataset(args.data, masked_lm_prob=recipe.masked_lm_prob)
     vocab_size = sum(1 for _ in (args.tokenizer / "vocab.txt").open(encoding="utf-8"))
     config = preset(args.model, vocab_size=vocab_size, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
@@ -114,21 +136,21 @@ def main() -> None:
     length, batch_size, lr = recipe.max_seq_length, recipe.batch_size, recipe.learning_rate
     torch.manual_seed(args.seed)
     timing = rate_ratio(config, vocab_size, batches(dataset, batch_size, length, args.seed + 1), autocast, lr,
-                        args.rounds, 10)
+                        args.rounds, 10, nsp)
     total = max(1, round(args.bertkit_steps * timing["ratio"]))
     print(f"transformers runs {timing['ratio']:.2f}x bertkit's steps/s here "
           f"({timing['steps_per_s']['transformers']:.2f} against {timing['steps_per_s']['bertkit']:.2f}): "
-          f"{total} steps for bertkit's {args.bertkit_steps}", flush=True)
+          f"{total} steps for bertkit's {args.bertkit_steps}, {'MLM + NSP' if nsp else 'masked LM only'}", flush=True)
     torch.manual_seed(args.seed)
-    model = transformers.BertForPreTraining(transformers.BertConfig(**config.to_dict()))
+    model = models(config, nsp)[1]
     optimizer = optimizer_for(model, lr)
     warmup = math.ceil(recipe.warmup_ratio * total)
     schedule = transformers.get_linear_schedule_with_warmup(optimizer, warmup, total)
     stream = batches(dataset, batch_size, length, args.seed)
     model.train()
-    start, losses = time.perf_counter(), []
+    loss_fn, start, losses = (transformers_loss if nsp else transformers_mlm_loss), time.perf_counter(), []
     for index in range(total):
-        losses.append(step(model, transformers_loss, optimizer, next(stream), autocast))
+        losses.append(step(model, loss_fn, optimizer, next(stream), autocast))
         schedule.step()
         if (index + 1) % 200 == 0 or index + 1 == total:
             print(f"step {index + 1}/{total} loss {statistics.mean(losses[-200:]):.4f} "
@@ -137,9 +159,10 @@ def main() -> None:
     model.save_pretrained(final)
     for name in ("vocab.txt", "tokenizer_config.json"):
         shutil.copy(args.tokenizer / name, final / name)
-    record = {"steps": total, "bertkit_steps": args.bertkit_steps, "timing": timing, "seconds": time.perf_counter()
-              - start, "recipe": {"length": length, "batch": batch_size, "lr": lr, "warmup": warmup,
-                                  "masked_lm_prob": recipe.masked_lm_prob}, "transformers": transformers.__version__}
+    recipe_used = {"length": length, "batch": batch_size, "lr": lr, "warmup": warmup,
+                   "masked_lm_prob": recipe.masked_lm_prob, "nsp": nsp}
+    record = {"steps": total, "bertkit_steps": args.bertkit_steps, "timing": timing,
+              "seconds": time.perf_counter() - start, "recipe": recipe_used, "transformers": transformers.__version__}
     (args.output / "run.json").write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")
     print(json.dumps(record))
 

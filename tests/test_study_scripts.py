@@ -432,3 +432,47 @@ def test_psalter_task_removes_what_names_its_label_and_holds_dev_and_test_out(tm
     build(tmp_path / "b", 10)
     for split in ("dev", "test"):
         assert (tmp_path / "a" / f"{split}.jsonl").read_bytes() == (tmp_path / "b" / f"{split}.jsonl").read_bytes()
+
+
+def test_transformers_comparison_trains_the_objective_bertkits_recipe_trains(tmp_path):
+    """The transformers row of the study must train what bertkit's run of the same steps trains: masked LM only
+    from the short recipe's threshold, and then the same loss as bertkit's on the same weights and batch."""
+    import torch
+    import transformers
+
+    from bertkit.config import preset
+    from bertkit.data import collate_pretraining
+    from bertkit.model import BertForMaskedLM, BertForPreTraining
+    from bertkit.model.hf_names import to_hf
+    from bertkit.tasks.pretraining import pretraining_loss
+    from bertkit.workflows.recipes import SHORT_MLM_ONLY_FROM_STEPS
+
+    script = load_script("transformers_pretrain")
+    assert script.short_recipe(256, budget_steps=SHORT_MLM_ONLY_FROM_STEPS).nsp is False
+    assert script.short_recipe(256, budget_steps=2640).nsp is True
+    config = preset("bert-tiny", vocab_size=50, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+    torch.manual_seed(0)
+    pairs = {nsp: script.models(config, nsp) for nsp in (True, False)}
+    assert isinstance(pairs[False][0], BertForMaskedLM) and isinstance(pairs[False][1], transformers.BertForMaskedLM)
+    assert isinstance(pairs[True][0], BertForPreTraining)
+    for ours, theirs in pairs.values():
+        missing, unexpected = theirs.load_state_dict(to_hf(ours.state_dict()), strict=False)
+        assert not unexpected and all("position_ids" in key or "decoder" in key for key in missing)
+        theirs.tie_weights()
+        ours.eval(), theirs.eval()
+    generator = torch.Generator().manual_seed(1)
+    items = []
+    for length in (12, 9):
+        ids = torch.randint(5, 50, (length,), generator=generator)
+        labels = torch.full((length,), -100)
+        labels[torch.tensor([2, 5, 7])] = torch.randint(5, 50, (3,), generator=generator)
+        items.append({"input_ids": ids, "token_type_ids": torch.zeros(length, dtype=torch.long),
+                      "attention_mask": torch.ones(length, dtype=torch.long), "mlm_labels": labels,
+                      "nsp_labels": torch.tensor(1)})
+    batch = collate_pretraining(items)
+    with torch.no_grad():
+        ours, theirs = pairs[False]
+        expected = pretraining_loss(ours, batch, nsp=False)[0]
+        assert torch.allclose(script.transformers_mlm_loss(theirs, batch), expected, atol=1e-5)
+        ours, theirs = pairs[True]
+        assert torch.allclose(script.transformers_loss(theirs, batch), pretraining_loss(ours, batch)[0], atol=1e-5)
