@@ -278,3 +278,29 @@ def test_ctrl_c_between_the_last_seed_and_the_choice_says_how_to_continue(tmp_pa
     monkeypatch.setattr(workflow, "keep_better_initialisation", real_keep)
     assert _finetune(model, data, tmp_path / "out", "--seeds", "1", "--resume", "auto") == 0
     assert json.loads((tmp_path / "out" / "eval_results.json").read_text())["random_init"]["kept"]
+
+
+def test_sigterm_between_seeds_says_how_to_continue_as_ctrl_c_does(tmp_path, monkeypatch, capsys):
+    """SIGTERM (a scheduler's stop) outside every training loop ends like Ctrl-C there: one line naming the signal,
+    exit 143, and the command that continues the run, which then finishes it."""
+    import os
+    import signal
+
+    import bertkit.workflows.finetune as workflow
+
+    model = _short_budget_model(tmp_path / "model")
+    data = _task(tmp_path)
+    real_keep = workflow.keep_better_initialisation
+
+    def terminated(*args, **kwargs):
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    monkeypatch.setattr(workflow, "keep_better_initialisation", terminated)
+    assert _finetune(model, data, tmp_path / "out", "--seeds", "1") == 143
+    err = capsys.readouterr().err
+    assert "fine-tuning stopped by SIGTERM between training loops" in err
+    continue_line = next(line for line in err.splitlines() if line.startswith("continue with: bertkit finetune"))
+    assert continue_line.endswith("--resume auto")
+    monkeypatch.setattr(workflow, "keep_better_initialisation", real_keep)
+    assert _finetune(model, data, tmp_path / "out", "--seeds", "1", "--resume", "auto") == 0
+    assert json.loads((tmp_path / "out" / "eval_results.json").read_text())["random_init"]["kept"]

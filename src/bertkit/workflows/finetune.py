@@ -421,16 +421,34 @@ def run_finetuning(kind: str, train_path: str | Path, dev_paths: list[str | Path
     report: dict[str, Any] = {}
     train, dev_sets = read_files(task, train_path, dev_paths, report)
     inputs, labels = data_record(train_path, dev_paths)
+    # A signal outside a training loop (whose own handler saves and says so): between seeds, or between the two
+    # initialisations and the choice. Every finished step was published atomically, so the run continues.
+    def stopped(signum: int) -> Interrupted:
+        return Interrupted(f"fine-tuning stopped by {signal.Signals(signum).name} between training loops; what "
+                           f"finished is saved in {settings.output}", signum, "--resume auto")
+
+    def on_sigterm(signum: int, frame: Any) -> None:
+        raise stopped(signum)
+
+    previous = _install_sigterm(on_sigterm)
     try:
         results = finetune(task, settings, tokenizer, train, dev_sets, report, inputs, labels, source)
         return compare_random_init(task, settings, tokenizer, train, dev_sets, results, inputs, labels, source)
     except Interrupted:
         raise
     except KeyboardInterrupt:
-        # Ctrl-C outside a training loop (whose handler saves and says so): between seeds, or between the two
-        # initialisations and the choice. Every finished step was published atomically, so the run continues.
-        raise Interrupted(f"fine-tuning stopped by SIGINT between training loops; what finished is saved in "
-                          f"{settings.output}", signal.SIGINT, "--resume auto") from None
+        raise stopped(signal.SIGINT) from None
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+
+
+def _install_sigterm(handler: Callable[[int, Any], None]) -> Any:
+    """Install `handler` for SIGTERM; the handler it replaces, or None off the main thread (signals stay)."""
+    try:
+        return signal.signal(signal.SIGTERM, handler)
+    except ValueError:
+        return None
 
 
 def read_files(task: Task, train_path: str | Path, dev_paths: Sequence[str | Path], report: dict[str, Any]
