@@ -1,4 +1,4 @@
-"""transformers' BertForPreTraining given the same pre-training budget as bertkit (issue 48's comparison row).
+"""transformers' BERT pre-trained with the same budget, data and recipe as bertkit (issue 48's comparison row).
 
     python scripts/transformers_pretrain.py --data RUN/data --tokenizer RUN/vocab --output RUN/pretrain-transformers \
         --bertkit-steps 2640
@@ -68,11 +68,23 @@ def transformers_mlm_loss(model: torch.nn.Module, batch: dict) -> torch.Tensor:
                  attention_mask=batch["attention_mask"], labels=batch["mlm_labels"]).loss
 
 
-def models(config, nsp: bool) -> tuple[torch.nn.Module, torch.nn.Module]:
-    """(bertkit's, transformers') model for the objective: the pre-training heads, or masked LM only."""
+def objective(recipe_nsp: bool, data_nsp: bool, flag: bool | None) -> bool:
+    """Whether the run trains NSP, as `bertkit pretrain` decides it: the flag, else the recipe's choice for the
+    budget; never on masked-LM-only (--no-nsp) data, whose pairs carry no NSP labels."""
+    if flag and not data_nsp:
+        raise SystemExit("--nsp: this data was built with --no-nsp (no sentence pairs); build it with NSP pairs")
+    return (recipe_nsp if flag is None else flag) and data_nsp
+
+
+def bertkit_model(config, nsp: bool) -> torch.nn.Module:
+    """bertkit's model for the objective: the pre-training heads, or masked LM only."""
+    return (BertForPreTraining if nsp else BertForMaskedLM)(config)
+
+
+def transformers_model(config, nsp: bool) -> torch.nn.Module:
+    """transformers' model for the objective, initialised by transformers."""
     theirs = transformers.BertForPreTraining if nsp else transformers.BertForMaskedLM
-    return ((BertForPreTraining if nsp else BertForMaskedLM)(config),
-            theirs(transformers.BertConfig(**config.to_dict())))
+    return theirs(transformers.BertConfig(**config.to_dict()))
 
 
 def optimizer_for(model: torch.nn.Module, lr: float) -> torch.optim.Optimizer:
@@ -95,7 +107,7 @@ def step(model, loss_fn, optimizer, batch, autocast) -> float:
 def rate_ratio(config, vocab_size: int, stream, autocast, lr: float, rounds: int, steps: int, nsp: bool) -> dict:
     """transformers' steps per second over bertkit's, both timed on the same batches with the run's objective,
     taking turns."""
-    ours, theirs = models(config, nsp)
+    ours, theirs = bertkit_model(config, nsp), transformers_model(config, nsp)
     sides = {"bertkit": (ours, lambda m, b: pretraining_loss(m, b, nsp=nsp)[0]),
              "transformers": (theirs, transformers_loss if nsp else transformers_mlm_loss)}
     optimizers = {name: optimizer_for(model, lr) for name, (model, _) in sides.items()}
@@ -124,12 +136,14 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=42)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--nsp", action=argparse.BooleanOptionalAction, default=None,
-                        help="Train NSP beside masked LM (default: what bertkit's recipe does at --bertkit-steps).")
+                        help="Train NSP beside masked LM (default: what bertkit's recipe does at --bertkit-steps; give "
+                             "what its run recorded, bertkit_pretraining.json's nsp, for a --max-time run near "
+                             "the threshold, whose objective was chosen on its estimated steps).")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     recipe = short_recipe(preset(args.model).hidden_size, budget_steps=args.bertkit_steps)
-    nsp = recipe.nsp if args.nsp is None else args.nsp
     dataset = PretrainingDataset(args.data, masked_lm_prob=recipe.masked_lm_prob)
+    nsp = objective(recipe.nsp, dataset.nsp, args.nsp)
     vocab_size = sum(1 for _ in (args.tokenizer / "vocab.txt").open(encoding="utf-8"))
     config = preset(args.model, vocab_size=vocab_size, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
     autocast = ((lambda: torch.autocast("cpu", dtype=torch.bfloat16)) if args.precision == "bf16" else nullcontext)
@@ -142,7 +156,7 @@ def main() -> None:
           f"({timing['steps_per_s']['transformers']:.2f} against {timing['steps_per_s']['bertkit']:.2f}): "
           f"{total} steps for bertkit's {args.bertkit_steps}, {'MLM + NSP' if nsp else 'masked LM only'}", flush=True)
     torch.manual_seed(args.seed)
-    model = models(config, nsp)[1]
+    model = transformers_model(config, nsp)  # only it draws from the seed, as before MLM-only runs existed
     optimizer = optimizer_for(model, lr)
     warmup = math.ceil(recipe.warmup_ratio * total)
     schedule = transformers.get_linear_schedule_with_warmup(optimizer, warmup, total)

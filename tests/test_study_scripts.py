@@ -437,6 +437,8 @@ def test_psalter_task_removes_what_names_its_label_and_holds_dev_and_test_out(tm
 def test_transformers_comparison_trains_the_objective_bertkits_recipe_trains(tmp_path):
     """The transformers row of the study must train what bertkit's run of the same steps trains: masked LM only
     from the short recipe's threshold, and then the same loss as bertkit's on the same weights and batch."""
+    import contextlib
+
     import torch
     import transformers
 
@@ -448,11 +450,15 @@ def test_transformers_comparison_trains_the_objective_bertkits_recipe_trains(tmp
     from bertkit.workflows.recipes import SHORT_MLM_ONLY_FROM_STEPS
 
     script = load_script("transformers_pretrain")
-    assert script.short_recipe(256, budget_steps=SHORT_MLM_ONLY_FROM_STEPS).nsp is False
-    assert script.short_recipe(256, budget_steps=2640).nsp is True
+    at_threshold, below = (script.short_recipe(256, budget_steps=steps).nsp for steps in (SHORT_MLM_ONLY_FROM_STEPS,
+                                                                                          2640))
+    assert (script.objective(at_threshold, True, None), script.objective(below, True, None)) == (False, True)
+    assert script.objective(below, False, None) is False and script.objective(at_threshold, True, True) is True
+    with pytest.raises(SystemExit, match="--no-nsp"):
+        script.objective(below, False, True)
     config = preset("bert-tiny", vocab_size=50, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
     torch.manual_seed(0)
-    pairs = {nsp: script.models(config, nsp) for nsp in (True, False)}
+    pairs = {nsp: (script.bertkit_model(config, nsp), script.transformers_model(config, nsp)) for nsp in (True, False)}
     assert isinstance(pairs[False][0], BertForMaskedLM) and isinstance(pairs[False][1], transformers.BertForMaskedLM)
     assert isinstance(pairs[True][0], BertForPreTraining)
     for ours, theirs in pairs.values():
@@ -476,3 +482,6 @@ def test_transformers_comparison_trains_the_objective_bertkits_recipe_trains(tmp
         assert torch.allclose(script.transformers_mlm_loss(theirs, batch), expected, atol=1e-5)
         ours, theirs = pairs[True]
         assert torch.allclose(script.transformers_loss(theirs, batch), pretraining_loss(ours, batch)[0], atol=1e-5)
+    for nsp in (True, False):  # both sides time the run's objective on the same batches
+        timing = script.rate_ratio(config, 50, iter([batch] * 8), contextlib.nullcontext, 1e-3, 1, 2, nsp)
+        assert set(timing["steps_per_s"]) == {"bertkit", "transformers"} and timing["ratio"] > 0

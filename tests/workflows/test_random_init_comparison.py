@@ -304,3 +304,32 @@ def test_sigterm_between_seeds_says_how_to_continue_as_ctrl_c_does(tmp_path, mon
     monkeypatch.setattr(workflow, "keep_better_initialisation", real_keep)
     assert _finetune(model, data, tmp_path / "out", "--seeds", "1", "--resume", "auto") == 0
     assert json.loads((tmp_path / "out" / "eval_results.json").read_text())["random_init"]["kept"]
+
+
+def test_a_signal_between_loops_is_served_once_and_continues_only_a_recorded_run(tmp_path):
+    """SIGTERM twice (a scheduler, then torchrun) stops once; the continue line comes only once this run's record
+    is written (a record older than the command is the run --overwrite is removing); the old handler returns."""
+    import os
+    import signal
+    import time
+
+    from bertkit.errors import Interrupted
+    from bertkit.workflows.finetune import stop_between_loops
+    from bertkit.workflows.run_output import RUN_FILE
+
+    before = signal.getsignal(signal.SIGTERM)
+    with pytest.raises(Interrupted) as stopped, stop_between_loops(tmp_path):
+        (tmp_path / RUN_FILE).write_text("{}")
+        try:
+            os.kill(os.getpid(), signal.SIGTERM)
+        finally:
+            os.kill(os.getpid(), signal.SIGTERM)  # the second of the same request: ignored
+    assert stopped.value.resume_flag == "--resume auto" and stopped.value.exit_code == 143
+    assert "between training loops" in str(stopped.value)
+    assert signal.getsignal(signal.SIGTERM) is before
+    old = time.time() - 3600
+    os.utime(tmp_path / RUN_FILE, (old, old))
+    with pytest.raises(Interrupted) as stopped, stop_between_loops(tmp_path):
+        raise KeyboardInterrupt
+    assert stopped.value.resume_flag is None and "before the run started" in str(stopped.value)
+    assert stopped.value.exit_code == 130

@@ -36,13 +36,15 @@ References: Devlin et al. (2018), sections 4 and 5.3 and appendix A.3 (lr 5e-5/3
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import json
 import logging
 import shutil
 import signal
-from collections.abc import Callable, Sequence
+import time
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -72,6 +74,7 @@ from bertkit.workflows.recipes import (
     random_init_comparison,
 )
 from bertkit.workflows.run_output import (
+    RUN_FILE,
     data_record,
     prepare_output,
     record_run,
@@ -421,34 +424,49 @@ def run_finetuning(kind: str, train_path: str | Path, dev_paths: list[str | Path
     report: dict[str, Any] = {}
     train, dev_sets = read_files(task, train_path, dev_paths, report)
     inputs, labels = data_record(train_path, dev_paths)
-    # A signal outside a training loop (whose own handler saves and says so): between seeds, or between the two
-    # initialisations and the choice. Every finished step was published atomically, so the run continues.
-    def stopped(signum: int) -> Interrupted:
-        return Interrupted(f"fine-tuning stopped by {signal.Signals(signum).name} between training loops; what "
-                           f"finished is saved in {settings.output}", signum, "--resume auto")
-
-    def on_sigterm(signum: int, frame: Any) -> None:
-        raise stopped(signum)
-
-    previous = _install_sigterm(on_sigterm)
-    try:
+    with stop_between_loops(settings.output):
         results = finetune(task, settings, tokenizer, train, dev_sets, report, inputs, labels, source)
         return compare_random_init(task, settings, tokenizer, train, dev_sets, results, inputs, labels, source)
+
+
+@contextlib.contextmanager
+def stop_between_loops(output: Path) -> Iterator[None]:
+    """Signals outside a training loop (whose own handler saves and says so): between seeds, or between the two
+    initialisations and the choice. SIGINT and SIGTERM end the command in one line, with `--resume auto` once
+    this run's RUN_FILE is written (every finished step was published atomically, so it continues); before that
+    (an `--overwrite` still removing the old run) there is nothing of this run to continue. One request is
+    served once: a scheduler and torchrun both send SIGTERM, milliseconds apart. The replaced SIGTERM handler
+    is restored; off the main thread signals are left alone."""
+    started, requested = time.time(), False
+
+    def stopped(signum: int) -> Interrupted:
+        record = output / RUN_FILE
+        name = signal.Signals(signum).name
+        # A record older than this command is the run --overwrite is removing, not this one.
+        if record.is_file() and record.stat().st_mtime >= started - 1.0:
+            return Interrupted(f"fine-tuning stopped by {name} between training loops; what finished is saved in "
+                               f"{output}", signum, "--resume auto")
+        return Interrupted(f"fine-tuning stopped by {name} before the run started; run the command again", signum)
+
+    def on_sigterm(signum: int, frame: Any) -> None:
+        nonlocal requested
+        if not requested:
+            requested = True
+            raise stopped(signum)
+
+    try:
+        previous, installed = signal.signal(signal.SIGTERM, on_sigterm), True
+    except ValueError:  # not the main thread
+        previous, installed = None, False
+    try:
+        yield
     except Interrupted:
         raise
     except KeyboardInterrupt:
         raise stopped(signal.SIGINT) from None
     finally:
-        if previous is not None:
-            signal.signal(signal.SIGTERM, previous)
-
-
-def _install_sigterm(handler: Callable[[int, Any], None]) -> Any:
-    """Install `handler` for SIGTERM; the handler it replaces, or None off the main thread (signals stay)."""
-    try:
-        return signal.signal(signal.SIGTERM, handler)
-    except ValueError:
-        return None
+        if installed:  # None: the handler was not set from Python, i.e. the default
+            signal.signal(signal.SIGTERM, signal.SIG_DFL if previous is None else previous)
 
 
 def read_files(task: Task, train_path: str | Path, dev_paths: Sequence[str | Path], report: dict[str, Any]
