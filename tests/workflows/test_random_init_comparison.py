@@ -4,6 +4,7 @@ model is kept beside it, and every step resumes."""
 
 from __future__ import annotations
 
+import inspect
 import json
 import logging
 import random
@@ -314,8 +315,7 @@ def test_a_signal_between_loops_is_served_once_and_continues_only_a_recorded_run
     import time
 
     from bertkit.errors import Interrupted
-    from bertkit.workflows.finetune import stop_between_loops
-    from bertkit.workflows.run_output import RUN_FILE
+    from bertkit.workflows.run_output import RUN_FILE, stop_between_loops
 
     before = signal.getsignal(signal.SIGTERM)
     with pytest.raises(Interrupted) as stopped, stop_between_loops(tmp_path):
@@ -333,3 +333,14 @@ def test_a_signal_between_loops_is_served_once_and_continues_only_a_recorded_run
         raise KeyboardInterrupt
     assert stopped.value.resume_flag is None and "before the run started" in str(stopped.value)
     assert stopped.value.exit_code == 130
+
+
+def test_every_command_that_trains_seeds_stops_between_loops_in_one_line():
+    """finetune, distill (both kinds) and embedding training run several training loops: each is wrapped."""
+    from bertkit.workflows.distill import run_distillation
+    from bertkit.workflows.distill_embedding import run_embedding_distillation
+    from bertkit.workflows.embedding import run_embedding_training
+    from bertkit.workflows.finetune import run_finetuning
+
+    for run in (run_finetuning, run_distillation, run_embedding_distillation, run_embedding_training):
+        assert run.__wrapped__ is not run and "settings" in inspect.signature(run.__wrapped__).parameters

@@ -77,7 +77,7 @@ from bertkit.train.distributed import DistributedContext, barrier, setup_distrib
 from bertkit.workflows.finetune import ModelSource, SeedRecipe, finetune, model_source, read_files
 from bertkit.workflows.predict import RESULTS_FILE, predict_features, write_results
 from bertkit.workflows.recipes import pretraining_history
-from bertkit.workflows.run_output import DISTILLATION_PATHS, data_fingerprint, data_record
+from bertkit.workflows.run_output import DISTILLATION_PATHS, data_fingerprint, data_record, stops_between_loops
 from bertkit.workflows.seeds import check_without_dev
 from bertkit.workflows.significance import compare_seeds
 from bertkit.workflows.teacher_outputs import teacher_outputs
@@ -107,6 +107,7 @@ class StudentPlan:
     """The teacher layers the student copies, for a student made from the teacher."""
 
 
+@stops_between_loops("distillation")
 def run_distillation(kind: str, train_path: str | Path, dev_paths: Sequence[str | Path], settings: FinetuneSettings,
                      distill: DistillSettings) -> dict[str, Any]:
     """Distil the teacher into the student (see the module docstring); eval_results.json's content, with the

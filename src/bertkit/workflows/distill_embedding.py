@@ -69,7 +69,7 @@ from bertkit.workflows.embedding import (
 )
 from bertkit.workflows.finetune import ModelSource
 from bertkit.workflows.predict import RESULTS_FILE, write_results
-from bertkit.workflows.run_output import data_fingerprint, data_record
+from bertkit.workflows.run_output import data_fingerprint, data_record, stops_between_loops
 from bertkit.workflows.teacher_outputs import teacher_outputs
 
 log = logging.getLogger(__name__)
@@ -103,6 +103,7 @@ def vector_loss(model: nn.Module, batch: dict[str, Any]) -> tuple[torch.Tensor, 
     return F.mse_loss(vectors.float(), batch[TEACHER_KEY][VECTOR].float()), {}
 
 
+@stops_between_loops("distillation")
 def run_embedding_distillation(train_path: str | Path, dev_paths: Sequence[str | Path], settings: FinetuneSettings,
                                embedding: EmbeddingSettings, distill: DistillSettings) -> dict[str, Any]:
     """Distil the teacher's sentence vectors into the student (see the module docstring); eval_results.json's

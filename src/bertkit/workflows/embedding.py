@@ -53,7 +53,7 @@ from bertkit.train.distributed import DistributedContext, setup_distributed, unw
 from bertkit.workflows.finetune import ModelSource, check_length_fits, model_source, run_settings, with_learning_rate
 from bertkit.workflows.predict import RESULTS_FILE, write_results
 from bertkit.workflows.prepare import prepare_training
-from bertkit.workflows.run_output import data_record, prepare_output, record_run
+from bertkit.workflows.run_output import data_record, prepare_output, record_run, stops_between_loops
 from bertkit.workflows.seeds import check_without_dev, fit_seed, seed_training, step_shape, train_seeds, training_data
 
 log = logging.getLogger(__name__)
@@ -216,6 +216,7 @@ def _read(path: str | Path, embedding: EmbeddingSettings, negatives: bool, repor
     return pairs
 
 
+@stops_between_loops("training")
 def run_embedding_training(train_path: str | Path, dev_paths: Sequence[str | Path], settings: FinetuneSettings,
                            embedding: EmbeddingSettings) -> dict[str, Any]:
     """Read the files, train once per seed, keep the best seed's best evaluation as OUTPUT/best (a

@@ -36,15 +36,12 @@ References: Devlin et al. (2018), sections 4 and 5.3 and appendix A.3 (lr 5e-5/3
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import functools
 import json
 import logging
 import shutil
-import signal
-import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -52,7 +49,7 @@ from typing import Any
 from torch import nn
 
 from bertkit.config import PRESETS, BertConfig, check_model_directory, preset
-from bertkit.errors import BertkitError, Interrupted
+from bertkit.errors import BertkitError
 from bertkit.inference.batching import feature_length, pad_batch
 from bertkit.inference.positions import PRETRAINING_FILE, trained_positions
 from bertkit.io.jsonfile import read_json_object
@@ -74,10 +71,10 @@ from bertkit.workflows.recipes import (
     random_init_comparison,
 )
 from bertkit.workflows.run_output import (
-    RUN_FILE,
     data_record,
     prepare_output,
     record_run,
+    stops_between_loops,
 )
 from bertkit.workflows.seeds import (
     DevSet,
@@ -409,6 +406,7 @@ def read_reporting(task: Task, path: str | Path, training: bool, report: dict[st
     return examples
 
 
+@stops_between_loops("fine-tuning")
 def run_finetuning(kind: str, train_path: str | Path, dev_paths: list[str | Path], settings: FinetuneSettings,
                    task_settings: dict[str, Any]) -> dict[str, Any]:
     """Read the files, fine-tune (see `finetune`) and return eval_results.json's content. `task_settings` are
@@ -424,49 +422,8 @@ def run_finetuning(kind: str, train_path: str | Path, dev_paths: list[str | Path
     report: dict[str, Any] = {}
     train, dev_sets = read_files(task, train_path, dev_paths, report)
     inputs, labels = data_record(train_path, dev_paths)
-    with stop_between_loops(settings.output):
-        results = finetune(task, settings, tokenizer, train, dev_sets, report, inputs, labels, source)
-        return compare_random_init(task, settings, tokenizer, train, dev_sets, results, inputs, labels, source)
-
-
-@contextlib.contextmanager
-def stop_between_loops(output: Path) -> Iterator[None]:
-    """Signals outside a training loop (whose own handler saves and says so): between seeds, or between the two
-    initialisations and the choice. SIGINT and SIGTERM end the command in one line, with `--resume auto` once
-    this run's RUN_FILE is written (every finished step was published atomically, so it continues); before that
-    (an `--overwrite` still removing the old run) there is nothing of this run to continue. One request is
-    served once: a scheduler and torchrun both send SIGTERM, milliseconds apart. The replaced SIGTERM handler
-    is restored; off the main thread signals are left alone."""
-    started, requested = time.time(), False
-
-    def stopped(signum: int) -> Interrupted:
-        record = output / RUN_FILE
-        name = signal.Signals(signum).name
-        # A record older than this command is the run --overwrite is removing, not this one.
-        if record.is_file() and record.stat().st_mtime >= started - 1.0:
-            return Interrupted(f"fine-tuning stopped by {name} between training loops; what finished is saved in "
-                               f"{output}", signum, "--resume auto")
-        return Interrupted(f"fine-tuning stopped by {name} before the run started; run the command again", signum)
-
-    def on_sigterm(signum: int, frame: Any) -> None:
-        nonlocal requested
-        if not requested:
-            requested = True
-            raise stopped(signum)
-
-    try:
-        previous, installed = signal.signal(signal.SIGTERM, on_sigterm), True
-    except ValueError:  # not the main thread
-        previous, installed = None, False
-    try:
-        yield
-    except Interrupted:
-        raise
-    except KeyboardInterrupt:
-        raise stopped(signal.SIGINT) from None
-    finally:
-        if installed:  # None: the handler was not set from Python, i.e. the default
-            signal.signal(signal.SIGTERM, signal.SIG_DFL if previous is None else previous)
+    results = finetune(task, settings, tokenizer, train, dev_sets, report, inputs, labels, source)
+    return compare_random_init(task, settings, tokenizer, train, dev_sets, results, inputs, labels, source)
 
 
 def read_files(task: Task, train_path: str | Path, dev_paths: Sequence[str | Path], report: dict[str, Any]

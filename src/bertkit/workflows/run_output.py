@@ -7,6 +7,7 @@ continued or replaced, the per-seed results, and the promotion of the best seed'
     mark_seed_done(seed_dir, results)                      seed-N/seed_results.json
     keep_best_seed(output, per_seed, seed, main_metric)    OUTPUT/best = the best seed's best evaluation
     seed_summary(per_seed, metric_names)                   mean, std, max across seeds
+    @stops_between_loops(what)                             SIGINT/SIGTERM between training loops: one line
 
 Design decision: every step is idempotent and marked on disk, so a run killed anywhere (mid-seed, between
 seeds, half-way through a promotion) continues with `--resume auto` and repairs itself; `--overwrite`
@@ -15,17 +16,22 @@ deletes only what a fine-tuning run writes and refuses a directory holding anyth
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import hashlib
+import inspect
 import json
 import logging
 import math
 import shutil
+import signal
 import statistics
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
-from bertkit.errors import BertkitError
+from bertkit.errors import BertkitError, Interrupted
 from bertkit.io.atomic import check_writable, replace_directory, write_text_atomic
 from bertkit.io.digest import update_with_file
 from bertkit.io.jsonfile import read_json_object
@@ -41,6 +47,62 @@ DISTILLATION_PATHS = ("teacher-outputs", "without-teacher")
 """What `bertkit distill` adds to a fine-tuning run's directory (bertkit.workflows.distill)."""
 COMPARISON_PATHS = (RANDOM_INIT_DIRECTORY, PRETRAINED_ASIDE, *STAGED)
 """What `finetune --compare-random-init` adds to it (bertkit.workflows.random_init)."""
+
+Run = TypeVar("Run", bound=Callable[..., Any])
+
+
+def stops_between_loops(what: str) -> Callable[[Run], Run]:
+    """Decorate a command's run function (with a `settings` argument whose `.output` is OUTPUT) so that a signal
+    outside its training loops ends it as `stop_between_loops` says."""
+    def decorate(run: Run) -> Run:
+        signature = inspect.signature(run)
+
+        @functools.wraps(run)
+        def wrapped(*args: Any, **kwargs: Any) -> Any:
+            settings = signature.bind(*args, **kwargs).arguments["settings"]
+            with stop_between_loops(Path(settings.output), what):
+                return run(*args, **kwargs)
+        return wrapped  # type: ignore[return-value]
+    return decorate
+
+
+@contextlib.contextmanager
+def stop_between_loops(output: Path, what: str = "fine-tuning") -> Iterator[None]:
+    """Signals outside a training loop (whose own handler saves and says so): between seeds, or between two
+    trainings and a choice. SIGINT and SIGTERM end the command in one line, with `--resume auto` once this run's
+    RUN_FILE is written (every finished step was published atomically, so it continues); before that (the
+    files still being read, an `--overwrite` still removing the old run) there is nothing of this run to
+    continue. One request is served once: a scheduler and torchrun both send SIGTERM, milliseconds apart. The
+    replaced SIGTERM handler is restored; off the main thread signals are left alone."""
+    started, requested = time.time(), False
+
+    def stopped(signum: int) -> Interrupted:
+        record, name = output / RUN_FILE, signal.Signals(signum).name
+        # A record older than this command is the run --overwrite is removing, not this one.
+        if record.is_file() and record.stat().st_mtime >= started - 1.0:
+            return Interrupted(f"{what} stopped by {name} between training loops; what finished is saved in "
+                               f"{output}", signum, "--resume auto")
+        return Interrupted(f"{what} stopped by {name} before the run started; run the command again", signum)
+
+    def on_sigterm(signum: int, frame: Any) -> None:
+        nonlocal requested
+        if not requested:
+            requested = True
+            raise stopped(signum)
+
+    try:
+        previous, installed = signal.signal(signal.SIGTERM, on_sigterm), True
+    except ValueError:  # not the main thread
+        previous, installed = None, False
+    try:
+        yield
+    except Interrupted:
+        raise
+    except KeyboardInterrupt:
+        raise stopped(signal.SIGINT) from None
+    finally:
+        if installed:  # None: the handler was not set from Python, i.e. the default
+            signal.signal(signal.SIGTERM, signal.SIG_DFL if previous is None else previous)
 
 
 def prepare_output(output: Path, resume: bool, overwrite: bool, settings: dict[str, Any],
