@@ -7,7 +7,9 @@ from __future__ import annotations
 import inspect
 import json
 import logging
+import os
 import random
+import signal
 from pathlib import Path
 
 import pytest
@@ -258,48 +260,24 @@ def test_glue_scores_the_model_given_and_a_damaged_pretraining_record_is_said(tm
     assert any("its step count '100' is not a whole number" in r.getMessage() for r in caplog.records)
 
 
-def test_ctrl_c_between_the_last_seed_and_the_choice_says_how_to_continue(tmp_path, monkeypatch, capsys):
-    """A SIGINT outside every training loop (here: as the better initialisation is being kept) ends in the same one
-    line as one inside a loop, with the command that continues the run, and the resumed run makes the choice."""
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_a_signal_between_the_last_seed_and_the_choice_says_how_to_continue(tmp_path, monkeypatch, capsys, signum):
+    """Ctrl-C or SIGTERM (a scheduler's stop) outside every training loop (here: as the better initialisation is being
+    kept) ends in one line naming the signal, exit 128 + its number, with the command that continues the run, and
+    the resumed run makes the choice."""
     import bertkit.workflows.finetune as workflow
 
     model = _short_budget_model(tmp_path / "model")
     data = _task(tmp_path)
     real_keep = workflow.keep_better_initialisation
 
-    def interrupted(*args, **kwargs):
-        raise KeyboardInterrupt
+    def stopped(*args, **kwargs):
+        os.kill(os.getpid(), signum)  # SIGINT arrives as KeyboardInterrupt, as a terminal's Ctrl-C does
 
-    monkeypatch.setattr(workflow, "keep_better_initialisation", interrupted)
-    assert _finetune(model, data, tmp_path / "out", "--seeds", "1") == 130
+    monkeypatch.setattr(workflow, "keep_better_initialisation", stopped)
+    assert _finetune(model, data, tmp_path / "out", "--seeds", "1") == 128 + signum
     err = capsys.readouterr().err
-    assert "fine-tuning stopped by SIGINT between training loops" in err
-    continue_line = next(line for line in err.splitlines() if line.startswith("continue with: bertkit finetune"))
-    assert continue_line.endswith("--resume auto")
-    monkeypatch.setattr(workflow, "keep_better_initialisation", real_keep)
-    assert _finetune(model, data, tmp_path / "out", "--seeds", "1", "--resume", "auto") == 0
-    assert json.loads((tmp_path / "out" / "eval_results.json").read_text())["random_init"]["kept"]
-
-
-def test_sigterm_between_seeds_says_how_to_continue_as_ctrl_c_does(tmp_path, monkeypatch, capsys):
-    """SIGTERM (a scheduler's stop) outside every training loop ends like Ctrl-C there: one line naming the signal,
-    exit 143, and the command that continues the run, which then finishes it."""
-    import os
-    import signal
-
-    import bertkit.workflows.finetune as workflow
-
-    model = _short_budget_model(tmp_path / "model")
-    data = _task(tmp_path)
-    real_keep = workflow.keep_better_initialisation
-
-    def terminated(*args, **kwargs):
-        os.kill(os.getpid(), signal.SIGTERM)
-
-    monkeypatch.setattr(workflow, "keep_better_initialisation", terminated)
-    assert _finetune(model, data, tmp_path / "out", "--seeds", "1") == 143
-    err = capsys.readouterr().err
-    assert "fine-tuning stopped by SIGTERM between training loops" in err
+    assert f"fine-tuning stopped by {signal.Signals(signum).name} between training loops" in err
     continue_line = next(line for line in err.splitlines() if line.startswith("continue with: bertkit finetune"))
     assert continue_line.endswith("--resume auto")
     monkeypatch.setattr(workflow, "keep_better_initialisation", real_keep)
@@ -310,8 +288,6 @@ def test_sigterm_between_seeds_says_how_to_continue_as_ctrl_c_does(tmp_path, mon
 def test_a_signal_between_loops_is_served_once_and_continues_only_a_recorded_run(tmp_path):
     """SIGTERM twice (a scheduler, then torchrun) stops once; the continue line comes only once this run's record
     is written (a record older than the command is the run --overwrite is removing); the old handler returns."""
-    import os
-    import signal
     import time
 
     from bertkit.errors import Interrupted
