@@ -63,8 +63,12 @@ def run_two_nodes(*arguments: str, per_node: int = 1) -> list[str]:
     return logs
 
 
+def records(path: Path, kind: str) -> list[dict]:
+    return [r for r in map(json.loads, path.read_text().splitlines()) if r["kind"] == kind]
+
+
 def train_records(path: Path) -> list[dict]:
-    return [r for r in map(json.loads, path.read_text().splitlines()) if r["kind"] == "train"]
+    return records(path, "train")
 
 
 @pytest.fixture(scope="module")
@@ -97,6 +101,12 @@ def test_pretraining_on_two_nodes_equals_one_process(files, tmp_path):
     assert len(one) == len(two) == 4
     for alone, nodes in zip(one, two):
         for key in ("loss", "mlm_loss", "mlm_accuracy", "nsp_loss", "nsp_accuracy"):
+            assert nodes[key] == pytest.approx(alone[key], rel=1e-4, abs=1e-6), key
+    # held-out evaluation: each process scores its share; the context gain's word counts are summed first
+    one_eval, two_eval = (records(tmp_path / run / "metrics.jsonl", "eval") for run in ("one", "two"))
+    assert len(one_eval) == len(two_eval) == 2
+    for alone, nodes in zip(one_eval, two_eval):
+        for key in ("mlm_loss", "mlm_accuracy", "mlm_context_gain", "nsp_loss"):
             assert nodes[key] == pytest.approx(alone[key], rel=1e-4, abs=1e-6), key
     settings = json.loads((tmp_path / "two" / "pretrain_settings.json").read_text())
     assert settings["world_size"] == 4 and settings["batch"] == {"global": 8, "micro": 2, "accumulation": 1}

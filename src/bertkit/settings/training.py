@@ -331,7 +331,8 @@ class FinetuneSettings(Settings):
     """Also fine-tune the model's architecture from random initialisation, same seeds and settings (in
     OUTPUT/random-init), and keep as OUTPUT/best the initialisation whose seeds score higher on the first dev set
     (mean), with Welch's p. auto: only where pre-training was measured to lose, a bertkit model pre-trained on a
-    short budget with most inputs longer than its pre-training's; needs --dev."""
+    short budget with most inputs longer than its pre-training's, or one whose pre-training ended on the unigram
+    plateau; needs --dev."""
     resume: bool = False
     """Continue the run in the output directory: finished seeds are kept, an interrupted seed resumes from
     its checkpoint (bit-exact on CPU)."""

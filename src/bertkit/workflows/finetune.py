@@ -65,6 +65,7 @@ from bertkit.train.distributed import DistributedContext, barrier, rank0_decides
 from bertkit.workflows.prepare import prepare_training
 from bertkit.workflows.random_init import RANDOM_INIT_DIRECTORY, keep_better_initialisation, restore_pretrained
 from bertkit.workflows.recipes import (
+    context_gain,
     finetune_learning_rate,
     long_input_task_note,
     pretraining_history,
@@ -105,6 +106,8 @@ class ModelSource:
     trained_positions: int | None = None
     """The leading positions bertkit's pre-training of it trained (`bertkit.inference.positions`); None: all of them
     (a checkpoint made elsewhere), or random initialisation (none, and none expected)."""
+    context_gain: float | None = None
+    """The held-out context gain bertkit's pre-training of it ended at (`recipes.context_gain`); None: unknown."""
 
 
 def model_source(settings: FinetuneSettings) -> ModelSource:
@@ -121,7 +124,8 @@ def model_source(settings: FinetuneSettings) -> ModelSource:
     config = BertConfig.from_json_file(directory / "config.json")
     check_model_vocabulary(tokenizer, config.vocab_size, directory, settings.tokenizer)
     kept = pretraining_record(directory)
-    return ModelSource(directory, config, tokenizer, pretraining_history(kept), trained_positions(kept))
+    return ModelSource(directory, config, tokenizer, pretraining_history(kept), trained_positions(kept),
+                       context_gain(kept))
 
 
 def pretraining_record(directory: Path) -> dict[str, Any]:
@@ -321,7 +325,7 @@ def decide_random_init(settings: FinetuneSettings, source: ModelSource, features
         return {"compare": False, "reason": "the model is random initialisation"}
     compare, reason = random_init_comparison(settings.compare_random_init, source.trained_positions,
                                              [feature_length(f) for f in features],
-                                             (source.pretraining or {}).get("steps"))
+                                             (source.pretraining or {}).get("steps"), source.context_gain)
     if compare and not dev:
         log.warning("--compare-random-init %s: no --dev to compare on, so only the pre-trained model is fine-tuned "
                     "(%s)", settings.compare_random_init, reason)

@@ -20,7 +20,7 @@ import functools
 import hashlib
 import json
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +40,7 @@ from bertkit.io.jsonfile import read_json_object
 from bertkit.model import (
     BertForMaskedLM,
     BertForPreTraining,
+    BertModel,
     accelerate_for_inference,
     enable_gradient_checkpointing,
     read_state_dict,
@@ -47,7 +48,12 @@ from bertkit.model import (
 from bertkit.model.fused import fuse_for_training
 from bertkit.runtime.device import autocast
 from bertkit.settings import PretrainSettings, TrainConfig
-from bertkit.tasks.pretraining import PretrainingObjective, mlm_logits_and_targets, weighted_mlm_loss
+from bertkit.tasks.pretraining import (
+    IGNORE_INDEX,
+    PretrainingObjective,
+    mlm_logits_and_targets,
+    weighted_mlm_loss,
+)
 from bertkit.tokenizer import WordPieceTokenizer
 from bertkit.train import FitResult, Hooks, Resume, TrainingData, fit, setup_distributed
 from bertkit.train import checkpoint as ckpt
@@ -56,7 +62,13 @@ from bertkit.train.distributed import DistributedContext, all_reduce_sum, barrie
 from bertkit.workflows.adapt import carry_pooler
 from bertkit.workflows.prepare import StepPlan, prepare_training
 from bertkit.workflows.pretrain_plan import SETTINGS_FILE, plan_pretraining
-from bertkit.workflows.recipes import PretrainRecipe, full_length_step, pretraining_history
+from bertkit.workflows.recipes import (
+    PretrainRecipe,
+    context_gain,
+    full_length_step,
+    plateau_note,
+    pretraining_history,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -64,42 +76,96 @@ logger = logging.getLogger(__name__)
 @torch.no_grad()
 def evaluate_pretraining(model: nn.Module, dataset: Dataset, batch_size: int, nsp: bool = True,
                          pad_token_id: int = 0, ctx: DistributedContext | None = None,
-                         precision: str = "fp32") -> dict[str, float]:
+                         precision: str = "fp32", special_token_ids: Sequence[int] = ()) -> dict[str, float]:
     """Held-out MLM loss/accuracy over all masked tokens and NSP loss/accuracy over all pairs, in the training
     `precision` (fp32, bf16, fp16); under torchrun each process scores its share of the held-out set and the sums
-    are added up (on the device)."""
+    are added up (on the device). Given the vocabulary's `special_token_ids` ([PAD], [UNK], [CLS], [SEP], [MASK],
+    in the tokenizer's order), also `mlm_context_gain` (`_ContextGain`; `recipes.UNIGRAM_PLATEAU_NATS` reads it)."""
     ctx = ctx or DistributedContext()
     device = next(model.parameters()).device
     model = accelerate_for_inference(model, autocast=precision == "bf16" and device.type == "cpu")
     with autocast(precision, device)():
-        return _held_out_metrics(model, dataset, batch_size, nsp, pad_token_id, ctx, device)
+        return _held_out_metrics(model, dataset, batch_size, nsp, pad_token_id, ctx, device, tuple(special_token_ids))
 
 
 def _held_out_metrics(model: nn.Module, dataset: Dataset, batch_size: int, nsp: bool, pad_token_id: int,
-                      ctx: DistributedContext, device: torch.device) -> dict[str, float]:
+                      ctx: DistributedContext, device: torch.device, special_token_ids: tuple[int, ...] = ()
+                      ) -> dict[str, float]:
     totals = dict(mlm_loss=0.0, mlm_correct=0, mlm_tokens=0, nsp_loss=0.0, nsp_correct=0, pairs=0)
+    context = _ContextGain(special_token_ids, _vocab_size(model), device) if special_token_ids else None
     size = len(dataset)  # type: ignore[arg-type]  # torch's Dataset declares no __len__ (map-style ones have it)
     first, last = size * ctx.rank // ctx.world_size, size * (ctx.rank + 1) // ctx.world_size
     for start in range(first, last, batch_size):
         items = [dataset[i] for i in range(start, min(start + batch_size, last))]
         batch = {k: v.to(device) for k, v in collate_pretraining(items, pad_token_id).items()}
         mlm_logits, targets, nsp_logits = mlm_logits_and_targets(model, batch, nsp, sparse=True)
-        totals["mlm_loss"] += float(F.cross_entropy(mlm_logits.float(), targets, reduction="sum"))
+        losses = F.cross_entropy(mlm_logits.float(), targets, reduction="none")
+        totals["mlm_loss"] += float(losses.sum())
         totals["mlm_correct"] += int((mlm_logits.argmax(-1) == targets).sum())
         totals["mlm_tokens"] += len(targets)
+        if context is not None:
+            context.add(batch, losses)
         if nsp_logits is not None:
             labels = batch["nsp_labels"]
             totals["nsp_loss"] += float(F.cross_entropy(nsp_logits.float(), labels, reduction="sum"))
             totals["nsp_correct"] += int((nsp_logits.argmax(-1) == labels).sum())
             totals["pairs"] += len(labels)
+    if context is not None:
+        totals.update(context.totals(ctx))
     keys = sorted(totals)
     summed = all_reduce_sum(torch.tensor([float(totals[k]) for k in keys], dtype=torch.float64, device=device), ctx)
     totals = dict(zip(keys, summed.tolist()))
     tokens, pairs = max(1.0, totals["mlm_tokens"]), max(1.0, totals["pairs"])
     metrics = {"mlm_loss": totals["mlm_loss"] / tokens, "mlm_accuracy": totals["mlm_correct"] / tokens}
+    if totals.get("mask_tokens"):
+        metrics["mlm_context_gain"] = (totals["unigram_loss"] - totals["mask_loss"]) / totals["mask_tokens"]
     if nsp:
         metrics.update(nsp_loss=totals["nsp_loss"] / pairs, nsp_accuracy=totals["nsp_correct"] / pairs)
     return metrics
+
+
+class _ContextGain:
+    """How much the model reads the context of a [MASK]: the cross-entropy of a unigram model at the held-out
+    positions whose input is [MASK], less the model's there, in nats per token (`mlm_context_gain`).
+
+    The unigram model is the held-out set's own token frequencies (every original token but [CLS], [SEP] and
+    padding, the [MASK] targets included), so no frequency table can beat it there: a model that predicts a masked token
+    from how common it is, whatever surrounds it, scores about 0 (the unigram plateau every short pre-training
+    starts on), one that reads the context scores more. Only [MASK] inputs count: a token kept or replaced at
+    random can be copied from the input, which is no reading of the context."""
+
+    def __init__(self, special_token_ids: tuple[int, ...], vocab_size: int, device: torch.device) -> None:
+        pad, _, cls, sep, mask = special_token_ids  # [UNK] is a word as far as frequencies go
+        self.special = torch.tensor((pad, cls, sep, mask), device=device)
+        self.mask_token_id = mask
+        self.counts = torch.zeros(vocab_size, dtype=torch.float64, device=device)
+        self.targets: list[torch.Tensor] = [torch.zeros(0, dtype=torch.long, device=device)]
+        self.mask_loss = 0.0
+
+    def add(self, batch: dict[str, torch.Tensor], losses: torch.Tensor) -> None:
+        """One batch: its original tokens counted, its [MASK] positions' targets and model losses kept."""
+        labels, inputs = batch["mlm_labels"], batch["input_ids"]
+        masked = labels != IGNORE_INDEX
+        # every target counts (so no target has frequency 0), and every other token but [CLS], [SEP], padding
+        original = torch.where(masked, labels, inputs)
+        original = original[masked | (batch["attention_mask"].bool() & ~torch.isin(inputs, self.special))]
+        self.counts += torch.bincount(original, minlength=len(self.counts)).to(torch.float64)
+        at_mask = inputs[masked] == self.mask_token_id  # aligned with the sparse targets (row-major order)
+        self.targets.append(labels[masked][at_mask])
+        self.mask_loss += float(losses[at_mask].sum())
+
+    def totals(self, ctx: DistributedContext) -> dict[str, float]:
+        """This process's sums, its unigram loss scored with every process's counts (a collective: every
+        process calls it, with or without held-out instances of its own)."""
+        counts = all_reduce_sum(self.counts, ctx)
+        targets = torch.cat(self.targets)
+        unigram = -torch.log(counts[targets] / counts.sum())
+        return {"mask_loss": self.mask_loss, "unigram_loss": float(unigram.sum()), "mask_tokens": float(len(targets))}
+
+
+def _vocab_size(model: nn.Module) -> int:
+    """The vocabulary of the (first) encoder in `model`, whatever wraps it."""
+    return next(m for m in model.modules() if isinstance(m, BertModel)).embeddings.word.num_embeddings
 
 
 # --- data -----------------------------------------------------------------------------------------
@@ -219,7 +285,8 @@ def pretrain(settings: PretrainSettings, train: TrainConfig, objective: Objectiv
     pad = tokenizer.pad_token_id
     micro_batch = train.batch_plan(ctx.world_size)[1]
     evaluate = functools.partial(evaluate_pretraining, dataset=eval_set, nsp=settings.nsp, pad_token_id=pad,
-                                 batch_size=micro_batch, ctx=ctx, precision=train.precision)
+                                 batch_size=micro_batch, ctx=ctx, precision=train.precision,
+                                 special_token_ids=tokenizer.special_token_ids)
     hooks = Hooks(evaluate=evaluate if len(eval_set) else None,
                   save_weights=lambda _, d: model.save_pretrained(d, tokenizer=tokenizer),
                   load_weights=lambda _, d: model.load_hf_state_dict(read_state_dict(d), source=str(d)))
@@ -230,7 +297,10 @@ def pretrain(settings: PretrainSettings, train: TrainConfig, objective: Objectiv
                                {**run_identity(settings, train_set.dataset, model, eval_set), **(identity or {})}))
     if ctx.is_main and result.stop_reason == "budget":
         length = int(train_set.dataset.options["max_seq_length"])  # the full length when some steps read it
-        _write_final(settings, train, model, tokenizer, output, result.step, plan.recipe, length)
+        record = _write_final(settings, train, model, tokenizer, output, result.step, plan.recipe, length)
+        plateau = plateau_note(context_gain(record))
+        if plateau:
+            logger.warning("%s", plateau)
     barrier(ctx)  # final/ is complete before any rank goes on (a command may fine-tune from it next)
     return result
 
@@ -294,11 +364,11 @@ def _training_data(train_set: _Split, step: StepPlan, pad: int, phase: Callable[
 
 def _write_final(settings: PretrainSettings, train: TrainConfig, model: BertForPreTraining | BertForMaskedLM,
                  tokenizer: WordPieceTokenizer, output: Path, steps: int, recipe: PretrainRecipe | None,
-                 length: int) -> None:
-    """OUTPUT/final: the model as a Hugging Face directory (never the DDP wrapper), what it keeps of --init-from,
-    and bertkit_pretraining.json (the record the fine-tuning learning-rate rule and a later recipe read): this
-    run's steps and recipe, and its lineage (`continued_from`: the --init-from directory, whether that was
-    released elsewhere, the bertkit steps before; `total_steps` along the chain), so a released checkpoint
+                 length: int) -> dict[str, Any]:
+    """OUTPUT/final, and its record returned: the model as a Hugging Face directory (never the DDP wrapper), what it
+    keeps of --init-from, and bertkit_pretraining.json (the record the fine-tuning learning-rate rule and a later
+    recipe read): this run's steps and recipe, and its lineage (`continued_from`: the --init-from directory, whether
+    that was released elsewhere, the bertkit steps before; `total_steps` along the chain), so a released checkpoint
     continued for 30 steps is still a released checkpoint to the rules that read it; and `trained_positions`, the
     leading positions some instance of this run or of a bertkit run before it reached (`length` tokens here), so
     fine-tuning can say when its inputs reach positions pre-training never trained (None: a checkpoint made
@@ -321,6 +391,7 @@ def _write_final(settings: PretrainSettings, train: TrainConfig, model: BertForP
         covered = trained_positions(earlier)
         record["trained_positions"] = None if not before or covered is None else max(covered, length)
     write_text_atomic(output / "final" / PRETRAINING_FILE, json.dumps(record, indent=2) + "\n")
+    return record
 
 
 def run_identity(settings: PretrainSettings, data: PretrainingDataset, model: BertForPreTraining | BertForMaskedLM,

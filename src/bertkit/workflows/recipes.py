@@ -206,15 +206,60 @@ def long_input_task_note(trained_length: int | None, lengths: list[int], steps: 
             "such a model and such inputs)")
 
 
-def random_init_comparison(choice: str, trained_length: int | None, lengths: list[int], steps: float | None
-                           ) -> tuple[bool, str]:
+UNIGRAM_PLATEAU_NATS = 0.5
+"""Held-out context gain (`mlm_context_gain`: nats per [MASK] token that the model predicts better than the held-out
+set's own unigram frequencies) below which a pre-trained model is taken to be still on the unigram plateau, where it
+predicts a masked word mostly from how common it is. Measured (docs/pretraining.md, "The unigram plateau"): the
+models pre-trained 10 CPU-minutes on the Treasury of David read 0.13 (bertkit's) and 0.06 (transformers', the same
+CPU time) and fine-tuned 8.8 and 7.3 points below random initialisation; the commentary's 10-minute models read 1.0
+and 1.1, and every model measured to pay read more than 1."""
+PLATEAU_MEASURED = ("the Treasury of David's 10-minute models, at 0.13 and 0.06 nats, fine-tuned 8.8 and 7.3 points "
+                    "below random initialisation")
+"""What UNIGRAM_PLATEAU_NATS rests on, in the words the notes use."""
+
+
+def context_gain(record: dict[str, Any]) -> float | None:
+    """The held-out `mlm_context_gain` of a bertkit_pretraining.json's last evaluation: None for a model pre-trained
+    elsewhere (`pretraining_history`: assumed to convergence), a record without it, or a damaged value."""
+    last = record.get("last_eval")
+    gain = last.get("mlm_context_gain") if isinstance(last, dict) and pretraining_history(record) else None
+    if not isinstance(gain, (int, float)) or isinstance(gain, bool) or not math.isfinite(gain):
+        return None
+    return float(gain)
+
+
+def plateau_note(gain: float | None) -> str:
+    """'' or one line for the end of `pretrain`: the final model's held-out context gain is below
+    UNIGRAM_PLATEAU_NATS."""
+    if gain is None or gain >= UNIGRAM_PLATEAU_NATS:
+        return ""
+    return (f"the model predicts held-out masked words {_against_frequency(gain)} "
+            f"(mlm_context_gain < {UNIGRAM_PLATEAU_NATS:g}): it has barely begun to read their context, the unigram "
+            f"plateau every pre-training starts on; measured: {PLATEAU_MEASURED}; extend the run (the same command "
+            "with a larger --max-steps or --max-time and --resume auto); `bertkit finetune` fine-tunes random "
+            "initialisation beside this model and keeps the better on dev (--compare-random-init auto)")
+
+
+def _against_frequency(gain: float) -> str:
+    """A context gain in words: 'only 0.16 nats better than their frequency alone', or '... worse than ...'."""
+    return (f"only {gain:.2f} nats better than" if gain >= 0 else f"{-gain:.2f} nats worse than") + \
+        " their frequency alone"
+
+
+def random_init_comparison(choice: str, trained_length: int | None, lengths: list[int], steps: float | None,
+                           gain: float | None = None) -> tuple[bool, str]:
     """`finetune --compare-random-init`, resolved: (whether to fine-tune random initialisation as well, why). auto
-    compares exactly where `long_input_task_note` speaks, the budgets and lengths at which pre-training was measured
-    to gain less than LONG_INPUT_PAYS points or to lose (a commentary task: -15.5 at 10 CPU-minutes with one
-    pre-training seed, -3.5 over three); elsewhere
-    pre-training paid, and a comparison would double the run for nothing."""
+    compares where pre-training was measured to lose: a model whose held-out context `gain` says it is still on
+    the unigram plateau (`plateau_note`), and where `long_input_task_note` speaks, the budgets and lengths at which
+    pre-training was measured to gain less than LONG_INPUT_PAYS points or to lose (a commentary task: -15.5 at 10
+    CPU-minutes with one pre-training seed, -3.5 over three); elsewhere pre-training paid, and a comparison would
+    double the run for nothing."""
     if choice != "auto":
         return choice == "on", f"--compare-random-init {choice}"
+    if gain is not None and gain < UNIGRAM_PLATEAU_NATS:
+        return True, (f"auto: the model predicts held-out masked words {_against_frequency(gain)} (the "
+                      "unigram plateau), where pre-training was measured to lose to random "
+                      "initialisation")
     if long_input_task_note(trained_length, lengths, steps):
         return True, (f"auto: most inputs are longer than the {trained_length} tokens of a {steps:,.0f}-step "
                       "pre-training, where pre-training was measured to lose to random initialisation")
