@@ -485,3 +485,31 @@ def test_transformers_comparison_trains_the_objective_bertkits_recipe_trains(tmp
     for nsp in (True, False):  # both sides time the run's objective on the same batches
         timing = script.rate_ratio(config, 50, iter([batch] * 8), contextlib.nullcontext, 1e-3, 1, 2, nsp)
         assert set(timing["steps_per_s"]) == {"bertkit", "transformers"} and timing["ratio"] > 0
+
+
+def test_the_context_gain_script_scores_a_model_as_its_run_did(tmp_path, monkeypatch, capsys, write_toy_corpus):
+    """scripts/context_gain.py: the held-out split, masking and baseline of `pretrain --seed S` again, so a finished
+    run's final model scores exactly what its record says; a row is appended with --results."""
+    from bertkit.data import InstanceSettings, PretrainingDataSettings, build_pretraining_data  # noqa: PLC0415
+
+    corpus = write_toy_corpus(tmp_path / "corpus.txt", documents=20, sentences=(3, 6), words=(6, 14))
+    tokenizer = WordPieceTokenizer.train([corpus], vocab_size=120, min_frequency=1)
+    tokenizer.save_pretrained(tmp_path / "tok")
+    build_pretraining_data(PretrainingDataSettings((str(corpus),), "(in memory)", str(tmp_path / "data"), workers=1,
+                                                   quiet=True, instances=InstanceSettings(max_seq_length=64)),
+                           tokenizer)
+    assert bertkit_main(["pretrain", "--data", str(tmp_path / "data"), "--tokenizer", str(tmp_path / "tok"),
+                         "--model", "bert-debug", "--output", str(tmp_path / "run"), "--max-steps", "3", "--seed",
+                         "7", "--eval-examples", "8", "--device", "cpu", "--precision", "fp32"]) == 0
+    recorded = json.loads((tmp_path / "run" / "final" / "bertkit_pretraining.json").read_text())["last_eval"]
+    script = load_script("context_gain")
+    results = tmp_path / "rows.jsonl"
+    monkeypatch.setattr(sys, "argv", ["context_gain.py", "--data", str(tmp_path / "data"), "--model",
+                                      str(tmp_path / "run" / "final"), "--seed", "7", "--eval-examples", "8",
+                                      "--results", str(results)])
+    script.main()
+    row = json.loads(results.read_text(encoding="utf-8"))
+    for key in ("mlm_loss", "mlm_accuracy", "mlm_context_gain"):
+        assert row[key] == pytest.approx(recorded[key], rel=1e-5), key
+    held_out = min(8, len(PretrainingDataset(tmp_path / "data")) // 10)  # at most a tenth, as the run held out
+    assert row["held_out"] == held_out and row["seed"] == 7 and "mlm_context_gain" in capsys.readouterr().out

@@ -39,7 +39,7 @@ def run(options: dict[str, Any]) -> tuple[str, dict[str, Any], str | None]:
     from bertkit.train import checkpoint as ckpt
     from bertkit.train.compiled import CompiledObjective
     from bertkit.workflows.pretrain import evaluate_pretraining
-    from gpu_check.tiny import FIRST_WORD_ID, pretraining_items, tiny_model
+    from gpu_check.tiny import FIRST_WORD_ID, VOCAB_SIZE, pretraining_items, tiny_model
 
     device = "cpu" if options["dry_run"] else "cuda"
     details: dict[str, Any] = {"environment": {k: os.environ.get(k) for k in TORCHRUN_VARIABLES},
@@ -66,8 +66,10 @@ def run(options: dict[str, Any]) -> tuple[str, dict[str, Any], str | None]:
         held_out = pretraining_items(16, seed=1)
         parameters = inspect.signature(evaluate_pretraining).parameters
         evaluate_kwargs: dict[str, Any] = {"ctx": ctx} if "ctx" in parameters else {}
-        if "special_token_ids" in parameters:  # the held-out context gain: word counts summed on the device
-            evaluate_kwargs["special_token_ids"] = tuple(range(FIRST_WORD_ID))
+        if "baseline" in parameters:  # the held-out context gain, its losses summed on the device
+            from bertkit.workflows.pretrain import unigram_baseline
+
+            evaluate_kwargs["baseline"] = unigram_baseline(pretraining_items(64), VOCAB_SIZE, range(FIRST_WORD_ID), 0)
 
         def eval_fn(model: torch.nn.Module) -> dict[str, float]:
             return evaluate_pretraining(model, held_out, 8, **evaluate_kwargs)
@@ -92,7 +94,7 @@ def run(options: dict[str, Any]) -> tuple[str, dict[str, Any], str | None]:
             problems.append(f"train losses: {[r['loss'] for r in train]}")
         if not evals:
             problems.append("no evaluation was logged")
-        elif "special_token_ids" in evaluate_kwargs and not all(
+        elif "baseline" in evaluate_kwargs and not all(
                 math.isfinite(r.get("mlm_context_gain", math.nan)) for r in evals):
             problems.append(f"held-out mlm_context_gain missing or not finite: {evals}")
         if not saved or any(ckpt.verify_checkpoint(p) for p in saved):

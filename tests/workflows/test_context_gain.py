@@ -1,6 +1,6 @@
-"""The held-out context gain (`mlm_context_gain`): how much better than the held-out set's own word frequencies a
-model predicts the words behind [MASK], the measure of the unigram plateau a short pre-training can end on; what
-`pretrain` says about it and what `finetune --compare-random-init auto` does with it."""
+"""The held-out context gain (`mlm_context_gain`): how much better than word frequencies counted on the training
+split a model predicts the words behind [MASK], the measure of the unigram plateau a short pre-training can end on;
+what `pretrain` says about it and what `finetune --compare-random-init auto` does with it."""
 
 from __future__ import annotations
 
@@ -10,9 +10,14 @@ import math
 
 import pytest
 import torch
+from torch.nn import functional as F
 
+from bertkit.config import preset
+from bertkit.data import collate_pretraining
+from bertkit.model import BertForPreTraining
 from bertkit.train.distributed import DistributedContext
 from bertkit.workflows import pretrain as pretrain_module
+from bertkit.workflows.pretrain import evaluate_pretraining, unigram_baseline
 from bertkit.workflows.recipes import (
     UNIGRAM_PLATEAU_NATS,
     context_gain,
@@ -24,7 +29,7 @@ from .conftest import TOKENS
 from .test_random_init_comparison import _finetune, _short_budget_model, _task
 
 ID = {token: index for index, token in enumerate(TOKENS)}
-PAD, CLS, SEP, MASK = ID["[PAD]"], ID["[CLS]"], ID["[SEP]"], ID["[MASK]"]
+PAD, MASK = ID["[PAD]"], ID["[MASK]"]
 SPECIAL = tuple(ID[t] for t in ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"))
 
 
@@ -37,62 +42,76 @@ def _item(inputs: list[str], labels: dict[int, str]) -> dict[str, torch.Tensor]:
             "mlm_labels": mlm, "nsp_labels": torch.tensor(0)}
 
 
-# Originals (masked positions read as their labels; [CLS], [SEP] and padding left out): good good film bad, then
-# good awful film: good 3, film 2, bad 1, awful 1 of 7. Behind [MASK]: good, good, film. "bad" is predicted where it
-# was kept, "awful" where "plot" replaced it: both can be copied from the input, so neither counts.
+# Words (masked positions read as their targets; [CLS], [SEP], [MASK] and padding left out): good good film bad
+# [UNK], then good awful film: good 3, film 2, bad 1, awful 1, [UNK] 1 of 8. Behind [MASK]: good, good, film. "bad"
+# is predicted where it was kept, "awful" where "plot" replaced it: both can be copied from the input, so neither
+# counts in the gain.
 ITEMS = [
-    _item(["[CLS]", "[MASK]", "good", "film", "[SEP]", "bad", "[SEP]"], {1: "good", 5: "bad"}),
+    _item(["[CLS]", "[MASK]", "good", "film", "[SEP]", "bad", "[UNK]", "[SEP]"], {1: "good", 5: "bad"}),
     _item(["[CLS]", "[MASK]", "plot", "[SEP]", "[MASK]", "[SEP]"], {1: "good", 2: "awful", 4: "film"}),
 ]
-UNIGRAM_LOSS = -(2 * math.log(3 / 7) + math.log(2 / 7)) / 3
-FREQUENCIES = torch.tensor([{"good": 3, "film": 2, "bad": 1, "awful": 1}.get(t, 0) / 7 for t in TOKENS])
+COUNTS = {"good": 3, "film": 2, "bad": 1, "awful": 1, "[UNK]": 1}
 
 
-class _Encoder(torch.nn.Module):
-    """What `_held_out_metrics` reads the vocabulary size from; the predictions are patched in."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        from bertkit.config import preset  # noqa: PLC0415
-        from bertkit.model import BertModel  # noqa: PLC0415
-
-        self.bert = BertModel(preset("bert-debug", vocab_size=len(TOKENS)))
+def test_the_baseline_counts_every_word_of_the_sampled_training_instances():
+    baseline = unigram_baseline(ITEMS, len(TOKENS), SPECIAL, seed=0)
+    assert baseline.words == 8 and baseline.mask_token_id == MASK
+    smoothed = {t: math.log((COUNTS.get(t, 0) + 0.5) / (8 + 0.5 * len(TOKENS))) for t in TOKENS}  # add-half
+    assert baseline.log_frequency.tolist() == pytest.approx([smoothed[t] for t in TOKENS])
+    one = unigram_baseline(ITEMS, len(TOKENS), SPECIAL, seed=0, instances=1)  # bounded: one instance counted
+    again = unigram_baseline(ITEMS, len(TOKENS), SPECIAL, seed=0, instances=1)  # the seed draws the same one
+    assert one.words in (5, 3) and again.words == one.words and torch.equal(again.log_frequency, one.log_frequency)
+    assert unigram_baseline([], len(TOKENS), SPECIAL, seed=0).words == 0
 
 
 def _gain(monkeypatch, predict) -> float:
-    """mlm_context_gain of a model whose log-probabilities at the masked positions are `predict(targets)`."""
+    """mlm_context_gain on ITEMS, against ITEMS' own baseline, of a model whose logits at the masked positions are
+    `predict(targets)`."""
     def logits_and_targets(model, batch, nsp, sparse):
         targets = batch["mlm_labels"][batch["mlm_labels"] != -100]
         return predict(targets), targets, None
 
     monkeypatch.setattr(pretrain_module, "mlm_logits_and_targets", logits_and_targets)
-    metrics = pretrain_module._held_out_metrics(_Encoder(), ITEMS, 2, False, PAD, DistributedContext(),
-                                                torch.device("cpu"), SPECIAL)
-    return metrics["mlm_context_gain"]
+    baseline = unigram_baseline(ITEMS, len(TOKENS), SPECIAL, seed=0)
+    return pretrain_module._held_out_metrics(None, ITEMS, 2, False, PAD, DistributedContext(), torch.device("cpu"),
+                                             baseline)["mlm_context_gain"]
 
 
 def test_a_model_that_predicts_from_frequency_alone_gains_nothing(monkeypatch):
-    frequency = torch.log(FREQUENCIES.clamp(min=1e-30))
+    frequency = unigram_baseline(ITEMS, len(TOKENS), SPECIAL, seed=0).log_frequency.float()
     assert _gain(monkeypatch, lambda targets: frequency.expand(len(targets), -1)) == pytest.approx(0, abs=1e-6)
 
 
-def test_a_model_that_reads_the_context_gains_the_unigram_loss(monkeypatch):
+def test_a_model_that_reads_the_context_gains_the_baseline_loss_at_the_masks(monkeypatch):
     def oracle(targets):
-        return torch.nn.functional.one_hot(targets, len(TOKENS)).float() * 100
-    assert _gain(monkeypatch, oracle) == pytest.approx(UNIGRAM_LOSS, rel=1e-6)
+        return F.one_hot(targets, len(TOKENS)).float() * 100
+    behind_masks = -(2 * math.log(3.5 / 13.5) + math.log(2.5 / 13.5)) / 3  # good, good, film; add-half smoothed
+    assert _gain(monkeypatch, oracle) == pytest.approx(behind_masks, rel=1e-6)
 
 
-def test_the_gain_is_left_out_without_the_vocabulary_or_without_a_mask(monkeypatch):
-    def uniform(model, batch, nsp, sparse):
-        targets = batch["mlm_labels"][batch["mlm_labels"] != -100]
-        return torch.zeros(len(targets), len(TOKENS)), targets, None
-
-    monkeypatch.setattr(pretrain_module, "mlm_logits_and_targets", uniform)
-    run = pretrain_module._held_out_metrics
-    assert "mlm_context_gain" not in run(_Encoder(), ITEMS, 2, False, PAD, DistributedContext(), torch.device("cpu"))
+def test_the_gain_is_left_out_without_a_baseline_or_without_a_mask():
+    model = BertForPreTraining(preset("bert-debug", vocab_size=len(TOKENS)))
+    assert "mlm_context_gain" not in evaluate_pretraining(model, ITEMS, 2, True, PAD)
     kept_only = [_item(["[CLS]", "good", "film", "[SEP]"], {1: "good"})]  # predicted, never behind [MASK]
-    metrics = run(_Encoder(), kept_only, 2, False, PAD, DistributedContext(), torch.device("cpu"), SPECIAL)
-    assert "mlm_context_gain" not in metrics and metrics["mlm_loss"] == pytest.approx(math.log(len(TOKENS)))
+    baseline = unigram_baseline(ITEMS, len(TOKENS), SPECIAL, seed=0)
+    assert "mlm_context_gain" not in evaluate_pretraining(model, kept_only, 2, True, PAD, baseline=baseline)
+
+
+def test_a_real_model_is_scored_at_its_mask_positions(monkeypatch):
+    """Through the model's sparse MLM path (masked positions gathered in row-major order) and its accelerated
+    evaluation copy, against a dense recomputation of every position."""
+    torch.manual_seed(0)
+    model = BertForPreTraining(preset("bert-debug", vocab_size=len(TOKENS))).eval()
+    baseline = unigram_baseline(ITEMS, len(TOKENS), SPECIAL, seed=0)
+    gain = evaluate_pretraining(model, ITEMS, 2, True, PAD, baseline=baseline)["mlm_context_gain"]
+    batch = collate_pretraining(ITEMS, PAD)
+    with torch.no_grad():
+        logits = model(batch["input_ids"], batch["token_type_ids"], batch["attention_mask"]).prediction_logits
+    at_mask = batch["input_ids"] == MASK
+    targets = batch["mlm_labels"][at_mask]
+    model_loss = F.cross_entropy(logits[at_mask].float(), targets, reduction="mean")
+    expected = float(-baseline.log_frequency[targets].mean() - model_loss)
+    assert gain == pytest.approx(expected, abs=1e-4)
 
 
 def test_the_record_is_read_only_for_a_bertkit_pretraining():
@@ -115,8 +134,9 @@ def test_auto_compares_a_model_on_the_plateau_whatever_its_inputs():
     assert plateau_note(UNIGRAM_PLATEAU_NATS) == plateau_note(None) == ""
     note = plateau_note(0.16)
     assert note.startswith("the model predicts held-out masked words only 0.16 nats better") and "\n" not in note
-    assert "--resume auto" in note and "--compare-random-init auto" in note
-    assert plateau_note(-0.5).startswith("the model predicts held-out masked words 0.50 nats worse than their")
+    assert "--resume auto" in note and "--compare-random-init auto" in note and "quickstart: a larger --minutes" in note
+    assert plateau_note(-0.5).startswith("the model predicts held-out masked words 0.5 nats worse than their")
+    assert "only 0.497 nats better" in plateau_note(0.497)  # not "0.50 ... < 0.5"
 
 
 def test_finetune_compares_random_initialisation_for_a_model_whose_record_says_plateau(tmp_path):
@@ -126,7 +146,7 @@ def test_finetune_compares_random_initialisation_for_a_model_whose_record_says_p
     data = _task(tmp_path, words=3)  # short inputs
     assert _finetune(model, data, tmp_path / "out") == 0
     decision = json.loads((tmp_path / "out" / "eval_results.json").read_text())["random_init"]
-    assert decision["compare"] and "0.10 nats" in decision["reason"]
+    assert decision["compare"] and "only 0.1 nats better" in decision["reason"]
     assert (tmp_path / "out" / "random-init" / "best").is_dir()
 
 
@@ -151,4 +171,4 @@ def test_pretrain_records_the_gain_and_says_when_it_ends_on_the_plateau(tmp_path
     assert [r["mlm_context_gain"] for r in evals if r["kind"] == "eval"][-1] == gain
     assert gain < UNIGRAM_PLATEAU_NATS  # two steps of a random model: nothing read yet
     said = [r for r in caplog.records if r.getMessage().startswith("the model predicts held-out masked words")]
-    assert len(said) == 1 and said[0].levelno == logging.WARNING and f"{abs(gain):.2f} nats" in said[0].getMessage()
+    assert len(said) == 1 and said[0].levelno == logging.WARNING and f"{abs(gain):.3g} nats" in said[0].getMessage()

@@ -21,6 +21,7 @@ import hashlib
 import json
 import logging
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -40,7 +41,6 @@ from bertkit.io.jsonfile import read_json_object
 from bertkit.model import (
     BertForMaskedLM,
     BertForPreTraining,
-    BertModel,
     accelerate_for_inference,
     enable_gradient_checkpointing,
     read_state_dict,
@@ -76,23 +76,27 @@ logger = logging.getLogger(__name__)
 @torch.no_grad()
 def evaluate_pretraining(model: nn.Module, dataset: Dataset, batch_size: int, nsp: bool = True,
                          pad_token_id: int = 0, ctx: DistributedContext | None = None,
-                         precision: str = "fp32", special_token_ids: Sequence[int] = ()) -> dict[str, float]:
+                         precision: str = "fp32", baseline: UnigramBaseline | None = None) -> dict[str, float]:
     """Held-out MLM loss/accuracy over all masked tokens and NSP loss/accuracy over all pairs, in the training
     `precision` (fp32, bf16, fp16); under torchrun each process scores its share of the held-out set and the sums
-    are added up (on the device). Given the vocabulary's `special_token_ids` ([PAD], [UNK], [CLS], [SEP], [MASK],
-    in the tokenizer's order), also `mlm_context_gain` (`_ContextGain`; `recipes.UNIGRAM_PLATEAU_NATS` reads it)."""
+    are added up (on the device). Given a `baseline`, also `mlm_context_gain`: the baseline's cross-entropy at the
+    held-out positions whose input is [MASK], less the model's there, in nats per token (none without such a
+    position; `recipes.UNIGRAM_PLATEAU_NATS` reads it). Only [MASK] inputs count: a token kept or replaced at
+    random can be copied from the input, which is no reading of its context."""
     ctx = ctx or DistributedContext()
     device = next(model.parameters()).device
     model = accelerate_for_inference(model, autocast=precision == "bf16" and device.type == "cpu")
     with autocast(precision, device)():
-        return _held_out_metrics(model, dataset, batch_size, nsp, pad_token_id, ctx, device, tuple(special_token_ids))
+        return _held_out_metrics(model, dataset, batch_size, nsp, pad_token_id, ctx, device, baseline)
 
 
 def _held_out_metrics(model: nn.Module, dataset: Dataset, batch_size: int, nsp: bool, pad_token_id: int,
-                      ctx: DistributedContext, device: torch.device, special_token_ids: tuple[int, ...] = ()
+                      ctx: DistributedContext, device: torch.device, baseline: UnigramBaseline | None = None
                       ) -> dict[str, float]:
-    totals = dict(mlm_loss=0.0, mlm_correct=0, mlm_tokens=0, nsp_loss=0.0, nsp_correct=0, pairs=0)
-    context = _ContextGain(special_token_ids, _vocab_size(model), device) if special_token_ids else None
+    """`evaluate_pretraining`'s sums over this process's share, added up over every process."""
+    totals = dict(mlm_loss=0.0, mlm_correct=0, mlm_tokens=0, nsp_loss=0.0, nsp_correct=0, pairs=0,
+                  mask_loss=0.0, unigram_loss=0.0, mask_tokens=0)
+    log_frequency = baseline.log_frequency.to(device) if baseline is not None else None
     size = len(dataset)  # type: ignore[arg-type]  # torch's Dataset declares no __len__ (map-style ones have it)
     first, last = size * ctx.rank // ctx.world_size, size * (ctx.rank + 1) // ctx.world_size
     for start in range(first, last, batch_size):
@@ -103,69 +107,65 @@ def _held_out_metrics(model: nn.Module, dataset: Dataset, batch_size: int, nsp: 
         totals["mlm_loss"] += float(losses.sum())
         totals["mlm_correct"] += int((mlm_logits.argmax(-1) == targets).sum())
         totals["mlm_tokens"] += len(targets)
-        if context is not None:
-            context.add(batch, losses)
+        if baseline is not None and log_frequency is not None:
+            # the sparse targets are the masked positions in row-major order, as their inputs here
+            at_mask = batch["input_ids"][batch["mlm_labels"] != IGNORE_INDEX] == baseline.mask_token_id
+            totals["mask_loss"] += float(losses[at_mask].sum())
+            totals["unigram_loss"] -= float(log_frequency[targets[at_mask]].sum())
+            totals["mask_tokens"] += int(at_mask.sum())
         if nsp_logits is not None:
             labels = batch["nsp_labels"]
             totals["nsp_loss"] += float(F.cross_entropy(nsp_logits.float(), labels, reduction="sum"))
             totals["nsp_correct"] += int((nsp_logits.argmax(-1) == labels).sum())
             totals["pairs"] += len(labels)
-    if context is not None:
-        totals.update(context.totals(ctx))
     keys = sorted(totals)
     summed = all_reduce_sum(torch.tensor([float(totals[k]) for k in keys], dtype=torch.float64, device=device), ctx)
     totals = dict(zip(keys, summed.tolist()))
     tokens, pairs = max(1.0, totals["mlm_tokens"]), max(1.0, totals["pairs"])
     metrics = {"mlm_loss": totals["mlm_loss"] / tokens, "mlm_accuracy": totals["mlm_correct"] / tokens}
-    if totals.get("mask_tokens"):
+    if totals["mask_tokens"]:
         metrics["mlm_context_gain"] = (totals["unigram_loss"] - totals["mask_loss"]) / totals["mask_tokens"]
     if nsp:
         metrics.update(nsp_loss=totals["nsp_loss"] / pairs, nsp_accuracy=totals["nsp_correct"] / pairs)
     return metrics
 
 
-class _ContextGain:
-    """How much the model reads the context of a [MASK]: the cross-entropy of a unigram model at the held-out
-    positions whose input is [MASK], less the model's there, in nats per token (`mlm_context_gain`).
-
-    The unigram model is the held-out set's own token frequencies (every original token but [CLS], [SEP] and
-    padding, the [MASK] targets included), so no frequency table can beat it there: a model that predicts a masked token
-    from how common it is, whatever surrounds it, scores about 0 (the unigram plateau every short pre-training
-    starts on), one that reads the context scores more. Only [MASK] inputs count: a token kept or replaced at
-    random can be copied from the input, which is no reading of the context."""
-
-    def __init__(self, special_token_ids: tuple[int, ...], vocab_size: int, device: torch.device) -> None:
-        pad, _, cls, sep, mask = special_token_ids  # [UNK] is a word as far as frequencies go
-        self.special = torch.tensor((pad, cls, sep, mask), device=device)
-        self.mask_token_id = mask
-        self.counts = torch.zeros(vocab_size, dtype=torch.float64, device=device)
-        self.targets: list[torch.Tensor] = [torch.zeros(0, dtype=torch.long, device=device)]
-        self.mask_loss = 0.0
-
-    def add(self, batch: dict[str, torch.Tensor], losses: torch.Tensor) -> None:
-        """One batch: its original tokens counted, its [MASK] positions' targets and model losses kept."""
-        labels, inputs = batch["mlm_labels"], batch["input_ids"]
-        masked = labels != IGNORE_INDEX
-        # every target counts (so no target has frequency 0), and every other token but [CLS], [SEP], padding
-        original = torch.where(masked, labels, inputs)
-        original = original[masked | (batch["attention_mask"].bool() & ~torch.isin(inputs, self.special))]
-        self.counts += torch.bincount(original, minlength=len(self.counts)).to(torch.float64)
-        at_mask = inputs[masked] == self.mask_token_id  # aligned with the sparse targets (row-major order)
-        self.targets.append(labels[masked][at_mask])
-        self.mask_loss += float(losses[at_mask].sum())
-
-    def totals(self, ctx: DistributedContext) -> dict[str, float]:
-        """This process's sums, its unigram loss scored with every process's counts (a collective: every
-        process calls it, with or without held-out instances of its own)."""
-        counts = all_reduce_sum(self.counts, ctx)
-        targets = torch.cat(self.targets)
-        unigram = -torch.log(counts[targets] / counts.sum())
-        return {"mask_loss": self.mask_loss, "unigram_loss": float(unigram.sum()), "mask_tokens": float(len(targets))}
+UNIGRAM_SAMPLE_INSTANCES = 10_000
+"""Training instances whose words `unigram_baseline` counts: at 64 tokens about 600,000 words, enough that an
+8,000-piece vocabulary's frequencies are estimated to within about 0.01 nats of the corpus's."""
 
 
-def _vocab_size(model: nn.Module) -> int:
-    """The vocabulary of the (first) encoder in `model`, whatever wraps it."""
-    return next(m for m in model.modules() if isinstance(m, BertModel)).embeddings.word.num_embeddings
+@dataclass(frozen=True, eq=False)  # (a tensor field: compared by identity)
+class UnigramBaseline:
+    """What `mlm_context_gain` measures a model against: predicting every masked word from its frequency alone."""
+
+    mask_token_id: int
+    log_frequency: torch.Tensor
+    """(vocabulary,) float64: the log of each id's add-half smoothed frequency among the sampled words."""
+    words: int
+    """How many words were counted."""
+
+
+def unigram_baseline(dataset: Dataset, vocab_size: int, special_token_ids: Sequence[int], seed: int,
+                     instances: int = UNIGRAM_SAMPLE_INSTANCES) -> UnigramBaseline:
+    """The word frequencies of up to `instances` instances of `dataset` (the training split, so the held-out words
+    are scored by frequencies counted elsewhere, as the model learned its own), drawn with `seed`: every original
+    word (a masked position's target) except [CLS], [SEP], [MASK] and padding ([UNK] is a word here). The same
+    `seed` gives every process the same baseline without a collective; the cost is bounded by `instances`."""
+    pad, _, cls, sep, mask = special_token_ids  # the tokenizer's order: [PAD], [UNK], [CLS], [SEP], [MASK]
+    size = len(dataset)  # type: ignore[arg-type]
+    rng = np.random.default_rng([seed, 11])
+    chosen = rng.choice(size, size=min(size, instances), replace=False) if size else np.zeros(0, np.int64)
+    counts = torch.zeros(vocab_size, dtype=torch.float64)
+    special = torch.tensor((pad, cls, sep, mask))
+    for index in chosen:
+        item = dataset[int(index)]
+        labels, inputs = item["mlm_labels"], item["input_ids"]
+        words = torch.where(labels != IGNORE_INDEX, labels, inputs)[item["attention_mask"].bool()]
+        counts += torch.bincount(words[~torch.isin(words, special)], minlength=vocab_size).to(torch.float64)
+    total = float(counts.sum())
+    log_frequency = torch.log((counts + 0.5) / (total + 0.5 * vocab_size))
+    return UnigramBaseline(mask, log_frequency, int(total))
 
 
 # --- data -----------------------------------------------------------------------------------------
@@ -284,9 +284,10 @@ def pretrain(settings: PretrainSettings, train: TrainConfig, objective: Objectiv
         write_text_atomic(output / SETTINGS_FILE, json.dumps(plan.record(ctx.world_size), indent=2) + "\n")
     pad = tokenizer.pad_token_id
     micro_batch = train.batch_plan(ctx.world_size)[1]
+    baseline = (unigram_baseline(train_set, model.config.vocab_size, tokenizer.special_token_ids, train.seed)
+                if len(eval_set) else None)
     evaluate = functools.partial(evaluate_pretraining, dataset=eval_set, nsp=settings.nsp, pad_token_id=pad,
-                                 batch_size=micro_batch, ctx=ctx, precision=train.precision,
-                                 special_token_ids=tokenizer.special_token_ids)
+                                 batch_size=micro_batch, ctx=ctx, precision=train.precision, baseline=baseline)
     hooks = Hooks(evaluate=evaluate if len(eval_set) else None,
                   save_weights=lambda _, d: model.save_pretrained(d, tokenizer=tokenizer),
                   load_weights=lambda _, d: model.load_hf_state_dict(read_state_dict(d), source=str(d)))
