@@ -488,8 +488,9 @@ def test_transformers_comparison_trains_the_objective_bertkits_recipe_trains(tmp
 
 
 def test_the_context_gain_script_scores_a_model_as_its_run_did(tmp_path, monkeypatch, capsys, write_toy_corpus):
-    """scripts/context_gain.py: the held-out split, masking and baseline of `pretrain --seed S` again, so a finished
-    run's final model scores exactly what its record says; a row is appended with --results."""
+    """scripts/context_gain.py: the held-out split, masking and baseline of the run the model is in, read from its
+    pretrain_settings.json, so a finished run's final model scores exactly what its record says; a row is appended
+    with --results."""
     from bertkit.data import InstanceSettings, PretrainingDataSettings, build_pretraining_data  # noqa: PLC0415
 
     corpus = write_toy_corpus(tmp_path / "corpus.txt", documents=20, sentences=(3, 6), words=(6, 14))
@@ -505,11 +506,11 @@ def test_the_context_gain_script_scores_a_model_as_its_run_did(tmp_path, monkeyp
     script = load_script("context_gain")
     results = tmp_path / "rows.jsonl"
     monkeypatch.setattr(sys, "argv", ["context_gain.py", "--data", str(tmp_path / "data"), "--model",
-                                      str(tmp_path / "run" / "final"), "--seed", "7", "--eval-examples", "8",
-                                      "--results", str(results)])
+                                      str(tmp_path / "run" / "final"), "--results", str(results)])  # the run's seed
     script.main()
     row = json.loads(results.read_text(encoding="utf-8"))
     for key in ("mlm_loss", "mlm_accuracy", "mlm_context_gain"):
         assert row[key] == pytest.approx(recorded[key], rel=1e-5), key
     held_out = min(8, len(PretrainingDataset(tmp_path / "data")) // 10)  # at most a tenth, as the run held out
-    assert row["held_out"] == held_out and row["seed"] == 7 and "mlm_context_gain" in capsys.readouterr().out
+    assert row["held_out"] == held_out and (row["seed"], row["eval_examples"], row["masked_lm_prob"]) == (7, 8, 0.3)
+    assert "(the run's pretrain_settings.json: seed 7" in capsys.readouterr().out

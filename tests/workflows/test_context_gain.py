@@ -135,7 +135,9 @@ def test_auto_compares_a_model_on_the_plateau_whatever_its_inputs():
     note = plateau_note(0.16)
     assert note.startswith("the model predicts held-out masked words only 0.16 nats better") and "\n" not in note
     assert "--resume auto" in note and "--compare-random-init auto" in note and "quickstart: a larger --minutes" in note
-    assert plateau_note(-0.5).startswith("the model predicts held-out masked words 0.5 nats worse than their")
+    below = plateau_note(-0.5)
+    assert below.startswith("the model predicts held-out masked words 0.5 nats worse than their frequency alone")
+    assert "not yet learned even how common they are" in below and "barely begun" in note
     assert "only 0.497 nats better" in plateau_note(0.497)  # not "0.50 ... < 0.5"
 
 
@@ -172,3 +174,17 @@ def test_pretrain_records_the_gain_and_says_when_it_ends_on_the_plateau(tmp_path
     assert gain < UNIGRAM_PLATEAU_NATS  # two steps of a random model: nothing read yet
     said = [r for r in caplog.records if r.getMessage().startswith("the model predicts held-out masked words")]
     assert len(said) == 1 and said[0].levelno == logging.WARNING and f"{abs(gain):.3g} nats" in said[0].getMessage()
+
+
+def test_a_training_checkpoint_is_said_to_carry_no_pretraining_record(tmp_path, caplog):
+    """Only a run's final/ has bertkit_pretraining.json: fine-tuning from RUN/checkpoints/step-N would take a short
+    run for a converged one, so it says so, with the fix."""
+    from .conftest import tiny_model  # noqa: PLC0415
+
+    checkpoint = tiny_model(tmp_path / "checkpoints" / "step-00000300")
+    (checkpoint / "trainer_state.json").write_text("{}")
+    data = _task(tmp_path, words=3)
+    with caplog.at_level(logging.WARNING):
+        assert _finetune(checkpoint, data, tmp_path / "out") == 0
+    said = [r.getMessage() for r in caplog.records if "is a training checkpoint" in r.getMessage()]
+    assert len(said) == 1 and "fine-tune from the run's final/" in said[0]

@@ -129,10 +129,16 @@ def model_source(settings: FinetuneSettings) -> ModelSource:
 
 
 def pretraining_record(directory: Path) -> dict[str, Any]:
-    """The model's bertkit_pretraining.json ({} without one). One that cannot be read, or whose step count is not
-    a count, is said in one line and read as {}: a checkpoint pre-trained elsewhere, assumed to convergence, which
-    decides the learning rate rule and --compare-random-init auto."""
+    """The model's bertkit_pretraining.json ({} without one; a training checkpoint, which has none, is said in one
+    line). One that cannot be read, or whose step count is not a count, is said in one line and read as {}: a
+    checkpoint pre-trained elsewhere, assumed to convergence, which decides the learning rate rule and
+    --compare-random-init auto."""
     path = directory / PRETRAINING_FILE
+    if not path.exists() and (directory / "trainer_state.json").is_file():  # a checkpoint of a bertkit run
+        log.warning("%s is a training checkpoint: only a run's final/ has the %s that says how it was pre-trained, "
+                    "so the model is taken as pre-trained elsewhere to convergence (the learning rate rule and "
+                    "--compare-random-init auto read it); fine-tune from the run's final/, or give --learning-rate "
+                    "and --compare-random-init yourself", directory, PRETRAINING_FILE)
     kept = read_json_object(path, missing={}, damaged=None)
     steps = kept.get("total_steps", kept.get("steps")) if kept else None
     if kept is None or (steps is not None and not (isinstance(steps, int) and not isinstance(steps, bool)
