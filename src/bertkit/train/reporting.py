@@ -124,7 +124,8 @@ class Reporter:
 
 
 def plot_metrics(metrics_path: Path, png_path: Path) -> Path | None:
-    """Losses (left) and accuracies (right) against step, train and eval, into one PNG."""
+    """Losses and the held-out context gain, both in nats (left), and accuracies (right) against step, train and
+    eval, into one PNG."""
     records = read_metrics(metrics_path)
     if not records:
         return None
@@ -134,7 +135,7 @@ def plot_metrics(metrics_path: Path, png_path: Path) -> Path | None:
     import matplotlib.pyplot as plt
 
     figure, (loss_axis, accuracy_axis) = plt.subplots(1, 2, figsize=(11, 4))
-    keys = sorted({k for r in records for k in r if k.endswith(("loss", "accuracy"))})
+    keys = sorted({k for r in records for k in r if k.endswith(("loss", "accuracy", "context_gain"))})
     colors = {key: f"C{i}" for i, key in enumerate(keys)}  # a metric keeps its colour in train and eval
     for kind, style in (("train", "-"), ("eval", "o--")):
         rows = [r for r in records if r.get("kind") == kind]
@@ -145,7 +146,7 @@ def plot_metrics(metrics_path: Path, png_path: Path) -> Path | None:
             axis = accuracy_axis if key.endswith("accuracy") else loss_axis
             axis.plot(*zip(*points), style, color=colors[key], label=f"{kind} {key}", markersize=4,
                       alpha=0.4 if kind == "train" else 1.0)
-    for axis, title in ((loss_axis, "loss"), (accuracy_axis, "accuracy")):
+    for axis, title in ((loss_axis, "loss, context gain (nats)"), (accuracy_axis, "accuracy")):
         axis.set_xlabel("optimizer step")
         axis.set_title(title)
         if axis.lines:
