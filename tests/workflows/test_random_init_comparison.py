@@ -321,3 +321,37 @@ def test_every_command_that_trains_seeds_stops_between_loops_in_one_line():
 
     for run in (run_finetuning, run_distillation, run_embedding_distillation, run_embedding_training):
         assert run.__wrapped__ is not run and "settings" in inspect.signature(run.__wrapped__).parameters
+
+
+def test_a_run_no_better_than_the_commonest_dev_label_says_so(tmp_path, caplog):
+    """eval_results.json holds what always answering the first dev set's commonest label scores, and a run whose
+    best seed does not beat it says so in one line (a model that learned nothing otherwise reports 90% here)."""
+    from bertkit.workflows.finetune import warn_at_majority  # noqa: PLC0415
+
+    data = _task(tmp_path, words=3)
+    rows = [json.dumps({"text": "good film" if i else "bad plot", "label": "good" if i else "bad"}) for i in range(10)]
+    dev = tmp_path / "dev.jsonl"
+    dev.write_text("\n".join(rows) + "\n", encoding="utf-8")
+    argv = ["finetune", "classification", "--model", "bert-debug", "--tokenizer", str(_vocab(tmp_path)), "--train",
+            str(data), "--dev", str(dev), "--output", str(tmp_path / "out"), "--epochs", "1",
+            "--learning-rate", "1e-12", "--precision", "fp32", "--device", "cpu", "--max-seq-length", "16"]
+    with caplog.at_level(logging.WARNING):
+        assert main(argv) == 0
+    results = json.loads((tmp_path / "out" / "eval_results.json").read_text())
+    assert results["dev_majority"] == {"label": "good", "accuracy": 0.9}
+    said = [r.getMessage() for r in caplog.records if r.getMessage().startswith("no seed scores more on dev")]
+    assert len(said) == 1 and "always answering its commonest label 'good' (0.9000)" in said[0]
+    caplog.clear()
+    with caplog.at_level(logging.WARNING):
+        warn_at_majority({"dev_majority": {"label": "good", "accuracy": 0.9}, "summary": {"accuracy": {"max": 0.95}}})
+        warn_at_majority({"summary": {"accuracy": {"max": 0.5}}})  # no majority: a regression, another metric
+    assert not caplog.records
+
+
+def _vocab(tmp_path: Path) -> Path:
+    from .conftest import TOKENS as tokens  # noqa: PLC0415
+
+    directory = tmp_path / "vocab"
+    directory.mkdir(exist_ok=True)
+    (directory / "vocab.txt").write_text("\n".join(tokens) + "\n", encoding="utf-8")
+    return directory

@@ -41,6 +41,7 @@ import functools
 import json
 import logging
 import shutil
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -289,6 +290,9 @@ def _finetune_seeds(task: Task, settings: FinetuneSettings, tokenizer: WordPiece
     report["past_trained_positions"] = warn_untrained_positions(source, train_features, task.settings.max_seq_length)
     if recipe is PLAIN:
         report["random_init"] = decide_random_init(settings, source, train_features, bool(dev_sets))
+    majority = dev_majority(task, dev_sets)
+    if majority is not None:
+        report["dev_majority"] = majority
     train_features = recipe.extend(train_features)
     sets = [DevSet(name, examples, task.features(examples, tokenizer)) for name, examples in dev_sets]
     report["truncated_dev_examples"] = task.last_truncated if sets else 0
@@ -433,7 +437,33 @@ def run_finetuning(kind: str, train_path: str | Path, dev_paths: list[str | Path
     train, dev_sets = read_files(task, train_path, dev_paths, report)
     inputs, labels = data_record(train_path, dev_paths)
     results = finetune(task, settings, tokenizer, train, dev_sets, report, inputs, labels, source)
-    return compare_random_init(task, settings, tokenizer, train, dev_sets, results, inputs, labels, source)
+    results = compare_random_init(task, settings, tokenizer, train, dev_sets, results, inputs, labels, source)
+    warn_at_majority(results)
+    return results
+
+
+def dev_majority(task: Task, dev_sets: Sequence[tuple[str, Sequence[Any]]]) -> dict[str, Any] | None:
+    """What always answering the first dev set's commonest label scores ({"label", "accuracy"}), for a
+    classification task scored by accuracy; None for any other task or without labelled dev examples."""
+    if not dev_sets or task.metric_names[:1] != ("accuracy",):
+        return None
+    labels = [label for label in (getattr(e, "label", None) for e in dev_sets[0][1]) if isinstance(label, str)]
+    if not labels:
+        return None
+    label, count = Counter(labels).most_common(1)[0]
+    return {"label": label, "accuracy": count / len(labels)}
+
+
+def warn_at_majority(results: dict[str, Any]) -> None:
+    """Say in one line when no seed's best dev accuracy beats always answering the commonest dev label: the
+    accuracy looks like a result, and is none."""
+    majority, best = results.get("dev_majority"), results.get("summary", {}).get("accuracy", {}).get("max")
+    if majority is None or best is None or best > majority["accuracy"] + 1e-9:
+        return
+    log.warning("no seed scores more on dev (best accuracy %.4f) than always answering its commonest label %r "
+                "(%.4f): the model has learned nothing that carries over to dev; try more epochs, another learning "
+                "rate, more labelled examples, or a model pre-trained longer", best, majority["label"],
+                majority["accuracy"])
 
 
 def read_files(task: Task, train_path: str | Path, dev_paths: Sequence[str | Path], report: dict[str, Any]
