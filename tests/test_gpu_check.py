@@ -54,7 +54,7 @@ def test_dry_run_writes_results_json(dry_run):
     group = results["parts"]["process_group"]["details"]
     assert group["group_joined"] and group["backend"] == "gloo" and group["context"]["distributed"]
     assert group["steps"] == 5 and len(group["evaluations"]) == 2 and group["torn_down"]
-    assert all(math.isfinite(e["mlm_context_gain"]) for e in group["evaluations"])  # its counts are all-reduced
+    assert all(math.isfinite(e["mlm_context_gain"]) for e in group["evaluations"])  # its sums are all-reduced
     assert set(group["checkpoints"].values()) == {"valid"}
     assert group["second_training"]["steps"] == 5 and "compiled objective" in group["second_training"]["step"]
     assert (out / "junit.xml").is_file() and (out / "gpu_check.log").is_file()

@@ -102,7 +102,7 @@ def test_pretraining_on_two_nodes_equals_one_process(files, tmp_path):
     for alone, nodes in zip(one, two):
         for key in ("loss", "mlm_loss", "mlm_accuracy", "nsp_loss", "nsp_accuracy"):
             assert nodes[key] == pytest.approx(alone[key], rel=1e-4, abs=1e-6), key
-    # held-out evaluation: each process scores its share; the context gain's word counts are summed first
+    # held-out evaluation: each process scores its share against the same baseline, and the sums are added up
     one_eval, two_eval = (records(tmp_path / run / "metrics.jsonl", "eval") for run in ("one", "two"))
     assert len(one_eval) == len(two_eval) == 2
     for alone, nodes in zip(one_eval, two_eval):

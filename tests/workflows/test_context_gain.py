@@ -127,16 +127,16 @@ def test_the_record_is_read_only_for_a_bertkit_pretraining():
 def test_auto_compares_a_model_on_the_plateau_whatever_its_inputs():
     short_inputs = [10] * 10  # inside the trained positions: the long-input rule alone would not compare
     compare, reason = random_init_comparison("auto", 64, short_inputs, 2_640, 0.16)
-    assert compare and reason.startswith("auto: the model predicts held-out masked words only 0.16 nats better")
+    assert compare and reason.startswith("auto: the model predicts held-out masked words only 0.160 nats better")
     assert not random_init_comparison("auto", 64, short_inputs, 2_640, UNIGRAM_PLATEAU_NATS)[0]
     assert not random_init_comparison("auto", 64, short_inputs, 2_640, None)[0]
     assert random_init_comparison("off", 64, short_inputs, 2_640, 0.16) == (False, "--compare-random-init off")
     assert plateau_note(UNIGRAM_PLATEAU_NATS) == plateau_note(None) == ""
     note = plateau_note(0.16)
-    assert note.startswith("the model predicts held-out masked words only 0.16 nats better") and "\n" not in note
+    assert note.startswith("the model predicts held-out masked words only 0.160 nats better") and "\n" not in note
     assert "--resume auto" in note and "--compare-random-init auto" in note and "quickstart: a larger --minutes" in note
     below = plateau_note(-0.5)
-    assert below.startswith("the model predicts held-out masked words 0.5 nats worse than their frequency alone")
+    assert below.startswith("the model predicts held-out masked words 0.500 nats worse than their frequency alone")
     assert "not yet learned even how common they are" in below and "barely begun" in note
     assert "only 0.497 nats better" in plateau_note(0.497)  # not "0.50 ... < 0.5"
 
@@ -148,7 +148,7 @@ def test_finetune_compares_random_initialisation_for_a_model_whose_record_says_p
     data = _task(tmp_path, words=3)  # short inputs
     assert _finetune(model, data, tmp_path / "out") == 0
     decision = json.loads((tmp_path / "out" / "eval_results.json").read_text())["random_init"]
-    assert decision["compare"] and "only 0.1 nats better" in decision["reason"]
+    assert decision["compare"] and "only 0.100 nats better" in decision["reason"]
     assert (tmp_path / "out" / "random-init" / "best").is_dir()
 
 
@@ -173,18 +173,23 @@ def test_pretrain_records_the_gain_and_says_when_it_ends_on_the_plateau(tmp_path
     assert [r["mlm_context_gain"] for r in evals if r["kind"] == "eval"][-1] == gain
     assert gain < UNIGRAM_PLATEAU_NATS  # two steps of a random model: nothing read yet
     said = [r for r in caplog.records if r.getMessage().startswith("the model predicts held-out masked words")]
-    assert len(said) == 1 and said[0].levelno == logging.WARNING and f"{abs(gain):.3g} nats" in said[0].getMessage()
+    assert len(said) == 1 and said[0].levelno == logging.WARNING and f"{abs(gain):.3f} nats" in said[0].getMessage()
 
 
 def test_a_training_checkpoint_is_said_to_carry_no_pretraining_record(tmp_path, caplog):
-    """Only a run's final/ has bertkit_pretraining.json: fine-tuning from RUN/checkpoints/step-N would take a short
-    run for a converged one, so it says so, with the fix."""
+    """Only a run's final/ has bertkit_pretraining.json: fine-tuning from RUN/checkpoints/step-N of a bertkit
+    pre-training would take a short run for a converged one, so it says so, once, with the fix; another trainer's
+    checkpoint (a trainer_state.json, no bertkit run around it) is not spoken of."""
     from .conftest import tiny_model  # noqa: PLC0415
 
-    checkpoint = tiny_model(tmp_path / "checkpoints" / "step-00000300")
-    (checkpoint / "trainer_state.json").write_text("{}")
     data = _task(tmp_path, words=3)
-    with caplog.at_level(logging.WARNING):
-        assert _finetune(checkpoint, data, tmp_path / "out") == 0
-    said = [r.getMessage() for r in caplog.records if "is a training checkpoint" in r.getMessage()]
-    assert len(said) == 1 and "fine-tune from the run's final/" in said[0]
+    for name, run_settings in (("bertkit", True), ("elsewhere", False)):
+        checkpoint = tiny_model(tmp_path / name / "checkpoints" / "step-00000300")
+        (checkpoint / "trainer_state.json").write_text("{}")
+        if run_settings:
+            (tmp_path / name / "pretrain_settings.json").write_text("{}")
+        caplog.clear()
+        with caplog.at_level(logging.WARNING):
+            assert _finetune(checkpoint, data, tmp_path / f"out-{name}") == 0
+        said = [r.getMessage() for r in caplog.records if "is a checkpoint of a bertkit pre-training" in r.getMessage()]
+        assert len(said) == run_settings and all("fine-tune from the run's final/" in line for line in said)

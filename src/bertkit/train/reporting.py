@@ -146,7 +146,8 @@ def plot_metrics(metrics_path: Path, png_path: Path) -> Path | None:
             axis = accuracy_axis if key.endswith("accuracy") else loss_axis
             axis.plot(*zip(*points), style, color=colors[key], label=f"{kind} {key}", markersize=4,
                       alpha=0.4 if kind == "train" else 1.0)
-    for axis, title in ((loss_axis, "loss, context gain (nats)"), (accuracy_axis, "accuracy")):
+    gain = any(key.endswith("context_gain") for key in keys)  # pre-training's, in nats as its losses
+    for axis, title in ((loss_axis, "loss, context gain (nats)" if gain else "loss"), (accuracy_axis, "accuracy")):
         axis.set_xlabel("optimizer step")
         axis.set_title(title)
         if axis.lines:

@@ -74,7 +74,14 @@ from bertkit.tasks.finetuned import load_finetuned, read_task_file
 from bertkit.tasks.task import Task, warn_skipped
 from bertkit.tokenizer import WordPieceTokenizer
 from bertkit.train.distributed import DistributedContext, barrier, setup_distributed
-from bertkit.workflows.finetune import ModelSource, SeedRecipe, finetune, model_source, read_files
+from bertkit.workflows.finetune import (
+    ModelSource,
+    SeedRecipe,
+    finetune,
+    model_source,
+    read_files,
+    warn_at_majority,
+)
 from bertkit.workflows.predict import RESULTS_FILE, predict_features, write_results
 from bertkit.workflows.recipes import pretraining_history
 from bertkit.workflows.run_output import DISTILLATION_PATHS, data_fingerprint, data_record, stops_between_loops
@@ -142,6 +149,7 @@ def run_distillation(kind: str, train_path: str | Path, dev_paths: Sequence[str 
     results["distillation"] = distillation_report(task, teacher, tokenizer, dev_sets, settings, results, baseline,
                                                   plan, distill, ctx)
     if ctx.is_main:
+        warn_at_majority(results)
         write_results(settings.output / RESULTS_FILE, results)
         lineage = {**recipe.record["distillation"], "unlabeled_file": str(distill.unlabeled or "") or None,
                    "report": results["distillation"]}

@@ -62,8 +62,10 @@ from bertkit.tasks.finetuned import feature_based_model
 from bertkit.tasks.kinds import build_task
 from bertkit.tasks.task import Task, warn_empty_texts, warn_skipped
 from bertkit.tokenizer import WordPieceTokenizer, check_model_vocabulary
+from bertkit.train import checkpoint as ckpt
 from bertkit.train.distributed import DistributedContext, barrier, rank0_decides, setup_distributed
 from bertkit.workflows.prepare import prepare_training
+from bertkit.workflows.pretrain_plan import SETTINGS_FILE as PRETRAIN_SETTINGS_FILE
 from bertkit.workflows.random_init import RANDOM_INIT_DIRECTORY, keep_better_initialisation, restore_pretrained
 from bertkit.workflows.recipes import (
     context_gain,
@@ -135,11 +137,12 @@ def pretraining_record(directory: Path) -> dict[str, Any]:
     checkpoint pre-trained elsewhere, assumed to convergence, which decides the learning rate rule and
     --compare-random-init auto."""
     path = directory / PRETRAINING_FILE
-    if not path.exists() and (directory / "trainer_state.json").is_file():  # a checkpoint of a bertkit run
-        log.warning("%s is a training checkpoint: only a run's final/ has the %s that says how it was pre-trained, "
-                    "so the model is taken as pre-trained elsewhere to convergence (the learning rate rule and "
-                    "--compare-random-init auto read it); fine-tune from the run's final/, or give --learning-rate "
-                    "and --compare-random-init yourself", directory, PRETRAINING_FILE)
+    if not path.exists() and _pretraining_checkpoint(directory) and directory not in _SAID_CHECKPOINTS:
+        _SAID_CHECKPOINTS.add(directory)
+        log.warning("%s is a checkpoint of a bertkit pre-training: only the run's final/ has the %s that says how "
+                    "it was pre-trained, so the model is taken as pre-trained elsewhere to convergence (the "
+                    "learning rate rule and --compare-random-init auto read it); fine-tune from the run's final/, or "
+                    "give --learning-rate and --compare-random-init yourself", directory, PRETRAINING_FILE)
     kept = read_json_object(path, missing={}, damaged=None)
     steps = kept.get("total_steps", kept.get("steps")) if kept else None
     if kept is None or (steps is not None and not (isinstance(steps, int) and not isinstance(steps, bool)
@@ -150,6 +153,18 @@ def pretraining_record(directory: Path) -> dict[str, Any]:
                     "not readable JSON" if kept is None else f"its step count {steps!r} is not a whole number")
         return {}
     return kept
+
+
+_SAID_CHECKPOINTS: set[Path] = set()
+"""Checkpoints `pretraining_record` has spoken of in this process (glue reads a model once per task and rate)."""
+
+
+def _pretraining_checkpoint(directory: Path) -> bool:
+    """Whether `directory` is RUN/checkpoints/step-N of a `bertkit pretrain` run (another trainer's checkpoint
+    has a trainer_state.json too, but no run beside it)."""
+    run = directory.parent.parent
+    return (directory / ckpt.TRAINER_STATE).is_file() and directory.parent.name == "checkpoints" and \
+        (run / PRETRAIN_SETTINGS_FILE).is_file()
 
 
 def load_tokenizer(settings: FinetuneSettings) -> WordPieceTokenizer:
@@ -438,7 +453,8 @@ def run_finetuning(kind: str, train_path: str | Path, dev_paths: list[str | Path
     inputs, labels = data_record(train_path, dev_paths)
     results = finetune(task, settings, tokenizer, train, dev_sets, report, inputs, labels, source)
     results = compare_random_init(task, settings, tokenizer, train, dev_sets, results, inputs, labels, source)
-    warn_at_majority(results)
+    if setup_distributed(settings.train.device).is_main:  # the group fine-tuning joined (one line, not one a rank)
+        warn_at_majority(results)
     return results
 
 

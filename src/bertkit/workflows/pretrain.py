@@ -3,6 +3,8 @@
     pretrain(settings, train) -> FitResult          OUTPUT/checkpoints, metrics, final/ (with its record)
     evaluate_pretraining(model, dataset, batch_size, ..., precision) -> held-out MLM / NSP metrics
     split_held_out(data_dir, eval_examples, seed) -> (train, held-out)
+    run_datasets(settings, seed, built_seq_length) -> (train, held-out) as a run reads them
+    unigram_baseline(train, vocab_size, special_token_ids, seed) -> what mlm_context_gain is measured against
 
 Design decision: every decision of the run is made first, once, by `pretrain_plan.plan_pretraining` (threads,
 budget, compile, precision, the recipe, the GPU step) and recorded; then, in order: the data and its held-out
@@ -131,8 +133,8 @@ def _held_out_metrics(model: nn.Module, dataset: Dataset, batch_size: int, nsp: 
 
 
 UNIGRAM_SAMPLE_INSTANCES = 10_000
-"""Training instances whose words `unigram_baseline` counts: at 64 tokens about 600,000 words, enough that an
-8,000-piece vocabulary's frequencies are estimated to within about 0.01 nats of the corpus's."""
+"""Training instances whose words `unigram_baseline` counts: at 64 tokens 450,000-570,000 words on the corpora
+measured, enough that an 8,000-piece vocabulary's frequencies are estimated to within about 0.01 nats."""
 
 
 @dataclass(frozen=True, eq=False)  # (a tensor field: compared by identity)
@@ -266,7 +268,7 @@ def pretrain(settings: PretrainSettings, train: TrainConfig, objective: Objectiv
         raise BertkitError(f"--data {settings.data}: masked-LM-only data ({plan.data.layout}, made with "
                            "`bertkit data pretraining --no-nsp`) has no sentence pairs to learn next sentence "
                            "prediction from; pass --no-nsp")
-    train_set, eval_set = _datasets(settings, train.seed, plan.data.built_seq_length)
+    train_set, eval_set = run_datasets(settings, train.seed, plan.data.built_seq_length)
     if ctx.is_main and plan.recipe is None:  # (a recipe's line says it)
         _warn_untrained_positions(settings, plan.data.built_seq_length)
     tokenizer = _tokenizer(settings, train_set.dataset.vocab_hash)
@@ -416,7 +418,7 @@ def _manifest_hash(manifest: dict[str, Any]) -> str:
     return hashlib.sha256(json.dumps(manifest, sort_keys=True).encode()).hexdigest()[:16]
 
 
-def _datasets(settings: PretrainSettings, seed: int, built_seq_length: int
+def run_datasets(settings: PretrainSettings, seed: int, built_seq_length: int
               ) -> tuple[_Split, _Split | PretrainingDataset]:
     """(train, held-out); the held-out instances are cut to --max-seq-length, the training ones too unless the run
     has full-length steps (then read at the data's length: `_phase` cuts the others as each step asks)."""

@@ -249,9 +249,9 @@ def plateau_note(gain: float | None) -> str:
 
 
 def _against_frequency(gain: float) -> str:
-    """A context gain in words, to 3 significant digits (0.497 is not 'only 0.50 ... < 0.5'): 'only 0.217 nats
-    better than their frequency alone', or '0.001 nats worse than ...'."""
-    return (f"only {gain:.3g} nats better than" if gain >= 0 else f"{-gain:.3g} nats worse than") + \
+    """A context gain in words, to 3 decimals (0.497 is not 'only 0.50 ... < 0.5'): 'only 0.217 nats better than
+    their frequency alone', or '0.724 nats worse than ...'."""
+    return (f"only {gain:.3f} nats better than" if gain >= 0 else f"{-gain:.3f} nats worse than") + \
         " their frequency alone"
 
 
