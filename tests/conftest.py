@@ -11,7 +11,8 @@ TRITON_INTERPRET=1 is set here too, without a GPU, so the Triton kernels' tests 
 Triton's interpreter whatever other test imported Triton first.
 
 Also the fixtures several directories share: `use_profile` (another machine's measurements for one
-test) and `write_toy_corpus` (a small seeded corpus of documents for pre-training runs).
+test), `write_toy_corpus` (a small seeded corpus of documents for pre-training runs) and `toy_pretraining_data`
+(that corpus's vocabulary and 64-token pre-training data, built once a session).
 """
 
 from __future__ import annotations
@@ -81,3 +82,20 @@ def _write_toy_corpus(path: Path, documents: int, sentences: tuple[int, int], wo
 @pytest.fixture(scope="session")
 def write_toy_corpus() -> Callable[..., Path]:
     return _write_toy_corpus
+
+
+@pytest.fixture(scope="session")
+def toy_pretraining_data(tmp_path_factory) -> dict[str, Path]:
+    """{"tok", "data"}: a 120-piece vocabulary and 64-token dynamically masked pre-training data of a 20-document toy
+    corpus, built once and only read (runs write their own output elsewhere)."""
+    from bertkit.data import InstanceSettings, PretrainingDataSettings, build_pretraining_data  # noqa: PLC0415
+    from bertkit.tokenizer import WordPieceTokenizer  # noqa: PLC0415
+
+    root = tmp_path_factory.mktemp("toy-pretraining")
+    corpus = _write_toy_corpus(root / "corpus.txt", documents=20, sentences=(3, 6), words=(6, 14))
+    tokenizer = WordPieceTokenizer.train([corpus], vocab_size=120, min_frequency=1)
+    tokenizer.save_pretrained(root / "tok")
+    build_pretraining_data(PretrainingDataSettings((str(corpus),), "(in memory)", str(root / "data"), workers=1,
+                                                   quiet=True, instances=InstanceSettings(max_seq_length=64)),
+                           tokenizer)
+    return {"tok": root / "tok", "data": root / "data"}

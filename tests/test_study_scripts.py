@@ -489,31 +489,24 @@ def test_transformers_comparison_trains_the_objective_bertkits_recipe_trains(tmp
 
 @pytest.mark.parametrize("reading", [(), ("--max-seq-length", "32", "--full-length-share", "0.5")],
                          ids=["short-recipe", "full-length-steps"])
-def test_the_context_gain_script_scores_a_model_as_its_run_did(tmp_path, monkeypatch, capsys, write_toy_corpus,
+def test_the_context_gain_script_scores_a_model_as_its_run_did(tmp_path, monkeypatch, capsys, toy_pretraining_data,
                                                                 reading):
     """scripts/context_gain.py: the held-out split, reading and baseline sample of the run the model is in (its
     pretrain_settings.json, given to `pretrain.run_datasets`), so a finished run's final model scores exactly what
     its record says, full-length steps too; a row is appended with --results."""
-    from bertkit.data import InstanceSettings, PretrainingDataSettings, build_pretraining_data  # noqa: PLC0415
-
-    corpus = write_toy_corpus(tmp_path / "corpus.txt", documents=20, sentences=(3, 6), words=(6, 14))
-    tokenizer = WordPieceTokenizer.train([corpus], vocab_size=120, min_frequency=1)
-    tokenizer.save_pretrained(tmp_path / "tok")
-    build_pretraining_data(PretrainingDataSettings((str(corpus),), "(in memory)", str(tmp_path / "data"), workers=1,
-                                                   quiet=True, instances=InstanceSettings(max_seq_length=64)),
-                           tokenizer)
-    assert bertkit_main(["pretrain", "--data", str(tmp_path / "data"), "--tokenizer", str(tmp_path / "tok"),
+    data, tok = toy_pretraining_data["data"], toy_pretraining_data["tok"]
+    assert bertkit_main(["pretrain", "--data", str(data), "--tokenizer", str(tok),
                          "--model", "bert-debug", "--output", str(tmp_path / "run"), "--max-steps", "3", "--seed",
                          "7", "--eval-examples", "8", "--device", "cpu", "--precision", "fp32", *reading]) == 0
     recorded = json.loads((tmp_path / "run" / "final" / "bertkit_pretraining.json").read_text())["last_eval"]
     script = load_script("context_gain")
     results = tmp_path / "rows.jsonl"
-    monkeypatch.setattr(sys, "argv", ["context_gain.py", "--data", str(tmp_path / "data"), "--model",
+    monkeypatch.setattr(sys, "argv", ["context_gain.py", "--data", str(data), "--model",
                                       str(tmp_path / "run" / "final"), "--results", str(results)])  # the run's seed
     script.main()
     row = json.loads(results.read_text(encoding="utf-8"))
     for key in ("mlm_loss", "mlm_accuracy", "mlm_context_gain"):
         assert row[key] == pytest.approx(recorded[key], rel=1e-5), key
-    held_out = min(8, len(PretrainingDataset(tmp_path / "data")) // 10)  # at most a tenth, as the run held out
+    held_out = min(8, len(PretrainingDataset(data)) // 10)  # at most a tenth, as the run held out
     assert row["held_out"] == held_out and (row["seed"], row["eval_examples"]) == (7, 8)
     assert "(the run's pretrain_settings.json: seed 7" in capsys.readouterr().out

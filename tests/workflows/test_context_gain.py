@@ -152,21 +152,14 @@ def test_finetune_compares_random_initialisation_for_a_model_whose_record_says_p
     assert (tmp_path / "out" / "random-init" / "best").is_dir()
 
 
-def test_pretrain_records_the_gain_and_says_when_it_ends_on_the_plateau(tmp_path, caplog, write_toy_corpus):
+def test_pretrain_records_the_gain_and_says_when_it_ends_on_the_plateau(tmp_path, caplog, toy_pretraining_data):
     from bertkit.cli import main  # noqa: PLC0415
-    from bertkit.data import InstanceSettings, PretrainingDataSettings, build_pretraining_data  # noqa: PLC0415
-    from bertkit.tokenizer import WordPieceTokenizer  # noqa: PLC0415
 
-    corpus = write_toy_corpus(tmp_path / "corpus.txt", documents=20, sentences=(3, 6), words=(6, 14))
-    tokenizer = WordPieceTokenizer.train([corpus], vocab_size=120, min_frequency=1)
-    tokenizer.save_pretrained(tmp_path / "tok")
-    build_pretraining_data(PretrainingDataSettings((str(corpus),), "(in memory)", str(tmp_path / "data"), workers=1,
-                                                   quiet=True, instances=InstanceSettings(max_seq_length=64)),
-                           tokenizer)
+    data, tok = toy_pretraining_data["data"], toy_pretraining_data["tok"]
     with caplog.at_level(logging.WARNING):
-        assert main(["pretrain", "--data", str(tmp_path / "data"), "--tokenizer", str(tmp_path / "tok"), "--model",
-                     "bert-debug", "--output", str(tmp_path / "run"), "--max-steps", "2", "--eval-examples", "8",
-                     "--device", "cpu", "--precision", "fp32"]) == 0
+        assert main(["pretrain", "--data", str(data), "--tokenizer", str(tok), "--model", "bert-debug", "--output",
+                     str(tmp_path / "run"), "--max-steps", "2", "--eval-examples", "8", "--device", "cpu",
+                     "--precision", "fp32"]) == 0
     gain = json.loads((tmp_path / "run" / "final" / "bertkit_pretraining.json").read_text())["last_eval"][
         "mlm_context_gain"]
     evals = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
