@@ -21,8 +21,10 @@ from bertkit.train import setup_distributed, teardown_distributed, wrap_model
 from bertkit.train.distributed import all_gather_objects
 
 
-def main() -> None:
-    ctx = setup_distributed("cpu")
+def gathered_gradients(ctx) -> list[dict[str, float]]:
+    """Every rank's gradient sums after one backward through DDP. The DDP wrapper dies with this frame, so
+    teardown_distributed (called after it returns) can collect it while the process group exists: a wrapper still
+    referenced at teardown is destroyed at the interpreter's exit instead, which aborts a gloo process now and then."""
     torch.manual_seed(0)
     teacher = BertForSequenceClassification(preset("bert-debug", vocab_size=12).replace(
         num_hidden_layers=4, num_labels=3)).eval()
@@ -40,7 +42,12 @@ def main() -> None:
     loss.backward()
     grads = {"layer": student.student.bert.layers[0].qkv.weight.grad.sum().item(),
              "projection": student.projection.weight.grad.sum().item()}
-    gathered = all_gather_objects(grads, ctx)
+    return all_gather_objects(grads, ctx)
+
+
+def main() -> None:
+    ctx = setup_distributed("cpu")
+    gathered = gathered_gradients(ctx)
     if ctx.is_main:
         print(json.dumps({"grads": gathered}), flush=True)
     teardown_distributed()
