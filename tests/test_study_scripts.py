@@ -16,6 +16,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 from bertkit.cli import main as bertkit_main
 from bertkit.data import PretrainingDataset
@@ -510,3 +511,57 @@ def test_the_context_gain_script_scores_a_model_as_its_run_did(tmp_path, monkeyp
     held_out = min(8, len(PretrainingDataset(data)) // 10)  # at most a tenth, as the run held out
     assert row["held_out"] == held_out and (row["seed"], row["eval_examples"]) == (7, 8)
     assert "(the run's pretrain_settings.json: seed 7" in capsys.readouterr().out
+
+
+def test_model_surgery_redraws_only_the_named_parts(tmp_path, monkeypatch, capsys):
+    """scripts/model_surgery.py fresh: the named parts re-drawn with BERT's initialisation (LayerNorm 1 and 0,
+    biases 0), every other tensor exactly as saved, the result loadable; an unknown part, or an encoder layer the
+    model lacks (which would re-draw the pooler alone), stops before anything is written; geometry prints one line
+    per frequency band, cosines near 0 for random embeddings."""
+    from safetensors.torch import load_file  # noqa: PLC0415
+
+    from bertkit.config import preset  # noqa: PLC0415
+    from bertkit.model import BertForPreTraining  # noqa: PLC0415
+
+    pieces = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + [f"w{i}" for i in range(60)]
+    model_dir = tmp_path / "model"
+    BertForPreTraining(preset("bert-debug", vocab_size=len(pieces))).save_pretrained(model_dir)
+    (model_dir / "vocab.txt").write_text("\n".join(pieces) + "\n", encoding="utf-8")
+    (model_dir / "tokenizer_config.json").write_text(json.dumps({"do_lower_case": True}), encoding="utf-8")
+    surgery = load_script("model_surgery")
+    before = load_file(model_dir / "model.safetensors")
+    for parts, changed in (("word_embeddings", {"bert.embeddings.word_embeddings.weight"}),
+                           ("layers:1", {key for key in before if ".layer.1." in key or ".pooler." in key})):
+        out = tmp_path / parts.replace(":", "")
+        monkeypatch.setattr(sys, "argv", ["model_surgery.py", "fresh", "--model", str(model_dir), "--output", str(out),
+                                          "--parts", parts])
+        surgery.main()
+        after = load_file(out / "model.safetensors")
+        drawn = {key for key in changed if "LayerNorm" not in key and not key.endswith("bias")}
+        assert {key for key in before if not torch.equal(before[key], after[key])} == drawn  # a new init is 1/0 too
+        for key in changed:
+            if "LayerNorm.weight" in key:
+                assert torch.equal(after[key], torch.ones_like(after[key]))
+            elif key.endswith("bias"):
+                assert not after[key].any()
+            else:
+                assert 0.01 < after[key].std().item() < 0.03
+        BertForPreTraining.from_pretrained(out)
+    monkeypatch.setattr(sys, "argv", ["model_surgery.py", "fresh", "--model", str(model_dir), "--output",
+                                      str(tmp_path / "none"), "--parts", "layers:2"])  # bert-debug has 2 layers
+    with pytest.raises(SystemExit, match="layers:2: the model has encoder layers 0-1"):
+        surgery.main()
+    monkeypatch.setattr(sys, "argv", ["model_surgery.py", "fresh", "--model", str(model_dir), "--output",
+                                      str(tmp_path / "none"), "--parts", "attention"])
+    with pytest.raises(SystemExit, match="attention: not a part"):
+        surgery.main()
+    assert not (tmp_path / "none").exists()
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("\n".join(" ".join(f"w{(i * j) % 60}" for j in range(10)) for i in range(50)), encoding="utf-8")
+    monkeypatch.setattr(sys, "argv", ["model_surgery.py", "geometry", "--model", str(model_dir), "--corpus",
+                                      str(corpus)])
+    capsys.readouterr()
+    surgery.main()
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("tokens 0-65 by frequency")  # 65 pieces: one band
+    assert abs(float(lines[0].rsplit(" ", 1)[1])) < 0.1

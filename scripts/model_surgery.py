@@ -1,0 +1,138 @@
+"""Which part of a pre-trained model a fine-tuning loses on: re-draw parts of it, or look at its word embeddings.
+
+    python scripts/model_surgery.py fresh --model RUN/final --output DIR --parts word_embeddings
+    python scripts/model_surgery.py fresh --model RUN/final --output DIR --parts layers:0
+    python scripts/model_surgery.py geometry --model RUN/final --corpus corpus.txt
+
+`fresh` copies a model directory (a bertkit or transformers BERT checkpoint with model.safetensors) and re-draws
+the named parts with BERT's initialisation (weights normal(0, the config's initializer_range), biases 0,
+LayerNorm 1 and 0; `--seed`): `word_embeddings`, `position_embeddings`, `token_type_embeddings`, `embeddings`
+(all three and their LayerNorm), `layers:K` (encoder layers K and up, and the pooler), `pooler`. A tied MLM
+decoder follows the word embeddings. Fine-tuning the result beside the whole model and random initialisation
+says which part carries a loss (docs/pretraining.md, "What the Treasury's loss is").
+
+`geometry` counts the model's WordPiece tokens in the first --lines lines of a corpus and prints, per frequency
+band, the mean norm of the word embeddings and their mean pairwise cosine: random initialisation gives 0; a tied
+decoder trained with softmax pushes every rarely seen token along the same direction (the representation
+degeneration of Gao et al. 2019), which shows as a high cosine in the rare bands.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import re
+import shutil
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from safetensors.torch import load_file, save_file
+
+from bertkit.tokenizer import WordPieceTokenizer
+
+WORDS = "embeddings.word_embeddings.weight"
+PARTS = ("embeddings", "word_embeddings", "position_embeddings", "token_type_embeddings", "pooler")
+BANDS = ((0, 500), (500, 2000), (2000, 5000), (5000, None))
+
+
+def is_fresh(key: str, parts: list[str]) -> bool:
+    """Whether parameter `key` (transformers' names) belongs to one of `parts`."""
+    layer = re.search(r"encoder\.layer\.(\d+)\.", key)
+    for part in parts:
+        if part.startswith("layers:"):
+            matched = (layer is not None and int(layer.group(1)) >= int(part.split(":")[1])) or ".pooler." in key
+        else:
+            matched = f".{part}." in key
+        if matched:
+            return True
+    return False
+
+
+def fresh_value(key: str, value: torch.Tensor, std: float) -> torch.Tensor:
+    if "LayerNorm.weight" in key:
+        return torch.ones_like(value)
+    if key.endswith("bias"):
+        return torch.zeros_like(value)
+    return torch.randn(value.shape, dtype=torch.float32).mul_(std).to(value.dtype)
+
+
+def check_parts(parts: list[str], layers: int) -> None:
+    """Stop with one line on a part this script does not know, or an encoder layer the model does not have."""
+    for part in parts:
+        name, _, first = part.partition(":")
+        if name == "layers" and first.isdigit() and int(first) < layers:
+            continue
+        if name == "layers":
+            raise SystemExit(f"--parts {part}: the model has encoder layers 0-{layers - 1}; give layers:K with K "
+                             "among them")
+        if part not in PARTS:
+            raise SystemExit(f"--parts {part}: not a part; give {', '.join(PARTS)} or layers:K")
+
+
+def fresh(model: Path, output: Path, parts: list[str], seed: int) -> None:
+    torch.manual_seed(seed)
+    config = json.loads((model / "config.json").read_text())
+    check_parts(parts, config["num_hidden_layers"])
+    std = config.get("initializer_range", 0.02)
+    state = dict(load_file(model / "model.safetensors"))
+    drawn = [key for key in state if key.startswith("bert.") and is_fresh(key, parts)]
+    if not drawn:
+        raise SystemExit(f"--parts {','.join(parts)}: no parameter of {model} matches")
+    shutil.copytree(model, output, dirs_exist_ok=True)
+    for key in drawn:
+        state[key] = fresh_value(key, state[key], std)
+    words = next(key for key in state if key.endswith(WORDS))
+    for key in state:
+        if key.endswith("decoder.weight"):  # tied to the word embeddings
+            state[key] = state[words]
+    save_file({key: value.contiguous() for key, value in state.items()}, output / "model.safetensors",
+              metadata={"format": "pt"})
+    print(f"{output}: {len(drawn)} tensors re-drawn ({', '.join(parts)}), the rest as in {model}")
+
+
+def geometry(model: Path, corpus: Path, lines: int) -> None:
+    tokenizer = WordPieceTokenizer.from_pretrained(model)
+    counts: collections.Counter[int] = collections.Counter()
+    with corpus.open(encoding="utf-8") as handle:
+        for number, line in enumerate(handle):
+            if number >= lines:
+                break
+            counts.update(tokenizer.convert_tokens_to_ids(tokenizer.tokenize(line.strip())))
+    state = load_file(model / "model.safetensors")
+    words = state[next(key for key in state if key.endswith(WORDS))].float()
+    frequency = torch.tensor([counts.get(index, 0) for index in range(len(words))], dtype=torch.float)
+    order = frequency.argsort(descending=True)
+    for start, end in BANDS:
+        band = order[start:end]
+        if len(band) < 2:  # a vocabulary smaller than the band's start
+            continue
+        unit = F.normalize(words[band], dim=1)
+        n = len(band)
+        cosine = ((unit.sum(0) ** 2).sum() - n) / (n * n - n)  # mean over pairs i != j of cos(i, j)
+        print(f"tokens {start}-{start + len(band)} by frequency (median count {frequency[band].median():.0f}): "
+              f"mean norm {words[band].norm(dim=1).mean():.3f}, mean pairwise cosine {cosine:.3f}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    commands = parser.add_subparsers(dest="command", required=True)
+    draw = commands.add_parser("fresh", help="copy a model, re-drawing some parts")
+    draw.add_argument("--model", type=Path, required=True)
+    draw.add_argument("--output", type=Path, required=True)
+    draw.add_argument("--parts", required=True, help="Comma-separated: word_embeddings, layers:K, ...")
+    draw.add_argument("--seed", type=int, default=0)
+    look = commands.add_parser("geometry", help="word-embedding norms and cosines by token frequency")
+    look.add_argument("--model", type=Path, required=True)
+    look.add_argument("--corpus", type=Path, required=True)
+    look.add_argument("--lines", type=int, default=60_000)
+    args = parser.parse_args()
+    if args.command == "fresh":
+        fresh(args.model, args.output, args.parts.split(","), args.seed)
+    else:
+        geometry(args.model, args.corpus, args.lines)
+
+
+if __name__ == "__main__":
+    main()
