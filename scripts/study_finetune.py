@@ -46,6 +46,7 @@ shows the test metric (or --split dev) as mean ± sample std over seeds.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import random
@@ -91,6 +92,11 @@ def task_files(args: argparse.Namespace) -> tuple[Path, Path, Path]:
     if args.data is None:
         raise SystemExit(f"--task {args.task}: give --data (the output of scripts/study_data.py)")
     return tuple(args.data / name for name in names)
+
+
+def _sha256(path: Path) -> str:
+    """The file's sha256: rows fine-tuned on different files (a subset, a rebuilt task) are never compared."""
+    return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 def train_subset(train: Path, count: int | None, output: Path) -> Path:
@@ -193,6 +199,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     row = {"task": args.task, "metric": metric, "init": "random" if args.random else "pretrained",
            "model": args.random or str(args.model), "corpus": args.corpus, "budget": args.budget,
            "recipe": args.recipe, **model_facts(args), "train_examples": _rows(files[0], TASKS[args.task]["kind"]),
+           "data_sha256": {name: _sha256(path) for name, path in zip(("train", "dev", "test"), files)},
            "lr_rule": args.lr_rule, "learning_rate": used_lr,
            "lr_grid": grid, "recipe_finetune": finetune_recipe(args),
            **seed_stats(results, metric, test), "threads": args.threads, "finetune_runs": runs,
@@ -240,11 +247,13 @@ def read_rows(paths: list[Path]) -> list[dict[str, Any]]:
 
 def markdown_table(rows: list[dict[str, Any]], split: str = "test") -> str:
     """One line per pre-trained row with its random-init baseline (same task, vocabulary, shape, training
-    size and fine-tuning recipe; the newest such row), the gain in points and its Welch p-value over the seeds
-    (bertkit.workflows.significance: whether the gain is more than seed noise)."""
+    size, the same train/dev/test files where rows record them, and fine-tuning recipe; the newest such row), the
+    gain in points and its Welch p-value over the seeds (bertkit.workflows.significance: whether the gain is more
+    than seed noise)."""
     def key(row: dict[str, Any]) -> tuple:
         recipe = json.dumps(row["recipe_finetune"], sort_keys=True)
-        return row["task"], row["vocab_sha256"], row["shape"], row["train_examples"], recipe
+        data = json.dumps(row.get("data_sha256"), sort_keys=True)  # rows made before it was recorded: None
+        return row["task"], row["vocab_sha256"], row["shape"], row["train_examples"], data, recipe
 
     baselines = {key(r): r for r in rows if r["init"] == "random"}
     lines = ["| corpus | budget | recipe | MLM acc | task | pre-trained | random | gain | p |",

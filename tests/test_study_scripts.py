@@ -241,6 +241,13 @@ def test_finetune_grid_rule_and_table(built, tmp_path):
 
     expected = compare_seeds([s["test"] for s in shifted.values()], [s["test"] for s in row["seeds"].values()])
     assert expected.p_value is not None and line.endswith(f"| {expected.p_value:.2g} |")
+    # fine-tuned on other files (a rebuilt task, the whole train file instead of the study's subset): no baseline
+    assert set(row["data_sha256"]) == {"train", "dev", "test"}
+    rebuilt = {**pretrained, "budget": "20m", "data_sha256": {**row["data_sha256"], "train": "0" * 64}}
+    with open(results, "a") as handle:
+        handle.write(json.dumps(rebuilt) + "\n")
+    table = study.markdown_table(study.read_rows([results]))
+    assert "| n/a | n/a |" in next(line for line in table.splitlines() if "| wordnet | 20m |" in line)
 
 
 def test_a_study_row_measures_the_model_it_names(tmp_path, monkeypatch):
