@@ -72,6 +72,11 @@ def check_parts(parts: list[str], layers: int) -> None:
 
 
 def fresh(model: Path, output: Path, parts: list[str], seed: int) -> None:
+    for name in ("config.json", "model.safetensors"):
+        if not (model / name).is_file():
+            raise SystemExit(f"--model {model}: no {name}; give a model directory (RUN/final)")
+    if output.exists():  # never written over: it could be the model itself, or another run's surgery
+        raise SystemExit(f"--output {output}: exists; give a new directory")
     torch.manual_seed(seed)
     config = json.loads((model / "config.json").read_text())
     check_parts(parts, config["num_hidden_layers"])
@@ -80,7 +85,7 @@ def fresh(model: Path, output: Path, parts: list[str], seed: int) -> None:
     drawn = [key for key in state if key.startswith("bert.") and is_fresh(key, parts)]
     if not drawn:
         raise SystemExit(f"--parts {','.join(parts)}: no parameter of {model} matches")
-    shutil.copytree(model, output, dirs_exist_ok=True)
+    shutil.copytree(model, output)
     for key in drawn:
         state[key] = fresh_value(key, state[key], std)
     words = next(key for key in state if key.endswith(WORDS))

@@ -37,16 +37,16 @@ weights are deleted once the row is written (the results are all the study needs
 machine's two cores one each. The row records wall time per fine-tuning run so a study can be planned.
 
 Result rows (one JSON object per line in --results) pair up in `table` by task, vocabulary (sha256 of
-vocab.txt), model shape, training-set size and fine-tuning recipe (learning-rate rule and grid, seeds,
-epochs, batch size, sequence length, precision): a random-init row is the baseline of every pre-trained
-row that shares them. Metrics are stored and shown in points (0-100: accuracy x100, SQuAD F1 as is); the table
-shows the test metric (or --split dev) as mean ± sample std over seeds.
+vocab.txt), model shape, training-set size, the sha256 of the train/dev/test files read (where rows
+record them: a rebuilt task or another subset is not compared) and fine-tuning recipe (learning-rate rule and
+grid, seeds, epochs, batch size, sequence length, precision): a random-init row is the baseline of every
+pre-trained row that shares them. Metrics are stored and shown in points (0-100: accuracy x100, SQuAD F1 as
+is); the table shows the test metric (or --split dev) as mean ± sample std over seeds.
 """
 
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import os
 import random
@@ -92,11 +92,6 @@ def task_files(args: argparse.Namespace) -> tuple[Path, Path, Path]:
     if args.data is None:
         raise SystemExit(f"--task {args.task}: give --data (the output of scripts/study_data.py)")
     return tuple(args.data / name for name in names)
-
-
-def _sha256(path: Path) -> str:
-    """The file's sha256: rows fine-tuned on different files (a subset, a rebuilt task) are never compared."""
-    return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 def train_subset(train: Path, count: int | None, output: Path) -> Path:
@@ -187,6 +182,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     """Fine-tune by the learning-rate rule, append the result row to --results and return it."""
     import torch
 
+    from bertkit.io.digest import file_sha256
+
     torch.set_num_threads(args.threads)
     metric = TASKS[args.task]["metric"]
     train, dev, test = task_files(args)
@@ -199,7 +196,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     row = {"task": args.task, "metric": metric, "init": "random" if args.random else "pretrained",
            "model": args.random or str(args.model), "corpus": args.corpus, "budget": args.budget,
            "recipe": args.recipe, **model_facts(args), "train_examples": _rows(files[0], TASKS[args.task]["kind"]),
-           "data_sha256": {name: _sha256(path) for name, path in zip(("train", "dev", "test"), files)},
+           "data_sha256": {name: file_sha256(path) for name, path in zip(("train", "dev", "test"), files)},
            "lr_rule": args.lr_rule, "learning_rate": used_lr,
            "lr_grid": grid, "recipe_finetune": finetune_recipe(args),
            **seed_stats(results, metric, test), "threads": args.threads, "finetune_runs": runs,

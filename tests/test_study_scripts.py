@@ -562,6 +562,12 @@ def test_model_surgery_redraws_only_the_named_parts(tmp_path, monkeypatch, capsy
                                       str(tmp_path / "none"), "--parts", "attention"])
     with pytest.raises(SystemExit, match="attention: not a part"):
         surgery.main()
+    monkeypatch.setattr(sys, "argv", ["model_surgery.py", "fresh", "--model", str(model_dir), "--output",
+                                      str(model_dir), "--parts", "pooler"])  # onto itself: refused, untouched
+    with pytest.raises(SystemExit, match="exists; give a new directory"):
+        surgery.main()
+    assert torch.equal(load_file(model_dir / "model.safetensors")["bert.pooler.dense.weight"],
+                       before["bert.pooler.dense.weight"])
     assert not (tmp_path / "none").exists()
     corpus = tmp_path / "corpus.txt"
     corpus.write_text("\n".join(" ".join(f"w{(i * j) % 60}" for j in range(10)) for i in range(50)), encoding="utf-8")
