@@ -512,7 +512,7 @@ def test_the_short_recipe_drops_nsp_from_the_budget_where_it_was_measured_to_cos
     assert SHORT_MLM_ONLY_FROM_STEPS == 5_280  # the 20 CPU-minute budget the study measured
     assert choose_recipe("auto", 256, 2_640).nsp and choose_recipe("short", 256, None).nsp
     twenty = choose_recipe("auto", 256, 5_280)
-    assert not twenty.nsp and twenty.describe().endswith("MLM only")
+    assert not twenty.nsp and "MLM only" in twenty.describe() and "MLM + NSP" not in twenty.describe()
     assert twenty.reason.endswith("masked LM only from ~5,280 steps (NSP measured to cost there)")
     assert not choose_recipe("short", 256, 50_000).nsp and choose_recipe("auto", 256, 100_000).nsp  # the paper's
     assert not choose_recipe("auto", 256, 2_640, "short", False).nsp  # a short run trained without NSP goes on so
@@ -527,3 +527,46 @@ def test_the_short_recipe_drops_nsp_from_the_budget_where_it_was_measured_to_cos
     for given, expected in ((None, False), (True, True)):  # the recipe's, or the user's --nsp
         settings = PretrainSettings(data="data", model="bert-mini", output="o", recipe="auto", nsp=given)
         assert apply_recipe(twenty, settings, TrainConfig(max_steps=5_280), shape, 1)[0].nsp is expected
+
+
+def test_the_short_recipe_starts_a_fresh_decoder_bias_at_the_word_frequencies():
+    assert short_recipe(256, 2640).mlm_bias_init == "unigram" and "log word frequencies" in short_recipe(256).describe()
+    assert choose_recipe("paper", 256, None).mlm_bias_init == "zeros"  # Google's initialisation
+    assert choose_recipe("continue", 256, 1000).mlm_bias_init == "zeros"
+
+
+def _final_bias(run: Path) -> np.ndarray:
+    from bertkit.model import read_state_dict  # noqa: PLC0415
+
+    return read_state_dict(run / "final")["cls.predictions.bias"].numpy()
+
+
+def test_pretrain_starts_the_decoder_bias_at_the_training_splits_word_frequencies(data, tmp_path, monkeypatch,
+                                                                                   caplog):
+    """The bias after one step of a learning rate too small to move it is the centred log frequency of the words
+    the run's own unigram baseline counted; --mlm-bias-init zeros keeps Google's zeros; a checkpoint's own bias is
+    never replaced, whatever the flag."""
+    from bertkit.workflows import pretrain as pretrain_module  # noqa: PLC0415
+
+    counted = []
+    original = pretrain_module.unigram_baseline
+    monkeypatch.setattr(pretrain_module, "unigram_baseline", lambda *a, **k: counted.append(original(*a, **k))
+                        or counted[-1])
+    with caplog.at_level(logging.INFO):
+        assert _pretrain(data, tmp_path / "unigram", "--max-steps", "1", "--learning-rate", "1e-12") == 0
+    log_frequency = counted[0].log_frequency.numpy()
+    assert len(counted) == 1 and counted[0].words > 0  # counted once: the bias and the held-out gain share it
+    np.testing.assert_allclose(_final_bias(tmp_path / "unigram"), log_frequency - log_frequency.mean(), atol=1e-5)
+    said = [r.getMessage() for r in caplog.records if r.getMessage().startswith("the MLM decoder's bias starts")]
+    assert said == [f"the MLM decoder's bias starts at the log frequencies of {counted[0].words:,} words of the "
+                    "training data (--mlm-bias-init unigram)"]
+    saved = json.loads((tmp_path / "unigram" / "pretrain_settings.json").read_text())
+    assert saved["settings"]["mlm_bias_init"] == "unigram" and saved["recipe"]["mlm_bias_init"] == "unigram"
+
+    assert _pretrain(data, tmp_path / "zeros", "--max-steps", "1", "--learning-rate", "1e-12",
+                     "--mlm-bias-init", "zeros") == 0
+    np.testing.assert_allclose(_final_bias(tmp_path / "zeros"), 0.0, atol=1e-5)
+
+    assert _pretrain(data, tmp_path / "continued", "--max-steps", "1", "--learning-rate", "1e-12", "--recipe",
+                     "short", "--init-from", str(tmp_path / "zeros" / "final"), "--mlm-bias-init", "unigram") == 0
+    np.testing.assert_allclose(_final_bias(tmp_path / "continued"), 0.0, atol=1e-5)  # the checkpoint's own

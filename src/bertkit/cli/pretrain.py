@@ -67,6 +67,7 @@ RECIPE_DEFAULTS = {
     "max_seq_length": f"the recipe's: paper the data's, short {_SHORT.max_seq_length}",
     "masked_lm_prob": f"the recipe's: paper the data's, short {_SHORT.masked_lm_prob:g}, continue "
                       f"{continue_recipe(REFERENCE_WIDTH, True, None).masked_lm_prob:g} (static data: its own)",
+    "mlm_bias_init": f"the recipe's: short {_SHORT.mlm_bias_init}, paper and continue {_PAPER.mlm_bias_init}",
     "head_warmup_steps": "the recipe's: continue 10% of the budget (at most 500) for a checkpoint without its "
                          "MLM head, else 0",
 }

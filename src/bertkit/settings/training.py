@@ -29,6 +29,9 @@ FEATURE_COMBINES = ("concat", "sum", "mean")
 RANDOM_INIT_COMPARISONS = ("auto", "on", "off")
 """The values of `finetune --compare-random-init` (bertkit.workflows.random_init: auto compares where pre-training was
 measured to lose, bertkit.workflows.recipes.random_init_comparison)."""
+MLM_BIAS_INITS = ("unigram", "zeros")
+"""The values of `pretrain --mlm-bias-init`: how a newly initialised MLM decoder bias starts
+(bertkit.workflows.pretrain: unigram the training data's log word frequencies, zeros Google's)."""
 RECIPES = ("auto", "paper", "short", "continue")
 """The values of --recipe (bertkit.workflows.recipes: auto picks paper or short from the budget, continue with
 --init-from)."""
@@ -287,6 +290,11 @@ class PretrainSettings(Settings):
     full_length_placement: str | None = dataclasses.field(default=None, metadata={"choices": ("end", "spread")})
     """Where those steps go: end (the last share of the budget, as the paper's 512-token phase) or spread (evenly
     through the run); unset: the recipe's."""
+    mlm_bias_init: str | None = dataclasses.field(default=None, metadata={"choices": MLM_BIAS_INITS})
+    """How a newly initialised MLM decoder bias starts (a fresh model, or --init-from without its MLM head):
+    unigram - the log frequency of each word among the training data's (the run's unigram baseline), so the
+    first step already predicts as word frequency alone does and the embeddings need not learn it - or zeros
+    (Google's); unset: the recipe's (short: unigram; paper and continue: zeros; none without a recipe)."""
     recipe: str | None = dataclasses.field(default=None, metadata={"choices": RECIPES})
     """Fills the settings a budget decides (sequence length, learning rate, warmup, dropout, masking rate,
     NSP, batch size) that are not given (None). auto: the paper's settings when the budget allows

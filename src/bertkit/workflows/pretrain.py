@@ -5,6 +5,7 @@
     split_held_out(data_dir, eval_examples, seed) -> (train, held-out)
     run_datasets(settings, seed, built_seq_length) -> (train, held-out) as a run reads them
     unigram_baseline(train, vocab_size, special_token_ids, seed) -> what mlm_context_gain is measured against
+    start_bias_at_frequencies(model, baseline)        the MLM decoder bias at the log word frequencies
 
 Design decision: every decision of the run is made first, once, by `pretrain_plan.plan_pretraining` (threads,
 budget, compile, precision, the recipe, the GPU step) and recorded; then, in order: the data and its held-out
@@ -170,6 +171,16 @@ def unigram_baseline(dataset: Dataset, vocab_size: int, special_token_ids: Seque
     return UnigramBaseline(mask, log_frequency, int(total))
 
 
+def start_bias_at_frequencies(model: BertForPreTraining | BertForMaskedLM, baseline: UnigramBaseline) -> None:
+    """Set the MLM decoder's bias to `baseline`'s log word frequencies, centred (a softmax ignores a shift): the
+    model then predicts a masked word from its frequency before it has learned anything, as the unigram plateau
+    every pre-training starts on would otherwise teach it over its first steps, partly through the word
+    embeddings. Pieces never counted ([PAD], [CLS], [SEP], [MASK], unseen words) get the smoothing's floor."""
+    with torch.no_grad():
+        log_frequency = baseline.log_frequency
+        model.mlm.bias.copy_((log_frequency - log_frequency.mean()).to(model.mlm.bias))
+
+
 # --- data -----------------------------------------------------------------------------------------
 
 class _Split(Dataset):
@@ -280,14 +291,13 @@ def pretrain(settings: PretrainSettings, train: TrainConfig, objective: Objectiv
     if fresh and ctx.is_main and settings.resume and ckpt.list_checkpoints(output / "checkpoints"):
         logger.info("resuming: the weights --init-from lacked (%s) are restored from the checkpoint, as every other",
                     ", ".join(sorted({name.split(".")[0] + ".*" for name in fresh})))
+    baseline = _unigram_start(settings, model, train_set, len(eval_set) > 0, tokenizer, train.seed, ctx)
     prepared, train = prepare_training(model, train, ctx)  # the precision is the plan's: nothing measured again
     if ctx.is_main:
         output.mkdir(parents=True, exist_ok=True)
         write_text_atomic(output / SETTINGS_FILE, json.dumps(plan.record(ctx.world_size), indent=2) + "\n")
     pad = tokenizer.pad_token_id
     micro_batch = train.batch_plan(ctx.world_size)[1]
-    baseline = (unigram_baseline(train_set, model.config.vocab_size, tokenizer.special_token_ids, train.seed)
-                if len(eval_set) else None)
     evaluate = functools.partial(evaluate_pretraining, dataset=eval_set, nsp=settings.nsp, pad_token_id=pad,
                                  batch_size=micro_batch, ctx=ctx, precision=train.precision, baseline=baseline)
     hooks = Hooks(evaluate=evaluate if len(eval_set) else None,
@@ -310,6 +320,25 @@ def pretrain(settings: PretrainSettings, train: TrainConfig, objective: Objectiv
 
 ObjectiveFactory = Callable[[DistributedContext], Any]
 """The objective of a pre-training run that trains on something else than MLM (+ NSP), made on the run's device."""
+
+
+def _unigram_start(settings: PretrainSettings, model: BertForPreTraining | BertForMaskedLM, train_set: _Split,
+                   evaluated: bool, tokenizer: WordPieceTokenizer, seed: int, ctx: DistributedContext
+                   ) -> UnigramBaseline | None:
+    """The run's unigram baseline (when it is evaluated, or its decoder bias starts at the frequencies), with the
+    MLM decoder's bias set to it where --mlm-bias-init unigram and the bias is new (not an --init-from's own);
+    before any wrapping, so every rank computes the same values from the same seed."""
+    fresh = settings.init_from is None or "mlm.bias" in getattr(model, "newly_initialized", [])
+    start = fresh and settings.mlm_bias_init == "unigram"
+    if not (evaluated or start):
+        return None
+    baseline = unigram_baseline(train_set, model.config.vocab_size, tokenizer.special_token_ids, seed)
+    if start:
+        start_bias_at_frequencies(model, baseline)
+        if ctx.is_main:
+            logger.info("the MLM decoder's bias starts at the log frequencies of %s words of the training data "
+                        "(--mlm-bias-init unigram)", f"{baseline.words:,}")
+    return baseline
 
 
 def _objective(settings: PretrainSettings, step: StepPlan) -> PretrainingObjective | CompiledObjective:

@@ -170,7 +170,8 @@ def _applied(recipe: PretrainRecipe, settings: PretrainSettings, train: TrainCon
                                       (batch, train.global_batch_size or train.batch_size),
                                       ("head_warmup_steps", train.head_warmup_steps),
                                       ("full_length_share", settings.full_length_share),
-                                      ("full_length_placement", settings.full_length_placement)) if value is not None]
+                                      ("full_length_placement", settings.full_length_placement),
+                                      ("mlm_bias_init", settings.mlm_bias_init)) if value is not None]
     settings, train, notes = apply_recipe(recipe, settings, train, data.shape(), ctx.world_size)
     if ctx.is_main:
         logger.info("recipe %s (%s): %s%s%s", recipe.name, recipe.reason, recipe.describe(),

@@ -68,6 +68,9 @@ class PretrainRecipe:
     """end: the last `full_length_share` of the budget (its steps, or its time under a time budget: the paper's
     two phases, 90% at 128 tokens then 10% at 512); spread: that share of the steps, evenly spaced through the
     run (`full_length_step`)."""
+    mlm_bias_init: str = "zeros"
+    """How a newly initialised MLM decoder bias starts: zeros (Google's) or unigram (the log word frequencies of
+    the training data, `MLM_BIAS_INITS`)."""
     reason: str = ""
     """One line: why this recipe was chosen."""
     budget_steps: float | None = None
@@ -86,6 +89,8 @@ class PretrainRecipe:
         if self.full_length_share and self.max_seq_length:
             where = "the last" if self.full_length_placement == "end" else "spread over the run:"
             parts.append(f"{where} {self.full_length_share:.0%} of the steps at the data's full length")
+        if self.mlm_bias_init == "unigram":
+            parts.append("a fresh MLM decoder bias at the data's log word frequencies")
         if self.head_warmup_steps:
             steps = self.head_warmup_steps
             parts.append(f"the new MLM head trained alone for the first {steps} step{'s' if steps != 1 else ''}")
@@ -116,7 +121,8 @@ def short_recipe(hidden_size: int, budget_steps: float | None = None) -> Pretrai
     fewer, and the 10-minute quickstart still gained more with it (+20.2 test points against +14.8)."""
     nsp = budget_steps is None or budget_steps < SHORT_MLM_ONLY_FROM_STEPS
     return PretrainRecipe("short", 64, width_scaled(5e-4, hidden_size), 0.5, 0.0, 0.3, nsp, 16,
-                          full_length_share=SHORT_FULL_LENGTH_SHARE, full_length_placement=SHORT_FULL_LENGTH_PLACEMENT)
+                          full_length_share=SHORT_FULL_LENGTH_SHARE, full_length_placement=SHORT_FULL_LENGTH_PLACEMENT,
+                          mlm_bias_init=SHORT_MLM_BIAS_INIT)
 
 
 SHORT_MLM_ONLY_FROM_STEPS = 5_280
@@ -133,6 +139,10 @@ untrained, but at 10 CPU-minutes the steps that train them cost more than they g
 position a fine-tuning reads": the last 10% at 128 tokens -2.0 points on a short-text task, 25% spread through the
 run -4.2, and neither moved a long-input task); `--full-length-share` gives them, and fine-tuning, prediction and
 serving say when inputs reach untrained positions."""
+SHORT_MLM_BIAS_INIT = "unigram"
+"""How the short recipe's fresh MLM decoder bias starts: at the training data's log word frequencies (what the unigram
+plateau every pre-training starts on would otherwise spend its first steps learning, partly in the word embeddings).
+Measured in docs/pretraining.md, "The decoder bias at the word frequencies"."""
 SHORT_FULL_LENGTH_PLACEMENT = "end"
 """Where the short recipe would put full-length steps given a share (the paper's rule: at the end)."""
 
@@ -412,7 +422,8 @@ RECIPE_FIELDS = {"max_seq_length": ("settings", "max_seq_length"), "dropout": ("
                  "learning_rate": ("train", "learning_rate"), "warmup_ratio": ("train", "warmup_ratio"),
                  "batch_size": ("train", "global_batch_size"), "head_warmup_steps": ("train", "head_warmup_steps"),
                  "full_length_share": ("settings", "full_length_share"),
-                 "full_length_placement": ("settings", "full_length_placement")}
+                 "full_length_placement": ("settings", "full_length_placement"),
+                 "mlm_bias_init": ("settings", "mlm_bias_init")}
 """Recipe attribute -> (where it lands: the pre-training settings or the TrainConfig, the field there). A field that
 is None (unset) takes the recipe's value; a set one is the user's and stays."""
 
@@ -476,11 +487,13 @@ def apply_recipe(recipe: PretrainRecipe, settings: Any, train: Any, data: DataSh
 def library_defaults(settings: Any, train: Any) -> tuple[Any, Any]:
     """What a run with no recipe (`--recipe` unset, library use) takes for the settings a recipe would decide and
     the user left unset: the paper's learning rate and 1% warmup, NSP when the data has pairs, no head warm-up, no
-    full-length steps; the others (length, masking, dropout) are the data's and the model's own."""
+    full-length steps, a zero MLM decoder bias (Google's); the others (length, masking, dropout) are the data's and
+    the model's own."""
     paper = paper_recipe()
     settings = replace(settings, nsp=True if settings.nsp is None else settings.nsp,
                        full_length_share=settings.full_length_share or 0.0,
-                       full_length_placement=settings.full_length_placement or paper.full_length_placement)
+                       full_length_placement=settings.full_length_placement or paper.full_length_placement,
+                       mlm_bias_init=settings.mlm_bias_init or paper.mlm_bias_init)
     return settings, replace(train, learning_rate=train.learning_rate or paper.learning_rate,
                              warmup_ratio=paper.warmup_ratio if train.warmup_ratio is None else train.warmup_ratio,
                              head_warmup_steps=train.head_warmup_steps or 0)
