@@ -10,9 +10,10 @@ model instead of bertkit's - what does the fine-tuning get? Everything but the i
   recipe's 64 tokens, 30% dynamic masking with the 80/10/10 rule), shuffled with the run's seed;
 * the recipe: bertkit's short recipe for bert-mini (`recipes.short_recipe`): batch 16, AdamW (epsilon 1e-6,
   weight decay 0.01 off biases and LayerNorm), peak lr 5e-4 reached at half the budget and decayed linearly to 0
-  (transformers' `get_linear_schedule_with_warmup`), global norm clipping at 1.0, no dropout, and the objective
-  bertkit's recipe gives `--bertkit-steps` (MLM + NSP below `recipes.SHORT_MLM_ONLY_FROM_STEPS`, masked LM only
-  from there; `--nsp` / `--no-nsp` override it, as they do for `bertkit pretrain`);
+  (transformers' `get_linear_schedule_with_warmup`), global norm clipping at 1.0, no dropout, the objective
+  bertkit's recipe gives (masked LM only, `recipes.SHORT_NSP`; `--nsp` / `--no-nsp` override it, as they do for
+  `bertkit pretrain`), and the MLM decoder bias starting where the recipe starts it (`recipes.SHORT_MLM_BIAS_INIT`:
+  the log word frequencies of up to 10,000 instances, `pretrain.unigram_baseline`);
 * the precision: bf16 autocast where bertkit's `--precision auto` measures it faster, as bertkit's run did;
 * the budget: the same CPU time. Both implementations are timed on the same batches in this process, taking turns
   (a median of rounds), and transformers gets `--bertkit-steps` x (its steps per second / bertkit's) steps.
@@ -43,6 +44,8 @@ from bertkit.config import preset
 from bertkit.data import PretrainingDataset, collate_pretraining
 from bertkit.model import BertForMaskedLM, BertForPreTraining
 from bertkit.tasks.pretraining import pretraining_loss
+from bertkit.tokenizer import WordPieceTokenizer
+from bertkit.workflows.pretrain import unigram_baseline
 from bertkit.workflows.recipes import short_recipe
 
 
@@ -157,6 +160,11 @@ def main() -> None:
           f"{total} steps for bertkit's {args.bertkit_steps}, {'MLM + NSP' if nsp else 'masked LM only'}", flush=True)
     torch.manual_seed(args.seed)
     model = transformers_model(config, nsp)  # only it draws from the seed, as before MLM-only runs existed
+    if recipe.mlm_bias_init == "unigram":  # as `bertkit pretrain` starts its own (pretrain.start_bias_at_frequencies)
+        special = WordPieceTokenizer.from_pretrained(args.tokenizer).special_token_ids
+        log_frequency = unigram_baseline(dataset, vocab_size, special, args.seed).log_frequency
+        with torch.no_grad():
+            model.cls.predictions.bias.copy_((log_frequency - log_frequency.mean()).float())
     optimizer = optimizer_for(model, lr)
     warmup = math.ceil(recipe.warmup_ratio * total)
     schedule = transformers.get_linear_schedule_with_warmup(optimizer, warmup, total)
@@ -174,7 +182,7 @@ def main() -> None:
     for name in ("vocab.txt", "tokenizer_config.json"):
         shutil.copy(args.tokenizer / name, final / name)
     recipe_used = {"length": length, "batch": batch_size, "lr": lr, "warmup": warmup,
-                   "masked_lm_prob": recipe.masked_lm_prob, "nsp": nsp}
+                   "masked_lm_prob": recipe.masked_lm_prob, "nsp": nsp, "mlm_bias_init": recipe.mlm_bias_init}
     record = {"steps": total, "bertkit_steps": args.bertkit_steps, "timing": timing,
               "seconds": time.perf_counter() - start, "recipe": recipe_used, "transformers": transformers.__version__}
     (args.output / "run.json").write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")

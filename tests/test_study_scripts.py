@@ -455,15 +455,12 @@ def test_transformers_comparison_trains_the_objective_bertkits_recipe_trains(tmp
     from bertkit.model import BertForMaskedLM, BertForPreTraining
     from bertkit.model.hf_names import to_hf
     from bertkit.tasks.pretraining import pretraining_loss
-    from bertkit.workflows.recipes import SHORT_MLM_ONLY_FROM_STEPS
-
     script = load_script("transformers_pretrain")
-    at_threshold, below = (script.short_recipe(256, budget_steps=steps).nsp for steps in (SHORT_MLM_ONLY_FROM_STEPS,
-                                                                                          2640))
-    assert (script.objective(at_threshold, True, None), script.objective(below, True, None)) == (False, True)
-    assert script.objective(below, False, None) is False and script.objective(at_threshold, True, True) is True
+    recipe_nsp = script.short_recipe(256, budget_steps=2640).nsp  # masked LM only, as bertkit's short recipe
+    assert script.objective(recipe_nsp, True, None) is False and script.objective(recipe_nsp, True, True) is True
+    assert script.objective(True, True, None) is True and script.objective(True, False, None) is False
     with pytest.raises(SystemExit, match="--no-nsp"):
-        script.objective(below, False, True)
+        script.objective(recipe_nsp, False, True)
     config = preset("bert-tiny", vocab_size=50, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
     torch.manual_seed(0)
     pairs = {nsp: (script.bertkit_model(config, nsp), script.transformers_model(config, nsp)) for nsp in (True, False)}

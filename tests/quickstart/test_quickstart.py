@@ -261,7 +261,7 @@ def test_the_quickstart_pretrains_through_the_recipe_planner(tmp_path, monkeypat
     pretrain_model(QuickstartSettings(output=tmp_path, max_steps=5), echoed.append)
     what, train = seen["what"], seen["train"]
     assert what.recipe == "short" and (what.dropout, what.max_seq_length, what.masked_lm_prob) == (None,) * 3
-    assert what.nsp is True  # the short recipe's objective below 5,280 steps
+    assert what.nsp is False  # the short recipe's objective: masked LM only
     assert (train.learning_rate, train.warmup_ratio, train.global_batch_size, train.micro_batch_size) == (None,) * 4
     shape = SimpleNamespace(directory="data", dynamic=True, nsp=True, layout="pairs", built_seq_length=64)
     what, train, _ = apply_recipe(short_recipe(256), what, train, shape, 1)  # what the planner makes of it
@@ -272,8 +272,8 @@ def test_the_quickstart_pretrains_through_the_recipe_planner(tmp_path, monkeypat
     settings = QuickstartSettings(output=tmp_path, max_steps=5, recipe=Recipe(learning_rate=1e-3))
     pretrain_model(settings, echoed.append)
     assert seen["train"].learning_rate == 1e-3 and "peak lr 0.001" in echoed[-1]
-    # the line says the objective the planner will choose for the budget: masked LM only from 5,280 steps
-    assert "MLM + NSP" in echoed[-1]
+    # the line says the objective the planner will choose: masked LM only
+    assert "MLM only" in echoed[-1]
     pretrain_model(QuickstartSettings(output=tmp_path, max_steps=6000), echoed.append, None, 6000)
     assert "MLM only" in echoed[-1] and seen["what"].nsp is False and not short_recipe(256, 6000).nsp
     pretrain_model(QuickstartSettings(output=tmp_path, max_steps=6000, resume=True), echoed.append, None, 6000)

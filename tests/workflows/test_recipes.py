@@ -48,7 +48,7 @@ def test_auto_picks_the_short_recipe_below_the_papers_budget_and_the_paper_above
     ten_cpu_minutes = choose_recipe("auto", 256, budget_steps(None, 600, 4.4))
     assert (ten_cpu_minutes.name, ten_cpu_minutes.max_seq_length, ten_cpu_minutes.dropout) == ("short", 64, 0.0)
     # issue 37's measured levers, together: batch 16, 30% masking, the one-cycle schedule (peak at half the budget)
-    assert (ten_cpu_minutes.batch_size, ten_cpu_minutes.masked_lm_prob, ten_cpu_minutes.nsp) == (16, 0.3, True)
+    assert (ten_cpu_minutes.batch_size, ten_cpu_minutes.masked_lm_prob, ten_cpu_minutes.nsp) == (16, 0.3, False)
     assert ten_cpu_minutes.learning_rate == pytest.approx(5e-4) and ten_cpu_minutes.warmup_ratio == 0.5
     assert "~2,640 steps: too few for the paper's schedule" in ten_cpu_minutes.reason
     a_gpu_day = choose_recipe("auto", 768, budget_steps(None, 86_400, 12.0))  # ~1M steps
@@ -269,13 +269,13 @@ def test_the_time_budget_counts_every_process(data, monkeypatch):
     assert measured == [16, 4]
     assert "3,600 steps" in alone.reason or "~3,600 steps" in alone.reason, alone.reason
     assert "~14,400 steps" in four.reason and "each of 4 processes' share" in four.reason, four.reason
-    # --recipe short under a time budget is measured too: its objective follows the steps the time buys
+    # --recipe short under a time budget is measured too: its budget is the steps the time buys
     short = dataclasses.replace(settings, recipe="short")
     shape = pretrain_plan._planning_shape(short, facts, None, config, 1)
-    for seconds, nsp in ((3_600, True), (7_200, False)):  # 1 step/s: 3,600 steps keep NSP, 7,200 drop it
+    for seconds in (3_600, 7_200):  # 1 step/s
         chosen = pretrain_plan._choose(short, dataclasses.replace(train, max_time_s=seconds), facts, None, config,
                                        shape, 1)
-        assert (chosen.budget_steps, chosen.nsp) == (seconds, nsp)
+        assert (chosen.budget_steps, chosen.nsp) == (seconds, False)
 
 
 def test_pretraining_records_the_positions_it_trained_and_fine_tuning_says_when_inputs_go_past(data, tmp_path,
@@ -504,19 +504,19 @@ def test_the_long_input_measurement_is_the_studys():
     assert "45.5 ± 1.9" in text and "29.7 ± 0.3" in text and "42.9 ± 4.6" in text and "53.4 ± 0.9" in text
 
 
-def test_the_short_recipe_drops_nsp_from_the_budget_where_it_was_measured_to_cost():
-    """Below SHORT_MLM_ONLY_FROM_STEPS (and for an unknown budget) the short recipe keeps NSP; from there it trains
-    masked LM only, and its reason says why; --nsp / --no-nsp decide it for any budget."""
-    from bertkit.workflows.recipes import SHORT_MLM_ONLY_FROM_STEPS
+def test_the_short_recipe_trains_masked_lm_only_at_every_budget():
+    """The short recipe has no NSP at any budget (SHORT_NSP, measured with the decoder bias at the word frequencies)
+    and its reason says so; the paper's keeps it; --nsp / --no-nsp decide it for any budget."""
+    from bertkit.workflows.recipes import SHORT_NSP, SHORT_OBJECTIVE
 
-    assert SHORT_MLM_ONLY_FROM_STEPS == 5_280  # the 20 CPU-minute budget the study measured
-    assert choose_recipe("auto", 256, 2_640).nsp and choose_recipe("short", 256, None).nsp
+    assert SHORT_NSP is False
+    for budget in (None, 2_640, 5_280, 50_000):
+        chosen = choose_recipe("short", 256, budget)
+        assert not chosen.nsp and chosen.reason.endswith(SHORT_OBJECTIVE)
     twenty = choose_recipe("auto", 256, 5_280)
     assert not twenty.nsp and "MLM only" in twenty.describe() and "MLM + NSP" not in twenty.describe()
-    assert twenty.reason.endswith("masked LM only from ~5,280 steps (NSP measured to cost there)")
-    assert not choose_recipe("short", 256, 50_000).nsp and choose_recipe("auto", 256, 100_000).nsp  # the paper's
-    assert not choose_recipe("auto", 256, 2_640, "short", False).nsp  # a short run trained without NSP goes on so
-    assert choose_recipe("auto", 256, 2_640, "short", True).nsp
+    assert not choose_recipe("auto", 256, 2_640, "short", True).nsp  # a short run with NSP goes on without it
+    assert choose_recipe("auto", 256, 100_000).nsp  # the paper's
     from types import SimpleNamespace
 
     from bertkit.settings import PretrainSettings

@@ -28,7 +28,6 @@ from bertkit.settings import PretrainSettings, TrainConfig
 from bertkit.workflows.recipes import (
     CONTINUE_PASSES,
     REFERENCE_WIDTH,
-    SHORT_MLM_ONLY_FROM_STEPS,
     continue_recipe,
     paper_recipe,
     short_recipe,
@@ -62,8 +61,8 @@ RECIPE_DEFAULTS = {
                      f"sqrt({REFERENCE_WIDTH} / hidden size)",
     "warmup_ratio": f"the recipe's: paper {_PAPER.warmup_ratio:g}, short {_SHORT.warmup_ratio:g}",
     "dropout": f"the recipe's: paper the model config's (0.1 in the presets), short {_SHORT.dropout:g}",
-    "nsp": f"the recipe's: paper on, short on below {SHORT_MLM_ONLY_FROM_STEPS:,} steps and off from there, continue "
-           "on when the checkpoint has an NSP head",
+    "nsp": f"the recipe's: paper on, short {'on' if _SHORT.nsp else 'off'}, continue on when the checkpoint has an "
+           "NSP head",
     "max_seq_length": f"the recipe's: paper the data's, short {_SHORT.max_seq_length}",
     "masked_lm_prob": f"the recipe's: paper the data's, short {_SHORT.masked_lm_prob:g}, continue "
                       f"{continue_recipe(REFERENCE_WIDTH, True, None).masked_lm_prob:g} (static data: its own)",

@@ -40,8 +40,7 @@ class Recipe:
     """Most masked tokens per instance; None: the masking rate of the longest instance (Google's rule), so a
     Recipe with another rate or length gets its own cap (`prediction_cap`)."""
     nsp: bool | None = None
-    """Train next sentence prediction too; None: the short recipe's for the budget (yes below ~5,280 steps, the
-    default 10 minutes on 2 cores included)."""
+    """Train next sentence prediction too; None: the short recipe's (no: masked LM only at every budget)."""
     dropout: float | None = None
     """Dropout while pre-training (fine-tuning uses 0.1); None: the short recipe's (0)."""
     batch_size: int | None = None

@@ -264,7 +264,7 @@ class PretrainSettings(Settings):
     at a longer --max-seq-length)."""
     nsp: bool | None = None
     """Next sentence prediction on/off (off: masked LM only, a BertForMaskedLM - the paper's ablation); unset:
-    the recipe's (paper: on; short: on below ~5,280 steps, off from there; continue: on when the checkpoint has an
+    the recipe's (paper: on; short: off; continue: on when the checkpoint has an
     NSP head; masked-LM-only data: off)."""
     dropout: float | None = None
     """Hidden and attention dropout during pre-training; unset: the config's (0.1 in the presets).
@@ -299,7 +299,7 @@ class PretrainSettings(Settings):
     """Fills the settings a budget decides (sequence length, learning rate, warmup, dropout, masking rate,
     NSP, batch size) that are not given (None). auto: the paper's settings when the budget allows
     ~100,000 steps, else the short-budget recipe (64 tokens, batch 16, lr 5e-4 at bert-mini's width reached
-    at half the budget, no dropout, 30% dynamic masking, NSP below ~5,280 steps); the choice and its reason are
+    at half the budget, no dropout, 30% dynamic masking, masked LM only); the choice and its reason are
     printed (recipes.py); each setting's own flag overrides it. None (library use): the paper's learning rate and
     warmup for those not given (recipes.library_defaults)."""
 

@@ -177,8 +177,8 @@ def start_bias_at_frequencies(model: BertForPreTraining | BertForMaskedLM, basel
     every pre-training starts on would otherwise teach it over its first steps, partly through the word
     embeddings. Pieces never counted ([PAD], [CLS], [SEP], [MASK], unseen words) get the smoothing's floor."""
     with torch.no_grad():
-        log_frequency = baseline.log_frequency
-        model.mlm.bias.copy_((log_frequency - log_frequency.mean()).to(model.mlm.bias))
+        log_frequency = baseline.log_frequency.float()  # centred in fp32: the study's models were made so
+        model.mlm.bias.copy_(log_frequency - log_frequency.mean())
 
 
 # --- data -----------------------------------------------------------------------------------------

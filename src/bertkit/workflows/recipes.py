@@ -7,8 +7,8 @@ model's width; for fine-tuning, whether and how long the model was pre-trained. 
 injected numbers; measuring and printing live with their callers. `auto` keeps Devlin et al.'s schedule
 for budgets of at least PAPER_MIN_STEPS steps and takes the short-budget recipe below that: short
 sequences, small batches (a few minutes have few updates to give, so each must count), a high peak learning
-rate on a one-cycle schedule, 30% dynamic masking, no dropout, NSP below SHORT_MLM_ONLY_FROM_STEPS steps and masked
-LM only from there; a checkpoint pre-trained elsewhere
+rate on a one-cycle schedule, 30% dynamic masking, no dropout, masked LM only with the decoder bias starting at the
+data's word frequencies; a checkpoint pre-trained elsewhere
 (--init-from) is continued at a lower learning rate (`continue_recipe`). The numbers come from the
 studies in docs/quickstart.md and docs/pretraining.md; a learning rate found for bert-mini (H=256) is
 scaled by sqrt(256 / H) for other widths, the usual width scaling of Adam learning rates.
@@ -107,9 +107,9 @@ def short_recipe(hidden_size: int, budget_steps: float | None = None) -> Pretrai
     """The short-budget recipe for a model of this width and a budget of `budget_steps` optimizer steps (None:
     unknown): 64-token sequences, batch 16, peak lr 5e-4 at H=256
     reached at half the budget and decayed linearly to 0 at its end (one-cycle, as Cramming), 30% dynamic
-    masking (Wettig et al. 2022), no dropout, NSP below SHORT_MLM_ONLY_FROM_STEPS steps (or an unknown budget) and
-    masked LM only from there; every step at 64 tokens (SHORT_FULL_LENGTH_SHARE: steps at
-    the data's full length were measured and cost more than they gave).
+    masking (Wettig et al. 2022), no dropout, masked LM only (SHORT_NSP) with a new decoder bias at the data's log
+    word frequencies (SHORT_MLM_BIAS_INIT), the same at every budget; every step at 64 tokens
+    (SHORT_FULL_LENGTH_SHARE: steps at the data's full length were measured and cost more than they gave).
 
     Chosen by measurement (docs/pretraining.md, "What pays at which budget"): at 10 CPU-minutes on the held-out
     WordNet corpus, bert-mini fine-tuned on its 45-way task scored 48.7 +- 0.8 test accuracy where the recipe
@@ -119,20 +119,19 @@ def short_recipe(hidden_size: int, budget_steps: float | None = None) -> Pretrai
     alone -1.3; batch 16 with 30% masking +3.1, all three +7.4. On one CPU thread
     batch 16 takes twice the steps of batch 32 in the same time (the same tokens per second); on two threads
     fewer, and the 10-minute quickstart still gained more with it (+20.2 test points against +14.8)."""
-    nsp = budget_steps is None or budget_steps < SHORT_MLM_ONLY_FROM_STEPS
-    return PretrainRecipe("short", 64, width_scaled(5e-4, hidden_size), 0.5, 0.0, 0.3, nsp, 16,
+    return PretrainRecipe("short", 64, width_scaled(5e-4, hidden_size), 0.5, 0.0, 0.3, SHORT_NSP, 16,
                           full_length_share=SHORT_FULL_LENGTH_SHARE, full_length_placement=SHORT_FULL_LENGTH_PLACEMENT,
                           mlm_bias_init=SHORT_MLM_BIAS_INIT)
 
 
-SHORT_MLM_ONLY_FROM_STEPS = 5_280
-"""Budget in optimizer steps (20 CPU-minutes of bert-mini on 2 cores) from which the short recipe drops next sentence
-prediction and trains masked LM only (RoBERTa's finding at full scale, Liu et al. 2019). Measured (docs/pretraining.md,
-"Where the loss is: the encoder layers, and NSP"): at 5,280 steps the recipe without NSP scored higher on every task
-family - a commentary +8.8 test points (p = 0.011), a dictionary +4.6 (p = 0.017), WordNet glosses +0.8, KJV verses
-+2.1, and +3.2 (p = 0.33) on the Treasury of David, the family that checked the rule; at 2,640 steps (10 CPU-minutes) it
-did not win across families (+11.7 on the commentary but -2.1 and -2.9 on the two KJV tasks, -0.6 on the Treasury),
-so shorter budgets keep NSP. `--nsp` / `--no-nsp` decide it for any budget."""
+SHORT_NSP = False
+"""Next sentence prediction in the short recipe: none, at every budget (RoBERTa's finding at full scale, Liu et al.
+2019). Measured (docs/pretraining.md, "The decoder bias at the word frequencies"): with the decoder bias at the word
+frequencies, 10 CPU-minutes (2,640 steps) of masked LM only scored higher than the recipe with NSP on the commentary
+(+11.7 test points, p = 0.012) and the Treasury of David (+6.4, p = 0.031), and tied it on WordNet glosses (+0.5) and
+KJV verses (-0.3); at 20 CPU-minutes (5,280 steps) masked LM only had scored higher on every family ("Where the loss
+is: the encoder layers, and NSP"). Before the bias, NSP was kept below 5,280 steps, where leaving it out cost the two
+KJV tasks 2-3 points. `--nsp` / `--no-nsp` decide it for any budget."""
 SHORT_FULL_LENGTH_SHARE = 0.0
 """Share of the short recipe's steps at the data's full length: none. 64-token steps alone leave positions 64 and up
 untrained, but at 10 CPU-minutes the steps that train them cost more than they gave (docs/pretraining.md, "Every
@@ -376,30 +375,21 @@ def _recipe_for(name: str, hidden_size: int, budget_steps: float | None, init: s
                        reason=f"{why}, {steps}: continued pre-training at a lower learning rate, {head}")
     if name == "paper":
         return replace(paper_recipe(), reason="--recipe paper")
-    # a bertkit short run trained without NSP is continued without it: a fresh NSP head would start from nothing
-    without_nsp = init == "short" and not nsp_head
     if name == "short":
-        return _short(hidden_size, budget_steps, without_nsp, "--recipe short")
+        return _short(hidden_size, budget_steps, "--recipe short")
     if budget_steps is None or budget_steps >= PAPER_MIN_STEPS:
         return replace(paper_recipe(), reason=f"{steps}: enough for the paper's schedule (>= {PAPER_MIN_STEPS:,})")
-    return _short(hidden_size, budget_steps, without_nsp,
+    return _short(hidden_size, budget_steps,
                   f"{steps}: too few for the paper's schedule (< {PAPER_MIN_STEPS:,}), so the short-budget one")
 
 
-def _short(hidden_size: int, budget_steps: float | None, without_nsp: bool, why: str) -> PretrainRecipe:
-    """The short recipe for the budget, NSP off too when the --init-from run trained without it; `why` + the
-    objective's reason."""
-    recipe = short_recipe(hidden_size, budget_steps)
-    if recipe.nsp and without_nsp:
-        return replace(recipe, nsp=False, reason=f"{why}, MLM only as the --init-from run trained")
-    return replace(recipe, reason=why + _objective(budget_steps))
+def _short(hidden_size: int, budget_steps: float | None, why: str) -> PretrainRecipe:
+    """The short recipe for the budget; `why` + the objective's reason."""
+    return replace(short_recipe(hidden_size, budget_steps), reason=why + SHORT_OBJECTIVE)
 
 
-def _objective(budget_steps: float | None) -> str:
-    """The short recipe's objective in the reason: '' with NSP, else why masked LM only."""
-    if short_recipe(REFERENCE_WIDTH, budget_steps).nsp:
-        return ""
-    return f", masked LM only from ~{SHORT_MLM_ONLY_FROM_STEPS:,} steps (NSP measured to cost there)"
+SHORT_OBJECTIVE = ", masked LM only (NSP measured to cost or tie at every budget tried)"
+"""What the short recipe's reason says of its objective (SHORT_NSP)."""
 
 
 FULL_LENGTH_PLACEMENTS = ("end", "spread")
