@@ -129,8 +129,8 @@ def test_continued_pretraining_of_an_extended_model_resumes_bit_exactly(prepared
 @pytest.mark.parametrize("name,init,nsp_head,expected", [
     ("auto", "released", False, ("continue", False, 1e-4 * 2 ** 0.5, 0.06)),  # MiniLM-L6-H384, a sentence encoder
     ("auto", "released", True, ("continue", True, 1e-4, 0.06)),  # bert-base with its heads
-    ("auto", "short", True, ("short", True, 5e-4 * (256 / 768) ** 0.5, 0.5)),  # a bertkit run being extended
-    ("auto", None, True, ("short", True, 5e-4 * (256 / 768) ** 0.5, 0.5)),
+    ("auto", "short", True, ("short", False, 5e-4 * (256 / 768) ** 0.5, 0.5)),  # a bertkit run being extended
+    ("auto", None, True, ("short", False, 5e-4 * (256 / 768) ** 0.5, 0.5)),  # the short recipe: masked LM only
     ("continue", None, True, ("continue", True, 1e-4, 0.06)),
 ])
 def test_recipe_for_continued_pretraining(name, init, nsp_head, expected):

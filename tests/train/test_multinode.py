@@ -90,7 +90,7 @@ def files(tmp_path_factory, write_toy_corpus) -> dict[str, Path]:
 
 PRETRAIN = ("pretrain", "--model", "bert-debug", "--max-steps", "4", "--global-batch-size", "8",
             "--dropout", "0", "--precision", "fp32", "--device", "cpu", "--eval-examples", "8",
-            "--eval-every", "2", "--save-every", "2")
+            "--eval-every", "2", "--save-every", "2", "--nsp")  # NSP too (the short recipe has none): both objectives
 
 
 def test_pretraining_on_two_nodes_equals_one_process(files, tmp_path):
