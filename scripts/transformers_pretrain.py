@@ -45,7 +45,7 @@ from bertkit.data import PretrainingDataset, collate_pretraining
 from bertkit.model import BertForMaskedLM, BertForPreTraining
 from bertkit.tasks.pretraining import pretraining_loss
 from bertkit.tokenizer import WordPieceTokenizer
-from bertkit.workflows.pretrain import unigram_baseline
+from bertkit.workflows.pretrain import frequency_bias, unigram_baseline
 from bertkit.workflows.recipes import short_recipe
 
 
@@ -160,11 +160,10 @@ def main() -> None:
           f"{total} steps for bertkit's {args.bertkit_steps}, {'MLM + NSP' if nsp else 'masked LM only'}", flush=True)
     torch.manual_seed(args.seed)
     model = transformers_model(config, nsp)  # only it draws from the seed, as before MLM-only runs existed
-    if recipe.mlm_bias_init == "unigram":  # as `bertkit pretrain` starts its own (pretrain.start_bias_at_frequencies)
+    if recipe.mlm_bias_init == "unigram":  # as `bertkit pretrain` starts its own (pretrain.frequency_bias)
         special = WordPieceTokenizer.from_pretrained(args.tokenizer).special_token_ids
-        log_frequency = unigram_baseline(dataset, vocab_size, special, args.seed).log_frequency
         with torch.no_grad():
-            model.cls.predictions.bias.copy_((log_frequency - log_frequency.mean()).float())
+            model.cls.predictions.bias.copy_(frequency_bias(unigram_baseline(dataset, vocab_size, special, args.seed)))
     optimizer = optimizer_for(model, lr)
     warmup = math.ceil(recipe.warmup_ratio * total)
     schedule = transformers.get_linear_schedule_with_warmup(optimizer, warmup, total)

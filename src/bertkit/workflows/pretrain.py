@@ -171,14 +171,20 @@ def unigram_baseline(dataset: Dataset, vocab_size: int, special_token_ids: Seque
     return UnigramBaseline(mask, log_frequency, int(total))
 
 
+def frequency_bias(baseline: UnigramBaseline) -> torch.Tensor:
+    """(vocabulary,) fp32: `baseline`'s log word frequencies, centred (a softmax ignores a shift); centred in fp32,
+    as the study's models were made. Pieces never counted ([PAD], [CLS], [SEP], [MASK], unseen words) get the
+    smoothing's floor."""
+    log_frequency = baseline.log_frequency.float()
+    return log_frequency - log_frequency.mean()
+
+
 def start_bias_at_frequencies(model: BertForPreTraining | BertForMaskedLM, baseline: UnigramBaseline) -> None:
-    """Set the MLM decoder's bias to `baseline`'s log word frequencies, centred (a softmax ignores a shift): the
-    model then predicts a masked word from its frequency before it has learned anything, as the unigram plateau
-    every pre-training starts on would otherwise teach it over its first steps, partly through the word
-    embeddings. Pieces never counted ([PAD], [CLS], [SEP], [MASK], unseen words) get the smoothing's floor."""
+    """Set the MLM decoder's bias to `frequency_bias(baseline)`: the model then predicts a masked word from its
+    frequency before it has learned anything, as the unigram plateau every pre-training starts on would otherwise
+    teach it over its first steps, partly through the word embeddings."""
     with torch.no_grad():
-        log_frequency = baseline.log_frequency.float()  # centred in fp32: the study's models were made so
-        model.mlm.bias.copy_(log_frequency - log_frequency.mean())
+        model.mlm.bias.copy_(frequency_bias(baseline))
 
 
 # --- data -----------------------------------------------------------------------------------------
