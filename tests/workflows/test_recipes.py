@@ -571,3 +571,28 @@ def test_pretrain_starts_the_decoder_bias_at_the_training_splits_word_frequencie
     assert _pretrain(data, tmp_path / "continued", "--max-steps", "1", "--learning-rate", "1e-12", "--recipe",
                      "short", "--init-from", str(tmp_path / "zeros" / "final"), "--mlm-bias-init", "unigram") == 0
     np.testing.assert_allclose(_final_bias(tmp_path / "continued"), 0.0, atol=1e-5)  # the checkpoint's own
+
+
+def test_an_encoder_checkpoint_without_an_mlm_head_gets_the_bias_at_the_word_frequencies(data, tmp_path, monkeypatch):
+    """--init-from a checkpoint with no MLM head (a sentence encoder's BertModel): its decoder bias is new, so
+    --mlm-bias-init unigram starts it at the data's centred log frequencies, while the encoder's weights load."""
+    from bertkit.model import BertModel, read_state_dict  # noqa: PLC0415
+    from bertkit.workflows import pretrain as pretrain_module  # noqa: PLC0415
+
+    assert _pretrain(data, tmp_path / "source", "--max-steps", "1", "--mlm-bias-init", "zeros") == 0
+    encoder = tmp_path / "encoder"
+    BertModel.from_pretrained(tmp_path / "source" / "final").save_pretrained(
+        encoder, tokenizer=WordPieceTokenizer.from_pretrained(data["tok"]))
+    assert not any(key.startswith("cls.") for key in read_state_dict(encoder))
+    counted = []
+    original = pretrain_module.unigram_baseline
+    monkeypatch.setattr(pretrain_module, "unigram_baseline", lambda *a, **k: counted.append(original(*a, **k))
+                        or counted[-1])
+    assert _pretrain(data, tmp_path / "adapted", "--max-steps", "1", "--learning-rate", "1e-12", "--recipe",
+                     "continue", "--init-from", str(encoder), "--mlm-bias-init", "unigram") == 0
+    log_frequency = counted[0].log_frequency.numpy()
+    np.testing.assert_allclose(_final_bias(tmp_path / "adapted"), log_frequency - log_frequency.mean(), atol=1e-5)
+    kept = read_state_dict(tmp_path / "adapted" / "final")["bert.encoder.layer.0.attention.self.query.weight"]
+    loaded = read_state_dict(encoder)
+    source = next(v for k, v in loaded.items() if k.endswith("encoder.layer.0.attention.self.query.weight"))
+    np.testing.assert_allclose(kept.numpy(), source.numpy(), atol=1e-6)  # the encoder is the checkpoint's
