@@ -127,11 +127,12 @@ def short_recipe(hidden_size: int, budget_steps: float | None = None) -> Pretrai
 SHORT_NSP = False
 """Next sentence prediction in the short recipe: none, at every budget (RoBERTa's finding at full scale, Liu et al.
 2019). Measured (docs/pretraining.md, "The decoder bias at the word frequencies"): with the decoder bias at the word
-frequencies, 10 CPU-minutes (2,640 steps) of masked LM only scored higher than the recipe with NSP on the commentary
-(+11.7 test points, p = 0.012) and the Treasury of David (+6.4, p = 0.031), and tied it on WordNet glosses (+0.5) and
-KJV verses (-0.3); at 20 CPU-minutes (5,280 steps) masked LM only had scored higher on every family ("Where the loss
-is: the encoder layers, and NSP"). Before the bias, NSP was kept below 5,280 steps, where leaving it out cost the two
-KJV tasks 2-3 points. `--nsp` / `--no-nsp` decide it for any budget."""
+frequencies, 10 CPU-minutes (2,640 steps) of masked LM only scored higher than the recipe before (MLM + NSP, zero
+bias, the same pre-training seeds) on the commentary (+11.7 and +14.0 test points, two seeds) and the Treasury of
+David (+6.4 and +5.2), and tied it on WordNet glosses (+0.5), KJV verses (+1.6) and the quickstart's task (-1.1, p =
+0.36); at 20 CPU-minutes (5,280 steps) masked LM only had scored higher on every family ("Where the loss is: the
+encoder layers, and NSP"). Before the bias, NSP was kept below 5,280 steps, where leaving it out cost the two KJV
+tasks 2-3 points. `--nsp` / `--no-nsp` decide it for any budget."""
 SHORT_FULL_LENGTH_SHARE = 0.0
 """Share of the short recipe's steps at the data's full length: none. 64-token steps alone leave positions 64 and up
 untrained, but at 10 CPU-minutes the steps that train them cost more than they gave (docs/pretraining.md, "Every
