@@ -71,6 +71,7 @@ TASKS: dict[str, dict[str, Any]] = {
                                                                            "test.jsonl")},
     "tdavid-book": {"kind": "classification", "metric": "accuracy", "files": ("train.jsonl", "dev.jsonl",
                                                                              "test.jsonl")},
+    "web-part": {"kind": "classification", "metric": "accuracy", "files": ("train.jsonl", "dev.jsonl", "test.jsonl")},
     "wordnet-qa": {"kind": "squad", "metric": "f1",
                    "files": ("wordnet/qa-train.json", "wordnet/qa-dev.json", "wordnet/qa-test.json")},
 }

@@ -442,6 +442,46 @@ def test_psalter_task_removes_what_names_its_label_and_holds_dev_and_test_out(tm
         assert (tmp_path / "a" / f"{split}.jsonl").read_bytes() == (tmp_path / "b" / f"{split}.jsonl").read_bytes()
 
 
+def test_bible_passage_task_joins_verses_and_holds_dev_and_test_out(tmp_path, monkeypatch):
+    """scripts/web_task_data.py (the family built after every setting was chosen): a verse's OSIS text loses its
+    footnotes, markup and the module's appended glossary, with no space left where a word tag stood; a chapter's
+    verses join into passages of at least --min-words words, its short end goes to the corpus only (counted); the
+    corpus has one document per chapter and no dev/test passage; dev and test do not change with --train."""
+    monkeypatch.syspath_prepend(str(SCRIPTS))
+    web = load_script("web_task_data")
+    raw = ('<div type="x-p"/><w lemma="strong:H0430">God</w> <w lemma="strong:H0559">said</w>, “<w>Let</w> '
+           '<w>there</w> <w>be</w> <w>light</w>,”<note placement="foot"><reference>1:3 </reference>Or, lamp</note> '
+           '<w>and</w> <w>there</w> <w>was</w> <w>light</w>. World English Bible Glossary abba Abba is Aramaic.')
+    assert web.clean_verse(raw) == "God said, “Let there be light,” and there was light."
+    assert web.passages(["a b c", "d e", "f g h i", "j"], 4) == (["a b c d e", "f g h i"], "j")
+    rng = random.Random(0)
+    words = NOUNS + VERBS + ADJECTIVES
+    chapters = [(book, number, [" ".join(rng.choice(words) for _ in range(7)).capitalize() + "."
+                                for _ in range(3 + (number * 5) % 11)])
+                for book in sorted(web.GROUP_OF) for number in (1, 2)]
+    monkeypatch.setattr(web, "read_chapters", lambda module: (chapters, __import__("collections").Counter()))
+
+    def build(out: Path, train: int) -> dict:
+        return web.main(["--module", "m", "--output", str(out), "--train", str(train), "--dev", "20",
+                         "--test", "30", "--min-words", "20"])
+
+    manifest = build(tmp_path / "a", 100)
+    rows = {s: [json.loads(x) for x in (tmp_path / "a" / f"{s}.jsonl").read_text().splitlines()]
+            for s in ("train", "dev", "test")}
+    counts = manifest["counts"]
+    assert manifest["eligible"] == counts["passages"] == sum(len(v) // 3 for _, _, v in chapters)
+    assert counts["chapter ends under 20 words (corpus only)"] == sum(len(v) % 3 > 0 for _, _, v in chapters)
+    assert all(20 <= len(r["text"].split()) <= 27 and r["label"] in web.GROUP_OF.values()
+               for split in rows.values() for r in split)
+    corpus = (tmp_path / "a" / "corpus.txt").read_text()
+    assert corpus.count("\n\n") == len(chapters)  # one document per chapter (none is wholly held out here)
+    assert all(r["text"] not in corpus.replace("\n", " ") for s in ("dev", "test") for r in rows[s])
+    assert all(r["text"] in corpus.replace("\n", " ") for r in rows["train"])
+    build(tmp_path / "b", 10)
+    for split in ("dev", "test"):
+        assert (tmp_path / "a" / f"{split}.jsonl").read_bytes() == (tmp_path / "b" / f"{split}.jsonl").read_bytes()
+
+
 def test_transformers_comparison_trains_the_objective_bertkits_recipe_trains(tmp_path):
     """The transformers row of the study must train what bertkit's run of the same steps trains: masked LM only
     from the short recipe's threshold, and then the same loss as bertkit's on the same weights and batch."""
