@@ -125,6 +125,25 @@ def write_splits(eligible: list[dict], args: argparse.Namespace, what: str) -> d
     return splits
 
 
+def write_manifest(args: argparse.Namespace, source: str, counts: Counter, eligible: list[dict],
+                   splits: dict[str, list[dict]], corpus: dict[str, int], shown: tuple[str, ...] = ()) -> dict:
+    """Write OUTPUT/manifest.json (source, settings, counts, per-label and per-split sizes, words per example, the
+    `corpus` counts, the sha256 of every .jsonl/.txt output); print its summary (and the `shown` keys); return it."""
+    manifest = {
+        "source": source,
+        "settings": {k: str(v) for k, v in vars(args).items()},
+        "counts": dict(counts), "eligible": len(eligible),
+        "labels": {name: dict(Counter(row["label"] for row in rows)) for name, rows in splits.items()},
+        "split sizes": {name: len(rows) for name, rows in splits.items()},
+        "words per example": words_summary([len(row["text"].split()) for row in eligible]),
+        **corpus,
+        "sha256": {p.name: sha256(p) for p in sorted(args.output.glob("*")) if p.suffix in (".jsonl", ".txt")},
+    }
+    (args.output / "manifest.json").write_text(json.dumps(manifest, indent=1) + "\n")
+    print(json.dumps({k: manifest[k] for k in ("eligible", "split sizes", "words per example", *shown)}))
+    return manifest
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--module", type=Path, required=True, help="The SWORD module's directory (ot.bzv ...).")
@@ -166,19 +185,8 @@ def main(argv: list[str] | None = None) -> dict:
         for i, (_, text, _) in enumerate(documents):
             if i not in held:
                 f.write("\n".join(sentences(text)) + "\n\n")
-    manifest = {
-        "source": "Debian sword-comm-mhcc (Matthew Henry's Concise Commentary, public domain)",
-        "settings": {k: str(v) for k, v in vars(args).items()},
-        "counts": dict(counts), "eligible": len(eligible),
-        "labels": {name: dict(Counter(row["label"] for row in rows)) for name, rows in splits.items()},
-        "split sizes": {name: len(rows) for name, rows in splits.items()},
-        "words per example": words_summary([len(row["text"].split()) for row in eligible]),
-        "corpus documents": len(documents) - len(held),
-        "sha256": {p.name: sha256(p) for p in sorted(args.output.glob("*")) if p.suffix in (".jsonl", ".txt")},
-    }
-    (args.output / "manifest.json").write_text(json.dumps(manifest, indent=1) + "\n")
-    print(json.dumps({k: manifest[k] for k in ("eligible", "split sizes", "words per example")}))
-    return manifest
+    return write_manifest(args, "Debian sword-comm-mhcc (Matthew Henry's Concise Commentary, public domain)", counts,
+                          eligible, splits, {"corpus documents": len(documents) - len(held)})
 
 
 if __name__ == "__main__":

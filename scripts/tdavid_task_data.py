@@ -48,14 +48,12 @@ Design decisions, and why:
 from __future__ import annotations
 
 import argparse
-import json
 import re
 import tempfile
 from collections import Counter
 from pathlib import Path
 
-from gcide_task_data import sha256, words_summary
-from mhcc_task_data import sentences, write_splits
+from mhcc_task_data import sentences, write_manifest, write_splits
 
 BOOKS = {"I": range(1, 42), "II": range(42, 73), "III": range(73, 90), "IV": range(90, 107), "V": range(107, 151)}
 BOOK_OF = {psalm: book for book, psalms in BOOKS.items() for psalm in psalms}
@@ -149,19 +147,9 @@ def main(argv: list[str] | None = None, entries: list[str] | None = None) -> dic
     with open(args.output / "corpus.txt", "w") as f:
         for kept in by_psalm.values():  # psalms in order: `documents` is
             f.write("".join("\n".join(sentences(text)) + "\n" for text in kept) + "\n")
-    manifest = {
-        "source": "Debian sword-comm-tdavid 2.1-1 (C. H. Spurgeon's Treasury of David, public domain)",
-        "settings": {k: str(v) for k, v in vars(args).items()},
-        "counts": dict(counts), "eligible": len(eligible),
-        "labels": {name: dict(Counter(row["label"] for row in rows)) for name, rows in splits.items()},
-        "split sizes": {name: len(rows) for name, rows in splits.items()},
-        "words per example": words_summary([len(row["text"].split()) for row in eligible]),
-        "corpus paragraphs": len(documents) - len(held),
-        "sha256": {p.name: sha256(p) for p in sorted(args.output.glob("*")) if p.suffix in (".jsonl", ".txt")},
-    }
-    (args.output / "manifest.json").write_text(json.dumps(manifest, indent=1) + "\n")
-    print(json.dumps({k: manifest[k] for k in ("eligible", "split sizes", "words per example", "labels")}))
-    return manifest
+    return write_manifest(args, "Debian sword-comm-tdavid 2.1-1 (C. H. Spurgeon's Treasury of David, public domain)",
+                          counts, eligible, splits, {"corpus paragraphs": len(documents) - len(held)},
+                          shown=("labels",))
 
 
 if __name__ == "__main__":

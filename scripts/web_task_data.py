@@ -44,13 +44,11 @@ Design decisions, and why:
 from __future__ import annotations
 
 import argparse
-import json
 import re
 from collections import Counter
 from pathlib import Path
 
-from gcide_task_data import sha256, words_summary
-from mhcc_task_data import GROUP_OF, sentences, write_splits
+from mhcc_task_data import GROUP_OF, sentences, write_manifest, write_splits
 
 NOTE = re.compile(r"<note\b[^>]*>.*?</note>|<note\b[^>]*/>", re.S)
 WORD_TAG = re.compile(r"</?w\b[^>]*>")  # <w lemma=...>word</w>: the spaces between words are outside it
@@ -100,12 +98,13 @@ def read_chapters(module: Path) -> tuple[list[tuple[str, int, list[str]]], Count
 def passages(verses: list[str], min_words: int) -> tuple[list[str], str]:
     """(the chapter's passages: consecutive verses joined until each has at least `min_words` words, what is left
     at the chapter's end, too short for one)."""
-    done, current = [], []
+    done, current, words = [], [], 0
     for verse in verses:
         current.append(verse)
-        if sum(len(v.split()) for v in current) >= min_words:
+        words += len(verse.split())
+        if words >= min_words:
             done.append(" ".join(current))
-            current = []
+            current, words = [], 0
     return done, " ".join(current)
 
 
@@ -151,19 +150,8 @@ def main(argv: list[str] | None = None) -> dict:
             if kept:
                 f.write("\n".join(sentence for text in kept for sentence in sentences(text)) + "\n\n")
                 written += 1
-    manifest = {
-        "source": "Debian sword-text-web (the World English Bible, public domain)",
-        "settings": {k: str(v) for k, v in vars(args).items()},
-        "counts": dict(counts), "eligible": len(eligible),
-        "labels": {name: dict(Counter(row["label"] for row in rows)) for name, rows in splits.items()},
-        "split sizes": {name: len(rows) for name, rows in splits.items()},
-        "words per example": words_summary([len(row["text"].split()) for row in eligible]),
-        "corpus documents": written,
-        "sha256": {p.name: sha256(p) for p in sorted(args.output.glob("*")) if p.suffix in (".jsonl", ".txt")},
-    }
-    (args.output / "manifest.json").write_text(json.dumps(manifest, indent=1) + "\n")
-    print(json.dumps({k: manifest[k] for k in ("eligible", "split sizes", "words per example")}))
-    return manifest
+    return write_manifest(args, "Debian sword-text-web (the World English Bible, public domain)", counts, eligible,
+                          splits, {"corpus documents": written})
 
 
 if __name__ == "__main__":

@@ -361,6 +361,22 @@ def test_the_linear_probe_reads_every_layer_of_a_frozen_encoder(tmp_path, monkey
     assert row["probe"]["L0mean"] == float(scores["L0mean"]) and row["max_seq_length"] == 16
 
 
+def check_task_build(tmp_path: Path, build) -> tuple[dict, dict[str, list[dict]], str]:
+    """Build into tmp_path/a with --train 100 and tmp_path/b with --train 10 (`build(out, train)`): no dev/test text
+    reaches the corpus, every training text does, and dev and test do not change with --train. Returns a's
+    (manifest, rows per split, corpus)."""
+    manifest = build(tmp_path / "a", 100)
+    rows = {s: [json.loads(x) for x in (tmp_path / "a" / f"{s}.jsonl").read_text().splitlines()]
+            for s in ("train", "dev", "test")}
+    corpus = (tmp_path / "a" / "corpus.txt").read_text()
+    assert all(r["text"] not in corpus.replace("\n", " ") for s in ("dev", "test") for r in rows[s])
+    assert all(r["text"] in corpus.replace("\n", " ") for r in rows["train"])
+    build(tmp_path / "b", 10)
+    for split in ("dev", "test"):
+        assert (tmp_path / "a" / f"{split}.jsonl").read_bytes() == (tmp_path / "b" / f"{split}.jsonl").read_bytes()
+    return manifest, rows, corpus
+
+
 def test_commentary_task_holds_dev_and_test_out_of_its_corpus(tmp_path, monkeypatch):
     """scripts/mhcc_task_data.py (the length study's never-used family): every book has a part; a comment is cut
     at its verse markers, the outline before the first goes to the corpus only; short sections are skipped and
@@ -387,19 +403,11 @@ def test_commentary_task_holds_dev_and_test_out_of_its_corpus(tmp_path, monkeypa
         return mhcc.main(["--module", "m", "--output", str(out), "--train", str(train), "--dev", "20",
                           "--test", "30", "--min-words", "40"])
 
-    manifest = build(tmp_path / "a", 100)
-    rows = {s: [json.loads(x) for x in (tmp_path / "a" / f"{s}.jsonl").read_text().splitlines()]
-            for s in ("train", "dev", "test")}
+    manifest, rows, corpus = check_task_build(tmp_path, build)
     counts = manifest["counts"]
     assert counts["sections under 40 words (skipped)"] == counts["sections"] - manifest["eligible"]
     assert all(len(r["text"].split()) >= 40 and r["label"] in mhcc.GROUPS for split in rows.values() for r in split)
-    corpus = (tmp_path / "a" / "corpus.txt").read_text()
-    assert all(r["text"] not in corpus for s in ("dev", "test") for r in rows[s])
-    assert all(r["text"] in corpus.replace("\n", " ") for r in rows["train"])
     assert "Outline of Gen.(1-9)" in corpus
-    build(tmp_path / "b", 10)
-    for split in ("dev", "test"):
-        assert (tmp_path / "a" / f"{split}.jsonl").read_bytes() == (tmp_path / "b" / f"{split}.jsonl").read_bytes()
 
 
 def test_psalter_task_removes_what_names_its_label_and_holds_dev_and_test_out(tmp_path, monkeypatch):
@@ -427,19 +435,11 @@ def test_psalter_task_removes_what_names_its_label_and_holds_dev_and_test_out(tm
         return tdavid.main(["--module", "m", "--output", str(out), "--train", str(train), "--dev", "20",
                             "--test", "30", "--min-words", "40"], entries=entries)
 
-    manifest = build(tmp_path / "a", 100)
-    rows = {s: [json.loads(x) for x in (tmp_path / "a" / f"{s}.jsonl").read_text().splitlines()]
-            for s in ("train", "dev", "test")}
+    manifest, rows, corpus = check_task_build(tmp_path, build)
     assert manifest["counts"]["paragraphs under 40 words (skipped)"] == 450 - manifest["eligible"]
     assert all(len(r["text"].split()) >= 40 and r["label"] in tdavid.BOOKS for split in rows.values() for r in split)
     assert not any("Verse" in r["text"] or "Writer" in r["text"] for split in rows.values() for r in split)
-    corpus = (tmp_path / "a" / "corpus.txt").read_text()
     assert corpus.count("\n\n") == 150  # one document per psalm
-    assert all(r["text"] not in corpus.replace("\n", " ") for s in ("dev", "test") for r in rows[s])
-    assert all(r["text"] in corpus.replace("\n", " ") for r in rows["train"])
-    build(tmp_path / "b", 10)
-    for split in ("dev", "test"):
-        assert (tmp_path / "a" / f"{split}.jsonl").read_bytes() == (tmp_path / "b" / f"{split}.jsonl").read_bytes()
 
 
 def test_bible_passage_task_joins_verses_and_holds_dev_and_test_out(tmp_path, monkeypatch):
@@ -465,21 +465,13 @@ def test_bible_passage_task_joins_verses_and_holds_dev_and_test_out(tmp_path, mo
         return web.main(["--module", "m", "--output", str(out), "--train", str(train), "--dev", "20",
                          "--test", "30", "--min-words", "20"])
 
-    manifest = build(tmp_path / "a", 100)
-    rows = {s: [json.loads(x) for x in (tmp_path / "a" / f"{s}.jsonl").read_text().splitlines()]
-            for s in ("train", "dev", "test")}
+    manifest, rows, corpus = check_task_build(tmp_path, build)
     counts = manifest["counts"]
     assert manifest["eligible"] == counts["passages"] == sum(len(v) // 3 for _, _, v in chapters)
     assert counts["chapter ends under 20 words (corpus only)"] == sum(len(v) % 3 > 0 for _, _, v in chapters)
     assert all(20 <= len(r["text"].split()) <= 27 and r["label"] in web.GROUP_OF.values()
                for split in rows.values() for r in split)
-    corpus = (tmp_path / "a" / "corpus.txt").read_text()
     assert corpus.count("\n\n") == len(chapters)  # one document per chapter (none is wholly held out here)
-    assert all(r["text"] not in corpus.replace("\n", " ") for s in ("dev", "test") for r in rows[s])
-    assert all(r["text"] in corpus.replace("\n", " ") for r in rows["train"])
-    build(tmp_path / "b", 10)
-    for split in ("dev", "test"):
-        assert (tmp_path / "a" / f"{split}.jsonl").read_bytes() == (tmp_path / "b" / f"{split}.jsonl").read_bytes()
 
 
 def test_transformers_comparison_trains_the_objective_bertkits_recipe_trains(tmp_path):
