@@ -15,6 +15,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
@@ -607,3 +608,45 @@ def test_model_surgery_redraws_only_the_named_parts(tmp_path, monkeypatch, capsy
     lines = capsys.readouterr().out.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("tokens 0-65 by frequency")  # 65 pieces: one band
     assert abs(float(lines[0].rsplit(" ", 1)[1])) < 0.1
+
+
+def test_cooccurrence_start_is_ppmi_svd_of_the_sampled_words(tmp_path, monkeypatch, capsys, toy_pretraining_data):
+    """scripts/cooccurrence_init.py: the vectors are the rank-k PPMI-SVD of the sampled instances' words (checked
+    against a dense reference by their Gram matrix, which the components' signs do not change), words used alike
+    start alike, special pieces are left out, the scale at most BERT's init; as a `pretrain` wrapper it starts a fresh
+    run's word embeddings and says so."""
+    script = load_script("cooccurrence_init")
+    groups = ([10, 11, 12, 13], [20, 21, 22, 23])
+    rng = random.Random(0)
+    items = []
+    for i in range(60):
+        words = [2, *(rng.choice(groups[i % 2]) for _ in range(14)), 3]  # [CLS] ... [SEP]
+        ids = torch.tensor([*words, 0, 0])
+        items.append({"input_ids": ids, "mlm_labels": torch.full_like(ids, -100),
+                      "attention_mask": (ids != 0).long()})
+    vectors, ids = script.cooccurrence_vectors(items, 30, (0, 1, 2, 3, 4), seed=0, dim=4)
+    assert ids.tolist() == groups[0] + groups[1]
+    assert 0.01 < vectors.std().item() <= 0.02  # centred after scaling by the uncentred spread (the screen's)
+    counts = np.zeros((30, 30))
+    for item in items:
+        words = [w for w in item["input_ids"].tolist() if w > 4]
+        for distance in range(1, script.WINDOW + 1):
+            for a, b in zip(words, words[distance:], strict=False):
+                counts[a, b] += 1
+                counts[b, a] += 1
+    context = counts.sum(0) ** script.CONTEXT_SMOOTHING
+    with np.errstate(divide="ignore", invalid="ignore"):
+        pmi = np.log(counts / counts.sum() / np.outer(counts.sum(1) / counts.sum(), context / context.sum()))
+    ppmi = np.where(np.isfinite(pmi) & (pmi > 0), pmi, 0.0)
+    u, s, _ = np.linalg.svd(ppmi)
+    reference = (u[:, :4] * np.sqrt(s[:4]))[ids.numpy()]
+    reference = (reference - reference.mean(0)) / reference.std() * 0.02
+    assert np.allclose(vectors.numpy() @ vectors.numpy().T, reference @ reference.T, atol=1e-6)
+    similar = torch.nn.functional.cosine_similarity(vectors[:, None], vectors[None], dim=-1)
+    assert similar[:4, :4].mean() > similar[:4, 4:].mean() + 0.5
+
+    monkeypatch.setattr(script.pretrain, "_unigram_start", script._start_with_cooccurrence)
+    data, tok = toy_pretraining_data["data"], toy_pretraining_data["tok"]
+    assert bertkit_main(["pretrain", "--data", str(data), "--tokenizer", str(tok), "--model", "bert-debug",
+                         "--output", str(tmp_path / "run"), "--max-steps", "1", "--device", "cpu"]) == 0
+    assert "pieces started from co-occurrence (PPMI-SVD)" in capsys.readouterr().err
