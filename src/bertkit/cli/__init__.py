@@ -54,7 +54,7 @@ SUMMARIES: dict[str, str] = {
     "convert": "Convert Google's TensorFlow BERT checkpoint to a bertkit/Hugging Face directory.",
     "tokenizer": "Train or inspect a WordPiece vocabulary.",
     "data": "Build pre-training data (MLM + NSP instances) from text.",
-    "pretrain": "Pre-train BERT with masked LM + next sentence prediction.",
+    "pretrain": "Pre-train BERT with masked LM (+ next sentence prediction where the recipe or --nsp says).",
     "finetune": "Fine-tune one of: " + ", ".join(FINETUNE_KINDS) + ".",
     "distill": ("Distil a model into a smaller, faster student (" + ", ".join((*DISTILL_KINDS, "embedding",
                                                                                "pretraining")) + ")."),

@@ -102,7 +102,8 @@ NOT_FLAGS = ("num_epochs", "betas", "shuffle", "max_nonfinite_steps", "best_metr
 @settings_options(PretrainSettings, overrides=with_recipe(PretrainSettings, SETTINGS))
 @settings_options(TrainConfig, exclude=NOT_FLAGS, overrides=with_recipe(TrainConfig, TRAINING))
 def pretrain(**flags) -> None:
-    """Pre-train BERT with masked LM + next sentence prediction on a `bertkit data pretraining` directory."""
+    """Pre-train BERT on a `bertkit data pretraining` directory: masked LM, with next sentence prediction where the
+    recipe or --nsp says (the short recipe is masked LM only)."""
     from bertkit.workflows import pretrain as pretraining  # torch: only when the command runs, not for --help
 
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
