@@ -32,34 +32,32 @@ from scipy.sparse.linalg import svds
 from torch.utils.data import Dataset
 
 from bertkit.cli import main
-from bertkit.tasks.pretraining import IGNORE_INDEX
 from bertkit.workflows import pretrain
+from bertkit.workflows.pretrain import sampled_words
 
 WINDOW = 5
 CONTEXT_SMOOTHING = 0.75
 INIT_STD = 0.02
-SAMPLE_INSTANCES = pretrain.UNIGRAM_SAMPLE_INSTANCES
 
 
 def cooccurrence_vectors(dataset: Dataset, vocab_size: int, special_token_ids: Sequence[int], seed: int,
                          dim: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """(vectors (n, dim) fp32, the ids (n,) they belong to): PPMI-SVD vectors of the pieces counted in up to
-    SAMPLE_INSTANCES instances of `dataset`, drawn with `seed` as `unigram_baseline` draws them."""
+    """(vectors (n, dim) fp32, the ids (n,) they belong to): PPMI-SVD vectors of the pieces in the instances
+    `pretrain.sampled_words` draws with `seed` (the unigram bias's sample)."""
+    if vocab_size <= dim:
+        raise SystemExit(f"cooccurrence_init: a vocabulary of {vocab_size} pieces has no {dim}-dimensional SVD; "
+                         "use a larger vocabulary or a smaller model")
     pad, unk, cls, sep, mask = special_token_ids
-    rng = np.random.default_rng([seed, 11])
-    size = len(dataset)  # type: ignore[arg-type]
-    chosen = rng.choice(size, size=min(size, SAMPLE_INSTANCES), replace=False)
-    special = torch.tensor((pad, cls, sep, mask))
     left, right = [], []
-    for index in chosen:
-        item = dataset[int(index)]
-        labels, inputs = item["mlm_labels"], item["input_ids"]
-        original = torch.where(labels != IGNORE_INDEX, labels, inputs)[item["attention_mask"].bool()]
-        words = original[~torch.isin(original, special)].numpy()
+    for sample in sampled_words(dataset, special_token_ids, seed):
+        words = sample.numpy()
         for distance in range(1, WINDOW + 1):
             if len(words) > distance:
                 left.append(words[:-distance])
                 right.append(words[distance:])
+    if not left:
+        raise SystemExit("cooccurrence_init: no two words side by side in the sampled training instances; "
+                         "build the data from a larger corpus")
     rows, cols = np.concatenate(left), np.concatenate(right)
     counts = sp.coo_matrix((np.ones(len(rows)), (rows, cols)), shape=(vocab_size, vocab_size)).tocsr()
     counts = (counts + counts.T).tocoo()

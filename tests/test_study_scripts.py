@@ -613,8 +613,8 @@ def test_model_surgery_redraws_only_the_named_parts(tmp_path, monkeypatch, capsy
 def test_cooccurrence_start_is_ppmi_svd_of_the_sampled_words(tmp_path, monkeypatch, capsys, toy_pretraining_data):
     """scripts/cooccurrence_init.py: the vectors are the rank-k PPMI-SVD of the sampled instances' words (checked
     against a dense reference by their Gram matrix, which the components' signs do not change), words used alike
-    start alike, special pieces are left out, the scale at most BERT's init; as a `pretrain` wrapper it starts a fresh
-    run's word embeddings and says so."""
+    start alike, special pieces are left out, the scale at most BERT's init, a sample too small or a model too
+    wide is a one-line error; as a `pretrain` wrapper it starts a fresh run's word embeddings and says so."""
     script = load_script("cooccurrence_init")
     groups = ([10, 11, 12, 13], [20, 21, 22, 23])
     rng = random.Random(0)
@@ -644,6 +644,11 @@ def test_cooccurrence_start_is_ppmi_svd_of_the_sampled_words(tmp_path, monkeypat
     assert np.allclose(vectors.numpy() @ vectors.numpy().T, reference @ reference.T, atol=1e-6)
     similar = torch.nn.functional.cosine_similarity(vectors[:, None], vectors[None], dim=-1)
     assert similar[:4, :4].mean() > similar[:4, 4:].mean() + 0.5
+    with pytest.raises(SystemExit, match="no 30-dimensional SVD"):
+        script.cooccurrence_vectors(items, 30, (0, 1, 2, 3, 4), seed=0, dim=30)
+    lone = [{**item, "attention_mask": (item["input_ids"] == 2).long()} for item in items]  # [CLS] alone
+    with pytest.raises(SystemExit, match="no two words side by side"):
+        script.cooccurrence_vectors(lone, 30, (0, 1, 2, 3, 4), seed=0, dim=4)
 
     monkeypatch.setattr(script.pretrain, "_unigram_start", script._start_with_cooccurrence)
     data, tok = toy_pretraining_data["data"], toy_pretraining_data["tok"]

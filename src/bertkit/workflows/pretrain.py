@@ -4,6 +4,7 @@
     evaluate_pretraining(model, dataset, batch_size, ..., precision) -> held-out MLM / NSP metrics
     split_held_out(data_dir, eval_examples, seed) -> (train, held-out)
     run_datasets(settings, seed, built_seq_length) -> (train, held-out) as a run reads them
+    sampled_words(train, special_token_ids, seed) -> the words of a bounded, seeded sample of instances
     unigram_baseline(train, vocab_size, special_token_ids, seed) -> what mlm_context_gain is measured against
     start_bias_at_frequencies(model, baseline)        the MLM decoder bias at the log word frequencies
 
@@ -23,7 +24,7 @@ import functools
 import hashlib
 import json
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -149,23 +150,32 @@ class UnigramBaseline:
     """How many words were counted."""
 
 
-def unigram_baseline(dataset: Dataset, vocab_size: int, special_token_ids: Sequence[int], seed: int,
-                     instances: int = UNIGRAM_SAMPLE_INSTANCES) -> UnigramBaseline:
-    """The word frequencies of up to `instances` instances of `dataset` (the training split, so the held-out words
-    are scored by frequencies counted elsewhere, as the model learned its own), drawn with `seed`: every original
-    word (a masked position's target) except [CLS], [SEP], [MASK] and padding ([UNK] is a word here). The same
-    `seed` gives every process the same baseline without a collective; the cost is bounded by `instances`."""
+def sampled_words(dataset: Dataset, special_token_ids: Sequence[int], seed: int,
+                  instances: int = UNIGRAM_SAMPLE_INSTANCES) -> Iterator[torch.Tensor]:
+    """The words of up to `instances` instances of `dataset`, drawn with `seed`, one (words,) id tensor per instance
+    in its order: every original word (a masked position's target) except [CLS], [SEP], [MASK] and padding ([UNK] is
+    a word here). The same `seed` draws the same instances in every process; the cost is bounded by `instances`."""
     pad, _, cls, sep, mask = special_token_ids  # the tokenizer's order: [PAD], [UNK], [CLS], [SEP], [MASK]
     size = len(dataset)  # type: ignore[arg-type]
     rng = np.random.default_rng([seed, 11])
     chosen = rng.choice(size, size=min(size, instances), replace=False) if size else np.zeros(0, np.int64)
-    counts = torch.zeros(vocab_size, dtype=torch.float64)
     special = torch.tensor((pad, cls, sep, mask))
     for index in chosen:
         item = dataset[int(index)]
         labels, inputs = item["mlm_labels"], item["input_ids"]
         words = torch.where(labels != IGNORE_INDEX, labels, inputs)[item["attention_mask"].bool()]
-        counts += torch.bincount(words[~torch.isin(words, special)], minlength=vocab_size).to(torch.float64)
+        yield words[~torch.isin(words, special)]
+
+
+def unigram_baseline(dataset: Dataset, vocab_size: int, special_token_ids: Sequence[int], seed: int,
+                     instances: int = UNIGRAM_SAMPLE_INSTANCES) -> UnigramBaseline:
+    """The word frequencies of the `sampled_words` of `dataset` (the training split, so the held-out words are
+    scored by frequencies counted elsewhere, as the model learned its own). The same `seed` gives every process the
+    same baseline without a collective."""
+    counts = torch.zeros(vocab_size, dtype=torch.float64)
+    for words in sampled_words(dataset, special_token_ids, seed, instances):
+        counts += torch.bincount(words, minlength=vocab_size).to(torch.float64)
+    mask = special_token_ids[4]  # the tokenizer's order: [PAD], [UNK], [CLS], [SEP], [MASK]
     total = float(counts.sum())
     log_frequency = torch.log((counts + 0.5) / (total + 0.5 * vocab_size))
     return UnigramBaseline(mask, log_frequency, int(total))
