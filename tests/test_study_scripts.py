@@ -11,19 +11,23 @@ import gzip
 import importlib.util
 import json
 import random
+import shutil
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
 import torch
 
 from bertkit.cli import main as bertkit_main
+from bertkit.config import load_config
 from bertkit.data import PretrainingDataset
 from bertkit.data.corpus import CorpusStats, read_documents
 from bertkit.data.glue import read_table
 from bertkit.data.squad import read_squad
+from bertkit.model import BertForMaskedLM, read_state_dict
 from bertkit.tokenizer import WordPieceTokenizer
 
 SCRIPTS = Path(__file__).resolve().parents[1] / "scripts"
@@ -655,3 +659,89 @@ def test_cooccurrence_start_is_ppmi_svd_of_the_sampled_words(tmp_path, monkeypat
     assert bertkit_main(["pretrain", "--data", str(data), "--tokenizer", str(tok), "--model", "bert-debug",
                          "--output", str(tmp_path / "run"), "--max-steps", "1", "--device", "cpu"]) == 0
     assert "pieces started from co-occurrence (PPMI-SVD)" in capsys.readouterr().err
+
+
+class _FixedGenerator(torch.nn.Module):
+    """A generator whose prediction at each selected position is `picks` (near-certain logits), trainable."""
+
+    def __init__(self, picks: list[int], vocab_size: int) -> None:
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.nn.functional.one_hot(torch.tensor(picks), vocab_size).float() * 60)
+
+    def forward(self, input_ids, token_type_ids=None, attention_mask=None, masked_positions=None):
+        assert int(masked_positions.sum()) == len(self.weight)
+        return SimpleNamespace(logits=self.weight)
+
+
+def test_replaced_token_detection_labels_what_the_generator_changed(toy_pretraining_data):
+    """scripts/electra_pretrain.py: the loss is the generator's mean MLM over the selected tokens plus 50 times the
+    discriminator's mean binary cross-entropy over the real tokens; the discriminator reads the original text with
+    the generator's samples in the selected places, and a token counts as replaced only where the sample differs
+    from the original (a sample equal to it is not); padding is not read as a token."""
+    script = load_script("electra_pretrain")
+    config = load_config("bert-debug").replace(vocab_size=40, hidden_dropout_prob=0.0,
+                                                attention_probs_dropout_prob=0.0)
+    assert script.generator_config(config).hidden_size == 32  # a quarter, at least 64, never wider than the model
+    assert script.generator_config(config.replace(hidden_size=512, num_attention_heads=8)).hidden_size == 128
+    torch.manual_seed(0)
+    model = BertForMaskedLM(config)
+    model.electra_generator = _FixedGenerator([8, 11], 40)  # the [MASK] at 2 sampled back as 8, the 9 at 3 as 11
+    model.electra_head = script.ReplacedTokenHead(config.hidden_size, 0.02)
+    batch = {"input_ids": torch.tensor([[2, 7, 4, 9, 3, 0]]), "token_type_ids": torch.zeros(1, 6, dtype=torch.long),
+             "attention_mask": torch.tensor([[1, 1, 1, 1, 1, 0]]),
+             "mlm_labels": torch.tensor([[-100, -100, 8, 9, -100, -100]])}
+    objective = script.ReplacedTokenObjective()
+    totals = objective.counts(batch)
+    assert totals == {"mlm": 2, "rtd": 5}
+    loss, metrics = objective(model, batch, totals)
+    corrupted = torch.tensor([[2, 7, 8, 11, 3, 0]])
+    logits = model.electra_head(model.bert(corrupted, batch["token_type_ids"], batch["attention_mask"])
+                                .last_hidden_state)[0, :5]
+    rtd = torch.nn.functional.binary_cross_entropy_with_logits(logits, torch.tensor([0.0, 0, 0, 1, 0]))
+    mlm = torch.nn.functional.cross_entropy(model.electra_generator.weight, torch.tensor([8, 9]))
+    assert torch.allclose(loss, mlm + 50 * rtd, atol=1e-5)
+    assert float(metrics["replaced"]) == pytest.approx(1 / 5) and float(metrics["mlm_accuracy"]) == 0.5
+    loss.backward()
+    assert model.electra_generator.weight.grad is not None and model.bert.embeddings.word.weight.grad is not None
+    with pytest.raises(SystemExit, match="per-batch-shape step only"):
+        objective.counts({"masked_lm_positions": torch.zeros(1, 2)})
+
+
+def test_replaced_token_detection_run_resumes_exactly_and_keeps_the_discriminator(tmp_path, monkeypatch, capsys,
+                                                                                  toy_pretraining_data):
+    """As a `pretrain` wrapper: checkpoints keep the generator and the head (electra.pt), a run resumed from one ends
+    with the weights of the run that never stopped, and final/ is the discriminator alone, which transformers loads
+    with nothing left over; --init-from is refused in one line."""
+    from transformers import BertForMaskedLM as HFBertForMaskedLM  # noqa: PLC0415
+
+    script = load_script("electra_pretrain")
+    patches = {"build_model": script._build_discriminator, "_unigram_start": script._start_generator_bias,
+               "_objective": lambda settings, step: script.ReplacedTokenObjective(),
+               "evaluate_pretraining": script._evaluate_generator}
+    for name, patched in patches.items():
+        monkeypatch.setattr(script.pretrain, name, patched)
+    data, tok = toy_pretraining_data["data"], toy_pretraining_data["tok"]
+
+    def run(output: Path, steps: int, *extra: str) -> None:
+        assert bertkit_main(["pretrain", "--data", str(data), "--tokenizer", str(tok), "--model", "bert-debug",
+                             "--output", str(output), "--max-steps", str(steps), "--save-every", "2",
+                             "--eval-every", "2", "--device", "cpu", "--seed", "3", *extra]) == 0
+
+    run(tmp_path / "whole", 4)
+    shutil.copytree(tmp_path / "whole", tmp_path / "halves")  # as if stopped after its step-2 checkpoint
+    shutil.rmtree(tmp_path / "halves" / "checkpoints" / "step-00000004")
+    shutil.rmtree(tmp_path / "halves" / "final")
+    run(tmp_path / "halves", 4, "--resume", "auto")
+    assert (tmp_path / "whole" / "checkpoints" / "step-00000002" / script.EXTRA_FILE).is_file()
+    whole = read_state_dict(tmp_path / "whole" / "final")
+    halves = read_state_dict(tmp_path / "halves" / "final")
+    assert whole.keys() == halves.keys() and not any("electra" in key for key in whole)
+    assert all(torch.equal(whole[key], halves[key]) for key in whole)
+    extras = [torch.load(tmp_path / run_dir / "checkpoints" / "step-00000004" / script.EXTRA_FILE)
+              for run_dir in ("whole", "halves")]
+    assert all(torch.equal(value, extras[1]["electra_generator"][key])
+               for key, value in extras[0]["electra_generator"].items())
+    HFBertForMaskedLM.from_pretrained(tmp_path / "whole" / "final")
+    capsys.readouterr()
+    with pytest.raises(SystemExit, match="a fresh masked-LM-only model only"):
+        run(tmp_path / "continued", 2, "--init-from", str(tmp_path / "whole" / "final"))
