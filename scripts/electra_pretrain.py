@@ -164,9 +164,13 @@ def _evaluate_generator(model, *args, **kwargs):
     return _evaluate_pretraining(_core(model).electra_generator, *args, **kwargs)
 
 
+PATCHES = {"build_model": _build_discriminator, "_unigram_start": _start_generator_bias,
+           "_objective": lambda settings, step: ReplacedTokenObjective(),
+           "evaluate_pretraining": _evaluate_generator}
+"""What this script replaces in `bertkit.workflows.pretrain` (the rest of the run is bertkit's)."""
+
+
 if __name__ == "__main__":
-    pretrain.build_model = _build_discriminator
-    pretrain._unigram_start = _start_generator_bias
-    pretrain._objective = lambda settings, step: ReplacedTokenObjective()
-    pretrain.evaluate_pretraining = _evaluate_generator
+    for name, patched in PATCHES.items():
+        setattr(pretrain, name, patched)
     sys.exit(main(["pretrain", *sys.argv[1:]]))

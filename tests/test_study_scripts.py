@@ -715,10 +715,7 @@ def test_replaced_token_detection_run_resumes_exactly_and_keeps_the_discriminato
     from transformers import BertForMaskedLM as HFBertForMaskedLM  # noqa: PLC0415
 
     script = load_script("electra_pretrain")
-    patches = {"build_model": script._build_discriminator, "_unigram_start": script._start_generator_bias,
-               "_objective": lambda settings, step: script.ReplacedTokenObjective(),
-               "evaluate_pretraining": script._evaluate_generator}
-    for name, patched in patches.items():
+    for name, patched in script.PATCHES.items():
         monkeypatch.setattr(script.pretrain, name, patched)
     data, tok = toy_pretraining_data["data"], toy_pretraining_data["tok"]
 
