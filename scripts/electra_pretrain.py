@@ -1,7 +1,7 @@
 """A screened pre-training lever: replaced-token detection (ELECTRA, Clark et al. 2020) in place of masked LM.
 
     python scripts/electra_pretrain.py --data DATA --tokenizer VOCAB --model bert-mini --recipe auto \
-        --max-steps 2300 --threads 2 --seed 2 --output RUN
+        --max-steps 1600 --threads 2 --seed 2 --output RUN
 
 runs `bertkit pretrain` with those arguments (its plan, recipe, data, schedule, precision and checkpoints), except
 the objective. A small generator - the model's depth at a quarter of its width (at least 64 wide), its own embeddings,
@@ -12,9 +12,11 @@ mean masked-LM cross-entropy plus 50 times the discriminator's mean binary cross
 The paper gets more from a small budget this way because every token, not 15% of them, teaches the model; its
 generator sees BERT's 80/10/10 corruption here (the data's), where the paper masks 85% and keeps 15%.
 
-The held-out metrics printed during the run are the generator's masked LM. Checkpoints keep the generator and the
-discriminator's head (electra.pt beside the weights), so a run resumes exactly; RUN/final is the discriminator
-alone, a BertForMaskedLM directory whose masked-LM head was never trained (fine-tuning does not read it).
+The held-out metrics printed during the run are the generator's masked LM. Every saved directory, checkpoints and
+RUN/final, holds the discriminator as a BertForMaskedLM directory (its masked-LM head never trained; fine-tuning
+does not read it) and the generator and the discriminator's head beside it (electra.pt), so a run resumes exactly;
+the run's identity names the generator, so neither this script nor `bertkit pretrain` resumes the other's run (after
+an interrupt, run this script's own command again with --resume auto; the stop message names `bertkit pretrain`).
 Fresh single-process runs only. It is a study script, not a bertkit option: given the recipe's 10 CPU-minutes
 (1,600 of its steps, 0.607 times the recipe's step rate) on two long-input families, the discriminator never left
 the prior (it answers "not replaced" everywhere, with nearly one vector for every token) and fine-tuned 4.0 and 27.9
@@ -23,8 +25,10 @@ points below today's recipe (docs/pretraining.md, "Replaced-token detection, scr
 
 from __future__ import annotations
 
+import contextlib
 import sys
 import types
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +37,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from bertkit.cli import main
+from bertkit.io.atomic import write_file_atomic
 from bertkit.model import BertForMaskedLM
 from bertkit.tasks.pretraining import IGNORE_INDEX
 from bertkit.workflows import pretrain
@@ -106,41 +111,47 @@ class ReplacedTokenObjective:
         return mlm_loss + RTD_WEIGHT * rtd_loss, metrics
 
 
-def _extras(model: nn.Module) -> dict[str, nn.Module]:
-    return {"electra_generator": model.electra_generator, "electra_head": model.electra_head}
+EXTRAS = ("electra_generator", "electra_head")
+
+
+@contextlib.contextmanager
+def _discriminator_alone(model: nn.Module) -> Iterator[dict[str, nn.Module]]:
+    """The model without the generator and head (bertkit's own save and load see a plain BertForMaskedLM); yields
+    them, attached again on leaving."""
+    extras = {name: getattr(model, name) for name in EXTRAS}
+    for name in EXTRAS:
+        delattr(model, name)
+    try:
+        yield extras
+    finally:
+        for name, module in extras.items():
+            setattr(model, name, module)
 
 
 def _save_pretrained(model: nn.Module, path: str | Path, tokenizer: Any = None) -> None:
     """The discriminator as bertkit saves any model, and the generator and head beside it (electra.pt)."""
-    extras = _extras(model)
-    for name in extras:
-        delattr(model, name)
-    try:
+    with _discriminator_alone(model) as extras:
         BertForMaskedLM.save_pretrained(model, path, tokenizer=tokenizer)
-    finally:
-        for name, module in extras.items():
-            setattr(model, name, module)
-    if Path(path).name != "final":
-        torch.save({name: module.state_dict() for name, module in extras.items()}, Path(path) / EXTRA_FILE)
+    write_file_atomic(Path(path) / EXTRA_FILE,
+                      lambda target: torch.save({name: module.state_dict() for name, module in extras.items()}, target))
 
 
 def _load_hf_state_dict(model: nn.Module, hf_state: dict[str, torch.Tensor], source: str = "checkpoint") -> None:
-    extras = _extras(model)
-    for name in extras:
-        delattr(model, name)
-    try:
+    with _discriminator_alone(model) as extras:
         BertForMaskedLM.load_hf_state_dict(model, hf_state, source=source)
-    finally:
-        for name, module in extras.items():
-            setattr(model, name, module)
-    saved = torch.load(Path(source) / EXTRA_FILE, weights_only=True)
+    saved = Path(source) / EXTRA_FILE
+    if not saved.is_file():
+        raise SystemExit(f"electra_pretrain: {source} has no {EXTRA_FILE} (the generator); resume a run this script "
+                         "saved, or start a new one (--overwrite, or another --output)")
+    state = torch.load(saved, weights_only=True)
     for name, module in extras.items():
-        module.load_state_dict(saved[name])
+        module.load_state_dict(state[name])
 
 
 _build_model = pretrain.build_model
 _unigram_start = pretrain._unigram_start
 _evaluate_pretraining = pretrain.evaluate_pretraining
+_run_identity = pretrain.run_identity
 
 
 def _build_discriminator(settings, train, tokenizer, max_seq_length, step=None):
@@ -166,9 +177,19 @@ def _evaluate_generator(model, *args, **kwargs):
     return _evaluate_pretraining(_core(model).electra_generator, *args, **kwargs)
 
 
+def _identity_with_generator(settings, data, model, held_out):
+    """bertkit's run identity, its model naming the generator too: resuming across the two objectives is refused by
+    the resume rulebook, as any change of model."""
+    identity = _run_identity(settings, data, model, held_out)
+    generator = model.electra_generator.config
+    identity["model"] += (f" + replaced-token detection (generator L={generator.num_hidden_layers} "
+                          f"H={generator.hidden_size}, weight {RTD_WEIGHT:g})")
+    return identity
+
+
 PATCHES = {"build_model": _build_discriminator, "_unigram_start": _start_generator_bias,
            "_objective": lambda settings, step: ReplacedTokenObjective(),
-           "evaluate_pretraining": _evaluate_generator}
+           "evaluate_pretraining": _evaluate_generator, "run_identity": _identity_with_generator}
 """What this script replaces in `bertkit.workflows.pretrain` (the rest of the run is bertkit's)."""
 
 

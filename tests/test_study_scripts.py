@@ -709,36 +709,44 @@ def test_replaced_token_detection_labels_what_the_generator_changed(toy_pretrain
 
 def test_replaced_token_detection_run_resumes_exactly_and_keeps_the_discriminator(tmp_path, monkeypatch, capsys,
                                                                                   toy_pretraining_data):
-    """As a `pretrain` wrapper: checkpoints keep the generator and the head (electra.pt), a run resumed from one ends
-    with the weights of the run that never stopped, and final/ is the discriminator alone, which transformers loads
-    with nothing left over; --init-from is refused in one line."""
+    """As a `pretrain` wrapper: every saved directory keeps the generator and the head (electra.pt), a run resumed
+    from a checkpoint ends with the weights of the run that never stopped, final/'s weights are the discriminator
+    alone, which transformers loads with nothing left over; a plain run's checkpoint is not resumed by the script nor
+    the script's by a plain run (the model differs), and --init-from is refused in one line."""
     from transformers import BertForMaskedLM as HFBertForMaskedLM  # noqa: PLC0415
 
     script = load_script("electra_pretrain")
-    for name, patched in script.PATCHES.items():
-        monkeypatch.setattr(script.pretrain, name, patched)
     data, tok = toy_pretraining_data["data"], toy_pretraining_data["tok"]
 
-    def run(output: Path, steps: int, *extra: str) -> None:
-        assert bertkit_main(["pretrain", "--data", str(data), "--tokenizer", str(tok), "--model", "bert-debug",
+    def run(output: Path, steps: int, *extra: str) -> int:
+        return bertkit_main(["pretrain", "--data", str(data), "--tokenizer", str(tok), "--model", "bert-debug",
                              "--output", str(output), "--max-steps", str(steps), "--save-every", "2",
-                             "--eval-every", "2", "--device", "cpu", "--seed", "3", *extra]) == 0
+                             "--eval-every", "2", "--device", "cpu", "--seed", "3", *extra])
 
-    run(tmp_path / "whole", 4)
+    assert run(tmp_path / "plain", 2) == 0  # bertkit's own masked LM, before the script's patches
+    for name, patched in script.PATCHES.items():
+        monkeypatch.setattr(script.pretrain, name, patched)
+    assert run(tmp_path / "whole", 4) == 0
     shutil.copytree(tmp_path / "whole", tmp_path / "halves")  # as if stopped after its step-2 checkpoint
     shutil.rmtree(tmp_path / "halves" / "checkpoints" / "step-00000004")
     shutil.rmtree(tmp_path / "halves" / "final")
-    run(tmp_path / "halves", 4, "--resume", "auto")
+    assert run(tmp_path / "halves", 4, "--resume", "auto") == 0
     assert (tmp_path / "whole" / "checkpoints" / "step-00000002" / script.EXTRA_FILE).is_file()
     whole = read_state_dict(tmp_path / "whole" / "final")
     halves = read_state_dict(tmp_path / "halves" / "final")
     assert whole.keys() == halves.keys() and not any("electra" in key for key in whole)
     assert all(torch.equal(whole[key], halves[key]) for key in whole)
-    extras = [torch.load(tmp_path / run_dir / "checkpoints" / "step-00000004" / script.EXTRA_FILE)
-              for run_dir in ("whole", "halves")]
+    extras = [torch.load(tmp_path / run_dir / "final" / script.EXTRA_FILE) for run_dir in ("whole", "halves")]
     assert all(torch.equal(value, extras[1]["electra_generator"][key])
                for key, value in extras[0]["electra_generator"].items())
     HFBertForMaskedLM.from_pretrained(tmp_path / "whole" / "final")
     capsys.readouterr()
+    assert run(tmp_path / "plain", 4, "--resume", "auto") != 0
+    assert "replaced-token detection" in capsys.readouterr().err
+    monkeypatch.undo()
+    assert run(tmp_path / "whole", 6, "--resume", "auto") != 0
+    assert "replaced-token detection" in capsys.readouterr().err
+    for name, patched in script.PATCHES.items():
+        monkeypatch.setattr(script.pretrain, name, patched)
     with pytest.raises(SystemExit, match="a fresh masked-LM-only model only"):
         run(tmp_path / "continued", 2, "--init-from", str(tmp_path / "whole" / "final"))
