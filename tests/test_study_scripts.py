@@ -750,3 +750,84 @@ def test_replaced_token_detection_run_resumes_exactly_and_keeps_the_discriminato
         monkeypatch.setattr(script.pretrain, name, patched)
     with pytest.raises(SystemExit, match="a fresh masked-LM-only model only"):
         run(tmp_path / "continued", 2, "--init-from", str(tmp_path / "whole" / "final"))
+
+
+def test_the_untied_decoder_scores_words_against_its_own_matrix():
+    """scripts/untied_decoder_pretrain.py: the masked-LM logits are the head's transform against the decoder's own
+    matrix plus the head's bias, and a word embedding gets gradient only where its word is in the input (tied, every
+    row would)."""
+    script = load_script("untied_decoder_pretrain")
+    config = load_config("bert-debug").replace(vocab_size=40, hidden_dropout_prob=0.0,
+                                                attention_probs_dropout_prob=0.0)
+    torch.manual_seed(0)
+    model = BertForMaskedLM(config)
+    script.untie(model)
+    assert model.untied_decoder.weight.shape == model.bert.embeddings.word.weight.shape
+    assert not torch.equal(model.untied_decoder.weight, model.bert.embeddings.word.weight)
+    input_ids = torch.tensor([[2, 7, 4, 9, 3]])
+    selected = torch.tensor([[False, False, True, True, False]])
+    logits = model(input_ids, masked_positions=selected).logits
+    hidden = model.bert(input_ids).last_hidden_state[selected]
+    head = model.mlm
+    expected = torch.nn.functional.linear(head.norm(head.act(head.transform(hidden))), model.untied_decoder.weight,
+                                          head.bias)
+    assert torch.allclose(logits, expected, atol=1e-6)
+    logits.logsumexp(-1).sum().backward()
+    word_grad = model.bert.embeddings.word.weight.grad
+    absent = [i for i in range(40) if i not in (2, 7, 4, 9, 3)]
+    assert torch.count_nonzero(word_grad[absent]) == 0 and torch.count_nonzero(word_grad[[2, 7, 4, 9, 3]]) > 0
+    assert torch.count_nonzero(model.untied_decoder.weight.grad[absent]) > 0
+
+
+def test_the_untied_decoder_run_resumes_exactly_and_keeps_a_plain_model(tmp_path, monkeypatch, capsys, caplog,
+                                                                         toy_pretraining_data):
+    """As a `pretrain` wrapper: every saved directory keeps the decoder (untied_decoder.pt), a run resumed from a
+    checkpoint ends with the weights of the run that never stopped, decoder included, final/ is a BertForMaskedLM
+    directory transformers loads with nothing left over; neither a plain run nor the script resumes the other's run;
+    a checkpoint that lost its decoder is passed over by --resume auto (bertkit's record of each checkpoint's files),
+    and loading one anyway is a one-line error; --init-from is refused in one line."""
+    from transformers import BertForMaskedLM as HFBertForMaskedLM  # noqa: PLC0415
+
+    script = load_script("untied_decoder_pretrain")
+    data, tok = toy_pretraining_data["data"], toy_pretraining_data["tok"]
+
+    def run(output: Path, steps: int, *extra: str) -> int:
+        return bertkit_main(["pretrain", "--data", str(data), "--tokenizer", str(tok), "--model", "bert-debug",
+                             "--output", str(output), "--max-steps", str(steps), "--save-every", "2",
+                             "--eval-every", "2", "--device", "cpu", "--seed", "3", *extra])
+
+    assert run(tmp_path / "plain", 2) == 0
+    for name, patched in script.PATCHES.items():
+        monkeypatch.setattr(script.pretrain, name, patched)
+    assert run(tmp_path / "whole", 4) == 0
+    shutil.copytree(tmp_path / "whole", tmp_path / "halves")  # as if stopped after its step-2 checkpoint
+    shutil.rmtree(tmp_path / "halves" / "checkpoints" / "step-00000004")
+    shutil.rmtree(tmp_path / "halves" / "final")
+    assert run(tmp_path / "halves", 4, "--resume", "auto") == 0
+    assert (tmp_path / "whole" / "checkpoints" / "step-00000002" / script.EXTRA_FILE).is_file()
+    whole = read_state_dict(tmp_path / "whole" / "final")
+    halves = read_state_dict(tmp_path / "halves" / "final")
+    assert whole.keys() == halves.keys() and not any("untied" in key for key in whole)
+    assert all(torch.equal(whole[key], halves[key]) for key in whole)
+    decoders = [torch.load(tmp_path / run_dir / "final" / script.EXTRA_FILE) for run_dir in ("whole", "halves")]
+    assert torch.equal(decoders[0]["weight"], decoders[1]["weight"])
+    assert not torch.equal(decoders[0]["weight"], whole["bert.embeddings.word_embeddings.weight"])
+    HFBertForMaskedLM.from_pretrained(tmp_path / "whole" / "final")
+    capsys.readouterr()
+    assert run(tmp_path / "plain", 4, "--resume", "auto") != 0
+    assert "untied masked-LM decoder" in capsys.readouterr().err
+    (tmp_path / "halves" / "checkpoints" / "step-00000004" / script.EXTRA_FILE).unlink()
+    with caplog.at_level("WARNING"):
+        assert run(tmp_path / "halves", 6, "--resume", "auto") == 0  # from step 2: the files checkpoint-wise
+    assert "step-00000004: untied_decoder.pt is missing" in caplog.text
+    untied = BertForMaskedLM.from_pretrained(tmp_path / "plain" / "final")
+    script.untie(untied)
+    with pytest.raises(SystemExit, match="has no untied_decoder.pt"):
+        script._load_hf_state_dict(untied, read_state_dict(tmp_path / "plain" / "final"), source=str(tmp_path))
+    monkeypatch.undo()
+    assert run(tmp_path / "whole", 6, "--resume", "auto") != 0
+    assert "untied masked-LM decoder" in capsys.readouterr().err
+    for name, patched in script.PATCHES.items():
+        monkeypatch.setattr(script.pretrain, name, patched)
+    with pytest.raises(SystemExit, match="a fresh single-process masked-LM-only model only"):
+        run(tmp_path / "continued", 2, "--init-from", str(tmp_path / "whole" / "final"))
