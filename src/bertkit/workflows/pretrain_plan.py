@@ -53,6 +53,7 @@ from bertkit.workflows.recipes import (
     long_input_note,
     pretraining_history,
     short_recipe,
+    vocabulary_note,
 )
 
 logger = logging.getLogger(__name__)
@@ -176,9 +177,10 @@ def _applied(recipe: PretrainRecipe, settings: PretrainSettings, train: TrainCon
     if ctx.is_main:
         logger.info("recipe %s (%s): %s%s%s", recipe.name, recipe.reason, recipe.describe(),
                     f"; your flags kept: {', '.join(given)}" if given else "", "".join(f"; {n}" for n in notes))
-        long_inputs = long_input_note(recipe, settings.max_seq_length or data.built_seq_length, data.built_seq_length)
-        if long_inputs:
-            logger.warning("%s", long_inputs)
+        for note in (long_input_note(recipe, settings.max_seq_length or data.built_seq_length, data.built_seq_length),
+                     vocabulary_note(recipe, data.vocab_size)):
+            if note:
+                logger.warning("%s", note)
     return settings, train
 
 

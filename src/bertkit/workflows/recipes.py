@@ -229,6 +229,48 @@ def long_input_task_note(trained_length: int | None, lengths: list[int], steps: 
             "such a model and such inputs)")
 
 
+SHORT_RECIPE_VOCABULARY = 8_000
+"""The vocabulary size of every task the short recipe was chosen and measured on (the quickstart trains one too)."""
+VOCABULARY_STUDY = (
+    ("the Treasury of David's paragraphs by book of the Psalter", 29_867,
+     ((1_785, "10 CPU-minutes", 37.6, 44.0, 46.5), (3_570, "20 CPU-minutes", 39.5, 44.7, 46.5))),
+    ("Webster's 1913 entries by subject field", 30_522, ((1_768, "10 CPU-minutes", 29.6, 34.5, 27.4),)),
+    ("World English Bible passages by part of the Bible", 12_205, ((2_495, "10 CPU-minutes", 71.1, 71.0, 66.1),)),
+)
+"""The short recipe with the vocabulary `bertkit tokenizer train`'s default (--vocab-size 30522) made from a task's
+corpus, as many pieces as it reached, per task: (its name, the pieces, rows of (bert-mini steps in the budget's CPU
+time, the budget, test accuracy, test accuracy with 8,000 pieces in the same CPU time, random initialisation's with
+the larger vocabulary)), from docs/pretraining.md ("The vocabulary the short recipe was measured with"). Fine-tuned
+as LONG_INPUT_STUDY's tasks. A larger vocabulary makes each step dearer (the decoder's product and the embeddings'
+update grow with it: 0.68x the steps in the same time at 29,867 pieces, 0.95x at 12,205) and gives each piece fewer
+occurrences to learn from."""
+VOCABULARY_LOSS = 2.0
+"""Test points below the 8,000-piece vocabulary's from which a larger vocabulary counts as losing."""
+
+
+def vocabulary_note(recipe: PretrainRecipe, vocab_size: int) -> str:
+    """'' or one line for `pretrain`: the short recipe, at a budget no longer than one where a larger vocabulary was
+    measured to lose against SHORT_RECIPE_VOCABULARY pieces (VOCABULARY_STUDY), with a vocabulary larger than every
+    one measured not to lose there."""
+    if recipe.name != "short" or recipe.budget_steps is None:
+        return ""
+    lost = [steps for _, _, rows in VOCABULARY_STUDY for steps, _, large, small, _ in rows
+            if large < small - VOCABULARY_LOSS and steps >= recipe.budget_steps]
+    held = [pieces for _, pieces, rows in VOCABULARY_STUDY for _, _, large, small, _ in rows
+            if large >= small - VOCABULARY_LOSS]
+    if not lost or vocab_size <= max([SHORT_RECIPE_VOCABULARY, *held]):
+        return ""
+    tasks = "; ".join(f"{task} with {pieces:,} pieces: " + ", ".join(
+        f"{large:.1f} after {budget} (~{steps:,} steps) against {small:.1f} (random initialisation {random:.1f})"
+        for steps, budget, large, small, random in rows) for task, pieces, rows in VOCABULARY_STUDY)
+    return (f"this vocabulary has {vocab_size:,} pieces; the short recipe was chosen and measured with "
+            f"{SHORT_RECIPE_VOCABULARY:,}, and larger vocabularies (the default of `bertkit tokenizer train`, "
+            f"--vocab-size 30522, on each task's corpus) scored, fine-tuned with bert-mini in the same CPU time, test "
+            f"accuracy against {SHORT_RECIPE_VOCABULARY:,} pieces: {tasks} (docs/pretraining.md, \"The vocabulary "
+            f"the short recipe was measured with\"); for a budget this short, train the vocabulary with "
+            f"`bertkit tokenizer train --vocab-size {SHORT_RECIPE_VOCABULARY}` and build the data again with it")
+
+
 UNIGRAM_PLATEAU_NATS = 0.5
 """Held-out context gain (`mlm_context_gain`: nats per [MASK] token by which the model beats word frequencies counted
 on its training split, `pretrain.unigram_baseline`) below which a pre-trained model is taken to be still on the
