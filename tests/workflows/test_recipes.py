@@ -508,25 +508,31 @@ def test_the_long_input_measurement_is_the_studys():
 
 
 def test_a_vocabulary_larger_than_the_short_recipe_was_measured_with_is_said_with_the_measurement(monkeypatch):
-    """A short-recipe budget no longer than one where a larger vocabulary lost against 8,000 pieces, with a
-    vocabulary larger than every one measured not to lose, is said in one line with every task's figures and the
-    fix; a smaller vocabulary, a longer or unknown budget, or another recipe is not."""
+    """A short-recipe run that cuts its data's instances, at a budget no longer than one where a larger vocabulary
+    lost on long inputs against 8,000 pieces, with a vocabulary larger than every one measured not to lose, is said
+    in one line with every task's figures, the short-text ones too, and the fix; a smaller vocabulary, a longer or
+    unknown budget, data read whole, or another recipe is not."""
     from bertkit.workflows import recipes
 
     monkeypatch.setattr(recipes, "VOCABULARY_STUDY", (("task A", 30_000, ((100, "1 minute", 30.0, 40.0, 41.0),)),
                                                       ("task B", 12_000, ((150, "1 minute", 70.0, 69.0, 60.0),))))
+    short_texts = (("task C", 30_000, ((100, "1 minute", 50.0, 49.0, 42.0),)),)
+    monkeypatch.setattr(recipes, "VOCABULARY_SHORT_TEXTS", short_texts)
     short = choose_recipe("auto", 256, 100)
-    note = vocabulary_note(short, 20_000)
-    assert note.startswith("this vocabulary has 20,000 pieces; the short recipe was chosen and measured with 8,000")
+    note = vocabulary_note(short, 20_000, 64, 128)
+    assert note.startswith("if the inputs you will fine-tune on are mostly longer than 64 tokens, this vocabulary of "
+                           "20,000 pieces may cost points: the short recipe was chosen and measured with 8,000")
     assert "task A with 30,000 pieces: 30.0 after 1 minute (~100 steps) against 40.0 (random initialisation " in note
     assert "task B with 12,000 pieces: 70.0 after" in note and "--vocab-size 8000" in note
-    assert not vocabulary_note(short, 12_000)  # no larger than a vocabulary measured not to lose
-    assert not vocabulary_note(short, 8_000)
-    assert not vocabulary_note(choose_recipe("auto", 256, 101), 30_000)  # longer than any budget measured to lose
-    assert not vocabulary_note(choose_recipe("auto", 256, None), 30_000)  # unknown budget
-    assert not vocabulary_note(choose_recipe("paper", 256, 100), 30_000)
+    assert "on short texts: task C with 30,000 pieces: 50.0 after" in note
+    assert not vocabulary_note(short, 20_000, 128, 128)  # read whole: short inputs, where it tied
+    assert not vocabulary_note(short, 12_000, 64, 128)  # no larger than a vocabulary measured not to lose
+    assert not vocabulary_note(short, 8_000, 64, 128)
+    assert not vocabulary_note(choose_recipe("auto", 256, 101), 30_000, 64, 128)  # longer than any budget that lost
+    assert not vocabulary_note(choose_recipe("auto", 256, None), 30_000, 64, 128)  # unknown budget
+    assert not vocabulary_note(choose_recipe("paper", 256, 100), 30_000, 64, 128)
     monkeypatch.setattr(recipes, "VOCABULARY_STUDY", (("task A", 30_000, ((100, "1 minute", 39.0, 40.0, 41.0),)),))
-    assert not vocabulary_note(short, 30_000)  # within VOCABULARY_LOSS of 8,000 pieces: not a loss
+    assert not vocabulary_note(short, 30_000, 64, 128)  # within VOCABULARY_LOSS of 8,000 pieces: not a loss
 
 
 def test_the_vocabulary_measurement_is_the_studys_and_pretrain_says_it(data, tmp_path, caplog, monkeypatch):
@@ -537,22 +543,22 @@ def test_the_vocabulary_measurement_is_the_studys_and_pretrain_says_it(data, tmp
 
     text = (Path(__file__).resolve().parents[2] / "docs" / "pretraining.md").read_text(encoding="utf-8")
     section = text[text.index("### The vocabulary the short recipe was measured with"):]
-    for _, pieces, rows in recipes.VOCABULARY_STUDY:
+    for _, pieces, rows in recipes.VOCABULARY_STUDY + recipes.VOCABULARY_SHORT_TEXTS:
         assert f"{pieces:,}" in section
         for steps, _, large, small, random in rows:
             assert all(f"{figure:.1f}" in section for figure in (large, small, random)) and f"{steps:,}" in section
-    assert vocabulary_note(choose_recipe("auto", 256, 1_785), 30_522)
+    assert vocabulary_note(choose_recipe("auto", 256, 1_785), 30_522, 64, 128)
     vocabulary = len(WordPieceTokenizer.from_pretrained(data["tok"]).vocab)
     monkeypatch.setattr(recipes, "SHORT_RECIPE_VOCABULARY", vocabulary // 2)  # the toy vocabulary counts as large
     monkeypatch.setattr(recipes, "VOCABULARY_STUDY", (("task A", vocabulary, ((10, "1 minute", 30.0, 40.0, 41.0),)),))
     with caplog.at_level(logging.WARNING):
         assert _pretrain(data, tmp_path / "large", "--max-steps", "2") == 0
-    assert f"this vocabulary has {vocabulary:,} pieces" in caplog.text
+    assert f"this vocabulary of {vocabulary:,} pieces may cost points" in caplog.text
     caplog.clear()
     monkeypatch.setattr(recipes, "SHORT_RECIPE_VOCABULARY", vocabulary)
     with caplog.at_level(logging.WARNING):
         assert _pretrain(data, tmp_path / "measured", "--max-steps", "2") == 0
-    assert "this vocabulary has" not in caplog.text
+    assert "may cost points" not in caplog.text
 
     """The short recipe has no NSP at any budget (SHORT_NSP, measured with the decoder bias at the word frequencies)
     and its reason says so; the paper's keeps it; --nsp / --no-nsp decide it for any budget."""

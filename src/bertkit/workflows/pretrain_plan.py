@@ -177,8 +177,9 @@ def _applied(recipe: PretrainRecipe, settings: PretrainSettings, train: TrainCon
     if ctx.is_main:
         logger.info("recipe %s (%s): %s%s%s", recipe.name, recipe.reason, recipe.describe(),
                     f"; your flags kept: {', '.join(given)}" if given else "", "".join(f"; {n}" for n in notes))
-        for note in (long_input_note(recipe, settings.max_seq_length or data.built_seq_length, data.built_seq_length),
-                     vocabulary_note(recipe, data.vocab_size)):
+        cut = settings.max_seq_length or data.built_seq_length
+        for note in (long_input_note(recipe, cut, data.built_seq_length),
+                     vocabulary_note(recipe, data.vocab_size, cut, data.built_seq_length)):
             if note:
                 logger.warning("%s", note)
     return settings, train

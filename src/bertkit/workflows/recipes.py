@@ -237,37 +237,42 @@ VOCABULARY_STUDY = (
     ("Webster's 1913 entries by subject field", 30_522, ((1_768, "10 CPU-minutes", 29.6, 34.5, 27.4),)),
     ("World English Bible passages by part of the Bible", 12_205, ((2_495, "10 CPU-minutes", 71.1, 71.0, 66.1),)),
 )
-"""The short recipe with the vocabulary `bertkit tokenizer train`'s default (--vocab-size 30522) made from a task's
-corpus, as many pieces as it reached, per task: (its name, the pieces, rows of (bert-mini steps in the budget's CPU
-time, the budget, test accuracy, test accuracy with 8,000 pieces in the same CPU time, random initialisation's with
-the larger vocabulary)), from docs/pretraining.md ("The vocabulary the short recipe was measured with"). Fine-tuned
-as LONG_INPUT_STUDY's tasks; pre-training seed 2, the Treasury's 10-minute row the mean over seeds 2 and 3. A larger
-vocabulary makes each step dearer (the decoder's product and the embeddings' update grow with it: 0.68x the steps in
-the same time at 29,867 pieces, 0.95x at 12,205) and gives each piece fewer occurrences to learn from."""
+"""The short recipe on long-input tasks with the vocabulary `bertkit tokenizer train`'s default (--vocab-size 30522)
+made from the task's corpus: (task, pieces reached, rows of (bert-mini steps in the budget's CPU time, the budget,
+test accuracy, with 8,000 pieces in the same CPU time, random initialisation with these pieces)); docs/pretraining.md,
+"The vocabulary the short recipe was measured with" (seed 2; the Treasury's 10-minute row seeds 2 and 3)."""
 VOCABULARY_LOSS = 2.0
 """Test points below the 8,000-piece vocabulary's from which a larger vocabulary counts as losing."""
+VOCABULARY_SHORT_TEXTS = (("WordNet glosses by lexicographer file", 30_522,
+                           ((1_768, "10 CPU-minutes", 49.3, 49.2, 42.6),)),)
+"""The same on a short-text task (glosses under 64 tokens; pre-training seed 42): the larger vocabulary tied."""
 
 
-def vocabulary_note(recipe: PretrainRecipe, vocab_size: int) -> str:
-    """'' or one line for `pretrain`: the short recipe, at a budget no longer than one where a larger vocabulary was
-    measured to lose against SHORT_RECIPE_VOCABULARY pieces (VOCABULARY_STUDY), with a vocabulary larger than every
-    one measured not to lose there."""
-    if recipe.name != "short" or recipe.budget_steps is None:
+def _vocabulary_rows(study: tuple[Any, ...]) -> str:
+    return "; ".join(f"{task} with {pieces:,} pieces: " + ", ".join(
+        f"{large:.1f} after {budget} (~{steps:,} steps) against {small:.1f} (random initialisation {random:.1f})"
+        for steps, budget, large, small, random in rows) for task, pieces, rows in study)
+
+
+def vocabulary_note(recipe: PretrainRecipe, vocab_size: int, cut: int, data_length: int) -> str:
+    """'' or one line for `pretrain`: the short recipe cuts the data's instances to `cut` tokens (built longer, as
+    for long fine-tuning inputs) at a budget no longer than one where a larger vocabulary lost on long inputs against
+    SHORT_RECIPE_VOCABULARY pieces, with a vocabulary larger than every one measured not to lose there."""
+    if recipe.name != "short" or recipe.budget_steps is None or cut >= data_length:
         return ""
-    lost = [steps for _, _, rows in VOCABULARY_STUDY for steps, _, large, small, _ in rows
-            if large < small - VOCABULARY_LOSS and steps >= recipe.budget_steps]
-    held = [pieces for _, pieces, rows in VOCABULARY_STUDY for _, _, large, small, _ in rows
-            if large >= small - VOCABULARY_LOSS]
+    rows = [(pieces, steps, large < small - VOCABULARY_LOSS) for _, pieces, task_rows in VOCABULARY_STUDY
+            for steps, _, large, small, _ in task_rows]
+    lost = [steps for _, steps, loss in rows if loss and steps >= recipe.budget_steps]
+    held = [pieces for pieces, _, loss in rows if not loss]
     if not lost or vocab_size <= max([SHORT_RECIPE_VOCABULARY, *held]):
         return ""
-    tasks = "; ".join(f"{task} with {pieces:,} pieces: " + ", ".join(
-        f"{large:.1f} after {budget} (~{steps:,} steps) against {small:.1f} (random initialisation {random:.1f})"
-        for steps, budget, large, small, random in rows) for task, pieces, rows in VOCABULARY_STUDY)
-    return (f"this vocabulary has {vocab_size:,} pieces; the short recipe was chosen and measured with "
+    return (f"if the inputs you will fine-tune on are mostly longer than {cut} tokens, this vocabulary of "
+            f"{vocab_size:,} pieces may cost points: the short recipe was chosen and measured with "
             f"{SHORT_RECIPE_VOCABULARY:,}, and larger vocabularies (the default of `bertkit tokenizer train`, "
             f"--vocab-size 30522, on each task's corpus) scored, fine-tuned with bert-mini in the same CPU time, test "
-            f"accuracy against {SHORT_RECIPE_VOCABULARY:,} pieces: {tasks} (docs/pretraining.md, \"The vocabulary "
-            f"the short recipe was measured with\"); for a budget this short, train the vocabulary with "
+            f"accuracy against {SHORT_RECIPE_VOCABULARY:,} pieces: {_vocabulary_rows(VOCABULARY_STUDY)}; on short "
+            f"texts: {_vocabulary_rows(VOCABULARY_SHORT_TEXTS)} (docs/pretraining.md, \"The vocabulary the short "
+            f"recipe was measured with\"); for such inputs and a budget this short, train the vocabulary with "
             f"`bertkit tokenizer train --vocab-size {SHORT_RECIPE_VOCABULARY}` and build the data again with it")
 
 
