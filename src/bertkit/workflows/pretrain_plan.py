@@ -157,12 +157,12 @@ def plan_pretraining(settings: PretrainSettings, train: TrainConfig, ctx: Distri
         recipe = rank0_decides(lambda: (_resumed_recipe(settings) if settings.resume else None)
                                or _choose(settings, train, data, init, model_config, (rows, length), ctx.world_size),
                                ctx)
-        settings, train = _applied(recipe, settings, train, data, ctx)
+        settings, train = _applied(recipe, settings, train, data, ctx, continued=init is not None)
     return PretrainPlan(settings, train, recipe, plan_step(train, ctx.device), data, init)
 
 
 def _applied(recipe: PretrainRecipe, settings: PretrainSettings, train: TrainConfig, data: DataFacts,
-             ctx: DistributedContext) -> tuple[PretrainSettings, TrainConfig]:
+             ctx: DistributedContext, continued: bool = False) -> tuple[PretrainSettings, TrainConfig]:
     """The recipe applied to every setting left unset; the choice said in one line."""
     batch = "batch_size" if train.batch_size is not None else "global_batch_size"  # as the user spelled it
     given = [name for name, value in (("max_seq_length", settings.max_seq_length), ("dropout", settings.dropout),
@@ -179,7 +179,7 @@ def _applied(recipe: PretrainRecipe, settings: PretrainSettings, train: TrainCon
                     f"; your flags kept: {', '.join(given)}" if given else "", "".join(f"; {n}" for n in notes))
         cut = settings.max_seq_length or data.built_seq_length
         for note in (long_input_note(recipe, cut, data.built_seq_length),
-                     vocabulary_note(recipe, data.vocab_size, cut, data.built_seq_length)):
+                     vocabulary_note(recipe, data.vocab_size, cut, data.built_seq_length, continued)):
             if note:
                 logger.warning("%s", note)
     return settings, train

@@ -237,10 +237,9 @@ VOCABULARY_STUDY = (
     ("Webster's 1913 entries by subject field", 30_522, ((1_768, "10 CPU-minutes", 29.6, 34.5, 27.4),)),
     ("World English Bible passages by part of the Bible", 12_205, ((2_495, "10 CPU-minutes", 71.1, 71.0, 66.1),)),
 )
-"""The short recipe on long-input tasks with the vocabulary `bertkit tokenizer train`'s default (--vocab-size 30522)
-made from the task's corpus: (task, pieces reached, rows of (bert-mini steps in the budget's CPU time, the budget,
-test accuracy, with 8,000 pieces in the same CPU time, random initialisation with these pieces)); docs/pretraining.md,
-"The vocabulary the short recipe was measured with" (seed 2; the Treasury's 10-minute row seeds 2 and 3)."""
+"""The short recipe on long-input tasks with `bertkit tokenizer train`'s default vocabulary (--vocab-size 30522):
+(task, pieces reached, rows of (steps in the budget's CPU time, the budget, test accuracy, with 8,000 pieces, random
+initialisation with these pieces)); docs/pretraining.md, "The vocabulary the short recipe was measured with"."""
 VOCABULARY_LOSS = 2.0
 """Test points below the 8,000-piece vocabulary's from which a larger vocabulary counts as losing."""
 VOCABULARY_SHORT_TEXTS = (("WordNet glosses by lexicographer file", 30_522,
@@ -250,17 +249,19 @@ VOCABULARY_SHORT_TEXTS = (("WordNet glosses by lexicographer file", 30_522,
 
 def _vocabulary_rows(study: tuple[Any, ...]) -> str:
     return "; ".join(f"{task} with {pieces:,} pieces: " + ", ".join(
-        f"{large:.1f} after {budget} (~{steps:,} steps) against {small:.1f} (random initialisation {random:.1f})"
+        f"{large:.1f} after {budget} (~{steps:,} steps) against {small:.1f} (random initialisation with these "
+        f"pieces {random:.1f})"
         for steps, budget, large, small, random in rows) for task, pieces, rows in study)
 
 
-def vocabulary_note(recipe: PretrainRecipe, vocab_size: int, cut: int, data_length: int) -> str:
-    """'' or one line for `pretrain`: the short recipe cuts the data's instances to `cut` tokens (built longer, as
-    for long fine-tuning inputs) at a budget no longer than one where a larger vocabulary lost on long inputs against
-    SHORT_RECIPE_VOCABULARY pieces, with a vocabulary larger than every one measured not to lose there."""
-    if recipe.name != "short" or recipe.budget_steps is None or cut >= data_length:
+def vocabulary_note(recipe: PretrainRecipe, vocab_size: int, cut: int, data_length: int, continued: bool = False
+                    ) -> str:
+    """'' or one line for `pretrain`: the short recipe cuts the data (built longer, as for long inputs) at a budget
+    no longer than one where a larger vocabulary lost on long inputs, with one larger than every one that did not
+    lose; never for a run `continued` from a checkpoint (its vocabulary; measured from random weights only)."""
+    if recipe.name != "short" or recipe.budget_steps is None or cut >= data_length or continued:
         return ""
-    rows = [(pieces, steps, large < small - VOCABULARY_LOSS) for _, pieces, task_rows in VOCABULARY_STUDY
+    rows = [(pieces, steps, large <= small - VOCABULARY_LOSS + 1e-9) for _, pieces, task_rows in VOCABULARY_STUDY
             for steps, _, large, small, _ in task_rows]
     lost = [steps for _, steps, loss in rows if loss and steps >= recipe.budget_steps]
     held = [pieces for pieces, _, loss in rows if not loss]
