@@ -25,19 +25,15 @@ points below today's recipe (docs/pretraining.md, "Replaced-token detection, scr
 
 from __future__ import annotations
 
-import contextlib
 import sys
-import types
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import torch
+from pretrain_extras import keep_beside
 from torch import nn
 from torch.nn import functional as F
 
 from bertkit.cli import main
-from bertkit.io.atomic import write_file_atomic
 from bertkit.model import BertForMaskedLM
 from bertkit.tasks.pretraining import IGNORE_INDEX
 from bertkit.workflows import pretrain
@@ -114,40 +110,6 @@ class ReplacedTokenObjective:
 EXTRAS = ("electra_generator", "electra_head")
 
 
-@contextlib.contextmanager
-def _discriminator_alone(model: nn.Module) -> Iterator[dict[str, nn.Module]]:
-    """The model without the generator and head (bertkit's own save and load see a plain BertForMaskedLM); yields
-    them, attached again on leaving."""
-    extras = {name: getattr(model, name) for name in EXTRAS}
-    for name in EXTRAS:
-        delattr(model, name)
-    try:
-        yield extras
-    finally:
-        for name, module in extras.items():
-            setattr(model, name, module)
-
-
-def _save_pretrained(model: nn.Module, path: str | Path, tokenizer: Any = None) -> None:
-    """The discriminator as bertkit saves any model, and the generator and head beside it (electra.pt)."""
-    with _discriminator_alone(model) as extras:
-        BertForMaskedLM.save_pretrained(model, path, tokenizer=tokenizer)
-    write_file_atomic(Path(path) / EXTRA_FILE,
-                      lambda target: torch.save({name: module.state_dict() for name, module in extras.items()}, target))
-
-
-def _load_hf_state_dict(model: nn.Module, hf_state: dict[str, torch.Tensor], source: str = "checkpoint") -> None:
-    with _discriminator_alone(model) as extras:
-        BertForMaskedLM.load_hf_state_dict(model, hf_state, source=source)
-    saved = Path(source) / EXTRA_FILE
-    if not saved.is_file():
-        raise SystemExit(f"electra_pretrain: {source} has no {EXTRA_FILE} (the generator); resume a run this script "
-                         "saved, or start a new one (--overwrite, or another --output)")
-    state = torch.load(saved, weights_only=True)
-    for name, module in extras.items():
-        module.load_state_dict(state[name])
-
-
 _build_model = pretrain.build_model
 _unigram_start = pretrain._unigram_start
 _evaluate_pretraining = pretrain.evaluate_pretraining
@@ -161,8 +123,7 @@ def _build_discriminator(settings, train, tokenizer, max_seq_length, step=None):
         raise SystemExit("electra_pretrain: a fresh masked-LM-only model only (no --init-from, no --nsp)")
     model.electra_generator = BertForMaskedLM(generator_config(model.config))
     model.electra_head = ReplacedTokenHead(model.config.hidden_size, model.config.initializer_range)
-    model.save_pretrained = types.MethodType(_save_pretrained, model)
-    model.load_hf_state_dict = types.MethodType(_load_hf_state_dict, model)
+    keep_beside(model, EXTRAS, EXTRA_FILE, "electra_pretrain")
     return model
 
 

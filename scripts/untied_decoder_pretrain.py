@@ -22,18 +22,13 @@ from the input embeddings, screened").
 
 from __future__ import annotations
 
-import contextlib
 import sys
-import types
-from collections.abc import Iterator
-from pathlib import Path
-from typing import Any
 
 import torch
+from pretrain_extras import keep_beside
 from torch import nn
 
 from bertkit.cli import main
-from bertkit.io.atomic import write_file_atomic
 from bertkit.model import BertForMaskedLM
 from bertkit.model.heads import MaskedLMHead
 from bertkit.workflows import pretrain
@@ -51,7 +46,8 @@ class UntiedDecoder(nn.Module):
 
 def untie(model: BertForMaskedLM) -> None:
     """Give `model`'s masked-LM head a decoder of its own (`model.untied_decoder`): the head then ignores the word
-    embeddings it is handed (the same call everywhere, so training, evaluation and the inference copy agree)."""
+    embeddings it is handed (the same call everywhere, so training, evaluation and the inference copy agree), and
+    the decoder is saved and loaded beside the model (`pretrain_extras.keep_beside`)."""
     config = model.config
     model.untied_decoder = UntiedDecoder(config.vocab_size, config.hidden_size, config.initializer_range)
     head, decoder = model.mlm, model.untied_decoder
@@ -60,34 +56,7 @@ def untie(model: BertForMaskedLM) -> None:
         return MaskedLMHead.forward(head, hidden, decoder.weight)
 
     head.forward = forward
-
-
-@contextlib.contextmanager
-def _without_decoder(model: nn.Module) -> Iterator[UntiedDecoder]:
-    """The model without its untied decoder (bertkit's own save and load see a plain BertForMaskedLM); yields it,
-    attached again on leaving."""
-    decoder = model.untied_decoder
-    del model.untied_decoder
-    try:
-        yield decoder
-    finally:
-        model.untied_decoder = decoder
-
-
-def _save_pretrained(model: nn.Module, path: str | Path, tokenizer: Any = None) -> None:
-    with _without_decoder(model) as decoder:
-        BertForMaskedLM.save_pretrained(model, path, tokenizer=tokenizer)
-    write_file_atomic(Path(path) / EXTRA_FILE, lambda target: torch.save(decoder.state_dict(), target))
-
-
-def _load_hf_state_dict(model: nn.Module, hf_state: dict[str, torch.Tensor], source: str = "checkpoint") -> None:
-    with _without_decoder(model) as decoder:
-        BertForMaskedLM.load_hf_state_dict(model, hf_state, source=source)
-    saved = Path(source) / EXTRA_FILE
-    if not saved.is_file():
-        raise SystemExit(f"untied_decoder_pretrain: {source} has no {EXTRA_FILE} (the decoder); resume a run this "
-                         "script saved, or start a new one (--overwrite, or another --output)")
-    decoder.load_state_dict(torch.load(saved, weights_only=True))
+    keep_beside(model, ("untied_decoder",), EXTRA_FILE, "untied_decoder_pretrain")
 
 
 _build_model = pretrain.build_model
@@ -101,8 +70,6 @@ def _build_untied(settings, train, tokenizer, max_seq_length, step=None):
         raise SystemExit("untied_decoder_pretrain: a fresh single-process masked-LM-only model only "
                          "(no --init-from, no --nsp)")
     untie(model)
-    model.save_pretrained = types.MethodType(_save_pretrained, model)
-    model.load_hf_state_dict = types.MethodType(_load_hf_state_dict, model)
     return model
 
 

@@ -112,6 +112,8 @@ def write_fake_dictd(directory: Path) -> Path:
 
 
 def load_script(name: str):
+    if str(SCRIPTS) not in sys.path:  # as `python scripts/NAME.py` has it: the scripts import their shared helpers
+        sys.path.append(str(SCRIPTS))
     spec = importlib.util.spec_from_file_location(f"study_{name}", SCRIPTS / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # dataclasses look their module up
@@ -707,6 +709,28 @@ def test_replaced_token_detection_labels_what_the_generator_changed(toy_pretrain
         objective.counts({"masked_lm_positions": torch.zeros(1, 2)})
 
 
+def _whole_and_resumed_runs(script, tmp_path: Path, monkeypatch, toy_pretraining_data):
+    """A wrapper script's runs on the toy data: plain/ (bertkit's own masked LM, 2 steps, before the script's
+    patches), whole/ (the script's, 4 steps, a checkpoint every 2) and halves/ (whole/ as if stopped after its step-2
+    checkpoint, then resumed to 4). Returns `run(output, steps, *flags)` for more; the patches stay on."""
+    data, tok = toy_pretraining_data["data"], toy_pretraining_data["tok"]
+
+    def run(output: Path, steps: int, *extra: str) -> int:
+        return bertkit_main(["pretrain", "--data", str(data), "--tokenizer", str(tok), "--model", "bert-debug",
+                             "--output", str(output), "--max-steps", str(steps), "--save-every", "2",
+                             "--eval-every", "2", "--device", "cpu", "--seed", "3", *extra])
+
+    assert run(tmp_path / "plain", 2) == 0
+    for name, patched in script.PATCHES.items():
+        monkeypatch.setattr(script.pretrain, name, patched)
+    assert run(tmp_path / "whole", 4) == 0
+    shutil.copytree(tmp_path / "whole", tmp_path / "halves")
+    shutil.rmtree(tmp_path / "halves" / "checkpoints" / "step-00000004")
+    shutil.rmtree(tmp_path / "halves" / "final")
+    assert run(tmp_path / "halves", 4, "--resume", "auto") == 0
+    return run
+
+
 def test_replaced_token_detection_run_resumes_exactly_and_keeps_the_discriminator(tmp_path, monkeypatch, capsys,
                                                                                   toy_pretraining_data):
     """As a `pretrain` wrapper: every saved directory keeps the generator and the head (electra.pt), a run resumed
@@ -716,21 +740,7 @@ def test_replaced_token_detection_run_resumes_exactly_and_keeps_the_discriminato
     from transformers import BertForMaskedLM as HFBertForMaskedLM  # noqa: PLC0415
 
     script = load_script("electra_pretrain")
-    data, tok = toy_pretraining_data["data"], toy_pretraining_data["tok"]
-
-    def run(output: Path, steps: int, *extra: str) -> int:
-        return bertkit_main(["pretrain", "--data", str(data), "--tokenizer", str(tok), "--model", "bert-debug",
-                             "--output", str(output), "--max-steps", str(steps), "--save-every", "2",
-                             "--eval-every", "2", "--device", "cpu", "--seed", "3", *extra])
-
-    assert run(tmp_path / "plain", 2) == 0  # bertkit's own masked LM, before the script's patches
-    for name, patched in script.PATCHES.items():
-        monkeypatch.setattr(script.pretrain, name, patched)
-    assert run(tmp_path / "whole", 4) == 0
-    shutil.copytree(tmp_path / "whole", tmp_path / "halves")  # as if stopped after its step-2 checkpoint
-    shutil.rmtree(tmp_path / "halves" / "checkpoints" / "step-00000004")
-    shutil.rmtree(tmp_path / "halves" / "final")
-    assert run(tmp_path / "halves", 4, "--resume", "auto") == 0
+    run = _whole_and_resumed_runs(script, tmp_path, monkeypatch, toy_pretraining_data)
     assert (tmp_path / "whole" / "checkpoints" / "step-00000002" / script.EXTRA_FILE).is_file()
     whole = read_state_dict(tmp_path / "whole" / "final")
     halves = read_state_dict(tmp_path / "halves" / "final")
@@ -789,29 +799,16 @@ def test_the_untied_decoder_run_resumes_exactly_and_keeps_a_plain_model(tmp_path
     from transformers import BertForMaskedLM as HFBertForMaskedLM  # noqa: PLC0415
 
     script = load_script("untied_decoder_pretrain")
-    data, tok = toy_pretraining_data["data"], toy_pretraining_data["tok"]
-
-    def run(output: Path, steps: int, *extra: str) -> int:
-        return bertkit_main(["pretrain", "--data", str(data), "--tokenizer", str(tok), "--model", "bert-debug",
-                             "--output", str(output), "--max-steps", str(steps), "--save-every", "2",
-                             "--eval-every", "2", "--device", "cpu", "--seed", "3", *extra])
-
-    assert run(tmp_path / "plain", 2) == 0
-    for name, patched in script.PATCHES.items():
-        monkeypatch.setattr(script.pretrain, name, patched)
-    assert run(tmp_path / "whole", 4) == 0
-    shutil.copytree(tmp_path / "whole", tmp_path / "halves")  # as if stopped after its step-2 checkpoint
-    shutil.rmtree(tmp_path / "halves" / "checkpoints" / "step-00000004")
-    shutil.rmtree(tmp_path / "halves" / "final")
-    assert run(tmp_path / "halves", 4, "--resume", "auto") == 0
+    run = _whole_and_resumed_runs(script, tmp_path, monkeypatch, toy_pretraining_data)
     assert (tmp_path / "whole" / "checkpoints" / "step-00000002" / script.EXTRA_FILE).is_file()
     whole = read_state_dict(tmp_path / "whole" / "final")
     halves = read_state_dict(tmp_path / "halves" / "final")
     assert whole.keys() == halves.keys() and not any("untied" in key for key in whole)
     assert all(torch.equal(whole[key], halves[key]) for key in whole)
     decoders = [torch.load(tmp_path / run_dir / "final" / script.EXTRA_FILE) for run_dir in ("whole", "halves")]
-    assert torch.equal(decoders[0]["weight"], decoders[1]["weight"])
-    assert not torch.equal(decoders[0]["weight"], whole["bert.embeddings.word_embeddings.weight"])
+    decoders = [saved["untied_decoder"]["weight"] for saved in decoders]
+    assert torch.equal(decoders[0], decoders[1])
+    assert not torch.equal(decoders[0], whole["bert.embeddings.word_embeddings.weight"])
     HFBertForMaskedLM.from_pretrained(tmp_path / "whole" / "final")
     capsys.readouterr()
     assert run(tmp_path / "plain", 4, "--resume", "auto") != 0
@@ -823,7 +820,7 @@ def test_the_untied_decoder_run_resumes_exactly_and_keeps_a_plain_model(tmp_path
     untied = BertForMaskedLM.from_pretrained(tmp_path / "plain" / "final")
     script.untie(untied)
     with pytest.raises(SystemExit, match="has no untied_decoder.pt"):
-        script._load_hf_state_dict(untied, read_state_dict(tmp_path / "plain" / "final"), source=str(tmp_path))
+        untied.load_hf_state_dict(read_state_dict(tmp_path / "plain" / "final"), source=str(tmp_path))
     monkeypatch.undo()
     assert run(tmp_path / "whole", 6, "--resume", "auto") != 0
     assert "untied masked-LM decoder" in capsys.readouterr().err
