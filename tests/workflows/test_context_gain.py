@@ -18,7 +18,7 @@ from bertkit.model import BertForPreTraining
 from bertkit.train.distributed import DistributedContext
 from bertkit.workflows import pretrain as pretrain_module
 from bertkit.workflows.pretrain import evaluate_pretraining, unigram_baseline
-from bertkit.workflows.recipes import (
+from bertkit.workflows.recipe_notes import (
     UNIGRAM_PLATEAU_NATS,
     context_gain,
     plateau_note,

@@ -16,7 +16,7 @@ import pytest
 
 from bertkit.cli import main
 from bertkit.workflows.random_init import INITIALISATION_FILE, keep_better_initialisation, restore_pretrained
-from bertkit.workflows.recipes import random_init_comparison
+from bertkit.workflows.recipe_notes import random_init_comparison
 
 from .conftest import TOKENS, WORDS, tiny_model
 

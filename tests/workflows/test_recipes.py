@@ -21,17 +21,14 @@ from bertkit.errors import BertkitError
 from bertkit.settings import PretrainingDataSettings
 from bertkit.tokenizer import WordPieceTokenizer
 from bertkit.workflows import pretrain_plan
+from bertkit.workflows.recipe_notes import long_input_budget, long_input_note, long_input_task_note, vocabulary_note
 from bertkit.workflows.recipes import (
     PAPER_MIN_STEPS,
     budget_steps,
     choose_recipe,
     finetune_learning_rate,
     full_length_step,
-    long_input_budget,
-    long_input_note,
-    long_input_task_note,
     short_recipe,
-    vocabulary_note,
 )
 
 
@@ -452,25 +449,25 @@ def test_a_library_run_that_cuts_instances_says_which_positions_stay_untrained(d
 def test_budgets_measured_too_short_for_long_inputs_are_said_with_the_measurement(monkeypatch):
     """Issue 48, item 4: a short-recipe budget no longer than every budget measured not to pay on long inputs is said
     to be too short for them, with the figures; a longer or unknown budget, or one that paid, is not."""
-    from bertkit.workflows import recipes
+    from bertkit.workflows import recipe_notes as notes
 
-    monkeypatch.setattr(recipes, "LONG_INPUT_STUDY", (("task A", ((100, "1 minute", 0.5, 0.4),
+    monkeypatch.setattr(notes, "LONG_INPUT_STUDY", (("task A", ((100, "1 minute", 0.5, 0.4),
                                                                    (200, "2 minutes", 1.5, 0.2))),))
     said = long_input_budget(150)
     assert said.startswith("measured with bert-mini on a long-input task fine-tuned at 128 tokens, in points over "
                            "random initialisation: task A: +0.5 after 1 minute (~100 steps, p = 0.4), +1.5 after")
     assert long_input_budget(200) and not long_input_budget(201) and not long_input_budget(None)
-    monkeypatch.setattr(recipes, "LONG_INPUT_STUDY", (("task A", ((100, "1 minute", 0.5, 0.4),
+    monkeypatch.setattr(notes, "LONG_INPUT_STUDY", (("task A", ((100, "1 minute", 0.5, 0.4),
                                                                    (200, "2 minutes", 6.0, 0.01))),))
     assert long_input_budget(100) and not long_input_budget(150)  # 2 minutes paid: longer budgets are not said
     # Two tasks: a budget is said while any task failed at it or longer; every task's figures are said.
-    monkeypatch.setattr(recipes, "LONG_INPUT_STUDY", (("task A", ((100, "1 minute", 6.0, 0.01),)),
+    monkeypatch.setattr(notes, "LONG_INPUT_STUDY", (("task A", ((100, "1 minute", 6.0, 0.01),)),
                                                       ("task B", ((100, "1 minute", -9.0, 0.01),
                                                                   (200, "2 minutes", 2.0, 0.3)))))
     said = long_input_budget(150)
     assert said.startswith("measured with bert-mini on 2 long-input tasks") and "task A: +6.0 after" in said
     assert "task B: -9.0 after 1 minute" in said and not long_input_budget(201)
-    monkeypatch.setattr(recipes, "LONG_INPUT_STUDY", (("task A", ((100, "1 minute", 0.5, 0.4),
+    monkeypatch.setattr(notes, "LONG_INPUT_STUDY", (("task A", ((100, "1 minute", 0.5, 0.4),
                                                                    (200, "2 minutes", 6.0, 0.01))),))
     short = choose_recipe("auto", 256, 100)
     assert short.budget_steps == 100  # the budget the recipe was planned at is kept with it
@@ -491,9 +488,9 @@ def test_budgets_measured_too_short_for_long_inputs_are_said_with_the_measuremen
 
 def test_the_long_input_measurement_is_the_studys():
     """The figures said are docs/pretraining.md's rows, of the recipe each budget gets."""
-    from bertkit.workflows import recipes
+    from bertkit.workflows import recipe_notes as notes
 
-    rows = [row for _, task_rows in recipes.LONG_INPUT_STUDY for row in task_rows]
+    rows = [row for _, task_rows in notes.LONG_INPUT_STUDY for row in task_rows]
     assert long_input_budget(10_560) and not long_input_budget(10_561)  # 40 CPU-minutes did not pay on the Treasury
     assert "-1.6 after 40 CPU-minutes" in long_input_budget(5_280)  # the Treasury, today's recipe
     assert "-3.3 after 10 CPU-minutes" in long_input_budget(2_640)  # the Treasury, over 3 pre-training seeds
@@ -513,12 +510,12 @@ def test_a_vocabulary_larger_than_the_short_recipe_was_measured_with_is_said_wit
     lost on long inputs against 8,000 pieces, with a vocabulary larger than every one measured not to lose, is said
     in one line with every task's figures, the short-text ones too, and the fix; a smaller vocabulary, a longer or
     unknown budget, data read whole, or another recipe is not."""
-    from bertkit.workflows import recipes
+    from bertkit.workflows import recipe_notes as notes
 
-    monkeypatch.setattr(recipes, "VOCABULARY_STUDY", (("task A", 30_000, ((100, "1 minute", 30.0, 40.0, 41.0),)),
+    monkeypatch.setattr(notes, "VOCABULARY_STUDY", (("task A", 30_000, ((100, "1 minute", 30.0, 40.0, 41.0),)),
                                                       ("task B", 12_000, ((150, "1 minute", 70.0, 69.0, 60.0),))))
     short_texts = (("task C", 30_000, ((100, "1 minute", 50.0, 49.0, 42.0),)),)
-    monkeypatch.setattr(recipes, "VOCABULARY_SHORT_TEXTS", short_texts)
+    monkeypatch.setattr(notes, "VOCABULARY_SHORT_TEXTS", short_texts)
     short = choose_recipe("auto", 256, 100)
     note = vocabulary_note(short, 20_000, 64, 128)
     assert note.startswith("if the inputs you will fine-tune on are mostly longer than 64 tokens, this vocabulary of "
@@ -533,9 +530,9 @@ def test_a_vocabulary_larger_than_the_short_recipe_was_measured_with_is_said_wit
     assert not vocabulary_note(choose_recipe("auto", 256, None), 30_000, 64, 128)  # unknown budget
     assert not vocabulary_note(choose_recipe("paper", 256, 100), 30_000, 64, 128)
     assert not vocabulary_note(short, 30_000, 64, 128, continued=True)  # the checkpoint's vocabulary: measured only
-    monkeypatch.setattr(recipes, "VOCABULARY_STUDY", (("task A", 30_000, ((100, "1 minute", 38.0, 40.0, 41.0),)),))
+    monkeypatch.setattr(notes, "VOCABULARY_STUDY", (("task A", 30_000, ((100, "1 minute", 38.0, 40.0, 41.0),)),))
     assert vocabulary_note(short, 30_000, 64, 128)  # 2 points below 8,000 pieces: a loss (VOCABULARY_LOSS)
-    monkeypatch.setattr(recipes, "VOCABULARY_STUDY", (("task A", 30_000, ((100, "1 minute", 38.5, 40.0, 41.0),)),))
+    monkeypatch.setattr(notes, "VOCABULARY_STUDY", (("task A", 30_000, ((100, "1 minute", 38.5, 40.0, 41.0),)),))
     assert not vocabulary_note(short, 30_000, 64, 128)  # within VOCABULARY_LOSS of 8,000 pieces: not a loss
 
 
@@ -543,23 +540,23 @@ def test_the_vocabulary_measurement_is_the_studys_and_pretrain_says_it(data, tmp
     """VOCABULARY_STUDY's figures are docs/pretraining.md's, and `pretrain` says the note before its first step on
     data whose vocabulary is larger than the short recipe was measured with (and not on the same data built with
     8,000 pieces)."""
-    from bertkit.workflows import recipes
+    from bertkit.workflows import recipe_notes as notes
 
     text = (Path(__file__).resolve().parents[2] / "docs" / "pretraining.md").read_text(encoding="utf-8")
     section = text[text.index("### The vocabulary the short recipe was measured with"):]
-    for _, pieces, rows in recipes.VOCABULARY_STUDY + recipes.VOCABULARY_SHORT_TEXTS:
+    for _, pieces, rows in notes.VOCABULARY_STUDY + notes.VOCABULARY_SHORT_TEXTS:
         for steps, _, large, small, random in rows:  # one table row holds the five figures, in this order
             assert re.search(rf"\| {pieces:,} \| {steps:,} \| {large:.1f} ± [^|]*\| {small:.1f} ± [^|]*\| "
                              rf"{random:.1f} ± ", section), (pieces, steps)
     assert vocabulary_note(choose_recipe("auto", 256, 1_785), 30_522, 64, 128)
     vocabulary = len(WordPieceTokenizer.from_pretrained(data["tok"]).vocab)
-    monkeypatch.setattr(recipes, "SHORT_RECIPE_VOCABULARY", vocabulary // 2)  # the toy vocabulary counts as large
-    monkeypatch.setattr(recipes, "VOCABULARY_STUDY", (("task A", vocabulary, ((10, "1 minute", 30.0, 40.0, 41.0),)),))
+    monkeypatch.setattr(notes, "SHORT_RECIPE_VOCABULARY", vocabulary // 2)  # the toy vocabulary counts as large
+    monkeypatch.setattr(notes, "VOCABULARY_STUDY", (("task A", vocabulary, ((10, "1 minute", 30.0, 40.0, 41.0),)),))
     with caplog.at_level(logging.WARNING):
         assert _pretrain(data, tmp_path / "large", "--max-steps", "2") == 0
     assert f"this vocabulary of {vocabulary:,} pieces may cost points" in caplog.text
     caplog.clear()
-    monkeypatch.setattr(recipes, "SHORT_RECIPE_VOCABULARY", vocabulary)
+    monkeypatch.setattr(notes, "SHORT_RECIPE_VOCABULARY", vocabulary)
     with caplog.at_level(logging.WARNING):
         assert _pretrain(data, tmp_path / "measured", "--max-steps", "2") == 0
     assert "may cost points" not in caplog.text

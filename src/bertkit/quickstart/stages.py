@@ -54,7 +54,7 @@ from bertkit.quickstart.report import (
     write_report,
 )
 from bertkit.runtime.device import apply_threads
-from bertkit.workflows.recipes import long_input_task_note
+from bertkit.workflows.recipe_notes import long_input_task_note
 
 SUMMARY_FILE = "quickstart.json"
 TIMINGS_FILE = "timings.json"
@@ -329,7 +329,7 @@ def planned_steps(settings: QuickstartSettings, plan: TimePlan | None) -> float 
 def say_long_inputs(settings: QuickstartSettings, tokenizer: Any, plan: TimePlan | None, echo: Echo) -> None:
     """Say up front, before pre-training, when most of the task's training inputs are longer than the instances
     pre-training trains on and its budget was measured too short to pay on such inputs
-    (`recipes.long_input_task_note`; the bundled verses are short: a median of 32 tokens)."""
+    (`recipe_notes.long_input_task_note`; the bundled verses are short: a median of 32 tokens)."""
     lengths = [len(ids) + 2 for ids in tokenizer.encode_ids(_texts(label_files(settings)[0]))]  # + [CLS], [SEP]
     steps = planned_steps(settings, plan)
     note = long_input_task_note(settings.recipe.resolved().max_seq_length, lengths, steps)

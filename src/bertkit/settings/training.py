@@ -28,7 +28,7 @@ FEATURE_COMBINES = ("concat", "sum", "mean")
 """How a feature-based head combines the hidden states of --feature-layers (bertkit.model.feature_based)."""
 RANDOM_INIT_COMPARISONS = ("auto", "on", "off")
 """The values of `finetune --compare-random-init` (bertkit.workflows.random_init: auto compares where pre-training was
-measured to lose, bertkit.workflows.recipes.random_init_comparison)."""
+measured to lose, bertkit.workflows.recipe_notes.random_init_comparison)."""
 MLM_BIAS_INITS = ("unigram", "zeros")
 """The values of `pretrain --mlm-bias-init`: how a newly initialised MLM decoder bias starts
 (bertkit.workflows.pretrain: unigram the training data's log word frequencies, zeros Google's)."""

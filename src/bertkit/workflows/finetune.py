@@ -67,13 +67,8 @@ from bertkit.train.distributed import DistributedContext, barrier, rank0_decides
 from bertkit.workflows.prepare import prepare_training
 from bertkit.workflows.pretrain_plan import SETTINGS_FILE as PRETRAIN_SETTINGS_FILE
 from bertkit.workflows.random_init import RANDOM_INIT_DIRECTORY, keep_better_initialisation, restore_pretrained
-from bertkit.workflows.recipes import (
-    context_gain,
-    finetune_learning_rate,
-    long_input_task_note,
-    pretraining_history,
-    random_init_comparison,
-)
+from bertkit.workflows.recipe_notes import context_gain, long_input_task_note, random_init_comparison
+from bertkit.workflows.recipes import finetune_learning_rate, pretraining_history
 from bertkit.workflows.run_output import (
     data_record,
     prepare_output,
@@ -110,7 +105,7 @@ class ModelSource:
     """The leading positions bertkit's pre-training of it trained (`bertkit.inference.positions`); None: all of them
     (a checkpoint made elsewhere), or random initialisation (none, and none expected)."""
     context_gain: float | None = None
-    """The held-out context gain bertkit's pre-training of it ended at (`recipes.context_gain`); None: unknown."""
+    """The held-out context gain bertkit's pre-training of it ended at (`recipe_notes.context_gain`); None: unknown."""
 
 
 def model_source(settings: FinetuneSettings) -> ModelSource:
@@ -343,7 +338,7 @@ def warn_untrained_positions(source: ModelSource, features: list[dict], max_seq_
 
 def decide_random_init(settings: FinetuneSettings, source: ModelSource, features: list[dict], dev: bool
                        ) -> dict[str, Any]:
-    """--compare-random-init resolved for this model and these training inputs (`recipes.random_init_comparison`),
+    """--compare-random-init resolved for this model and these training inputs (`recipe_notes.random_init_comparison`),
     said in one line when it compares: {"compare": bool, "reason": why}. auto without a dev set cannot compare,
     and says so (`check_random_init` refused `on` without one)."""
     if source.directory is None:

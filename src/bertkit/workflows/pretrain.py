@@ -66,13 +66,8 @@ from bertkit.train.distributed import DistributedContext, all_reduce_sum, barrie
 from bertkit.workflows.adapt import carry_pooler
 from bertkit.workflows.prepare import StepPlan, prepare_training
 from bertkit.workflows.pretrain_plan import SETTINGS_FILE, plan_pretraining
-from bertkit.workflows.recipes import (
-    PretrainRecipe,
-    context_gain,
-    full_length_step,
-    plateau_note,
-    pretraining_history,
-)
+from bertkit.workflows.recipe_notes import context_gain, plateau_note
+from bertkit.workflows.recipes import PretrainRecipe, full_length_step, pretraining_history
 
 logger = logging.getLogger(__name__)
 
@@ -85,7 +80,7 @@ def evaluate_pretraining(model: nn.Module, dataset: Dataset, batch_size: int, ns
     `precision` (fp32, bf16, fp16); under torchrun each process scores its share of the held-out set and the sums
     are added up (on the device). Given a `baseline`, also `mlm_context_gain`: the baseline's cross-entropy at the
     held-out positions whose input is [MASK], less the model's there, in nats per token (none without such a
-    position; `recipes.UNIGRAM_PLATEAU_NATS` reads it). Only [MASK] inputs count: a token kept or replaced at
+    position; `recipe_notes.UNIGRAM_PLATEAU_NATS` reads it). Only [MASK] inputs count: a token kept or replaced at
     random can be copied from the input, which is no reading of its context."""
     ctx = ctx or DistributedContext()
     device = next(model.parameters()).device

@@ -39,6 +39,7 @@ from bertkit.train.cadence import NO_BUDGET
 from bertkit.train.distributed import DistributedContext, rank0_decides
 from bertkit.train.throughput import training_steps_per_second
 from bertkit.workflows.prepare import StepPlan, plan_step
+from bertkit.workflows.recipe_notes import long_input_note, vocabulary_note
 from bertkit.workflows.recipes import (
     CONTINUE_PASSES,
     PAPER_MIN_STEPS,
@@ -50,10 +51,8 @@ from bertkit.workflows.recipes import (
     continue_recipe,
     continue_steps,
     library_defaults,
-    long_input_note,
     pretraining_history,
     short_recipe,
-    vocabulary_note,
 )
 
 logger = logging.getLogger(__name__)
