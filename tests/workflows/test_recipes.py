@@ -452,23 +452,23 @@ def test_budgets_measured_too_short_for_long_inputs_are_said_with_the_measuremen
     from bertkit.workflows import recipe_notes as notes
 
     monkeypatch.setattr(notes, "LONG_INPUT_STUDY", (("task A", ((100, "1 minute", 0.5, 0.4),
-                                                                   (200, "2 minutes", 1.5, 0.2))),))
+                                                                (200, "2 minutes", 1.5, 0.2))),))
     said = long_input_budget(150)
     assert said.startswith("measured with bert-mini on a long-input task fine-tuned at 128 tokens, in points over "
                            "random initialisation: task A: +0.5 after 1 minute (~100 steps, p = 0.4), +1.5 after")
     assert long_input_budget(200) and not long_input_budget(201) and not long_input_budget(None)
     monkeypatch.setattr(notes, "LONG_INPUT_STUDY", (("task A", ((100, "1 minute", 0.5, 0.4),
-                                                                   (200, "2 minutes", 6.0, 0.01))),))
+                                                                (200, "2 minutes", 6.0, 0.01))),))
     assert long_input_budget(100) and not long_input_budget(150)  # 2 minutes paid: longer budgets are not said
     # Two tasks: a budget is said while any task failed at it or longer; every task's figures are said.
     monkeypatch.setattr(notes, "LONG_INPUT_STUDY", (("task A", ((100, "1 minute", 6.0, 0.01),)),
-                                                      ("task B", ((100, "1 minute", -9.0, 0.01),
-                                                                  (200, "2 minutes", 2.0, 0.3)))))
+                                                    ("task B", ((100, "1 minute", -9.0, 0.01),
+                                                                (200, "2 minutes", 2.0, 0.3)))))
     said = long_input_budget(150)
     assert said.startswith("measured with bert-mini on 2 long-input tasks") and "task A: +6.0 after" in said
     assert "task B: -9.0 after 1 minute" in said and not long_input_budget(201)
     monkeypatch.setattr(notes, "LONG_INPUT_STUDY", (("task A", ((100, "1 minute", 0.5, 0.4),
-                                                                   (200, "2 minutes", 6.0, 0.01))),))
+                                                                (200, "2 minutes", 6.0, 0.01))),))
     short = choose_recipe("auto", 256, 100)
     assert short.budget_steps == 100  # the budget the recipe was planned at is kept with it
     note = long_input_note(short, 64, 128)
@@ -513,7 +513,7 @@ def test_a_vocabulary_larger_than_the_short_recipe_was_measured_with_is_said_wit
     from bertkit.workflows import recipe_notes as notes
 
     monkeypatch.setattr(notes, "VOCABULARY_STUDY", (("task A", 30_000, ((100, "1 minute", 30.0, 40.0, 41.0),)),
-                                                      ("task B", 12_000, ((150, "1 minute", 70.0, 69.0, 60.0),))))
+                                                    ("task B", 12_000, ((150, "1 minute", 70.0, 69.0, 60.0),))))
     short_texts = (("task C", 30_000, ((100, "1 minute", 50.0, 49.0, 42.0),)),)
     monkeypatch.setattr(notes, "VOCABULARY_SHORT_TEXTS", short_texts)
     short = choose_recipe("auto", 256, 100)
