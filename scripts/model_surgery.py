@@ -3,6 +3,7 @@
     python scripts/model_surgery.py fresh --model RUN/final --output DIR --parts word_embeddings
     python scripts/model_surgery.py fresh --model RUN/final --output DIR --parts layers:0
     python scripts/model_surgery.py geometry --model RUN/final --corpus corpus.txt
+    python scripts/model_surgery.py tile-positions --model RUN/final --output DIR
 
 `fresh` copies a model directory (a bertkit or transformers BERT checkpoint with model.safetensors) and re-draws
 the named parts with BERT's initialisation (weights normal(0, the config's initializer_range), biases 0,
@@ -15,6 +16,12 @@ says which part carries a loss (docs/pretraining.md, "What the Treasury's loss i
 band, the mean norm of the word embeddings and their mean pairwise cosine: random initialisation gives 0; a tied
 decoder trained with softmax pushes every rarely seen token along the same direction (the representation
 degeneration of Gao et al. 2019), which shows as a high cosine in the rare bands.
+
+`tile-positions` copies a model directory and gives every position p at or past T the embedding of position
+p mod T, T being the positions the model trained (`--trained`, default the `trained_positions` of its
+bertkit_pretraining.json): Longformer's initialisation of positions past those trained (Beltagy et al. 2020, sec.
+5). Fine-tuning it beside the model says whether the untrained positions carry a loss (docs/pretraining.md, "Every
+position a fine-tuning reads").
 """
 
 from __future__ import annotations
@@ -33,6 +40,7 @@ from safetensors.torch import load_file, save_file
 from bertkit.tokenizer import WordPieceTokenizer
 
 WORDS = "embeddings.word_embeddings.weight"
+POSITIONS = "embeddings.position_embeddings.weight"
 PARTS = ("embeddings", "word_embeddings", "position_embeddings", "token_type_embeddings", "pooler")
 BANDS = ((0, 500), (500, 2000), (2000, 5000), (5000, None))
 
@@ -72,11 +80,7 @@ def check_parts(parts: list[str], layers: int) -> None:
 
 
 def fresh(model: Path, output: Path, parts: list[str], seed: int) -> None:
-    for name in ("config.json", "model.safetensors"):
-        if not (model / name).is_file():
-            raise SystemExit(f"--model {model}: no {name}; give a model directory (RUN/final)")
-    if output.exists():  # never written over: it could be the model itself, or another run's surgery
-        raise SystemExit(f"--output {output}: exists; give a new directory")
+    check_model(model, output)
     torch.manual_seed(seed)
     config = json.loads((model / "config.json").read_text())
     check_parts(parts, config["num_hidden_layers"])
@@ -95,6 +99,36 @@ def fresh(model: Path, output: Path, parts: list[str], seed: int) -> None:
     save_file({key: value.contiguous() for key, value in state.items()}, output / "model.safetensors",
               metadata={"format": "pt"})
     print(f"{output}: {len(drawn)} tensors re-drawn ({', '.join(parts)}), the rest as in {model}")
+
+
+def tile_positions(model: Path, output: Path, trained: int | None) -> None:
+    check_model(model, output)
+    if trained is None:
+        record = model / "bertkit_pretraining.json"
+        trained = json.loads(record.read_text()).get("trained_positions") if record.is_file() else None
+        if not isinstance(trained, int):
+            raise SystemExit(f"--model {model}: no trained_positions in its bertkit_pretraining.json; give --trained T")
+    state = dict(load_file(model / "model.safetensors"))
+    key = next((key for key in state if key.endswith(POSITIONS)), None)
+    if key is None:
+        raise SystemExit(f"--model {model}: no {POSITIONS} in model.safetensors")
+    table = state[key]
+    if not 0 < trained < len(table):
+        raise SystemExit(f"--trained {trained}: the model has {len(table)} positions; give T in 1-{len(table) - 1}")
+    shutil.copytree(model, output)
+    state[key] = table[torch.arange(len(table)) % trained].contiguous()
+    save_file(state, output / "model.safetensors", metadata={"format": "pt"})
+    print(f"{output}: positions {trained}-{len(table) - 1} copied from 0-{trained - 1} (p takes p mod {trained}), "
+          f"the rest as in {model}")
+
+
+def check_model(model: Path, output: Path) -> None:
+    """Stop with one line unless `model` is a model directory and `output` a new one."""
+    for name in ("config.json", "model.safetensors"):
+        if not (model / name).is_file():
+            raise SystemExit(f"--model {model}: no {name}; give a model directory (RUN/final)")
+    if output.exists():  # never written over: it could be the model itself, or another run's surgery
+        raise SystemExit(f"--output {output}: exists; give a new directory")
 
 
 def geometry(model: Path, corpus: Path, lines: int) -> None:
@@ -132,9 +166,15 @@ def main() -> None:
     look.add_argument("--model", type=Path, required=True)
     look.add_argument("--corpus", type=Path, required=True)
     look.add_argument("--lines", type=int, default=60_000)
+    tile = commands.add_parser("tile-positions", help="copy a model, positions past those trained copied from them")
+    tile.add_argument("--model", type=Path, required=True)
+    tile.add_argument("--output", type=Path, required=True)
+    tile.add_argument("--trained", type=int, help="Positions trained (default: the model's record says).")
     args = parser.parse_args()
     if args.command == "fresh":
         fresh(args.model, args.output, args.parts.split(","), args.seed)
+    elif args.command == "tile-positions":
+        tile_positions(args.model, args.output, args.trained)
     else:
         geometry(args.model, args.corpus, args.lines)
 

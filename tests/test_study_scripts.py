@@ -616,6 +616,42 @@ def test_model_surgery_redraws_only_the_named_parts(tmp_path, monkeypatch, capsy
     assert abs(float(lines[0].rsplit(" ", 1)[1])) < 0.1
 
 
+def test_model_surgery_tiles_the_untrained_positions(tmp_path, monkeypatch):
+    """scripts/model_surgery.py tile-positions: position p >= T takes position p mod T's embedding (T from the
+    record's trained_positions, or --trained), every other tensor exactly as saved, the result loadable; a model
+    without the record and no --trained, or T outside the table, stops with one line before anything is written."""
+    from safetensors.torch import load_file  # noqa: PLC0415
+
+    from bertkit.config import preset  # noqa: PLC0415
+    from bertkit.model import BertForPreTraining  # noqa: PLC0415
+
+    model_dir = tmp_path / "model"
+    BertForPreTraining(preset("bert-debug", vocab_size=40)).save_pretrained(model_dir)
+    surgery = load_script("model_surgery")
+    key = "bert.embeddings.position_embeddings.weight"
+    before = load_file(model_dir / "model.safetensors")
+    monkeypatch.setattr(sys, "argv", ["model_surgery.py", "tile-positions", "--model", str(model_dir), "--output",
+                                      str(tmp_path / "none")])
+    with pytest.raises(SystemExit, match="no trained_positions in its bertkit_pretraining.json; give --trained T"):
+        surgery.main()
+    (model_dir / "bertkit_pretraining.json").write_text(json.dumps({"trained_positions": 8}), encoding="utf-8")
+    for extra, trained, out in (([], 8, tmp_path / "record"), (["--trained", "5"], 5, tmp_path / "flag")):
+        monkeypatch.setattr(sys, "argv", ["model_surgery.py", "tile-positions", "--model", str(model_dir),
+                                          "--output", str(out), *extra])
+        surgery.main()
+        after = load_file(out / "model.safetensors")
+        table, rows = before[key], len(before[key])
+        assert torch.equal(after[key][:trained], table[:trained])
+        assert all(torch.equal(after[key][p], table[p % trained]) for p in range(rows))
+        assert {name for name in before if not torch.equal(before[name], after[name])} == {key}
+        BertForPreTraining.from_pretrained(out)
+    monkeypatch.setattr(sys, "argv", ["model_surgery.py", "tile-positions", "--model", str(model_dir), "--output",
+                                      str(tmp_path / "none"), "--trained", str(len(before[key]))])
+    with pytest.raises(SystemExit, match="give T in 1-"):
+        surgery.main()
+    assert not (tmp_path / "none").exists()
+
+
 def test_cooccurrence_start_is_ppmi_svd_of_the_sampled_words(tmp_path, monkeypatch, capsys, toy_pretraining_data):
     """scripts/cooccurrence_init.py: the vectors are the rank-k PPMI-SVD of the sampled instances' words (checked
     against a dense reference by their Gram matrix, which the components' signs do not change), words used alike
