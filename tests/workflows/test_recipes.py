@@ -498,6 +498,7 @@ def test_the_long_input_measurement_is_the_studys():
     assert "+9.2 after 20 CPU-minutes" in long_input_budget(2_640)  # and where 20 CPU-minutes paid (2 seeds)
     assert "World English Bible passages by part of the Bible: +3.7 after 10" in long_input_budget(2_640)
     assert "+9.2 after 40 CPU-minutes (~10,560 steps, p = 0.0044)" in long_input_budget(2_640)  # the Bible, 2 seeds
+    assert "+12.1 after 40 CPU-minutes (~10,560 steps, p = 0.054)" in long_input_budget(2_640)  # the commentary
     text = (Path(__file__).resolve().parents[2] / "docs" / "pretraining.md").read_text(encoding="utf-8")
     for steps, _, gain, p in rows:
         assert f"{gain:+.1f}" in text and f"p = {p:.2g}" in text and f"{steps:,}" in text
