@@ -37,6 +37,7 @@ import torch
 import torch.nn.functional as F
 from safetensors.torch import load_file, save_file
 
+from bertkit.inference.positions import PRETRAINING_FILE, directory_trained_positions
 from bertkit.tokenizer import WordPieceTokenizer
 
 WORDS = "embeddings.word_embeddings.weight"
@@ -89,25 +90,21 @@ def fresh(model: Path, output: Path, parts: list[str], seed: int) -> None:
     drawn = [key for key in state if key.startswith("bert.") and is_fresh(key, parts)]
     if not drawn:
         raise SystemExit(f"--parts {','.join(parts)}: no parameter of {model} matches")
-    shutil.copytree(model, output)
     for key in drawn:
         state[key] = fresh_value(key, state[key], std)
     words = next(key for key in state if key.endswith(WORDS))
     for key in state:
         if key.endswith("decoder.weight"):  # tied to the word embeddings
             state[key] = state[words]
-    save_file({key: value.contiguous() for key, value in state.items()}, output / "model.safetensors",
-              metadata={"format": "pt"})
+    write_copy(model, output, state)
     print(f"{output}: {len(drawn)} tensors re-drawn ({', '.join(parts)}), the rest as in {model}")
 
 
 def tile_positions(model: Path, output: Path, trained: int | None) -> None:
     check_model(model, output)
+    trained = trained if trained is not None else directory_trained_positions(model)
     if trained is None:
-        record = model / "bertkit_pretraining.json"
-        trained = json.loads(record.read_text()).get("trained_positions") if record.is_file() else None
-        if not isinstance(trained, int):
-            raise SystemExit(f"--model {model}: no trained_positions in its bertkit_pretraining.json; give --trained T")
+        raise SystemExit(f"--model {model}: no trained_positions in its {PRETRAINING_FILE}; give --trained T")
     state = dict(load_file(model / "model.safetensors"))
     key = next((key for key in state if key.endswith(POSITIONS)), None)
     if key is None:
@@ -115,9 +112,8 @@ def tile_positions(model: Path, output: Path, trained: int | None) -> None:
     table = state[key]
     if not 0 < trained < len(table):
         raise SystemExit(f"--trained {trained}: the model has {len(table)} positions; give T in 1-{len(table) - 1}")
-    shutil.copytree(model, output)
-    state[key] = table[torch.arange(len(table)) % trained].contiguous()
-    save_file(state, output / "model.safetensors", metadata={"format": "pt"})
+    state[key] = table[torch.arange(len(table)) % trained]
+    write_copy(model, output, state)
     print(f"{output}: positions {trained}-{len(table) - 1} copied from 0-{trained - 1} (p takes p mod {trained}), "
           f"the rest as in {model}")
 
@@ -129,6 +125,21 @@ def check_model(model: Path, output: Path) -> None:
             raise SystemExit(f"--model {model}: no {name}; give a model directory (RUN/final)")
     if output.exists():  # never written over: it could be the model itself, or another run's surgery
         raise SystemExit(f"--output {output}: exists; give a new directory")
+
+
+def write_copy(model: Path, output: Path, state: dict[str, torch.Tensor]) -> None:
+    """`output`: a copy of the model directory with `state` as its weights, complete or absent. It is built beside
+    `output` and renamed last, so an interrupted run never leaves the untouched model under the surgery's name."""
+    partial = output.with_name(f".{output.name}.partial")
+    shutil.rmtree(partial, ignore_errors=True)  # an earlier run's, interrupted
+    try:
+        shutil.copytree(model, partial)
+        save_file({key: value.contiguous() for key, value in state.items()}, partial / "model.safetensors",
+                  metadata={"format": "pt"})
+        partial.rename(output)
+    except BaseException:
+        shutil.rmtree(partial, ignore_errors=True)
+        raise
 
 
 def geometry(model: Path, corpus: Path, lines: int) -> None:

@@ -619,7 +619,8 @@ def test_model_surgery_redraws_only_the_named_parts(tmp_path, monkeypatch, capsy
 def test_model_surgery_tiles_the_untrained_positions(tmp_path, monkeypatch):
     """scripts/model_surgery.py tile-positions: position p >= T takes position p mod T's embedding (T from the
     record's trained_positions, or --trained), every other tensor exactly as saved, the result loadable; a model
-    without the record and no --trained, or T outside the table, stops with one line before anything is written."""
+    without the record and no --trained, or T outside the table, stops with one line before anything is written;
+    a write interrupted by Ctrl-C leaves nothing under the output's name (no untouched copy to mistake for it)."""
     from safetensors.torch import load_file  # noqa: PLC0415
 
     from bertkit.config import preset  # noqa: PLC0415
@@ -650,6 +651,16 @@ def test_model_surgery_tiles_the_untrained_positions(tmp_path, monkeypatch):
     with pytest.raises(SystemExit, match="give T in 1-"):
         surgery.main()
     assert not (tmp_path / "none").exists()
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(surgery, "save_file", interrupted)  # Ctrl-C while the weights are written
+    monkeypatch.setattr(sys, "argv", ["model_surgery.py", "tile-positions", "--model", str(model_dir), "--output",
+                                      str(tmp_path / "none")])
+    with pytest.raises(KeyboardInterrupt):
+        surgery.main()
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["flag", "model", "record"]  # no copy left behind
 
 
 def test_cooccurrence_start_is_ppmi_svd_of_the_sampled_words(tmp_path, monkeypatch, capsys, toy_pretraining_data):
