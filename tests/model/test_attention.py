@@ -4,6 +4,7 @@ decides from its inputs alone (no probe, no environment, no cache file)."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 
 import pytest
@@ -13,7 +14,7 @@ import torch.nn.functional as F
 from bertkit.config import preset
 from bertkit.kernels import attention as attention_kernels
 from bertkit.model import BertModel, accelerate
-from bertkit.model.attention import CpuBmm, Dispatch, PaddedSDPA, PerSequence, RepaddedSDPA, VarlenFlash
+from bertkit.model.attention import BatchedBmm, CpuBmm, Dispatch, PaddedSDPA, PerSequence, RepaddedSDPA, VarlenFlash
 from bertkit.model.padding import Unpadded
 from bertkit.runtime import probe
 
@@ -40,6 +41,8 @@ BACKENDS = [  # (backend, device, dtype): every backend, as the model calls it
     pytest.param(PerSequence(), "cpu", torch.float32, id="PerSequence"),
     pytest.param(PerSequence(CpuBmm(bmm_everywhere())), "cpu", torch.float32, id="PerSequence(CpuBmm)"),
     pytest.param(RepaddedSDPA(), "cpu", torch.float32, id="RepaddedSDPA"),
+    pytest.param(BatchedBmm(), "cpu", torch.float32, id="BatchedBmm"),
+    pytest.param(BatchedBmm(), "cpu", torch.bfloat16, id="BatchedBmm-bf16"),
     pytest.param(PaddedSDPA(), "cuda", torch.float32, id="cuda-PaddedSDPA", marks=needs_cuda),
     pytest.param(PerSequence(), "cuda", torch.float32, id="cuda-PerSequence", marks=needs_cuda),
     pytest.param(RepaddedSDPA(), "cuda", torch.float32, id="cuda-RepaddedSDPA", marks=needs_cuda),
@@ -88,7 +91,7 @@ def test_every_backend_equals_masked_softmax_for_any_padding(backend, device, dt
 
 
 @pytest.mark.parametrize("backend", [PaddedSDPA(), PerSequence(), RepaddedSDPA(),
-                                     PerSequence(CpuBmm(bmm_everywhere()))], ids=repr)
+                                     PerSequence(CpuBmm(bmm_everywhere())), BatchedBmm()], ids=repr)
 def test_a_model_with_a_fixed_backend_equals_the_chosen_one(backend, batch):
     torch.manual_seed(0)
     model = BertModel(preset("bert-debug", vocab_size=99)).eval()
@@ -113,6 +116,26 @@ def test_bmm_attention_equals_sdpa(dtype):
     torch.testing.assert_close(actual, expected, atol=tolerance, rtol=tolerance)
 
 
+def test_batched_bmm_drops_attention_weights_as_bert_does():
+    """With attention dropout, BatchedBmm's output is the written-out attention with F.dropout applied to the
+    weights after the softmax (the same random draws), and its gradient flows through the kept weights only."""
+    mask = torch.tensor(PATTERNS["right"], dtype=torch.bool)
+    qkv = torch.randn(*mask.shape, 3 * WIDTH, generator=torch.Generator().manual_seed(0)).requires_grad_()
+    torch.manual_seed(7)
+    actual = BatchedBmm()(qkv, mask[:, None, None, :], HEADS, 0.25)
+    batch, length, _ = qkv.shape
+    q, k, v = qkv.detach().view(batch, length, 3, HEADS, WIDTH // HEADS).permute(2, 0, 3, 1, 4)
+    scores = (q @ k.transpose(-1, -2)) / (WIDTH // HEADS) ** 0.5
+    weights = scores.masked_fill(~mask[:, None, None, :], torch.finfo(scores.dtype).min).softmax(-1)
+    torch.manual_seed(7)
+    expected = (F.dropout(weights.reshape(batch * HEADS, length, length), 0.25).view_as(weights) @ v)
+    expected = expected.transpose(1, 2).reshape(batch, length, WIDTH)
+    torch.testing.assert_close(actual[mask], expected[mask], atol=1e-5, rtol=1e-5)
+    assert not torch.allclose(actual[mask], run_backend(PaddedSDPA(), qkv.detach(), mask)[mask], atol=1e-3)
+    actual.sum().backward()
+    assert torch.isfinite(qkv.grad).all()
+
+
 def test_cpu_bmm_only_at_its_lengths_without_mask_or_dropout(monkeypatch):
     """With the AMD machine's measurements (tests/conftest.py): bf16 at about 49-192 tokens only."""
     calls = []
@@ -128,6 +151,27 @@ def test_cpu_bmm_only_at_its_lengths_without_mask_or_dropout(monkeypatch):
     assert calls == [(1, HEADS, 64, WIDTH // HEADS)]
 
 
+def test_dispatch_for_training_on_a_cpu():
+    """A backward will run (the embeddings require gradients, grad mode on): BatchedBmm on the padded or full batch,
+    with dropout too, wherever the profile measured bmm's forward + backward faster (tests/conftest.py's AMD
+    machine: bf16 at 32-256 tokens, fp32 at 32); SDPA elsewhere, without measured choices, and in inference."""
+    measured = Dispatch(probe.choices(WIDTH))
+    def chosen(length, dtype, padded=True, dropout_p=0.0, grad=True, backend=measured):
+        x = torch.zeros(2, length, WIDTH, dtype=dtype).requires_grad_(grad)
+        return repr(backend.select(x, padded=padded, dropout_p=dropout_p))
+    for length in (24, 64, 128, 256):
+        assert chosen(length, torch.bfloat16) == "BatchedBmm()"
+    assert chosen(64, torch.bfloat16, padded=False, dropout_p=0.1) == "BatchedBmm()"
+    assert chosen(512, torch.bfloat16) == "PerSequence(PaddedSDPA())"  # measured slower there
+    assert chosen(32, torch.float32) == "BatchedBmm()" and chosen(64, torch.float32) == "PerSequence(PaddedSDPA())"
+    assert chosen(64, torch.bfloat16, grad=False) == "PerSequence(CpuBmm())"  # no backward: inference's verdict
+    with torch.no_grad():
+        assert chosen(64, torch.bfloat16) == "PerSequence(CpuBmm())"
+    with torch.autocast("cpu", dtype=torch.bfloat16):  # an fp32 model training under bf16 autocast
+        assert chosen(64, torch.float32) == "BatchedBmm()"
+    assert chosen(64, torch.bfloat16, backend=Dispatch()) == "PerSequence(PaddedSDPA())"
+
+
 def test_dispatch_on_a_cpu():
     """Measured choices (tests/conftest.py's AMD machine: bmm in bf16 only) give CpuBmm in inference;
     without them, or with dropout or autograd, SDPA."""
@@ -140,8 +184,9 @@ def test_dispatch_on_a_cpu():
         assert repr(measured.select(x, padded=True, dropout_p=0.0)) == "PerSequence(CpuBmm())"
     with torch.autocast("cpu", dtype=torch.float16):
         assert repr(measured.select(x, padded=True, dropout_p=0.0)) == "PerSequence(PaddedSDPA())"
-    trained = x.bfloat16().requires_grad_()  # a backward will run through it
-    assert repr(measured.select(trained, padded=True, dropout_p=0.0)) == "PerSequence(PaddedSDPA())"
+    plain_only = Dispatch(dataclasses.replace(probe.choices(WIDTH), bmm_training={}))
+    trained = x.bfloat16().requires_grad_()  # a backward will run through it: training's own verdict
+    assert repr(plain_only.select(trained, padded=True, dropout_p=0.0)) == "PerSequence(PaddedSDPA())"
     assert repr(measured.select(x.bfloat16(), padded=False, dropout_p=0.1)) == "PaddedSDPA()"  # training
     assert repr(plain.select(x.bfloat16(), padded=True, dropout_p=0.0)) == "PerSequence(PaddedSDPA())"
     assert repr(plain.select(x, padded=False, dropout_p=0.0)) == "PaddedSDPA()"
@@ -186,7 +231,7 @@ def _forbidden(*args, **kwargs):
     raise AssertionError("the hardware probe, its cache or the environment was consulted inside a forward pass")
 
 
-@pytest.mark.parametrize("mode", ["eval-fp32", "eval-bf16-autocast", "train", "accelerated-copy"])
+@pytest.mark.parametrize("mode", ["eval-fp32", "eval-bf16-autocast", "train", "train-measured", "accelerated-copy"])
 def test_a_forward_runs_no_probe_and_reads_no_environment(mode, batch, monkeypatch):
     """The backend and kernels are chosen by whoever builds the run; a forward pass (plain model in eval
     or training mode, or an inference copy once built) decides from its inputs alone."""
@@ -194,14 +239,17 @@ def test_a_forward_runs_no_probe_and_reads_no_environment(mode, batch, monkeypat
     model = BertModel(preset("bert-debug", vocab_size=99))
     if mode == "accelerated-copy":
         model = accelerate.accelerate_for_inference(model)  # the probe (its cached result) is read here
+    if mode == "train-measured":  # as prepare_training gives it: BatchedBmm runs under bf16 autocast below
+        accelerate.attend_as_measured_for_training(model, probe.choices(WIDTH))
     with monkeypatch.context() as patch:
         for name in ("choices", "measurements", "measure", "auto_precision"):
             patch.setattr(probe, name, _forbidden)
         patch.setattr(accelerate, "cpu_kernels_enabled", _forbidden)
         patch.setattr(os, "environ", _NoBertkitVariables(os.environ))
         for inputs in (batch, {**batch, "attention_mask": torch.ones_like(batch["attention_mask"])}):
-            if mode == "train":
-                model.train()(**inputs).last_hidden_state.sum().backward()
+            if mode.startswith("train"):
+                with torch.autocast("cpu", dtype=torch.bfloat16, enabled=mode == "train-measured"):
+                    model.train()(**inputs).last_hidden_state.sum().backward()
                 continue
             with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16, enabled=mode == "eval-bf16-autocast"):
                 model.eval()(**inputs)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import logging
+from pathlib import Path
 
 import pytest
 import torch
@@ -22,12 +23,16 @@ from bertkit.workflows.prepare import prepare_training, sample_length
 
 @pytest.fixture
 def live(monkeypatch, tmp_path):
-    """The step probe on (no BERTKIT_PROBE_FILE), a fresh cache directory, the dense probe saying bf16."""
+    """The step probe on (no BERTKIT_PROBE_FILE), a fresh cache directory, the dense probe saying bf16; the
+    dense probe's measurements this makes (prepare_training asks for its attention choices) are forgotten after."""
     monkeypatch.delenv("BERTKIT_PROBE_FILE", raising=False)
     monkeypatch.setenv("BERTKIT_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.setattr(probe, "auto_precision", lambda device, width, purpose="training": "bf16")
     monkeypatch.setattr(step_probe, "_measured", {})
-    return tmp_path
+    probe.reset()
+    yield tmp_path
+    monkeypatch.undo()
+    probe.reset()
 
 
 def timings(fp32: float, bf16: float, steady: bool = True) -> StepTimings:
@@ -155,3 +160,21 @@ def test_a_probe_that_got_little_cpu_is_not_cached(live, monkeypatch):
     monkeypatch.setattr(step_probe, "_measured", {})
     _, source = step_probe.step_timings(model.bert, "inference", 2, 16)
     assert source.startswith("measured now")  # measured again, not read from a cache written under load
+
+
+def test_a_step_timed_with_other_attention_kernels_is_another_measurement(live, monkeypatch):
+    """The cache key names the training-attention choices the encoder's dispatch holds, so a step timed on the
+    plain dispatch (SDPA) is not reused for the one prepare_training gives (bmm where measured faster)."""
+    from bertkit.model.accelerate import attend_as_measured_for_training
+
+    measured = []
+    monkeypatch.setattr(step_probe, "measure", lambda *args: measured.append(1) or timings(1.0, 0.5))
+    model = BertForPreTraining(preset("bert-debug", vocab_size=64))
+    step_probe.step_timings(model.bert)
+    step_probe.step_timings(model.bert)
+    assert step_probe.attention_key(model.bert) == {} and len(measured) == 1
+    monkeypatch.setenv("BERTKIT_PROBE_FILE", str(Path(__file__).parents[1] / "assets" / "probe" / "amd-epyc.json"))
+    attend_as_measured_for_training(model, probe.choices(32))
+    assert step_probe.attention_key(model.bert) == {"bf16": [32, 64, 128, 256], "fp32": [32]}
+    step_probe.step_timings(model.bert)
+    assert len(measured) == 2

@@ -61,3 +61,57 @@ def test_rank0_decides_raises_what_rank_0_met():
         rank0_decides(lambda: (_ for _ in ()).throw(BertkitError("no such run")), alone)
     with pytest.raises(PermissionError):  # not only BertkitError: any error is every rank's
         rank0_decides(lambda: (_ for _ in ()).throw(PermissionError("read-only")), alone)
+
+
+def test_prepare_gives_every_encoder_the_measured_training_attention(monkeypatch, caplog):
+    """On a CPU, each encoder on the plain dispatch gets this machine's measured choices (tests/conftest.py's AMD
+    profile: bmm attention for training in bf16 at 32-256 tokens, fp32 at 32), said in one line; a fixed backend is
+    left alone, and BERTKIT_CPU_KERNELS=0 leaves the plain dispatch."""
+    from bertkit.config import preset
+    from bertkit.model import BertForMaskedLM
+    from bertkit.model.attention import Dispatch, PaddedSDPA
+    from bertkit.runtime import probe
+
+    config = preset("bert-debug", vocab_size=64)
+    pair = torch.nn.ModuleDict({"student": BertForMaskedLM(config), "teacher": BertForMaskedLM(config)})
+    pair["teacher"].bert.attention = PaddedSDPA()
+    with caplog.at_level("INFO", logger="bertkit.workflows.prepare"):
+        prepare_training(pair, TrainConfig(**READY), DistributedContext())
+    assert pair["student"].bert.attention.cpu == probe.choices(config.hidden_size)
+    assert repr(pair["teacher"].bert.attention) == "PaddedSDPA()"
+    [line] = [r.getMessage() for r in caplog.records if "attention for training" in r.getMessage()]
+    assert "fp32 bmm near 32 tokens, SDPA elsewhere; bf16 bmm near 32, 64, 128, 256 tokens, SDPA elsewhere" in line
+    monkeypatch.setenv("BERTKIT_CPU_KERNELS", "0")
+    plain = BertForMaskedLM(config)
+    prepare_training(plain, TrainConfig(**READY), DistributedContext())
+    assert repr(plain.bert.attention) == repr(Dispatch())
+
+
+def test_a_bf16_training_step_runs_bmm_attention_and_matches_sdpa(monkeypatch):
+    """The prepared model's bf16 training step runs BatchedBmm in every layer, and its loss and gradients equal
+    those of the same model on the plain dispatch (SDPA) within bf16 rounding."""
+    from bertkit.config import preset
+    from bertkit.kernels import attention as kernels
+    from bertkit.model import BertForMaskedLM
+
+    torch.manual_seed(0)
+    measured = BertForMaskedLM(preset("bert-debug", vocab_size=64, hidden_dropout_prob=0.0,
+                                      attention_probs_dropout_prob=0.0))  # the same sums, no random masks
+    plain = BertForMaskedLM(measured.config)
+    plain.load_state_dict(measured.state_dict())
+    prepare_training(measured, TrainConfig(**READY), DistributedContext())
+    calls = []
+    real_kernel = kernels.bmm_attention
+    monkeypatch.setattr(kernels, "bmm_attention", lambda *a, **k: calls.append(1) or real_kernel(*a, **k))
+    ids = torch.randint(5, 64, (4, 40))
+    mask = torch.ones_like(ids)
+    mask[1, 30:] = 0
+    results = []
+    for model in (measured, plain):
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            loss = model(ids, attention_mask=mask).logits.float().logsumexp(-1)[mask.bool()].mean()
+        loss.backward()
+        results.append((loss.detach(), model.bert.embeddings.word.weight.grad.clone()))
+    assert len(calls) == measured.config.num_hidden_layers  # the measured model only
+    torch.testing.assert_close(results[0][0], results[1][0], atol=2e-2, rtol=2e-2)
+    assert (results[0][1] - results[1][1]).norm() <= 2e-2 * results[1][1].norm()  # bf16 rounding, not another sum

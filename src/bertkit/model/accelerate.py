@@ -6,6 +6,9 @@
   `for_inference(model, precision, device)` resolves `--precision auto` first and is what every
   inference command runs.
 - `compile_model(model)`: torch.compile'd encoder layers, for training (`--compile`).
+- `attend_as_measured_for_training(model, choices)`: the model's own attention dispatch given the measured CPU
+  choices, so training runs bmm attention where its forward + backward measured faster (the training
+  workflows' `prepare_training` applies it; the model itself is not copied).
 
 Design decision: the accelerated model is a copy and the kernels' state belongs to it. The copy shares
 every tensor it does not replace with the original (no second copy of the weights, except those cast to
@@ -120,6 +123,21 @@ def measured_attention(bert: BertModel) -> Dispatch:
     if bert.embeddings.word.weight.device.type != "cpu" or not cpu_kernels_enabled():
         return Dispatch()
     return Dispatch(probe.choices(bert.config.hidden_size))
+
+
+def attend_as_measured_for_training(model: nn.Module, choices: probe.Choices) -> bool:
+    """Give every encoder in `model` still on the plain default dispatch (a fixed backend, e.g. the compiled
+    path's, is left alone) this machine's measured CPU attention `choices`, so that its training steps run
+    `BatchedBmm` where bmm attention's forward + backward measured faster than SDPA's (model/attention.py).
+    Nothing changes on a GPU or with BERTKIT_CPU_KERNELS=0. Returns whether any encoder was given them."""
+    given = False
+    for bert in (m for m in model.modules() if isinstance(m, BertModel)):
+        if bert.embeddings.word.weight.device.type != "cpu" or not cpu_kernels_enabled():
+            continue
+        if type(bert.attention) is Dispatch and bert.attention.cpu is None:
+            bert.attention = Dispatch(choices)
+            given = True
+    return given
 
 
 def cpu_kernels_enabled() -> bool:

@@ -18,7 +18,12 @@ rounding (tests/model/test_attention.py).
 What runs where (why, with the measurements behind each choice: docs/performance.md, "Attention backends"):
 
 - CPU, padded batch: `PerSequence`, one SDPA call per sequence on its own slice of the packed tokens, no
-  padding and no gathers; measured fastest on CPUs for inference and training alike.
+  padding and no gathers; measured fastest on CPUs for inference.
+- CPU training (a backward will run: the embeddings require gradients): `BatchedBmm`, two batched matrix
+  multiplies over the padded batch with its key mask and attention dropout, at the dtypes and lengths where the
+  probe measured its forward + backward at least 1.1x faster than SDPA's (SDPA's CPU backward is slow in bf16 at
+  short lengths); SDPA (`PerSequence`, or on the whole batch) elsewhere.
+  Installed with the measured choices by the training workflows (`bertkit.workflows.prepare.prepare_training`).
 - CPU inference copies (no autograd, no dropout): `CpuBmm` inside, two batched matrix multiplies instead
   of SDPA at the dtypes and lengths where `bertkit.runtime.probe` measured them at least 1.1x faster on the
   machine that runs. Only a `Dispatch` given those choices runs it (`accelerate_for_inference`, which leaves
@@ -128,6 +133,10 @@ class MeasuredChoices(Protocol):
         """Whether it beat SDPA in `dtype` at any probed length."""
         ...
 
+    def bmm_for_training(self, dtype: torch.dtype, length: int) -> bool:
+        """Whether its forward + backward beat SDPA's in `dtype` near `length` tokens."""
+        ...
+
 
 class CpuBmm(PaddedSDPA):
     """`kernels.bmm_attention` (two batched matmuls) where the probe measured it faster than SDPA for the
@@ -141,6 +150,15 @@ class CpuBmm(PaddedSDPA):
         if mask is None and dropout_p == 0.0 and self.choices.bmm(q.dtype, q.shape[2]):
             return kernels.bmm_attention(q, k, v)
         return super().kernel(q, k, v, mask, dropout_p)
+
+
+class BatchedBmm(PaddedSDPA):
+    """`kernels.bmm_attention` on the whole padded batch, with its key mask and attention dropout: what training
+    on a CPU runs where the probe measured its forward + backward faster than SDPA's."""
+
+    def kernel(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None,
+               dropout_p: float) -> torch.Tensor:
+        return kernels.bmm_attention(q, k, v, mask, dropout_p)
 
 
 class PerSequence(Attention[Unpadded]):
@@ -200,7 +218,8 @@ class Dispatch(Attention[None]):
     given (the device, the dtype the layers compute in, whether anything is padded, attention dropout,
     whether a backward will run through it) and nothing else, so a forward reads no environment, runs no
     probe and writes no file. `cpu` holds CPU choices measured once by whoever built the run
-    (`accelerate_for_inference`): `CpuBmm` runs where they won; without them, SDPA."""
+    (`accelerate_for_inference`, `prepare_training`): `CpuBmm` (inference) or `BatchedBmm` (gradients on)
+    runs where they won; without them, SDPA."""
 
     def __init__(self, cpu: MeasuredChoices | None = None) -> None:
         self.cpu = cpu
@@ -215,15 +234,18 @@ class Dispatch(Attention[None]):
             if not padded:
                 return PaddedSDPA()
             return VarlenFlash() if dtype in (torch.float16, torch.bfloat16) else RepaddedSDPA()
-        batched = self._measured(x, dtype, dropout_p) or PaddedSDPA()
+        backward = x.requires_grad and torch.is_grad_enabled()  # a backward will run through this pass
+        if self.cpu is not None and device == "cpu" and backward and self.cpu.bmm_for_training(dtype, x.shape[1]):
+            return BatchedBmm()  # the padded batch in one call: its mask and dropout are the kernel's
+        batched = (None if backward else self._measured(x, dtype, dropout_p)) or PaddedSDPA()
         if padded and torch.compiler.is_compiling():  # PerSequence's Python loop over sequences would split the graph
             return RepaddedSDPA()
         return PerSequence(batched) if padded else batched
 
     def _measured(self, x: torch.Tensor, dtype: torch.dtype, dropout_p: float) -> CpuBmm | None:
-        """CpuBmm for CPU inference in a dtype where the measured bmm attention won at some length (it was
-        timed without dropout or backward; CpuBmm still checks each call's length), else None."""
-        if self.cpu is None or x.device.type != "cpu" or dropout_p != 0.0 or x.requires_grad:
+        """CpuBmm for CPU inference (no backward) in a dtype where the measured bmm attention won at some length
+        (it was timed without dropout; CpuBmm still checks each call's length), else None."""
+        if self.cpu is None or x.device.type != "cpu" or dropout_p != 0.0:
             return None
         return CpuBmm(self.cpu) if self.cpu.bmm_anywhere(dtype) else None
 

@@ -1,21 +1,21 @@
 """What runs fastest on this machine, measured: the choices behind `--precision auto` and the CPU
 kernels, and the description of the machine that `bertkit doctor` and the benchmarks print.
 
-Design decision: speed choices are measured on the machine that runs, never inferred from CPU flags.
-The same 2-core VM type has been an AMD EPYC where bf16 matrix multiplies are ~4.7x fp32 and an Intel
-Xeon with avx512_bf16 but no AMX where they are ~0.6x. The first time a machine meets a model width, a
-probe (well under a second) times, at that width, a dense layer's forward + backward in fp32 and under
-bf16 autocast (training), its inference forward by `F.linear` and by oneDNN with a packed weight in
-fp32 and bf16 and with dynamic int8, and attention by SDPA and by batched matrix multiplies at a few
-lengths. The numbers are cached per machine (CPU model, cores, torch threads, torch / oneDNN / bertkit
-versions, probe version) in the user's cache directory; a corrupt or stale file is ignored and
-rewritten. `decide` turns numbers into choices and is a pure function, so its rules are tested with
-injected timings: bf16 only when it is at least 1.2x fp32; a kernel fast path only where it measured
-at least 1.1x faster. CUDA is not probed: bf16 where the GPU supports it.
+Design decision: speed choices are measured on the machine that runs, never inferred from CPU flags. The same
+2-core VM type has been an AMD EPYC where bf16 matrix multiplies are ~4.7x fp32 and an Intel Xeon with avx512_bf16
+but no AMX where they are ~0.6x. The first time a machine meets a model width, a probe (about a second at
+bert-mini's width, three at bert-base's, on one thread) times, at that width, a dense layer's forward + backward in
+fp32 and under bf16 autocast (training), its inference forward by `F.linear` and by oneDNN with a packed weight in
+fp32 and bf16 and with dynamic int8, and attention by SDPA and by batched matrix multiplies at a few lengths, for
+inference (forward) and for training (forward + backward, padded rows). The numbers are cached per machine (CPU
+model, cores, torch threads, torch / oneDNN / bertkit versions, probe version) in the user's cache directory; a
+corrupt or stale file is ignored and rewritten. `decide` turns numbers into choices and is a pure function, so its
+rules are tested with injected timings: bf16 only when it is at least 1.2x fp32; a kernel fast path only where it
+measured at least 1.1x faster. CUDA is not probed: bf16 where the GPU supports it.
 
-It sits below the model (the model and training read its choices), so it imports only torch and bertkit's
-lowest packages (kernels, io, config): the probe times the kernels itself (the same calls
-bertkit.model.accelerate makes; tests/runtime/test_probe.py checks they agree).
+It sits below the model (the model and training read its choices), so it imports only torch and bertkit's lowest
+packages (kernels, io, config): the probe times the kernels itself (the same calls bertkit.model.accelerate makes;
+tests/runtime/test_probe.py checks they agree).
 
 Environment: BERTKIT_CACHE_DIR (default $XDG_CACHE_HOME/bertkit, else ~/.cache/bertkit);
 BERTKIT_PROBE_FILE=path takes the measurements from that file (`bertkit doctor --json` writes one)
@@ -48,19 +48,17 @@ from bertkit.errors import BertkitError
 from bertkit.io.atomic import write_text_atomic
 from bertkit.io.jsonfile import read_json_object
 from bertkit.kernels import int8
-from bertkit.kernels.attention import bmm_attention
+from bertkit.runtime.attention_probe import ATTENTION_LENGTHS, DTYPES, attention_times, attention_training_times
 
 log = logging.getLogger(__name__)
 
-PROBE_VERSION = 3  # bumped when what the probe measures changes: older cache files are then stale
+PROBE_VERSION = 4  # bumped when what the probe measures changes: older cache files are then stale
 BF16_MIN_SPEEDUP = 1.2  # bf16 is chosen only when clearly faster than fp32
 FAST_PATH_MIN_SPEEDUP = 1.1  # a kernel fast path too: near-ties stay on PyTorch's default, stable across probes
 DEFAULT_WIDTH = 768  # bert-base: the width probed when no model is given
 PROBE_TOKENS = 128  # rows of the probe's dense layer; tokens of attention at each length
-ATTENTION_LENGTHS = (32, 64, 128, 256, 512)
 MIN_ROUNDS, MAX_ROUNDS, EXTRA_ROUNDS_S = 3, 10, 0.2  # timed runs of each candidate; time for more when busy
 FLOAT_PRECISIONS = ("fp32", "bf16")
-DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 FLAGS_OF_INTEREST = ("avx2", "fma", "avx512f", "avx512_vnni", "avx512_bf16", "avx512_fp16", "avx_vnni",
                      "amx_tile", "amx_bf16", "amx_int8", "asimd", "bf16", "i8mm", "sve", "sve2")
 
@@ -135,6 +133,11 @@ class Measurements:
     of sequences of that length, one call each."""
     seconds: float
     """How long the probe took."""
+    attention_training: dict[str, list[tuple[int, float, float]]] = dataclasses.field(default_factory=dict)
+    """precision -> [(length, SDPA microseconds, bmm microseconds)] of forward + backward, as training runs them:
+    SDPA one call per sequence on its real tokens (`PerSequence`), bmm once over the padded rows with their key
+    mask (`BatchedBmm`); at least two sequences of that length, one of them a quarter padding. Empty in a
+    probe file written before it was measured: training then keeps SDPA."""
     steady: bool = True
     """Every candidate's two fastest runs agreed within 10%. An unsteady probe (a machine too busy to time:
     one seen measured bf16 at a seventh of its idle rate) serves the run that made it and is not cached."""
@@ -149,8 +152,12 @@ class Measurements:
         rates = {key: {p: _rate(data[key][p], positive=True) for p in FLOAT_PRECISIONS}
                  for key in ("train", "linear", "packed")}
         attention = {p: [(_count(n), _rate(s), _rate(b)) for n, s, b in data["attention"][p]] for p in FLOAT_PRECISIONS}
+        trained = data.get("attention_training", {})
+        attention_training = {p: [(_count(n), _rate(s), _rate(b)) for n, s, b in trained[p]]
+                              for p in FLOAT_PRECISIONS if p in trained}
         return cls(width=_count(data["width"]), int8=_rate(data["int8"]), attention=attention,
-                   seconds=_rate(data["seconds"]), steady=data.get("steady", True) is True, **rates)
+                   attention_training=attention_training, seconds=_rate(data["seconds"]),
+                   steady=data.get("steady", True) is True, **rates)
 
 
 def _rate(value: object, positive: bool = False) -> float:
@@ -179,18 +186,28 @@ class Choices:
     bmm_attention: dict[str, tuple[int, ...]]
     """precision -> the probed lengths at which batched matmul attention beat SDPA (likewise)."""
     reasons: tuple[str, ...]
+    bmm_training: dict[str, tuple[int, ...]] = dataclasses.field(default_factory=dict)
+    """precision -> the probed lengths at which it beat SDPA in training, forward + backward (likewise)."""
 
     def packed(self, dtype: torch.dtype) -> bool:
         return _name(dtype) in self.packed_linear
 
     def bmm(self, dtype: torch.dtype, length: int) -> bool:
         """Whether bmm attention is faster at `length`: the verdict of the nearest probed length (log scale)."""
-        nearest = min(ATTENTION_LENGTHS, key=lambda probed: abs(math.log2(probed / max(length, 1))))
-        return nearest in self.bmm_attention.get(_name(dtype), ())
+        return _nearest(length) in self.bmm_attention.get(_name(dtype), ())
 
     def bmm_anywhere(self, dtype: torch.dtype) -> bool:
         """Whether bmm attention beat SDPA in `dtype` at any probed length."""
         return bool(self.bmm_attention.get(_name(dtype)))
+
+    def bmm_for_training(self, dtype: torch.dtype, length: int) -> bool:
+        """Whether bmm attention's forward + backward is faster at `length` (the nearest probed length's verdict)."""
+        return _nearest(length) in self.bmm_training.get(_name(dtype), ())
+
+
+def _nearest(length: int) -> int:
+    """The probed length nearest to `length`, on a log scale."""
+    return min(ATTENTION_LENGTHS, key=lambda probed: abs(math.log2(probed / max(length, 1))))
 
 
 def _name(dtype: torch.dtype) -> str:
@@ -200,8 +217,8 @@ def _name(dtype: torch.dtype) -> str:
 def decide(m: Measurements) -> Choices:
     """The choices that follow from the measurements (pure: tested with injected numbers)."""
     packed = tuple(p for p in FLOAT_PRECISIONS if m.packed[p] >= FAST_PATH_MIN_SPEEDUP * m.linear[p] > 0)
-    bmm = {p: tuple(n for n, sdpa, batched in m.attention[p] if 0 < FAST_PATH_MIN_SPEEDUP * batched <= sdpa)
-           for p in FLOAT_PRECISIONS}
+    bmm = {p: _bmm_wins(m.attention[p]) for p in FLOAT_PRECISIONS}
+    bmm_training = {p: _bmm_wins(m.attention_training.get(p, [])) for p in FLOAT_PRECISIONS}
     inference = {p: inference_rate(m, p) for p in FLOAT_PRECISIONS}
     train, train_reason = _faster_precision(m.train, f"{m.width}-wide dense layer, forward + backward")
     served, served_reason = _faster_precision(inference, f"{m.width}-wide dense layer at inference")
@@ -214,10 +231,21 @@ def decide(m: Measurements) -> Choices:
         reasons.append(f"bmm attention in {p}: taken near {lengths} tokens, where it beat SDPA" if bmm[p] else
                        f"bmm attention in {p}: not taken (not {FAST_PATH_MIN_SPEEDUP}x faster than SDPA at any "
                        "probed length)")
+        if m.attention_training.get(p):
+            lengths = ", ".join(map(str, bmm_training[p]))
+            reasons.append(f"bmm attention for training in {p}: taken near {lengths} tokens, where its forward + "
+                           "backward beat SDPA's" if bmm_training[p] else
+                           f"bmm attention for training in {p}: not taken (not {FAST_PATH_MIN_SPEEDUP}x faster than "
+                           "SDPA at any probed length)")
     if m.int8 > 0:
         reasons.append(f"int8 (opt-in, --precision int8): {m.int8:.0f} GFLOP/s, "
                        f"{m.int8 / max(inference.values()):.2f}x the faster float precision")
-    return Choices(train, served, packed, bmm, tuple(reasons))
+    return Choices(train, served, packed, bmm, tuple(reasons), bmm_training)
+
+
+def _bmm_wins(times: list[tuple[int, float, float]]) -> tuple[int, ...]:
+    """The lengths at which bmm attention was at least FAST_PATH_MIN_SPEEDUP x faster than SDPA."""
+    return tuple(n for n, sdpa, batched in times if 0 < FAST_PATH_MIN_SPEEDUP * batched <= sdpa)
 
 
 def inference_rate(m: Measurements, precision: str) -> float:
@@ -238,7 +266,7 @@ def _faster_precision(rates: dict[str, float], what: str) -> tuple[str, str]:
 # --- the probe ------------------------------------------------------------------------------------
 
 def measure(width: int = DEFAULT_WIDTH) -> Measurements:
-    """Time the candidates at this model width on one CPU thread (well under a second on an idle core).
+    """Time the candidates at this model width on one CPU thread (one to three seconds on an idle core, by width).
 
     One thread, because the choices compare kernels, not the machine's parallel scaling, and one thread
     measures them reliably on a shared machine: there, two OpenMP threads wait for each other at every
@@ -259,7 +287,9 @@ def measure(width: int = DEFAULT_WIDTH) -> Measurements:
             train_s, train_steady = _fastest(_training_steps(x, weight, bias))
             with torch.no_grad():
                 inference_s, inference_steady = _fastest(_inference_calls(x, weight, bias))
-                attention = _attention_times(width, generator)
+                attention = attention_times(width, generator, PROBE_TOKENS, _fastest)
+            with torch.enable_grad():
+                attention_training = attention_training_times(width, generator, PROBE_TOKENS, _fastest)
         train = {p: flops * 3 / s / 1e9 for p, s in train_s.items()}
         inference = {k: flops / s / 1e9 for k, s in inference_s.items()}
     finally:
@@ -267,7 +297,8 @@ def measure(width: int = DEFAULT_WIDTH) -> Measurements:
     return Measurements(width=width, train={p: train.get(p, 0.0) for p in FLOAT_PRECISIONS},
                         linear={p: inference.get(f"linear {p}", 0.0) for p in FLOAT_PRECISIONS},
                         packed={p: inference.get(f"packed {p}", 0.0) for p in FLOAT_PRECISIONS},
-                        int8=inference.get("int8", 0.0), attention=attention, seconds=time.perf_counter() - start,
+                        int8=inference.get("int8", 0.0), attention=attention,
+                        attention_training=attention_training, seconds=time.perf_counter() - start,
                         steady=train_steady and inference_steady and not cpu.busy())
 
 
@@ -369,27 +400,6 @@ def _int8_call(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor) -> Cal
     except (RuntimeError, NotImplementedError, AttributeError) as exc:  # no oneDNN int8 kernels here
         return _missing(str(exc))
     return lambda: int8.linear(x, packed, ("gelu", "none"))
-
-
-def _attention_times(width: int, generator: torch.Generator) -> dict[str, list[tuple[int, float, float]]]:
-    """SDPA and bmm attention over PROBE_TOKENS tokens of sequences of each length, one call per sequence
-    as the padding-free encoder makes them, on q, k, v laid out as the model has them (views into one
-    packed Q|K|V)."""
-    heads = width // 64
-    times: dict[str, list[tuple[int, float, float]]] = {}
-    for p, dtype in DTYPES.items():
-        times[p] = []
-        for length in ATTENTION_LENGTHS:
-            sequences = []
-            for _ in range(max(1, PROBE_TOKENS // length)):
-                qkv = torch.randn(1, length, 3 * heads * 64, generator=generator).to(dtype)
-                sequences.append(qkv.view(1, length, 3, heads, 64).permute(2, 0, 3, 1, 4))  # 3 x (1, A, T, 64)
-            runs: dict[str, Callable[[], object]] = {
-                "sdpa": lambda s=sequences: [F.scaled_dot_product_attention(*qkv) for qkv in s],  # type: ignore[misc]
-                "bmm": lambda s=sequences: [bmm_attention(*qkv) for qkv in s]}  # type: ignore[misc]
-            best, _ = _fastest(runs)
-            times[p].append((length, best.get("sdpa", 0.0) * 1e6, best.get("bmm", 0.0) * 1e6))
-    return times
 
 
 # --- the cache --------------------------------------------------------------------------------------

@@ -5,15 +5,17 @@
     plan_step(config, device) -> StepPlan: how a pre-training step runs (shapes, compile, fused kernels)
     sample_length(dataset, count) -> the longest input_ids among the first `count` examples
 
-Design decision: the loop receives a model already placed and wrapped and a config already resolved
-(torchtitan's shape); every choice that depends on the machine or on the process group is made here, once, by
-rank 0 where it is a measurement, so every rank runs the same: `--precision auto` (the step probe times the
-run's own step at its micro-batch and length, `bertkit.runtime.device.resolve_precision`), glibc's allocator
-thresholds (`bertkit.runtime.allocator`), the device, and DistributedDataParallel under torchrun.
-torch.compile and gradient checkpointing are model transforms the workflows' `build_model` applies
+Design decision: the loop receives a model already placed and wrapped and a config already resolved (torchtitan's
+shape); every choice that depends on the machine or on the process group is made here, once, by rank 0 where it is
+a measurement, so every rank runs the same: `--precision auto` (the step probe times the run's own step at its
+micro-batch and length, `bertkit.runtime.device.resolve_precision`), the CPU attention kernel of a training step
+(bmm attention where the machine's probe measured its forward + backward faster than SDPA's,
+`use_measured_attention`, installed before the precision is measured, so the step probe times the step the run will
+take), glibc's allocator thresholds (`bertkit.runtime.allocator`), the device, and DistributedDataParallel under
+torchrun. torch.compile and gradient checkpointing are model transforms the workflows' `build_model` applies
 (`bertkit.model.compile_model`, `enable_gradient_checkpointing`); how a pre-training step runs on the device
-(static shapes, the whole step compiled, CUDA graphs, fused kernels) is one `StepPlan`, decided here once from
-the settings and the device and recorded with the run.
+(static shapes, the whole step compiled, CUDA graphs, fused kernels) is one `StepPlan`, decided here once from the
+settings and the device and recorded with the run.
 """
 
 from __future__ import annotations
@@ -28,6 +30,8 @@ from torch.utils.data import Dataset
 
 from bertkit.errors import BertkitError
 from bertkit.kernels import triton_support
+from bertkit.model.accelerate import attend_as_measured_for_training, cpu_kernels_enabled
+from bertkit.runtime import probe
 from bertkit.runtime.allocator import keep_freed_memory
 from bertkit.runtime.device import resolve_precision
 from bertkit.settings import TrainConfig
@@ -45,12 +49,33 @@ def prepare_training(model: nn.Module, config: TrainConfig, ctx: DistributedCont
     keep_freed_memory()
     if config.learning_rate is None:
         raise ValueError("prepare_training: resolve the learning rate first (the workflow's rule decides it)")
+    use_measured_attention(model, ctx)
     precision = config.precision
     if precision == "auto":
         measured = resolve_precision("auto", ctx.device, model, rows, length) if ctx.is_main else None
         precision = broadcast_object(measured, ctx)
     model.to(ctx.device)
     return wrap_model(model, ctx), dataclasses.replace(config, precision=precision)
+
+
+def use_measured_attention(model: nn.Module, ctx: DistributedContext) -> None:
+    """On a CPU (kernels not turned off by BERTKIT_CPU_KERNELS=0), every encoder of `model` on the default dispatch
+    attends as this machine's probe measured fastest for training: rank 0's measurements, so every rank runs
+    the same kernels. Said in one line, with the probe's verdict."""
+    if ctx.device.type != "cpu" or not cpu_kernels_enabled():
+        return
+    width = probe.model_width(model)
+    choices = broadcast_object(probe.choices(width) if ctx.is_main else None, ctx)
+    if attend_as_measured_for_training(model, choices) and ctx.is_main:
+        logger.info("attention for training on this CPU: %s", describe_training_attention(choices))
+
+
+def describe_training_attention(choices: probe.Choices) -> str:
+    """The attention kernels training runs, per precision, in words (the probe's verdicts)."""
+    verdicts = [f"{p} bmm near {', '.join(map(str, choices.bmm_training[p]))} tokens, SDPA elsewhere"
+                if choices.bmm_training.get(p) else f"{p} SDPA" for p in probe.FLOAT_PRECISIONS]
+    return (f"{'; '.join(verdicts)} (bmm where its forward + backward measured at least "
+            f"{probe.FAST_PATH_MIN_SPEEDUP}x faster than SDPA's on this machine)")
 
 
 @dataclass(frozen=True)

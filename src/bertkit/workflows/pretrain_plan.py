@@ -31,7 +31,9 @@ from bertkit.errors import BertkitError
 from bertkit.inference.positions import PRETRAINING_FILE
 from bertkit.io.jsonfile import read_json_object
 from bertkit.model import BertForPreTraining, read_state_dict
+from bertkit.model.accelerate import attend_as_measured_for_training, cpu_kernels_enabled
 from bertkit.model.pretrained import SAFETENSORS_NAME, safetensors_shapes
+from bertkit.runtime import probe
 from bertkit.runtime.device import apply_threads, resolve_device, resolve_precision
 from bertkit.settings import PretrainSettings, TrainConfig
 from bertkit.tasks.pretraining import IGNORE_INDEX, pretraining_loss
@@ -146,7 +148,7 @@ def plan_pretraining(settings: PretrainSettings, train: TrainConfig, ctx: Distri
     model_config = (init.config if init else load_config(settings.model)).replace(vocab_size=data.vocab_size)
     rows, length = _planning_shape(settings, data, init, model_config, ctx.world_size)
     if train.precision == "auto":  # measured once, here; the recipe's rate and the run both use the answer
-        precision = rank0_decides(lambda: resolve_precision("auto", ctx.device, BertForPreTraining(model_config),
+        precision = rank0_decides(lambda: resolve_precision("auto", ctx.device, _as_run(model_config, ctx.device),
                                                             rows, length), ctx)
         train = dataclasses.replace(train, precision=precision)
     recipe = None
@@ -294,5 +296,15 @@ def measure_steps_per_second(config: BertConfig, seq_len: int, batch_size: int, 
     batch = {"input_ids": ids, "token_type_ids": torch.zeros_like(ids), "attention_mask": torch.ones_like(ids),
              "mlm_labels": labels, "nsp_labels": torch.zeros(batch_size, dtype=torch.int64)}
     config = config.replace(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
-    return training_steps_per_second(lambda: BertForPreTraining(config), pretraining_loss, batch, precision,
-                                     resolve_device(device), seconds)
+    where = resolve_device(device)
+    return training_steps_per_second(lambda: _as_run(config, where), pretraining_loss, batch, precision, where,
+                                     seconds)
+
+
+def _as_run(config: BertConfig, device: torch.device) -> BertForPreTraining:
+    """A model of `config` that attends as the run's will on `device` (the CPU's measured attention for training,
+    `prepare.use_measured_attention`), for the measurements the plan makes before the run's model exists."""
+    model = BertForPreTraining(config)
+    if device.type == "cpu" and cpu_kernels_enabled():
+        attend_as_measured_for_training(model, probe.choices(config.hidden_size))
+    return model

@@ -1,0 +1,83 @@
+"""The attention part of the hardware probe (`bertkit.runtime.probe.measure` calls it): SDPA against two batched
+matrix multiplies (`bertkit.kernels.attention.bmm_attention`) at a few sequence lengths, for inference (forward,
+one call per sequence, as the padding-free encoder makes them) and for training (forward + backward over padded
+rows, as `bertkit.model.attention.BatchedBmm` runs them against `PerSequence`'s SDPA). Times in microseconds; the
+probe decides from them (`probe.decide`).
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+
+import torch
+import torch.nn.functional as F
+
+from bertkit.kernels.attention import bmm_attention
+
+ATTENTION_LENGTHS = (32, 64, 128, 256, 512)
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
+Times = dict[str, list[tuple[int, float, float]]]
+"""precision -> [(length, SDPA microseconds, bmm microseconds)]."""
+Fastest = Callable[[dict[str, Callable[[], object]]], tuple[dict[str, float], bool]]
+"""The probe's timer: candidates -> (best seconds of each, whether they were steady)."""
+
+
+def attention_times(width: int, generator: torch.Generator, tokens: int, fastest: Fastest) -> Times:
+    """SDPA and bmm attention over `tokens` tokens of sequences of each length, one call per sequence
+    as the padding-free encoder makes them, on q, k, v laid out as the model has them (views into one
+    packed Q|K|V)."""
+    heads = width // 64
+    times: Times = {}
+    for p, dtype in DTYPES.items():
+        times[p] = []
+        for length in ATTENTION_LENGTHS:
+            sequences = []
+            for _ in range(max(1, tokens // length)):
+                qkv = torch.randn(1, length, 3 * heads * 64, generator=generator).to(dtype)
+                sequences.append(qkv.view(1, length, 3, heads, 64).permute(2, 0, 3, 1, 4))  # 3 x (1, A, T, 64)
+            runs: dict[str, Callable[[], object]] = {
+                "sdpa": lambda s=sequences: [F.scaled_dot_product_attention(*qkv) for qkv in s],  # type: ignore[misc]
+                "bmm": lambda s=sequences: [bmm_attention(*qkv) for qkv in s]}  # type: ignore[misc]
+            best, _ = fastest(runs)
+            times[p].append((length, best.get("sdpa", 0.0) * 1e6, best.get("bmm", 0.0) * 1e6))
+    return times
+
+
+def attention_training_times(width: int, generator: torch.Generator, tokens: int, fastest: Fastest) -> Times:
+    """Forward + backward of attention over at least two sequences of each length (`tokens` tokens when
+    that is more), the last a quarter padding, as training runs it: SDPA one call per sequence on its real
+    tokens (`PerSequence`), or bmm once over the padded rows with their key mask (`BatchedBmm`)."""
+    heads = width // 64
+    times: Times = {}
+    for p, dtype in DTYPES.items():
+        times[p] = []
+        for length in ATTENTION_LENGTHS:
+            rows = max(2, tokens // length)
+            qkv = torch.randn(rows, length, 3 * heads * 64, generator=generator).to(dtype).requires_grad_()
+            grad = torch.randn(rows, heads, length, 64, generator=generator).to(dtype)
+            real = torch.full((rows,), length)
+            real[-1] = length - length // 4
+            mask = (torch.arange(length) < real[:, None])[:, None, None, :]  # (B, 1, 1, T)
+            runs: dict[str, Callable[[], object]] = {
+                "sdpa": functools.partial(_per_sequence_step, qkv, real, grad, heads),
+                "bmm": functools.partial(_bmm_step, qkv, mask, grad, heads)}
+            best, _ = fastest(runs)
+            times[p].append((length, best.get("sdpa", 0.0) * 1e6, best.get("bmm", 0.0) * 1e6))
+    return times
+
+
+def _per_sequence_step(qkv: torch.Tensor, real: torch.Tensor, grad: torch.Tensor, heads: int) -> None:
+    rows, length, _ = qkv.shape
+    q, k, v = qkv.view(rows, length, 3, heads, 64).permute(2, 0, 3, 1, 4)  # 3 x (B, A, T, 64)
+    total = sum((F.scaled_dot_product_attention(q[i:i + 1, :, :n], k[i:i + 1, :, :n], v[i:i + 1, :, :n])
+                 * grad[i:i + 1, :, :n]).sum() for i, n in enumerate(real.tolist()))
+    total.backward()  # type: ignore[union-attr]
+    qkv.grad = None
+
+
+def _bmm_step(qkv: torch.Tensor, mask: torch.Tensor, grad: torch.Tensor, heads: int) -> None:
+    rows, length, _ = qkv.shape
+    q, k, v = qkv.view(rows, length, 3, heads, 64).permute(2, 0, 3, 1, 4)
+    (bmm_attention(q, k, v, mask) * grad).sum().backward()
+    qkv.grad = None
