@@ -18,8 +18,11 @@ both alike; the table reports real (non-padding) tokens per second, the ratio of
 FLOP utilisation: model FLOPs (`model_flops`: what BERT needs on the real tokens, the MLM head at the
 masked positions only, x3 for forward + backward — the same count for both sides) per second over a
 peak, measured (`peak.py`) or given with --peak-tflops (an H100/H200 SXM: 989 TFLOP/s dense bf16).
-`--compile` adds a third row, bertkit with torch.compile'd encoder layers (`bertkit pretrain --compile`);
-its compilation happens in the warm-up round, which is not timed.
+`--compile` adds a row, bertkit with torch.compile'd encoder layers (`bertkit pretrain --compile`);
+its compilation happens in the warm-up round, which is not timed. On a CPU, bertkit's row attends as `bertkit
+pretrain` does, with this machine's measured choices (bmm attention where its forward + backward measured faster
+than SDPA's: `bertkit.workflows.prepare.use_measured_attention`); `--sdpa-row` adds bertkit on SDPA alone, to
+show what that choice is worth.
 
 `--memory` runs each implementation for a few steps in a fresh child process and reports its peak
 resident set size (ru_maxrss): the same batches, so the difference is the implementations' own.
@@ -46,7 +49,8 @@ from bertkit.assets import kjv_path
 from bertkit.config import preset
 from bertkit.data import InstanceSettings, PretrainingDataset, build_pretraining_data, collate_pretraining
 from bertkit.model import BertForPreTraining, compile_model
-from bertkit.runtime import report
+from bertkit.model.accelerate import attend_as_measured_for_training
+from bertkit.runtime import probe, report
 from bertkit.settings import PretrainingDataSettings
 from bertkit.tasks.pretraining import pretraining_loss
 from bertkit.tokenizer import WordPieceTokenizer
@@ -82,7 +86,8 @@ def transformers_step(model, batch) -> torch.Tensor:
                  next_sentence_label=batch["nsp_labels"]).loss
 
 
-STEPS = {"bertkit": bertkit_step, "bertkit --compile": bertkit_step, "transformers": transformers_step}
+STEPS = {"bertkit": bertkit_step, "bertkit --compile": bertkit_step, "bertkit, SDPA attention": bertkit_step,
+         "transformers": transformers_step}
 
 
 def timed_round(model, step, optimizer, batches, autocast, device: str = "cpu") -> float:
@@ -110,18 +115,25 @@ def model_flops(batches: list[dict], config) -> float:
     return 3 * total
 
 
-def build_models(model_name: str, vocab_size: int, which: tuple[str, ...]) -> dict:
+def build_models(model_name: str, vocab_size: int, which: tuple[str, ...], device: str = "cpu",
+                 dropout: float | None = None) -> dict:
     torch.manual_seed(0)
     config = preset(model_name, vocab_size=vocab_size)
+    if dropout is not None:  # both sides read it from the saved config.json
+        config = config.replace(hidden_dropout_prob=dropout, attention_probs_dropout_prob=dropout)
     ours = BertForPreTraining(config)
     models = {"bertkit": ours}
     with tempfile.TemporaryDirectory() as directory:
         ours.save_pretrained(directory)
+        if "bertkit, SDPA attention" in which:
+            models["bertkit, SDPA attention"] = BertForPreTraining.from_pretrained(directory)
         if "transformers" in which:
             models["transformers"] = transformers.BertForPreTraining.from_pretrained(directory)
         if "bertkit --compile" in which:
             models["bertkit --compile"] = BertForPreTraining.from_pretrained(directory)
             compile_model(models["bertkit --compile"])
+    if device == "cpu":
+        attend_as_measured_for_training(ours, probe.choices(config.hidden_size))  # as `bertkit pretrain` on a CPU
     return {name: models[name].train() for name in which}
 
 
@@ -138,8 +150,10 @@ def autocast_for(precision: str, device: str = "cpu"):
 
 
 def throughput(args: argparse.Namespace, batches: list[dict]) -> None:
-    names = ("bertkit", "bertkit --compile", "transformers") if args.compile else ("bertkit", "transformers")
-    models = {name: model.to(args.device) for name, model in build_models(args.model, 30522, names).items()}
+    names = ("bertkit",) + (("bertkit --compile",) if args.compile else ()) \
+        + (("bertkit, SDPA attention",) if args.sdpa_row else ()) + ("transformers",)
+    built = build_models(args.model, 30522, names, args.device, args.dropout)
+    models = {name: model.to(args.device) for name, model in built.items()}
     batches = [{k: v.to(args.device) for k, v in batch.items()} for batch in batches]
     optimizers = {name: optimizer_for(name, model) for name, model in models.items()}
     autocast = autocast_for(args.precision, args.device)
@@ -157,6 +171,7 @@ def throughput(args: argparse.Namespace, batches: list[dict]) -> None:
     fill = tokens / sum(b["attention_mask"].numel() for b in batches)
     where = torch.cuda.get_device_name() if args.device == "cuda" else f"{torch.get_num_threads()} CPU threads"
     print(f"# {args.model}, batch {args.batch_size} x {args.seq_length} (fill {fill:.2f}), {args.precision}, "
+          f"dropout {0.1 if args.dropout is None else args.dropout}, "
           f"{where}, torch {torch.__version__}, transformers {transformers.__version__}")
     peak_source = "given (--peak-tflops)" if args.peak_tflops else "measured matmul"
     print(f"# model FLOPs per step {flops / len(batches) / 1e12:.3f} T; peak {peak:.1f} TFLOP/s ({peak_source})")
@@ -208,6 +223,10 @@ def main() -> None:
     parser.add_argument("--precision", choices=["fp32", "bf16"], default="bf16")
     parser.add_argument("--memory", action="store_true", help="measure peak RSS of each implementation")
     parser.add_argument("--compile", action="store_true", help="also time bertkit with compiled encoder layers")
+    parser.add_argument("--dropout", type=float, default=None,
+                        help="hidden and attention dropout of both models (default: BERT's 0.1; the short recipe's: 0)")
+    parser.add_argument("--sdpa-row", action="store_true",
+                        help="also time bertkit on SDPA attention alone (no measured CPU attention choice)")
     parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     parser.add_argument("--peak-tflops", type=float, default=None,
                         help="peak for MFU, e.g. 989 for an H100/H200 SXM in bf16 (default: a measured matmul)")

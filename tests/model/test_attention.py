@@ -152,8 +152,8 @@ def test_cpu_bmm_only_at_its_lengths_without_mask_or_dropout(monkeypatch):
 
 
 def test_dispatch_for_training_on_a_cpu():
-    """A backward will run (the embeddings require gradients, grad mode on): BatchedBmm on the padded or full batch,
-    with dropout too, wherever the profile measured bmm's forward + backward faster (tests/conftest.py's AMD
+    """A backward will run (the embeddings require gradients, grad mode on), no attention dropout: BatchedBmm on the
+    padded or full batch wherever the profile measured bmm's forward + backward faster (tests/conftest.py's AMD
     machine: bf16 at 32-256 tokens, fp32 at 32); SDPA elsewhere, without measured choices, and in inference."""
     measured = Dispatch(probe.choices(WIDTH))
     def chosen(length, dtype, padded=True, dropout_p=0.0, grad=True, backend=measured):
@@ -161,7 +161,8 @@ def test_dispatch_for_training_on_a_cpu():
         return repr(backend.select(x, padded=padded, dropout_p=dropout_p))
     for length in (24, 64, 128, 256):
         assert chosen(length, torch.bfloat16) == "BatchedBmm()"
-    assert chosen(64, torch.bfloat16, padded=False, dropout_p=0.1) == "BatchedBmm()"
+    assert chosen(64, torch.bfloat16, padded=False) == "BatchedBmm()"
+    assert chosen(64, torch.bfloat16, padded=False, dropout_p=0.1) == "PaddedSDPA()"  # measured without dropout
     assert chosen(512, torch.bfloat16) == "PerSequence(PaddedSDPA())"  # measured slower there
     assert chosen(32, torch.float32) == "BatchedBmm()" and chosen(64, torch.float32) == "PerSequence(PaddedSDPA())"
     assert chosen(64, torch.bfloat16, grad=False) == "PerSequence(CpuBmm())"  # no backward: inference's verdict

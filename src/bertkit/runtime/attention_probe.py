@@ -1,8 +1,8 @@
 """The attention part of the hardware probe (`bertkit.runtime.probe.measure` calls it): SDPA against two batched
 matrix multiplies (`bertkit.kernels.attention.bmm_attention`) at a few sequence lengths, for inference (forward,
 one call per sequence, as the padding-free encoder makes them) and for training (forward + backward over padded
-rows, as `bertkit.model.attention.BatchedBmm` runs them against `PerSequence`'s SDPA). Times in microseconds; the
-probe decides from them (`probe.decide`).
+rows, no attention dropout, as `bertkit.model.attention.BatchedBmm` runs them against `PerSequence`'s SDPA). Times
+in microseconds; the probe decides from them (`probe.decide`).
 """
 
 from __future__ import annotations
@@ -45,9 +45,9 @@ def attention_times(width: int, generator: torch.Generator, tokens: int, fastest
 
 
 def attention_training_times(width: int, generator: torch.Generator, tokens: int, fastest: Fastest) -> Times:
-    """Forward + backward of attention over at least two sequences of each length (`tokens` tokens when
-    that is more), the last a quarter padding, as training runs it: SDPA one call per sequence on its real
-    tokens (`PerSequence`), or bmm once over the padded rows with their key mask (`BatchedBmm`)."""
+    """Forward + backward of attention over at least two sequences of each length (`tokens` tokens when that is
+    more), the last a quarter padding, no attention dropout, as training runs it: SDPA one call per sequence on
+    its real tokens (`PerSequence`), or bmm once over the padded rows with their key mask (`BatchedBmm`)."""
     heads = width // 64
     times: Times = {}
     for p, dtype in DTYPES.items():

@@ -75,7 +75,7 @@ def describe_training_attention(choices: probe.Choices) -> str:
     verdicts = [f"{p} bmm near {', '.join(map(str, choices.bmm_training[p]))} tokens, SDPA elsewhere"
                 if choices.bmm_training.get(p) else f"{p} SDPA" for p in probe.FLOAT_PRECISIONS]
     return (f"{'; '.join(verdicts)} (bmm where its forward + backward measured at least "
-            f"{probe.FAST_PATH_MIN_SPEEDUP}x faster than SDPA's on this machine)")
+            f"{probe.FAST_PATH_MIN_SPEEDUP}x faster than SDPA's on this machine; SDPA with attention dropout)")
 
 
 @dataclass(frozen=True)
