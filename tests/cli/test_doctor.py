@@ -40,6 +40,7 @@ def test_doctor_json_is_a_probe_file(capsys, monkeypatch, tmp_path):
     assert main(["doctor", "--json"]) == 0  # the suite's amd-epyc profile
     report = json.loads(capsys.readouterr().out)
     assert report["choices"]["training"] == "bf16" and report["choices"]["bmm_attention"]["bf16"] == [64, 128]
+    assert report["choices"]["bmm_attention_training"] == {"fp32": [32], "bf16": [32, 64, 128, 256]}
     assert report["machine"]["cpu"] == probe.machine().cpu
     saved = tmp_path / "probe.json"
     saved.write_text(json.dumps(report))
@@ -92,3 +93,11 @@ def test_doctor_step_prints_the_step_probe(capsys, monkeypatch):
     assert asked == [(256, "training", 4, 128), (256, "inference", 4, 128)]
     assert main(["doctor", "--json", "--step"]) == 0
     assert len(json.loads(capsys.readouterr().out)["step_probe"]) == 2
+
+
+def test_doctor_prints_the_training_attention_measured(capsys):
+    assert main(["doctor"]) == 0  # the suite's amd-epyc profile, with its training attention timings
+    out = capsys.readouterr().out
+    assert "attention for training in bf16 (forward + backward), us SDPA/bmm by length: 32: 2050/730," in out
+    assert "auto bmm attention for training in bf16: taken near 32, 64, 128, 256 tokens" in out
+    assert "auto bmm attention for training in fp32: taken near 32 tokens" in out

@@ -38,6 +38,7 @@ def report(width: int = DEFAULT_WIDTH, refresh: bool = False) -> dict:
             "choices": {"training": chosen.train_precision, "inference": chosen.inference_precision,
                         "packed_linear": list(chosen.packed_linear),
                         "bmm_attention": {p: list(n) for p, n in chosen.bmm_attention.items()},
+                        "bmm_attention_training": {p: list(n) for p, n in chosen.bmm_training.items()},
                         "reasons": list(chosen.reasons)}}
 
 
@@ -58,6 +59,9 @@ def summary(width: int = DEFAULT_WIDTH, refresh: bool = False) -> list[str]:
     for p in FLOAT_PRECISIONS:
         cells = ", ".join(f"{n}: {sdpa:.0f}/{bmm:.0f}" for n, sdpa, bmm in measured.attention[p])
         lines.append(f"attention in {p}, us SDPA/bmm by length: {cells}")
+        if measured.attention_training.get(p):
+            cells = ", ".join(f"{n}: {sdpa:.0f}/{bmm:.0f}" for n, sdpa, bmm in measured.attention_training[p])
+            lines.append(f"attention for training in {p} (forward + backward), us SDPA/bmm by length: {cells}")
     return lines + [f"auto {reason}" for reason in data["choices"]["reasons"]]
 
 

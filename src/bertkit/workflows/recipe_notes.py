@@ -47,6 +47,9 @@ over 3 pre-training seeds each.) The commentary's task was built twice (two sess
 and each pre-trained row is compared with random initialisation fine-tuned on its own build (both builds' together where
 a row pools them). A budget is warned about when, on some task, it or a longer budget gained less than LONG_INPUT_PAYS
 points: on the Treasury no budget measured did, 40 CPU-minutes included."""
+STUDY_STEPS_PER_SECOND = 4.4
+"""The rate the study's budgets were counted at (2,640 bert-mini steps of 16 x 64 tokens in 10 CPU-minutes, its 2-core
+machine before bmm attention for training): a faster machine or kernel takes more steps in the same minutes."""
 LONG_INPUT_PAYS = 5.0
 """Test points over random initialisation that count as pre-training paying on a task (the study's bar)."""
 LONG_INPUT_MAJORITY = 0.5
@@ -64,8 +67,10 @@ def long_input_budget(steps: float | None) -> str:
                                 for count, budget, gain, p in rows)
         for task, rows in LONG_INPUT_STUDY)
     where = "a long-input task" if len(LONG_INPUT_STUDY) == 1 else f"{len(LONG_INPUT_STUDY)} long-input tasks"
-    return (f"measured with bert-mini on {where} fine-tuned at 128 tokens, in points over random initialisation: "
-            f"{tasks} (docs/pretraining.md, \"Every position a fine-tuning reads\")")
+    return (f"measured with bert-mini on {where} fine-tuned at 128 tokens, in points over random initialisation "
+            f"(steps of 16 x 64 tokens; the minutes are the study's 2-core CPU's, {STUDY_STEPS_PER_SECOND} steps a "
+            f"second: compare your budget's steps): {tasks} (docs/pretraining.md, \"Every position a fine-tuning "
+            "reads\")")
 
 
 def long_input_note(recipe: PretrainRecipe, cut: int, data_length: int) -> str:
