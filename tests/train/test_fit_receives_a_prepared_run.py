@@ -72,7 +72,7 @@ def test_prepare_gives_every_encoder_the_measured_training_attention(monkeypatch
     from bertkit.model.attention import Dispatch, PaddedSDPA
     from bertkit.runtime import probe
 
-    config = preset("bert-debug", vocab_size=64)
+    config = preset("bert-debug", vocab_size=64, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
     pair = torch.nn.ModuleDict({"student": BertForMaskedLM(config), "teacher": BertForMaskedLM(config)})
     pair["teacher"].bert.attention = PaddedSDPA()
     with caplog.at_level("INFO", logger="bertkit.workflows.prepare"):
@@ -81,6 +81,12 @@ def test_prepare_gives_every_encoder_the_measured_training_attention(monkeypatch
     assert repr(pair["teacher"].bert.attention) == "PaddedSDPA()"
     [line] = [r.getMessage() for r in caplog.records if "attention for training" in r.getMessage()]
     assert "fp32 bmm near 32 tokens, SDPA elsewhere; bf16 bmm near 32, 64, 128, 256 tokens, SDPA elsewhere" in line
+    caplog.clear()
+    with caplog.at_level("INFO", logger="bertkit.workflows.prepare"):  # fine-tuning's attention dropout: SDPA runs
+        prepare_training(BertForMaskedLM(preset("bert-debug", vocab_size=64)), TrainConfig(**READY),
+                         DistributedContext())
+    assert "attention for training on this CPU: SDPA (attention dropout 0.1: bmm attention was measured, and runs, " \
+           "only without it)" in caplog.text
     monkeypatch.setenv("BERTKIT_CPU_KERNELS", "0")
     plain = BertForMaskedLM(config)
     prepare_training(plain, TrainConfig(**READY), DistributedContext())

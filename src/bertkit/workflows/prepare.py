@@ -28,6 +28,7 @@ import torch
 from torch import nn
 from torch.utils.data import Dataset
 
+from bertkit.config import BertConfig
 from bertkit.errors import BertkitError
 from bertkit.kernels import triton_support
 from bertkit.model.accelerate import attend_as_measured_for_training, cpu_kernels_enabled
@@ -67,7 +68,10 @@ def use_measured_attention(model: nn.Module, ctx: DistributedContext) -> None:
     width = probe.model_width(model)
     choices = broadcast_object(probe.choices(width) if ctx.is_main else None, ctx)
     if attend_as_measured_for_training(model, choices) and ctx.is_main:
-        logger.info("attention for training on this CPU: %s", describe_training_attention(choices))
+        dropout = max((m.config.attention_probs_dropout_prob for m in model.modules()
+                       if isinstance(getattr(m, "config", None), BertConfig)), default=0.0)
+        logger.info("attention for training on this CPU: %s", describe_training_attention(choices) if not dropout else
+                    f"SDPA (attention dropout {dropout:g}: bmm attention was measured, and runs, only without it)")
 
 
 def describe_training_attention(choices: probe.Choices) -> str:
