@@ -178,3 +178,20 @@ def test_a_step_timed_with_other_attention_kernels_is_another_measurement(live, 
     assert step_probe.attention_key(model.bert) == {"bf16": [32, 64, 128, 256], "fp32": [32]}
     step_probe.step_timings(model.bert)
     assert len(measured) == 2
+
+
+def test_the_training_step_is_timed_with_the_runs_attention_kernels(live, monkeypatch):
+    """With the measured choices installed (as prepare_training does before timing) and no attention dropout, the
+    probe's bf16 training step runs bmm attention in every layer it times, as the run's step will."""
+    from bertkit.kernels import attention as kernels
+    from bertkit.model.accelerate import attend_as_measured_for_training
+
+    calls = []
+    real_kernel = kernels.bmm_attention
+    monkeypatch.setattr(kernels, "bmm_attention", lambda *a, **k: calls.append(1) or real_kernel(*a, **k))
+    monkeypatch.setenv("BERTKIT_PROBE_FILE", str(Path(__file__).parents[1] / "assets" / "probe" / "amd-epyc.json"))
+    config = preset("bert-debug", vocab_size=64, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+    model = BertForPreTraining(config)
+    attend_as_measured_for_training(model, probe.choices(config.hidden_size))
+    step_probe.measure(model.bert, "training", 4, 32)
+    assert calls  # bf16 at 32 tokens: bmm for training in the profile (not for inference, whose verdict is SDPA)

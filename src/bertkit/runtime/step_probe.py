@@ -1,21 +1,20 @@
 """`--precision auto` on a CPU, decided from the step itself: the run's encoder layers at the run's shape,
 timed in fp32 and in bf16, the faster chosen.
 
-Why not only the dense-layer probe (bertkit.runtime.probe): a training step is more than dense layers. On a
-2-core AMD EPYC the probe's dense layer ran 2.24x faster under bf16 autocast, yet bert-mini's whole
-pre-training step was 7% slower in bf16 than in fp32 (attention, LayerNorm, GELU, dropout and the dtype
-casts autocast adds do not speed up, and some slow down). So here the step is timed: a copy of the model's
-encoder cut to its first PROBE_LAYERS layers (every layer is alike; embeddings and heads are a few percent
-of a step; the embeddings are frozen, their gradient costing the same either way), on rows x length random
-tokens (the run's micro-batch and sequence length, at most MAX_TOKENS tokens). Training times forward +
-backward (dropout as configured, under bf16 autocast or none); inference times the copy's forward cast to
-bf16 or fp32. The encoder is found by its shape (`config`, `embeddings`, `layers`), not its class, so
-that bertkit.runtime.device, which every layer imports, can use this module without importing bertkit.model.
-Rounds alternate between the two precisions after a warm-up of each, and each precision's fastest round
-counts, so load on a shared machine hits both alike; bf16 is chosen when it is at least MIN_SPEEDUP (1.05x)
-faster, so auto is within 5% of the faster of the two. The step is timed only where the dense probe found bf16
-faster (elsewhere bf16 cannot win), so a probe costs about ten steps of two layers on at most MAX_TOKENS
-tokens: a few seconds at bert-base's width on 2 cores, once per machine and shape.
+Why not only the dense-layer probe (bertkit.runtime.probe): a training step is more than dense layers. On a 2-core
+AMD EPYC the probe's dense layer ran 2.24x faster under bf16 autocast, yet bert-mini's whole pre-training step was
+7% slower in bf16 than in fp32 (attention, LayerNorm, GELU, dropout and the dtype casts autocast adds do not speed
+up, and some slow down). So here the step is timed: a copy of the model's encoder cut to its first PROBE_LAYERS
+layers (every layer is alike; embeddings and heads are a few percent of a step; the embeddings train too, so that a
+backward runs through every layer as in the run's step), on rows x length random tokens (the run's micro-batch and
+sequence length, at most MAX_TOKENS tokens). Training times forward + backward (dropout as configured, under bf16
+autocast or none); inference times the copy's forward cast to bf16 or fp32. The encoder is found by its shape
+(`config`, `embeddings`, `layers`), not its class, so that bertkit.runtime.device, which every layer imports, can
+use this module without importing bertkit.model. Rounds alternate between the two precisions after a warm-up of
+each, and each precision's fastest round counts, so load on a shared machine hits both alike; bf16 is chosen when
+it is at least MIN_SPEEDUP (1.05x) faster, so auto is within 5% of the faster of the two. The step is timed only
+where the dense probe found bf16 faster (elsewhere bf16 cannot win), so a probe costs about ten steps of two layers
+on at most MAX_TOKENS tokens: a few seconds at bert-base's width on 2 cores, once per machine and shape.
 
 Timings are cached like the dense probe's (bertkit.runtime.probe.cache_dir, keyed by the machine, the versions, the
 torch threads, the model's shape, rows, length and purpose, and the attention kernels its dispatch was given:
@@ -216,8 +215,9 @@ def measure(encoder: Encoder, purpose: str, rows: int, length: int) -> StepTimin
 
 
 def _cut(found: Encoder, layers: int) -> nn.Module:
-    """A copy of the encoder with its first `layers` layers and no pooler, its embeddings frozen (their
-    gradient costs the same in either precision), on the CPU."""
+    """A copy of the encoder with its first `layers` layers and no pooler, on the CPU. Its embeddings require
+    gradients as the run's do: the attention dispatch runs training's kernels only where a backward will run
+    through the embeddings' output (`bertkit.model.attention.Dispatch`)."""
     encoder: Any = found  # the module itself: its layers and pooler are swapped for the copy
     pooler, encoder.pooler = getattr(encoder, "pooler", None), None
     kept, encoder.layers = encoder.layers, nn.ModuleList(list(encoder.layers)[:layers])
@@ -225,7 +225,6 @@ def _cut(found: Encoder, layers: int) -> nn.Module:
         copy = deepcopy(encoder).cpu()
     finally:
         encoder.layers, encoder.pooler = kept, pooler
-    copy.embeddings.requires_grad_(False)
     copy.gradient_checkpointing = False
     return copy
 
