@@ -657,3 +657,20 @@ def test_an_encoder_checkpoint_without_an_mlm_head_gets_the_bias_at_the_word_fre
     loaded = read_state_dict(encoder)
     source = next(v for k, v in loaded.items() if k.endswith("encoder.layer.0.attention.self.query.weight"))
     np.testing.assert_allclose(kept.numpy(), source.numpy(), atol=1e-6)  # the encoder is the checkpoint's
+
+
+def test_the_plans_measurements_run_at_the_dropout_the_run_will_most_likely_have():
+    """Attention dropout decides the CPU training attention kernel, so the precision and rate measured before the
+    recipe is chosen use the short recipe's dropout (none) where it will most likely be chosen, --dropout when given,
+    and the config's when continuing a released checkpoint (the continue recipe keeps it)."""
+    from bertkit.config import preset
+    from bertkit.settings import PretrainSettings
+
+    config = preset("bert-mini", vocab_size=100)
+    plan = pretrain_plan._planning_dropout
+    auto = PretrainSettings(data="d", model="bert-mini", output="o", recipe="auto")
+    assert plan(auto, None, config).attention_probs_dropout_prob == 0.0
+    assert plan(dataclasses.replace(auto, dropout=0.2), None, config).hidden_dropout_prob == 0.2
+    released = pretrain_plan.InitFacts("ckpt", config, "released", frozenset({"mlm"}), False)
+    assert plan(auto, released, config) is config and config.attention_probs_dropout_prob == 0.1
+    assert plan(dataclasses.replace(auto, recipe=None), None, config) is config  # library defaults: the config's

@@ -20,7 +20,7 @@ What runs where (why, with the measurements behind each choice: docs/performance
 - CPU, padded batch: `PerSequence`, one SDPA call per sequence on its own slice of the packed tokens, no
   padding and no gathers; measured fastest on CPUs for inference.
 - CPU training without attention dropout (a backward will run: the embeddings require gradients; the
-  pre-training recipes' dropout is 0): `BatchedBmm`, two batched matrix multiplies over the padded batch with its
+  short recipe's dropout is 0): `BatchedBmm`, two batched matrix multiplies over the padded batch with its
   key mask, at the dtypes and lengths where the probe measured its forward + backward at least 1.1x faster than
   SDPA's (SDPA's CPU backward is slow in bf16 at short lengths); SDPA (`PerSequence`, or on the whole batch)
   elsewhere. Installed with the measured choices by the training workflows

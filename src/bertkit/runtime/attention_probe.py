@@ -54,26 +54,28 @@ def attention_training_times(width: int, generator: torch.Generator, tokens: int
         times[p] = []
         for length in ATTENTION_LENGTHS:
             rows = max(2, tokens // length)
-            qkv = torch.randn(rows, length, 3 * heads * 64, generator=generator).to(dtype).requires_grad_()
+            qkv = torch.randn(rows, length, 3 * heads * 64, generator=generator).to(dtype)
             grad = torch.randn(rows, heads, length, 64, generator=generator).to(dtype)
-            real = torch.full((rows,), length)
-            real[-1] = length - length // 4
-            mask = (torch.arange(length) < real[:, None])[:, None, None, :]  # (B, 1, 1, T)
+            real = [length] * (rows - 1) + [length - length // 4]
+            mask = (torch.arange(length) < torch.tensor(real)[:, None])[:, None, None, :]  # (B, 1, 1, T)
+            packed = torch.cat([qkv[i, :n] for i, n in enumerate(real)])  # (N, 3D): the real tokens
+            packed_grad = torch.cat([grad[i, :, :n].transpose(0, 1).reshape(n, -1) for i, n in enumerate(real)])
             runs: dict[str, Callable[[], object]] = {
-                "sdpa": functools.partial(_per_sequence_step, qkv, real, grad, heads),
-                "bmm": functools.partial(_bmm_step, qkv, mask, grad, heads)}
+                "sdpa": functools.partial(_per_sequence_step, packed.requires_grad_(), real, packed_grad, heads),
+                "bmm": functools.partial(_bmm_step, qkv.requires_grad_(), mask, grad, heads)}
             best, _ = fastest(runs)
             times[p].append((length, best.get("sdpa", 0.0) * 1e6, best.get("bmm", 0.0) * 1e6))
     return times
 
 
-def _per_sequence_step(qkv: torch.Tensor, real: torch.Tensor, grad: torch.Tensor, heads: int) -> None:
-    rows, length, _ = qkv.shape
-    q, k, v = qkv.view(rows, length, 3, heads, 64).permute(2, 0, 3, 1, 4)  # 3 x (B, A, T, 64)
-    total = sum((F.scaled_dot_product_attention(q[i:i + 1, :, :n], k[i:i + 1, :, :n], v[i:i + 1, :, :n])
-                 * grad[i:i + 1, :, :n]).sum() for i, n in enumerate(real.tolist()))
-    total.backward()  # type: ignore[union-attr]
-    qkv.grad = None
+def _per_sequence_step(packed: torch.Tensor, real: list[int], grad: torch.Tensor, heads: int) -> None:
+    """`PerSequence`'s work: SDPA on each sequence's own slice of the packed tokens, split (one gradient join)."""
+    contexts = []
+    for piece in packed.split(real):  # (t, 3D)
+        q, k, v = piece.view(1, len(piece), 3, heads, 64).permute(2, 0, 3, 1, 4)  # 3 x (1, A, t, 64)
+        contexts.append(F.scaled_dot_product_attention(q, k, v).transpose(1, 2).reshape(len(piece), -1))
+    (torch.cat(contexts) * grad).sum().backward()
+    packed.grad = None
 
 
 def _bmm_step(qkv: torch.Tensor, mask: torch.Tensor, grad: torch.Tensor, heads: int) -> None:

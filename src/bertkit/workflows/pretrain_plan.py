@@ -147,8 +147,9 @@ def plan_pretraining(settings: PretrainSettings, train: TrainConfig, ctx: Distri
     train = _compile_by_default(train, ctx)
     model_config = (init.config if init else load_config(settings.model)).replace(vocab_size=data.vocab_size)
     rows, length = _planning_shape(settings, data, init, model_config, ctx.world_size)
+    measured_config = _planning_dropout(settings, init, model_config)
     if train.precision == "auto":  # measured once, here; the recipe's rate and the run both use the answer
-        precision = rank0_decides(lambda: resolve_precision("auto", ctx.device, _as_run(model_config, ctx.device),
+        precision = rank0_decides(lambda: resolve_precision("auto", ctx.device, _as_run(measured_config, ctx.device),
                                                             rows, length), ctx)
         train = dataclasses.replace(train, precision=precision)
     recipe = None
@@ -156,7 +157,8 @@ def plan_pretraining(settings: PretrainSettings, train: TrainConfig, ctx: Distri
         settings, train = library_defaults(settings, train)
     else:
         recipe = rank0_decides(lambda: (_resumed_recipe(settings) if settings.resume else None)
-                               or _choose(settings, train, data, init, model_config, (rows, length), ctx.world_size),
+                               or _choose(settings, train, data, init, measured_config, (rows, length),
+                                          ctx.world_size),
                                ctx)
         settings, train = _applied(recipe, settings, train, data, ctx, continued=init is not None)
     return PretrainPlan(settings, train, recipe, plan_step(train, ctx.device), data, init)
@@ -228,6 +230,19 @@ def _planning_shape(settings: PretrainSettings, data: DataFacts, init: InitFacts
     return -(-short.batch_size // world_size), length
 
 
+def _planning_dropout(settings: PretrainSettings, init: InitFacts | None, config: BertConfig) -> BertConfig:
+    """`config` with the dropout the run will most likely train with, for the measurements made before the recipe is
+    chosen (attention dropout decides which CPU attention kernel runs): --dropout when given, else the short recipe's
+    (none) where the budget will most likely get it (the shape `_planning_shape` assumes), else the config's."""
+    continuing = settings.recipe == "continue" or (init is not None and init.kind == "released")
+    dropout = settings.dropout
+    if dropout is None and settings.recipe in ("auto", "short") and not continuing:
+        dropout = short_recipe(config.hidden_size).dropout
+    if dropout is None:
+        return config
+    return config.replace(hidden_dropout_prob=dropout, attention_probs_dropout_prob=dropout)
+
+
 def _choose(settings: PretrainSettings, train: TrainConfig, data: DataFacts, init: InitFacts | None,
             config: BertConfig, shape: tuple[int, int], world_size: int) -> PretrainRecipe:
     """The recipe for the budget: a time budget is turned into steps at the throughput measured here at `shape`
@@ -235,7 +250,7 @@ def _choose(settings: PretrainSettings, train: TrainConfig, data: DataFacts, ini
     bound on the rate)."""
     rate = None
     if settings.recipe in ("auto", "continue", "short") and train.max_time_s:  # short: its objective follows the steps
-        rate = measure_steps_per_second(config, shape[1], shape[0], train.precision, train.device,
+        rate = measure_steps_per_second(config, shape[1], shape[0], train.precision, train.device, dropout=None,
                                         masked_lm_prob=_masking(settings, data, init, config))
     steps = budget_steps(train.max_steps, train.max_time_s, rate)
     assert settings.recipe is not None  # plan_pretraining chooses only when one is asked for
@@ -286,16 +301,18 @@ def _resumed_recipe(settings: PretrainSettings) -> PretrainRecipe | None:
 
 
 def measure_steps_per_second(config: BertConfig, seq_len: int, batch_size: int, precision: str, device: str,
-                             seconds: float = 1.5, masked_lm_prob: float = 0.15) -> float:
+                             seconds: float = 1.5, masked_lm_prob: float = 0.15, dropout: float | None = 0.0) -> float:
     """Optimizer steps per second of pre-training this model on this machine (MLM + NSP on a random batch of
-    (batch_size, seq_len) with `masked_lm_prob` of positions predicted - the MLM head's cost grows with them;
-    see bertkit.train.throughput)."""
+    (batch_size, seq_len) with `masked_lm_prob` of positions predicted - the MLM head's cost grows with them - and
+    `dropout`, the short recipe's none by default, None for the config's: it decides the CPU attention kernel; see
+    bertkit.train.throughput)."""
     generator = torch.Generator().manual_seed(0)
     ids = torch.randint(5, config.vocab_size, (batch_size, seq_len), generator=generator)
     labels = torch.where(torch.rand(batch_size, seq_len, generator=generator) < masked_lm_prob, ids, IGNORE_INDEX)
     batch = {"input_ids": ids, "token_type_ids": torch.zeros_like(ids), "attention_mask": torch.ones_like(ids),
              "mlm_labels": labels, "nsp_labels": torch.zeros(batch_size, dtype=torch.int64)}
-    config = config.replace(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+    if dropout is not None:
+        config = config.replace(hidden_dropout_prob=dropout, attention_probs_dropout_prob=dropout)
     where = resolve_device(device)
     return training_steps_per_second(lambda: _as_run(config, where), pretraining_loss, batch, precision, where,
                                      seconds)
