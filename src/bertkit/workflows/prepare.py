@@ -68,8 +68,9 @@ def use_measured_attention(model: nn.Module, ctx: DistributedContext) -> None:
     width = probe.model_width(model)
     choices = broadcast_object(probe.choices(width) if ctx.is_main else None, ctx)
     if attend_as_measured_for_training(model, choices) and ctx.is_main:
-        dropout = max((m.config.attention_probs_dropout_prob for m in model.modules()
-                       if isinstance(getattr(m, "config", None), BertConfig)), default=0.0)
+        configs = [config for config in (getattr(m, "config", None) for m in model.modules())
+                   if isinstance(config, BertConfig)]
+        dropout = max((config.attention_probs_dropout_prob for config in configs), default=0.0)
         logger.info("attention for training on this CPU: %s", describe_training_attention(choices) if not dropout else
                     f"SDPA (attention dropout {dropout:g}: bmm attention was measured, and runs, only without it)")
 
