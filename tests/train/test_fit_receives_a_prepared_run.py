@@ -121,3 +121,20 @@ def test_a_bf16_training_step_runs_bmm_attention_and_matches_sdpa(monkeypatch):
     assert len(calls) == measured.config.num_hidden_layers  # the measured model only
     torch.testing.assert_close(results[0][0], results[1][0], atol=2e-2, rtol=2e-2)
     assert (results[0][1] - results[1][1]).norm() <= 2e-2 * results[1][1].norm()  # bf16 rounding, not another sum
+
+
+def test_what_training_attention_a_model_runs_is_said_as_recorded():
+    """`training_attention` (pretrain_settings.json's "attention"): bmm where measured without attention dropout, SDPA
+    with it, and SDPA without measured choices."""
+    from bertkit.config import preset
+    from bertkit.model import BertForMaskedLM
+    from bertkit.workflows.prepare import training_attention
+
+    config = preset("bert-debug", vocab_size=64, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+    still = BertForMaskedLM(config)
+    assert training_attention(still).startswith("SDPA (no measured CPU attention choices")
+    prepare_training(still, TrainConfig(**READY), DistributedContext())
+    assert training_attention(still).startswith("fp32 bmm near 32 tokens, SDPA elsewhere; bf16 bmm near 32, 64, 128")
+    dropped = BertForMaskedLM(preset("bert-debug", vocab_size=64))
+    prepare_training(dropped, TrainConfig(**READY), DistributedContext())
+    assert training_attention(dropped).startswith("SDPA (attention dropout 0.1")

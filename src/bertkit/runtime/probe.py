@@ -52,7 +52,7 @@ from bertkit.runtime.attention_probe import ATTENTION_LENGTHS, DTYPES, attention
 
 log = logging.getLogger(__name__)
 
-PROBE_VERSION = 4  # bumped when what the probe measures changes: older cache files are then stale
+PROBE_VERSION = 5  # bumped when what the probe measures changes: older cache files are then stale
 BF16_MIN_SPEEDUP = 1.2  # bf16 is chosen only when clearly faster than fp32
 FAST_PATH_MIN_SPEEDUP = 1.1  # a kernel fast path too: near-ties stay on PyTorch's default, stable across probes
 DEFAULT_WIDTH = 768  # bert-base: the width probed when no model is given

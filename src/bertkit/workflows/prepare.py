@@ -32,6 +32,7 @@ from bertkit.config import BertConfig
 from bertkit.errors import BertkitError
 from bertkit.kernels import triton_support
 from bertkit.model.accelerate import attend_as_measured_for_training, cpu_kernels_enabled
+from bertkit.model.attention import Dispatch
 from bertkit.runtime import probe
 from bertkit.runtime.allocator import keep_freed_memory
 from bertkit.runtime.device import resolve_precision
@@ -62,21 +63,32 @@ def prepare_training(model: nn.Module, config: TrainConfig, ctx: DistributedCont
 def use_measured_attention(model: nn.Module, ctx: DistributedContext) -> None:
     """On a CPU (kernels not turned off by BERTKIT_CPU_KERNELS=0), every encoder of `model` on the default dispatch
     attends as this machine's probe measured fastest for training: rank 0's measurements, so every rank runs
-    the same kernels. Said in one line, with the probe's verdict."""
+    the same kernels. Said in one line (`training_attention`)."""
     if ctx.device.type != "cpu" or not cpu_kernels_enabled():
         return
     width = probe.model_width(model)
     choices = broadcast_object(probe.choices(width) if ctx.is_main else None, ctx)
     if attend_as_measured_for_training(model, choices) and ctx.is_main:
-        configs = [config for config in (getattr(m, "config", None) for m in model.modules())
-                   if isinstance(config, BertConfig)]
-        dropout = max((config.attention_probs_dropout_prob for config in configs), default=0.0)
-        logger.info("attention for training on this CPU: %s", describe_training_attention(choices) if not dropout else
-                    f"SDPA (attention dropout {dropout:g}: bmm attention was measured, and runs, only without it)")
+        logger.info("attention for training on this CPU: %s", training_attention(model))
+
+
+def training_attention(model: nn.Module) -> str:
+    """The attention kernels `model`'s training steps run, in words, as its encoders' dispatch will choose them: what
+    a run records (pretrain_settings.json's "attention")."""
+    dispatches = [a for a in (getattr(m, "attention", None) for m in model.modules()) if isinstance(a, Dispatch)]
+    choices = next((d.cpu for d in dispatches if isinstance(d.cpu, probe.Choices)), None)
+    configs = [config for config in (getattr(m, "config", None) for m in model.modules())
+               if isinstance(config, BertConfig)]
+    dropout = max((config.attention_probs_dropout_prob for config in configs), default=0.0)
+    if choices is None:
+        return "SDPA (no measured CPU attention choices: a GPU, BERTKIT_CPU_KERNELS=0 or a fixed backend)"
+    if dropout:
+        return f"SDPA (attention dropout {dropout:g}: bmm attention was measured, and runs, only without it)"
+    return describe_training_attention(choices)
 
 
 def describe_training_attention(choices: probe.Choices) -> str:
-    """The attention kernels training runs, per precision, in words (the probe's verdicts)."""
+    """The attention kernels training runs without attention dropout, per precision, in words (the probe's verdicts)."""
     verdicts = [f"{p} bmm near {', '.join(map(str, choices.bmm_training[p]))} tokens, SDPA elsewhere"
                 if choices.bmm_training.get(p) else f"{p} SDPA" for p in probe.FLOAT_PRECISIONS]
     return (f"{'; '.join(verdicts)} (bmm where its forward + backward measured at least "

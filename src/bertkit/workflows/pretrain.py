@@ -64,7 +64,7 @@ from bertkit.train import checkpoint as ckpt
 from bertkit.train.compiled import CompiledObjective
 from bertkit.train.distributed import DistributedContext, all_reduce_sum, barrier
 from bertkit.workflows.adapt import carry_pooler
-from bertkit.workflows.prepare import StepPlan, prepare_training
+from bertkit.workflows.prepare import StepPlan, prepare_training, training_attention
 from bertkit.workflows.pretrain_plan import SETTINGS_FILE, plan_pretraining
 from bertkit.workflows.recipe_notes import context_gain, plateau_note
 from bertkit.workflows.recipes import PretrainRecipe, full_length_step, pretraining_history
@@ -306,7 +306,8 @@ def pretrain(settings: PretrainSettings, train: TrainConfig, objective: Objectiv
     prepared, train = prepare_training(model, train, ctx)  # the precision is the plan's: nothing measured again
     if ctx.is_main:
         output.mkdir(parents=True, exist_ok=True)
-        write_text_atomic(output / SETTINGS_FILE, json.dumps(plan.record(ctx.world_size), indent=2) + "\n")
+        record = {**plan.record(ctx.world_size), "attention": training_attention(model)}  # as resolved here
+        write_text_atomic(output / SETTINGS_FILE, json.dumps(record, indent=2) + "\n")
     pad = tokenizer.pad_token_id
     micro_batch = train.batch_plan(ctx.world_size)[1]
     evaluate = functools.partial(evaluate_pretraining, dataset=eval_set, nsp=settings.nsp, pad_token_id=pad,
