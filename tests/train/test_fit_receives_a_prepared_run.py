@@ -138,3 +138,39 @@ def test_what_training_attention_a_model_runs_is_said_as_recorded():
     dropped = BertForMaskedLM(preset("bert-debug", vocab_size=64))
     prepare_training(dropped, TrainConfig(**READY), DistributedContext())
     assert training_attention(dropped).startswith("SDPA (attention dropout 0.1")
+
+
+def test_every_rank_attends_with_rank_0s_choices(monkeypatch):
+    """A rank other than 0 measures nothing: it installs the choices rank 0 broadcast."""
+    from bertkit.config import preset
+    from bertkit.model import BertForMaskedLM
+    from bertkit.runtime import probe
+    from bertkit.workflows import prepare
+
+    sent = probe.choices(32)
+    monkeypatch.setattr(probe, "choices", lambda width: pytest.fail("rank 1 measured"))
+    monkeypatch.setattr(prepare, "broadcast_object", lambda value, ctx: sent if value is None else pytest.fail())
+    model = BertForMaskedLM(preset("bert-debug", vocab_size=64))
+    prepare.use_measured_attention(model, DistributedContext(rank=1, world_size=2))
+    assert model.bert.attention.cpu is sent
+
+
+def test_bertkit_pretrain_on_a_cpu_runs_bmm_attention_and_records_it(tmp_path, toy_pretraining_data, monkeypatch):
+    """The plain command, at the short recipe's dropout 0 in bf16 (the suite's AMD profile): every layer's training
+    attention is bmm, and pretrain_settings.json says so."""
+    import json
+
+    from bertkit.cli import main
+    from bertkit.kernels import attention as kernels
+
+    calls = []
+    real_kernel = kernels.bmm_attention
+    monkeypatch.setattr(kernels, "bmm_attention",
+                        lambda *a, **k: calls.append(a[0].requires_grad) or real_kernel(*a, **k))
+    data, tok = str(toy_pretraining_data["data"]), str(toy_pretraining_data["tok"])
+    assert main(["pretrain", "--data", data, "--tokenizer", tok, "--model", "bert-debug", "--recipe", "auto",
+                 "--max-steps", "2", "--eval-examples", "8", "--output", str(tmp_path / "run"), "--device", "cpu",
+                 "--precision", "bf16"]) == 0
+    assert calls.count(True) >= 2 * 2  # two steps x bert-debug's two layers, with a backward
+    record = json.loads((tmp_path / "run" / "pretrain_settings.json").read_text())
+    assert record["attention"].startswith("fp32 bmm near 32 tokens, SDPA elsewhere; bf16 bmm near 32, 64")
