@@ -132,12 +132,14 @@ def test_what_training_attention_a_model_runs_is_said_as_recorded():
 
     config = preset("bert-debug", vocab_size=64, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
     still = BertForMaskedLM(config)
-    assert training_attention(still).startswith("SDPA (no measured CPU attention choices")
+    assert training_attention(still, torch.device("cpu")).startswith("SDPA (no measured CPU attention choices")
     prepare_training(still, TrainConfig(**READY), DistributedContext())
-    assert training_attention(still).startswith("fp32 bmm near 32 tokens, SDPA elsewhere; bf16 bmm near 32, 64, 128")
+    said = training_attention(still, torch.device("cpu"))
+    assert said.startswith("fp32 bmm near 32 tokens, SDPA elsewhere; bf16 bmm near 32, 64, 128")
     dropped = BertForMaskedLM(preset("bert-debug", vocab_size=64))
     prepare_training(dropped, TrainConfig(**READY), DistributedContext())
-    assert training_attention(dropped).startswith("SDPA (attention dropout 0.1")
+    assert training_attention(dropped, torch.device("cpu")).startswith("SDPA (attention dropout 0.1")
+    assert training_attention(still, torch.device("cuda")).startswith("CUDA, as Dispatch picks per batch: flash")
 
 
 def test_every_rank_attends_with_rank_0s_choices(monkeypatch):

@@ -69,19 +69,21 @@ def use_measured_attention(model: nn.Module, ctx: DistributedContext) -> None:
     width = probe.model_width(model)
     choices = broadcast_object(probe.choices(width) if ctx.is_main else None, ctx)
     if attend_as_measured_for_training(model, choices) and ctx.is_main:
-        logger.info("attention for training on this CPU: %s", training_attention(model))
+        logger.info("attention for training on this CPU: %s", training_attention(model, ctx.device))
 
 
-def training_attention(model: nn.Module) -> str:
-    """The attention kernels `model`'s training steps run, in words, as its encoders' dispatch will choose them: what
-    a run records (pretrain_settings.json's "attention")."""
+def training_attention(model: nn.Module, device: torch.device) -> str:
+    """The attention kernels `model`'s training steps run on `device`, in words, as its encoders' dispatch will choose
+    them: what a run records (pretrain_settings.json's "attention")."""
+    if device.type == "cuda":
+        return "CUDA, as Dispatch picks per batch: flash attention over the packed tokens (bf16/fp16), SDPA otherwise"
     dispatches = [a for a in (getattr(m, "attention", None) for m in model.modules()) if isinstance(a, Dispatch)]
     choices = next((d.cpu for d in dispatches if isinstance(d.cpu, probe.Choices)), None)
     configs = [config for config in (getattr(m, "config", None) for m in model.modules())
                if isinstance(config, BertConfig)]
     dropout = max((config.attention_probs_dropout_prob for config in configs), default=0.0)
     if choices is None:
-        return "SDPA (no measured CPU attention choices: a GPU, BERTKIT_CPU_KERNELS=0 or a fixed backend)"
+        return "SDPA (no measured CPU attention choices: BERTKIT_CPU_KERNELS=0 or a fixed backend)"
     if dropout:
         return f"SDPA (attention dropout {dropout:g}: bmm attention was measured, and runs, only without it)"
     return describe_training_attention(choices)

@@ -306,7 +306,7 @@ def pretrain(settings: PretrainSettings, train: TrainConfig, objective: Objectiv
     prepared, train = prepare_training(model, train, ctx)  # the precision is the plan's: nothing measured again
     if ctx.is_main:
         output.mkdir(parents=True, exist_ok=True)
-        record = {**plan.record(ctx.world_size), "attention": training_attention(model)}  # as resolved here
+        record = {**plan.record(ctx.world_size), "attention": training_attention(model, ctx.device)}  # as resolved here
         write_text_atomic(output / SETTINGS_FILE, json.dumps(record, indent=2) + "\n")
     pad = tokenizer.pad_token_id
     micro_batch = train.batch_plan(ctx.world_size)[1]
