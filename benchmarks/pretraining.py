@@ -21,8 +21,9 @@ peak, measured (`peak.py`) or given with --peak-tflops (an H100/H200 SXM: 989 TF
 `--compile` adds a row, bertkit with torch.compile'd encoder layers (`bertkit pretrain --compile`);
 its compilation happens in the warm-up round, which is not timed. On a CPU, bertkit's row attends as `bertkit
 pretrain` does, with this machine's measured choices (bmm attention where its forward + backward measured faster
-than SDPA's: `bertkit.workflows.prepare.use_measured_attention`); `--sdpa-row` adds bertkit on SDPA alone, to
-show what that choice is worth.
+than SDPA's, dropout masks counter-based where measured faster than torch's:
+`bertkit.workflows.prepare.use_measured_kernels`); `--sdpa-row` adds bertkit as it runs without those choices (SDPA,
+torch's dropout), to show what they are worth.
 
 `--memory` runs each implementation for a few steps in a fresh child process and reports its peak
 resident set size (ru_maxrss): the same batches, so the difference is the implementations' own.
@@ -49,7 +50,7 @@ from bertkit.assets import kjv_path
 from bertkit.config import preset
 from bertkit.data import InstanceSettings, PretrainingDataset, build_pretraining_data, collate_pretraining
 from bertkit.model import BertForPreTraining, compile_model
-from bertkit.model.accelerate import attend_as_measured_for_training
+from bertkit.model.accelerate import train_as_measured
 from bertkit.runtime import probe, report
 from bertkit.settings import PretrainingDataSettings
 from bertkit.tasks.pretraining import pretraining_loss
@@ -86,7 +87,7 @@ def transformers_step(model, batch) -> torch.Tensor:
                  next_sentence_label=batch["nsp_labels"]).loss
 
 
-STEPS = {"bertkit": bertkit_step, "bertkit --compile": bertkit_step, "bertkit, SDPA attention": bertkit_step,
+STEPS = {"bertkit": bertkit_step, "bertkit --compile": bertkit_step, "bertkit, SDPA, torch's dropout": bertkit_step,
          "transformers": transformers_step}
 
 
@@ -125,15 +126,15 @@ def build_models(model_name: str, vocab_size: int, which: tuple[str, ...], devic
     models = {"bertkit": ours}
     with tempfile.TemporaryDirectory() as directory:
         ours.save_pretrained(directory)
-        if "bertkit, SDPA attention" in which:
-            models["bertkit, SDPA attention"] = BertForPreTraining.from_pretrained(directory)
+        if "bertkit, SDPA, torch's dropout" in which:
+            models["bertkit, SDPA, torch's dropout"] = BertForPreTraining.from_pretrained(directory)
         if "transformers" in which:
             models["transformers"] = transformers.BertForPreTraining.from_pretrained(directory)
         if "bertkit --compile" in which:
             models["bertkit --compile"] = BertForPreTraining.from_pretrained(directory)
             compile_model(models["bertkit --compile"])
     if device == "cpu":
-        attend_as_measured_for_training(ours, probe.choices(config.hidden_size))  # as `bertkit pretrain` on a CPU
+        train_as_measured(ours, probe.choices(config.hidden_size))  # as `bertkit pretrain` on a CPU
     return {name: models[name].train() for name in which}
 
 
@@ -151,7 +152,7 @@ def autocast_for(precision: str, device: str = "cpu"):
 
 def throughput(args: argparse.Namespace, batches: list[dict]) -> None:
     names = ("bertkit",) + (("bertkit --compile",) if args.compile else ()) \
-        + (("bertkit, SDPA attention",) if args.sdpa_row else ()) + ("transformers",)
+        + (("bertkit, SDPA, torch's dropout",) if args.sdpa_row else ()) + ("transformers",)
     built = build_models(args.model, 30522, names, args.device, args.dropout)
     models = {name: model.to(args.device) for name, model in built.items()}
     batches = [{k: v.to(args.device) for k, v in batch.items()} for batch in batches]
@@ -226,7 +227,7 @@ def main() -> None:
     parser.add_argument("--dropout", type=float, default=None,
                         help="hidden and attention dropout of both models (default: BERT's 0.1; the short recipe's: 0)")
     parser.add_argument("--sdpa-row", action="store_true",
-                        help="also time bertkit on SDPA attention alone (no measured CPU attention choice)")
+                        help="also time bertkit without the measured CPU kernels (SDPA, torch's dropout)")
     parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     parser.add_argument("--peak-tflops", type=float, default=None,
                         help="peak for MFU, e.g. 989 for an H100/H200 SXM in bf16 (default: a measured matmul)")

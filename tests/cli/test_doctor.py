@@ -101,3 +101,8 @@ def test_doctor_prints_the_training_attention_measured(capsys):
     assert "attention for training in bf16 (forward + backward), us SDPA/bmm by length: 32: 2050/730," in out
     assert "auto bmm attention for training in bf16: taken near 32, 64, 128, 256 tokens" in out
     assert "auto bmm attention for training in fp32: taken near 32 tokens" in out
+    assert "attention for training in bf16 (forward + backward, dropout 0.1), us SDPA/bmm by length: 32: 1380/965," \
+        in out
+    assert "auto bmm attention for training with dropout 0.1 in bf16: taken near 32, 64, 128 tokens" in out
+    assert "dropout in bf16 (forward + backward), us torch's/counter-based: 4670/1817" in out
+    assert "auto counter-based dropout in bf16: taken (1817 vs torch's 4670 us" in out

@@ -13,6 +13,7 @@ import torch.nn.functional as F
 
 from bertkit.config import preset
 from bertkit.kernels import attention as attention_kernels
+from bertkit.kernels import dropout as dropout_kernels
 from bertkit.model import BertModel, accelerate
 from bertkit.model.attention import BatchedBmm, CpuBmm, Dispatch, PaddedSDPA, PerSequence, RepaddedSDPA, VarlenFlash
 from bertkit.model.padding import Unpadded
@@ -117,8 +118,9 @@ def test_bmm_attention_equals_sdpa(dtype):
 
 
 def test_batched_bmm_drops_attention_weights_as_bert_does():
-    """With attention dropout, BatchedBmm's output is the written-out attention with F.dropout applied to the
-    weights after the softmax (the same random draws), and its gradient flows through the kept weights only."""
+    """With attention dropout, BatchedBmm's output is the written-out attention with the counter-based dropout
+    (kernels.dropout, the same seed drawn) applied to the weights after the softmax, and its gradient flows
+    through the kept weights only."""
     mask = torch.tensor(PATTERNS["right"], dtype=torch.bool)
     qkv = torch.randn(*mask.shape, 3 * WIDTH, generator=torch.Generator().manual_seed(0)).requires_grad_()
     torch.manual_seed(7)
@@ -128,7 +130,7 @@ def test_batched_bmm_drops_attention_weights_as_bert_does():
     scores = (q @ k.transpose(-1, -2)) / (WIDTH // HEADS) ** 0.5
     weights = scores.masked_fill(~mask[:, None, None, :], torch.finfo(scores.dtype).min).softmax(-1)
     torch.manual_seed(7)
-    expected = (F.dropout(weights.reshape(batch * HEADS, length, length), 0.25).view_as(weights) @ v)
+    expected = (dropout_kernels.dropout(weights.reshape(batch * HEADS, length, length), 0.25).view_as(weights) @ v)
     expected = expected.transpose(1, 2).reshape(batch, length, WIDTH)
     torch.testing.assert_close(actual[mask], expected[mask], atol=1e-5, rtol=1e-5)
     assert not torch.allclose(actual[mask], run_backend(PaddedSDPA(), qkv.detach(), mask)[mask], atol=1e-3)
@@ -152,9 +154,10 @@ def test_cpu_bmm_only_at_its_lengths_without_mask_or_dropout(monkeypatch):
 
 
 def test_dispatch_for_training_on_a_cpu():
-    """A backward will run (the embeddings require gradients, grad mode on), no attention dropout: BatchedBmm on the
-    padded or full batch wherever the profile measured bmm's forward + backward faster (tests/conftest.py's AMD
-    machine: bf16 at 32-256 tokens, fp32 at 32); SDPA elsewhere, without measured choices, and in inference."""
+    """A backward will run (the embeddings require gradients, grad mode on): BatchedBmm on the padded or full batch
+    wherever the profile measured bmm's forward + backward faster, without attention dropout or with it as the pass
+    has it (tests/conftest.py's AMD machine: bf16 at 32-256 tokens, 32-128 with dropout, fp32 at 32); SDPA
+    elsewhere, without measured choices, and in inference."""
     measured = Dispatch(probe.choices(WIDTH))
     def chosen(length, dtype, padded=True, dropout_p=0.0, grad=True, backend=measured):
         x = torch.zeros(2, length, WIDTH, dtype=dtype).requires_grad_(grad)
@@ -162,7 +165,8 @@ def test_dispatch_for_training_on_a_cpu():
     for length in (24, 64, 128, 256):
         assert chosen(length, torch.bfloat16) == "BatchedBmm()"
     assert chosen(64, torch.bfloat16, padded=False) == "BatchedBmm()"
-    assert chosen(64, torch.bfloat16, padded=False, dropout_p=0.1) == "PaddedSDPA()"  # measured without dropout
+    assert chosen(64, torch.bfloat16, padded=False, dropout_p=0.1) == "BatchedBmm()"  # measured with dropout too
+    assert chosen(256, torch.bfloat16, dropout_p=0.1) == "PerSequence(PaddedSDPA())"  # with dropout: slower there
     assert chosen(512, torch.bfloat16) == "PerSequence(PaddedSDPA())"  # measured slower there
     assert chosen(32, torch.float32) == "BatchedBmm()" and chosen(64, torch.float32) == "PerSequence(PaddedSDPA())"
     assert chosen(64, torch.bfloat16, grad=False) == "PerSequence(CpuBmm())"  # no backward: inference's verdict

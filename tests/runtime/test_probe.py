@@ -119,10 +119,34 @@ def test_training_attention_has_its_own_verdict_at_1_1x():
     assert ("bmm attention for training in bf16: taken near 32, 64 tokens, where its forward + backward beat "
             "SDPA's") in chosen.reasons
     data = profile("amd-epyc").to_json()
-    del data["attention_training"]
+    del data["attention_training"], data["attention_training_dropout"], data["dropout"]
     older = probe.Measurements.from_json(data)
     assert older.attention_training == {} and probe.decide(older).bmm_training == {"fp32": (), "bf16": ()}
-    assert not any("for training" in reason for reason in probe.decide(older).reasons)
+    assert not any("for training" in reason or "dropout" in reason for reason in probe.decide(older).reasons)
+    assert probe.decide(older).counter_dropout == () and not probe.decide(older).bmm_for_training(torch.bfloat16, 64,
+                                                                                                  dropout=True)
+
+
+def test_dropout_and_attention_with_dropout_have_their_own_verdicts_at_1_1x():
+    """The counter-based dropout is taken per precision where its forward + backward beat torch's by 1.1x; bmm
+    attention with attention dropout has its own verdict per length, apart from the one without; each says so in
+    a reason line."""
+    without = {"fp32": [(n, 100.0, 100.0) for n in probe.ATTENTION_LENGTHS],
+               "bf16": [(n, 300.0, 100.0) for n in probe.ATTENTION_LENGTHS]}
+    with_dropout = {"fp32": [(n, 111.0, 100.0) for n in probe.ATTENTION_LENGTHS],
+                    "bf16": [(32, 300.0, 100.0)] + [(n, 100.0, 100.0) for n in probe.ATTENTION_LENGTHS[1:]]}
+    chosen = probe.decide(dataclasses.replace(profile("amd-epyc"), attention_training=without,
+                                              attention_training_dropout=with_dropout,
+                                              dropout={"fp32": (111.0, 100.0), "bf16": (109.0, 100.0)}))
+    assert chosen.counter_dropout == ("fp32",)
+    assert chosen.dropout_by_counter(torch.float32) and not chosen.dropout_by_counter(torch.bfloat16)
+    assert chosen.bmm_for_training(torch.bfloat16, 128) and not chosen.bmm_for_training(torch.bfloat16, 128, True)
+    assert chosen.bmm_for_training(torch.bfloat16, 32, True) and chosen.bmm_for_training(torch.float32, 64, True)
+    assert not chosen.bmm_for_training(torch.float32, 64)
+    assert "counter-based dropout in fp32: taken (100 vs torch's 111 us, forward + backward; needs 1.1x)" \
+        in chosen.reasons
+    assert ("bmm attention for training with dropout 0.1 in bf16: taken near 32 tokens, where its forward + backward "
+            "beat SDPA's") in chosen.reasons
 
 
 # --- auto precision and the kernels under each profile -----------------------------------------
@@ -317,6 +341,8 @@ def test_the_real_probe_measures_every_candidate_and_leaves_no_trace():
     assert all(s > 0 and b > 0 for p in ("fp32", "bf16") for _, s, b in measured.attention[p])
     assert [n for n, _, _ in measured.attention_training["bf16"]] == list(probe.ATTENTION_LENGTHS)
     assert all(s > 0 and b > 0 for p in ("fp32", "bf16") for _, s, b in measured.attention_training[p])
+    assert all(s > 0 and b > 0 for p in ("fp32", "bf16") for _, s, b in measured.attention_training_dropout[p])
+    assert all(ours > 0 and theirs > 0 for theirs, ours in measured.dropout.values()) and len(measured.dropout) == 2
     assert probe.Measurements.from_json(json.loads(json.dumps(measured.to_json()))) == measured
     probe.decide(measured)
 

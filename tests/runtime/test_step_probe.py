@@ -162,22 +162,28 @@ def test_a_probe_that_got_little_cpu_is_not_cached(live, monkeypatch):
     assert source.startswith("measured now")  # measured again, not read from a cache written under load
 
 
-def test_a_step_timed_with_other_attention_kernels_is_another_measurement(live, monkeypatch):
-    """The cache key names the training-attention choices the encoder's dispatch holds, so a step timed on the
-    plain dispatch (SDPA) is not reused for the one prepare_training gives (bmm where measured faster)."""
-    from bertkit.model.accelerate import attend_as_measured_for_training
+def test_a_step_timed_with_other_kernels_is_another_measurement(live, monkeypatch):
+    """The cache key names the training kernels the encoder was given (its dispatch's attention choices, its
+    dropouts' counter-based precisions), so a step timed on the plain modules (SDPA, torch's dropout) is not reused
+    for the ones prepare_training gives (bmm and counter-based masks where measured faster)."""
+    from bertkit.model.accelerate import attend_as_measured_for_training, drop_as_measured_for_training
 
     measured = []
     monkeypatch.setattr(step_probe, "measure", lambda *args: measured.append(1) or timings(1.0, 0.5))
     model = BertForPreTraining(preset("bert-debug", vocab_size=64))
     step_probe.step_timings(model.bert)
     step_probe.step_timings(model.bert)
-    assert step_probe.attention_key(model.bert) == {} and len(measured) == 1
+    plain = {"bmm_training": {}, "bmm_training_dropout": {}, "counter_dropout": []}
+    assert step_probe.kernel_key(model.bert) == plain and len(measured) == 1
     monkeypatch.setenv("BERTKIT_PROBE_FILE", str(Path(__file__).parents[1] / "assets" / "probe" / "amd-epyc.json"))
     attend_as_measured_for_training(model, probe.choices(32))
-    assert step_probe.attention_key(model.bert) == {"bf16": [32, 64, 128, 256], "fp32": [32]}
+    assert step_probe.kernel_key(model.bert)["bmm_training"] == {"bf16": [32, 64, 128, 256], "fp32": [32]}
     step_probe.step_timings(model.bert)
     assert len(measured) == 2
+    drop_as_measured_for_training(model, probe.choices(32))
+    assert step_probe.kernel_key(model.bert)["counter_dropout"] == ["bf16", "fp32"]
+    step_probe.step_timings(model.bert)
+    assert len(measured) == 3
 
 
 def test_the_training_step_is_timed_with_the_runs_attention_kernels(live, monkeypatch):

@@ -69,6 +69,7 @@ def test_prepare_gives_every_encoder_the_measured_training_attention(monkeypatch
     left alone, and BERTKIT_CPU_KERNELS=0 leaves the plain dispatch."""
     from bertkit.config import preset
     from bertkit.model import BertForMaskedLM
+    from bertkit.model.accelerate import MeasuredDropout
     from bertkit.model.attention import Dispatch, PaddedSDPA
     from bertkit.runtime import probe
 
@@ -82,15 +83,20 @@ def test_prepare_gives_every_encoder_the_measured_training_attention(monkeypatch
     [line] = [r.getMessage() for r in caplog.records if "attention for training" in r.getMessage()]
     assert "fp32 bmm near 32 tokens, SDPA elsewhere; bf16 bmm near 32, 64, 128, 256 tokens, SDPA elsewhere" in line
     caplog.clear()
-    with caplog.at_level("INFO", logger="bertkit.workflows.prepare"):  # fine-tuning's attention dropout: SDPA runs
-        prepare_training(BertForMaskedLM(preset("bert-debug", vocab_size=64)), TrainConfig(**READY),
-                         DistributedContext())
-    assert "attention for training on this CPU: SDPA (attention dropout 0.1: bmm attention was measured, and runs, " \
-           "only without it)" in caplog.text
+    dropped = BertForMaskedLM(preset("bert-debug", vocab_size=64))
+    with caplog.at_level("INFO", logger="bertkit.workflows.prepare"):  # fine-tuning's dropout: its own verdicts
+        prepare_training(dropped, TrainConfig(**READY), DistributedContext())
+    assert "attention for training on this CPU: fp32 bmm near 32 tokens, SDPA elsewhere; bf16 bmm near 32, 64, 128 " \
+           "tokens, SDPA elsewhere (bmm where its forward + backward with attention dropout 0.1" in caplog.text
+    assert "dropout for training on this CPU: counter-based masks (bertkit.kernels.dropout) in fp32, bf16" \
+        in caplog.text
+    dropouts = [m for m in dropped.modules() if isinstance(m, torch.nn.Dropout)]
+    assert dropouts and all(type(m) is MeasuredDropout and m.p == 0.1 for m in dropouts)
     monkeypatch.setenv("BERTKIT_CPU_KERNELS", "0")
-    plain = BertForMaskedLM(config)
+    plain = BertForMaskedLM(preset("bert-debug", vocab_size=64))
     prepare_training(plain, TrainConfig(**READY), DistributedContext())
     assert repr(plain.bert.attention) == repr(Dispatch())
+    assert all(type(m) is torch.nn.Dropout for m in plain.modules() if isinstance(m, torch.nn.Dropout))
 
 
 def test_a_bf16_training_step_runs_bmm_attention_and_matches_sdpa(monkeypatch):
@@ -124,11 +130,12 @@ def test_a_bf16_training_step_runs_bmm_attention_and_matches_sdpa(monkeypatch):
 
 
 def test_what_training_attention_a_model_runs_is_said_as_recorded():
-    """`training_attention` (pretrain_settings.json's "attention"): bmm where measured without attention dropout, SDPA
-    with it, and SDPA without measured choices."""
+    """`training_attention` (pretrain_settings.json's "attention"): bmm where measured without attention dropout or
+    with it (the verdicts for the model's dropout), and SDPA without measured choices; `training_dropout` ("dropout"):
+    counter-based masks where measured faster, torch's without measured choices or on a GPU."""
     from bertkit.config import preset
     from bertkit.model import BertForMaskedLM
-    from bertkit.workflows.prepare import training_attention
+    from bertkit.workflows.prepare import training_attention, training_dropout
 
     config = preset("bert-debug", vocab_size=64, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
     still = BertForMaskedLM(config)
@@ -138,8 +145,16 @@ def test_what_training_attention_a_model_runs_is_said_as_recorded():
     assert said.startswith("fp32 bmm near 32 tokens, SDPA elsewhere; bf16 bmm near 32, 64, 128")
     dropped = BertForMaskedLM(preset("bert-debug", vocab_size=64))
     prepare_training(dropped, TrainConfig(**READY), DistributedContext())
-    assert training_attention(dropped, torch.device("cpu")).startswith("SDPA (attention dropout 0.1")
+    said = training_attention(dropped, torch.device("cpu"))
+    assert said.startswith("fp32 bmm near 32 tokens, SDPA elsewhere; bf16 bmm near 32, 64, 128 tokens, SDPA")
+    assert "with attention dropout 0.1 (bmm's mask counter-based)" in said
     assert training_attention(still, torch.device("cuda")).startswith("CUDA, as Dispatch picks per batch: flash")
+    assert training_dropout(dropped, torch.device("cpu")).startswith("counter-based masks (bertkit.kernels.dropout) in "
+                                                                     "fp32, bf16, torch's dropout otherwise")
+    assert training_dropout(dropped, torch.device("cuda")) == "torch's dropout"
+    assert training_dropout(BertForMaskedLM(preset("bert-debug", vocab_size=64)), torch.device("cpu")) \
+        == "torch's dropout"  # no measured choices given
+    assert training_dropout(still, torch.device("cpu")) == "none (every dropout probability is 0)"
 
 
 def test_every_rank_attends_with_rank_0s_choices(monkeypatch):
@@ -153,7 +168,7 @@ def test_every_rank_attends_with_rank_0s_choices(monkeypatch):
     monkeypatch.setattr(probe, "choices", lambda width: pytest.fail("rank 1 measured"))
     monkeypatch.setattr(prepare, "broadcast_object", lambda value, ctx: sent if value is None else pytest.fail())
     model = BertForMaskedLM(preset("bert-debug", vocab_size=64))
-    prepare.use_measured_attention(model, DistributedContext(rank=1, world_size=2))
+    prepare.use_measured_kernels(model, DistributedContext(rank=1, world_size=2))
     assert model.bert.attention.cpu is sent
 
 

@@ -1,8 +1,8 @@
 """Attention kernels the backends of `bertkit.model.attention` call. Torch only.
 
 - `bmm_attention`: two batched matrix multiplies, what `CpuBmm` (inference) and `BatchedBmm` (training, with the
-  padding mask and attention dropout) run where the probe (`bertkit.runtime.probe`) measured it faster than SDPA
-  for the dtype and length.
+  padding mask and attention dropout, its mask counter-based on a CPU: `bertkit.kernels.dropout`) run where the
+  probe (`bertkit.runtime.probe`) measured it faster than SDPA for the dtype and length.
 - `flash_varlen`: CUDA flash attention over packed sequences (cumulative lengths) WITH attention dropout, for
   training: `torch.nn.attention.varlen.varlen_attn` fixes dropout at 0, but the flash kernels under it
   (`aten._flash_attention_forward` / `_backward`, the ones SDPA uses) take a dropout probability and replay the
@@ -15,15 +15,17 @@ Shape legend: B batch, A heads, T sequence length, Dh head size, N packed tokens
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
+
+from bertkit.kernels.dropout import dropout
 
 
 def bmm_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None = None,
                   dropout_p: float = 0.0) -> torch.Tensor:
     """softmax(q k^T / sqrt(Dh)) v for 3 x (B, A, T, Dh) -> (B, A, T, Dh) by two batched matmuls: the
     candidate the probe times against SDPA. `mask` (B, 1, 1, T) bool, True at the keys attended (padding
-    False); `dropout_p` drops attention weights after the softmax (training), as BERT does. A row whose keys
-    are all masked attends to them uniformly instead of giving NaN (its output is padding, dropped after)."""
+    False); `dropout_p` drops attention weights after the softmax (training), as BERT does, with a counter-based
+    mask on a CPU (`kernels.dropout.dropout`). A row whose keys are all masked attends to them uniformly
+    instead of giving NaN (its output is padding, dropped after)."""
     batch, heads, length, size = q.shape
     q = (q * size ** -0.5).reshape(batch * heads, length, size)
     scores = torch.bmm(q, k.reshape(batch * heads, length, size).transpose(1, 2))  # (BA, T, T)
@@ -32,7 +34,7 @@ def bmm_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch
         scores = scores.view(batch * heads, length, length)
     probs = torch.softmax(scores, dim=-1)  # bf16 in, accumulated in fp32 by the CPU kernel
     if dropout_p > 0.0:
-        probs = F.dropout(probs, dropout_p)
+        probs = dropout(probs, dropout_p)
     return torch.bmm(probs, v.reshape(batch * heads, length, size)).view(batch, heads, length, size)
 
 

@@ -6,9 +6,10 @@
   `for_inference(model, precision, device)` resolves `--precision auto` first and is what every
   inference command runs.
 - `compile_model(model)`: torch.compile'd encoder layers, for training (`--compile`).
-- `attend_as_measured_for_training(model, choices)`: the model's own attention dispatch given the measured CPU
-  choices, so training runs bmm attention where its forward + backward measured faster (the training
-  workflows' `prepare_training` applies it; the model itself is not copied).
+- `train_as_measured(model, choices)`: the model's own attention dispatch given the measured CPU choices, so
+  training runs bmm attention where its forward + backward measured faster, and its dropout modules swapped for
+  `MeasuredDropout`, whose CPU masks are counter-based where that measured faster (`bertkit.kernels.dropout`);
+  the training workflows' `prepare_training` applies it, to the model itself (no copy: neither holds weights).
 
 Design decision: the accelerated model is a copy and the kernels' state belongs to it. The copy shares
 every tensor it does not replace with the original (no second copy of the weights, except those cast to
@@ -49,6 +50,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from bertkit.kernels import int8
+from bertkit.kernels.dropout import dropout as counter_dropout
 from bertkit.model.attention import Dispatch, PaddedSDPA
 from bertkit.model.bert import BertLayer, BertModel, ResidualDense
 from bertkit.runtime import probe
@@ -123,6 +125,47 @@ def measured_attention(bert: BertModel) -> Dispatch:
     if bert.embeddings.word.weight.device.type != "cpu" or not cpu_kernels_enabled():
         return Dispatch()
     return Dispatch(probe.choices(bert.config.hidden_size))
+
+
+def train_as_measured(model: nn.Module, choices: probe.Choices) -> bool:
+    """`attend_as_measured_for_training` and `drop_as_measured_for_training`: whether either changed anything."""
+    attends = attend_as_measured_for_training(model, choices)
+    return drop_as_measured_for_training(model, choices) or attends
+
+
+class MeasuredDropout(nn.Dropout):
+    """nn.Dropout whose masks on a CPU are counter-based (`kernels.dropout`) in the dtypes where the probe measured
+    that faster (`choices.dropout_by_counter`); torch's elsewhere. Holds no state, so checkpoints are unchanged."""
+
+    def __init__(self, p: float, choices: probe.Choices, inplace: bool = False) -> None:
+        super().__init__(p, inplace)
+        self.choices = choices
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.training and x.device.type == "cpu" and self.choices.dropout_by_counter(x.dtype):
+            return counter_dropout(x, self.p)
+        return super().forward(x)
+
+
+def drop_as_measured_for_training(model: nn.Module, choices: probe.Choices) -> bool:
+    """Swap each plain nn.Dropout of `model` (a module on a CPU, with BERTKIT_CPU_KERNELS unset) for a
+    `MeasuredDropout` of the same p given `choices`, where they say the counter-based masks are faster in some
+    precision; returns whether any was swapped."""
+    if not choices.counter_dropout or not cpu_kernels_enabled():
+        return False
+    swapped = False
+    for parent in list(model.modules()):
+        for name, child in list(parent.named_children()):
+            if type(child) is nn.Dropout and _on_cpu(parent):
+                setattr(parent, name, MeasuredDropout(child.p, choices, child.inplace).train(child.training))
+                swapped = True
+    return swapped
+
+
+def _on_cpu(module: nn.Module) -> bool:
+    """Whether `module`'s first parameter (or buffer) is on a CPU, or it holds none."""
+    tensor = next(itertools.chain(module.parameters(), module.buffers()), None)
+    return tensor is None or tensor.device.type == "cpu"
 
 
 def attend_as_measured_for_training(model: nn.Module, choices: probe.Choices) -> bool:

@@ -19,13 +19,13 @@ What runs where (why, with the measurements behind each choice: docs/performance
 
 - CPU, padded batch: `PerSequence`, one SDPA call per sequence on its own slice of the packed tokens, no
   padding and no gathers; measured fastest on CPUs for inference.
-- CPU training without attention dropout (a backward will run: the embeddings require gradients; the
-  short recipe's dropout is 0): `BatchedBmm`, two batched matrix multiplies over the padded batch with its
-  key mask, at the dtypes and lengths where the probe measured its forward + backward at least 1.1x faster than
-  SDPA's (SDPA's CPU backward is slow in bf16 at short lengths); SDPA (`PerSequence`, or on the whole batch)
-  elsewhere. Installed with the measured choices by the training workflows
-  (`bertkit.workflows.prepare.prepare_training`). With attention dropout (fine-tuning's 0.1) SDPA runs: the
-  dropout mask over the padded (B, A, T, T) weights cost about what bmm saved (docs/performance.md).
+- CPU training (a backward will run: the embeddings require gradients): `BatchedBmm`, two batched matrix
+  multiplies over the padded batch with its key mask, at the dtypes and lengths where the probe measured its
+  forward + backward at least 1.1x faster than SDPA's (SDPA's CPU backward is slow in bf16 at short lengths),
+  measured without attention dropout (the short recipe's) and with it (fine-tuning's 0.1: bmm's mask is the
+  counter-based one of `bertkit.kernels.dropout`, torch's own costing about what bmm saved); SDPA (`PerSequence`,
+  or on the whole batch) elsewhere. Installed with the measured choices by the training workflows
+  (`bertkit.workflows.prepare.prepare_training`).
 - CPU inference copies (no autograd, no dropout): `CpuBmm` inside, two batched matrix multiplies instead
   of SDPA at the dtypes and lengths where `bertkit.runtime.probe` measured them at least 1.1x faster on the
   machine that runs. Only a `Dispatch` given those choices runs it (`accelerate_for_inference`, which leaves
@@ -135,8 +135,9 @@ class MeasuredChoices(Protocol):
         """Whether it beat SDPA in `dtype` at any probed length."""
         ...
 
-    def bmm_for_training(self, dtype: torch.dtype, length: int) -> bool:
-        """Whether its forward + backward beat SDPA's in `dtype` near `length` tokens."""
+    def bmm_for_training(self, dtype: torch.dtype, length: int, dropout: bool = False) -> bool:
+        """Whether its forward + backward beat SDPA's in `dtype` near `length` tokens, without attention dropout or
+        with it."""
         ...
 
 
@@ -237,8 +238,10 @@ class Dispatch(Attention[None]):
                 return PaddedSDPA()
             return VarlenFlash() if dtype in (torch.float16, torch.bfloat16) else RepaddedSDPA()
         backward = x.requires_grad and torch.is_grad_enabled()  # a backward will run through this pass
-        if self.cpu is not None and device == "cpu" and backward and dropout_p == 0.0 \
-                and self.cpu.bmm_for_training(dtype, x.shape[1]):  # as measured: no attention dropout
+        # with dropout bmm was measured with the counter-based masks, which a compiled graph replaces by torch's
+        measured_dropout = dropout_p > 0.0 and not torch.compiler.is_compiling()
+        if self.cpu is not None and device == "cpu" and backward and (dropout_p == 0.0 or measured_dropout) \
+                and self.cpu.bmm_for_training(dtype, x.shape[1], dropout_p > 0.0):
             return BatchedBmm()  # the padded batch in one call, its key mask in the kernel
         batched = (None if backward else self._measured(x, dtype, dropout_p)) or PaddedSDPA()
         if padded and torch.compiler.is_compiling():  # PerSequence's Python loop over sequences would split the graph

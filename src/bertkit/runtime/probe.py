@@ -3,11 +3,12 @@ kernels, and the description of the machine that `bertkit doctor` and the benchm
 
 Design decision: speed choices are measured on the machine that runs, never inferred from CPU flags. The same
 2-core VM type has been an AMD EPYC where bf16 matrix multiplies are ~4.7x fp32 and an Intel Xeon with avx512_bf16
-but no AMX where they are ~0.6x. The first time a machine meets a model width, a probe (about a second at
-bert-mini's width, three at bert-base's, on one thread) times, at that width, a dense layer's forward + backward in
+but no AMX where they are ~0.6x. The first time a machine meets a model width, a probe (about three seconds at
+bert-mini's width, six at bert-base's, on one thread) times, at that width, a dense layer's forward + backward in
 fp32 and under bf16 autocast (training), its inference forward by `F.linear` and by oneDNN with a packed weight in
-fp32 and bf16 and with dynamic int8, and attention by SDPA and by batched matrix multiplies at a few lengths, for
-inference (forward) and for training (forward + backward, padded rows). The numbers are cached per machine (CPU
+fp32 and bf16 and with dynamic int8, attention by SDPA and by batched matrix multiplies at a few lengths, for
+inference (forward) and for training (forward + backward, padded rows, without and with attention dropout), and
+dropout by torch and by a counter-based mask (`bertkit.kernels.dropout`). The numbers are cached per machine (CPU
 model, cores, torch threads, torch / oneDNN / bertkit versions, probe version) in the user's cache directory; a
 corrupt or stale file is ignored and rewritten. `decide` turns numbers into choices and is a pure function, so its
 rules are tested with injected timings: bf16 only when it is at least 1.2x fp32; a kernel fast path only where it
@@ -48,11 +49,18 @@ from bertkit.errors import BertkitError
 from bertkit.io.atomic import write_text_atomic
 from bertkit.io.jsonfile import read_json_object
 from bertkit.kernels import int8
-from bertkit.runtime.attention_probe import ATTENTION_LENGTHS, DTYPES, attention_times, attention_training_times
+from bertkit.runtime.attention_probe import (
+    ATTENTION_LENGTHS,
+    DROPOUT_P,
+    DTYPES,
+    attention_times,
+    attention_training_times,
+    dropout_times,
+)
 
 log = logging.getLogger(__name__)
 
-PROBE_VERSION = 5  # bumped when what the probe measures changes: older cache files are then stale
+PROBE_VERSION = 6  # bumped when what the probe measures changes: older cache files are then stale
 BF16_MIN_SPEEDUP = 1.2  # bf16 is chosen only when clearly faster than fp32
 FAST_PATH_MIN_SPEEDUP = 1.1  # a kernel fast path too: near-ties stay on PyTorch's default, stable across probes
 DEFAULT_WIDTH = 768  # bert-base: the width probed when no model is given
@@ -138,6 +146,11 @@ class Measurements:
     SDPA one call per sequence on its real tokens (`PerSequence`), bmm once over the padded rows with their key
     mask (`BatchedBmm`); at least two sequences of that length, one of them a quarter padding. Empty in a
     probe file written before it was measured: training then keeps SDPA."""
+    attention_training_dropout: dict[str, list[tuple[int, float, float]]] = dataclasses.field(default_factory=dict)
+    """The same with attention dropout DROPOUT_P: SDPA's own, bmm's counter-based (`kernels.dropout`)."""
+    dropout: dict[str, tuple[float, float]] = dataclasses.field(default_factory=dict)
+    """precision -> (F.dropout, counter-based dropout) microseconds, forward + backward at DROPOUT_P over a micro-
+    batch's hidden states (`attention_probe.dropout_times`). Empty in an older probe file: torch's dropout runs."""
     steady: bool = True
     """Every candidate's two fastest runs agreed within 10%. An unsteady probe (a machine too busy to time:
     one seen measured bf16 at a seventh of its idle rate) serves the run that made it and is not cached."""
@@ -152,12 +165,16 @@ class Measurements:
         rates = {key: {p: _rate(data[key][p], positive=True) for p in FLOAT_PRECISIONS}
                  for key in ("train", "linear", "packed")}
         attention = {p: [(_count(n), _rate(s), _rate(b)) for n, s, b in data["attention"][p]] for p in FLOAT_PRECISIONS}
-        trained = data.get("attention_training", {})
+        trained, dropped = data.get("attention_training", {}), data.get("attention_training_dropout", {})
         attention_training = {p: [(_count(n), _rate(s), _rate(b)) for n, s, b in trained[p]]
                               for p in FLOAT_PRECISIONS if p in trained}
+        with_dropout = {p: [(_count(n), _rate(s), _rate(b)) for n, s, b in dropped[p]]
+                        for p in FLOAT_PRECISIONS if p in dropped}
+        dropout = {p: (_rate(data["dropout"][p][0]), _rate(data["dropout"][p][1]))
+                   for p in FLOAT_PRECISIONS if p in data.get("dropout", {})}
         return cls(width=_count(data["width"]), int8=_rate(data["int8"]), attention=attention,
-                   attention_training=attention_training, seconds=_rate(data["seconds"]),
-                   steady=data.get("steady", True) is True, **rates)
+                   attention_training=attention_training, attention_training_dropout=with_dropout, dropout=dropout,
+                   seconds=_rate(data["seconds"]), steady=data.get("steady", True) is True, **rates)
 
 
 def _rate(value: object, positive: bool = False) -> float:
@@ -188,6 +205,10 @@ class Choices:
     reasons: tuple[str, ...]
     bmm_training: dict[str, tuple[int, ...]] = dataclasses.field(default_factory=dict)
     """precision -> the probed lengths at which it beat SDPA in training, forward + backward (likewise)."""
+    bmm_training_dropout: dict[str, tuple[int, ...]] = dataclasses.field(default_factory=dict)
+    """The same with attention dropout (bmm's mask counter-based)."""
+    counter_dropout: tuple[str, ...] = ()
+    """Precisions in which the counter-based dropout (`kernels.dropout`) beat F.dropout (likewise)."""
 
     def packed(self, dtype: torch.dtype) -> bool:
         return _name(dtype) in self.packed_linear
@@ -200,9 +221,15 @@ class Choices:
         """Whether bmm attention beat SDPA in `dtype` at any probed length."""
         return bool(self.bmm_attention.get(_name(dtype)))
 
-    def bmm_for_training(self, dtype: torch.dtype, length: int) -> bool:
-        """Whether bmm attention's forward + backward is faster at `length` (the nearest probed length's verdict)."""
-        return _nearest(length) in self.bmm_training.get(_name(dtype), ())
+    def bmm_for_training(self, dtype: torch.dtype, length: int, dropout: bool = False) -> bool:
+        """Whether bmm attention's forward + backward is faster at `length` (the nearest probed length's verdict),
+        without attention dropout or with it."""
+        verdicts = self.bmm_training_dropout if dropout else self.bmm_training
+        return _nearest(length) in verdicts.get(_name(dtype), ())
+
+    def dropout_by_counter(self, dtype: torch.dtype) -> bool:
+        """Whether the counter-based dropout is the faster in `dtype`."""
+        return _name(dtype) in self.counter_dropout
 
 
 def _nearest(length: int) -> int:
@@ -219,6 +246,8 @@ def decide(m: Measurements) -> Choices:
     packed = tuple(p for p in FLOAT_PRECISIONS if m.packed[p] >= FAST_PATH_MIN_SPEEDUP * m.linear[p] > 0)
     bmm = {p: _bmm_wins(m.attention[p]) for p in FLOAT_PRECISIONS}
     bmm_training = {p: _bmm_wins(m.attention_training.get(p, [])) for p in FLOAT_PRECISIONS}
+    bmm_dropout = {p: _bmm_wins(m.attention_training_dropout.get(p, [])) for p in FLOAT_PRECISIONS}
+    counter = tuple(p for p, (torch_us, ours) in m.dropout.items() if 0 < FAST_PATH_MIN_SPEEDUP * ours <= torch_us)
     inference = {p: inference_rate(m, p) for p in FLOAT_PRECISIONS}
     train, train_reason = _faster_precision(m.train, f"{m.width}-wide dense layer, forward + backward")
     served, served_reason = _faster_precision(inference, f"{m.width}-wide dense layer at inference")
@@ -231,16 +260,22 @@ def decide(m: Measurements) -> Choices:
         reasons.append(f"bmm attention in {p}: taken near {lengths} tokens, where it beat SDPA" if bmm[p] else
                        f"bmm attention in {p}: not taken (not {FAST_PATH_MIN_SPEEDUP}x faster than SDPA at any "
                        "probed length)")
-        if m.attention_training.get(p):
-            lengths = ", ".join(map(str, bmm_training[p]))
-            reasons.append(f"bmm attention for training in {p}: taken near {lengths} tokens, where its forward + "
-                           "backward beat SDPA's" if bmm_training[p] else
-                           f"bmm attention for training in {p}: not taken (not {FAST_PATH_MIN_SPEEDUP}x faster than "
-                           "SDPA at any probed length)")
+        for verdicts, measured, what in ((bmm_training, m.attention_training, ""),
+                                         (bmm_dropout, m.attention_training_dropout, f" with dropout {DROPOUT_P}")):
+            if measured.get(p):
+                lengths = ", ".join(map(str, verdicts[p]))
+                reasons.append(f"bmm attention for training{what} in {p}: taken near {lengths} tokens, where its "
+                               "forward + backward beat SDPA's" if verdicts[p] else
+                               f"bmm attention for training{what} in {p}: not taken (not {FAST_PATH_MIN_SPEEDUP}x "
+                               "faster than SDPA at any probed length)")
+        if p in m.dropout:
+            torch_us, ours = m.dropout[p]
+            reasons.append(f"counter-based dropout in {p}: {'taken' if p in counter else 'not taken'} ({ours:.0f} vs "
+                           f"torch's {torch_us:.0f} us, forward + backward; needs {FAST_PATH_MIN_SPEEDUP}x)")
     if m.int8 > 0:
         reasons.append(f"int8 (opt-in, --precision int8): {m.int8:.0f} GFLOP/s, "
                        f"{m.int8 / max(inference.values()):.2f}x the faster float precision")
-    return Choices(train, served, packed, bmm, tuple(reasons), bmm_training)
+    return Choices(train, served, packed, bmm, tuple(reasons), bmm_training, bmm_dropout, counter)
 
 
 def _bmm_wins(times: list[tuple[int, float, float]]) -> tuple[int, ...]:
@@ -266,7 +301,7 @@ def _faster_precision(rates: dict[str, float], what: str) -> tuple[str, str]:
 # --- the probe ------------------------------------------------------------------------------------
 
 def measure(width: int = DEFAULT_WIDTH) -> Measurements:
-    """Time the candidates at this model width on one CPU thread (one to three seconds on an idle core, by width).
+    """Time the candidates at this model width on one CPU thread (three to six seconds on an idle core, by width).
 
     One thread, because the choices compare kernels, not the machine's parallel scaling, and one thread
     measures them reliably on a shared machine: there, two OpenMP threads wait for each other at every
@@ -288,8 +323,10 @@ def measure(width: int = DEFAULT_WIDTH) -> Measurements:
             with torch.no_grad():
                 inference_s, inference_steady = _fastest(_inference_calls(x, weight, bias))
                 attention = attention_times(width, generator, PROBE_TOKENS, _fastest)
-            with torch.enable_grad():
+            with torch.enable_grad(), torch.random.fork_rng(devices=[]):  # dropout draws from the global CPU RNG
                 attention_training = attention_training_times(width, generator, PROBE_TOKENS, _fastest)
+                with_dropout = attention_training_times(width, generator, PROBE_TOKENS, _fastest, DROPOUT_P)
+                dropout = dropout_times(width, generator, PROBE_TOKENS, _fastest)
         train = {p: flops * 3 / s / 1e9 for p, s in train_s.items()}
         inference = {k: flops / s / 1e9 for k, s in inference_s.items()}
     finally:
@@ -298,7 +335,8 @@ def measure(width: int = DEFAULT_WIDTH) -> Measurements:
                         linear={p: inference.get(f"linear {p}", 0.0) for p in FLOAT_PRECISIONS},
                         packed={p: inference.get(f"packed {p}", 0.0) for p in FLOAT_PRECISIONS},
                         int8=inference.get("int8", 0.0), attention=attention,
-                        attention_training=attention_training, seconds=time.perf_counter() - start,
+                        attention_training=attention_training, attention_training_dropout=with_dropout,
+                        dropout=dropout, seconds=time.perf_counter() - start,
                         steady=train_steady and inference_steady and not cpu.busy())
 
 

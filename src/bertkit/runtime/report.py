@@ -12,6 +12,7 @@ import dataclasses
 
 import torch
 
+from bertkit.runtime.attention_probe import DROPOUT_P
 from bertkit.runtime.probe import (
     DEFAULT_WIDTH,
     FLOAT_PRECISIONS,
@@ -39,6 +40,8 @@ def report(width: int = DEFAULT_WIDTH, refresh: bool = False) -> dict:
                         "packed_linear": list(chosen.packed_linear),
                         "bmm_attention": {p: list(n) for p, n in chosen.bmm_attention.items()},
                         "bmm_attention_training": {p: list(n) for p, n in chosen.bmm_training.items()},
+                        "bmm_attention_training_dropout": {p: list(n) for p, n in chosen.bmm_training_dropout.items()},
+                        "counter_dropout": list(chosen.counter_dropout),
                         "reasons": list(chosen.reasons)}}
 
 
@@ -59,9 +62,15 @@ def summary(width: int = DEFAULT_WIDTH, refresh: bool = False) -> list[str]:
     for p in FLOAT_PRECISIONS:
         cells = ", ".join(f"{n}: {sdpa:.0f}/{bmm:.0f}" for n, sdpa, bmm in measured.attention[p])
         lines.append(f"attention in {p}, us SDPA/bmm by length: {cells}")
-        if measured.attention_training.get(p):
-            cells = ", ".join(f"{n}: {sdpa:.0f}/{bmm:.0f}" for n, sdpa, bmm in measured.attention_training[p])
-            lines.append(f"attention for training in {p} (forward + backward), us SDPA/bmm by length: {cells}")
+        for timings, what in ((measured.attention_training, ""),
+                              (measured.attention_training_dropout, f", dropout {DROPOUT_P}")):
+            if timings.get(p):
+                cells = ", ".join(f"{n}: {sdpa:.0f}/{bmm:.0f}" for n, sdpa, bmm in timings[p])
+                lines.append(f"attention for training in {p} (forward + backward{what}), us SDPA/bmm by length: "
+                             f"{cells}")
+        if p in measured.dropout:
+            theirs, ours = measured.dropout[p]
+            lines.append(f"dropout in {p} (forward + backward), us torch's/counter-based: {theirs:.0f}/{ours:.0f}")
     return lines + [f"auto {reason}" for reason in data["choices"]["reasons"]]
 
 

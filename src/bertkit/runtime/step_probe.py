@@ -17,8 +17,8 @@ where the dense probe found bf16 faster (elsewhere bf16 cannot win), so a probe 
 on at most MAX_TOKENS tokens: a few seconds at bert-base's width on 2 cores, once per machine and shape.
 
 Timings are cached like the dense probe's (bertkit.runtime.probe.cache_dir, keyed by the machine, the versions, the
-torch threads, the model's shape, rows, length and purpose, and the attention kernels its dispatch was given:
-`bertkit.workflows.prepare.use_measured_attention` installs them before the step is timed); an unsteady probe (the
+torch threads, the model's shape, rows, length and purpose, and the CPU kernels it was given, attention and dropout:
+`bertkit.workflows.prepare.use_measured_kernels` installs them before the step is timed); an unsteady probe (the
 two fastest rounds more than 10% apart, or its threads on a CPU less than half its wall time, `probe.CpuShare`: a
 busy machine) serves its run and is not cached. With BERTKIT_PROBE_FILE set (fixed choices: identical machines, the
 test suite) no step is timed and the dense probe's choice stands.
@@ -48,7 +48,7 @@ from bertkit.runtime import probe
 
 log = logging.getLogger(__name__)
 
-STEP_PROBE_VERSION = 2
+STEP_PROBE_VERSION = 3
 PROBE_LAYERS = 2
 MAX_TOKENS = 1024
 DEFAULT_ROWS, DEFAULT_LENGTH = 8, 128
@@ -139,7 +139,7 @@ def step_timings(encoder: Encoder, purpose: str = "training", rows: int | None =
         raise ValueError(f"purpose {purpose!r}: use one of {PURPOSES}")
     config = encoder.config
     rows, length = probe_shape(config, rows, length)
-    key = {**cache_key(config, purpose, rows, length), "attention": attention_key(encoder)}
+    key = {**cache_key(config, purpose, rows, length), "kernels": kernel_key(encoder)}
     digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
     if not refresh and digest in _measured:
         return _measured[digest]
@@ -176,11 +176,16 @@ def cache_key(config: BertConfig, purpose: str, rows: int, length: int) -> dict:
             **shape}
 
 
-def attention_key(encoder: Encoder) -> dict[str, list[int]]:
-    """The measured training-attention choices the encoder's dispatch holds (precision -> lengths where it runs
-    bmm attention; empty for the plain dispatch): a step timed with other kernels is another measurement."""
+def kernel_key(encoder: Encoder) -> dict[str, dict[str, list[int]] | list[str]]:
+    """The measured training kernels the encoder was given: its dispatch's attention choices (precision -> lengths
+    where it runs bmm attention, without and with attention dropout; empty for the plain dispatch) and the
+    precisions its dropouts draw counter-based masks in. A step timed with other kernels is another measurement."""
     choices = getattr(getattr(encoder, "attention", None), "cpu", None)
-    return {p: list(lengths) for p, lengths in sorted(getattr(choices, "bmm_training", {}).items())}
+    modules = [*encoder.embeddings.modules(), *encoder.layers.modules()]
+    dropouts = [getattr(m, "choices", None) for m in modules if isinstance(m, nn.Dropout)]
+    counter = next((c.counter_dropout for c in dropouts if c is not None), ())
+    return {name: {p: list(lengths) for p, lengths in sorted(getattr(choices, name, {}).items())}
+            for name in ("bmm_training", "bmm_training_dropout")} | {"counter_dropout": sorted(counter)}
 
 
 def probe_layers(config: BertConfig) -> int:

@@ -8,14 +8,14 @@
 Design decision: the loop receives a model already placed and wrapped and a config already resolved (torchtitan's
 shape); every choice that depends on the machine or on the process group is made here, once, by rank 0 where it is
 a measurement, so every rank runs the same: `--precision auto` (the step probe times the run's own step at its
-micro-batch and length, `bertkit.runtime.device.resolve_precision`), the CPU attention kernel of a training step
-(bmm attention where the machine's probe measured its forward + backward faster than SDPA's,
-`use_measured_attention`, installed before the precision is measured, so the step probe times the step the run will
-take), glibc's allocator thresholds (`bertkit.runtime.allocator`), the device, and DistributedDataParallel under
-torchrun. torch.compile and gradient checkpointing are model transforms the workflows' `build_model` applies
-(`bertkit.model.compile_model`, `enable_gradient_checkpointing`); how a pre-training step runs on the device
-(static shapes, the whole step compiled, CUDA graphs, fused kernels) is one `StepPlan`, decided here once from the
-settings and the device and recorded with the run.
+micro-batch and length, `bertkit.runtime.device.resolve_precision`), the CPU kernels of a training step (bmm
+attention where the machine's probe measured its forward + backward faster than SDPA's, dropout masks counter-based
+where those measured faster than torch's: `use_measured_kernels`, installed before the precision is measured, so
+the step probe times the step the run will take), glibc's allocator thresholds (`bertkit.runtime.allocator`), the
+device, and DistributedDataParallel under torchrun. torch.compile and gradient checkpointing are model transforms
+the workflows' `build_model` applies (`bertkit.model.compile_model`, `enable_gradient_checkpointing`); how a
+pre-training step runs on the device (static shapes, the whole step compiled, CUDA graphs, fused kernels) is one
+`StepPlan`, decided here once from the settings and the device and recorded with the run.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from torch.utils.data import Dataset
 from bertkit.config import BertConfig
 from bertkit.errors import BertkitError
 from bertkit.kernels import triton_support
-from bertkit.model.accelerate import attend_as_measured_for_training, cpu_kernels_enabled
+from bertkit.model.accelerate import MeasuredDropout, cpu_kernels_enabled, train_as_measured
 from bertkit.model.attention import Dispatch
 from bertkit.runtime import probe
 from bertkit.runtime.allocator import keep_freed_memory
@@ -51,7 +51,7 @@ def prepare_training(model: nn.Module, config: TrainConfig, ctx: DistributedCont
     keep_freed_memory()
     if config.learning_rate is None:
         raise ValueError("prepare_training: resolve the learning rate first (the workflow's rule decides it)")
-    use_measured_attention(model, ctx)
+    use_measured_kernels(model, ctx)
     precision = config.precision
     if precision == "auto":
         measured = resolve_precision("auto", ctx.device, model, rows, length) if ctx.is_main else None
@@ -60,16 +60,18 @@ def prepare_training(model: nn.Module, config: TrainConfig, ctx: DistributedCont
     return wrap_model(model, ctx), dataclasses.replace(config, precision=precision)
 
 
-def use_measured_attention(model: nn.Module, ctx: DistributedContext) -> None:
+def use_measured_kernels(model: nn.Module, ctx: DistributedContext) -> None:
     """On a CPU (kernels not turned off by BERTKIT_CPU_KERNELS=0), every encoder of `model` on the default dispatch
-    attends as this machine's probe measured fastest for training: rank 0's measurements, so every rank runs
-    the same kernels. Said in one line (`training_attention`)."""
+    attends as this machine's probe measured fastest for training, and its dropouts draw counter-based masks where
+    those measured faster (`accelerate.train_as_measured`): rank 0's measurements, so every rank runs the same
+    kernels. Said in one line each (`training_attention`, `training_dropout`)."""
     if ctx.device.type != "cpu" or not cpu_kernels_enabled():
         return
     width = probe.model_width(model)
     choices = broadcast_object(probe.choices(width) if ctx.is_main else None, ctx)
-    if attend_as_measured_for_training(model, choices) and ctx.is_main:
+    if train_as_measured(model, choices) and ctx.is_main:
         logger.info("attention for training on this CPU: %s", training_attention(model, ctx.device))
+        logger.info("dropout for training on this CPU: %s", training_dropout(model, ctx.device))
 
 
 def training_attention(model: nn.Module, device: torch.device) -> str:
@@ -84,17 +86,33 @@ def training_attention(model: nn.Module, device: torch.device) -> str:
     dropout = max((config.attention_probs_dropout_prob for config in configs), default=0.0)
     if choices is None:
         return "SDPA (no measured CPU attention choices: BERTKIT_CPU_KERNELS=0 or a fixed backend)"
-    if dropout:
-        return f"SDPA (attention dropout {dropout:g}: bmm attention was measured, and runs, only without it)"
-    return describe_training_attention(choices)
+    return describe_training_attention(choices, dropout)
 
 
-def describe_training_attention(choices: probe.Choices) -> str:
-    """The attention kernels training runs without attention dropout, per precision, in words (the probe's verdicts)."""
-    verdicts = [f"{p} bmm near {', '.join(map(str, choices.bmm_training[p]))} tokens, SDPA elsewhere"
-                if choices.bmm_training.get(p) else f"{p} SDPA" for p in probe.FLOAT_PRECISIONS]
-    return (f"{'; '.join(verdicts)} (bmm where its forward + backward measured at least "
-            f"{probe.FAST_PATH_MIN_SPEEDUP}x faster than SDPA's on this machine; SDPA with attention dropout)")
+def describe_training_attention(choices: probe.Choices, dropout: float = 0.0) -> str:
+    """The attention kernels training runs with attention dropout `dropout`, per precision, in words (the probe's
+    verdicts)."""
+    verdicts = choices.bmm_training_dropout if dropout else choices.bmm_training
+    said = [f"{p} bmm near {', '.join(map(str, verdicts[p]))} tokens, SDPA elsewhere" if verdicts.get(p)
+            else f"{p} SDPA" for p in probe.FLOAT_PRECISIONS]
+    how = f"with attention dropout {dropout:g} (bmm's mask counter-based)" if dropout else "without attention dropout"
+    return (f"{'; '.join(said)} (bmm where its forward + backward {how} measured at least "
+            f"{probe.FAST_PATH_MIN_SPEEDUP}x faster than SDPA's on this machine)")
+
+
+def training_dropout(model: nn.Module, device: torch.device) -> str:
+    """How `model`'s dropout modules draw their masks in training on `device`, in words: what a run records
+    (pretrain_settings.json's "dropout")."""
+    dropouts = [m for m in model.modules() if isinstance(m, nn.Dropout)]
+    if not any(m.p > 0 for m in dropouts):
+        return "none (every dropout probability is 0)"
+    measured = next((m.choices for m in dropouts if isinstance(m, MeasuredDropout)), None)
+    if device.type != "cpu" or measured is None:
+        return "torch's dropout"
+    precisions = ", ".join(measured.counter_dropout)
+    return (f"counter-based masks (bertkit.kernels.dropout) in {precisions}, torch's dropout otherwise (measured at "
+            f"least {probe.FAST_PATH_MIN_SPEEDUP}x faster than torch's on this machine; a step compiled by "
+            "torch.compile runs torch's, which it fuses)")
 
 
 @dataclass(frozen=True)

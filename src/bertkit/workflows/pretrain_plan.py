@@ -31,7 +31,7 @@ from bertkit.errors import BertkitError
 from bertkit.inference.positions import PRETRAINING_FILE
 from bertkit.io.jsonfile import read_json_object
 from bertkit.model import BertForPreTraining, read_state_dict
-from bertkit.model.accelerate import attend_as_measured_for_training, cpu_kernels_enabled
+from bertkit.model.accelerate import cpu_kernels_enabled, train_as_measured
 from bertkit.model.pretrained import SAFETENSORS_NAME, safetensors_shapes
 from bertkit.runtime import probe
 from bertkit.runtime.device import apply_threads, resolve_device, resolve_precision
@@ -320,8 +320,8 @@ def measure_steps_per_second(config: BertConfig, seq_len: int, batch_size: int, 
 
 def _as_run(config: BertConfig, device: torch.device) -> BertForPreTraining:
     """A model of `config` that attends as the run's will on `device` (the CPU's measured attention for training,
-    `prepare.use_measured_attention`), for the measurements the plan makes before the run's model exists."""
+    `prepare.use_measured_kernels`), for the measurements the plan makes before the run's model exists."""
     model = BertForPreTraining(config)
     if device.type == "cpu" and cpu_kernels_enabled():
-        attend_as_measured_for_training(model, probe.choices(config.hidden_size))
+        train_as_measured(model, probe.choices(config.hidden_size))
     return model
