@@ -159,14 +159,16 @@ def test_dispatch_for_training_on_a_cpu():
     has it (tests/conftest.py's AMD machine: bf16 at 32-256 tokens, 32-128 with dropout, fp32 at 32); SDPA
     elsewhere, without measured choices, and in inference."""
     measured = Dispatch(probe.choices(WIDTH))
-    def chosen(length, dtype, padded=True, dropout_p=0.0, grad=True, backend=measured):
+    def chosen(length, dtype, padded=True, dropout_p=0.0, grad=True, backend=measured, fill=1.0):
         x = torch.zeros(2, length, WIDTH, dtype=dtype).requires_grad_(grad)
-        return repr(backend.select(x, padded=padded, dropout_p=dropout_p))
+        return repr(backend.select(x, padded=padded, dropout_p=dropout_p, fill=fill))
     for length in (24, 64, 128, 256):
         assert chosen(length, torch.bfloat16) == "BatchedBmm()"
     assert chosen(64, torch.bfloat16, padded=False) == "BatchedBmm()"
     assert chosen(64, torch.bfloat16, padded=False, dropout_p=0.1) == "BatchedBmm()"  # measured with dropout too
     assert chosen(256, torch.bfloat16, dropout_p=0.1) == "PerSequence(PaddedSDPA())"  # with dropout: slower there
+    assert chosen(64, torch.bfloat16, fill=0.875) == "BatchedBmm()"
+    assert chosen(64, torch.bfloat16, fill=0.8) == "PerSequence(PaddedSDPA())"  # the dense layers would run on padding
     assert chosen(512, torch.bfloat16) == "PerSequence(PaddedSDPA())"  # measured slower there
     assert chosen(32, torch.float32) == "BatchedBmm()" and chosen(64, torch.float32) == "PerSequence(PaddedSDPA())"
     assert chosen(64, torch.bfloat16, grad=False) == "PerSequence(CpuBmm())"  # no backward: inference's verdict

@@ -127,6 +127,11 @@ def test_a_bf16_training_step_runs_bmm_attention_and_matches_sdpa(monkeypatch):
     assert len(calls) == measured.config.num_hidden_layers  # the measured model only
     torch.testing.assert_close(results[0][0], results[1][0], atol=2e-2, rtol=2e-2)
     assert (results[0][1] - results[1][1]).norm() <= 2e-2 * results[1][1].norm()  # bf16 rounding, not another sum
+    calls.clear()
+    mask[2:, 10:] = 0  # 65% real tokens: below MIN_BMM_FILL, SDPA over the real tokens
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        measured(ids, attention_mask=mask).logits.float().sum().backward()
+    assert not calls
 
 
 def test_what_training_attention_a_model_runs_is_said_as_recorded():
@@ -174,12 +179,14 @@ def test_every_rank_attends_with_rank_0s_choices(monkeypatch):
 
 def test_bertkit_pretrain_on_a_cpu_runs_bmm_attention_and_records_it(tmp_path, toy_pretraining_data, monkeypatch):
     """The plain command, at the short recipe's dropout 0 in bf16 (the suite's AMD profile): every layer's training
-    attention is bmm, and pretrain_settings.json says so."""
+    attention is bmm (with the fill gate at 0: the toy's short instances leave much padding), and
+    pretrain_settings.json says so."""
     import json
 
     from bertkit.cli import main
     from bertkit.kernels import attention as kernels
 
+    monkeypatch.setattr("bertkit.model.attention.MIN_BMM_FILL", 0.0)  # the toy's short instances leave much padding
     calls = []
     real_kernel = kernels.bmm_attention
     monkeypatch.setattr(kernels, "bmm_attention",

@@ -20,7 +20,8 @@ What runs where (why, with the measurements behind each choice: docs/performance
 - CPU, padded batch: `PerSequence`, one SDPA call per sequence on its own slice of the packed tokens, no
   padding and no gathers; measured fastest on CPUs for inference.
 - CPU training (a backward will run: the embeddings require gradients): `BatchedBmm`, two batched matrix
-  multiplies over the padded batch with its key mask, at the dtypes and lengths where the probe measured its
+  multiplies over the padded batch with its key mask, on batches at least MIN_BMM_FILL real tokens (the dense
+  layers then run on the padding too), at the dtypes and lengths where the probe measured its
   forward + backward at least 1.1x faster than SDPA's (SDPA's CPU backward is slow in bf16 at short lengths),
   measured without attention dropout (the short recipe's) and with it (fine-tuning's 0.1: bmm's mask is the
   counter-based one of `bertkit.kernels.dropout`, torch's own costing about what bmm saved); SDPA (`PerSequence`,
@@ -54,6 +55,12 @@ import torch.nn.functional as F
 from bertkit.kernels import attention as kernels
 from bertkit.model.padding import Unpadded
 
+MIN_BMM_FILL = 0.875
+"""The least share of real tokens in a batch for which training runs `BatchedBmm`: the least full batch the probe
+times it on (two rows, one a quarter padding). It runs every layer on the padded batch, so a batch far emptier pays
+for its padding in the dense layers: a bert-mini step at 55% fill measured 15-17% slower than SDPA over the real
+tokens (docs/performance.md, "Attention backends on the CPU")."""
+
 Layout = TypeVar("Layout", contravariant=True)
 """What a backend takes beside qkv: an `Unpadded` layout, or a key-padding mask (or None)."""
 
@@ -69,9 +76,9 @@ class Attention(Generic[Layout]):
     def __call__(self, qkv: torch.Tensor, layout: Layout, num_heads: int, dropout_p: float) -> torch.Tensor:
         raise NotImplementedError(type(self).__name__)
 
-    def select(self, x: torch.Tensor, padded: bool, dropout_p: float) -> Attention:
-        """The backend that runs a forward pass over embeddings `x` (B, T, D): a backend runs itself
-        (`Dispatch` picks one)."""
+    def select(self, x: torch.Tensor, padded: bool, dropout_p: float, fill: float = 1.0) -> Attention:
+        """The backend that runs a forward pass over embeddings `x` (B, T, D), `fill` the share of its positions
+        that are real tokens: a backend runs itself (`Dispatch` picks one)."""
         return self
 
     def __repr__(self) -> str:
@@ -230,7 +237,7 @@ class Dispatch(Attention[None]):
     def __call__(self, qkv: torch.Tensor, layout: None, num_heads: int, dropout_p: float) -> torch.Tensor:
         raise TypeError("Dispatch runs nothing itself: BertModel asks it to select() a backend per forward")
 
-    def select(self, x: torch.Tensor, padded: bool, dropout_p: float) -> Attention:
+    def select(self, x: torch.Tensor, padded: bool, dropout_p: float, fill: float = 1.0) -> Attention:
         device = x.device.type
         dtype = torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else x.dtype
         if device == "cuda":
@@ -241,7 +248,7 @@ class Dispatch(Attention[None]):
         # with dropout bmm was measured with the counter-based masks, which a compiled graph replaces by torch's
         measured_dropout = dropout_p > 0.0 and not torch.compiler.is_compiling()
         if self.cpu is not None and device == "cpu" and backward and (dropout_p == 0.0 or measured_dropout) \
-                and self.cpu.bmm_for_training(dtype, x.shape[1], dropout_p > 0.0):
+                and fill >= MIN_BMM_FILL and self.cpu.bmm_for_training(dtype, x.shape[1], dropout_p > 0.0):
             return BatchedBmm()  # the padded batch in one call, its key mask in the kernel
         batched = (None if backward else self._measured(x, dtype, dropout_p)) or PaddedSDPA()
         if padded and torch.compiler.is_compiling():  # PerSequence's Python loop over sequences would split the graph

@@ -150,7 +150,9 @@ class BertModel(PreTrainedMixin, nn.Module):
         else:  # whether anything is padded: one read of the device
             real = None if attention_mask is None or bool(attention_mask.all()) else attention_mask.bool()  # (B, T)
         dropout_p = self.config.attention_probs_dropout_prob if self.training else 0.0
-        attention = self.attention.select(x, real is not None, dropout_p)
+        cpu_eager = x.device.type == "cpu" and not torch.compiler.is_compiling()
+        fill = float(real.float().mean()) if real is not None and cpu_eager else 1.0  # the share of real tokens
+        attention = self.attention.select(x, real is not None, dropout_p, fill)
         where: Unpadded | torch.Tensor | None
         if attention.unpadded:
             everything = torch.ones_like(input_ids, dtype=torch.bool)
