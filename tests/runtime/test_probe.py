@@ -317,6 +317,12 @@ def test_a_bad_probe_file_is_a_clear_error(monkeypatch, tmp_path):
     try:
         with pytest.raises(BertkitError, match="BERTKIT_PROBE_FILE .*probe.json: not a probe result"):
             probe.choices()
+        for dropout in ({"fp32": [1.0]}, {"fp32": "12"}, "fp32", {"bf16": [1.0, "x"]}, {"fp32": [1.0, 2.0, 3.0]}):
+            data = {"measurements": {**profile("amd-epyc").to_json(), "dropout": dropout}}
+            bad.write_text(json.dumps(data))
+            probe.reset()
+            with pytest.raises(BertkitError, match="not a probe result"):
+                probe.choices()
     finally:
         monkeypatch.undo()
         probe.reset()

@@ -170,11 +170,16 @@ class Measurements:
                               for p in FLOAT_PRECISIONS if p in trained}
         with_dropout = {p: [(_count(n), _rate(s), _rate(b)) for n, s, b in dropped[p]]
                         for p in FLOAT_PRECISIONS if p in dropped}
-        dropout = {p: (_rate(data["dropout"][p][0]), _rate(data["dropout"][p][1]))
-                   for p in FLOAT_PRECISIONS if p in data.get("dropout", {})}
+        dropout = {p: _pair(data["dropout"][p]) for p in FLOAT_PRECISIONS if p in data.get("dropout", {})}
         return cls(width=_count(data["width"]), int8=_rate(data["int8"]), attention=attention,
                    attention_training=attention_training, attention_training_dropout=with_dropout, dropout=dropout,
                    seconds=_rate(data["seconds"]), steady=data.get("steady", True) is True, **rates)
+
+
+def _pair(value: object) -> tuple[float, float]:  # two timings; ValueError for anything else
+    if not isinstance(value, (list, tuple)) or len(value) != 2:
+        raise ValueError(f"not two timings: {value!r}")
+    return _rate(value[0]), _rate(value[1])
 
 
 def _rate(value: object, positive: bool = False) -> float:
