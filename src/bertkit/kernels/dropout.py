@@ -1,13 +1,13 @@
 """Dropout with a counter-based random mask, for CPU training. Torch only.
 
-PyTorch's CPU dropout draws each element's Bernoulli sample from its Mersenne Twister one at a time, about
-7 ns an element: in a bert-mini fine-tuning step of 32 x 128 tokens its masks cost more than the attention
-(docs/performance.md, "Dropout on the CPU"). Here the mask is a hash of the element's index instead, SplitMix64
-(Steele et al. 2014, "Fast splittable pseudorandom number generators"; Java's SplittableRandom): the i-th
-64-bit word is mix(seed + (i + 1) * GAMMA), computed for every word at once with vectorised integer tensor ops,
-and each word gives four 16-bit lanes, one per element. An element is dropped when its lane falls below
-round(p * 65536), so the drop probability is that over 65536 (p = 0.1: 0.1000061); kept elements are scaled by
-1 / (1 - that), so the output's expectation is the input exactly, as inverted dropout's is.
+PyTorch's CPU dropout draws each element's Bernoulli sample from its Mersenne Twister one at a time, a large share
+of a small model's training step (the measurements: docs/performance.md, "Dropout on the CPU"). Here the mask is a
+hash of the element's index instead, SplitMix64 (Steele et al. 2014, "Fast splittable pseudorandom number
+generators"; Java's SplittableRandom): the i-th 64-bit word is mix(seed + (i + 1) * GAMMA), computed for every word
+at once with vectorised integer tensor ops, and each word gives four 16-bit lanes, one per element. An element is
+dropped when its lane, as a 16-bit value with the top bit flipped (the lanes are compared signed), falls below
+round(p * 65536), so the drop probability is that over 65536 (p = 0.1: 0.1000061); kept elements are scaled by 1 /
+(1 - that), so the output's expectation is the input exactly, as inverted dropout's is.
 
 One 64-bit seed a call is drawn from torch's default CPU generator: `torch.manual_seed` reproduces every mask,
 a checkpoint's saved RNG state resumes them, and gradient checkpointing's RNG replay recomputes the same mask.
