@@ -317,6 +317,10 @@ def test_a_bad_probe_file_is_a_clear_error(monkeypatch, tmp_path):
     try:
         with pytest.raises(BertkitError, match="BERTKIT_PROBE_FILE .*probe.json: not a probe result"):
             probe.choices()
+        good = {"measurements": {**profile("amd-epyc").to_json(), "dropout": {"fp32": [2.0, 1.0]}}}
+        bad.write_text(json.dumps(good))
+        probe.reset()
+        assert probe.choices().counter_dropout == ("fp32",)  # the well-formed file parses
         for dropout in ({"fp32": [1.0]}, {"fp32": "12"}, "fp32", {"bf16": [1.0, "x"]}, {"fp32": [1.0, 2.0, 3.0]}):
             data = {"measurements": {**profile("amd-epyc").to_json(), "dropout": dropout}}
             bad.write_text(json.dumps(data))

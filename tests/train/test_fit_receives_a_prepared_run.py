@@ -105,6 +105,7 @@ def test_a_bf16_training_step_runs_bmm_attention_and_matches_sdpa(monkeypatch):
     from bertkit.config import preset
     from bertkit.kernels import attention as kernels
     from bertkit.model import BertForMaskedLM
+    from bertkit.model.padding import Unpadded
 
     torch.manual_seed(0)
     measured = BertForMaskedLM(preset("bert-debug", vocab_size=64, hidden_dropout_prob=0.0,
@@ -128,10 +129,16 @@ def test_a_bf16_training_step_runs_bmm_attention_and_matches_sdpa(monkeypatch):
     torch.testing.assert_close(results[0][0], results[1][0], atol=2e-2, rtol=2e-2)
     assert (results[0][1] - results[1][1]).norm() <= 2e-2 * results[1][1].norm()  # bf16 rounding, not another sum
     calls.clear()
-    mask[2:, 10:] = 0  # 65% real tokens: below MIN_BMM_FILL, SDPA over the real tokens
+    mask[2:, 10:] = 0  # 56% real tokens: below MIN_BMM_FILL, SDPA over the real tokens
     with torch.autocast("cpu", dtype=torch.bfloat16):
         measured(ids, attention_mask=mask).logits.float().sum().backward()
-    assert not calls
+        assert not calls
+        # the same through a collator's layout (as pre-training passes it): the gate reads the layout's mask
+        measured.bert(ids, layout=Unpadded.from_mask(mask.bool())).last_hidden_state.float().sum().backward()
+        assert not calls
+        mask[2:, 10:] = 1
+        measured.bert(ids, layout=Unpadded.from_mask(mask.bool())).last_hidden_state.float().sum().backward()
+        assert len(calls) == measured.config.num_hidden_layers
 
 
 def test_what_training_attention_a_model_runs_is_said_as_recorded():

@@ -7,7 +7,8 @@
   inference command runs.
 - `compile_model(model)`: torch.compile'd encoder layers, for training (`--compile`).
 - `train_as_measured(model, choices)`: the model's own attention dispatch given the measured CPU choices, so
-  training runs bmm attention where its forward + backward measured faster, and its dropout modules swapped for
+  training runs bmm attention where its forward + backward measured faster (on batches at least
+  `attention.MIN_BMM_FILL` real tokens), and its dropout modules swapped for
   `MeasuredDropout`, whose CPU masks are counter-based where that measured faster (`bertkit.kernels.dropout`);
   the training workflows' `prepare_training` applies it, to the model itself (no copy: neither holds weights).
 
@@ -171,7 +172,8 @@ def _on_cpu(module: nn.Module) -> bool:
 def attend_as_measured_for_training(model: nn.Module, choices: probe.Choices) -> bool:
     """Give every encoder in `model` still on the plain default dispatch (a fixed backend, e.g. the compiled
     path's, is left alone) this machine's measured CPU attention `choices`, so that its training steps run
-    `BatchedBmm` where bmm attention's forward + backward measured faster than SDPA's (model/attention.py).
+    `BatchedBmm` where bmm attention's forward + backward measured faster than SDPA's, on batches full enough
+    (model/attention.py, MIN_BMM_FILL).
     Nothing changes on a GPU or with BERTKIT_CPU_KERNELS=0. Returns whether any encoder was given them."""
     given = False
     for bert in (m for m in model.modules() if isinstance(m, BertModel)):

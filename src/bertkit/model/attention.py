@@ -225,9 +225,9 @@ class VarlenFlash(Attention[Unpadded]):
 
 class Dispatch(Attention[None]):
     """Every model's default backend: picks one of the others for each forward pass from what the pass is
-    given (the device, the dtype the layers compute in, whether anything is padded, attention dropout,
-    whether a backward will run through it) and nothing else, so a forward reads no environment, runs no
-    probe and writes no file. `cpu` holds CPU choices measured once by whoever built the run
+    given (the device, the dtype the layers compute in, whether anything is padded and the share of real
+    tokens, attention dropout, whether a backward will run through it) and nothing else, so a forward reads no
+    environment, runs no probe and writes no file. `cpu` holds CPU choices measured once by whoever built the run
     (`accelerate_for_inference`, `prepare_training`): `CpuBmm` (inference) or `BatchedBmm` (gradients on)
     runs where they won; without them, SDPA."""
 
