@@ -160,6 +160,7 @@ def test_what_training_attention_a_model_runs_is_said_as_recorded():
     said = training_attention(dropped, torch.device("cpu"))
     assert said.startswith("fp32 bmm near 32 tokens, SDPA elsewhere; bf16 bmm near 32, 64, 128 tokens, SDPA")
     assert "with attention dropout 0.1 (bmm's mask counter-based)" in said
+    assert said.endswith("on batches at least 87.5% real tokens)")
     assert training_attention(still, torch.device("cuda")).startswith("CUDA, as Dispatch picks per batch: flash")
     assert training_dropout(dropped, torch.device("cpu")).startswith("counter-based masks (bertkit.kernels.dropout) in "
                                                                      "fp32, bf16, torch's dropout otherwise")

@@ -18,6 +18,8 @@ The backward multiplies by the saved mask (one byte an element, as torch's dropo
 
 from __future__ import annotations
 
+import math
+
 import torch
 import torch.nn.functional as F
 
@@ -48,9 +50,7 @@ def drop_threshold(p: float) -> int:
 
 def keep_mask(shape: torch.Size | tuple[int, ...], p: float, seed: int) -> torch.Tensor:
     """A bool mask of `shape`, True where an element is kept: lane value >= drop_threshold(p)."""
-    count = 1
-    for size in shape:
-        count *= size
+    count = math.prod(shape)
     lanes = splitmix64(-(-count // LANES), seed).view(torch.int16)[:count]  # signed: -32768 is lane value 0
     return lanes.ge(drop_threshold(p) - RESOLUTION // 2).view(shape)
 

@@ -149,7 +149,7 @@ class MeasuredDropout(nn.Dropout):
 
 
 def drop_as_measured_for_training(model: nn.Module, choices: probe.Choices) -> bool:
-    """Swap each plain nn.Dropout of `model` (a module on a CPU, with BERTKIT_CPU_KERNELS unset) for a
+    """Swap each plain nn.Dropout of `model` (with BERTKIT_CPU_KERNELS unset) for a
     `MeasuredDropout` of the same p given `choices`, where they say the counter-based masks are faster in some
     precision; returns whether any was swapped."""
     if not choices.counter_dropout or not cpu_kernels_enabled():
@@ -157,16 +157,10 @@ def drop_as_measured_for_training(model: nn.Module, choices: probe.Choices) -> b
     swapped = False
     for parent in list(model.modules()):
         for name, child in list(parent.named_children()):
-            if type(child) is nn.Dropout and _on_cpu(parent):
+            if type(child) is nn.Dropout:  # on any device: MeasuredDropout runs torch's off a CPU
                 setattr(parent, name, MeasuredDropout(child.p, choices, child.inplace).train(child.training))
                 swapped = True
     return swapped
-
-
-def _on_cpu(module: nn.Module) -> bool:
-    """Whether `module`'s first parameter (or buffer) is on a CPU, or it holds none."""
-    tensor = next(itertools.chain(module.parameters(), module.buffers()), None)
-    return tensor is None or tensor.device.type == "cpu"
 
 
 def attend_as_measured_for_training(model: nn.Module, choices: probe.Choices) -> bool:
