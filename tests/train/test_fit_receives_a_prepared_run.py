@@ -206,3 +206,27 @@ def test_bertkit_pretrain_on_a_cpu_runs_bmm_attention_and_records_it(tmp_path, t
     assert calls.count(True) >= 2 * 2  # two steps x bert-debug's two layers, with a backward
     record = json.loads((tmp_path / "run" / "pretrain_settings.json").read_text())
     assert record["attention"].startswith("fp32 bmm near 32 tokens, SDPA elsewhere; bf16 bmm near 32, 64")
+
+
+def test_what_kernels_a_model_trains_with_is_recorded_as_json():
+    """`training_kernels` (what each checkpoint records, `Resume.context`): the lengths at which bmm attention runs
+    per precision (the verdicts for the model's attention dropout) and the precisions whose dropout masks are
+    counter-based; words where nothing was measured or on a GPU. The verdicts are the suite's probe profile's
+    (tests/assets/probe/amd-epyc.json: with dropout, bmm in bf16 at 32-128 tokens, the fixture's 256 and 512 lose)."""
+    from bertkit.config import preset
+    from bertkit.model import BertForMaskedLM
+    from bertkit.workflows.prepare import training_kernels
+
+    config = preset("bert-debug", vocab_size=64, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+    still = BertForMaskedLM(config)
+    assert training_kernels(still, torch.device("cpu")) == {"attention": "SDPA", "dropout": "none"}
+    prepare_training(still, TrainConfig(**READY), DistributedContext())
+    kernels = training_kernels(still, torch.device("cpu"))
+    assert kernels["dropout"] == "none" and set(kernels["attention"]) == {"fp32", "bf16"}
+    assert kernels["attention"]["fp32"] == [32] and kernels["attention"]["bf16"][:3] == [32, 64, 128]
+    dropped = BertForMaskedLM(preset("bert-debug", vocab_size=64))
+    assert training_kernels(dropped, torch.device("cpu")) == {"attention": "SDPA", "dropout": "torch's"}
+    prepare_training(dropped, TrainConfig(**READY), DistributedContext())
+    kernels = training_kernels(dropped, torch.device("cpu"))
+    assert kernels["dropout"] == ["fp32", "bf16"] and kernels["attention"]["bf16"] == [32, 64, 128]
+    assert training_kernels(dropped, torch.device("cuda")) == {"attention": "CUDA", "dropout": "torch's"}

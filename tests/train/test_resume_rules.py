@@ -198,3 +198,35 @@ def test_a_checkpoint_that_saved_precision_auto_is_not_reported_as_changed(tmp_p
     ckpt.write_manifest(checkpoint)
     fit(toy_model(), toy_loss, toy_data(), config(max_steps=3), tmp_path, resume="auto")
     assert resume_records(tmp_path)[-1]["changed"] == {"max_steps": [2, 3]}
+
+
+KERNELS = {"kernels": {"attention": {"fp32": [32], "bf16": [32, 64]}, "dropout": ["bf16"]}}
+
+
+def test_the_callers_context_is_recorded_and_a_change_is_listed_not_refused(tmp_path, caplog):
+    """`Resume.context` (the kernels the steps run): saved with each checkpoint; another value on resume (another
+    probe chose other kernels) is applied and listed like a free setting, never refused."""
+    fit(toy_model(), toy_loss, toy_data(), config(max_steps=2), tmp_path, resume=Resume(context=KERNELS))
+    state = json.loads((ckpt.list_checkpoints(tmp_path / "checkpoints")[-1] / "trainer_state.json").read_text())
+    assert state["context"] == KERNELS
+    other = {"kernels": {"attention": {"fp32": [], "bf16": [32, 64]}, "dropout": "torch's"}}
+    with caplog.at_level("INFO", logger="bertkit.train.resume"):
+        fit(toy_model(), toy_loss, toy_data(), config(max_steps=3), tmp_path, resume=Resume("auto", context=other))
+    assert resume_records(tmp_path)[-1]["changed"] == {"kernels.attention.fp32": [[32], []],
+                                                       "kernels.dropout": [["bf16"], "torch's"], "max_steps": [2, 3]}
+    assert 'kernels.dropout was ["bf16"] and is "torch\'s" now' in caplog.text
+    fit(toy_model(), toy_loss, toy_data(), config(max_steps=4), tmp_path, resume=Resume("auto", context=other))
+    assert resume_records(tmp_path)[-1]["changed"] == {"max_steps": [3, 4]}  # the same kernels: nothing listed
+
+
+def test_a_checkpoint_without_a_context_is_not_compared_on_it(tmp_path):
+    """A checkpoint written before the kernels were recorded resumes without listing them."""
+    fit(toy_model(), toy_loss, toy_data(), config(max_steps=2), tmp_path)
+    checkpoint = ckpt.list_checkpoints(tmp_path / "checkpoints")[-1]
+    state = ckpt.read_json(checkpoint / "trainer_state.json")
+    assert state.pop("context") == {}
+    ckpt.write_json(checkpoint / "trainer_state.json", state)
+    (checkpoint / ckpt.MANIFEST).unlink()
+    ckpt.write_manifest(checkpoint)
+    fit(toy_model(), toy_loss, toy_data(), config(max_steps=3), tmp_path, resume=Resume("auto", context=KERNELS))
+    assert resume_records(tmp_path)[-1]["changed"] == {"max_steps": [2, 3]}

@@ -238,7 +238,8 @@ def fit(model: nn.Module, loss_fn: LossFn, data: TrainingData | Dataset, config:
     schedule = LearningRateSchedule(config.learning_rate, budget.progress, budget.warmup, config.lr_schedule,
                                     config.head_warmup_steps or 0, config.encoder_lr_ratio)
     checkpoints = output_dir / "checkpoints"
-    parts = Checkpointed(plain, optimizer, schedule, scaler, batches, counters, save, load, dict(request.identity))
+    parts = Checkpointed(plain, optimizer, schedule, scaler, batches, counters, save, load, dict(request.identity),
+                         dict(request.context))
     start, resumed = restore(parts, request, checkpoints, config, ctx)
     reporter = Reporter(output_dir, ctx.is_main, budget.max_steps, counters.step, config.max_time_s)
     if resumed is not None:

@@ -9,8 +9,9 @@ computed from the step and the run's settings before every step (`optim.Learning
 Resume rules (docs/pretraining.md, "Resuming, extending, branching"): the settings saved in the checkpoint are
 compared with the new ones under the one rulebook (`bertkit.settings.rules`): a change that breaks exactness
 (seed, data order, global batch, and the caller's `identity`: data, model) is refused unless `--allow-change`
-names it; every other change (learning rate, budget, cadence, precision, how the global batch is split) is
-applied from the next step and listed in the log and in metrics.jsonl (a "resume" record). Resuming from a
+names it; every other change (learning rate, budget, cadence, precision, how the global batch is split, and the
+caller's `context`: the kernels the steps run) is applied from the next step and listed in the log and in
+metrics.jsonl (a "resume" record). Resuming from a
 checkpoint older than the newest moves the newer ones aside (`checkpoint.move_newer_aside`), so later saves and
 `--resume auto` follow the new branch.
 
@@ -58,6 +59,10 @@ class Resume:
     identity: dict[str, Any] = dataclasses.field(default_factory=dict)
     """JSON values a resumed run must share with its checkpoint beyond TrainConfig (e.g. the data's and the
     model's fingerprints); each name is refused on change unless --allow-change names it."""
+    context: dict[str, Any] = dataclasses.field(default_factory=dict)
+    """JSON values recorded with each checkpoint that a resumed run may change, each change listed in the log and
+    the resume record like a free setting's (e.g. the CPU kernels the steps run: another probe can choose others,
+    and the steps after it are then not bit-identical to an uninterrupted run's). Names other than TrainConfig's."""
 
     @classmethod
     def of(cls, request: Resume | str | Path | None) -> Resume:
@@ -94,6 +99,7 @@ class Checkpointed:
     save_weights: Callable[[nn.Module, Path], object]  # return values are ignored (load_model returns
     load_weights: Callable[[nn.Module, Path], object]  # the missing and unexpected keys)
     identity: dict[str, Any]
+    context: dict[str, Any] = dataclasses.field(default_factory=dict)
 
 
 def save_checkpoint(parts: Checkpointed, root: Path, config: TrainConfig, ctx: DistributedContext) -> Path | None:
@@ -127,6 +133,7 @@ def _write(parts: Checkpointed, directory: Path, rng_states: list[dict], config:
         # For the resume log only: the learning rate is recomputed from the settings, never restored.
         "schedule": {"lr_last_step": parts.schedule(parts.counters.step - 1) if parts.counters.step else 0.0},
         "identity": parts.identity,
+        "context": parts.context,
         "scaler": parts.scaler.state_dict() if parts.scaler is not None else None,
         "data": parts.batches.position(),
         "world_size": len(rng_states),
@@ -185,8 +192,8 @@ def compare_settings(chosen: Path, trainer: dict[str, Any], config: TrainConfig,
     # the global batch the data position counts in, however it was spelled (batch_size, micro x accumulation)
     saved["global_batch_size"] = trainer["data"]["global_batch_size"]
     now["global_batch_size"] = parts.batches.global_batch_size
-    saved |= _section(trainer, "identity")
-    now |= parts.identity
+    saved |= _section(trainer, "identity") | _section(trainer, "context")
+    now |= parts.identity | parts.context
     return check_resume(saved, now, set(config.allow_change), where=str(chosen), exact=set(parts.identity))
 
 

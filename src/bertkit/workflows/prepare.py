@@ -79,14 +79,41 @@ def training_attention(model: nn.Module, device: torch.device) -> str:
     them: what a run records (pretrain_settings.json's "attention")."""
     if device.type == "cuda":
         return "CUDA, as Dispatch picks per batch: flash attention over the packed tokens (bf16/fp16), SDPA otherwise"
-    dispatches = [a for a in (getattr(m, "attention", None) for m in model.modules()) if isinstance(a, Dispatch)]
-    choices = next((d.cpu for d in dispatches if isinstance(d.cpu, probe.Choices)), None)
-    configs = [config for config in (getattr(m, "config", None) for m in model.modules())
-               if isinstance(config, BertConfig)]
-    dropout = max((config.attention_probs_dropout_prob for config in configs), default=0.0)
+    choices = _attention_choices(model)
     if choices is None:
         return "SDPA (no measured CPU attention choices: BERTKIT_CPU_KERNELS=0 or a fixed backend)"
-    return describe_training_attention(choices, dropout)
+    return describe_training_attention(choices, _attention_dropout(model))
+
+
+def training_kernels(model: nn.Module, device: torch.device) -> dict[str, object]:
+    """The kernels `model`'s training steps run on `device`, as JSON a checkpoint records (`Resume.context`; a
+    resumed run lists a change): "attention" the lengths, per precision, at which bmm attention runs (on batches
+    full enough), "SDPA" without measured choices, "CUDA" on a GPU; "dropout" the precisions whose masks are
+    counter-based, "none" (every probability 0) or "torch's"."""
+    if device.type == "cuda":
+        return {"attention": "CUDA", "dropout": "torch's"}
+    choices = _attention_choices(model)
+    verdicts = None if choices is None else (choices.bmm_training_dropout if _attention_dropout(model)
+                                             else choices.bmm_training)
+    attention: object = "SDPA" if verdicts is None else {p: list(verdicts.get(p, ())) for p in probe.FLOAT_PRECISIONS}
+    dropouts = [m for m in model.modules() if isinstance(m, nn.Dropout)]
+    measured = next((m.choices for m in dropouts if isinstance(m, MeasuredDropout)), None)
+    dropout: object = ("none" if not any(m.p > 0 for m in dropouts)
+                       else "torch's" if measured is None else list(measured.counter_dropout))
+    return {"attention": attention, "dropout": dropout}
+
+
+def _attention_choices(model: nn.Module) -> probe.Choices | None:
+    """The measured CPU choices `model`'s encoders attend by in training (their `Dispatch`'s), or None."""
+    dispatches = [a for a in (getattr(m, "attention", None) for m in model.modules()) if isinstance(a, Dispatch)]
+    return next((d.cpu for d in dispatches if isinstance(d.cpu, probe.Choices)), None)
+
+
+def _attention_dropout(model: nn.Module) -> float:
+    """The largest attention-dropout probability among `model`'s encoders' configs."""
+    configs = [config for config in (getattr(m, "config", None) for m in model.modules())
+               if isinstance(config, BertConfig)]
+    return max((config.attention_probs_dropout_prob for config in configs), default=0.0)
 
 
 def describe_training_attention(choices: probe.Choices, dropout: float = 0.0) -> str:

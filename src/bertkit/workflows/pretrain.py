@@ -64,7 +64,7 @@ from bertkit.train import checkpoint as ckpt
 from bertkit.train.compiled import CompiledObjective
 from bertkit.train.distributed import DistributedContext, all_reduce_sum, barrier
 from bertkit.workflows.adapt import carry_pooler
-from bertkit.workflows.prepare import StepPlan, prepare_training, training_attention, training_dropout
+from bertkit.workflows.prepare import StepPlan, prepare_training, training_attention, training_dropout, training_kernels
 from bertkit.workflows.pretrain_plan import SETTINGS_FILE, plan_pretraining
 from bertkit.workflows.recipe_notes import context_gain, plateau_note
 from bertkit.workflows.recipes import PretrainRecipe, full_length_step, pretraining_history
@@ -321,7 +321,8 @@ def pretrain(settings: PretrainSettings, train: TrainConfig, objective: Objectiv
     loss = _objective(settings, plan.step) if objective is None else objective(ctx)
     result = fit(prepared, loss, training_data, train, output, ctx=ctx, hooks=hooks,
                  resume=Resume(settings.resume, settings.overwrite,
-                               {**run_identity(settings, train_set.dataset, model, eval_set), **(identity or {})}))
+                               {**run_identity(settings, train_set.dataset, model, eval_set), **(identity or {})},
+                               {"kernels": training_kernels(model, ctx.device)}))
     if ctx.is_main and result.stop_reason == "budget":
         length = int(train_set.dataset.options["max_seq_length"])  # the full length when some steps read it
         record = _write_final(settings, train, model, tokenizer, output, result.step, plan.recipe, length)

@@ -38,9 +38,10 @@ from bertkit.settings import FinetuneSettings, TrainConfig
 from bertkit.tasks.finetuned import save_finetuned
 from bertkit.tasks.task import Task
 from bertkit.tokenizer import WordPieceTokenizer
-from bertkit.train import FitResult, Hooks, TrainingData, fit
+from bertkit.train import FitResult, Hooks, Resume, TrainingData, fit
 from bertkit.train.distributed import DistributedContext, barrier, rank0_decides, unwrap_model
 from bertkit.workflows.predict import RESULTS_FILE, predict_features, write_results
+from bertkit.workflows.prepare import training_kernels
 from bertkit.workflows.run_output import finished_seed, keep_best_seed, mark_seed_done, seed_summary
 
 log = logging.getLogger(__name__)
@@ -139,8 +140,9 @@ def fit_seed(model: nn.Module, loss: Any, data: TrainingData, train: TrainConfig
     """Train one seed's prepared model with `fit` (its checkpoints in `run.directory`, dev scored and the best
     kept by `run.hooks()`); its best dev metrics with their step. Shared by every fine-tuning task and by
     sentence-embedding training."""
+    kernels = training_kernels(unwrap_model(model), ctx.device)  # recorded with each checkpoint; a change is listed
     result = fit(model, loss, data, train, run.directory, ctx=ctx, hooks=run.hooks(),
-                 resume="auto" if resuming else None)
+                 resume=Resume("auto" if resuming else None, context={"kernels": kernels}))
     if result.stop_reason == "signal":
         raise _interrupted(result, what, run.directory)
     if train.best_metric is None:  # no dev set: the trained model is the result
