@@ -208,25 +208,56 @@ def test_bertkit_pretrain_on_a_cpu_runs_bmm_attention_and_records_it(tmp_path, t
     assert record["attention"].startswith("fp32 bmm near 32 tokens, SDPA elsewhere; bf16 bmm near 32, 64")
 
 
-def test_what_kernels_a_model_trains_with_is_recorded_as_json():
-    """`training_kernels` (what each checkpoint records, `Resume.context`): the lengths at which bmm attention runs
-    per precision (the verdicts for the model's attention dropout) and the precisions whose dropout masks are
-    counter-based; words where nothing was measured or on a GPU. The verdicts are the suite's probe profile's
-    (tests/assets/probe/amd-epyc.json: with dropout, bmm in bf16 at 32-128 tokens, the fixture's 256 and 512 lose)."""
+def test_what_kernels_a_model_trains_with_is_recorded_as_json(monkeypatch):
+    """`training_kernels` (what each checkpoint records, `Resume.context`): for the run's precision, the lengths at
+    which bmm attention runs (the verdicts for the model's attention dropout) and the precisions whose dropout masks
+    are counter-based (fp32's too under bf16); words where nothing was measured, on a GPU, or when compiled. The
+    verdicts are the suite's probe profile's (tests/assets/probe/amd-epyc.json: bmm in training at 32-256 tokens in
+    bf16 and at 32 in fp32; with attention dropout at 32-128 in bf16; counter-based masks in both)."""
+    import json
+
     from bertkit.config import preset
     from bertkit.model import BertForMaskedLM
     from bertkit.workflows.prepare import training_kernels
 
+    cpu, cuda = torch.device("cpu"), torch.device("cuda")
     config = preset("bert-debug", vocab_size=64, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
     still = BertForMaskedLM(config)
-    assert training_kernels(still, torch.device("cpu")) == {"attention": "SDPA", "dropout": "none"}
+    assert training_kernels(still, cpu, "bf16") == {"attention": "SDPA", "dropout": "none"}
     prepare_training(still, TrainConfig(**READY), DistributedContext())
-    kernels = training_kernels(still, torch.device("cpu"))
-    assert kernels["dropout"] == "none" and set(kernels["attention"]) == {"fp32", "bf16"}
-    assert kernels["attention"]["fp32"] == [32] and kernels["attention"]["bf16"][:3] == [32, 64, 128]
+    assert training_kernels(still, cpu, "bf16") == {"attention": {"bf16": [32, 64, 128, 256]}, "dropout": "none"}
+    assert training_kernels(still, cpu, "fp32") == {"attention": {"fp32": [32]}, "dropout": "none"}
     dropped = BertForMaskedLM(preset("bert-debug", vocab_size=64))
-    assert training_kernels(dropped, torch.device("cpu")) == {"attention": "SDPA", "dropout": "torch's"}
+    assert training_kernels(dropped, cpu, "bf16") == {"attention": "SDPA", "dropout": "torch's"}
     prepare_training(dropped, TrainConfig(**READY), DistributedContext())
-    kernels = training_kernels(dropped, torch.device("cpu"))
-    assert kernels["dropout"] == ["fp32", "bf16"] and kernels["attention"]["bf16"] == [32, 64, 128]
-    assert training_kernels(dropped, torch.device("cuda")) == {"attention": "CUDA", "dropout": "torch's"}
+    kernels = training_kernels(dropped, cpu, "bf16")
+    assert kernels == {"attention": {"bf16": [32, 64, 128]}, "dropout": ["fp32", "bf16"]}
+    assert json.loads(json.dumps(kernels)) == kernels
+    assert training_kernels(dropped, cpu, "fp32") == {"attention": {"fp32": [32]}, "dropout": ["fp32"]}
+    assert training_kernels(dropped, cpu, "bf16", compiled=True) == {"attention": "compiled", "dropout": "compiled"}
+    assert training_kernels(dropped, cuda, "bf16") == {"attention": "CUDA", "dropout": "torch's"}
+    assert training_kernels(still, cuda, "bf16") == {"attention": "CUDA", "dropout": "none"}
+    monkeypatch.setenv("BERTKIT_CPU_KERNELS", "0")
+    off = BertForMaskedLM(preset("bert-debug", vocab_size=64))
+    prepare_training(off, TrainConfig(**READY), DistributedContext())
+    assert training_kernels(off, cpu, "bf16") == {"attention": "SDPA", "dropout": "torch's"}
+
+
+def test_a_frozen_feature_based_encoder_records_its_inference_kernels():
+    """A feature-based model's encoder computes its features as inference does (no backward, no dropout inside):
+    the lengths its attention runs bmm at are inference's (the profile's bf16 64 and 128), and whether its dense
+    layers are packed (only with the inference copy fine-tuning gives it on a CPU)."""
+    from bertkit.config import preset
+    from bertkit.model import accelerate_for_inference
+    from bertkit.model.bert import BertModel
+    from bertkit.model.feature_based import FeatureBasedModel, FeatureHead
+    from bertkit.workflows.prepare import training_kernels
+
+    config = preset("bert-debug", vocab_size=64)
+    model = FeatureBasedModel(BertModel(config), FeatureHead(2), (-1,), "concat", 0.1)
+    prepare_training(model, TrainConfig(**READY), DistributedContext())
+    cpu = torch.device("cpu")
+    assert training_kernels(model, cpu, "bf16") == {"attention": {"bf16": [64, 128]}, "packed": False,
+                                                    "dropout": ["fp32", "bf16"]}
+    model.use_encoder_copy(accelerate_for_inference)
+    assert training_kernels(model, cpu, "fp32")["packed"] is True

@@ -230,3 +230,15 @@ def test_a_checkpoint_without_a_context_is_not_compared_on_it(tmp_path):
     ckpt.write_manifest(checkpoint)
     fit(toy_model(), toy_loss, toy_data(), config(max_steps=3), tmp_path, resume=Resume("auto", context=KERNELS))
     assert resume_records(tmp_path)[-1]["changed"] == {"max_steps": [2, 3]}
+
+
+@pytest.mark.parametrize("context, message", [({"learning_rate": 1.0}, "names \\['learning_rate'\\] are settings"),
+                                              ({"data": "x"}, "names \\['data'\\] are settings"),
+                                              ({"kernels": object()}, "must be JSON")])
+def test_a_context_that_would_shadow_a_compared_value_or_is_not_json_is_a_callers_bug(tmp_path, context, message):
+    """A context named as a setting, an identity or a rule would shadow the value compared (or be refused where it
+    should be listed); one that is not JSON would fail only at the first save: both refused before any step."""
+    with pytest.raises(ValueError, match=message):
+        fit(toy_model(), toy_loss, toy_data(), config(max_steps=2), tmp_path,
+            resume=Resume(identity={"data": "manifest"} if "data" in context else {}, context=context))
+    assert not (tmp_path / "checkpoints").exists() or names(tmp_path) == []

@@ -236,15 +236,17 @@ def test_the_run_record_keeps_the_names_runs_written_before_were_recorded_under(
 
 def test_a_seed_resumed_where_the_probe_chose_other_kernels_lists_the_change(tmp_path, use_profile):
     """The kernels a seed's steps run are recorded with each checkpoint; resumed where the probe measured other
-    ones (here a profile without dropout timings: torch's masks instead of the counter-based), the seed goes on with
-    this machine's and its resume record lists the change (its later steps are not bit-identical to the run's)."""
+    ones (here a profile without dropout timings: torch's masks and SDPA instead of the counter-based and bmm), the
+    seed goes on with this machine's and its resume record lists the change (its later steps are not bit-identical
+    to the run's)."""
     with pytest.raises(Interrupted):
         _run(tmp_path, "run", _SignalAt(SETTINGS, at_call=8), seeds=(1,))
     checkpoint = next((tmp_path / "run" / "seed-1" / "checkpoints").glob("step-*"))
     recorded = json.loads((checkpoint / "trainer_state.json").read_text())["context"]["kernels"]
-    assert recorded["dropout"] == ["fp32", "bf16"]  # the suite's profile (amd-epyc): counter-based masks
+    # the suite's profile (amd-epyc), an fp32 run with attention dropout: bmm at 32 tokens, counter-based masks
+    assert recorded == {"attention": {"fp32": [32]}, "dropout": ["fp32"]}
     use_profile("intel-xeon-no-amx")
     _run(tmp_path, "run", ClassificationTask(SETTINGS), seeds=(1,), resume=True)
     records = [json.loads(line) for line in (tmp_path / "run" / "seed-1" / "metrics.jsonl").read_text().splitlines()]
     changed = next(r for r in records if r["kind"] == "resume")["changed"]
-    assert changed["kernels.dropout"] == [["fp32", "bf16"], "torch's"]
+    assert changed["kernels.dropout"] == [["fp32"], "torch's"] and changed["kernels.attention.fp32"] == [[32], []]

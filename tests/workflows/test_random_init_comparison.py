@@ -273,7 +273,9 @@ def test_a_signal_between_the_last_seed_and_the_choice_says_how_to_continue(tmp_
     real_keep = workflow.keep_better_initialisation
 
     def stopped(*args, **kwargs):
-        os.kill(os.getpid(), signum)  # SIGINT arrives as KeyboardInterrupt, as a terminal's Ctrl-C does
+        # SIGINT arrives as KeyboardInterrupt, as a terminal's Ctrl-C does; raised in this thread (os.kill may hand it
+        # to one of torch's threads, and the main thread then returns from here before Python runs the handler)
+        signal.raise_signal(signum)
 
     monkeypatch.setattr(workflow, "keep_better_initialisation", stopped)
     assert _finetune(model, data, tmp_path / "out", "--seeds", "1") == 128 + signum
@@ -298,9 +300,9 @@ def test_a_signal_between_loops_is_served_once_and_continues_only_a_recorded_run
     with pytest.raises(Interrupted) as stopped, stop_between_loops(tmp_path):
         (tmp_path / RUN_FILE).write_text("{}")
         try:
-            os.kill(os.getpid(), signal.SIGTERM)
+            signal.raise_signal(signal.SIGTERM)  # in this thread, so handled here (os.kill may pick another)
         finally:
-            os.kill(os.getpid(), signal.SIGTERM)  # the second of the same request: ignored
+            signal.raise_signal(signal.SIGTERM)  # the second of the same request: ignored
     assert stopped.value.resume_flag == "--resume auto" and stopped.value.exit_code == 143
     assert "between training loops" in str(stopped.value)
     assert signal.getsignal(signal.SIGTERM) is before

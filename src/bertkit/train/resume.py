@@ -3,17 +3,16 @@ writing it (`save_checkpoint`), and restoring it (`restore`) under the resume ru
 
 Exact resume means the restored state is *all* the state: weights, optimizer moments, grad-scaler scale, every
 RNG (python, numpy, torch CPU and CUDA, per rank) and the data position (epoch + samples consumed; see
-`batches.py`); a resumed run then produces bit-identical losses on CPU. The learning rate is not state: it is
-computed from the step and the run's settings before every step (`optim.LearningRateSchedule`).
+`batches.py`); a resumed run with the same kernels then produces bit-identical losses on CPU. The learning rate
+is not state: it is computed from the step and the run's settings before every step (`optim.LearningRateSchedule`).
 
 Resume rules (docs/pretraining.md, "Resuming, extending, branching"): the settings saved in the checkpoint are
 compared with the new ones under the one rulebook (`bertkit.settings.rules`): a change that breaks exactness
 (seed, data order, global batch, and the caller's `identity`: data, model) is refused unless `--allow-change`
 names it; every other change (learning rate, budget, cadence, precision, how the global batch is split, and the
 caller's `context`: the kernels the steps run) is applied from the next step and listed in the log and in
-metrics.jsonl (a "resume" record). Resuming from a
-checkpoint older than the newest moves the newer ones aside (`checkpoint.move_newer_aside`), so later saves and
-`--resume auto` follow the new branch.
+metrics.jsonl (a "resume" record). Resuming from a checkpoint older than the newest moves the newer ones aside
+(`checkpoint.move_newer_aside`), so later saves and `--resume auto` follow the new branch.
 
 Design decision: one bundle (torchtitan's `Stateful` idea) names everything a checkpoint holds, so writing and
 restoring cannot drift apart; the loop only says when.
@@ -35,7 +34,7 @@ from torch import nn
 from bertkit.errors import BertkitError
 from bertkit.runtime.device import seed_everything
 from bertkit.settings import TrainConfig
-from bertkit.settings.rules import Difference, check_resume, describe_changes
+from bertkit.settings.rules import EXACT, FIXED, Difference, check_resume, describe_changes
 from bertkit.train import checkpoint as ckpt
 from bertkit.train.batches import EpochBatches
 from bertkit.train.distributed import DistributedContext, all_gather_objects, barrier
@@ -62,7 +61,8 @@ class Resume:
     context: dict[str, Any] = dataclasses.field(default_factory=dict)
     """JSON values recorded with each checkpoint that a resumed run may change, each change listed in the log and
     the resume record like a free setting's (e.g. the CPU kernels the steps run: another probe can choose others,
-    and the steps after it are then not bit-identical to an uninterrupted run's). Names other than TrainConfig's."""
+    and the steps after it are then not bit-identical to an uninterrupted run's). Its names are none of TrainConfig's,
+    `identity`'s or the rulebook's (a ValueError)."""
 
     @classmethod
     def of(cls, request: Resume | str | Path | None) -> Resume:
@@ -145,6 +145,7 @@ def restore(parts: Checkpointed, request: Resume, root: Path, config: TrainConfi
             ) -> tuple[Path | None, dict[str, Any] | None]:
     """Restore every part from the chosen checkpoint (rank 0 picks it, all ranks load it); returns it and the
     metrics.jsonl record of the resume (None when starting at step 0)."""
+    _check_context(parts, config)
     chosen = ckpt.choose_checkpoint(request.checkpoint, request.overwrite, root, ctx)
     if chosen is None:
         return None, None
@@ -171,6 +172,20 @@ def restore(parts: Checkpointed, request: Resume, root: Path, config: TrainConfi
         logger.info("resumed from %s at step %d%s", chosen, step, _describe_changes(changes, lr_before, lr_now))
     return chosen, {"kind": "resume", "step": step, "checkpoint": str(chosen), "lr_last_step": lr_before,
                     "lr": lr_now, "changed": {change.name: [change.then, change.now] for change in changes}}
+
+
+def _check_context(parts: Checkpointed, config: TrainConfig) -> None:
+    """A caller's context is JSON under names of its own: never a TrainConfig setting's, an identity's or a rule's
+    (it would shadow the value compared, or be refused where it should be listed). A ValueError: a caller's bug."""
+    taken = {*dataclasses.asdict(config), *parts.identity, *EXACT, *(name.split(".")[0] for name in FIXED),
+             "global_batch_size"}
+    clashes = sorted(taken & set(parts.context))
+    if clashes:
+        raise ValueError(f"Resume.context names {clashes} are settings or identities already compared on resume")
+    try:
+        json.dumps(parts.context)
+    except (TypeError, ValueError) as error:
+        raise ValueError(f"Resume.context must be JSON: {error}") from error
 
 
 # Older checkpoints saved some settings under another name; compared under today's.

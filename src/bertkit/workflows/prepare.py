@@ -33,6 +33,7 @@ from bertkit.errors import BertkitError
 from bertkit.kernels import triton_support
 from bertkit.model.accelerate import MeasuredDropout, cpu_kernels_enabled, train_as_measured
 from bertkit.model.attention import MIN_BMM_FILL, Dispatch
+from bertkit.model.feature_based import FeatureBasedModel
 from bertkit.runtime import probe
 from bertkit.runtime.allocator import keep_freed_memory
 from bertkit.runtime.device import resolve_precision
@@ -85,22 +86,32 @@ def training_attention(model: nn.Module, device: torch.device) -> str:
     return describe_training_attention(choices, _attention_dropout(model))
 
 
-def training_kernels(model: nn.Module, device: torch.device) -> dict[str, object]:
-    """The kernels `model`'s training steps run on `device`, as JSON a checkpoint records (`Resume.context`; a
-    resumed run lists a change): "attention" the lengths, per precision, at which bmm attention runs (on batches
-    full enough), "SDPA" without measured choices, "CUDA" on a GPU; "dropout" the precisions whose masks are
-    counter-based, "none" (every probability 0) or "torch's"."""
-    if device.type == "cuda":
-        return {"attention": "CUDA", "dropout": "torch's"}
-    choices = _attention_choices(model)
-    verdicts = None if choices is None else (choices.bmm_training_dropout if _attention_dropout(model)
-                                             else choices.bmm_training)
-    attention: object = "SDPA" if verdicts is None else {p: list(verdicts.get(p, ())) for p in probe.FLOAT_PRECISIONS}
+def training_kernels(model: nn.Module, device: torch.device, precision: str, compiled: bool = False
+                     ) -> dict[str, object]:
+    """The kernels `model`'s training steps run on `device` in `precision` (resolved), as the JSON each checkpoint
+    records (`Resume.context`; a resumed run lists a change): "attention" {precision: the lengths at which bmm
+    attention runs (on batches full enough)}, "SDPA" without measured choices, "CUDA" on a GPU, "compiled" where
+    torch.compile's graph decides; "dropout" the precisions whose masks are counter-based (fp32's too under bf16
+    autocast: some dropouts see fp32 tensors), "none" (every probability 0), "torch's" or "compiled". A frozen
+    feature-based encoder runs inference kernels: its attention's lengths are those of inference, and "packed"
+    says whether its dense layers are packed."""
     dropouts = [m for m in model.modules() if isinstance(m, nn.Dropout)]
-    measured = next((m.choices for m in dropouts if isinstance(m, MeasuredDropout)), None)
-    dropout: object = ("none" if not any(m.p > 0 for m in dropouts)
-                       else "torch's" if measured is None else list(measured.counter_dropout))
-    return {"attention": attention, "dropout": dropout}
+    counter = next((m.choices.counter_dropout for m in dropouts if isinstance(m, MeasuredDropout)), ())
+    dtypes = {"fp32", precision}
+    dropout: object = ("none" if not any(m.p > 0 for m in dropouts) else "torch's" if device.type == "cuda"
+                       else "compiled" if compiled else [p for p in counter if p in dtypes] or "torch's")
+    if device.type == "cuda" or compiled:
+        return {"attention": "CUDA" if device.type == "cuda" else "compiled", "dropout": dropout}
+    choices = _attention_choices(model)
+    if choices is None:
+        return {"attention": "SDPA", "dropout": dropout}
+    if isinstance(model, FeatureBasedModel):  # the encoder is frozen: its features are computed as inference's
+        copy = "bf16" if precision == "bf16" else "fp32"  # the dtype its inference copy computes in
+        return {"attention": {precision: list(choices.bmm_attention.get(precision, ()))},
+                "packed": model._make_encoder_copy is not None and copy in choices.packed_linear,
+                "dropout": dropout}
+    verdicts = choices.bmm_training_dropout if _attention_dropout(model) else choices.bmm_training
+    return {"attention": {precision: list(verdicts.get(precision, ()))}, "dropout": dropout}
 
 
 def _attention_choices(model: nn.Module) -> probe.Choices | None:

@@ -322,7 +322,8 @@ def pretrain(settings: PretrainSettings, train: TrainConfig, objective: Objectiv
     result = fit(prepared, loss, training_data, train, output, ctx=ctx, hooks=hooks,
                  resume=Resume(settings.resume, settings.overwrite,
                                {**run_identity(settings, train_set.dataset, model, eval_set), **(identity or {})},
-                               {"kernels": training_kernels(model, ctx.device)}))
+                               {"kernels": training_kernels(model, ctx.device, train.precision,
+                                                            train.compile or plan.step.compile)}))
     if ctx.is_main and result.stop_reason == "budget":
         length = int(train_set.dataset.options["max_seq_length"])  # the full length when some steps read it
         record = _write_final(settings, train, model, tokenizer, output, result.step, plan.recipe, length)

@@ -140,7 +140,8 @@ def fit_seed(model: nn.Module, loss: Any, data: TrainingData, train: TrainConfig
     """Train one seed's prepared model with `fit` (its checkpoints in `run.directory`, dev scored and the best
     kept by `run.hooks()`); its best dev metrics with their step. Shared by every fine-tuning task and by
     sentence-embedding training."""
-    kernels = training_kernels(unwrap_model(model), ctx.device)  # recorded with each checkpoint; a change is listed
+    # recorded with each checkpoint; a resume that runs others lists them
+    kernels = training_kernels(unwrap_model(model), ctx.device, train.precision, bool(train.compile))
     result = fit(model, loss, data, train, run.directory, ctx=ctx, hooks=run.hooks(),
                  resume=Resume("auto" if resuming else None, context={"kernels": kernels}))
     if result.stop_reason == "signal":
