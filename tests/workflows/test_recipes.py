@@ -151,13 +151,14 @@ def test_pretrain_chooses_prints_and_records_the_recipe_and_flags_override_it(da
     assert record.levelno == logging.INFO  # information, not a warning
     line = record.getMessage()
     assert line.startswith("recipe short (~3 steps: too few for the paper's schedule")
-    assert "0.05 steps/s measured at 64 tokens x 16 on this machine" in line
+    assert "0.05 steps/s measured on the data's instances at 64 tokens x 16 on this machine" in line
     assert "instances of 96 tokens are cut to 64 at load, so positions 64-95 stay untrained (--full-length-share" \
         in line
     assert measured and measured[0][1:3] == (64, 16)  # measured at the short recipe's shape
     too_short = [r for r in caplog.records if r.getMessage().startswith("if the inputs you will fine-tune on")]
     assert len(too_short) == 1 and too_short[0].levelno == logging.WARNING  # said up front: a 3-step budget
     assert measured[0][-1]["masked_lm_prob"] == 0.3  # and its predictions: the MLM head's cost grows with them
+    assert measured[0][-1]["data"].directory == str(data["dynamic"])  # on the run's own instances
     saved = json.loads((tmp_path / "auto" / "pretrain_settings.json").read_text())
     assert saved["recipe"]["name"] == "short" and saved["train"]["learning_rate"] == pytest.approx(5e-4 * math.sqrt(8))
     settings, train = saved["settings"], saved["train"]
@@ -674,3 +675,34 @@ def test_the_plans_measurements_run_at_the_dropout_the_run_will_most_likely_have
     released = pretrain_plan.InitFacts("ckpt", config, "released", frozenset({"mlm"}), False)
     assert plan(auto, released, config) is config and config.attention_probs_dropout_prob == 0.1
     assert plan(dataclasses.replace(auto, recipe=None), None, config) is config  # library defaults: the config's
+
+
+@pytest.mark.parametrize("masking", ["static", "dynamic"])
+def test_a_time_budget_is_measured_on_the_datas_own_batches(data, monkeypatch, masking):
+    """The rate a time budget is turned into steps with is measured on MEASURED_BATCHES batches of the run's own
+    instances at the planned length, padded as the run pads them (a corpus of short documents trains slower a step
+    than full rows: its padding decides the CPU attention kernel), the same instances every time, the run's RNG
+    untouched; dynamic data is masked at the recipe's rate, static data keeps its own."""
+    import torch
+
+    from bertkit.config import preset
+
+    seen: list[list[dict]] = []
+    monkeypatch.setattr(pretrain_plan, "training_steps_per_second",
+                        lambda build, loss, batches, *rest: seen.append(batches) or 1.0)
+    facts = pretrain_plan.DataFacts.read(str(data[masking]))
+    config = preset("bert-debug", vocab_size=120)
+    state = torch.random.get_rng_state()
+    for _ in range(2):
+        pretrain_plan.measure_steps_per_second(config, 64, 16, "fp32", "cpu", masked_lm_prob=0.3, data=facts)
+    assert torch.equal(torch.random.get_rng_state(), state)
+    first, again = seen
+    assert len(first) == pretrain_plan.MEASURED_BATCHES
+    assert all(batch["input_ids"].shape[0] == 16 and batch["input_ids"].shape[1] <= 64 for batch in first)
+    assert all(torch.equal(a["input_ids"], b["input_ids"]) for a, b in zip(first, again))
+    real = sum(int(batch["attention_mask"].sum()) for batch in first)
+    assert real < sum(batch["attention_mask"].numel() for batch in first)  # some rows are padded, as in the run
+    predicted = sum(int((batch["mlm_labels"] != -100).sum()) for batch in first)
+    assert predicted / real == pytest.approx(0.3 if masking == "dynamic" else 0.15, abs=0.05)
+    pretrain_plan.measure_steps_per_second(config, 64, 16, "fp32", "cpu", masked_lm_prob=0.3)
+    assert len(seen[-1]) == 1 and bool(seen[-1][0]["attention_mask"].all())  # no data: one batch of full rows

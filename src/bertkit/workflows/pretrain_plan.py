@@ -23,10 +23,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 
 from bertkit.config import BertConfig, load_config
-from bertkit.data import PretrainingDataset
+from bertkit.data import PretrainingDataset, collate_pretraining
 from bertkit.errors import BertkitError
 from bertkit.inference.positions import PRETRAINING_FILE
 from bertkit.io.jsonfile import read_json_object
@@ -251,7 +252,7 @@ def _choose(settings: PretrainSettings, train: TrainConfig, data: DataFacts, ini
     rate = None
     if settings.recipe in ("auto", "continue", "short") and train.max_time_s:  # short: its objective follows the steps
         rate = measure_steps_per_second(config, shape[1], shape[0], train.precision, train.device, dropout=None,
-                                        masked_lm_prob=_masking(settings, data, init, config))
+                                        masked_lm_prob=_masking(settings, data, init, config), data=data)
     steps = budget_steps(train.max_steps, train.max_time_s, rate)
     assert settings.recipe is not None  # plan_pretraining chooses only when one is asked for
     heads = init.heads if init is not None else frozenset({"nsp", "mlm"})
@@ -262,8 +263,8 @@ def _choose(settings: PretrainSettings, train: TrainConfig, data: DataFacts, ini
     if rate is not None:
         where = f"{shape[1]} tokens x {shape[0]}" + (f" (each of {world_size} processes' share)" if world_size > 1
                                                      else "")
-        recipe = dataclasses.replace(recipe, reason=f"{recipe.reason}; {rate:.2f} steps/s measured at {where} on "
-                                                    "this machine")
+        recipe = dataclasses.replace(recipe, reason=f"{recipe.reason}; {rate:.2f} steps/s measured on the data's "
+                                                    f"instances at {where} on this machine")
     return recipe
 
 
@@ -301,21 +302,45 @@ def _resumed_recipe(settings: PretrainSettings) -> PretrainRecipe | None:
 
 
 def measure_steps_per_second(config: BertConfig, seq_len: int, batch_size: int, precision: str, device: str,
-                             seconds: float = 1.5, masked_lm_prob: float = 0.15, dropout: float | None = 0.0) -> float:
-    """Optimizer steps per second of pre-training this model on this machine (MLM + NSP on a random batch of
-    (batch_size, seq_len) with `masked_lm_prob` of positions predicted - the MLM head's cost grows with them - and
-    `dropout`, the short recipe's none by default, None for the config's: it decides the CPU attention kernel; see
-    bertkit.train.throughput)."""
-    generator = torch.Generator().manual_seed(0)
-    ids = torch.randint(5, config.vocab_size, (batch_size, seq_len), generator=generator)
-    labels = torch.where(torch.rand(batch_size, seq_len, generator=generator) < masked_lm_prob, ids, IGNORE_INDEX)
-    batch = {"input_ids": ids, "token_type_ids": torch.zeros_like(ids), "attention_mask": torch.ones_like(ids),
-             "mlm_labels": labels, "nsp_labels": torch.zeros(batch_size, dtype=torch.int64)}
+                             seconds: float = 1.5, masked_lm_prob: float = 0.15, dropout: float | None = 0.0,
+                             data: DataFacts | None = None) -> float:
+    """Optimizer steps per second of pre-training this model on this machine (MLM + NSP) at batches of
+    (batch_size, seq_len): with `data`, MEASURED_BATCHES of its own instances cut to seq_len, in turn (their padding
+    decides how much the dense layers compute and which CPU attention kernel runs: a corpus of short documents
+    trains slower a step than full rows); without, one batch of random full rows. `masked_lm_prob` of positions
+    are predicted (dynamic data and random rows; static data keeps its own); `dropout`, the short recipe's none by
+    default, None for the config's, decides the CPU attention kernel too (bertkit.train.throughput)."""
     if dropout is not None:
         config = config.replace(hidden_dropout_prob=dropout, attention_probs_dropout_prob=dropout)
     where = resolve_device(device)
-    return training_steps_per_second(lambda: _as_run(config, where), pretraining_loss, batch, precision, where,
+    batches = (_data_batches(data, seq_len, batch_size, masked_lm_prob) if data is not None and data.instances
+               else [_random_batch(config.vocab_size, seq_len, batch_size, masked_lm_prob)])
+    return training_steps_per_second(lambda: _as_run(config, where), pretraining_loss, batches, precision, where,
                                      seconds)
+
+
+MEASURED_BATCHES = 8
+"""Batches of the run's own data a throughput measurement cycles through (their fills differ)."""
+
+
+def _data_batches(data: DataFacts, seq_len: int, batch_size: int, masked_lm_prob: float) -> list[dict]:
+    """MEASURED_BATCHES batches of `data`'s instances at `seq_len` tokens, drawn with a fixed seed (the same
+    instances every time; nothing of the run's RNG is used), padded as the run pads them."""
+    loading = {"masked_lm_prob": masked_lm_prob} if data.dynamic else {}
+    dataset = PretrainingDataset(data.directory, max_seq_length=seq_len, **loading)
+    count = MEASURED_BATCHES * batch_size
+    indices = np.random.default_rng(0).choice(len(dataset), count, replace=count > len(dataset))
+    items = [dataset[int(index)] for index in indices]
+    return [collate_pretraining(items[start:start + batch_size]) for start in range(0, count, batch_size)]
+
+
+def _random_batch(vocab_size: int, seq_len: int, batch_size: int, masked_lm_prob: float) -> dict:
+    """One batch of random full rows, `masked_lm_prob` of positions predicted."""
+    generator = torch.Generator().manual_seed(0)
+    ids = torch.randint(5, vocab_size, (batch_size, seq_len), generator=generator)
+    labels = torch.where(torch.rand(batch_size, seq_len, generator=generator) < masked_lm_prob, ids, IGNORE_INDEX)
+    return {"input_ids": ids, "token_type_ids": torch.zeros_like(ids), "attention_mask": torch.ones_like(ids),
+            "mlm_labels": labels, "nsp_labels": torch.zeros(batch_size, dtype=torch.int64)}
 
 
 def _as_run(config: BertConfig, device: torch.device) -> BertForPreTraining:
