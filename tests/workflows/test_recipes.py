@@ -262,7 +262,7 @@ def test_the_time_budget_counts_every_process(data, monkeypatch):
     config = preset("bert-mini", vocab_size=facts.vocab_size)
 
     def choose(world_size: int):
-        shape = pretrain_plan._planning_shape(settings, facts, None, config, world_size)
+        shape = pretrain_plan._planning_shape(settings, train, facts, None, config, world_size)
         return pretrain_plan._choose(settings, train, facts, None, config, shape, world_size)
 
     alone, four = choose(1), choose(4)
@@ -271,11 +271,33 @@ def test_the_time_budget_counts_every_process(data, monkeypatch):
     assert "~14,400 steps" in four.reason and "each of 4 processes' share" in four.reason, four.reason
     # --recipe short under a time budget is measured too: its budget is the steps the time buys
     short = dataclasses.replace(settings, recipe="short")
-    shape = pretrain_plan._planning_shape(short, facts, None, config, 1)
+    shape = pretrain_plan._planning_shape(short, train, facts, None, config, 1)
     for seconds in (3_600, 7_200):  # 1 step/s
         chosen = pretrain_plan._choose(short, dataclasses.replace(train, max_time_s=seconds), facts, None, config,
                                        shape, 1)
         assert (chosen.budget_steps, chosen.nsp) == (seconds, False)
+
+
+
+def test_the_time_budget_is_measured_at_the_batch_the_run_will_take(data, monkeypatch):
+    """The rate is measured at the micro-batch the run will have: the continue recipe's 32 rows (a released
+    checkpoint), the flags' micro-batch when batch flags are given, and divided by their accumulation steps (an
+    optimizer step runs that many micro-batches)."""
+    from bertkit.config import preset
+    from bertkit.settings import PretrainSettings, TrainConfig
+
+    settings = PretrainSettings(data=str(data["dynamic"]), model="bert-mini", output="unused", recipe="auto")
+    facts = pretrain_plan.DataFacts.read(settings.data)
+    config = preset("bert-mini", vocab_size=facts.vocab_size)
+    plain = TrainConfig(max_time_s=3600, precision="fp32")
+    continued = dataclasses.replace(settings, recipe="continue")
+    assert pretrain_plan._planning_shape(continued, plain, facts, None, config, 1) == (32, facts.built_seq_length)
+    assert pretrain_plan._planning_shape(continued, plain, facts, None, config, 4) == (8, facts.built_seq_length)
+    flags = TrainConfig(max_time_s=3600, precision="fp32", global_batch_size=64, micro_batch_size=16)
+    assert pretrain_plan._planning_shape(settings, flags, facts, None, config, 1) == (16, 64)
+    monkeypatch.setattr(pretrain_plan, "measure_steps_per_second", lambda *a, **k: 4.0)  # micro-batches a second
+    chosen = pretrain_plan._choose(settings, flags, facts, None, config, (16, 64), 1)
+    assert chosen.budget_steps == 3600  # 4 micro-batches of 16 an optimizer step: 1 step a second
 
 
 def test_pretraining_records_the_positions_it_trained_and_fine_tuning_says_when_inputs_go_past(data, tmp_path,
@@ -706,3 +728,27 @@ def test_a_time_budget_is_measured_on_the_datas_own_batches(data, monkeypatch, m
     assert predicted / real == pytest.approx(0.3 if masking == "dynamic" else 0.15, abs=0.05)
     pretrain_plan.measure_steps_per_second(config, 64, 16, "fp32", "cpu", masked_lm_prob=0.3)
     assert len(seen[-1]) == 1 and bool(seen[-1][0]["attention_mask"].all())  # no data: one batch of full rows
+
+
+def test_the_throughput_measurement_takes_every_batch_and_clips_as_the_loop_does(monkeypatch):
+    """`training_steps_per_second` given several batches runs each at least once, in turn, after the warm-up (even
+    when the time is up sooner), and clips the gradients as the loop does every step."""
+    import torch
+    from torch import nn
+
+    from bertkit.train import throughput
+
+    seen, clipped = [], []
+    real_clip = torch.nn.utils.clip_grad_norm_
+    monkeypatch.setattr(torch.nn.utils, "clip_grad_norm_", lambda params, norm: clipped.append(norm)
+                        or real_clip(params, norm))
+
+    def loss(model, batch):
+        seen.append(int(batch["x"][0, 0]))
+        return model(batch["x"].float()).sum(), {}
+
+    batches = [{"x": torch.full((2, 3), float(i))} for i in range(5)]
+    rate = throughput.training_steps_per_second(lambda: nn.Linear(3, 1), loss, batches, "fp32",
+                                                torch.device("cpu"), seconds=0.0)
+    assert rate > 0 and seen[:6] == [0, 1, 2, 3, 4, 0] and len(seen) == 6  # the warm-up, then all five
+    assert clipped == [1.0] * len(seen)

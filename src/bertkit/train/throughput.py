@@ -25,11 +25,12 @@ from bertkit.train.optim import build_optimizer
 LossFn = Callable[[nn.Module, Any], "tuple[torch.Tensor, dict[str, float]]"]
 
 
-def _rate(step: Callable[[], None], device: torch.device, seconds: float, max_count: int = 50) -> float:
-    """Calls of `step` per second: one warm-up, then at least two timed calls, then until `seconds`."""
+def _rate(step: Callable[[], None], device: torch.device, seconds: float, max_count: int = 50,
+          min_count: int = 2) -> float:
+    """Calls of `step` per second: one warm-up, then at least `min_count` timed calls, then until `seconds`."""
     step()
     count, started = 0, time.perf_counter()
-    while count < 2 or (time.perf_counter() - started < seconds and count < max_count):
+    while count < min_count or (time.perf_counter() - started < seconds and count < max_count):
         step()
         count += 1
     if device.type == "cuda":
@@ -60,7 +61,7 @@ def training_steps_per_second(build_model: Callable[[], nn.Module], loss_fn: Los
             optimizer.step()
             optimizer.zero_grad(set_to_none=True)
 
-        return _rate(step, device, seconds)
+        return _rate(step, device, seconds, min_count=max(2, len(batches)))  # every batch timed at least once
 
 
 def inference_batches_per_second(build_model: Callable[[], nn.Module], batch: dict[str, torch.Tensor],

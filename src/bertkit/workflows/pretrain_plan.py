@@ -147,7 +147,7 @@ def plan_pretraining(settings: PretrainSettings, train: TrainConfig, ctx: Distri
     train = _with_budget(settings, train, data, init, ctx)
     train = _compile_by_default(train, ctx)
     model_config = (init.config if init else load_config(settings.model)).replace(vocab_size=data.vocab_size)
-    rows, length = _planning_shape(settings, data, init, model_config, ctx.world_size)
+    rows, length = _planning_shape(settings, train, data, init, model_config, ctx.world_size)
     measured_config = _planning_dropout(settings, init, model_config)
     if train.precision == "auto":  # measured once, here; the recipe's rate and the run both use the answer
         precision = rank0_decides(lambda: resolve_precision("auto", ctx.device, _as_run(measured_config, ctx.device),
@@ -218,17 +218,27 @@ def _compile_by_default(train: TrainConfig, ctx: DistributedContext) -> TrainCon
     return dataclasses.replace(train, compile=ctx.device.type == "cuda")
 
 
-def _planning_shape(settings: PretrainSettings, data: DataFacts, init: InitFacts | None, config: BertConfig,
-                    world_size: int) -> tuple[int, int]:
+def _planning_shape(settings: PretrainSettings, train: TrainConfig, data: DataFacts, init: InitFacts | None,
+                    config: BertConfig, world_size: int) -> tuple[int, int]:
     """(rows, tokens) of each process's micro-batch as the run will most likely have it: the shape the precision
-    is measured at and a time budget's rate. A checkpoint made elsewhere is continued at the data's length, a
-    short budget at the short recipe's (64 tokens, batch 16)."""
+    is measured at and a time budget's rate. A checkpoint made elsewhere is continued at the data's length and the
+    continue recipe's batch (32), a short budget at the short recipe's (64 tokens, batch 16); batch flags given
+    decide the rows (`_given_batch`)."""
     short = short_recipe(config.hidden_size)
     assert short.max_seq_length is not None  # the short recipe fixes it
     continuing = settings.recipe == "continue" or (init is not None and init.kind == "released")
     length = settings.max_seq_length or (data.built_seq_length if continuing
                                         else min(short.max_seq_length, data.built_seq_length))
-    return -(-short.batch_size // world_size), length
+    if _given_batch(train):
+        return train.batch_plan(world_size)[1], length
+    batch = continue_recipe(config.hidden_size, True, None).batch_size if continuing else short.batch_size
+    return -(-batch // world_size), length
+
+
+def _given_batch(train: TrainConfig) -> bool:
+    """Whether a batch flag was given (then the run's micro-batch and accumulation are the flags', not a recipe's)."""
+    return any(size is not None for size in (train.global_batch_size, train.micro_batch_size, train.batch_size,
+                                              train.gradient_accumulation_steps))
 
 
 def _planning_dropout(settings: PretrainSettings, init: InitFacts | None, config: BertConfig) -> BertConfig:
@@ -253,6 +263,7 @@ def _choose(settings: PretrainSettings, train: TrainConfig, data: DataFacts, ini
     if settings.recipe in ("auto", "continue", "short") and train.max_time_s:  # short: its objective follows the steps
         rate = measure_steps_per_second(config, shape[1], shape[0], train.precision, train.device, dropout=None,
                                         masked_lm_prob=_masking(settings, data, init, config), data=data)
+        rate /= train.batch_plan(world_size)[2] if _given_batch(train) else 1  # micro-batches an optimizer step
     steps = budget_steps(train.max_steps, train.max_time_s, rate)
     assert settings.recipe is not None  # plan_pretraining chooses only when one is asked for
     heads = init.heads if init is not None else frozenset({"nsp", "mlm"})
@@ -263,8 +274,9 @@ def _choose(settings: PretrainSettings, train: TrainConfig, data: DataFacts, ini
     if rate is not None:
         where = f"{shape[1]} tokens x {shape[0]}" + (f" (each of {world_size} processes' share)" if world_size > 1
                                                      else "")
-        recipe = dataclasses.replace(recipe, reason=f"{recipe.reason}; {rate:.2f} steps/s measured on the data's "
-                                                    f"instances at {where} on this machine")
+        on = "the data's instances" if data.instances else "random rows"
+        recipe = dataclasses.replace(recipe, reason=f"{recipe.reason}; {rate:.2f} steps/s measured on {on} at {where} "
+                                                    "on this machine")
     return recipe
 
 
@@ -305,9 +317,9 @@ def measure_steps_per_second(config: BertConfig, seq_len: int, batch_size: int, 
                              seconds: float = 1.5, masked_lm_prob: float = 0.15, dropout: float | None = 0.0,
                              data: DataFacts | None = None) -> float:
     """Optimizer steps per second of pre-training this model on this machine (MLM + NSP) at batches of
-    (batch_size, seq_len): with `data`, MEASURED_BATCHES of its own instances cut to seq_len, in turn (their padding
-    decides how much the dense layers compute and which CPU attention kernel runs: a corpus of short documents
-    trains slower a step than full rows); without, one batch of random full rows. `masked_lm_prob` of positions
+    (batch_size, seq_len): with `data`, MEASURED_BATCHES of its own instances cut to seq_len, in turn, each timed
+    at least once (their padding changes what a step costs, either way, and which CPU attention kernel runs);
+    without, one batch of random full rows. `masked_lm_prob` of positions
     are predicted (dynamic data and random rows; static data keeps its own); `dropout`, the short recipe's none by
     default, None for the config's, decides the CPU attention kernel too (bertkit.train.throughput)."""
     if dropout is not None:
@@ -325,13 +337,15 @@ MEASURED_BATCHES = 8
 
 def _data_batches(data: DataFacts, seq_len: int, batch_size: int, masked_lm_prob: float) -> list[dict]:
     """MEASURED_BATCHES batches of `data`'s instances at `seq_len` tokens, drawn with a fixed seed (the same
-    instances every time; nothing of the run's RNG is used), padded as the run pads them."""
+    instances every time; nothing of the run's RNG is used), padded to each batch's longest with the data's pad id,
+    as a CPU run pads them (a static-shape GPU run pads to the length: the model unpads either way)."""
     loading = {"masked_lm_prob": masked_lm_prob} if data.dynamic else {}
     dataset = PretrainingDataset(data.directory, max_seq_length=seq_len, **loading)
     count = MEASURED_BATCHES * batch_size
     indices = np.random.default_rng(0).choice(len(dataset), count, replace=count > len(dataset))
     items = [dataset[int(index)] for index in indices]
-    return [collate_pretraining(items[start:start + batch_size]) for start in range(0, count, batch_size)]
+    pad = int(dataset.manifest["tokenizer"]["special_token_ids"]["pad"])
+    return [collate_pretraining(items[start:start + batch_size], pad) for start in range(0, count, batch_size)]
 
 
 def _random_batch(vocab_size: int, seq_len: int, batch_size: int, masked_lm_prob: float) -> dict:
