@@ -281,8 +281,8 @@ def test_the_time_budget_counts_every_process(data, monkeypatch):
 
 def test_the_time_budget_is_measured_at_the_batch_the_run_will_take(data, monkeypatch):
     """The rate is measured at the micro-batch the run will have: the continue recipe's 32 rows (a released
-    checkpoint), the flags' micro-batch when batch flags are given, and divided by their accumulation steps (an
-    optimizer step runs that many micro-batches)."""
+    checkpoint), the flags' micro-batch when batch flags are given (of the recipe's global batch when they give
+    none), and divided by the accumulation steps (an optimizer step runs that many micro-batches)."""
     from bertkit.config import preset
     from bertkit.settings import PretrainSettings, TrainConfig
 
@@ -295,6 +295,12 @@ def test_the_time_budget_is_measured_at_the_batch_the_run_will_take(data, monkey
     assert pretrain_plan._planning_shape(continued, plain, facts, None, config, 4) == (8, facts.built_seq_length)
     flags = TrainConfig(max_time_s=3600, precision="fp32", global_batch_size=64, micro_batch_size=16)
     assert pretrain_plan._planning_shape(settings, flags, facts, None, config, 1) == (16, 64)
+    # a flag that splits the recipe's batch: --micro-batch-size 4 of the short recipe's 16, or 2 accumulation steps
+    micro = TrainConfig(max_time_s=3600, precision="fp32", micro_batch_size=4)
+    assert pretrain_plan._planned_batch(settings, micro, None, config, 1) == (4, 4)
+    halves = TrainConfig(max_time_s=3600, precision="fp32", gradient_accumulation_steps=2)
+    assert pretrain_plan._planned_batch(settings, halves, None, config, 1) == (8, 2)
+    assert pretrain_plan._planned_batch(settings, plain, None, config, 3) == (6, 1)  # 16 on 3 processes: rounded up
     monkeypatch.setattr(pretrain_plan, "measure_steps_per_second", lambda *a, **k: 4.0)  # micro-batches a second
     chosen = pretrain_plan._choose(settings, flags, facts, None, config, (16, 64), 1)
     assert chosen.budget_steps == 3600  # 4 micro-batches of 16 an optimizer step: 1 step a second

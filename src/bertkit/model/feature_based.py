@@ -83,6 +83,11 @@ class FeatureBasedModel(nn.Module):
         self._make_encoder_copy = make_copy
         self._forget_encoder_copy()
 
+    @property
+    def uses_encoder_copy(self) -> bool:
+        """Whether the features are computed by an inference copy of the encoder (`use_encoder_copy`)."""
+        return self._make_encoder_copy is not None
+
     def _forget_encoder_copy(self, *_: Any) -> None:
         self.__dict__["_encoder_copy"] = None  # bypasses nn.Module's registration of submodules
 

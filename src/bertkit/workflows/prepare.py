@@ -106,10 +106,9 @@ def training_kernels(model: nn.Module, device: torch.device, precision: str, com
     if choices is None:
         return {"attention": "SDPA", "dropout": dropout}
     if isinstance(model, FeatureBasedModel):  # the encoder is frozen: its features are computed as inference's
-        copy = "bf16" if precision == "bf16" else "fp32"  # the dtype its inference copy computes in
+        dtype = "bf16" if precision == "bf16" else "fp32"  # the dtype its inference copy computes in
         return {"attention": {precision: list(choices.bmm_attention.get(precision, ()))},
-                "packed": model._make_encoder_copy is not None and copy in choices.packed_linear,
-                "dropout": dropout}
+                "packed": model.uses_encoder_copy and dtype in choices.packed_linear, "dropout": dropout}
     verdicts = choices.bmm_training_dropout if _attention_dropout(model) else choices.bmm_training
     return {"attention": {precision: list(verdicts.get(precision, ()))}, "dropout": dropout}
 

@@ -221,31 +221,41 @@ def _compile_by_default(train: TrainConfig, ctx: DistributedContext) -> TrainCon
 def _planning_shape(settings: PretrainSettings, train: TrainConfig, data: DataFacts, init: InitFacts | None,
                     config: BertConfig, world_size: int) -> tuple[int, int]:
     """(rows, tokens) of each process's micro-batch as the run will most likely have it: the shape the precision
-    is measured at and a time budget's rate. A checkpoint made elsewhere is continued at the data's length and the
-    continue recipe's batch (32), a short budget at the short recipe's (64 tokens, batch 16); batch flags given
-    decide the rows (`_given_batch`)."""
+    is measured at and a time budget's rate. A checkpoint made elsewhere is continued at the data's length, a
+    short budget at the short recipe's 64 tokens; the rows are `_planned_batch`'s."""
     short = short_recipe(config.hidden_size)
     assert short.max_seq_length is not None  # the short recipe fixes it
-    continuing = settings.recipe == "continue" or (init is not None and init.kind == "released")
-    length = settings.max_seq_length or (data.built_seq_length if continuing
+    length = settings.max_seq_length or (data.built_seq_length if _continuing(settings, init)
                                         else min(short.max_seq_length, data.built_seq_length))
-    if _given_batch(train):
-        return train.batch_plan(world_size)[1], length
-    batch = continue_recipe(config.hidden_size, True, None).batch_size if continuing else short.batch_size
-    return -(-batch // world_size), length
+    return _planned_batch(settings, train, init, config, world_size)[0], length
 
 
-def _given_batch(train: TrainConfig) -> bool:
-    """Whether a batch flag was given (then the run's micro-batch and accumulation are the flags', not a recipe's)."""
-    return any(size is not None for size in (train.global_batch_size, train.micro_batch_size, train.batch_size,
-                                              train.gradient_accumulation_steps))
+def _continuing(settings: PretrainSettings, init: InitFacts | None) -> bool:
+    """Whether the run will most likely take the continue recipe (asked for, or a checkpoint made elsewhere)."""
+    return settings.recipe == "continue" or (init is not None and init.kind == "released")
+
+
+def _planned_batch(settings: PretrainSettings, train: TrainConfig, init: InitFacts | None, config: BertConfig,
+                   world_size: int) -> tuple[int, int]:
+    """(micro-batch rows of each process, micro-batches an optimizer step) as the run will most likely split its
+    global batch: the flags' global batch, else the recipe's (the continue recipe's 32, the short recipe's 16), split
+    by the flags' micro-batch or accumulation where given, else one micro-batch a process (rounded up)."""
+    recipe = continue_recipe(config.hidden_size, True, None) if _continuing(settings, init) \
+        else short_recipe(config.hidden_size)
+    if train.micro_batch_size is None and train.gradient_accumulation_steps is None:
+        given = train.global_batch_size or train.batch_size
+        return -(-(given or recipe.batch_size) // world_size), 1
+    if train.global_batch_size is None and train.batch_size is None:
+        train = dataclasses.replace(train, global_batch_size=recipe.batch_size)
+    _, micro, accumulation = train.batch_plan(world_size)
+    return micro, accumulation
 
 
 def _planning_dropout(settings: PretrainSettings, init: InitFacts | None, config: BertConfig) -> BertConfig:
     """`config` with the dropout the run will most likely train with, for the measurements made before the recipe is
     chosen (attention dropout decides which CPU attention kernel runs): --dropout when given, else the short recipe's
     (none) where the budget will most likely get it (the shape `_planning_shape` assumes), else the config's."""
-    continuing = settings.recipe == "continue" or (init is not None and init.kind == "released")
+    continuing = _continuing(settings, init)
     dropout = settings.dropout
     if dropout is None and settings.recipe in ("auto", "short") and not continuing:
         dropout = short_recipe(config.hidden_size).dropout
@@ -263,7 +273,7 @@ def _choose(settings: PretrainSettings, train: TrainConfig, data: DataFacts, ini
     if settings.recipe in ("auto", "continue", "short") and train.max_time_s:  # short: its objective follows the steps
         rate = measure_steps_per_second(config, shape[1], shape[0], train.precision, train.device, dropout=None,
                                         masked_lm_prob=_masking(settings, data, init, config), data=data)
-        rate /= train.batch_plan(world_size)[2] if _given_batch(train) else 1  # micro-batches an optimizer step
+        rate /= _planned_batch(settings, train, init, config, world_size)[1]  # micro-batches an optimizer step
     steps = budget_steps(train.max_steps, train.max_time_s, rate)
     assert settings.recipe is not None  # plan_pretraining chooses only when one is asked for
     heads = init.heads if init is not None else frozenset({"nsp", "mlm"})
@@ -284,8 +294,8 @@ def _masking(settings: PretrainSettings, data: DataFacts, init: InitFacts | None
     """The share of positions the run will predict (the MLM head's cost grows with it): static data's own."""
     if not data.dynamic:
         return data.masked_lm_prob
-    continuing = settings.recipe == "continue" or (init is not None and init.kind == "released")
-    recipe = continue_recipe(config.hidden_size, True, None) if continuing else short_recipe(config.hidden_size)
+    recipe = continue_recipe(config.hidden_size, True, None) if _continuing(settings, init) \
+        else short_recipe(config.hidden_size)
     return settings.masked_lm_prob or recipe.masked_lm_prob or data.masked_lm_prob
 
 
@@ -319,9 +329,10 @@ def measure_steps_per_second(config: BertConfig, seq_len: int, batch_size: int, 
     """Optimizer steps per second of pre-training this model on this machine (MLM + NSP) at batches of
     (batch_size, seq_len): with `data`, MEASURED_BATCHES of its own instances cut to seq_len, in turn, each timed
     at least once (their padding changes what a step costs, either way, and which CPU attention kernel runs);
-    without, one batch of random full rows. `masked_lm_prob` of positions
-    are predicted (dynamic data and random rows; static data keeps its own); `dropout`, the short recipe's none by
-    default, None for the config's, decides the CPU attention kernel too (bertkit.train.throughput)."""
+    without, one batch of random full rows. `masked_lm_prob` of positions are predicted (dynamic data and random
+    rows; static data keeps its own); `dropout`, the short recipe's none by default, None for the config's, decides
+    the CPU attention kernel too (bertkit.train.throughput). One micro-batch a step: the caller divides by the
+    accumulation steps."""
     if dropout is not None:
         config = config.replace(hidden_dropout_prob=dropout, attention_probs_dropout_prob=dropout)
     where = resolve_device(device)
