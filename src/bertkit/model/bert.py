@@ -24,6 +24,12 @@ padded positions, whichever backend runs.
 Q, K and V are one fused (D, 3D) projection (one matrix multiply instead of three);
 model/hf_names.py splits and joins it when reading and writing Hugging Face checkpoints.
 
+The last layer can run at a few positions only (`output_positions`: the masked-LM head's, about 15% of the
+tokens): its attention still reads every token's keys and values, but its output projection, feed-forward and
+LayerNorms run only at the rows the caller reads, and the rest of the last layer, computed and thrown away before,
+is not computed. Per token this is the same function (tested against the full encoder); a layer's dropout draws fewer
+elements, so a training run is another draw of the same distribution.
+
 Gradient checkpointing (`gradient_checkpointing = True`, `--gradient-checkpointing`): in training, each
 layer keeps only its input for the backward and recomputes its inside then (torch.utils.checkpoint,
 non-reentrant, dropout masks replayed from the saved RNG state, so the gradients are the same); the
@@ -106,9 +112,13 @@ class BertLayer(nn.Module):
         self.ffn_out = ResidualDense(config.intermediate_size, d, dropout)
         self.ffn_norm = nn.LayerNorm(d, eps=config.layer_norm_eps)
 
-    def forward(self, x: torch.Tensor, attention: Attention, layout: Unpadded | torch.Tensor | None) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, attention: Attention, layout: Unpadded | torch.Tensor | None,
+                rows: torch.Tensor | None = None) -> torch.Tensor:
+        """`rows`: the only rows of the flattened layout, (N, D) or (B*T, D), whose outputs are wanted; given,
+        the layer returns (S, D) at those rows alone, their attention still over every token."""
         dropout_p = self.attention_dropout if self.training else 0.0
         context = attention(self.qkv(x), layout, self.num_heads, dropout_p)  # (N, 3D) -> (N, D), or batched
+        context, x = keep_rows(context, x, rows)
         x = self.attn_norm(self.attn_out(context, x))
         return self.ffn_norm(self.ffn_out(self.act(self.ffn_in(x)), x))
 
@@ -138,10 +148,17 @@ class BertModel(PreTrainedMixin, nn.Module):
         attention_mask: torch.Tensor | None = None,
         output_hidden_states: bool = False,
         layout: Unpadded | None = None,
+        output_positions: torch.Tensor | None = None,
     ) -> BertModelOutput:
         """`layout`: where the real tokens are, when the caller already knows (a collator computes it on the host,
         `Unpadded.from_collated`); then nothing is read from the device here. Else the model finds out from
-        `attention_mask` (None: nothing is padded)."""
+        `attention_mask` (None: nothing is padded).
+
+        `output_positions`: the only positions whose last hidden state the caller reads, a (B, T) bool mask or
+        (B, P) int64 positions in each row (Google's masked_lm_positions). `last_hidden_state` is then (S, D),
+        the states at those positions in row-major order (S = the mask's True count, or B*P), zeros where a
+        position is padding; the last layer runs at those positions (and [CLS], for the pooler) alone. With
+        `output_hidden_states` every layer runs in full and `hidden_states` holds every position."""
         if token_type_ids is None:
             token_type_ids = torch.zeros_like(input_ids)
         x = self.embeddings(input_ids, token_type_ids)  # (B, T, D)
@@ -160,24 +177,86 @@ class BertModel(PreTrainedMixin, nn.Module):
             x = where.unpad(x)  # (N, D)
         else:
             where = None if real is None else real[:, None, None, :]  # key-padding mask (B, 1, 1, T)
+        rows = None
+        if output_positions is not None and not output_hidden_states and _has_rows(x, where):
+            rows = _output_rows(output_positions, where, input_ids.shape, self.pooler is not None)
         hidden = [x]
         recompute = self.gradient_checkpointing and self.training and torch.is_grad_enabled()
-        for layer in self.layers:
+        for index, layer in enumerate(self.layers):
+            only = (rows,) if rows is not None and index == len(self.layers) - 1 else ()  # the last layer's
             if recompute:
-                x = checkpoint(layer, x, attention, where, use_reentrant=False)
+                x = checkpoint(layer, x, attention, where, *only, use_reentrant=False)
             else:
-                x = layer(x, attention, where)
+                x = layer(x, attention, where, *only)
             if output_hidden_states:
                 hidden.append(x)
+        if rows is not None and output_positions is not None:
+            return self._sparse_output(x, output_positions, real, rows)
         to_batch = partial(_batched, layout=where, real=real)
         last_hidden_state = to_batch(x)
         pooled = torch.tanh(self.pooler(last_hidden_state[:, 0])) if self.pooler is not None else None
         hidden_states = tuple(to_batch(h) for h in hidden) if output_hidden_states else None
+        if output_positions is not None:
+            last_hidden_state = select_positions(last_hidden_state, output_positions)
         return BertModelOutput(last_hidden_state, pooled, hidden_states)
+
+    def _sparse_output(self, x: torch.Tensor, positions: torch.Tensor, real: torch.Tensor | None,
+                       rows: torch.Tensor) -> BertModelOutput:
+        """The output of a last layer run at `rows` alone: (S, D) at the positions, then the [CLS] rows (B, D)
+        when there is a pooler; zeros at padded positions, as the full encoder's."""
+        if real is not None:
+            real_rows = select_positions(real, positions)  # (S,)
+            if self.pooler is not None:
+                real_rows = torch.cat([real_rows, real[:, 0]])
+            x = x.masked_fill(~real_rows.unsqueeze(-1), 0.0)
+        if self.pooler is None:
+            return BertModelOutput(x)
+        batch = positions.shape[0]
+        selected, first = x[: x.shape[0] - batch], x[x.shape[0] - batch:]
+        return BertModelOutput(selected, torch.tanh(self.pooler(first)))
 
     def gradient_checkpointing_enable(self, enable: bool = True) -> None:
         """Recompute each layer in the backward instead of keeping its activations (transformers' name)."""
         self.gradient_checkpointing = enable
+
+
+def keep_rows(context: torch.Tensor, x: torch.Tensor, rows: torch.Tensor | None
+              ) -> tuple[torch.Tensor, torch.Tensor]:
+    """The attention output and the residual at `rows` of their flattened (N or B*T, D) layout (None: all)."""
+    if rows is None:
+        return context, x
+    width = x.shape[-1]
+    return context.reshape(-1, width).index_select(0, rows), x.reshape(-1, width).index_select(0, rows)
+
+
+def select_positions(states: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+    """(B, T, ...) -> (S, ...) at `positions`: the True positions of a (B, T) bool mask (row-major order; S read
+    from the device), or a (B, P) int64 index of positions in each row (S = B*P, nothing read)."""
+    if positions.dtype == torch.bool:
+        return states[positions]
+    batch, length = states.shape[:2]
+    starts = torch.arange(batch, device=states.device).unsqueeze(1) * length  # (B, 1) start of each row
+    return states.reshape(batch * length, *states.shape[2:]).index_select(0, (positions + starts).reshape(-1))
+
+
+def _has_rows(x: torch.Tensor, layout: Unpadded | torch.Tensor | None) -> bool:
+    """Whether the layers' working layout holds any row (an all-padding batch unpads to none)."""
+    return x.numel() > 0 and not (isinstance(layout, Unpadded) and layout.indices.numel() == 0)
+
+
+def _output_rows(positions: torch.Tensor, layout: Unpadded | torch.Tensor | None, shape: torch.Size,
+                 with_first: bool) -> torch.Tensor:
+    """The rows of the layers' working layout ((N, D) real tokens or the (B*T, D) batch) at `positions` (as
+    `select_positions` orders them), then each sequence's first row when `with_first` (the pooler's [CLS]).
+    A padded position maps to some real row: its output is zeroed afterwards."""
+    batch, length = shape
+    flat = select_positions(torch.arange(batch * length, device=positions.device).view(batch, length), positions)
+    if with_first:
+        flat = torch.cat([flat, torch.arange(batch, device=positions.device) * length])
+    if isinstance(layout, Unpadded):  # a real token's row in (N, D) is the number of real tokens before it
+        rank = layout.mask.reshape(-1).cumsum(0) - 1
+        return rank.index_select(0, flat).clamp(min=0)
+    return flat
 
 
 def _batched(x: torch.Tensor, layout: Unpadded | torch.Tensor | None, real: torch.Tensor | None) -> torch.Tensor:

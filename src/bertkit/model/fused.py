@@ -31,7 +31,7 @@ from torch import nn
 from bertkit.kernels.gelu import bias_gelu
 from bertkit.kernels.norm import dropout_add_layer_norm
 from bertkit.model.attention import Attention
-from bertkit.model.bert import BertEmbeddings, BertLayer, BertModel, ResidualDense
+from bertkit.model.bert import BertEmbeddings, BertLayer, BertModel, ResidualDense, keep_rows
 from bertkit.model.padding import Unpadded
 
 FUSED = "_bertkit_fused"
@@ -79,10 +79,11 @@ def _embeddings_forward(embeddings: BertEmbeddings, input_ids: torch.Tensor, tok
 
 
 def _layer_forward(layer: BertLayer, norm: bool, gelu: bool, x: torch.Tensor, attention: Attention,
-                   layout: Unpadded | torch.Tensor | None) -> torch.Tensor:
+                   layout: Unpadded | torch.Tensor | None, rows: torch.Tensor | None = None) -> torch.Tensor:
     """BertLayer.forward through the fused ops chosen (`norm`, `gelu`); the same function of the same weights."""
     dropout_p = layer.attention_dropout if layer.training else 0.0
     context = attention(layer.qkv(x), layout, layer.num_heads, dropout_p)  # (N, 3D) -> (N, D), or batched
+    context, x = keep_rows(context, x, rows)
     x = _add_norm(layer.attn_out, layer.attn_norm, context, x) if norm else layer.attn_norm(layer.attn_out(context, x))
     if gelu:
         inner = bias_gelu(F.linear(x, layer.ffn_in.weight), layer.ffn_in.bias)  # (N, I)

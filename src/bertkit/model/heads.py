@@ -2,11 +2,11 @@
 
 Design decision: every task model is `BertModel` + one small head, and heads return logits only
 (losses live in `bertkit.tasks`). The masked-LM head can run at masked positions only: given a
-(B, T) bool mask it gathers those N hidden states first, so the 30k-way vocabulary projection costs
-N x V instead of B x T x V (about 1/7 of the positions at 15% masking). The same trick as
-JonasGeiping/cramming's sparse prediction head. Given a (B, P) index of positions instead (Google's
-masked_lm_positions, padded to a fixed P with weight-0 entries), it gathers B x P states: a static shape, so
-a GPU step neither reads N from the device nor compiles again for another N.
+(B, T) bool mask, the encoder returns those N hidden states alone (its last layer computed at them alone:
+bert.py), so the 30k-way vocabulary projection costs N x V instead of B x T x V (about 1/7 of the positions at
+15% masking). The same trick as JonasGeiping/cramming's sparse prediction head. Given a (B, P) index of
+positions instead (Google's masked_lm_positions, padded to a fixed P with weight-0 entries), it gathers B x P
+states: a static shape, so a GPU step neither reads N from the device nor compiles again for another N.
 
 Names of the concepts follow transformers' modeling_bert.py: the prediction-head transform
 (dense + activation + LayerNorm), a decoder tied to the word embeddings with its own bias, the NSP
@@ -40,19 +40,6 @@ class MaskedLMHead(nn.Module):
     def forward(self, hidden: torch.Tensor, word_embeddings: torch.Tensor) -> torch.Tensor:
         hidden = self.norm(self.act(self.transform(hidden)))
         return F.linear(hidden, word_embeddings, self.bias)  # (..., V)
-
-
-def _select(hidden: torch.Tensor, masked_positions: torch.Tensor | None) -> torch.Tensor:
-    """The hidden states the MLM head reads: all of them (None); (B, T, D) -> (N, D) at the True positions of a
-    (B, T) bool mask (row-major order; N read from the device); or (B, T, D) -> (B*P, D) at a (B, P) int64 index
-    of positions in each row (Google's masked_lm_positions, a static size: nothing is read from the device)."""
-    if masked_positions is None:
-        return hidden
-    if masked_positions.dtype == torch.bool:
-        return hidden[masked_positions]
-    batch, length = hidden.shape[:2]
-    rows = torch.arange(batch, device=hidden.device).unsqueeze(1) * length  # (B, 1) start of each row
-    return hidden.reshape(batch * length, -1).index_select(0, (masked_positions + rows).reshape(-1))
 
 
 class _TaskModel(PreTrainedMixin, nn.Module):
@@ -100,8 +87,8 @@ class BertForPreTraining(_TaskModel):
 
     def forward(self, input_ids, token_type_ids=None, attention_mask=None, output_hidden_states=False,
                 masked_positions: torch.Tensor | None = None, layout: Unpadded | None = None) -> PreTrainingOutput:
-        out = self.bert(input_ids, token_type_ids, attention_mask, output_hidden_states, layout)
-        mlm_logits = self.mlm(_select(out.last_hidden_state, masked_positions), self.bert.embeddings.word.weight)
+        out = self.bert(input_ids, token_type_ids, attention_mask, output_hidden_states, layout, masked_positions)
+        mlm_logits = self.mlm(out.last_hidden_state, self.bert.embeddings.word.weight)
         return PreTrainingOutput(mlm_logits, self.nsp(out.pooler_output), out.hidden_states)
 
 
@@ -123,8 +110,8 @@ class BertForMaskedLM(_TaskModel):
 
     def forward(self, input_ids, token_type_ids=None, attention_mask=None, output_hidden_states=False,
                 masked_positions: torch.Tensor | None = None, layout: Unpadded | None = None) -> MaskedLMOutput:
-        out = self.bert(input_ids, token_type_ids, attention_mask, output_hidden_states, layout)
-        logits = self.mlm(_select(out.last_hidden_state, masked_positions), self.bert.embeddings.word.weight)
+        out = self.bert(input_ids, token_type_ids, attention_mask, output_hidden_states, layout, masked_positions)
+        logits = self.mlm(out.last_hidden_state, self.bert.embeddings.word.weight)
         return MaskedLMOutput(logits, out.hidden_states)
 
 
