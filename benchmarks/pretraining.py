@@ -105,7 +105,8 @@ def timed_round(model, step, optimizer, batches, autocast, device: str = "cpu") 
 def model_flops(batches: list[dict], config) -> float:
     """Model FLOPs of forward + backward (3x forward) over the batches, on real tokens only: the
     encoder's dense layers (24 D^2 a token a layer), attention (4 D t^2 a sequence a layer), and the
-    MLM head (transform + vocabulary projection) at the masked positions, as the original computes it."""
+    MLM head (transform + vocabulary projection) at the masked positions, as the original computes it (the last
+    layer at every token, though bertkit runs most of it at the masked positions alone: the same count for both)."""
     d, layers, vocab = config.hidden_size, config.num_hidden_layers, config.vocab_size
     total = 0.0
     for batch in batches:

@@ -16,7 +16,9 @@ FLOP accounting (`benchmarks.pretraining.model_flops`, one rule for both): model
 (transform 2 D^2 + decoder 2 D V) at the masked tokens + pooler and NSP (2 D^2 + 4 D) per sequence; i.e.
 6 x N x tokens (N = the encoder's 12 L D^2 matmul parameters) + 12 x L x D x t^2 per sequence, plus the
 heads. Embeddings, LayerNorm, softmax, GELU, the loss and the optimizer are not counted. transformers also
-runs the MLM head at the unmasked positions; that work is reported, not counted. MFU = model FLOP/s over
+runs the MLM head at the unmasked positions; that work is reported, not counted. bertkit runs the last layer's
+output projection and feed-forward at the masked positions alone; the count has them at every token, for both
+sides alike (the original's work), so a ratio of MFUs is a ratio of throughputs. MFU = model FLOP/s over
 the dense datasheet peak of the GPU (H100/H200 SXM: 989 TFLOP/s bf16, 494.5 TF32), or over the measured
 matmul peak where the GPU is not in the table (and always in the dry run).
 """

@@ -8,10 +8,11 @@ import pytest
 import torch
 
 from bertkit.config import preset
-from bertkit.model import BertForMaskedLM, BertForPreTraining, compile_model
+from bertkit.model import BertForMaskedLM, BertForPreTraining, accelerate_for_inference, compile_model
 from bertkit.model.attention import BatchedBmm, PaddedSDPA, PerSequence, RepaddedSDPA
 from bertkit.model.bert import select_positions
 from bertkit.model.fused import fuse_for_training
+from bertkit.model.padding import Unpadded
 
 VOCAB = 97
 
@@ -123,28 +124,86 @@ def test_a_batch_of_padding_alone_and_no_position_at_all():
     assert none_masked.prediction_logits.shape == (0, VOCAB)
 
 
-def test_gradient_checkpointing_and_the_fused_forwards_run_the_sparse_layer():
+def _grads(model, batch, positions):
+    model.zero_grad(set_to_none=True)
+    out = model(batch["input_ids"], None, batch["attention_mask"], masked_positions=positions)
+    (_logits(out).logsumexp(-1).sum() + out.seq_relationship_logits.sum()).backward()
+    return _logits(out), {name: p.grad.clone() for name, p in model.named_parameters() if p.grad is not None}
+
+
+@pytest.mark.parametrize("transform", ["checkpointing", "fused"])
+def test_gradient_checkpointing_and_the_fused_forwards_run_the_sparse_layer(transform):
     batch = _batch()
-    plain = _model(BertForPreTraining).train()
-    want = plain(batch["input_ids"], None, batch["attention_mask"], masked_positions=POSITIONS)
-    for transform in ("checkpointing", "fused"):
-        model = _model(BertForPreTraining).train()
-        if transform == "checkpointing":
-            model.bert.gradient_checkpointing_enable()
-        else:
-            fuse_for_training(model)
-        got = model(batch["input_ids"], None, batch["attention_mask"], masked_positions=POSITIONS)
-        torch.testing.assert_close(got.prediction_logits, want.prediction_logits, atol=1e-5, rtol=1e-5)
-        got.prediction_logits.sum().backward()
-        assert all(p.grad is not None for p in model.bert.layers[-1].parameters())
+    want, want_grads = _grads(_model(BertForPreTraining).train(), batch, POSITIONS)
+    model = _model(BertForPreTraining).train()
+    if transform == "checkpointing":
+        model.bert.gradient_checkpointing_enable()
+    else:
+        fuse_for_training(model)
+    got, got_grads = _grads(model, batch, POSITIONS)
+    torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+    assert got_grads.keys() == want_grads.keys()
+    for name in want_grads:
+        torch.testing.assert_close(got_grads[name], want_grads[name], atol=1e-5, rtol=1e-4, msg=name)
+
+
+def test_left_padding_and_a_row_of_padding_among_real_ones():
+    """Position 0 padded (left padding) and a row with no real token: the pooler's [CLS] row and the clamp at row 0
+    of the real tokens are where this differs from right padding."""
+    generator = torch.Generator().manual_seed(3)
+    ids = torch.randint(5, VOCAB, (3, 10), generator=generator)
+    mask = torch.ones(3, 10, dtype=torch.int64)
+    mask[0, :4] = 0  # left padding
+    mask[2] = 0  # nothing real
+    positions = torch.tensor([[0, 5, 9], [0, 1, 2], [0, 3, 9]])
+    masked = torch.zeros(3, 10, dtype=torch.bool)
+    masked[0, [0, 6]] = True  # a padded position, listed
+    masked[1, [2, 8]] = True
+    for backend in ("dispatch", "padded SDPA"):
+        model = _model(BertForPreTraining).eval()
+        _use(model, backend)
+        full = model.bert(ids, None, mask)
+        for chosen in (positions, masked):
+            out = model.bert(ids, None, mask, output_positions=chosen)
+            torch.testing.assert_close(out.last_hidden_state, select_positions(full.last_hidden_state, chosen),
+                                       atol=1e-5, rtol=1e-5)
+            torch.testing.assert_close(out.pooler_output, full.pooler_output, atol=1e-5, rtol=1e-5)
+
+
+def test_the_collators_layout_and_its_static_positions():
+    """A GPU step's batch: the real tokens' layout computed on the host (`Unpadded.from_collated`) and Google's
+    (B, P) positions."""
+    batch = _batch()
+    mask = batch["attention_mask"]
+    layout = Unpadded.from_collated(mask, mask.reshape(-1).nonzero().squeeze(1),
+                                    torch.nn.functional.pad(mask.sum(1).cumsum(0), (1, 0)).to(torch.int32))
+    model = _model(BertForMaskedLM).eval()
+    full = model.bert(batch["input_ids"], None, mask)
+    out = model.bert(batch["input_ids"], None, mask, layout=layout, output_positions=POSITIONS)
+    torch.testing.assert_close(out.last_hidden_state, select_positions(full.last_hidden_state, POSITIONS),
+                               atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("precision", ["fp32", "int8"])
+def test_an_inference_copy_fills_masks_as_the_model_does(precision):
+    """The serve fill-mask path: an accelerated copy (packed or int8 dense layers) run at the [MASK] positions."""
+    batch = _batch()
+    model = _model(BertForMaskedLM).eval()
+    copy = accelerate_for_inference(model, precision)
+    with torch.inference_mode():
+        want = select_positions(copy(batch["input_ids"], None, batch["attention_mask"]).logits, batch["masked"])
+        got = copy(batch["input_ids"], None, batch["attention_mask"], masked_positions=batch["masked"]).logits
+    torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-4)
 
 
 @pytest.mark.slow  # compilation takes tens of seconds on 2 CPU cores
 def test_compiled_layers_run_the_sparse_layer():
     batch = _batch()
-    eager = _model(BertForMaskedLM).eval()
-    compiled = compile_model(_model(BertForMaskedLM).eval())
+    eager = _model(BertForPreTraining).train()
+    compiled = compile_model(_model(BertForPreTraining).train())
     for positions in (batch["masked"], POSITIONS):
-        want = eager(batch["input_ids"], None, batch["attention_mask"], masked_positions=positions).logits
-        got = compiled(batch["input_ids"], None, batch["attention_mask"], masked_positions=positions).logits
+        want, want_grads = _grads(eager, batch, positions)
+        got, got_grads = _grads(compiled, batch, positions)
         torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-4)
+        for name in want_grads:
+            torch.testing.assert_close(got_grads[name], want_grads[name], atol=1e-4, rtol=1e-3, msg=name)

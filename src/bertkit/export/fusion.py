@@ -37,7 +37,7 @@ from torch import nn
 from bertkit.config import BertConfig
 from bertkit.model import BertModel
 from bertkit.model.attention import Attention
-from bertkit.model.bert import BertEmbeddings, BertLayer
+from bertkit.model.bert import BertEmbeddings, BertLayer, keep_rows
 
 FUSED_OPS = ("Attention", "MultiHeadAttention", "EmbedLayerNormalization", "SkipLayerNormalization", "BiasGelu",
              "FastGelu", "Gelu", "LayerNormalization")
@@ -59,9 +59,10 @@ class FusableLayer(nn.Module):
                 projection.weight.copy_(layer.qkv.weight[index * d:(index + 1) * d])
                 projection.bias.copy_(layer.qkv.bias[index * d:(index + 1) * d])
 
-    def forward(self, x: torch.Tensor, attention: Attention, layout: torch.Tensor | None) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, attention: Attention, layout: torch.Tensor | None,
+                rows: torch.Tensor | None = None) -> torch.Tensor:
         """`x` (B, T, D), `layout` the (B, 1, 1, T) key-padding mask (True = real) or None; `attention` is
-        not used (this layer is its own attention)."""
+        not used (this layer is its own attention); `rows` as BertLayer's (the output at those rows alone)."""
         batch, length, d = x.shape
         heads, head_size = self.num_heads, d // self.num_heads
         q = self.query(x).view(batch, length, heads, head_size).permute(0, 2, 1, 3)  # (B, A, T, Dh)
@@ -73,6 +74,7 @@ class FusableLayer(nn.Module):
         context = torch.matmul(scores.softmax(-1), v)  # (B, A, T, Dh)
         context = context.permute(0, 2, 1, 3).reshape(batch, length, d)  # (B, T, A, Dh) -> (B, T, D)
         layer = self.layer
+        context, x = keep_rows(context, x, rows)
         x = layer.attn_norm(layer.attn_out(context, x))
         return layer.ffn_norm(layer.ffn_out(layer.act(layer.ffn_in(x)), x))
 

@@ -394,7 +394,8 @@ def enable_gradient_checkpointing(model: nn.Module) -> nn.Module:
 
 def compile_model(model: nn.Module) -> nn.Module:
     """`model` with each encoder layer's forward compiled by torch.compile (dynamic shapes, one graph for
-    all layers), in place; weights and state_dict keys unchanged, so checkpoints are the same.
+    all layers, and one more for a last layer run at the masked positions alone), in place; weights and state_dict
+    keys unchanged, so checkpoints are the same.
 
     It fuses what eager mode runs as separate passes over memory (dtype casts, dropout, GELU, residual +
     LayerNorm); where that pays, and what the first steps pay for compiling, is measured in

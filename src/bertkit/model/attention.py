@@ -20,8 +20,9 @@ What runs where (why, with the measurements behind each choice: docs/performance
 - CPU, padded batch: `PerSequence`, one SDPA call per sequence on its own slice of the packed tokens, no
   padding and no gathers; measured fastest on CPUs for inference.
 - CPU training (a backward will run: the embeddings require gradients): `BatchedBmm`, two batched matrix
-  multiplies over the padded batch with its key mask, on batches at least MIN_BMM_FILL real tokens (the dense
-  layers then run on the padding too), at the dtypes and lengths where the probe measured its
+  multiplies over the padded batch with its key mask, on batches with at least the dispatch's gate of real tokens
+  (the dense layers then run on the padding too; the gate is measured on the run's step by the training workflows,
+  else MIN_BMM_FILL), at the dtypes and lengths where the probe measured its
   forward + backward at least 1.1x faster than SDPA's (SDPA's CPU backward is slow in bf16 at short lengths),
   measured without attention dropout (the short recipe's) and with it (fine-tuning's 0.1: bmm's mask is the
   counter-based one of `bertkit.kernels.dropout`, torch's own costing about what bmm saved); SDPA (`PerSequence`,
@@ -56,8 +57,9 @@ from bertkit.kernels import attention as kernels
 from bertkit.model.padding import Unpadded
 
 MIN_BMM_FILL = 0.875
-"""The least share of real tokens in a batch for which training runs `BatchedBmm`: the least full batch the probe
-times it on (two rows, one a quarter padding). It runs every layer on the padded batch, so a batch far emptier pays
+"""The least share of real tokens in a batch for which training runs `BatchedBmm` unless the run measured its own
+gate (`bertkit.workflows.fill_gate`): the least full batch the attention probe times it on (two rows, one a quarter
+padding). It runs every layer on the padded batch, so a batch far emptier pays
 for its padding in the dense layers: a bert-mini step at 55% fill measured 15-17% slower than SDPA over the real
 tokens (docs/performance.md, "Attention backends on the CPU")."""
 
@@ -231,8 +233,11 @@ class Dispatch(Attention[None]):
     (`accelerate_for_inference`, `prepare_training`): `CpuBmm` (inference) or `BatchedBmm` (gradients on)
     runs where they won; without them, SDPA."""
 
-    def __init__(self, cpu: MeasuredChoices | None = None) -> None:
+    def __init__(self, cpu: MeasuredChoices | None = None, min_bmm_fill: float | None = None) -> None:
         self.cpu = cpu
+        # the least share of real tokens in a batch that training runs BatchedBmm on: the gate measured on the
+        # run's own step (bertkit.workflows.fill_gate), else MIN_BMM_FILL
+        self.min_bmm_fill = MIN_BMM_FILL if min_bmm_fill is None else min_bmm_fill
 
     def __call__(self, qkv: torch.Tensor, layout: None, num_heads: int, dropout_p: float) -> torch.Tensor:
         raise TypeError("Dispatch runs nothing itself: BertModel asks it to select() a backend per forward")
@@ -248,7 +253,7 @@ class Dispatch(Attention[None]):
         # with dropout bmm was measured with the counter-based masks, which a compiled graph replaces by torch's
         measured_dropout = dropout_p > 0.0 and not torch.compiler.is_compiling()
         if self.cpu is not None and device == "cpu" and backward and (dropout_p == 0.0 or measured_dropout) \
-                and fill >= MIN_BMM_FILL and self.cpu.bmm_for_training(dtype, x.shape[1], dropout_p > 0.0):
+                and fill >= self.min_bmm_fill and self.cpu.bmm_for_training(dtype, x.shape[1], dropout_p > 0.0):
             return BatchedBmm()  # the padded batch in one call, its key mask in the kernel
         batched = (None if backward else self._measured(x, dtype, dropout_p)) or PaddedSDPA()
         if padded and torch.compiler.is_compiling():  # PerSequence's Python loop over sequences would split the graph
@@ -263,4 +268,7 @@ class Dispatch(Attention[None]):
         return CpuBmm(self.cpu) if self.cpu.bmm_anywhere(dtype) else None
 
     def __repr__(self) -> str:
-        return "Dispatch(measured)" if self.cpu is not None else "Dispatch()"
+        if self.cpu is None:
+            return "Dispatch()"
+        gate = "" if self.min_bmm_fill == MIN_BMM_FILL else f", bmm from fill {self.min_bmm_fill:g}"
+        return f"Dispatch(measured{gate})"

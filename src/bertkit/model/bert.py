@@ -28,7 +28,8 @@ The last layer can run at a few positions only (`output_positions`: the masked-L
 tokens): its attention still reads every token's keys and values, but its output projection, feed-forward and
 LayerNorms run only at the rows the caller reads, and the rest of the last layer, computed and thrown away before,
 is not computed. Per token this is the same function (tested against the full encoder); a layer's dropout draws fewer
-elements, so a training run is another draw of the same distribution.
+elements, so a training run is another draw of the same distribution (and a position listed twice, as [CLS] when it
+is also selected or a static batch's weight-0 repeats, draws a mask of its own each time).
 
 Gradient checkpointing (`gradient_checkpointing = True`, `--gradient-checkpointing`): in training, each
 layer keeps only its input for the backward and recomputes its inside then (torch.utils.checkpoint,
@@ -63,7 +64,7 @@ ACTIVATIONS: dict[str, Callable[[], nn.Module]] = {
 
 @dataclass
 class BertModelOutput:
-    last_hidden_state: torch.Tensor  # (B, T, D), zeros at padded positions
+    last_hidden_state: torch.Tensor  # (B, T, D), zeros at padded positions; (S, D) given output_positions
     pooler_output: torch.Tensor | None = None  # (B, D)
     hidden_states: tuple[torch.Tensor, ...] | None = None  # L+1 x (B, T, D): embeddings, then each layer
 
@@ -177,9 +178,9 @@ class BertModel(PreTrainedMixin, nn.Module):
             x = where.unpad(x)  # (N, D)
         else:
             where = None if real is None else real[:, None, None, :]  # key-padding mask (B, 1, 1, T)
-        rows = None
+        rows = flat = None
         if output_positions is not None and not output_hidden_states and _has_rows(x, where):
-            rows = _output_rows(output_positions, where, input_ids.shape, self.pooler is not None)
+            rows, flat = _output_rows(output_positions, where, input_ids.shape, self.pooler is not None)
         hidden = [x]
         recompute = self.gradient_checkpointing and self.training and torch.is_grad_enabled()
         for index, layer in enumerate(self.layers):
@@ -190,8 +191,8 @@ class BertModel(PreTrainedMixin, nn.Module):
                 x = layer(x, attention, where, *only)
             if output_hidden_states:
                 hidden.append(x)
-        if rows is not None and output_positions is not None:
-            return self._sparse_output(x, output_positions, real, rows)
+        if flat is not None:
+            return self._sparse_output(x, flat, real, input_ids.shape[0])
         to_batch = partial(_batched, layout=where, real=real)
         last_hidden_state = to_batch(x)
         pooled = torch.tanh(self.pooler(last_hidden_state[:, 0])) if self.pooler is not None else None
@@ -200,18 +201,15 @@ class BertModel(PreTrainedMixin, nn.Module):
             last_hidden_state = select_positions(last_hidden_state, output_positions)
         return BertModelOutput(last_hidden_state, pooled, hidden_states)
 
-    def _sparse_output(self, x: torch.Tensor, positions: torch.Tensor, real: torch.Tensor | None,
-                       rows: torch.Tensor) -> BertModelOutput:
-        """The output of a last layer run at `rows` alone: (S, D) at the positions, then the [CLS] rows (B, D)
-        when there is a pooler; zeros at padded positions, as the full encoder's."""
+    def _sparse_output(self, x: torch.Tensor, flat: torch.Tensor, real: torch.Tensor | None, batch: int
+                       ) -> BertModelOutput:
+        """The output of a last layer run at the rows of the flattened positions `flat` alone (`_output_rows`): (S, D)
+        at the positions, then the [CLS] rows (B, D) when there is a pooler; zeros at padded positions, as the full
+        encoder's."""
         if real is not None:
-            real_rows = select_positions(real, positions)  # (S,)
-            if self.pooler is not None:
-                real_rows = torch.cat([real_rows, real[:, 0]])
-            x = x.masked_fill(~real_rows.unsqueeze(-1), 0.0)
+            x = x.masked_fill(~real.reshape(-1).index_select(0, flat).unsqueeze(-1), 0.0)
         if self.pooler is None:
             return BertModelOutput(x)
-        batch = positions.shape[0]
         selected, first = x[: x.shape[0] - batch], x[x.shape[0] - batch:]
         return BertModelOutput(selected, torch.tanh(self.pooler(first)))
 
@@ -245,18 +243,22 @@ def _has_rows(x: torch.Tensor, layout: Unpadded | torch.Tensor | None) -> bool:
 
 
 def _output_rows(positions: torch.Tensor, layout: Unpadded | torch.Tensor | None, shape: torch.Size,
-                 with_first: bool) -> torch.Tensor:
-    """The rows of the layers' working layout ((N, D) real tokens or the (B*T, D) batch) at `positions` (as
-    `select_positions` orders them), then each sequence's first row when `with_first` (the pooler's [CLS]).
-    A padded position maps to some real row: its output is zeroed afterwards."""
+                 with_first: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """(the rows of the layers' working layout, (N, D) real tokens or the (B*T, D) batch, at `positions`; their
+    positions in the flattened (B*T) batch), ordered as `select_positions` orders them, then each sequence's first
+    position when `with_first` (the pooler's [CLS]). A padded position maps to some real row: its output is zeroed
+    afterwards. A bool mask is read from the device once, here."""
     batch, length = shape
-    flat = select_positions(torch.arange(batch * length, device=positions.device).view(batch, length), positions)
+    if positions.dtype == torch.bool:
+        flat = positions.reshape(-1).nonzero().squeeze(1)
+    else:
+        flat = (positions + torch.arange(batch, device=positions.device).unsqueeze(1) * length).reshape(-1)
     if with_first:
         flat = torch.cat([flat, torch.arange(batch, device=positions.device) * length])
     if isinstance(layout, Unpadded):  # a real token's row in (N, D) is the number of real tokens before it
         rank = layout.mask.reshape(-1).cumsum(0) - 1
-        return rank.index_select(0, flat).clamp(min=0)
-    return flat
+        return rank.index_select(0, flat).clamp(min=0), flat
+    return flat, flat
 
 
 def _batched(x: torch.Tensor, layout: Unpadded | torch.Tensor | None, real: torch.Tensor | None) -> torch.Tensor:

@@ -199,7 +199,7 @@ def measure(encoder: Encoder, purpose: str, rows: int, length: int) -> StepTimin
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(0)
         ids = torch.randint(0, config.vocab_size, (rows, length))
-        steps = {p: _step(_cut(encoder, probe_layers(config)), ids, purpose, p) for p in probe.FLOAT_PRECISIONS}
+        steps = {p: _step(cut_encoder(encoder, probe_layers(config)), ids, purpose, p) for p in probe.FLOAT_PRECISIONS}
         working = {}
         for precision, step in steps.items():
             try:
@@ -219,7 +219,7 @@ def measure(encoder: Encoder, purpose: str, rows: int, length: int) -> StepTimin
     return StepTimings(purpose, rows, length, probe_layers(config), seconds, steady)
 
 
-def _cut(found: Encoder, layers: int) -> nn.Module:
+def cut_encoder(found: Encoder, layers: int) -> nn.Module:
     """A copy of the encoder with its first `layers` layers and no pooler, on the CPU. Its embeddings require
     gradients as the run's do: the attention dispatch runs training's kernels only where a backward will run
     through the embeddings' output (`bertkit.model.attention.Dispatch`)."""

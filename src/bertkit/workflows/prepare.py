@@ -39,6 +39,7 @@ from bertkit.runtime.allocator import keep_freed_memory
 from bertkit.runtime.device import resolve_precision
 from bertkit.settings import TrainConfig
 from bertkit.train.distributed import DistributedContext, broadcast_object, wrap_model
+from bertkit.workflows import fill_gate
 
 logger = logging.getLogger(__name__)
 
@@ -57,6 +58,7 @@ def prepare_training(model: nn.Module, config: TrainConfig, ctx: DistributedCont
     if precision == "auto":
         measured = resolve_precision("auto", ctx.device, model, rows, length) if ctx.is_main else None
         precision = broadcast_object(measured, ctx)
+    use_measured_fill_gate(model, precision, rows, length, ctx)
     model.to(ctx.device)
     return wrap_model(model, ctx), dataclasses.replace(config, precision=precision)
 
@@ -75,6 +77,37 @@ def use_measured_kernels(model: nn.Module, ctx: DistributedContext) -> None:
         logger.info("dropout for training on this CPU: %s", training_dropout(model, ctx.device))
 
 
+def use_measured_fill_gate(model: nn.Module, precision: str, rows: int | None, length: int | None,
+                           ctx: DistributedContext) -> None:
+    """On a CPU with measured attention choices, the least share of real tokens at which `model`'s training batches
+    run bmm attention, measured on its own step at `rows` x `length` (`fill_gate`; rank 0's, so every rank runs the
+    same) and said in one line; where nothing is measured the fixed gate (`attention.MIN_BMM_FILL`) stays."""
+    if ctx.device.type != "cpu" or not _measured_dispatches(model):
+        return
+    gate = apply_fill_gate(model, precision, rows, length) if ctx.is_main else None
+    gate = broadcast_object(gate, ctx)
+    if gate is not None:
+        for dispatch in _measured_dispatches(model):
+            dispatch.min_bmm_fill = gate
+
+
+def apply_fill_gate(model: nn.Module, precision: str, rows: int | None, length: int | None) -> float | None:
+    """Measure the fill gate of `model`'s step (or read it from the cache; logged once a process) and set it on its
+    encoders' measured dispatches; None where nothing is measured (`fill_gate.measured_gate`)."""
+    measured = fill_gate.measured_gate(model, precision, rows, length)
+    if measured is None:
+        return None
+    for dispatch in _measured_dispatches(model):
+        dispatch.min_bmm_fill = measured.gate
+    return measured.gate
+
+
+def _measured_dispatches(model: nn.Module) -> list[Dispatch]:
+    """The attention dispatches of `model`'s encoders that hold measured CPU choices."""
+    found = (getattr(m, "attention", None) for m in model.modules())
+    return [a for a in found if isinstance(a, Dispatch) and a.cpu is not None]
+
+
 def training_attention(model: nn.Module, device: torch.device) -> str:
     """The attention kernels `model`'s training steps run on `device`, in words, as its encoders' dispatch will choose
     them: what a run records (pretrain_settings.json's "attention")."""
@@ -83,7 +116,7 @@ def training_attention(model: nn.Module, device: torch.device) -> str:
     choices = _attention_choices(model)
     if choices is None:
         return "SDPA (no measured CPU attention choices: BERTKIT_CPU_KERNELS=0 or a fixed backend)"
-    return describe_training_attention(choices, _attention_dropout(model))
+    return describe_training_attention(choices, _attention_dropout(model), _fill_gate(model))
 
 
 def training_kernels(model: nn.Module, device: torch.device, precision: str, compiled: bool = False
@@ -110,7 +143,13 @@ def training_kernels(model: nn.Module, device: torch.device, precision: str, com
         return {"attention": {precision: list(choices.bmm_attention.get(precision, ()))},
                 "packed": model.uses_encoder_copy and dtype in choices.packed_linear, "dropout": dropout}
     verdicts = choices.bmm_training_dropout if _attention_dropout(model) else choices.bmm_training
-    return {"attention": {precision: list(verdicts.get(precision, ()))}, "dropout": dropout}
+    return {"attention": {precision: list(verdicts.get(precision, ()))}, "bmm_min_fill": _fill_gate(model),
+            "dropout": dropout}
+
+
+def _fill_gate(model: nn.Module) -> float:
+    """The least share of real tokens at which `model`'s training batches run bmm attention (its dispatch's gate)."""
+    return next((d.min_bmm_fill for d in _measured_dispatches(model)), MIN_BMM_FILL)
 
 
 def _attention_choices(model: nn.Module) -> probe.Choices | None:
@@ -126,16 +165,17 @@ def _attention_dropout(model: nn.Module) -> float:
     return max((config.attention_probs_dropout_prob for config in configs), default=0.0)
 
 
-def describe_training_attention(choices: probe.Choices, dropout: float = 0.0) -> str:
+def describe_training_attention(choices: probe.Choices, dropout: float = 0.0, min_fill: float = MIN_BMM_FILL) -> str:
     """The attention kernels training runs with attention dropout `dropout`, per precision, in words (the probe's
-    verdicts)."""
+    verdicts), bmm on batches at least `min_fill` real tokens (the fill gate)."""
     verdicts = choices.bmm_training_dropout if dropout else choices.bmm_training
     said = [f"{p} bmm near {', '.join(map(str, verdicts[p]))} tokens, SDPA elsewhere" if verdicts.get(p)
             else f"{p} SDPA" for p in probe.FLOAT_PRECISIONS]
     how = f"with attention dropout {dropout:g} (bmm's mask counter-based)" if dropout else "without attention dropout"
+    gate = "" if min_fill == MIN_BMM_FILL else ": the gate measured on the run's step"
     return (f"{'; '.join(said)} (bmm where its forward + backward {how} measured at least "
             f"{probe.FAST_PATH_MIN_SPEEDUP}x faster than SDPA's on this machine, on batches at least "
-            f"{MIN_BMM_FILL:.1%} real tokens)")
+            f"{min_fill:.1%} real tokens{gate})")
 
 
 def training_dropout(model: nn.Module, device: torch.device) -> str:

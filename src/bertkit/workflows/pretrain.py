@@ -304,7 +304,9 @@ def pretrain(settings: PretrainSettings, train: TrainConfig, objective: Objectiv
         logger.info("resuming: the weights --init-from lacked (%s) are restored from the checkpoint, as every other",
                     ", ".join(sorted({name.split(".")[0] + ".*" for name in fresh})))
     baseline = _unigram_start(settings, model, train_set, len(eval_set) > 0, tokenizer, train.seed, ctx)
-    prepared, train = prepare_training(model, train, ctx)  # the precision is the plan's: nothing measured again
+    # the precision is the plan's (nothing measured again); the attention's fill gate is measured at the run's shape
+    short_length = settings.max_seq_length or plan.data.built_seq_length
+    prepared, train = prepare_training(model, train, ctx, train.batch_plan(ctx.world_size)[1], short_length)
     if ctx.is_main:
         output.mkdir(parents=True, exist_ok=True)
         record = {**plan.record(ctx.world_size), "attention": training_attention(model, ctx.device),

@@ -41,7 +41,7 @@ from bertkit.tasks.pretraining import IGNORE_INDEX, pretraining_loss
 from bertkit.train.cadence import NO_BUDGET
 from bertkit.train.distributed import DistributedContext, rank0_decides
 from bertkit.train.throughput import training_steps_per_second
-from bertkit.workflows.prepare import StepPlan, plan_step
+from bertkit.workflows.prepare import StepPlan, apply_fill_gate, plan_step
 from bertkit.workflows.recipe_notes import long_input_note, vocabulary_note
 from bertkit.workflows.recipes import (
     CONTINUE_PASSES,
@@ -338,8 +338,8 @@ def measure_steps_per_second(config: BertConfig, seq_len: int, batch_size: int, 
     where = resolve_device(device)
     batches = (_data_batches(data, seq_len, batch_size, masked_lm_prob) if data is not None and data.instances
                else [_random_batch(config.vocab_size, seq_len, batch_size, masked_lm_prob)])
-    return training_steps_per_second(lambda: _as_run(config, where), pretraining_loss, batches, precision, where,
-                                     seconds)
+    return training_steps_per_second(lambda: _as_run(config, where, (precision, batch_size, seq_len)),
+                                     pretraining_loss, batches, precision, where, seconds)
 
 
 MEASURED_BATCHES = 8
@@ -368,10 +368,13 @@ def _random_batch(vocab_size: int, seq_len: int, batch_size: int, masked_lm_prob
             "mlm_labels": labels, "nsp_labels": torch.zeros(batch_size, dtype=torch.int64)}
 
 
-def _as_run(config: BertConfig, device: torch.device) -> BertForPreTraining:
+def _as_run(config: BertConfig, device: torch.device, step: tuple[str, int, int] | None = None) -> BertForPreTraining:
     """A model of `config` that attends as the run's will on `device` (the CPU's measured attention for training,
-    `prepare.use_measured_kernels`), for the measurements the plan makes before the run's model exists."""
+    `prepare.use_measured_kernels`; given the run's (precision, rows, length), its measured fill gate too:
+    `prepare.apply_fill_gate`), for the measurements the plan makes before the run's model exists."""
     model = BertForPreTraining(config)
     if device.type == "cpu" and cpu_kernels_enabled():
         train_as_measured(model, probe.choices(config.hidden_size))
+        if step is not None:
+            apply_fill_gate(model, *step)
     return model

@@ -1,0 +1,182 @@
+"""The fill gate of CPU training attention measured on the run's step (`bertkit.workflows.fill_gate`): the gate read
+from the timings, the batches it times, the dispatch obeying it, when nothing is measured, the cache, and the run
+receiving, saying and recording it."""
+
+from __future__ import annotations
+
+import types
+
+import pytest
+import torch
+
+from bertkit.config import preset
+from bertkit.model import BertForMaskedLM
+from bertkit.model.attention import MIN_BMM_FILL, BatchedBmm, Dispatch, PerSequence
+from bertkit.settings import TrainConfig
+from bertkit.train.distributed import DistributedContext
+from bertkit.workflows import fill_gate, prepare
+from bertkit.workflows.fill_gate import FILLS, FillGate
+
+READY = {"learning_rate": 1e-4, "precision": "fp32", "threads": 1}
+
+
+class Choices:
+    """Measured CPU attention choices whose bmm wins for training at every length but `lose_at`."""
+
+    def __init__(self, lose_at: int | None = None) -> None:
+        self.lose_at = lose_at
+
+    def bmm(self, dtype, length):
+        return False
+
+    def bmm_anywhere(self, dtype):
+        return False
+
+    def bmm_for_training(self, dtype, length, dropout=False):
+        return length != self.lose_at
+
+
+def _model(choices: Choices | None = None) -> BertForMaskedLM:
+    torch.manual_seed(0)
+    model = BertForMaskedLM(preset("bert-debug", vocab_size=64, hidden_dropout_prob=0.0,
+                                   attention_probs_dropout_prob=0.0))
+    model.bert.attention = Dispatch(choices or Choices())
+    return model
+
+
+@pytest.fixture
+def measuring(monkeypatch, tmp_path):
+    """What a user's run has: no fixed probe file, a cache of its own, nothing measured yet in this process."""
+    monkeypatch.delenv("BERTKIT_PROBE_FILE", raising=False)
+    monkeypatch.setenv("BERTKIT_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(fill_gate, "_measured", {})
+    return tmp_path
+
+
+def test_the_gate_is_the_least_fill_bmm_won_at_and_at_every_fuller_one():
+    def gate(seconds):
+        return FillGate(16, 64, "bf16", seconds, True).gate
+
+    assert gate({0.875: (10, 8), 0.75: (10, 9), 0.625: (10, 11)}) == 0.75
+    assert gate({0.875: (10, 8), 0.75: (10, 9), 0.625: (10, 9.5), 0.5: (10, 9.9)}) == 0.5
+    assert gate({0.875: (10, 10)}) == 1.0  # a tie is not a win: full batches only
+    said = FillGate(16, 64, "bf16", {0.875: (0.010, 0.008), 0.75: (0.010, 0.011)}, True).describe()
+    assert said.startswith("bmm attention on batches at least 87.5% real tokens (bf16 step")
+    assert "75.0% real: SDPA 10.0 ms, bmm 11.0 ms" in said
+
+
+@pytest.mark.parametrize("rows, length", [(16, 64), (8, 128), (2, 32)])
+def test_a_timed_batch_holds_the_fill_its_first_row_full(rows, length):
+    for fill in FILLS:
+        mask = fill_gate._mask(rows, length, fill)
+        assert mask.shape == (rows, length) and bool(mask[0].all())
+        assert abs(float(mask.float().mean()) - fill) <= 1 / length
+        assert bool((mask.sum(1) >= 1).all())
+
+
+def test_the_dispatch_runs_bmm_on_batches_at_least_its_gate():
+    x = torch.zeros(4, 64, 32, requires_grad=True)  # a backward will run: training's kernels
+    assert isinstance(Dispatch(Choices(), 0.5).select(x, True, 0.0, fill=0.6), BatchedBmm)
+    assert isinstance(Dispatch(Choices()).select(x, True, 0.0, fill=0.6), PerSequence)  # the fixed 87.5%
+    assert isinstance(Dispatch(Choices(), 1.0).select(x, True, 0.0, fill=0.95), PerSequence)
+    assert repr(Dispatch(Choices(), 0.625)) == "Dispatch(measured, bmm from fill 0.625)"
+    assert repr(Dispatch(Choices())) == "Dispatch(measured)"
+
+
+def test_the_measurement_times_both_sides_from_the_fullest_fill_down_and_stops_at_bmms_first_loss(monkeypatch):
+    """A fake clock: SDPA costs 1 at every fill, bmm 0.4 + 2 x the padding (it wins at 87.5% and 75%, loses at
+    62.5%)."""
+    clock = types.SimpleNamespace(now=0.0)
+    timed: list[tuple[str, float]] = []
+
+    def step(cut, attention, ids, mask, precision):
+        fill = float(mask.float().mean())
+        side = "bmm" if attention.min_bmm_fill == 0.0 else "sdpa"
+
+        def run():
+            timed.append((side, round(fill, 3)))
+            clock.now += 0.4 + 2 * (1 - fill) if side == "bmm" else 1.0
+        return run
+
+    monkeypatch.setattr(fill_gate, "_step", step)
+    monkeypatch.setattr(fill_gate, "time", types.SimpleNamespace(perf_counter=lambda: clock.now))
+    model = _model()
+    measured = fill_gate.measure(model.bert, model.bert.attention, "fp32", 16, 64)
+    assert list(measured.seconds) == [0.875, 0.75, 0.625]  # 0.5 not timed: bmm lost at 62.5%
+    assert measured.gate == 0.75
+    assert {side for side, _ in timed} == {"bmm", "sdpa"}
+    assert sum(1 for side, fill in timed if abs(fill - 0.625) < 0.02 and side == "bmm") == 1 + fill_gate.ROUNDS
+    assert isinstance(model.bert.attention, Dispatch) and model.bert.attention.min_bmm_fill == MIN_BMM_FILL
+
+
+def test_a_real_measurement_of_a_tiny_encoder(measuring):
+    model = _model()
+    measured = fill_gate.measured_gate(model, "fp32", 4, 32)
+    assert measured is not None and (measured.rows, measured.length, measured.precision) == (4, 32, "fp32")
+    assert list(measured.seconds) == list(FILLS[:len(measured.seconds)])
+    assert all(sdpa > 0 and bmm > 0 for sdpa, bmm in measured.seconds.values())
+    assert measured.gate in (1.0, *FILLS)
+    assert model.bert.attention.min_bmm_fill == MIN_BMM_FILL  # measuring sets nothing: the caller does
+
+
+def test_nothing_is_measured_where_the_gate_cannot_matter(measuring, monkeypatch):
+    def never(*args):
+        raise AssertionError("measured")
+
+    monkeypatch.setattr(fill_gate, "measure", never)
+    assert fill_gate.measured_gate(_model(Choices(lose_at=64)), "bf16", 16, 64) is None  # SDPA at this length
+    assert fill_gate.measured_gate(_model(), "bf16", 1, 64) is None  # one-row batches are never padded
+    plain = _model()
+    plain.bert.attention = Dispatch()  # no measured choices
+    assert fill_gate.measured_gate(plain, "bf16", 16, 64) is None
+    monkeypatch.setenv("BERTKIT_CPU_KERNELS", "0")
+    assert fill_gate.measured_gate(_model(), "bf16", 16, 64) is None
+    monkeypatch.delenv("BERTKIT_CPU_KERNELS")
+    monkeypatch.setenv("BERTKIT_PROBE_FILE", "fixed.json")  # fixed choices (the test suite): the fixed gate
+    assert fill_gate.measured_gate(_model(), "bf16", 16, 64) is None
+
+
+def test_a_steady_measurement_is_cached_and_read_back_an_unsteady_one_is_not(measuring, monkeypatch, caplog):
+    calls = []
+
+    def fake(encoder, dispatch, precision, rows, length, steady=True):
+        calls.append((rows, length))
+        return FillGate(rows, length, precision, {0.875: (2.0, 1.0), 0.75: (2.0, 3.0)}, steady)
+
+    monkeypatch.setattr(fill_gate, "measure", fake)
+    with caplog.at_level("INFO", logger="bertkit.workflows.fill_gate"):
+        first = fill_gate.measured_gate(_model(), "bf16", 16, 64)
+    assert first is not None and first.gate == 0.875 and calls == [(16, 64)]
+    assert "[measured now]" in caplog.text
+    assert fill_gate.measured_gate(_model(), "bf16", 16, 64) is first  # the same process: measured once
+    monkeypatch.setattr(fill_gate, "_measured", {})  # a new process: read from the cache
+    again = fill_gate.measured_gate(_model(), "bf16", 16, 64)
+    assert again is not None and again.seconds == first.seconds and calls == [(16, 64)]
+    [cached] = measuring.glob("fill-*.json")
+    cached.write_text("{not json")
+    monkeypatch.setattr(fill_gate, "_measured", {})
+    with caplog.at_level("WARNING", logger="bertkit.workflows.fill_gate"):
+        fill_gate.measured_gate(_model(), "bf16", 16, 64)
+    assert "ignoring the unreadable fill-gate cache" in caplog.text and len(calls) == 2
+    monkeypatch.setattr(fill_gate, "measure", lambda *a: fake(*a, steady=False))
+    monkeypatch.setattr(fill_gate, "_measured", {})
+    fill_gate.measured_gate(_model(), "bf16", 8, 64)
+    assert len(list(measuring.glob("fill-*.json"))) == 1  # the unsteady one was not written
+
+
+def test_the_run_receives_says_and_records_its_measured_gate(monkeypatch, tmp_path, caplog):
+    monkeypatch.setenv("BERTKIT_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(fill_gate, "_measured", {})
+    monkeypatch.setattr(fill_gate, "_fixed_choices", lambda: False)  # the suite's probe profile, a gate measured
+    monkeypatch.setattr(fill_gate, "measure",
+                        lambda encoder, dispatch, precision, rows, length:
+                        FillGate(rows, length, precision, {0.875: (2.0, 1.0), 0.75: (2.0, 1.5), 0.625: (2.0, 2.5)},
+                                 True))
+    model = BertForMaskedLM(preset("bert-debug", vocab_size=64, hidden_dropout_prob=0.0,
+                                   attention_probs_dropout_prob=0.0))
+    with caplog.at_level("INFO"):
+        # the suite's AMD profile: bmm attention for training in fp32 near 32 tokens
+        prepare.prepare_training(model, TrainConfig(**READY), DistributedContext(), rows=16, length=32)
+    assert model.bert.attention.min_bmm_fill == 0.75
+    assert "fill gate for training attention on this CPU: bmm attention on batches at least 75.0% real" in caplog.text
+    assert prepare.training_kernels(model, torch.device("cpu"), "fp32")["bmm_min_fill"] == 0.75
