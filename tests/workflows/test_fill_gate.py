@@ -180,3 +180,25 @@ def test_the_run_receives_says_and_records_its_measured_gate(monkeypatch, tmp_pa
     assert model.bert.attention.min_bmm_fill == 0.75
     assert "fill gate for training attention on this CPU: bmm attention on batches at least 75.0% real" in caplog.text
     assert prepare.training_kernels(model, torch.device("cpu"), "fp32")["bmm_min_fill"] == 0.75
+
+
+def test_an_unsteady_side_is_timed_up_to_max_rounds_and_said_unsteady(monkeypatch):
+    """SDPA slower each round (its two fastest never within 10%): every fill takes MAX_ROUNDS rounds."""
+    clock = types.SimpleNamespace(now=0.0, calls=0, sdpa=0)
+
+    def step(cut, attention, ids, mask, precision):
+        def run():
+            clock.calls += 1
+            if attention.min_bmm_fill == 0.0:
+                clock.now += 0.5
+            else:
+                clock.sdpa += 1
+                clock.now += 1.2 ** clock.sdpa  # each round 20% slower than the last
+        return run
+
+    monkeypatch.setattr(fill_gate, "_step", step)
+    monkeypatch.setattr(fill_gate, "time", types.SimpleNamespace(perf_counter=lambda: clock.now))
+    model = _model()
+    measured = fill_gate.measure(model.bert, model.bert.attention, "fp32", 16, 64)
+    assert not measured.steady and measured.gate == FILLS[-1]
+    assert clock.calls == len(FILLS) * 2 * (1 + fill_gate.MAX_ROUNDS)
