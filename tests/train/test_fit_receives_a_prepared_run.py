@@ -225,18 +225,15 @@ def test_what_kernels_a_model_trains_with_is_recorded_as_json(monkeypatch):
     still = BertForMaskedLM(config)
     assert training_kernels(still, cpu, "bf16") == {"attention": "SDPA", "dropout": "none"}
     prepare_training(still, TrainConfig(**READY), DistributedContext())
-    assert training_kernels(still, cpu, "bf16") == {"attention": {"bf16": [32, 64, 128, 256]}, "bmm_min_fill": 0.875,
-                                                        "dropout": "none"}
-    assert training_kernels(still, cpu, "fp32") == {"attention": {"fp32": [32]}, "bmm_min_fill": 0.875,
-                                                        "dropout": "none"}
+    assert training_kernels(still, cpu, "bf16") == {"attention": {"bf16": [32, 64, 128, 256]}, "dropout": "none"}
+    assert training_kernels(still, cpu, "fp32") == {"attention": {"fp32": [32]}, "dropout": "none"}
     dropped = BertForMaskedLM(preset("bert-debug", vocab_size=64))
     assert training_kernels(dropped, cpu, "bf16") == {"attention": "SDPA", "dropout": "torch's"}
     prepare_training(dropped, TrainConfig(**READY), DistributedContext())
     kernels = training_kernels(dropped, cpu, "bf16")
-    assert kernels == {"attention": {"bf16": [32, 64, 128]}, "bmm_min_fill": 0.875, "dropout": ["fp32", "bf16"]}
+    assert kernels == {"attention": {"bf16": [32, 64, 128]}, "dropout": ["fp32", "bf16"]}
     assert json.loads(json.dumps(kernels)) == kernels
-    assert training_kernels(dropped, cpu, "fp32") == {"attention": {"fp32": [32]}, "bmm_min_fill": 0.875,
-                                                         "dropout": ["fp32"]}
+    assert training_kernels(dropped, cpu, "fp32") == {"attention": {"fp32": [32]}, "dropout": ["fp32"]}
     assert training_kernels(dropped, cpu, "bf16", compiled=True) == {"attention": "compiled", "dropout": "compiled"}
     assert training_kernels(dropped, cuda, "bf16") == {"attention": "CUDA", "dropout": "torch's"}
     assert training_kernels(still, cuda, "bf16") == {"attention": "CUDA", "dropout": "none"}

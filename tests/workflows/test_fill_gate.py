@@ -58,7 +58,7 @@ def test_the_gate_is_the_least_fill_bmm_won_at_and_at_every_fuller_one():
         return FillGate(16, 64, "bf16", seconds, True).gate
 
     assert gate({0.875: (10, 8), 0.75: (10, 9), 0.625: (10, 11)}) == 0.75
-    assert gate({0.875: (10, 8), 0.75: (10, 9), 0.625: (10, 9.5), 0.5: (10, 9.9)}) == 0.5
+    assert gate({0.875: (10, 8), 0.75: (10, 9), 0.625: (10, 9.5), 0.5: (10, 9.6)}) == 0.5
     assert gate({0.875: (10, 10)}) == 1.0  # a tie is not a win: full batches only
     said = FillGate(16, 64, "bf16", {0.875: (0.010, 0.008), 0.75: (0.010, 0.011)}, True).describe()
     assert said.startswith("bmm attention on batches at least 87.5% real tokens (bf16 step")
@@ -84,8 +84,8 @@ def test_the_dispatch_runs_bmm_on_batches_at_least_its_gate():
 
 
 def test_the_measurement_times_both_sides_from_the_fullest_fill_down_and_stops_at_bmms_first_loss(monkeypatch):
-    """A fake clock: SDPA costs 1 at every fill, bmm 0.4 + 2 x the padding (it wins at 87.5% and 75%, loses at
-    62.5%)."""
+    """A fake clock: SDPA costs 1 at every fill, bmm 0.4 + 2 x the padding (it wins by more than 3% down to 75%, not
+    at 68.75%)."""
     clock = types.SimpleNamespace(now=0.0)
     timed: list[tuple[str, float]] = []
 
@@ -95,23 +95,31 @@ def test_the_measurement_times_both_sides_from_the_fullest_fill_down_and_stops_a
 
         def run():
             timed.append((side, round(fill, 3)))
-            clock.now += 0.4 + 2 * (1 - fill) if side == "bmm" else 1.0
+            clock.now += 0.01 * (0.4 + 2 * (1 - fill) if side == "bmm" else 1.0)
         return run
 
     monkeypatch.setattr(fill_gate, "_step", step)
     monkeypatch.setattr(fill_gate, "time", types.SimpleNamespace(perf_counter=lambda: clock.now))
     model = _model()
     measured = fill_gate.measure(model.bert, model.bert.attention, "fp32", 16, 64)
-    assert list(measured.seconds) == [0.875, 0.75, 0.625]  # 0.5 not timed: bmm lost at 62.5%
+    assert list(measured.seconds) == [0.875, 0.8125, 0.75, 0.6875]  # no lower fill timed: bmm did not win at 68.75%
     assert measured.gate == 0.75
     assert {side for side, _ in timed} == {"bmm", "sdpa"}
-    assert sum(1 for side, fill in timed if abs(fill - 0.625) < 0.02 and side == "bmm") == 1 + fill_gate.ROUNDS
+    assert sum(1 for side, fill in timed if abs(fill - 0.6875) < 0.02 and side == "bmm") == 1 + fill_gate.ROUNDS
     assert isinstance(model.bert.attention, Dispatch) and model.bert.attention.min_bmm_fill == MIN_BMM_FILL
 
 
-def test_a_real_measurement_of_a_tiny_encoder(measuring):
+def test_a_real_measurement_of_a_tiny_encoder(measuring, monkeypatch):
+    from bertkit.kernels import attention as kernels
+
+    ran = []  # one entry per bmm attention call: only the bmm side runs it (the SDPA side attends per sequence)
+    real_kernel = kernels.bmm_attention
+    monkeypatch.setattr(kernels, "bmm_attention", lambda *a, **k: ran.append(1) or real_kernel(*a, **k))
     model = _model()
     measured = fill_gate.measured_gate(model, "fp32", 4, 32)
+    assert measured is not None
+    layers, fills = len(model.bert.layers), len(measured.seconds)
+    assert fills * (1 + fill_gate.ROUNDS) * layers <= len(ran) <= fills * (1 + fill_gate.MAX_ROUNDS) * layers
     assert measured is not None and (measured.rows, measured.length, measured.precision) == (4, 32, "fp32")
     assert list(measured.seconds) == list(FILLS[:len(measured.seconds)])
     assert all(sdpa > 0 and bmm > 0 for sdpa, bmm in measured.seconds.values())
@@ -190,10 +198,10 @@ def test_an_unsteady_side_is_timed_up_to_max_rounds_and_said_unsteady(monkeypatc
         def run():
             clock.calls += 1
             if attention.min_bmm_fill == 0.0:
-                clock.now += 0.5
+                clock.now += 0.005
             else:
                 clock.sdpa += 1
-                clock.now += 1.2 ** clock.sdpa  # each round 20% slower than the last
+                clock.now += 0.01 * 1.2 ** (clock.sdpa % 8)  # each round 20% slower than the last (at a fill)
         return run
 
     monkeypatch.setattr(fill_gate, "_step", step)
@@ -202,3 +210,50 @@ def test_an_unsteady_side_is_timed_up_to_max_rounds_and_said_unsteady(monkeypatc
     measured = fill_gate.measure(model.bert, model.bert.attention, "fp32", 16, 64)
     assert not measured.steady and measured.gate == FILLS[-1]
     assert clock.calls == len(FILLS) * 2 * (1 + fill_gate.MAX_ROUNDS)
+
+
+def test_a_frozen_encoder_or_encoders_of_two_shapes_measure_nothing(measuring, monkeypatch):
+    monkeypatch.setattr(fill_gate, "measure", lambda *a: pytest.fail("measured"))
+    frozen = _model()
+    frozen.bert.requires_grad_(False)  # --freeze-encoder: its batches never run training's kernels
+    assert fill_gate.measured_gate(frozen, "bf16", 16, 64) is None
+    pair = torch.nn.ModuleDict({"a": _model(), "b": BertForMaskedLM(preset("bert-debug", vocab_size=64, hidden_size=64,
+                                                                          num_attention_heads=1))})
+    assert fill_gate.measured_gate(pair, "bf16", 16, 64) is None
+
+
+def test_a_measurement_that_fails_leaves_the_fixed_gate_and_says_so(measuring, monkeypatch, caplog):
+    def broken(*args):
+        raise RuntimeError("no kernel")
+
+    monkeypatch.setattr(fill_gate, "measure", broken)
+    with caplog.at_level("WARNING", logger="bertkit.workflows.fill_gate"):
+        assert fill_gate.measured_gate(_model(), "bf16", 16, 64) is None
+    assert "the fill gate could not be measured (RuntimeError: no kernel); the fixed gate stands" in caplog.text
+
+
+def test_a_near_tie_is_not_a_win_and_a_long_measurement_stops_early(monkeypatch):
+    assert FillGate(16, 64, "bf16", {0.875: (1.02, 1.0)}, True).gate == 1.0  # within MIN_WIN: a tie
+    assert FillGate(16, 64, "bf16", {0.875: (1.04, 1.0)}, True).gate == 0.875
+    clock = types.SimpleNamespace(now=0.0)
+
+    def step(cut, attention, ids, mask, precision):
+        def run():
+            clock.now += 0.5 if attention.min_bmm_fill == 0.0 else 1.0  # bmm wins everywhere, each step 0.5-1 s
+        return run
+
+    monkeypatch.setattr(fill_gate, "_step", step)
+    monkeypatch.setattr(fill_gate, "time", types.SimpleNamespace(perf_counter=lambda: clock.now))
+    model = _model()
+    measured = fill_gate.measure(model.bert, model.bert.attention, "fp32", 16, 64)
+    assert list(measured.seconds) == [0.875]  # 6 s of steps at the first fill: past MAX_SECONDS, no lower fill timed
+    assert measured.gate == 0.875
+
+
+def test_the_planners_rate_is_measured_with_the_gate(monkeypatch):
+    from bertkit.workflows import pretrain_plan
+
+    applied = []
+    monkeypatch.setattr(pretrain_plan, "apply_fill_gate", lambda model, *step: applied.append(step))
+    pretrain_plan._as_run(preset("bert-debug", vocab_size=64), torch.device("cpu"), ("bf16", 16, 64))
+    assert applied == [("bf16", 16, 64)]

@@ -59,6 +59,8 @@ def prepare_training(model: nn.Module, config: TrainConfig, ctx: DistributedCont
         measured = resolve_precision("auto", ctx.device, model, rows, length) if ctx.is_main else None
         precision = broadcast_object(measured, ctx)
     use_measured_fill_gate(model, precision, rows, length, ctx)
+    if ctx.is_main and _measured_dispatches(model) and ctx.device.type == "cpu":
+        logger.info("attention for training on this CPU: %s", training_attention(model, ctx.device))
     model.to(ctx.device)
     return wrap_model(model, ctx), dataclasses.replace(config, precision=precision)
 
@@ -67,13 +69,13 @@ def use_measured_kernels(model: nn.Module, ctx: DistributedContext) -> None:
     """On a CPU (kernels not turned off by BERTKIT_CPU_KERNELS=0), every encoder of `model` on the default dispatch
     attends as this machine's probe measured fastest for training, and its dropouts draw counter-based masks where
     those measured faster (`accelerate.train_as_measured`): rank 0's measurements, so every rank runs the same
-    kernels. Said in one line each (`training_attention`, `training_dropout`)."""
+    kernels. The dropout's said in one line here (`training_dropout`), the attention's by `prepare_training` once
+    its fill gate is set (`training_attention`)."""
     if ctx.device.type != "cpu" or not cpu_kernels_enabled():
         return
     width = probe.model_width(model)
     choices = broadcast_object(probe.choices(width) if ctx.is_main else None, ctx)
-    if train_as_measured(model, choices) and ctx.is_main:
-        logger.info("attention for training on this CPU: %s", training_attention(model, ctx.device))
+    if train_as_measured(model, choices) and ctx.is_main:  # (the attention's line comes once its fill gate is set)
         logger.info("dropout for training on this CPU: %s", training_dropout(model, ctx.device))
 
 
@@ -143,8 +145,10 @@ def training_kernels(model: nn.Module, device: torch.device, precision: str, com
         return {"attention": {precision: list(choices.bmm_attention.get(precision, ()))},
                 "packed": model.uses_encoder_copy and dtype in choices.packed_linear, "dropout": dropout}
     verdicts = choices.bmm_training_dropout if _attention_dropout(model) else choices.bmm_training
-    return {"attention": {precision: list(verdicts.get(precision, ()))}, "bmm_min_fill": _fill_gate(model),
-            "dropout": dropout}
+    recorded: dict[str, object] = {"attention": {precision: list(verdicts.get(precision, ()))}, "dropout": dropout}
+    if _fill_gate(model) != MIN_BMM_FILL:  # (absent at the fixed gate, as in checkpoints from before it was measured)
+        recorded["bmm_min_fill"] = _fill_gate(model)
+    return recorded
 
 
 def _fill_gate(model: nn.Module) -> float:
