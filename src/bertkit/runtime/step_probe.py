@@ -35,7 +35,7 @@ from collections.abc import Callable
 from copy import deepcopy
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol, TypeVar, runtime_checkable
 
 import torch
 from torch import nn
@@ -253,24 +253,37 @@ def _step(model: nn.Module, ids: torch.Tensor, purpose: str, precision: str) -> 
 
 
 def _read(path: Path, key: dict) -> StepTimings | None:
-    try:
-        data = read_json_object(path)
-        if data["key"] != key:
-            return None
+    def parse(data: dict) -> StepTimings:
         t = data["timings"]
         return StepTimings(str(t["purpose"]), int(t["rows"]), int(t["length"]), int(t["layers"]),
                            {str(p): float(s) for p, s in t["seconds"].items()}, bool(t["steady"]))
-    except (BertkitError, ValueError, TypeError, KeyError, AttributeError) as exc:
-        if not path.exists():
-            return None
-        log.warning("ignoring the unreadable step-probe cache %s (%s); measuring again", path, exc)
-        return None
+    return read_cached(path, key, parse, "step-probe")
 
 
 def _write(path: Path, key: dict, timings: StepTimings) -> None:
+    write_cached(path, {"key": key, "timings": asdict(timings)}, "step-probe")
+
+
+T = TypeVar("T")
+
+
+def read_cached(path: Path, key: dict, parse: Callable[[dict], T], what: str) -> T | None:
+    """A measurement cached at `path` (a JSON object whose "key" is `key`, parsed by `parse`), or None: no file,
+    another key, or an unreadable one (said as a warning naming `what`, then measured again)."""
+    try:
+        data = read_json_object(path)
+        return parse(data) if data["key"] == key else None
+    except (BertkitError, ValueError, TypeError, KeyError, AttributeError) as exc:
+        if path.exists():
+            log.warning("ignoring the unreadable %s cache %s (%s); measuring again", what, path, exc)
+        return None
+
+
+def write_cached(path: Path, record: dict, what: str) -> None:
+    """Write a measurement's `record` (with its "key") atomically; a cache that cannot be written is a warning."""
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        write_text_atomic(path, json.dumps({"key": key, "timings": asdict(timings)}, indent=1))
+        write_text_atomic(path, json.dumps(record, indent=1))
     except OSError as exc:
-        log.warning("cannot write the step-probe cache %s (%s); set BERTKIT_CACHE_DIR to a writable directory",
-                    path, exc)
+        log.warning("cannot write the %s cache %s (%s); set BERTKIT_CACHE_DIR to a writable directory", what, path,
+                    exc)

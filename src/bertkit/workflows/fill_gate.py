@@ -42,9 +42,6 @@ from typing import Any
 import torch
 from torch import nn
 
-from bertkit.errors import BertkitError
-from bertkit.io.atomic import write_text_atomic
-from bertkit.io.jsonfile import read_json_object
 from bertkit.model.accelerate import cpu_kernels_enabled
 from bertkit.model.attention import Dispatch
 from bertkit.model.bert import BertModel
@@ -205,25 +202,13 @@ def _step(cut: Any, attention: Dispatch, ids: torch.Tensor, mask: torch.Tensor,
 
 
 def _read(path: Path, key: dict) -> FillGate | None:
-    try:
-        data = read_json_object(path)
-        if data["key"] != key:
-            return None
-        return FillGate(int(data["rows"]), int(data["length"]), str(data["precision"]),
-                        {float(fill): (float(sdpa), float(bmm)) for fill, (sdpa, bmm) in data["seconds"].items()},
-                        True)
-    except (BertkitError, ValueError, TypeError, KeyError, AttributeError) as exc:
-        if path.exists():
-            log.warning("ignoring the unreadable fill-gate cache %s (%s); measuring again", path, exc)
-        return None
+    def parse(data: dict) -> FillGate:
+        seconds = {float(fill): (float(sdpa), float(bmm)) for fill, (sdpa, bmm) in data["seconds"].items()}
+        return FillGate(int(data["rows"]), int(data["length"]), str(data["precision"]), seconds, True)
+    return step_probe.read_cached(path, key, parse, "fill-gate")
 
 
 def _write(path: Path, key: dict, measured: FillGate) -> None:
     record = {"key": key, "rows": measured.rows, "length": measured.length, "precision": measured.precision,
               "seconds": {str(fill): list(times) for fill, times in measured.seconds.items()}}
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        write_text_atomic(path, json.dumps(record, indent=1))
-    except OSError as exc:
-        log.warning("cannot write the fill-gate cache %s (%s); set BERTKIT_CACHE_DIR to a writable directory",
-                    path, exc)
+    step_probe.write_cached(path, record, "fill-gate")
