@@ -875,3 +875,67 @@ def test_the_untied_decoder_run_resumes_exactly_and_keeps_a_plain_model(tmp_path
         monkeypatch.setattr(script.pretrain, name, patched)
     with pytest.raises(SystemExit, match="a fresh single-process masked-LM-only model only"):
         run(tmp_path / "continued", 2, "--init-from", str(tmp_path / "whole" / "final"))
+
+
+def test_document_contrast_views_read_only_their_own_segment():
+    """scripts/document_contrast_pretrain.py: with the block mask, segment A's states do not change when B's tokens
+    do (and B's not when A's do), so the two mean-pooled views are separate readings of the row; padding changes
+    neither."""
+    script = load_script("document_contrast_pretrain")
+    config = load_config("bert-debug").replace(vocab_size=40, hidden_dropout_prob=0.0,
+                                                attention_probs_dropout_prob=0.0)
+    torch.manual_seed(0)
+    model = BertForMaskedLM(config).eval()
+    types = torch.tensor([[0, 0, 0, 0, 1, 1, 1, 0]])
+    batch = {"input_ids": torch.tensor([[2, 7, 8, 3, 9, 10, 3, 0]]), "token_type_ids": types,
+             "attention_mask": torch.tensor([[1, 1, 1, 1, 1, 1, 1, 0]])}
+    states, in_b = script.segment_views(model, batch)
+    assert in_b.tolist() == [[False, False, False, False, True, True, True, False]]
+    other_b = dict(batch, input_ids=torch.tensor([[2, 7, 8, 3, 20, 21, 3, 0]]))
+    other_a = dict(batch, input_ids=torch.tensor([[2, 30, 31, 3, 9, 10, 3, 0]]))
+    unpadded = {key: value[:, :7] for key, value in batch.items()}
+    assert torch.allclose(script.segment_views(model, other_b)[0][0, :4], states[0, :4], atol=1e-6)
+    assert not torch.allclose(script.segment_views(model, other_b)[0][0, 4:7], states[0, 4:7], atol=1e-3)
+    assert torch.allclose(script.segment_views(model, other_a)[0][0, 4:7], states[0, 4:7], atol=1e-6)
+    assert torch.allclose(script.segment_views(model, unpadded)[0][0], states[0, :7], atol=1e-6)
+
+
+def test_document_contrast_loss_is_infonce_over_the_positive_rows():
+    """InfoNCE against the batch's other views, both directions, averaged over the rows whose B follows A: near 0
+    when each row's two views match and differ from the rest, log(B) when all views are alike, and a zero that
+    still reaches the views when no row is positive."""
+    script = load_script("document_contrast_pretrain")
+    views = torch.eye(4)
+    everyone = torch.ones(4, dtype=torch.bool)
+    assert float(script.info_nce(views, views, everyone)) < 1e-6
+    alike = torch.ones(4, 3)
+    assert float(script.info_nce(alike, alike, everyone)) == pytest.approx(float(np.log(4)), abs=1e-5)
+    scores = torch.nn.functional.normalize(torch.randn(4, 3), dim=-1)
+    other = torch.nn.functional.normalize(torch.randn(4, 3), dim=-1)
+    rows = torch.tensor([True, False, True, False])
+    logits = scores @ other.T / script.TEMPERATURE
+    expected = sum(float(torch.logsumexp(logits[i], 0) - logits[i, i]) + float(torch.logsumexp(logits[:, i], 0)
+                                                                               - logits[i, i]) for i in (0, 2)) / 4
+    assert float(script.info_nce(scores, other, rows)) == pytest.approx(expected, rel=1e-5)
+    leaf = torch.randn(4, 3, requires_grad=True)
+    none = script.info_nce(leaf, leaf, torch.zeros(4, dtype=torch.bool))
+    none.backward()
+    assert float(none.detach()) == 0.0 and leaf.grad is not None
+
+
+def test_document_contrast_run_resumes_exactly_and_is_not_resumed_by_a_plain_run(tmp_path, monkeypatch, capsys,
+                                                                                 toy_pretraining_data):
+    """As a `pretrain` wrapper: the training log carries the contrast loss, a run resumed from a checkpoint ends with
+    the weights of the run that never stopped, and a plain run does not resume the script's (the objective is in
+    the run's identity)."""
+    script = load_script("document_contrast_pretrain")
+    run = _whole_and_resumed_runs(script, tmp_path, monkeypatch, toy_pretraining_data)
+    whole = read_state_dict(tmp_path / "whole" / "final")
+    halves = read_state_dict(tmp_path / "halves" / "final")
+    assert all(torch.equal(whole[key], halves[key]) for key in whole)
+    rows = [json.loads(line) for line in (tmp_path / "whole" / "metrics.jsonl").read_text().splitlines()]
+    assert any("contrast_loss" in row for row in rows if row.get("kind") == "train")
+    monkeypatch.undo()
+    capsys.readouterr()
+    assert run(tmp_path / "whole", 6, "--resume", "auto") != 0
+    assert "same-document contrast" in capsys.readouterr().err

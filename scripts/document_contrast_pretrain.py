@@ -1,0 +1,114 @@
+"""A screened pre-training lever: masked LM plus a same-document contrastive objective.
+
+    python scripts/document_contrast_pretrain.py --data DATA --tokenizer VOCAB --model bert-mini --recipe auto \
+        --max-steps 4327 --threads 2 --seed 2 --output RUN
+
+runs `bertkit pretrain` with those arguments (its plan, recipe, data, schedule, precision and checkpoints), except
+that each training step also asks the encoder to tell which text came from the same document. Every row of
+Google's data is [CLS] A [SEP] B [SEP]; in half of them B follows A in its document, in the rest B comes from another
+document. Here segment A and segment B attend only within themselves (one block mask), so their mean-pooled
+last-layer states are two separate views; the rows whose B follows A are the positives of a symmetric InfoNCE loss
+(temperature `TEMPERATURE`) against the batch's other views (DeCLUTR, Giorgi et al. 2021; SimCSE's loss, Gao et
+al. 2021), added to the masked-LM loss with weight `WEIGHT`.
+
+The reason to try it: on the Treasury of David the label (the book of the Psalter) is a property of the document a
+paragraph comes from, and a logistic regression on the 1,000 labels reading TF-IDF document-identity scores learned
+from the pre-training corpus alone scores far above one reading the recipe's 10-minute model (docs/pretraining.md,
+"A same-document objective, screened").
+
+A screen, not a bertkit option: the step runs SDPA with the block mask and the last layer in full (no measured
+kernels, no sparse last layer), so it is compared with the recipe at equal steps, not equal time. Held-out MLM is
+measured as bertkit measures it (full attention). Fresh single-process masked-LM-only runs on dynamically masked
+sentence-pair data only; the run's identity names the objective, so neither this script nor `bertkit pretrain`
+resumes the other's run.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+from bertkit.cli import main
+from bertkit.model.attention import PaddedSDPA
+from bertkit.tasks.pretraining import IGNORE_INDEX, PretrainingObjective
+from bertkit.workflows import pretrain
+
+TEMPERATURE = 0.05
+WEIGHT = 1.0
+
+
+def segment_views(model: nn.Module, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+    """(last hidden states (B, T, D), segment mask (B, T) True at B's tokens) of the rows encoded with A and B
+    attending only within their own segment (padded keys masked; a padded query reads segment A)."""
+    bert = model.bert
+    ids, types, real = batch["input_ids"], batch["token_type_ids"], batch["attention_mask"].bool()
+    block = (types[:, :, None] == types[:, None, :]) & real[:, None, :]  # (B, T, T): query i may read key j
+    x = bert.embeddings(ids, types)
+    attention = PaddedSDPA()
+    for layer in bert.layers:
+        x = layer(x, attention, block[:, None])
+    return x, (types == 1) & real
+
+
+def info_nce(a: torch.Tensor, b: torch.Tensor, positive: torch.Tensor) -> torch.Tensor:
+    """Symmetric InfoNCE: row i of `a` against every row of `b` (and back), the answer being row i, averaged over
+    the rows where `positive` (B,) is True; 0 (still reaching every parameter) when no row is."""
+    scores = F.normalize(a.float(), dim=-1) @ F.normalize(b.float(), dim=-1).T / TEMPERATURE  # (B, B)
+    targets = torch.arange(len(a), device=a.device)
+    rows = positive.nonzero().squeeze(1)
+    if rows.numel() == 0:
+        return scores.sum() * 0.0
+    forward = F.cross_entropy(scores.index_select(0, rows), targets.index_select(0, rows))
+    backward = F.cross_entropy(scores.T.index_select(0, rows), targets.index_select(0, rows))
+    return (forward + backward) / 2
+
+
+class DocumentContrastObjective(PretrainingObjective):
+    """Masked LM (over the global batch, as the recipe's) + WEIGHT x InfoNCE between each row's A and B views."""
+
+    def __call__(self, model, batch, totals):
+        if "masked_lm_positions" in batch or self.nsp:
+            raise SystemExit("document_contrast_pretrain: dynamically masked data and masked LM only (no --nsp)")
+        states, in_b = segment_views(model, batch)
+        labels = batch["mlm_labels"]
+        masked = labels != IGNORE_INDEX
+        logits = model.mlm(states[masked], model.bert.embeddings.word.weight).float()
+        targets = labels[masked]
+        tokens = totals["mlm"]
+        mlm = F.cross_entropy(logits, targets, reduction="sum") / tokens
+        in_a = (batch["token_type_ids"] == 0) & batch["attention_mask"].bool()
+        view_a = (states * in_a[..., None]).sum(1) / in_a.sum(1, keepdim=True).clamp(min=1)
+        view_b = (states * in_b[..., None]).sum(1) / in_b.sum(1, keepdim=True).clamp(min=1)
+        positive = (batch["nsp_labels"] == 0) & in_b.any(1)
+        contrast = info_nce(view_a, view_b, positive)
+        metrics = {"mlm_loss": mlm.detach(), "mlm_accuracy": (logits.argmax(-1) == targets).sum() / tokens,
+                   "contrast_loss": contrast.detach()}
+        return mlm + WEIGHT * contrast, metrics
+
+
+_run_identity = pretrain.run_identity
+
+
+def _objective(settings, step):
+    if step.compile or step.fused_loss:
+        raise SystemExit("document_contrast_pretrain: eager CPU steps only")
+    return DocumentContrastObjective(nsp=bool(settings.nsp))
+
+
+def _identity(settings, data, model, held_out):
+    identity = _run_identity(settings, data, model, held_out)
+    identity["model"] += f" + same-document contrast (weight {WEIGHT}, temperature {TEMPERATURE})"
+    return identity
+
+
+PATCHES = {"_objective": _objective, "run_identity": _identity}
+"""What this script replaces in `bertkit.workflows.pretrain` (the rest of the run is bertkit's)."""
+
+
+if __name__ == "__main__":
+    for name, patched in PATCHES.items():
+        setattr(pretrain, name, patched)
+    sys.exit(main(["pretrain", *sys.argv[1:]]))
