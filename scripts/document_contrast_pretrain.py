@@ -1,7 +1,7 @@
 """A screened pre-training lever: masked LM plus a same-document contrastive objective.
 
     python scripts/document_contrast_pretrain.py --data DATA --tokenizer VOCAB --model bert-mini --recipe auto \
-        --max-steps 4327 --threads 2 --seed 2 --output RUN
+        --max-steps 4327 --threads 2 --seed 2 --output RUN [--contrast-weight 0.1]
 
 runs `bertkit pretrain` with those arguments (its plan, recipe, data, schedule, precision and checkpoints), except
 that each training step also asks the encoder to tell which text came from the same document. Every row of
@@ -9,7 +9,7 @@ Google's data is [CLS] A [SEP] B [SEP]; in half of them B follows A in its docum
 document. Here segment A and segment B attend only within themselves (one block mask), so their mean-pooled
 last-layer states are two separate views; the rows whose B follows A are the positives of a symmetric InfoNCE loss
 (temperature `TEMPERATURE`) against the batch's other views (DeCLUTR, Giorgi et al. 2021; SimCSE's loss, Gao et
-al. 2021), added to the masked-LM loss with weight `WEIGHT`.
+al. 2021), added to the masked-LM loss with weight `--contrast-weight` (default `WEIGHT`).
 
 The reason to try it: on the Treasury of David the label (the book of the Psalter) is a property of the document a
 paragraph comes from, and a logistic regression on the 1,000 labels reading TF-IDF document-identity scores learned
@@ -25,6 +25,7 @@ resumes the other's run.
 
 from __future__ import annotations
 
+import argparse
 import sys
 
 import torch
@@ -38,6 +39,7 @@ from bertkit.workflows import pretrain
 
 TEMPERATURE = 0.05
 WEIGHT = 1.0
+weight = WEIGHT  # the run's: --contrast-weight
 
 
 def segment_views(model: nn.Module, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
@@ -67,7 +69,7 @@ def info_nce(a: torch.Tensor, b: torch.Tensor, positive: torch.Tensor) -> torch.
 
 
 class DocumentContrastObjective(PretrainingObjective):
-    """Masked LM (over the global batch, as the recipe's) + WEIGHT x InfoNCE between each row's A and B views."""
+    """Masked LM (over the global batch, as the recipe's) + `weight` x InfoNCE between each row's A and B views."""
 
     def __call__(self, model, batch, totals):
         if "masked_lm_positions" in batch or self.nsp:
@@ -86,7 +88,7 @@ class DocumentContrastObjective(PretrainingObjective):
         contrast = info_nce(view_a, view_b, positive)
         metrics = {"mlm_loss": mlm.detach(), "mlm_accuracy": (logits.argmax(-1) == targets).sum() / tokens,
                    "contrast_loss": contrast.detach()}
-        return mlm + WEIGHT * contrast, metrics
+        return mlm + weight * contrast, metrics
 
 
 _run_identity = pretrain.run_identity
@@ -100,7 +102,7 @@ def _objective(settings, step):
 
 def _identity(settings, data, model, held_out):
     identity = _run_identity(settings, data, model, held_out)
-    identity["model"] += f" + same-document contrast (weight {WEIGHT}, temperature {TEMPERATURE})"
+    identity["model"] += f" + same-document contrast (weight {weight}, temperature {TEMPERATURE})"
     return identity
 
 
@@ -108,7 +110,18 @@ PATCHES = {"_objective": _objective, "run_identity": _identity}
 """What this script replaces in `bertkit.workflows.pretrain` (the rest of the run is bertkit's)."""
 
 
+def split_weight(argv: list[str]) -> tuple[float, list[str]]:
+    """(--contrast-weight's value, the other arguments, for `bertkit pretrain`)."""
+    parser = argparse.ArgumentParser(add_help=False)
+    parser.add_argument("--contrast-weight", type=float, default=WEIGHT)
+    known, rest = parser.parse_known_args(argv)
+    if not known.contrast_weight > 0:
+        raise SystemExit(f"document_contrast_pretrain: --contrast-weight must be > 0, got {known.contrast_weight}")
+    return known.contrast_weight, rest
+
+
 if __name__ == "__main__":
+    weight, arguments = split_weight(sys.argv[1:])
     for name, patched in PATCHES.items():
         setattr(pretrain, name, patched)
-    sys.exit(main(["pretrain", *sys.argv[1:]]))
+    sys.exit(main(["pretrain", *arguments]))

@@ -939,3 +939,13 @@ def test_document_contrast_run_resumes_exactly_and_is_not_resumed_by_a_plain_run
     capsys.readouterr()
     assert run(tmp_path / "whole", 6, "--resume", "auto") != 0
     assert "same-document contrast" in capsys.readouterr().err
+
+
+def test_document_contrast_weight_is_taken_off_the_pretrain_arguments():
+    """--contrast-weight is the script's own; everything else goes to `bertkit pretrain`; a weight <= 0 is refused."""
+    script = load_script("document_contrast_pretrain")
+    assert script.split_weight(["--data", "d", "--contrast-weight", "0.1", "--seed", "2"]) == (0.1, ["--data", "d",
+                                                                                                 "--seed", "2"])
+    assert script.split_weight(["--data", "d"]) == (script.WEIGHT, ["--data", "d"])
+    with pytest.raises(SystemExit, match="--contrast-weight must be > 0"):
+        script.split_weight(["--contrast-weight", "0"])
