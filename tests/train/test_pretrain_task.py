@@ -103,9 +103,11 @@ def test_killed_bert_run_resumes_bit_exactly(prepared, tmp_path):
     a, b = (load_file(str(run / "final" / "model.safetensors")) for run in (straight, killed))
     assert all(torch.equal(a[k], b[k]) for k in a)
     assert ckpt.verify_checkpoint(killed / "checkpoints" / "step-00000006") is None
-    # each checkpoint records the kernels the steps ran; the same machine's resume runs the same, so lists none
+    # each checkpoint records the kernels the steps ran (the last layer at the masked positions alone: a checkpoint
+    # written before that lists the change on resume); the same machine's resume runs the same, so lists none
     state = json.loads((killed / "checkpoints" / "step-00000006" / "trainer_state.json").read_text())
-    assert set(state["context"]["kernels"]) == {"attention", "dropout"}
+    assert set(state["context"]["kernels"]) == {"attention", "dropout", "last_layer"}
+    assert state["context"]["kernels"]["last_layer"] == "masked positions"
     resumed = [r for r in map(json.loads, (killed / "metrics.jsonl").read_text().splitlines()) if r["kind"] == "resume"]
     assert len(resumed) == 1 and not any(name.startswith("kernels") for name in resumed[0]["changed"])
 

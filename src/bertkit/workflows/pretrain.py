@@ -321,11 +321,13 @@ def pretrain(settings: PretrainSettings, train: TrainConfig, objective: Objectiv
                   load_weights=lambda _, d: model.load_hf_state_dict(read_state_dict(d), source=str(d)))
     training_data = _training_data(train_set, plan.step, pad, _phase(settings, plan.data.built_seq_length))
     loss = _objective(settings, plan.step) if objective is None else objective(ctx)
+    kernels = training_kernels(model, ctx.device, train.precision, train.compile or plan.step.compile)
+    if objective is None:  # its heads run the last layer at the masked positions alone (fewer rows: other sums)
+        kernels["last_layer"] = "masked positions"
     result = fit(prepared, loss, training_data, train, output, ctx=ctx, hooks=hooks,
                  resume=Resume(settings.resume, settings.overwrite,
                                {**run_identity(settings, train_set.dataset, model, eval_set), **(identity or {})},
-                               {"kernels": training_kernels(model, ctx.device, train.precision,
-                                                            train.compile or plan.step.compile)}))
+                               {"kernels": kernels}))
     if ctx.is_main and result.stop_reason == "budget":
         length = int(train_set.dataset.options["max_seq_length"])  # the full length when some steps read it
         record = _write_final(settings, train, model, tokenizer, output, result.step, plan.recipe, length)
