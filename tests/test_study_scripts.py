@@ -935,6 +935,8 @@ def test_document_contrast_run_resumes_exactly_and_is_not_resumed_by_a_plain_run
     assert all(torch.equal(whole[key], halves[key]) for key in whole)
     rows = [json.loads(line) for line in (tmp_path / "whole" / "metrics.jsonl").read_text().splitlines()]
     assert any("contrast_loss" in row for row in rows if row.get("kind") == "train")
+    state = json.loads((tmp_path / "whole" / "checkpoints" / "step-00000004" / "trainer_state.json").read_text())
+    assert state["context"]["kernels"]["last_layer"] == "full (segment views)"  # not the recipe's masked positions
     monkeypatch.undo()
     capsys.readouterr()
     assert run(tmp_path / "whole", 6, "--resume", "auto") != 0
@@ -942,10 +944,42 @@ def test_document_contrast_run_resumes_exactly_and_is_not_resumed_by_a_plain_run
 
 
 def test_document_contrast_weight_is_taken_off_the_pretrain_arguments():
-    """--contrast-weight is the script's own; everything else goes to `bertkit pretrain`; a weight <= 0 is refused."""
+    """--contrast-weight is the script's own; everything else goes to `bertkit pretrain`; a weight < 0 is refused."""
     script = load_script("document_contrast_pretrain")
     assert script.split_weight(["--data", "d", "--contrast-weight", "0.1", "--seed", "2"]) == (0.1, ["--data", "d",
                                                                                                  "--seed", "2"])
     assert script.split_weight(["--data", "d"]) == (script.WEIGHT, ["--data", "d"])
-    with pytest.raises(SystemExit, match="--contrast-weight must be > 0"):
-        script.split_weight(["--contrast-weight", "0"])
+    assert script.split_weight(["--contrast-weight", "0"])[0] == 0.0  # the control: the block mask alone
+    with pytest.raises(SystemExit, match="--contrast-weight must be >= 0"):
+        script.split_weight(["--contrast-weight", "-1"])
+
+
+def test_document_contrast_objective_adds_the_weighted_contrast_to_masked_lm(monkeypatch):
+    """The step's loss is the masked-LM cross-entropy over the step's masked tokens (read under the block mask)
+    plus `weight` x the InfoNCE of the rows whose B follows A; a step split over micro-batches is refused."""
+    script = load_script("document_contrast_pretrain")
+    config = load_config("bert-debug").replace(vocab_size=40, hidden_dropout_prob=0.0,
+                                                attention_probs_dropout_prob=0.0)
+    torch.manual_seed(0)
+    model = BertForMaskedLM(config)
+    batch = {"input_ids": torch.tensor([[2, 7, 4, 3, 9, 10, 3], [2, 11, 12, 3, 4, 14, 3]]),
+             "token_type_ids": torch.tensor([[0, 0, 0, 0, 1, 1, 1], [0, 0, 0, 0, 1, 1, 1]]),
+             "attention_mask": torch.ones(2, 7, dtype=torch.int64),
+             "mlm_labels": torch.tensor([[-100, -100, 8, -100, -100, 13, -100], [-100, 5, -100, -100, 13, -100, -100]]),
+             "nsp_labels": torch.tensor([0, 1])}
+    objective = script.DocumentContrastObjective(nsp=False)
+    totals = {"mlm": torch.tensor(4)}
+    monkeypatch.setattr(script, "weight", 0.5)
+    loss, metrics = objective(model, batch, totals)
+    states, in_b = script.segment_views(model, batch)
+    masked = batch["mlm_labels"] != -100
+    logits = model.mlm(states[masked], model.bert.embeddings.word.weight)
+    mlm = torch.nn.functional.cross_entropy(logits, batch["mlm_labels"][masked], reduction="sum") / 4
+    in_a = (batch["token_type_ids"] == 0)
+    views = [(states * part[..., None]).sum(1) / part.sum(1, keepdim=True) for part in (in_a, in_b)]
+    contrast = script.info_nce(*views, torch.tensor([True, False]))
+    assert float(loss.detach()) == pytest.approx(float((mlm + 0.5 * contrast).detach()), rel=1e-5)
+    assert float(metrics["contrast_loss"]) == pytest.approx(float(contrast.detach()), rel=1e-5)
+    assert float(contrast.detach()) > 0
+    with pytest.raises(SystemExit, match="one micro-batch a step"):
+        objective(model, batch, {"mlm": torch.tensor(8)})

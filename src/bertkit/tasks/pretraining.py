@@ -67,7 +67,10 @@ class PretrainingObjective:
     process), plus the NSP cross-entropy averaged over its pairs. Google's TF code averages the MLM loss per
     core and then over cores, which weights a masked token by how few its batch had; here every masked
     token of a step counts the same, however the batch is split (docs/pretraining.md). `mlm_loss` computes
-    the MLM sums of a static batch (`weighted_mlm_loss`, or a fused kernel)."""
+    the MLM sums of a static batch (`weighted_mlm_loss`, or a fused kernel). `last_layer`: where the encoder's last
+    layer runs, as the run's checkpoints record it (the masked-LM heads ask for the masked positions alone)."""
+
+    last_layer = "masked positions"
 
     def __init__(self, nsp: bool = True, sparse: bool = True, mlm_loss: MlmLoss = weighted_mlm_loss) -> None:
         self.nsp, self.sparse, self.mlm_loss = nsp, sparse, mlm_loss

@@ -322,8 +322,9 @@ def pretrain(settings: PretrainSettings, train: TrainConfig, objective: Objectiv
     training_data = _training_data(train_set, plan.step, pad, _phase(settings, plan.data.built_seq_length))
     loss = _objective(settings, plan.step) if objective is None else objective(ctx)
     kernels = training_kernels(model, ctx.device, train.precision, train.compile or plan.step.compile)
-    if objective is None:  # its heads run the last layer at the masked positions alone (fewer rows: other sums)
-        kernels["last_layer"] = "masked positions"
+    last_layer = getattr(getattr(loss, "objective", loss), "last_layer", None)  # (a compiled objective wraps one)
+    if last_layer is not None:  # e.g. at the masked positions alone: fewer rows, other sums, fewer dropout masks
+        kernels["last_layer"] = last_layer
     result = fit(prepared, loss, training_data, train, output, ctx=ctx, hooks=hooks,
                  resume=Resume(settings.resume, settings.overwrite,
                                {**run_identity(settings, train_set.dataset, model, eval_set), **(identity or {})},
