@@ -9,7 +9,8 @@ chosen on dev, scored on test:
 
   tfidf     TF-IDF of words and word pairs (sublinear, min_df 2) of the first N training texts, for each N of
             --train-sizes;
-  topics    300 LSA dimensions of the corpus's TF-IDF (fit on 150-word chunks of it), then the training labels;
+  topics    --topics (300) LSA dimensions of the corpus's TF-IDF (fit on 150-word chunks of it), then the training
+            labels;
   document  which corpus document a text is from: a TF-IDF classifier of the corpus's documents (its 150-word
             chunks labelled by document; SGD, log loss), whose per-document scores the training labels read.
 
@@ -21,9 +22,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import warnings
 from pathlib import Path
 
 from sklearn.decomposition import TruncatedSVD
+from sklearn.exceptions import ConvergenceWarning
 from sklearn.feature_extraction.text import TfidfVectorizer
 from sklearn.linear_model import LogisticRegression, SGDClassifier
 from sklearn.preprocessing import normalize
@@ -65,6 +68,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--task", type=Path, required=True)
     parser.add_argument("--corpus", type=Path, default=None)
     parser.add_argument("--train-sizes", default="1000")
+    parser.add_argument("--topics", type=int, default=300)
     args = parser.parse_args(argv)
     train, dev, test = (read_split(args.task / f"{name}.jsonl") for name in ("train", "dev", "test"))
     for size in (int(n) for n in args.train_sizes.split(",")):
@@ -74,12 +78,14 @@ def main(argv: list[str] | None = None) -> None:
         print(f"tfidf N={len(subset[0])} C={c:g} dev {dev_score:.1f} test {test_score:.1f}", flush=True)
     chunks, owners = corpus_chunks(args.corpus or args.task / "corpus.txt")
     words = TfidfVectorizer(sublinear_tf=True, min_df=2).fit(chunks)
-    lsa = TruncatedSVD(300, random_state=0).fit(words.transform(chunks))
+    lsa = TruncatedSVD(args.topics, random_state=0).fit(words.transform(chunks))
     c, dev_score, test_score = best_on_dev(lambda texts: normalize(lsa.transform(words.transform(texts))),
                                            train, dev, test)
     print(f"topics N={len(train[0])} C={c:g} dev {dev_score:.1f} test {test_score:.1f}", flush=True)
     documents = SGDClassifier(loss="log_loss", alpha=1e-5, max_iter=20, random_state=0)
-    documents.fit(words.transform(chunks), owners)
+    with warnings.catch_warnings():  # 20 passes, as the figures were made: a screen, not a converged model
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        documents.fit(words.transform(chunks), owners)
     c, dev_score, test_score = best_on_dev(lambda texts: documents.predict_proba(words.transform(texts)),
                                            train, dev, test)
     print(f"document N={len(train[0])} documents={max(owners) + 1} C={c:g} dev {dev_score:.1f} "

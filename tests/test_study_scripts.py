@@ -983,3 +983,30 @@ def test_document_contrast_objective_adds_the_weighted_contrast_to_masked_lm(mon
     assert float(contrast.detach()) > 0
     with pytest.raises(SystemExit, match="one micro-batch a step"):
         objective(model, batch, {"mlm": torch.tensor(8)})
+
+
+def test_bag_of_words_readings_print_each_reading_with_c_chosen_on_dev(tmp_path, capsys):
+    """scripts/bag_of_words_readings.py: on a task whose label is the document a text comes from, the document
+    reading (a classifier of the corpus's documents, read by the labels) scores high; each line names the C dev
+    chose from the grid."""
+    script = load_script("bag_of_words_readings")
+    rng = random.Random(0)
+    topics = {label: [f"{label}word{i}" for i in range(12)] for label in ("a", "b", "c")}
+    common = [f"common{i}" for i in range(30)]
+
+    def text(label: str) -> str:
+        return " ".join(rng.choice(topics[label]) if rng.random() < 0.3 else rng.choice(common) for _ in range(40))
+
+    task = tmp_path / "task"
+    task.mkdir()
+    for split, count in (("train", 60), ("dev", 30), ("test", 30)):
+        rows = [{"text": text(label), "label": label} for label in ("a", "b", "c") for _ in range(count // 3)]
+        (task / f"{split}.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8")
+    documents = ["\n".join(text(label) for _ in range(30)) for label in ("a", "b", "c") for _ in range(2)]
+    (task / "corpus.txt").write_text("\n\n".join(documents) + "\n", encoding="utf-8")
+    script.main(["--task", str(task), "--train-sizes", "30,60", "--topics", "5"])
+    lines = capsys.readouterr().out.splitlines()
+    assert [line.split()[0] for line in lines] == ["tfidf", "tfidf", "topics", "document"]
+    assert lines[0].startswith("tfidf N=30 C=") and "documents=6" in lines[3]
+    assert all(line.split("C=")[1].split()[0] in ("1", "10", "100") for line in lines)
+    assert float(lines[3].split("test ")[1]) > 80
