@@ -74,6 +74,9 @@ def test_the_objective_is_distilberts_on_dynamic_and_static_batches(prepared) ->
     whole = student_from_teacher(teacher, (0, 1, 2, 3)).eval()
     _, parts = objective(whole, dynamic, totals)
     assert float(parts["soft_loss"]) < 1e-6 and float(parts["cosine_loss"]) < 1e-5
+    # what the checkpoints record of the last layer: in full where the cosine reads every state
+    assert objective.last_layer is None
+    assert MaskedLMDistillation(teacher, LossWeights(5.0, 2.0, 0.0, 2.0)).last_layer == "masked positions"
 
 
 def test_general_distillation_end_to_end_and_resume(prepared, tmp_path) -> None:

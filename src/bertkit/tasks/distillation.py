@@ -261,6 +261,12 @@ class MaskedLMDistillation:
     def __init__(self, teacher: nn.Module, weights: LossWeights) -> None:
         self.teacher, self.weights = teacher.eval().requires_grad_(False), weights
 
+    @property
+    def last_layer(self) -> str | None:
+        """Where the student's last layer runs, as the run's checkpoints record it: at the masked positions alone
+        without the hidden-state loss; None (in full, as before the record) with it, which reads every state."""
+        return None if self.weights.hidden > 0 else "masked positions"
+
     def counts(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         if "masked_lm_weights" in batch:
             masked = batch["masked_lm_weights"].sum().to(torch.int64)
