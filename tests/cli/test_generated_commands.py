@@ -92,6 +92,10 @@ def test_data_pretraining_flags_reach_the_settings_of_the_build(monkeypatch, tmp
     assert (seen["args"][0].workers, seen["args"][0].quiet, seen["args"][0].text_column) == (None, False, "text")
     assert main([*base, "--masking", "dynamic", "--dupe-factor", "4"]) == 0
     assert seen["args"][0].instances.resolved().dupe_factor == 4
+    # an unquoted glob, as the shell expands it: the files after --input are inputs too
+    assert main(["data", "pretraining", "--input", "c1.txt", "c2.txt", "c3.txt", "--tokenizer", "tok", "--output",
+                 "out"]) == 0
+    assert seen["args"][0].inputs == ("c1.txt", "c2.txt", "c3.txt")
 
 
 def test_tokenizer_train_flags_and_positional_inputs_reach_the_trainer(monkeypatch, tmp_path):

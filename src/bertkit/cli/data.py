@@ -25,11 +25,14 @@ def data() -> None:
 
 @data.command("pretraining")
 @settings_options(PretrainingDataSettings)
-def pretraining(**flags: Any) -> None:
+@click.argument("more_inputs", nargs=-1)
+def pretraining(more_inputs: tuple[str, ...], **flags: Any) -> None:
     """Create masked-LM + next-sentence instances from text (Google's rules), or with --no-nsp masked-LM
-    instances packed with whole sentences (RoBERTa's), as memory-mapped shards."""
+    instances packed with whole sentences (RoBERTa's), as memory-mapped shards. Files after an --input are inputs
+    too (an unquoted `--input corpus/*.txt`, as the shell expands it)."""
     from bertkit.data.pretraining import build_pretraining_data, format_summary
 
+    flags["inputs"] = (*flags["inputs"], *more_inputs)
     settings = settings_from_flags(PretrainingDataSettings, flags)
     manifest = build_pretraining_data(settings)
     click.echo(f"wrote {manifest['num_instances']:,} instances to {settings.output}")
