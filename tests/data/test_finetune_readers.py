@@ -214,5 +214,9 @@ def test_readers_report_missing_directory_and_non_utf8_files(tmp_path, reader):
     with pytest.raises(BertkitError, match="is a directory"):
         read(tmp_path / f"dir{suffix}")
     (tmp_path / f"latin1{suffix}").write_bytes(b"caf\xe9\n")
-    with pytest.raises(BertkitError, match=r"not valid UTF-8 \(byte 3\)"):
+    with pytest.raises(BertkitError, match=r"line 1 \(byte 3\): not valid UTF-8"):
         read(tmp_path / f"latin1{suffix}")
+    # the line, and the byte in the whole file, past the decoder's first chunk (it reads 8 KiB at a time)
+    (tmp_path / f"late{suffix}").write_bytes(b"plain line\n" * 1000 + b"caf\xe9\n")
+    with pytest.raises(BertkitError, match=r"line 1001 \(byte 11003\): not valid UTF-8"):
+        read(tmp_path / f"late{suffix}")

@@ -69,8 +69,19 @@ def read_text(path: str | Path, flag: str | None = None) -> str:
         raise BertkitError(f"{label}: is a directory; give a file") from None
     except OSError as exc:
         raise BertkitError(f"{label}: cannot be read ({exc.strerror})") from None
+    except UnicodeDecodeError:
+        raise BertkitError(f"{label}: {_invalid_utf8_at(data)}: not valid UTF-8; convert the file to UTF-8") from None
+
+
+def _invalid_utf8_at(data: bytes) -> str:
+    """'line L (byte B)' of the first byte of `data` that is not UTF-8 (the decoder's own position is within the
+    chunk it was decoding, so it is found again in the whole)."""
+    try:
+        data.decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise BertkitError(f"{label}: not valid UTF-8 (byte {exc.start}); convert the file to UTF-8") from None
+        line = data.count(b"\n", 0, exc.start) + 1
+        return f"line {line} (byte {exc.start})"
+    return "somewhere"  # (not reached: the same bytes failed to decode)
 
 
 def text_lines(text: str) -> list[str]:
