@@ -105,6 +105,18 @@ def test_a_run_directory_points_at_its_model(tmp_path, capsys):
     assert f"the model is in {tmp_path / 'run' / 'best'}" in err
 
 
+@pytest.mark.parametrize("command", ["predict", "finetune"])
+def test_a_missing_path_in_a_local_folder_lists_the_models_there_not_the_hub(command, tmp_path, monkeypatch, capsys):
+    """`runs/typo` looks like a Hub id (owner/name), but `runs` is here: the models in it are listed instead."""
+    monkeypatch.chdir(tmp_path)
+    _classifier(tmp_path / "runs" / "good" / "best")
+    (tmp_path / "runs" / "notes").mkdir()
+    err = _error(capsys, _commands("runs/typo", tmp_path)[command])
+    assert "runs/typo: no such model directory" in err and "runs holds good (" in err
+    assert "huggingface-cli" not in err and "notes" not in err
+    assert ("nor a preset" in err) == (command == "finetune")
+
+
 def test_a_preset_typo_in_finetune_lists_the_presets(tmp_path, capsys):
     err = _error(capsys, _commands("bert-bas", tmp_path)["finetune"])
     assert "bert-bas: no such model directory (nor a preset for random initialisation: bert-debug" in err

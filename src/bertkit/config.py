@@ -12,6 +12,7 @@ Presets are the sizes of the paper (Base, Large) and of Google's released miniat
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import json
 import re
 from dataclasses import dataclass, field
@@ -256,6 +257,17 @@ _HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*(/[\w.-]+)?")
 """What a Hugging Face Hub id looks like: `bert-base-uncased`, `google/bert_uncased_L-2_H-128_A-2`."""
 
 
+def _models_beside(path: Path, limit: int = 1000) -> list[str] | None:
+    """The model directories (or runs holding best/ or final/) among the first `limit` entries of `path`'s folder,
+    sorted; None when that folder is not a local directory other than the current one (a Hub id's owner)."""
+    folder = path.parent
+    if str(folder) in ("", ".") or not folder.is_dir():
+        return None
+    entries = sorted(itertools.islice(folder.iterdir(), limit))
+    return [entry.name for entry in entries if any((entry / inside / "config.json").is_file()
+                                                   for inside in ("", "best", "final"))]
+
+
 def check_model_directory(path: str | Path, flag: str = "--model", presets: bool = False) -> Path:
     """`path` when it is a model directory (it holds config.json), else a one-line `BertkitError` naming
     `flag` that says what the path is instead and how to get a model directory.
@@ -268,13 +280,18 @@ def check_model_directory(path: str | Path, flag: str = "--model", presets: bool
     label = f"{flag} {path}" if flag else str(path)
     layout = "config.json, model.safetensors or pytorch_model.bin, vocab.txt"
     if not path.exists():
+        nor = f" (nor a preset for random initialisation: {', '.join(PRESETS)})" if presets else ""
+        near = _models_beside(path)
+        if near is not None:  # its folder is here: a local path with a typo or a run not made yet, not a Hub id
+            raise BertkitError(f"{label}: no such model directory{nor}; {path.parent} holds "
+                               f"{', '.join(near) if near else 'no model directory'} ({layout}, or a run's "
+                               "best/ or final/)")
         hub_id = _HUB_ID.fullmatch(str(path)) is not None
         name = str(path) if hub_id else "bert-base-uncased"
         fetch = (f"`huggingface-cli download {name} --local-dir {name.rsplit('/', 1)[-1]}` on a machine with "
                  "internet access (or `save_pretrained` in transformers), then copy the directory here")
         hint = f"if {name} is a Hugging Face Hub id, get it with {fetch}" if hub_id else \
             f"for a Hugging Face Hub model, e.g. {name}: {fetch}"
-        nor = f" (nor a preset for random initialisation: {', '.join(PRESETS)})" if presets else ""
         raise BertkitError(f"{label}: no such model directory{nor}. bertkit never downloads models; it reads a local "
                            f"directory ({layout}): {hint}; for Google's TensorFlow checkpoints, `bertkit convert "
                            "--tf-checkpoint DIR --output DIR`")
