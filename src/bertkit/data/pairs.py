@@ -77,6 +77,10 @@ def _delimited(path: Path, wanted: dict[str, str], header: bool) -> tuple[list[P
     width = len(records[0][1])
     if header:
         (line, names), *records = records
+        if not any(column in names for column in wanted.values()):  # no column named at all: likely no header row
+            raise BertkitError(f"{where(path, line)}: no header row with {' or '.join(map(repr, wanted.values()))} "
+                               f"({', '.join(FLAGS)}); a file without a header takes --no-header and column "
+                               "numbers (--anchor-column 0 --positive-column 1)")
         _check_columns(path, line, names, wanted)
         index = {flag: names.index(column) for flag, column in wanted.items()}
     else:
