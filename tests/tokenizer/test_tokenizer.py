@@ -156,6 +156,19 @@ def test_train_specials_first_and_encodes_corpus(tmp_path):
     assert "[UNK]" not in tok.tokenize("The quick fox jumps; dogs sleeping")
 
 
+def test_train_says_when_the_corpus_gives_fewer_tokens_than_the_vocab_size(tmp_path, caplog):
+    text = tmp_path / "a.txt"
+    text.write_text("the quick brown fox jumps over the lazy dog\n" * 20, encoding="utf-8")
+    with caplog.at_level("WARNING"):
+        tok = WordPieceTokenizer.train([text], vocab_size=5000, min_frequency=2, show_progress=False)
+    assert tok.vocab_size < 5000
+    assert f"the vocabulary has {tok.vocab_size:,} tokens, fewer than --vocab-size 5,000" in caplog.text
+    caplog.clear()
+    with caplog.at_level("WARNING"):
+        WordPieceTokenizer.train([text], vocab_size=40, min_frequency=2, show_progress=False)
+    assert "fewer than --vocab-size" not in caplog.text
+
+
 def test_train_rejects_missing_and_empty_files(tmp_path):
     with pytest.raises(BertkitError, match="none.txt: file not found"):
         WordPieceTokenizer.train([tmp_path / "none.txt"])

@@ -97,6 +97,10 @@ def train_vocabulary(settings: VocabularySettings) -> list[str]:
         raise BertkitError(f"no text found in {', '.join(map(str, paths))}; the files are empty, "
                            f"{'binary (skipped: ' + ', '.join(skipped) + '), ' if skipped else ''}"
                            "or hold only whitespace and control characters")
+    if len(tokens) < settings.vocab_size:  # the trainer stops when no pair is left to merge: say so, with the cause
+        logger.warning("the vocabulary has %s tokens, fewer than --vocab-size %s: the corpus has no more pieces to "
+                       "learn (seen at least --min-frequency %d times); a larger corpus gives more",
+                       f"{len(tokens):,}", f"{settings.vocab_size:,}", settings.min_frequency)
     return tokens
 
 
