@@ -102,7 +102,8 @@ class PretrainingDataSettings(Settings):
     inputs: tuple[str, ...] = dataclasses.field(metadata={"flag": "--input"})
     """Text file(s) (one sentence per line, blank line between documents), .jsonl (a document per line), either
     with .gz or .zst, Parquet or a `datasets` save_to_disk directory (a document per row), or a directory of
-    them; repeat the flag or use glob patterns (quote them)."""
+    them; repeat the flag, list the files after it (an unquoted glob, as the shell expands it) or give a quoted
+    glob pattern."""
     tokenizer: str
     """Tokenizer directory (vocab.txt) from `bertkit tokenizer train`."""
     output: str
