@@ -112,6 +112,18 @@ def test_killed_bert_run_resumes_bit_exactly(prepared, tmp_path):
     assert len(resumed) == 1 and not any(name.startswith("kernels") for name in resumed[0]["changed"])
 
 
+def test_a_fresh_start_over_checkpoints_is_refused_before_any_planning(prepared, tmp_path, capsys, monkeypatch):
+    """The refusal comes first, in one line: no probe, plan or measurement runs (and logs) before it."""
+    from bertkit.workflows import pretrain as workflow
+
+    assert run_cli(prepared, tmp_path, "--max-steps", "2", "--save-every", "2") == 0
+    capsys.readouterr()
+    monkeypatch.setattr(workflow, "plan_pretraining", lambda *args: pytest.fail("planned before refusing"))
+    assert run_cli(prepared, tmp_path, "--max-steps", "4") == 2
+    error = capsys.readouterr().err.strip()
+    assert error.startswith("bertkit: error:") and "already holds checkpoints" in error and "\n" not in error
+
+
 def test_no_nsp_trains_masked_lm_only(prepared, tmp_path):
     assert run_cli(prepared, tmp_path, "--max-steps", "2", "--no-nsp") == 0
     record = json.loads((tmp_path / "metrics.jsonl").read_text().splitlines()[0])

@@ -139,6 +139,14 @@ def _scan(root: Path) -> tuple[Path | None, list[str]]:
     return None, broken
 
 
+def refuse_fresh_start_over(root: Path, resume: str | Path | None, overwrite: bool) -> None:
+    """A BertkitError when a fresh start (no `resume`, no `overwrite`) would write over the checkpoints under
+    `root`; callers check it first too, before minutes of probes and planning end in the same refusal."""
+    if resume is None and not overwrite and list_checkpoints(root):
+        raise BertkitError(f"{root} already holds checkpoints; continue that run with --resume auto, start "
+                           f"over with {START_OVER} (deletes them), or choose a new --output directory")
+
+
 def resolve_resume(resume: str | Path | None, root: Path, overwrite: bool = False) -> Path | None:
     """The checkpoint to resume from, or None to start at step 0.
 
@@ -156,9 +164,7 @@ def resolve_resume(resume: str | Path | None, root: Path, overwrite: bool = Fals
             logger.info("%s: deleted %d checkpoints of the earlier run in %s", START_OVER, len(doomed), root)
         return None
     if resume is None:
-        if list_checkpoints(root):
-            raise BertkitError(f"{root} already holds checkpoints; continue that run with --resume auto, start "
-                               f"over with {START_OVER} (deletes them), or choose a new --output directory")
+        refuse_fresh_start_over(root, resume, overwrite)
         return None
     if str(resume) == "auto":
         return _newest_or_refuse(root)

@@ -283,6 +283,7 @@ def pretrain(settings: PretrainSettings, train: TrainConfig, objective: Objectiv
     ctx = setup_distributed(train.device)  # the process's group, kept for whatever trains next
     if ctx.is_main:
         check_writable(settings.output, "--output")
+    ckpt.refuse_fresh_start_over(Path(settings.output) / "checkpoints", settings.resume, settings.overwrite)
     plan = plan_pretraining(settings, train, ctx)
     settings, train = plan.settings, plan.train
     assert settings.nsp is not None  # the plan decides it
