@@ -56,6 +56,11 @@ def test_auto_picks_the_short_recipe_below_the_papers_budget_and_the_paper_above
     assert choose_recipe("auto", 256, PAPER_MIN_STEPS).name == "paper"
     assert choose_recipe("auto", 256, None).name == "paper"  # an epoch budget: nothing to shorten
     assert choose_recipe("paper", 256, 100).name == "paper" and choose_recipe("short", 256, 10**7).name == "short"
+    # a bertkit short-budget run given to --init-from goes on with the budget's recipe, and the line says why
+    goes_on = choose_recipe("auto", 256, 10_000, init="short")
+    assert goes_on.name == "short" and goes_on.reason.startswith("--init-from a bertkit short-budget run, so the "
+                                                                 "budget's recipe: ~10,000 steps: too few")
+    assert "--init-from" not in ten_cpu_minutes.reason
     with pytest.raises(BertkitError, match="--recipe 'fast'"):
         choose_recipe("fast", 256, 100)
 

@@ -234,10 +234,13 @@ def _recipe_for(name: str, hidden_size: int, budget_steps: float | None, init: s
         return replace(paper_recipe(), reason="--recipe paper")
     if name == "short":
         return _short(hidden_size, budget_steps, "--recipe short")
+    # a bertkit short-budget run given to --init-from goes on as a fresh run of its budget would (not continued)
+    goes_on = "--init-from a bertkit short-budget run, so the budget's recipe: " if init == "short" else ""
     if budget_steps is None or budget_steps >= PAPER_MIN_STEPS:
-        return replace(paper_recipe(), reason=f"{steps}: enough for the paper's schedule (>= {PAPER_MIN_STEPS:,})")
-    return _short(hidden_size, budget_steps,
-                  f"{steps}: too few for the paper's schedule (< {PAPER_MIN_STEPS:,}), so the short-budget one")
+        return replace(paper_recipe(),
+                       reason=f"{goes_on}{steps}: enough for the paper's schedule (>= {PAPER_MIN_STEPS:,})")
+    return _short(hidden_size, budget_steps, f"{goes_on}{steps}: too few for the paper's schedule "
+                                             f"(< {PAPER_MIN_STEPS:,}), so the short-budget one")
 
 
 def _short(hidden_size: int, budget_steps: float | None, why: str) -> PretrainRecipe:
