@@ -132,6 +132,13 @@ def test_sigterm_to_the_launcher_saves_the_step_and_resume_continues_exactly(pre
     stopped_at = len(_losses(out))
     assert saved[-1].name == ckpt.checkpoint_name(stopped_at) and stopped_at < 120
 
+    # a fresh start over those checkpoints is refused on every rank before the plan: none waits in a collective
+    refused = subprocess.run(_pretrain(pretraining_files, out), capture_output=True, text=True, timeout=120,
+                             env=_environment())
+    assert refused.returncode != 0 and "already holds checkpoints" in refused.stderr, refused.stderr[-3000:]
+    assert "precision auto" not in refused.stderr and "recipe" not in refused.stderr
+    assert ckpt.list_checkpoints(out / "checkpoints") == saved
+
     resumed = subprocess.run(_pretrain(pretraining_files, out, "--resume", "auto"), capture_output=True, text=True,
                              timeout=300, env=_environment())
     assert resumed.returncode == 0, resumed.stderr[-3000:]

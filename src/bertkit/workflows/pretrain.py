@@ -62,7 +62,7 @@ from bertkit.tokenizer import WordPieceTokenizer
 from bertkit.train import FitResult, Hooks, Resume, TrainingData, fit, setup_distributed
 from bertkit.train import checkpoint as ckpt
 from bertkit.train.compiled import CompiledObjective
-from bertkit.train.distributed import DistributedContext, all_reduce_sum, barrier
+from bertkit.train.distributed import DistributedContext, all_reduce_sum, barrier, rank0_decides
 from bertkit.workflows.adapt import carry_pooler
 from bertkit.workflows.prepare import StepPlan, prepare_training, training_attention, training_dropout, training_kernels
 from bertkit.workflows.pretrain_plan import SETTINGS_FILE, plan_pretraining
@@ -281,9 +281,7 @@ def pretrain(settings: PretrainSettings, train: TrainConfig, objective: Objectiv
     MLM (+ NSP) objective (general distillation's, run eagerly: `bertkit.workflows.distill_pretraining`), and
     `identity` is what a resumed run must share beyond pre-training's own (`run_identity`)."""
     ctx = setup_distributed(train.device)  # the process's group, kept for whatever trains next
-    if ctx.is_main:
-        check_writable(settings.output, "--output")
-    ckpt.refuse_fresh_start_over(Path(settings.output) / "checkpoints", settings.resume, settings.overwrite)
+    rank0_decides(lambda: _preflight(settings), ctx)  # a refusal reaches every rank: none waits in a collective
     plan = plan_pretraining(settings, train, ctx)
     settings, train = plan.settings, plan.train
     assert settings.nsp is not None  # the plan decides it
@@ -446,6 +444,13 @@ def _write_final(settings: PretrainSettings, train: TrainConfig, model: BertForP
         record["trained_positions"] = None if not before or covered is None else max(covered, length)
     write_text_atomic(output / "final" / PRETRAINING_FILE, json.dumps(record, indent=2) + "\n")
     return record
+
+
+def _preflight(settings: PretrainSettings) -> None:
+    """What refuses the run before its probes and plan: an --output it cannot write, or a fresh start (no --resume,
+    no --overwrite) over the checkpoints of an earlier run there."""
+    check_writable(settings.output, "--output")
+    ckpt.refuse_fresh_start_over(Path(settings.output) / "checkpoints", settings.resume, settings.overwrite)
 
 
 def run_identity(settings: PretrainSettings, data: PretrainingDataset, model: BertForPreTraining | BertForMaskedLM,
