@@ -210,13 +210,27 @@ def test_statically_masked_data_keeps_the_warmup_the_one_cycle_schedule_needs_30
     assert json.loads((tmp_path / "mine" / "pretrain_settings.json").read_text())["train"]["warmup_ratio"] == 0.5
 
 
-def test_a_resumed_run_keeps_its_recipe(data, tmp_path, monkeypatch):
+def test_a_resumed_run_keeps_its_recipe_and_recalls_its_warning_in_one_line(data, tmp_path, monkeypatch, caplog):
+    """A resume applies the recipe its run chose, and the long-input warning its start gave in full (a paragraph)
+    is recalled in one line rather than printed again on every resume."""
     rates = iter([0.05, 1000.0])  # a second measurement would pick the paper's recipe
     monkeypatch.setattr(pretrain_plan, "measure_steps_per_second", lambda *a, **k: next(rates))
-    assert _pretrain(data, tmp_path / "run", "--max-time", "60", "--max-steps", "2") == 0
-    assert _pretrain(data, tmp_path / "run", "--max-time", "60", "--max-steps", "4", "--resume", "auto") == 0
+
+    def warned() -> list[str]:
+        return [r.getMessage() for r in caplog.records if r.getMessage().startswith("if the inputs you will fine")]
+
+    with caplog.at_level(logging.INFO):
+        assert _pretrain(data, tmp_path / "run", "--max-time", "60", "--max-steps", "2") == 0
+    assert len(warned()) == 1  # the first start: said in full
+    caplog.clear()
+    with caplog.at_level(logging.INFO):
+        assert _pretrain(data, tmp_path / "run", "--max-time", "60", "--max-steps", "4", "--resume", "auto") == 0
     saved = json.loads((tmp_path / "run" / "pretrain_settings.json").read_text())
     assert saved["recipe"]["name"] == "short"
+    assert not warned()
+    recalled = [r.getMessage() for r in caplog.records if "this run's start gave" in r.getMessage()]
+    assert recalled == ["the warning this run's start gave about the inputs you will fine-tune on still applies (its "
+                        "log; docs/pretraining.md, \"Every position a fine-tuning reads\")"]
 
 
 def test_the_measurement_is_real_and_leaves_the_rng_alone():

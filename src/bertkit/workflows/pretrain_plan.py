@@ -59,6 +59,8 @@ from bertkit.workflows.recipes import (
 )
 
 logger = logging.getLogger(__name__)
+RESUMED_REASON = "as the run being resumed chose"
+"""The recipe reason of a resumed run (its recipe read back from pretrain_settings.json)."""
 SETTINGS_FILE = "pretrain_settings.json"
 """The run's record in its output directory: settings and TrainConfig as resolved, the recipe, the step plan."""
 
@@ -182,9 +184,15 @@ def _applied(recipe: PretrainRecipe, settings: PretrainSettings, train: TrainCon
         logger.info("recipe %s (%s): %s%s%s", recipe.name, recipe.reason, recipe.describe(),
                     f"; your flags kept: {', '.join(given)}" if given else "", "".join(f"; {n}" for n in notes))
         cut = settings.max_seq_length or data.built_seq_length
-        for note in (long_input_note(recipe, cut, data.built_seq_length),
-                     vocabulary_note(recipe, data.vocab_size, cut, data.built_seq_length, continued)):
-            if note:
+        notes = [note for note in (long_input_note(recipe, cut, data.built_seq_length),
+                                   vocabulary_note(recipe, data.vocab_size, cut, data.built_seq_length, continued))
+                 if note]
+        if notes and recipe.reason == RESUMED_REASON:  # said in full when the run started; a resume only recalls it
+            logger.info("the warning%s this run's start gave about the inputs you will fine-tune on still appl%s "
+                        "(its log; docs/pretraining.md, \"Every position a fine-tuning reads\")",
+                        "s" if len(notes) > 1 else "", "y" if len(notes) > 1 else "ies")
+        else:
+            for note in notes:
                 logger.warning("%s", note)
     return settings, train
 
@@ -320,7 +328,7 @@ def _resumed_recipe(settings: PretrainSettings) -> PretrainRecipe | None:
     required = {f.name for f in fields if f.default is dataclasses.MISSING}
     if not isinstance(recipe, dict) or not required <= set(recipe) <= {f.name for f in fields}:
         return None  # (a record from before a field with a default was added still counts)
-    return dataclasses.replace(PretrainRecipe(**recipe), reason="as the run being resumed chose")
+    return dataclasses.replace(PretrainRecipe(**recipe), reason=RESUMED_REASON)
 
 
 def measure_steps_per_second(config: BertConfig, seq_len: int, batch_size: int, precision: str, device: str,
