@@ -43,3 +43,41 @@ def test_the_answer_is_serialised_off_the_event_loop(bert_dir, monkeypatch):
         loop_thread = client.portal.call(threading.current_thread)
         assert client.post("/embed_all", json={"inputs": "the cat"}).status_code == 200
     assert threads and threads[0] is not loop_thread
+
+
+def test_tokenize_is_capped_in_tokens_before_its_table_is_built(bert_dir, monkeypatch):
+    """/tokenize of 50 texts of 20,000 punctuation marks answered 98 MB of JSON from a 1 MB body, built on the
+    event loop: at most --max-tokenize-tokens tokens a request (specials included), counted before the table."""
+    from bertkit.serve import compat
+
+    predictor = load_predictor(bert_dir)
+    built, threads = [], []
+    real_table, real_json = predictor.tokenize, compat.json_bytes
+    predictor.tokenize = lambda *a, **k: built.append(1) or real_table(*a, **k)  # type: ignore[method-assign]
+    monkeypatch.setattr(compat, "json_bytes",
+                        lambda value: threads.append(threading.current_thread()) or real_json(value))
+    settings = ServerSettings(limits=Limits(max_tokenize_tokens=20))
+    with TestClient(create_app(predictor, settings)) as client:
+        loop_thread = client.portal.call(threading.current_thread)
+        built.clear()
+        refused = client.post("/tokenize", json={"inputs": ["!" * 19]})  # 19 pieces + [CLS] [SEP]
+        assert refused.status_code == 422 and refused.json()["code"] == "too_many_tokens_listed"
+        assert "hold 21 tokens" in refused.json()["error"] and "--max-tokenize-tokens" in refused.json()["error"]
+        assert built == []
+        fits = client.post("/tokenize", json={"inputs": ["!" * 19], "add_special_tokens": False})  # 19 pieces
+        assert fits.status_code == 200 and len(fits.json()[0]) == 19
+        assert fits.json() == real_table(["!" * 19], add_special_tokens=False)
+        many_chars = client.post("/tokenize", json={"inputs": "the cat sat on the mat"})  # 22 chars, 8 tokens
+        assert many_chars.status_code == 200 and len(many_chars.json()[0]) == 8
+    assert threads and all(thread is not loop_thread for thread in threads)
+
+
+def test_a_too_long_text_is_told_the_fix_its_route_has(bert_dir):
+    """`"truncate": true` is offered only where the request has that field (/tokenize, /tag, /answer have not)."""
+    with TestClient(create_app(load_predictor(bert_dir))) as client:
+        long = "a" * 20_001
+        tokenize = client.post("/tokenize", json={"inputs": long, "truncate": True})
+        assert tokenize.status_code == 422 and tokenize.json()["code"] == "input_too_long"
+        assert "(shorten or split it)" in tokenize.json()["error"] and "truncate" not in tokenize.json()["error"]
+        embed = client.post("/embed", json={"inputs": long, "truncate": False})
+        assert embed.status_code == 422 and 'or send "truncate": true' in embed.json()["error"]

@@ -30,11 +30,25 @@ def test_head_answers_as_get_without_a_body(client, path):
     assert head.headers["content-type"] == get.headers["content-type"]
 
 
-@pytest.mark.parametrize("body", [b'{"inputs": ' + b"9" * 5000 + b"}", b"[" * 100_000 + b"]" * 100_000,
-                                  gzip.compress(b'{"inputs": "the cat"}'), '{"inputs": "café"}'.encode("latin-1")])
-def test_a_body_that_is_not_json_for_any_reason_is_invalid_json(client, body):
+@pytest.mark.parametrize(("body", "why"), [
+    (b'{"inputs": ' + b"9" * 5000 + b"}", "a number in it has too many digits"),
+    (b"[" * 100_000 + b"]" * 100_000, "it is nested too deeply"),
+    (gzip.compress(b'{"inputs": "the cat"}'), "its bytes are not UTF-8 text"),
+    ('{"inputs": "café"}'.encode("latin-1"), "its bytes are not UTF-8 text"),
+    ('{"inputs": "café"}'.encode("utf-16"), "UTF-16 or UTF-32"),  # valid JSON to Python's parser: not to TEI's
+    ('{"inputs": "café"}'.encode("utf-32"), "UTF-16 or UTF-32"),
+    ('{"inputs": "café"}'.encode("utf-16-le"), "UTF-16 or UTF-32")])
+def test_a_body_that_is_not_json_for_any_reason_is_invalid_json_said_in_the_clients_terms(client, body, why):
     answer = client.post("/embed", content=body, headers={"Content-Type": "application/json"})
-    assert answer.status_code in (400, 422) and answer.json()["code"] == "invalid_json", answer.text
+    assert answer.status_code == 400 and answer.json()["code"] == "invalid_json", answer.text
+    message = answer.json()["error"]
+    assert why in message and "sys." not in message and "Error" not in message  # not Python's internals
+
+
+def test_a_utf8_body_with_a_byte_order_mark_is_read(client):
+    answer = client.post("/embed", content=b"\xef\xbb\xbf" + '{"inputs": "café"}'.encode(),
+                         headers={"Content-Type": "application/json"})
+    assert answer.status_code == 200
 
 
 def test_head_over_a_real_connection(bert_dir):
@@ -46,3 +60,10 @@ def test_head_over_a_real_connection(bert_dir):
         for path in ("/health", "/ready", "/metrics"):
             with urllib.request.urlopen(urllib.request.Request(f"{url}{path}", method="HEAD"), timeout=10) as answer:
                 assert answer.status == 200 and answer.read() == b""
+
+
+def test_a_schema_error_names_its_field_in_the_message_tei_clients_show(client):
+    answer = client.post("/embed", json={"inputs": None})
+    assert answer.status_code == 422 and answer.json()["code"] == "invalid_request"
+    assert answer.json()["error"] == ("the request does not match the schema (see /docs); inputs: Input should be a "
+                                      "valid string / Input should be a valid list")  # the field, not inputs.str

@@ -196,9 +196,10 @@ def _add_error_handlers(app: FastAPI, predictor: Predictor, routes: tuple[Route,
         # loc and msg only: pydantic's "input" would echo (possibly huge) request text back.
         details = [{"loc": [str(p) for p in e.get("loc", ())], "msg": str(e.get("msg", ""))} for e in errors[:20]]
         message = "the request does not match the schema (see /docs)"
-        where = details[0]["loc"][1:] if details else []  # ["body", field, ...]: the field first
-        if request.url.path.startswith(OPENAI_PREFIX) and details:  # OpenAI's shape has no details: say the first
-            message += f"; {'.'.join(where) or 'body'}: {details[0]['msg']}"
+        where = _field(details[0]["loc"]) if details else []
+        if details:  # the first field in the message too: OpenAI's shape has no details, TEI's clients show `error`
+            reasons = dict.fromkeys(d["msg"] for d in details if _field(d["loc"]) == where)  # each union member's
+            message += f"; {'.'.join(where) or 'body'}: {' / '.join(reasons)}"
         return _error(request, 422, "invalid_request", message, param=where[0] if where else None, details=details)
 
     @app.exception_handler(StarletteHTTPException)
@@ -210,9 +211,7 @@ def _add_error_handlers(app: FastAPI, predictor: Predictor, routes: tuple[Route,
                           endpoints=served_paths)
         if exc.status_code == 400 and exc.detail == BODY_PARSE_FAILURE:  # json.loads failed with other than a
             # JSONDecodeError: a number past Python's digit limit, nesting past its recursion, bytes not UTF-8
-            cause = exc.__cause__
-            why = f" ({type(cause).__name__}: {str(cause)[:200]})" if cause is not None else ""
-            return _error(request, 400, "invalid_json", f"the body is not valid JSON{why}")
+            return _error(request, 400, "invalid_json", f"the body is not valid JSON{_parse_failure(exc.__cause__)}")
         message = exc.detail if isinstance(exc.detail, str) else "request refused"
         code = "method_not_allowed" if exc.status_code == 405 else "http_error"
         return _error(request, exc.status_code, code, message, exc.headers)
@@ -221,6 +220,27 @@ def _add_error_handlers(app: FastAPI, predictor: Predictor, routes: tuple[Route,
     async def bug(request: Request, exc: Exception) -> JSONResponse:
         log.error("unhandled error on %s", request.url.path, exc_info=exc)
         return _error(request, 500, "internal_error", "internal server error; see the server log")
+
+
+def _field(loc: list[str]) -> list[str]:
+    """The request field of a validation error's location ["body", field, ...], without the union member pydantic
+    appends ("str", "list[int]")."""
+    parts = loc[1:]
+    for i, part in enumerate(parts):
+        if "[" in part or part in ("str", "int", "float", "bool", "list", "dict", "none"):
+            return parts[:i]
+    return parts
+
+
+def _parse_failure(cause: BaseException | None) -> str:
+    """Why json.loads failed other than with a JSONDecodeError, in the client's terms (not Python's advice)."""
+    if isinstance(cause, RecursionError):
+        return " (it is nested too deeply)"
+    if isinstance(cause, UnicodeDecodeError):
+        return " (its bytes are not UTF-8 text)"
+    if isinstance(cause, ValueError) and "digits" in str(cause):
+        return " (a number in it has too many digits; send it as a string or a float)"
+    return f" ({type(cause).__name__})" if cause is not None else ""
 
 
 # --- running ---------------------------------------------------------------------------------------------

@@ -22,12 +22,14 @@ References: OpenAI API reference, "Embeddings" and "Error codes"; huggingface/te
 
 from __future__ import annotations
 
+import asyncio
 import base64
+import json
 from collections.abc import Sequence
 from typing import Any, Literal, cast
 
 import numpy as np
-from fastapi import Depends
+from fastapi import Depends, Response
 from pydantic import BaseModel, ConfigDict, Field
 
 import bertkit
@@ -185,15 +187,32 @@ def rerank_refusal(predictor: Predictor) -> str:
 
 
 async def tokenize(body: TokenizeRequest, server: Server = Depends(serving)) -> list[list[dict[str, Any]]]:
+    """Every token of each input, bounded: at most --max-tokenize-tokens tokens a request (counted before the table
+    is built), and the JSON made on a worker thread, so a large answer never holds the event loop."""
     predictor = server.predictor
     texts = [body.inputs] if isinstance(body.inputs, str) else body.inputs
-    texts = check_texts(texts, "inputs", server.settings.limits)
+    texts = check_texts(texts, "inputs", server.settings.limits, truncatable=False)
     check_prompt(predictor, body.prompt_name)
     if predictor.sentence is not None:  # the prompt the model reads, as TEI tokenizes it (offsets include it)
         sentence = predictor.sentence
         prompt = dict(sentence.prompts)[body.prompt_name] if body.prompt_name else sentence.prompt
         texts = [prompt + text for text in texts]
-    return await server.submit((body.add_special_tokens,), texts, "inputs")
+    specials = 2 * len(texts) if body.add_special_tokens else 0
+    most = server.settings.limits.max_tokenize_tokens
+    if sum(map(len, texts)) + specials > most:  # a piece covers at least one character: below this, no count
+        tokens = specials + sum(map(len, await asyncio.to_thread(predictor.tokenizer.encode_ids, texts)))
+        if tokens > most:
+            raise FieldError(422, "too_many_tokens_listed", f"`inputs` hold {tokens:,} tokens; /tokenize answers at "
+                             f"most {most:,} a request (--max-tokenize-tokens): send fewer or shorter inputs",
+                             "inputs")
+    tables = await server.submit((body.add_special_tokens,), texts, "inputs")
+    return Response(await asyncio.to_thread(json_bytes, tables),  # type: ignore[return-value]
+                    media_type="application/json")
+
+
+def json_bytes(value: Any) -> bytes:
+    """`value` as compact JSON (what FastAPI would answer, made where the caller runs it)."""
+    return json.dumps(value, separators=(",", ":"), allow_nan=False).encode()
 
 
 async def decode(body: DecodeRequest, server: Server = Depends(serving)) -> list[str]:

@@ -45,25 +45,28 @@ def check_count(count: int, field: str, limits: Limits) -> None:
                            f"{limits.max_inputs}: '{field}' has {count} inputs (split the request)")
 
 
-def check_texts(texts: Sequence[str], field: str, limits: Limits, cut: str | None = None) -> list[str]:
+def check_texts(texts: Sequence[str], field: str, limits: Limits, cut: str | None = None,
+                truncatable: bool = True) -> list[str]:
     """The texts, each checked by `check_text` (cut to max_input_chars from the `cut` end, right or left, when
     the request truncates); 400 for none, 422 for more than max_inputs."""
     check_count(len(texts), field, limits)
-    return [check_text(text, f"{field}[{i}]" if len(texts) > 1 or field == "inputs" else field, limits, cut)
-            for i, text in enumerate(texts)]
+    return [check_text(text, f"{field}[{i}]" if len(texts) > 1 or field == "inputs" else field, limits, cut,
+                       truncatable) for i, text in enumerate(texts)]
 
 
-def check_text(text: str, field: str, limits: Limits, cut: str | None = None) -> str:
+def check_text(text: str, field: str, limits: Limits, cut: str | None = None, truncatable: bool = True) -> str:
     """`text` if it is 1..max_input_chars characters of valid Unicode: 400 (TEI's Empty) for "", 422 for a
     lone surrogate, and for a longer text 422, or with `cut` its first (right) or last (left) max_input_chars
     characters, as TEI's auto-truncation cuts a text before tokenizing it. Cutting changes no kept token: a
-    piece is at least one character, so max_input_chars characters hold more than a model's maximum tokens."""
+    piece is at least one character, so max_input_chars characters hold more than a model's maximum tokens.
+    `truncatable`: the request has a `truncate` field, so the 422 names it as a fix."""
     if not text:
         raise RequestError(400, "empty", f"`{field}` cannot be empty; send some text")
     if len(text) > limits.max_input_chars:
         if cut is None:
+            fix = 'shorten or split it, or send "truncate": true' if truncatable else "shorten or split it"
             raise RequestError(422, "input_too_long", f"'{field}' has {len(text)} characters; the limit is "
-                               f"{limits.max_input_chars} (shorten or split it, or send \"truncate\": true)")
+                               f"{limits.max_input_chars} ({fix})")
         text = text[:limits.max_input_chars] if cut == "right" else text[-limits.max_input_chars:]
     try:
         text.encode("utf-8")

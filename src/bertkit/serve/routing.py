@@ -142,9 +142,14 @@ class Server:
                              f"has {exc.tokens}; shorten it, or send \"truncate\": true to cut it", field) from None
 
 
-def serving(request: Request) -> Server:
+async def serving(request: Request) -> Server:
     """The `Server` of the route answering `request` (a FastAPI dependency of the handlers create_app registers
-    from `server.routes`, so the route is there)."""
+    from `server.routes`, so the route is there); 400 for a UTF-16 or UTF-32 body, which Python's JSON parser
+    would read (JSON between systems is UTF-8, RFC 8259; TEI reads nothing else)."""
+    body = await request.body()
+    if body.startswith((b"\xff\xfe", b"\xfe\xff")) or b"\x00" in body:  # what json.loads reads as UTF-16/32
+        raise RequestError(400, "invalid_json", "the body is not valid JSON (its bytes are UTF-16 or UTF-32 text, "
+                           "not UTF-8; send UTF-8)")
     server: Server = request.app.state.server
     return cast(Server, server.at(request.scope["route"].path, request.method, request))
 

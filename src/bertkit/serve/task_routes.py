@@ -57,7 +57,7 @@ def _as_list(texts: Texts) -> list[str]:
 
 async def fill_mask(body: FillMaskRequest, server: Server = Depends(serving)) -> dict[str, Any]:
     texts = _as_list(body.inputs)
-    check_texts(texts, "inputs", server.settings.limits)
+    check_texts(texts, "inputs", server.settings.limits, truncatable=False)
     missing = [i for i, t in enumerate(texts) if "[MASK]" not in t]
     if missing:
         raise RequestError(422, "no_mask", f"inputs[{missing[0]}] has no [MASK]; mark the token to predict")
@@ -82,19 +82,19 @@ async def classify(body: ClassifyRequest, server: Server = Depends(serving)) -> 
 
 async def tag(body: TagRequest, server: Server = Depends(serving)) -> dict[str, Any]:
     texts = _as_list(body.inputs)
-    check_texts(texts, "inputs", server.settings.limits)
+    check_texts(texts, "inputs", server.settings.limits, truncatable=False)
     return {"results": await server.submit((), texts)}
 
 
 async def answer(body: AnswerRequest | AnswerBatchRequest, server: Server = Depends(serving)) -> dict[str, Any]:
     limits = server.settings.limits
     if isinstance(body, AnswerRequest):
-        check_text(body.question, "question", limits)
-        check_text(body.context, "context", limits)
+        check_text(body.question, "question", limits, truncatable=False)
+        check_text(body.context, "context", limits, truncatable=False)
         [result] = await server.submit((), [(body.question, body.context)])
         return result
     check_count(len(body.inputs), "inputs", limits)
     for i, pair in enumerate(body.inputs):
-        check_text(pair.question, f"inputs[{i}].question", limits)
-        check_text(pair.context, f"inputs[{i}].context", limits)
+        check_text(pair.question, f"inputs[{i}].question", limits, truncatable=False)
+        check_text(pair.context, f"inputs[{i}].context", limits, truncatable=False)
     return {"results": await server.submit((), [(p.question, p.context) for p in body.inputs])}

@@ -18,7 +18,6 @@ Design decisions:
 from __future__ import annotations
 
 import asyncio
-import json
 import math
 from typing import Any, Literal
 
@@ -33,6 +32,7 @@ from bertkit.serve.compat import (
     Truncation,
     check_prompt,
     cut_vector,
+    json_bytes,
     read_inputs,
     rerank,
 )
@@ -110,10 +110,6 @@ async def embed_all(body: EmbedAllRequest, server: Server = Depends(serving)) ->
     vectors = await server.submit(options, texts)
     return Response(await asyncio.to_thread(json_bytes, vectors), media_type="application/json")  # type: ignore[return-value]
 
-
-def json_bytes(value: Any) -> bytes:
-    """`value` as compact JSON (what FastAPI would answer, made where the caller runs it)."""
-    return json.dumps(value, separators=(",", ":"), allow_nan=False).encode()
 
 
 async def similarity(body: SimilarityRequest, server: Server = Depends(serving)) -> list[float]:

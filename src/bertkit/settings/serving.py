@@ -43,6 +43,9 @@ class Limits(Settings):
     """Most token vectors one /embed_all request is answered (its inputs' tokens as the model reads them, specials
     included; 422 above it): each is hidden-size numbers of JSON, so this bounds the answer a request can make the
     server build (4,096 at bert-base's width: about 30 MB)."""
+    max_tokenize_tokens: int = dataclasses.field(default=131_072, metadata={"min": 1})
+    """Most tokens one /tokenize request is answered (its inputs' pieces, specials included; 422 above it): each is
+    an object of about 100 bytes of JSON, so this bounds the answer (131,072: about 13 MB)."""
 
 
 @dataclass(frozen=True)
