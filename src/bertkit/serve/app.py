@@ -194,12 +194,14 @@ def _add_error_handlers(app: FastAPI, predictor: Predictor, routes: tuple[Route,
         if any(e.get("type") == "json_invalid" for e in errors):
             return _error(request, 400, "invalid_json", "the body is not valid JSON")
         # loc and msg only: pydantic's "input" would echo (possibly huge) request text back.
-        details = [{"loc": [str(p) for p in e.get("loc", ())], "msg": str(e.get("msg", ""))} for e in errors[:20]]
+        fields = [[str(p) for p in e.get("loc", ())] for e in errors[:20]]
+        reasons = [str(e.get("msg", "")) for e in errors[:20]]
+        details = [{"loc": loc, "msg": msg} for loc, msg in zip(fields, reasons)]
         message = "the request does not match the schema (see /docs)"
-        where = _field(details[0]["loc"]) if details else []
-        if details:  # the first field in the message too: OpenAI's shape has no details, TEI's clients show `error`
-            reasons = dict.fromkeys(d["msg"] for d in details if _field(d["loc"]) == where)  # each union member's
-            message += f"; {'.'.join(where) or 'body'}: {' / '.join(reasons)}"
+        where = _field(fields[0]) if fields else []
+        if fields:  # the first field in the message too: OpenAI's shape has no details, TEI's clients show `error`
+            why = dict.fromkeys(msg for loc, msg in zip(fields, reasons) if _field(loc) == where)  # each union member
+            message += f"; {'.'.join(where) or 'body'}: {' / '.join(why)}"
         return _error(request, 422, "invalid_request", message, param=where[0] if where else None, details=details)
 
     @app.exception_handler(StarletteHTTPException)
