@@ -127,6 +127,33 @@ def test_empty_label_is_an_error_naming_file_and_line(tmp_path: Path) -> None:
         build_task("classification", glue, {"glue_task": "sst2"}).read(glue, training=True)
 
 
+@pytest.mark.parametrize(("row", "said"), [
+    ('{"text": ["a", "b"], "label": "x"}', "'text' is a list; write a string"),
+    ('{"text": {"x": "y"}, "label": "x"}', "'text' is an object; write a string"),
+    ('{"text": true, "label": "x"}', "'text' is a boolean (true/false); write a string"),
+    ('{"text": 123, "label": "x"}', "'text' is a number; write a string"),
+    ('{"text": "fine", "label": 1e400}', "'label' is a number too large to read; write a string or a number"),
+    ('{"text": "fine", "label": ["x"]}', "'label' is a list; write a string or a number"),
+    ('{"text": "fine", "label": "x", "id": {"a": 1}}', "'id' is an object; write a string or an integer")])
+def test_a_json_value_that_is_not_text_is_an_error_naming_its_line(tmp_path: Path, row: str, said: str) -> None:
+    """str() read these as Python's text of them ("['a', 'b']", "True", "inf", "{'a': 1}"): predicted silently."""
+    path = _write(tmp_path / "in.jsonl", '{"text": "good", "label": "x", "id": 7}\n' + row + "\n")
+    with pytest.raises(BertkitError, match=rf"^{path}:2: {said}$".replace("(", r"\(").replace(")", r"\)")):
+        read_table(path, "text", None, "label")
+    if "'label'" in said:
+        assert len(read_table(path, "text")[0]) == 2  # unlabelled (predict): the label is not read
+    else:
+        with pytest.raises(BertkitError, match=rf"{path}:2: "):
+            read_table(path, "text")  # unlabelled (predict): the text and id still checked
+
+
+def test_json_numbers_and_booleans_stay_labels_and_ids(tmp_path: Path) -> None:
+    path = _write(tmp_path / "in.jsonl", '{"text": "a", "label": 1, "id": 7}\n{"text": "b", "label": true}\n'
+                  '{"text": "c", "label": 2.5}\n')
+    examples, _ = read_table(path, "text", None, "label")
+    assert [e.label for e in examples] == ["1", "True", "2.5"]  # as str() always read them
+
+
 @pytest.mark.parametrize("scheme, tag", [("BIO", "X-FOO"), ("BIO", "E-PER"), ("IOB1", "S-PER"), ("BIOES", "PER")])
 def test_tag_outside_the_scheme_is_an_error_naming_file_and_line(tmp_path: Path, scheme: str, tag: str) -> None:
     train = _write(tmp_path / "train.conll", f"EU B-ORG\nrejects O\n\nGerman {tag}\n")

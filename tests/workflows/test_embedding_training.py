@@ -252,3 +252,6 @@ def test_headerless_columns_by_number_and_triplets(tmp_path):
     with pytest.raises(BertkitError, match=r"t\.jsonl:2: empty positive text \(--positive-column\)"):
         read_pairs(_jsonl(tmp_path / "t.jsonl", [{"anchor": "a", "positive": "b"}, {"anchor": "a", "positive": ""}]),
                    "anchor", "positive")
+    with pytest.raises(BertkitError, match=r"t2\.jsonl:2: the positive text \(--positive-column\) is a list; write a"):
+        rows = [{"anchor": "a", "positive": "b"}, {"anchor": "a", "positive": ["b"]}]
+        read_pairs(_jsonl(tmp_path / "t2.jsonl", rows), "anchor", "positive")  # str() read it as "['b']"

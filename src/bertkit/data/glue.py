@@ -145,10 +145,14 @@ def read_table(path: str | Path, text_column: str, text_pair_column: str | None 
         if missing:
             skipped.append(f"{where(path, number)}: missing {', '.join(map(repr, missing))}")
             continue
-        pair = str(row[text_pair_column]) if text_pair_column else None
-        label = _label(str(row[label_column]), path, number, repr(label_column)) if label_column else None
-        identifier = str(row[ids]) if ids and row.get(ids) not in (None, "") else None
-        examples.append(_example(path, number, str(row[text_column]), pair, label, identifier))
+        cell = _json_cell if suffix in (".jsonl", ".json") else _any_cell
+        text = cell(row, text_column, path, number, (str,), "a string")
+        pair = cell(row, text_pair_column, path, number, (str,), "a string") if text_pair_column else None
+        label = (_label(cell(row, label_column, path, number, (str, int, float, bool), "a string or a number"),
+                        path, number, repr(label_column)) if label_column else None)
+        identifier = (cell(row, ids, path, number, (str, int), "a string or an integer")
+                      if ids and row.get(ids) not in (None, "") else None)
+        examples.append(_example(path, number, text, pair, label, identifier))
     _check_not_empty(path, examples, skipped)
     return examples, skipped
 
@@ -245,6 +249,25 @@ def _example(path: Path, number: int, text: str, pair: str | None, label: str | 
     if pair is not None:
         check_length(pair, location, "second text of the pair")
     return TextExample(location, text, pair, label, identifier)
+
+
+def _json_cell(row: dict, column: str, path: Path, number: int, kinds: tuple[type, ...], expected: str) -> str:
+    """`row[column]` of a JSON row as text, if it is of `kinds` (a boolean counts as neither a string nor a
+    number unless `kinds` has bool): a list, an object, or a number that is not finite (1e400) is an error naming the
+    line, where str() would have read Python's text of it ("['a', 'b']", "True", "inf")."""
+    value = row[column]
+    finite = not isinstance(value, float) or math.isfinite(value)
+    if (isinstance(value, bool) and bool not in kinds) or not isinstance(value, kinds) or not finite:
+        kind = ("a number too large to read" if not finite else
+                {list: "a list", dict: "an object", bool: "a boolean (true/false)", int: "a number",
+                 float: "a number"}.get(type(value), type(value).__name__))
+        raise BertkitError(f"{where(path, number)}: {column!r} is {kind}; write {expected}")
+    return str(value)
+
+
+def _any_cell(row: dict, column: str, path: Path, number: int, kinds: tuple[type, ...], expected: str) -> str:
+    """`row[column]` of a CSV/TSV row (a string) or a table's (its text columns strings, read_rows checks)."""
+    return str(row[column])
 
 
 def _label(value: str, path: Path, number: int, column: str) -> str:
