@@ -147,6 +147,20 @@ def test_a_json_value_that_is_not_text_is_an_error_naming_its_line(tmp_path: Pat
             read_table(path, "text")  # unlabelled (predict): the text and id still checked
 
 
+def test_a_column_the_header_names_twice_is_an_error_naming_it(tmp_path: Path) -> None:
+    """`predict` read the last of two `text` columns silently."""
+    from bertkit.data.pairs import read_pairs
+
+    path = _write(tmp_path / "in.tsv", "text\ttext\tlabel\nA\tB\tx\n")
+    with pytest.raises(BertkitError, match=rf"^{path}:1: the header names column 'text' 2 times; rename the others"):
+        read_table(path, "text", None, "label")
+    assert read_table(_write(tmp_path / "ok.tsv", "text\tnote\tnote\tlabel\nA\tn\tm\tx\n"), "text", None,
+                      "label")[0][0].text == "A"  # an unread column named twice is no harm
+    pairs = _write(tmp_path / "pairs.tsv", "anchor\tpositive\tpositive\na\tb\tc\n")
+    with pytest.raises(BertkitError, match=r"pairs\.tsv:1: the header names column 'positive' 2 times"):
+        read_pairs(pairs, "anchor", "positive")
+
+
 def test_json_numbers_and_booleans_stay_labels_and_ids(tmp_path: Path) -> None:
     path = _write(tmp_path / "in.jsonl", '{"text": "a", "label": 1, "id": 7}\n{"text": "b", "label": true}\n'
                   '{"text": "c", "label": 2.5}\n')

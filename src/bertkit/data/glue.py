@@ -138,6 +138,10 @@ def read_table(path: str | Path, text_column: str, text_pair_column: str | None 
         raise BertkitError(f"{where(path, header_line)}: no column {absent[0]!r}; columns are "
                            f"{', '.join(map(repr, names))}; choose with --text-column/--text-pair-column/"
                            f"--label-column/--id-column{_no_header_hint(suffix, names, wanted)}")
+    twice = next((c for c in wanted if names.count(c) > 1), None)
+    if twice is not None:  # dict(zip(...)) would keep the last of them, silently
+        raise BertkitError(f"{where(path, header_line)}: the header names column {twice!r} {names.count(twice)} "
+                           "times; rename the others so the column read is the one you mean")
     ids = id_column or ("id" if "id" in names else None)
     examples: list[TextExample] = []
     for number, row in rows:

@@ -66,6 +66,10 @@ def _check_columns(path: Path, line: int | None, names: list[str], wanted: dict[
     if absent is not None:
         raise BertkitError(f"{where(path, line)}: no column {wanted[absent]!r} ({absent}); the columns are "
                            f"{', '.join(map(repr, names))}; choose them with {', '.join(FLAGS)}")
+    twice = next((column for column in wanted.values() if names.count(column) > 1), None)
+    if twice is not None:  # names.index would read the first of them, silently
+        raise BertkitError(f"{where(path, line)}: the header names column {twice!r} {names.count(twice)} times; "
+                           "rename the others so the column read is the one you mean")
 
 
 def _delimited(path: Path, wanted: dict[str, str], header: bool) -> tuple[list[PairExample], list[str]]:
