@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from bertkit.data.conll import read_conll, write_conll
+from bertkit.data.conll import TaggedSentence, read_conll, write_conll
 from bertkit.data.glue import GLUE_TASKS, glue_task, read_glue, read_table
 from bertkit.data.squad import read_squad
 from bertkit.data.swag import read_choices
@@ -142,7 +142,7 @@ def test_conll_round_trip(tmp_path: Path) -> None:
     write_conll(out, sentences, [["B-ORG", "O", "O"], ["B-PER", "I-PER"]])
     lines = out.read_text(encoding="utf-8").splitlines()
     assert lines[:3] == ["-DOCSTART- -X- -X- O", "", "EU NNP B-NP B-ORG B-ORG"]
-    assert lines[-2] == "Blackburn NNP I-NP I-PER I-PER"
+    assert lines[-1] == "Blackburn NNP I-NP I-PER I-PER" and len(lines) == len(CONLL.splitlines())  # line for line
 
 
 def test_conll_missing_label_names_the_line(tmp_path: Path) -> None:
@@ -220,3 +220,21 @@ def test_readers_report_missing_directory_and_non_utf8_files(tmp_path, reader):
     (tmp_path / f"late{suffix}").write_bytes(b"plain line\n" * 1000 + b"caf\xe9\n")
     with pytest.raises(BertkitError, match=r"line 1001 \(byte 11003\): not valid UTF-8"):
         read(tmp_path / f"late{suffix}")
+
+
+def test_conll_predictions_keep_every_input_line_for_paste(tmp_path: Path) -> None:
+    """Runs of blank and whitespace-only lines collapsed into one and a blank was added at the end, so the
+    predictions no longer lined up with the input (docs/formats.md: every input line kept)."""
+    text = "And NN O O\n\n\n\nGod NN O B-PER\n \nsaid NN O O\n"
+    path = tmp_path / "in.txt"
+    path.write_text(text, encoding="utf-8")
+    sentences = read_conll(path)
+    out = tmp_path / "pred.txt"
+    write_conll(out, sentences, [["O"], ["B-PER"], ["O"]])
+    assert out.read_text(encoding="utf-8") == "And NN O O O\n\n\n\nGod NN O B-PER B-PER\n \nsaid NN O O O\n"
+    path.write_text("-DOCSTART- O\n\nEU B-ORG\n\n\n", encoding="utf-8")  # a marker, and blank lines at the end
+    write_conll(out, read_conll(path), [["B-ORG"]])
+    assert out.read_text(encoding="utf-8") == "-DOCSTART- O\n\nEU B-ORG B-ORG\n\n\n"
+    made = [TaggedSentence(["a"], None, "x:1", ["a"]), TaggedSentence(["b"], None, "x:2", ["b"], ["-DOCSTART-"])]
+    write_conll(out, made, [["O"], ["O"]])  # sentences not read from a file still get conlleval's boundary
+    assert out.read_text(encoding="utf-8") == "a O\n-DOCSTART-\n\nb O\n"  # (-DOCSTART- is a boundary too)

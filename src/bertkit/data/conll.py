@@ -39,7 +39,10 @@ class TaggedSentence:
     lines: list[str] = field(default_factory=list)
     """The original token lines, written back with the prediction appended."""
     preceding: list[str] = field(default_factory=list)
-    """-DOCSTART- lines just before this sentence, written back in place."""
+    """The lines between the previous sentence and this one (blank, whitespace-only and -DOCSTART- lines), as
+    read, written back in place."""
+    following: list[str] = field(default_factory=list)
+    """The last sentence's: the lines after it to the end of the file, as read."""
     id: str | None = None
     """A table row's id (`bertkit.data.tag_tables`: its "id" column, else "file:row"), where its predictions
     go as JSONL; None for a CoNLL sentence, whose predictions are written back into its lines."""
@@ -51,28 +54,29 @@ def read_conll(path: str | Path, labelled: bool = True, scheme: str | None = Non
     path = Path(path)
     sentences: list[TaggedSentence] = []
     current: TaggedSentence | None = None
-    pending_docstarts: list[str] = []
+    between: list[str] = []  # the lines since the last token line: no line is lost from predictions.conll
     for number, line in enumerate(text_lines(read_text(path)), start=1):
         columns = line.split()
         if not columns or columns[0] == DOCSTART:
             if current is not None:
                 sentences.append(current)
                 current = None
-            if columns:
-                pending_docstarts.append(line)
+            between.append(line)
             continue
         if labelled:
             _check_token_line(path, number, line, columns, scheme)
         if current is None:
-            current = TaggedSentence([], [] if labelled else None, where(path, number), [], pending_docstarts)
-            pending_docstarts = []
+            current = TaggedSentence([], [] if labelled else None, where(path, number), [], between)
+            between = []
         current.words.append(check_length(columns[0], where(path, number), "word"))
         current.lines.append(line)
         if current.labels is not None:  # a list exactly when labelled
             current.labels.append(columns[-1])
     if current is not None:
         sentences.append(current)
-    if not sentences:
+    if sentences:
+        sentences[-1].following = between
+    else:
         raise BertkitError(f"{path}: no sentences; expected one 'word ... label' line per token and a "
                            "blank line between sentences")
     return sentences
@@ -121,11 +125,14 @@ def check_tags(sentences: Sequence[TaggedSentence], labels: Sequence[str]) -> tu
 
 
 def write_conll(path: str | Path, sentences: Sequence[TaggedSentence], predictions: Sequence[Sequence[str]]) -> None:
-    """Each input line followed by a space and its predicted tag; sentences separated by blank lines."""
+    """Each token line followed by a space and its predicted tag, and the other lines read as they were, so the
+    output lines up with the input line for line (`paste`); a sentence whose lines before it hold no blank line
+    (one not read from a file) gets one, conlleval's sentence boundary."""
     out: list[str] = []
     for sentence, tags in zip(sentences, predictions, strict=True):
-        for marker in sentence.preceding:
-            out.extend([marker, ""])
+        out.extend(sentence.preceding)
+        if out and out[-1].strip():
+            out.append("")
         out.extend(f"{line} {tag}" for line, tag in zip(sentence.lines, tags, strict=True))
-        out.append("")
-    Path(path).write_text("\n".join(out) + "\n", encoding="utf-8")
+    out.extend(sentences[-1].following if sentences else [])
+    Path(path).write_text("".join(line + "\n" for line in out), encoding="utf-8")
