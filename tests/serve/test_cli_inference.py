@@ -113,6 +113,24 @@ def test_load_predictor_takes_another_tokenizer_directory(mlm_dir, cased_tokeniz
     assert "vocab.txt is not the vocabulary of the model in" in capsys.readouterr().err  # more tokens, and not its own
 
 
+def test_serve_on_a_port_in_use_is_one_line_before_the_model_loads(mlm_dir, monkeypatch, capsys):
+    """It loaded the model, printed "serving ... on", then uvicorn's "[Errno 98] address already in use"."""
+    import socket
+
+    from bertkit.serve import predictor as predictor_module
+
+    loaded = []
+    monkeypatch.setattr(predictor_module, "load_predictor", lambda *a, **k: loaded.append(1))
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        port = holder.getsockname()[1]
+        assert main(["serve", "--model", str(mlm_dir), "--host", "127.0.0.1", "--port", str(port)]) == 2
+    out = capsys.readouterr()
+    assert f"--port {port}: 127.0.0.1:{port} is in use (another server?); stop it or choose another --port" in out.err
+    assert "serving" not in out.out and "Traceback" not in out.err and loaded == []
+
+
 @pytest.mark.timeout(120)
 def test_bertkit_serve_answers_and_stops_on_sigterm(mlm_dir, cased_tokenizer_dir):
     port = free_port()

@@ -80,7 +80,7 @@ def onnx(**flags: Any) -> None:
 def serve(**flags: Any) -> None:
     """Serve a model over HTTP (FastAPI + uvicorn; OpenAPI docs at /docs)."""
     require_extra("serve", "serve")
-    from bertkit.serve.app import create_app, run_server
+    from bertkit.serve.app import check_port_free, create_app, run_server
     from bertkit.serve.predictor import load_predictor
     from bertkit.serve.routes import served_paths
 
@@ -88,6 +88,7 @@ def serve(**flags: Any) -> None:
     long_documents = settings_from_flags(LongDocumentSettings, flags)
     settings = settings_from_flags(ServerSettings, flags)
     logging.basicConfig(level=run.log_level.upper(), format="%(levelname)s %(name)s: %(message)s")
+    check_port_free(run.host, run.port)  # before the model loads, not after the "serving ... on" line
     predictor = load_predictor(run, settings.max_batch_size, long_documents)
     click.echo(f"serving {', '.join(served_paths(predictor))} (text-embeddings-inference's routes) "
                f"on http://{run.host}:{run.port}; docs: /docs")

@@ -32,10 +32,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import functools
 import hmac
 import logging
 import signal
+import socket
 from collections.abc import AsyncIterator, Mapping
 from typing import Any, cast
 
@@ -297,3 +299,30 @@ def run_server(app: FastAPI, settings: ServeSettings) -> None:
         server.run()
     finally:
         signal.signal(signal.SIGTERM, previous)
+
+
+def check_port_free(host: str, port: int) -> None:
+    """A one-line BertkitError naming --port (or --host) when the server could not listen at `host`:`port`
+    (another server holds it, a privileged port, an address not this machine's): said before the model loads,
+    where uvicorn would say it after the "serving ... on" line. Bound as uvicorn binds (SO_REUSEADDR), then
+    released; port 0 (any free port) is not checked."""
+    if port == 0:
+        return
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM,
+                                                             flags=socket.AI_PASSIVE)[0]
+    except socket.gaierror as exc:
+        raise BertkitError(f"--host {host}: not an address to listen on ({exc.strerror}); e.g. 127.0.0.1 or "
+                           "0.0.0.0") from None
+    with socket.socket(family, kind, proto) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind(address)
+        except OSError as exc:
+            if exc.errno == errno.EADDRINUSE:
+                raise BertkitError(f"--port {port}: {host}:{port} is in use (another server?); stop it or choose "
+                                   "another --port") from None
+            if exc.errno == errno.EACCES:
+                raise BertkitError(f"--port {port}: not allowed to listen on {host}:{port} (ports below 1024 "
+                                   "need privileges); choose another --port") from None
+            raise BertkitError(f"--host {host} --port {port}: cannot listen there ({exc.strerror})") from None
