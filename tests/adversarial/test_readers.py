@@ -161,6 +161,17 @@ def test_a_column_the_header_names_twice_is_an_error_naming_it(tmp_path: Path) -
         read_pairs(pairs, "anchor", "positive")
 
 
+def test_empty_texts_are_kept_counted_and_said_once(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """predict and evaluate classified an empty text (read as [CLS] [SEP]) without a word."""
+    path = _write(tmp_path / "in.tsv", "text\tlabel\n\tx\ngood\ty\n  \tz\n")
+    with caplog.at_level(logging.WARNING, logger="bertkit.data.glue"):
+        examples, _ = read_table(path, "text", None, "label")
+    assert len(examples) == 3  # every row still gets its prediction
+    said = [r.getMessage() for r in caplog.records]
+    assert said == [f"{path}: 2 of 3 rows have an empty text (first: {path}:2); each is read as [CLS] [SEP] alone, "
+                    "so its prediction says nothing about it: fill them in or drop them"]
+
+
 def test_json_numbers_and_booleans_stay_labels_and_ids(tmp_path: Path) -> None:
     path = _write(tmp_path / "in.jsonl", '{"text": "a", "label": 1, "id": 7}\n{"text": "b", "label": true}\n'
                   '{"text": "c", "label": 2.5}\n')

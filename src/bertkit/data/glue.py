@@ -18,6 +18,7 @@ References: GLUE (Wang et al., 2018); the column layouts of the files written by
 
 from __future__ import annotations
 
+import logging
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,6 +26,8 @@ from pathlib import Path
 from bertkit.errors import BertkitError, where
 from bertkit.io.columnar import column_names, is_table_input, read_rows
 from bertkit.io.textfile import check_length, format_suffix, read_json_rows, read_records, read_text, text_lines
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -300,10 +303,17 @@ def _table_rows(path: Path) -> tuple[tuple[int, list[str]], list[tuple[int, dict
     return (header_line, columns), rows, skipped
 
 
-def _check_not_empty(path: Path, examples: list, skipped: list[str]) -> None:
+def _check_not_empty(path: Path, examples: list[TextExample], skipped: list[str]) -> None:
+    """No examples is an error; examples with an empty text (or pair) are kept, counted and said once: each is
+    read as [CLS] [SEP] alone (the server refuses an empty text; a file's row still gets its prediction)."""
     if not examples:
         reason = f"; all {len(skipped)} rows were skipped, first: {skipped[0]}" if skipped else ""
         raise BertkitError(f"{path}: no examples{reason}")
+    empty = [e.guid for e in examples if not e.text.strip() or (e.text_pair is not None and not e.text_pair.strip())]
+    if empty:
+        log.warning("%s: %d of %d rows have an empty text (first: %s); each is read as [CLS] [SEP] alone, so its "
+                    "prediction says nothing about it: fill them in or drop them", path, len(empty), len(examples),
+                    empty[0])
 
 
 def check_labels(examples: list[TextExample], labels: tuple[str, ...] | None,
