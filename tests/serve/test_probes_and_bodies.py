@@ -67,3 +67,14 @@ def test_a_schema_error_names_its_field_in_the_message_tei_clients_show(client):
     assert answer.status_code == 422 and answer.json()["code"] == "invalid_request"
     assert answer.json()["error"] == ("the request does not match the schema (see /docs); inputs: Input should be a "
                                       "valid string / Input should be a valid list")  # the field, not inputs.str
+
+
+def test_a_trailing_slash_is_a_404_listing_the_routes_not_a_redirect_to_the_host_sent(client):
+    answer = client.post("/embed/", json={"inputs": "the cat"}, headers={"Host": "elsewhere"}, follow_redirects=False)
+    assert answer.status_code == 404 and answer.json()["code"] == "not_found" and "/embed" in answer.json()["error"]
+    assert "location" not in answer.headers
+
+
+def test_decode_of_no_ids_names_the_field(client):
+    answer = client.post("/decode", json={"ids": []})
+    assert answer.status_code == 400 and answer.json()["error"] == "`ids` cannot be empty; send some token ids"

@@ -110,7 +110,8 @@ def create_app(predictor: Predictor, settings: ServerSettings | None = None,
 
     app = FastAPIOffline(title="bertkit", summary=f"BERT {type(predictor).__name__}: "
                          f"{', '.join(predictor.endpoints)}", lifespan=lifespan, static_url=DOCS_ASSETS,
-                         swagger_ui_parameters={"validatorUrl": None})  # no badge from swagger.io either
+                         swagger_ui_parameters={"validatorUrl": None},  # no badge from swagger.io either
+                         redirect_slashes=False)  # /embed/ is a 404 listing the routes: a 307 named the Host sent
     app.state.ready = False
     app.state.failure = None
     app.state.batcher = batcher

@@ -218,6 +218,8 @@ def json_bytes(value: Any) -> bytes:
 async def decode(body: DecodeRequest, server: Server = Depends(serving)) -> list[str]:
     tokenizer = server.predictor.tokenizer
     ids = cast(list[list[int]], body.ids if body.ids and isinstance(body.ids[0], list) else [body.ids])
+    if not body.ids:
+        raise RequestError(400, "empty", "`ids` cannot be empty; send some token ids")
     check_count(len(ids), "ids", server.settings.limits)
     for i, one in enumerate(ids):
         if not one:
