@@ -78,3 +78,19 @@ def test_a_trailing_slash_is_a_404_listing_the_routes_not_a_redirect_to_the_host
 def test_decode_of_no_ids_names_the_field(client):
     answer = client.post("/decode", json={"ids": []})
     assert answer.status_code == 400 and answer.json()["error"] == "`ids` cannot be empty; send some token ids"
+
+
+def test_without_the_api_key_a_bad_body_is_401_not_a_parse_error(bert_dir):
+    from bertkit.settings import ServerSettings
+
+    with TestClient(create_app(load_predictor(bert_dir), ServerSettings(api_key="s3cret"))) as keyed:
+        for body in (b"garbage", b"[" * 100_000, b'{"inputs": null}'):
+            answer = keyed.post("/embed", content=body, headers={"Content-Type": "application/json"})
+            assert answer.status_code == 401 and answer.json()["code"] == "unauthorized", body[:10]
+            assert answer.headers["www-authenticate"] == "Bearer"
+        wrong = keyed.post("/v1/embeddings", content=b"garbage",
+                           headers={"Content-Type": "application/json", "Authorization": "Bearer nope"})
+        assert wrong.status_code == 401 and wrong.json()["error"]["code"] == "unauthorized"
+        for key in ({"X-API-Key": "s3cret"}, {"Authorization": "Bearer s3cret"}):
+            answer = keyed.post("/embed", content=b"garbage", headers={"Content-Type": "application/json", **key})
+            assert answer.status_code == 400 and answer.json()["code"] == "invalid_json"

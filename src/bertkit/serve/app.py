@@ -151,11 +151,29 @@ def _auth(settings: ServerSettings) -> Any:
         if settings.api_key is None:
             return
         given = key or (token.credentials if token is not None else "")
-        if not hmac.compare_digest(given.encode("utf-8", "replace"), settings.api_key.encode("utf-8")):
-            raise RequestError(401, "unauthorized", "missing or wrong API key; send it as X-API-Key or "
-                               "Authorization: Bearer")
+        if not _key_matches(settings, given):
+            raise UNAUTHORIZED
 
     return check
+
+
+UNAUTHORIZED = RequestError(401, "unauthorized", "missing or wrong API key; send it as X-API-Key or "
+                            "Authorization: Bearer")
+
+
+def _key_matches(settings: ServerSettings, given: str) -> bool:
+    return settings.api_key is None or hmac.compare_digest(given.encode("utf-8", "replace"),
+                                                           settings.api_key.encode("utf-8"))
+
+
+def _refused_key(request: Request, secured: set[str]) -> bool:
+    """Whether `request`, to a route behind --api-key, lacks the key: for a body refused before the route's own
+    check runs (FastAPI parses the body first), so a client without the key learns no more than 401."""
+    if request.url.path not in secured:
+        return False
+    scheme, _, token = request.headers.get("authorization", "").partition(" ")
+    given = request.headers.get("x-api-key") or (token.strip() if scheme.lower() == "bearer" else "")
+    return not _key_matches(request.app.state.settings, given)
 
 
 def _error(request: Request, status: int, code: str, message: str, headers: Mapping[str, str] | None = None,
@@ -172,6 +190,7 @@ def _add_error_handlers(app: FastAPI, predictor: Predictor, routes: tuple[Route,
                         answered: tuple[Route, ...]) -> None:
     served_paths = paths(answered)
     refusals = {route.path: route.refusal for route in routes if route.refusal and route not in answered}
+    secured = {route.path for route in answered if route.secured}
 
     @app.exception_handler(RequestError)
     async def request_error(request: Request, exc: RequestError) -> JSONResponse:
@@ -190,6 +209,8 @@ def _add_error_handlers(app: FastAPI, predictor: Predictor, routes: tuple[Route,
 
     @app.exception_handler(RequestValidationError)
     async def invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
+        if _refused_key(request, secured):
+            return await request_error(request, UNAUTHORIZED)
         refused = non_json_body(request.headers.get("content-type"))  # then the body was not read as JSON at all
         if refused is not None:
             return _error(request, refused.status, refused.error, refused.message)
@@ -214,6 +235,8 @@ def _add_error_handlers(app: FastAPI, predictor: Predictor, routes: tuple[Route,
             why = refusal(predictor) if refusal is not None else ""
             return _error(request, 404, "not_found", f"{why}this model serves {', '.join(served_paths)}",
                           endpoints=served_paths)
+        if exc.status_code == 400 and exc.detail == BODY_PARSE_FAILURE and _refused_key(request, secured):
+            return await request_error(request, UNAUTHORIZED)
         if exc.status_code == 400 and exc.detail == BODY_PARSE_FAILURE:  # json.loads failed with other than a
             # JSONDecodeError: a number past Python's digit limit, nesting past its recursion, bytes not UTF-8
             return _error(request, 400, "invalid_json", f"the body is not valid JSON{_parse_failure(exc.__cause__)}")
