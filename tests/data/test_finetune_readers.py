@@ -141,7 +141,7 @@ def test_conll_round_trip(tmp_path: Path) -> None:
     out = tmp_path / "pred.txt"
     write_conll(out, sentences, [["B-ORG", "O", "O"], ["B-PER", "I-PER"]])
     lines = out.read_text(encoding="utf-8").splitlines()
-    assert lines[:3] == ["-DOCSTART- -X- -X- O", "", "EU NNP B-NP B-ORG B-ORG"]
+    assert lines[:3] == ["-DOCSTART- -X- -X- O O", "", "EU NNP B-NP B-ORG B-ORG"]
     assert lines[-1] == "Blackburn NNP I-NP I-PER I-PER" and len(lines) == len(CONLL.splitlines())  # line for line
 
 
@@ -231,10 +231,13 @@ def test_conll_predictions_keep_every_input_line_for_paste(tmp_path: Path) -> No
     sentences = read_conll(path)
     out = tmp_path / "pred.txt"
     write_conll(out, sentences, [["O"], ["B-PER"], ["O"]])
-    assert out.read_text(encoding="utf-8") == "And NN O O O\n\n\n\nGod NN O B-PER B-PER\n \nsaid NN O O O\n"
-    path.write_text("-DOCSTART- O\n\nEU B-ORG\n\n\n", encoding="utf-8")  # a marker, and blank lines at the end
+    assert out.read_text(encoding="utf-8") == "And NN O O O\n\n\n\nGod NN O B-PER B-PER\n\nsaid NN O O O\n"
+    path.write_text("-DOCSTART- O\n\nEU B-ORG\n\t\n\n", encoding="utf-8")  # a marker, blank lines at the end
+    write_conll(out, read_conll(path), [["B-ORG"]])  # the marker as many fields as a token line, for conlleval
+    assert out.read_text(encoding="utf-8") == "-DOCSTART- O O\n\nEU B-ORG B-ORG\n\n\n"
+    path.write_text("-DOCSTART- O\nEU B-ORG\n", encoding="utf-8")  # no blank line after the marker: none added
     write_conll(out, read_conll(path), [["B-ORG"]])
-    assert out.read_text(encoding="utf-8") == "-DOCSTART- O\n\nEU B-ORG B-ORG\n\n\n"
-    made = [TaggedSentence(["a"], None, "x:1", ["a"]), TaggedSentence(["b"], None, "x:2", ["b"], ["-DOCSTART-"])]
+    assert out.read_text(encoding="utf-8") == "-DOCSTART- O O\nEU B-ORG B-ORG\n"
+    made = [TaggedSentence(["a"], None, "x:1", ["a"]), TaggedSentence(["b"], None, "x:2", ["b"])]
     write_conll(out, made, [["O"], ["O"]])  # sentences not read from a file still get conlleval's boundary
-    assert out.read_text(encoding="utf-8") == "a O\n-DOCSTART-\n\nb O\n"  # (-DOCSTART- is a boundary too)
+    assert out.read_text(encoding="utf-8") == "a O\n\nb O\n"

@@ -81,3 +81,23 @@ def test_a_too_long_text_is_told_the_fix_its_route_has(bert_dir):
         assert "(shorten or split it)" in tokenize.json()["error"] and "truncate" not in tokenize.json()["error"]
         embed = client.post("/embed", json={"inputs": long, "truncate": False})
         assert embed.status_code == 422 and 'or send "truncate": true' in embed.json()["error"]
+
+
+def test_tokenize_counts_tokens_not_characters(bert_dir, tmp_path):
+    """An uncased vocabulary splits each Hangul syllable into 2-3 letters, each a piece: more tokens than
+    characters, so a cap checked by characters let such a request past it."""
+    from bertkit.tokenizer import WordPieceTokenizer
+
+    pieces = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "ᄒ", "##ᄒ", "##ᅡ", "##ᆫ"]
+    WordPieceTokenizer(pieces).save_pretrained(tmp_path)
+    hangul = WordPieceTokenizer.from_pretrained(tmp_path)
+    assert len(hangul.encode_ids(["한" * 5])[0]) == 15  # the premise: 3 pieces a character
+    predictor = load_predictor(bert_dir)
+    with TestClient(create_app(predictor, ServerSettings(limits=Limits(max_tokenize_tokens=10)))) as client:
+        predictor.tokenizer = hangul  # (after the warm-up: /tokenize runs no model)
+        refused = client.post("/tokenize", json={"inputs": "한" * 5, "add_special_tokens": False})
+        assert refused.status_code == 422 and "hold 15 tokens" in refused.json()["error"]
+        answer = client.post("/tokenize", json={"inputs": "한" * 3, "add_special_tokens": False})
+        assert answer.status_code == 200 and len(answer.json()[0]) == 9
+        assert {token["text"] for token in answer.json()[0]} == {"한"}  # each piece's slice of the text
+        assert "\\u" not in answer.text  # UTF-8 on the wire, as FastAPI sent it, not \\u escapes

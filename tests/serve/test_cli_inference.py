@@ -131,6 +131,26 @@ def test_serve_on_a_port_in_use_is_one_line_before_the_model_loads(mlm_dir, monk
     assert "serving" not in out.out and "Traceback" not in out.err and loaded == []
 
 
+
+def test_the_port_check_binds_as_uvicorn_does():
+    """Every interface ("" or 0.0.0.0), and "::" beside an IPv4 server on the same port (asyncio's IPv6 sockets
+    are IPv6-only), are free; a port held on the same family is not."""
+    import socket
+
+    from bertkit.errors import BertkitError
+    from bertkit.serve.app import check_port_free
+
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        port = holder.getsockname()[1]
+        with pytest.raises(BertkitError, match=f"--port {port}: 0.0.0.0:{port} is in use"):
+            check_port_free("0.0.0.0", port)
+        if socket.has_ipv6:
+            check_port_free("::", port)
+    check_port_free("", port)  # every interface, once released
+    check_port_free("127.0.0.1", 0)  # any free port: nothing to check
+
 @pytest.mark.timeout(120)
 def test_bertkit_serve_answers_and_stops_on_sigterm(mlm_dir, cased_tokenizer_dir):
     port = free_port()

@@ -112,7 +112,7 @@ def test_tagging_conll_with_windows_and_conll_predictions(vocab: Path, tmp_path:
     results = _finetune("tagging", vocab, tmp_path / "out", train, train, "--doc-stride", "8")
     assert {"f1", "precision", "recall", "accuracy"} <= set(results)
     lines = (tmp_path / "out" / "predictions.conll").read_text().splitlines()
-    assert lines[0] == "-DOCSTART- O" and len(lines[2].split()) == 3  # word, gold, predicted
+    assert lines[0] == "-DOCSTART- O O" and len(lines[2].split()) == 3  # word, gold, predicted (the marker too)
     token_lines = [line for line in lines[1:] if line.strip()]
     assert len(token_lines) == 4 * 6 + 40  # every word of every sentence got exactly one prediction
 

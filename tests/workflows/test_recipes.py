@@ -228,9 +228,9 @@ def test_a_resumed_run_keeps_its_recipe_and_recalls_its_warning_in_one_line(data
     saved = json.loads((tmp_path / "run" / "pretrain_settings.json").read_text())
     assert saved["recipe"]["name"] == "short"
     assert not warned()
-    recalled = [r.getMessage() for r in caplog.records if "this run's start gave" in r.getMessage()]
-    assert recalled == ["the warning this run's start gave about the inputs you will fine-tune on still applies (its "
-                        "log; docs/pretraining.md, \"Every position a fine-tuning reads\")"]
+    recalled = [r.getMessage() for r in caplog.records if "a resume does not repeat" in r.getMessage()]
+    assert recalled == ["a resume does not repeat the warning a start with these settings gives about the inputs "
+                        "you will fine-tune on (docs/pretraining.md, \"Every position a fine-tuning reads\")"]
 
 
 def test_the_measurement_is_real_and_leaves_the_rng_alone():

@@ -82,6 +82,11 @@ def read_conll(path: str | Path, labelled: bool = True, scheme: str | None = Non
     return sentences
 
 
+def _as_written(line: str) -> str:
+    """A line between sentences as predictions.conll has it: -DOCSTART- with the "O" conlleval reads, else blank."""
+    return f"{line} O" if line.split()[:1] == [DOCSTART] else ""
+
+
 def _check_token_line(path: Path, number: int, line: str, columns: list[str], scheme: str | None) -> None:
     if len(columns) < 2:
         raise BertkitError(f"{where(path, number)}: token line {line[:80]!r} has no label column; a CoNLL "
@@ -125,14 +130,16 @@ def check_tags(sentences: Sequence[TaggedSentence], labels: Sequence[str]) -> tu
 
 
 def write_conll(path: str | Path, sentences: Sequence[TaggedSentence], predictions: Sequence[Sequence[str]]) -> None:
-    """Each token line followed by a space and its predicted tag, and the other lines read as they were, so the
-    output lines up with the input line for line (`paste`); a sentence whose lines before it hold no blank line
-    (one not read from a file) gets one, conlleval's sentence boundary."""
+    """Each token line followed by a space and its predicted tag, and one line for each other line read, so the
+    output lines up with the input line for line (`paste`) and is conlleval's input: a -DOCSTART- line gets " O"
+    (conlleval wants as many fields on it as on a token line), a whitespace-only line is written blank (one tab
+    is a field to conlleval). A sentence with no lines before it that follows another (one not read from a file)
+    gets a blank line, conlleval's sentence boundary."""
     out: list[str] = []
     for sentence, tags in zip(sentences, predictions, strict=True):
-        out.extend(sentence.preceding)
-        if out and out[-1].strip():
+        if out and not sentence.preceding:
             out.append("")
+        out.extend(_as_written(line) for line in sentence.preceding)
         out.extend(f"{line} {tag}" for line, tag in zip(sentence.lines, tags, strict=True))
-    out.extend(sentences[-1].following if sentences else [])
+    out.extend(_as_written(line) for line in (sentences[-1].following if sentences else []))
     Path(path).write_text("".join(line + "\n" for line in out), encoding="utf-8")

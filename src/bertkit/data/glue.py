@@ -157,7 +157,7 @@ def read_table(path: str | Path, text_column: str, text_pair_column: str | None 
         pair = cell(row, text_pair_column, path, number, (str,), "a string") if text_pair_column else None
         label = (_label(cell(row, label_column, path, number, (str, int, float, bool), "a string or a number"),
                         path, number, repr(label_column)) if label_column else None)
-        identifier = (cell(row, ids, path, number, (str, int), "a string or an integer")
+        identifier = (cell(row, ids, path, number, (str, int, float, bool), "a string or a number")
                       if ids and row.get(ids) not in (None, "") else None)
         examples.append(_example(path, number, text, pair, label, identifier))
     _check_not_empty(path, examples, skipped)
@@ -265,11 +265,15 @@ def _json_cell(row: dict, column: str, path: Path, number: int, kinds: tuple[typ
     value = row[column]
     finite = not isinstance(value, float) or math.isfinite(value)
     if (isinstance(value, bool) and bool not in kinds) or not isinstance(value, kinds) or not finite:
-        kind = ("a number too large to read" if not finite else
-                {list: "a list", dict: "an object", bool: "a boolean (true/false)", int: "a number",
-                 float: "a number"}.get(type(value), type(value).__name__))
+        kind = "a number too large to read" if not finite else json_kind(value)
         raise BertkitError(f"{where(path, number)}: {column!r} is {kind}; write {expected}")
     return str(value)
+
+
+def json_kind(value: object) -> str:
+    """What a JSON value is, for a message: "a list", "an object", "a boolean (true/false)", "a number"."""
+    return {list: "a list", dict: "an object", bool: "a boolean (true/false)", int: "a number",
+            float: "a number"}.get(type(value), type(value).__name__)
 
 
 def _any_cell(row: dict, column: str, path: Path, number: int, kinds: tuple[type, ...], expected: str) -> str:

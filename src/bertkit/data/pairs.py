@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from bertkit.data.glue import json_kind
 from bertkit.errors import BertkitError, where
 from bertkit.io.columnar import column_names, is_table_input, read_rows
 from bertkit.io.textfile import check_length, format_suffix, read_json_rows, read_records
@@ -133,14 +134,10 @@ def _pairs(path: Path, rows: list[tuple[int, dict[str, Any]]], wanted: dict[str,
 def _text(value: Any, path: Path, number: int, flag: str) -> str:
     what = flag.removeprefix("--").removesuffix("-column")
     if not isinstance(value, str):  # a JSON row's list, object, number or boolean: str() would read Python's text
-        raise BertkitError(f"{where(path, number)}: the {what} text ({flag}) is {_json_kind(value)}; write a string")
+        raise BertkitError(f"{where(path, number)}: the {what} text ({flag}) is {json_kind(value)}; write a string")
     text = value
     if not text.strip():
         raise BertkitError(f"{where(path, number)}: empty {what} text ({flag}); every row needs one, so fill it in "
                            "or delete the row")
     return check_length(text, where(path, number), f"{what} text")
 
-
-def _json_kind(value: Any) -> str:
-    return {list: "a list", dict: "an object", bool: "a boolean (true/false)", int: "a number",
-            float: "a number"}.get(type(value), type(value).__name__)

@@ -152,24 +152,29 @@ def _auth(settings: ServerSettings) -> Any:
             return
         given = key or (token.credentials if token is not None else "")
         if not _key_matches(settings, given):
-            raise UNAUTHORIZED
+            raise _unauthorized()
 
     return check
 
 
-UNAUTHORIZED = RequestError(401, "unauthorized", "missing or wrong API key; send it as X-API-Key or "
-                            "Authorization: Bearer")
+def _unauthorized() -> RequestError:
+    """A new 401 each time (a shared exception instance would collect every raise's traceback)."""
+    return RequestError(401, "unauthorized", "missing or wrong API key; send it as X-API-Key or "
+                        "Authorization: Bearer")
 
 
 def _key_matches(settings: ServerSettings, given: str) -> bool:
+    """Whether `given` is --api-key (compared in constant time), or no key is required."""
     return settings.api_key is None or hmac.compare_digest(given.encode("utf-8", "replace"),
                                                            settings.api_key.encode("utf-8"))
 
 
 def _refused_key(request: Request, secured: set[str]) -> bool:
-    """Whether `request`, to a route behind --api-key, lacks the key: for a body refused before the route's own
-    check runs (FastAPI parses the body first), so a client without the key learns no more than 401."""
-    if request.url.path not in secured:
+    """Whether `request`, to a route behind --api-key, lacks the key (read from the headers as the route's own
+    check reads them: X-API-Key, else Authorization: Bearer): for a body refused before that check runs (FastAPI
+    parses the body first), so a client without the key learns no more than 401."""
+    route = request.scope.get("route")
+    if getattr(route, "path", request.url.path) not in secured:
         return False
     scheme, _, token = request.headers.get("authorization", "").partition(" ")
     given = request.headers.get("x-api-key") or (token.strip() if scheme.lower() == "bearer" else "")
@@ -210,7 +215,7 @@ def _add_error_handlers(app: FastAPI, predictor: Predictor, routes: tuple[Route,
     @app.exception_handler(RequestValidationError)
     async def invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
         if _refused_key(request, secured):
-            return await request_error(request, UNAUTHORIZED)
+            return await request_error(request, _unauthorized())
         refused = non_json_body(request.headers.get("content-type"))  # then the body was not read as JSON at all
         if refused is not None:
             return _error(request, refused.status, refused.error, refused.message)
@@ -236,7 +241,7 @@ def _add_error_handlers(app: FastAPI, predictor: Predictor, routes: tuple[Route,
             return _error(request, 404, "not_found", f"{why}this model serves {', '.join(served_paths)}",
                           endpoints=served_paths)
         if exc.status_code == 400 and exc.detail == BODY_PARSE_FAILURE and _refused_key(request, secured):
-            return await request_error(request, UNAUTHORIZED)
+            return await request_error(request, _unauthorized())
         if exc.status_code == 400 and exc.detail == BODY_PARSE_FAILURE:  # json.loads failed with other than a
             # JSONDecodeError: a number past Python's digit limit, nesting past its recursion, bytes not UTF-8
             return _error(request, 400, "invalid_json", f"the body is not valid JSON{_parse_failure(exc.__cause__)}")
@@ -327,26 +332,37 @@ def run_server(app: FastAPI, settings: ServeSettings) -> None:
 
 def check_port_free(host: str, port: int) -> None:
     """A one-line BertkitError naming --port (or --host) when the server could not listen at `host`:`port`
-    (another server holds it, a privileged port, an address not this machine's): said before the model loads,
-    where uvicorn would say it after the "serving ... on" line. Bound as uvicorn binds (SO_REUSEADDR), then
-    released; port 0 (any free port) is not checked."""
+    (another server holds it, a privileged port, a host that names no address here): said before the model loads,
+    where uvicorn would say it after the "serving ... on" line. Every address is bound as asyncio's create_server
+    (uvicorn's) binds it - SO_REUSEADDR, IPv6 sockets IPv6-only, "" every interface, an address family this
+    machine lacks skipped - then released; port 0 (any free port) is not checked."""
     if port == 0:
         return
     try:
-        family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM,
-                                                             flags=socket.AI_PASSIVE)[0]
+        addresses = dict.fromkeys((family, kind, proto, address) for family, kind, proto, _, address in
+                                  socket.getaddrinfo(host or None, port, type=socket.SOCK_STREAM,
+                                                     flags=socket.AI_PASSIVE))
     except socket.gaierror as exc:
         raise BertkitError(f"--host {host}: not an address to listen on ({exc.strerror}); e.g. 127.0.0.1 or "
                            "0.0.0.0") from None
-    with socket.socket(family, kind, proto) as probe:
-        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            probe.bind(address)
-        except OSError as exc:
-            if exc.errno == errno.EADDRINUSE:
-                raise BertkitError(f"--port {port}: {host}:{port} is in use (another server?); stop it or choose "
-                                   "another --port") from None
-            if exc.errno == errno.EACCES:
-                raise BertkitError(f"--port {port}: not allowed to listen on {host}:{port} (ports below 1024 "
-                                   "need privileges); choose another --port") from None
-            raise BertkitError(f"--host {host} --port {port}: cannot listen there ({exc.strerror})") from None
+    for family, kind, proto, address in addresses:
+        with socket.socket(family, kind, proto) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            if family == socket.AF_INET6:
+                probe.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+            try:
+                probe.bind(address)
+            except OSError as exc:
+                if exc.errno == errno.EADDRNOTAVAIL:
+                    continue  # (asyncio skips it too: that family is not enabled here)
+                raise _port_refusal(host, port, exc) from None
+
+
+def _port_refusal(host: str, port: int, exc: OSError) -> BertkitError:
+    if exc.errno == errno.EADDRINUSE:
+        return BertkitError(f"--port {port}: {host}:{port} is in use (another server?); stop it or choose another "
+                            "--port")
+    if exc.errno == errno.EACCES:
+        return BertkitError(f"--port {port}: not allowed to listen on {host}:{port} (ports below 1024 need "
+                            "privileges); choose another --port")
+    return BertkitError(f"--host {host} --port {port}: cannot listen there ({exc.strerror})")

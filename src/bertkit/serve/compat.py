@@ -197,14 +197,13 @@ async def tokenize(body: TokenizeRequest, server: Server = Depends(serving)) -> 
         sentence = predictor.sentence
         prompt = dict(sentence.prompts)[body.prompt_name] if body.prompt_name else sentence.prompt
         texts = [prompt + text for text in texts]
-    specials = 2 * len(texts) if body.add_special_tokens else 0
+    # counted, not bounded by the characters: lowercasing splits a Hangul syllable into 2-3 letters, each a piece
+    tokens = (2 * len(texts) if body.add_special_tokens else 0) + sum(
+        map(len, await asyncio.to_thread(predictor.tokenizer.encode_ids, texts)))
     most = server.settings.limits.max_tokenize_tokens
-    if sum(map(len, texts)) + specials > most:  # a piece covers at least one character: below this, no count
-        tokens = specials + sum(map(len, await asyncio.to_thread(predictor.tokenizer.encode_ids, texts)))
-        if tokens > most:
-            raise FieldError(422, "too_many_tokens_listed", f"`inputs` hold {tokens:,} tokens; /tokenize answers at "
-                             f"most {most:,} a request (--max-tokenize-tokens): send fewer or shorter inputs",
-                             "inputs")
+    if tokens > most:
+        raise FieldError(422, "too_many_tokens_listed", f"`inputs` hold {tokens:,} tokens; /tokenize answers at most "
+                         f"{most:,} a request (--max-tokenize-tokens): send fewer or shorter inputs", "inputs")
     tables = await server.submit((body.add_special_tokens,), texts, "inputs")
     return Response(await asyncio.to_thread(json_bytes, tables),  # type: ignore[return-value]
                     media_type="application/json")
@@ -212,7 +211,7 @@ async def tokenize(body: TokenizeRequest, server: Server = Depends(serving)) -> 
 
 def json_bytes(value: Any) -> bytes:
     """`value` as compact JSON (what FastAPI would answer, made where the caller runs it)."""
-    return json.dumps(value, separators=(",", ":"), allow_nan=False).encode()
+    return json.dumps(value, separators=(",", ":"), allow_nan=False, ensure_ascii=False).encode()
 
 
 async def decode(body: DecodeRequest, server: Server = Depends(serving)) -> list[str]:

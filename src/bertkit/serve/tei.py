@@ -108,8 +108,8 @@ async def embed_all(body: EmbedAllRequest, server: Server = Depends(serving)) ->
                          f"{most:,} token vectors a request (--max-token-vectors): send fewer or shorter inputs",
                          "inputs")
     vectors = await server.submit(options, texts)
-    return Response(await asyncio.to_thread(json_bytes, vectors), media_type="application/json")  # type: ignore[return-value]
-
+    answer = await asyncio.to_thread(json_bytes, vectors)
+    return Response(answer, media_type="application/json")  # type: ignore[return-value]
 
 
 async def similarity(body: SimilarityRequest, server: Server = Depends(serving)) -> list[float]:

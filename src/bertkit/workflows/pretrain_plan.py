@@ -184,15 +184,16 @@ def _applied(recipe: PretrainRecipe, settings: PretrainSettings, train: TrainCon
         logger.info("recipe %s (%s): %s%s%s", recipe.name, recipe.reason, recipe.describe(),
                     f"; your flags kept: {', '.join(given)}" if given else "", "".join(f"; {n}" for n in notes))
         cut = settings.max_seq_length or data.built_seq_length
-        notes = [note for note in (long_input_note(recipe, cut, data.built_seq_length),
-                                   vocabulary_note(recipe, data.vocab_size, cut, data.built_seq_length, continued))
-                 if note]
-        if notes and recipe.reason == RESUMED_REASON:  # said in full when the run started; a resume only recalls it
-            logger.info("the warning%s this run's start gave about the inputs you will fine-tune on still appl%s "
-                        "(its log; docs/pretraining.md, \"Every position a fine-tuning reads\")",
-                        "s" if len(notes) > 1 else "", "y" if len(notes) > 1 else "ies")
+        notes = {section: note for section, note in (
+            ("Every position a fine-tuning reads", long_input_note(recipe, cut, data.built_seq_length)),
+            ("The vocabulary the short recipe was measured with",
+             vocabulary_note(recipe, data.vocab_size, cut, data.built_seq_length, continued))) if note}
+        if notes and recipe.reason == RESUMED_REASON:  # said in full when a run starts; a resume only names it
+            logger.info("a resume does not repeat the warning%s a start with these settings gives about the inputs "
+                        "you will fine-tune on (docs/pretraining.md, %s)", "s" if len(notes) > 1 else "",
+                        "; ".join(f'"{section}"' for section in notes))
         else:
-            for note in notes:
+            for note in notes.values():
                 logger.warning("%s", note)
     return settings, train
 
