@@ -184,16 +184,16 @@ def _applied(recipe: PretrainRecipe, settings: PretrainSettings, train: TrainCon
         logger.info("recipe %s (%s): %s%s%s", recipe.name, recipe.reason, recipe.describe(),
                     f"; your flags kept: {', '.join(given)}" if given else "", "".join(f"; {n}" for n in notes))
         cut = settings.max_seq_length or data.built_seq_length
-        notes = {section: note for section, note in (
+        warnings = {section: note for section, note in (
             ("Every position a fine-tuning reads", long_input_note(recipe, cut, data.built_seq_length)),
             ("The vocabulary the short recipe was measured with",
              vocabulary_note(recipe, data.vocab_size, cut, data.built_seq_length, continued))) if note}
-        if notes and recipe.reason == RESUMED_REASON:  # said in full when a run starts; a resume only names it
+        if warnings and recipe.reason == RESUMED_REASON:  # said in full when a run starts; a resume names it
             logger.info("a resume does not repeat the warning%s a start with these settings gives about the inputs "
-                        "you will fine-tune on (docs/pretraining.md, %s)", "s" if len(notes) > 1 else "",
-                        "; ".join(f'"{section}"' for section in notes))
+                        "you will fine-tune on (docs/pretraining.md, %s)", "s" if len(warnings) > 1 else "",
+                        "; ".join(f'"{section}"' for section in warnings))
         else:
-            for note in notes.values():
+            for note in warnings.values():
                 logger.warning("%s", note)
     return settings, train
 
