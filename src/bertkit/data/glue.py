@@ -147,12 +147,12 @@ def read_table(path: str | Path, text_column: str, text_pair_column: str | None 
                            "times; rename the others so the column read is the one you mean")
     ids = id_column or ("id" if "id" in names else None)
     examples: list[TextExample] = []
+    cell = _json_cell if suffix in (".jsonl", ".json") else _any_cell
     for number, row in rows:
         missing = [c for c in wanted if row.get(c) is None]
         if missing:
             skipped.append(f"{where(path, number)}: missing {', '.join(map(repr, missing))}")
             continue
-        cell = _json_cell if suffix in (".jsonl", ".json") else _any_cell
         text = cell(row, text_column, path, number, (str,), "a string")
         pair = cell(row, text_pair_column, path, number, (str,), "a string") if text_pair_column else None
         label = (_label(cell(row, label_column, path, number, (str, int, float, bool), "a string or a number"),

@@ -140,4 +140,3 @@ def _text(value: Any, path: Path, number: int, flag: str) -> str:
         raise BertkitError(f"{where(path, number)}: empty {what} text ({flag}); every row needs one, so fill it in "
                            "or delete the row")
     return check_length(text, where(path, number), f"{what} text")
-
