@@ -89,6 +89,7 @@ def test_openai_client_errors_carry_code_param_and_message(sentence_dir):
         with pytest.raises(openai.UnprocessableEntityError) as error:  # tiktoken's ids, as LangChain sends them
             client.embeddings.create(model="m", input=[[5, 6, 70000]])
         assert error.value.code == "invalid_token_id" and error.value.param == "input"
+        assert "'input[0]' holds token id 70000" in error.value.message  # the list of lists: its index
         assert "check_embedding_ctx_length=False" in error.value.message
         with pytest.raises(openai.BadRequestError) as error:
             client.embeddings.create(model="m", input="")

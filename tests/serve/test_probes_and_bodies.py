@@ -94,3 +94,27 @@ def test_without_the_api_key_a_bad_body_is_401_not_a_parse_error(bert_dir):
         for key in ({"X-API-Key": "s3cret"}, {"Authorization": "Bearer s3cret"}):
             answer = keyed.post("/embed", content=b"garbage", headers={"Content-Type": "application/json", **key})
             assert answer.status_code == 400 and answer.json()["code"] == "invalid_json"
+
+
+@pytest.mark.parametrize("headers", [{"Content-Type": "application/json"}, {}])
+def test_an_empty_body_is_said_to_be_empty_not_a_missing_field(client, headers):
+    answer = client.post("/embed", content=b"", headers=headers)
+    assert answer.status_code == 400 and answer.json()["code"] == "invalid_json", answer.text
+    assert answer.json()["error"].startswith("the body is empty; send a JSON object")
+
+
+def test_an_empty_body_without_the_key_is_refused_for_the_key_first(bert_dir):
+    from bertkit.settings import ServerSettings
+
+    with TestClient(create_app(load_predictor(bert_dir), ServerSettings(api_key="k")),
+                    raise_server_exceptions=False) as keyed:
+        assert keyed.post("/embed", content=b"").status_code == 401
+        assert keyed.post("/embed", content=b"", headers={"X-API-Key": "k"}).json()["code"] == "invalid_json"
+
+
+def test_an_id_out_of_range_in_a_list_of_id_lists_is_named_with_its_index(client):
+    answer = client.post("/v1/embeddings", json={"input": [[5, 6, 70000]], "model": "m"})
+    assert answer.status_code == 422 and answer.json()["error"]["param"] == "input", answer.text
+    assert answer.json()["error"]["message"].startswith("'input[0]' holds token id 70000 at position 2")
+    one = client.post("/v1/embeddings", json={"input": [5, 6, 70000], "model": "m"})  # one list of ids: no index
+    assert one.json()["error"]["message"].startswith("'input' holds token id 70000 at position 2")

@@ -216,6 +216,10 @@ def _add_error_handlers(app: FastAPI, predictor: Predictor, routes: tuple[Route,
     async def invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
         if _refused_key(request, secured):
             return await request_error(request, _unauthorized())
+        if not await request.body():  # pydantic would say "body: Field required", which reads as a missing field,
+            # and with no Content-Type the refusal below would blame the header of a body never sent
+            return _error(request, 400, "invalid_json", "the body is empty; send a JSON object (see /docs for this "
+                          "route's fields), with its Content-Length or chunked")
         refused = non_json_body(request.headers.get("content-type"))  # then the body was not read as JSON at all
         if refused is not None:
             return _error(request, refused.status, refused.error, refused.message)

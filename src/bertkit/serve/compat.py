@@ -113,9 +113,11 @@ def read_inputs(value: Inputs, field: str, predictor: Predictor, settings: Serve
         items = [value]  # type: ignore[list-item]  # one list of ids
     else:
         items = list(value)  # type: ignore[arg-type]
-    note_batch(not isinstance(value, str) and items != [value])
+    batched = not isinstance(value, str) and items != [value]
+    note_batch(batched)
     check_count(len(items), field, settings.limits)
-    names = [f"{field}[{i}]" if len(items) > 1 or field == "inputs" else field for i in range(len(items))]
+    # A list of inputs names each by its index, even a list of one: the client sent input[0], not input.
+    names = [f"{field}[{i}]" if batched or field == "inputs" else field for i in range(len(items))]
     out: list[str | Ids] = [check_text(item, name, settings.limits, cut) if isinstance(item, str) else
                             _ids(item, name, predictor) for item, name in zip(items, names)]
     if prompt_name is not None and any(isinstance(item, Ids) for item in out):
