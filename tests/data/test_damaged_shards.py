@@ -55,3 +55,41 @@ def test_a_manifest_that_points_outside_the_directory_is_refused(data, tmp_path)
     (copy / "manifest.json").write_text(json.dumps(manifest))
     with pytest.raises(BertkitError, match="is not a file name in the data directory"):
         PretrainingDataset(copy)
+
+
+def _lower_offsets(manifest):
+    manifest["shards"][0]["arrays"]["offsets"]["length"] -= 1
+
+
+def _fewer_in_shard_and_total(manifest):
+    manifest["shards"][0]["num_instances"] -= 2
+    manifest["num_instances"] -= 2
+
+
+def _fewer_in_shard(manifest):
+    manifest["shards"][0]["num_instances"] -= 2
+
+
+def _shard_twice(manifest):
+    manifest["shards"].append(manifest["shards"][0])
+    manifest["num_instances"] *= 2
+
+
+def _total_wrong(manifest):
+    manifest["num_instances"] = 5
+
+
+@pytest.mark.parametrize("edit, why", [
+    (_lower_offsets, r"shard-00000\.bin: the manifest says [\d,]+ instances, but offsets holds"),
+    (_fewer_in_shard_and_total, r"shard-00000\.bin: the manifest says [\d,]+ instances, but offsets holds"),
+    (_fewer_in_shard, r"manifest\.json: its shards hold [\d,]+ instances, but it says"),
+    (_shard_twice, r"manifest\.json: shard file 'shard-00000\.bin' is listed twice"),
+    (_total_wrong, r"manifest\.json: its shards hold [\d,]+ instances, but it says 5;")])
+def test_a_manifest_whose_counts_disagree_is_refused_not_read_short_twice_or_past_its_end(data, tmp_path, edit, why):
+    copy = tmp_path / "data"
+    shutil.copytree(data, copy)
+    manifest = json.loads((copy / "manifest.json").read_text())
+    edit(manifest)
+    (copy / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(BertkitError, match=why + ".*the manifest was altered - re-create the data"):
+        PretrainingDataset(copy)

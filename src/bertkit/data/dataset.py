@@ -31,7 +31,7 @@ import torch
 from torch.nn.utils.rnn import pad_sequence
 
 from bertkit.data.masking import IGNORE_INDEX, MaskingVocab, mask_batch, prediction_cap
-from bertkit.data.shards import instance_layout, open_shard, read_manifest, verify_shard
+from bertkit.data.shards import check_shard_list, instance_layout, open_shard, read_manifest, verify_shard
 from bertkit.errors import BertkitError
 
 logger = logging.getLogger(__name__)
@@ -60,6 +60,7 @@ class PretrainingDataset(torch.utils.data.Dataset):
                 raise BertkitError(f"--masked-lm-prob must be in (0, 1), got {masked_lm_prob}")
             self.options["masked_lm_prob"] = masked_lm_prob
             self._fit_prediction_cap(masked_lm_prob)
+        check_shard_list(self.directory, self.manifest)
         self.shards = [open_shard(self.directory, entry) for entry in self.manifest["shards"]]
         counts = [entry["num_instances"] for entry in self.manifest["shards"]]
         self._starts = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)  # (shards+1,)

@@ -191,6 +191,7 @@ def open_shard(directory: Path, entry: dict) -> dict[str, np.ndarray]:
         if not size or not 0 <= spec["offset"] <= spec["offset"] + spec["length"] * size <= entry["bytes"]:
             raise BertkitError(f"{path}: the manifest's {array} array ({spec}) does not lie within the file; the "
                                "manifest was altered - re-create the data")
+    _check_counts(path, entry)
     arrays = {}
     for name, spec in entry["arrays"].items():
         if spec["length"] == 0:
@@ -199,6 +200,43 @@ def open_shard(directory: Path, entry: dict) -> dict[str, np.ndarray]:
             arrays[name] = np.memmap(path, dtype=spec["dtype"], mode="r", offset=spec["offset"],
                                      shape=(spec["length"],))
     return arrays
+
+
+# The per-instance arrays and how many entries each holds for n instances.
+PER_INSTANCE = {"offsets": 1, "a_lengths": 0, "nsp_labels": 0, "mlm_offsets": 1}
+
+
+def _check_counts(path: Path, entry: dict) -> None:
+    """Refuse a manifest entry whose instance count disagrees with the lengths of its per-instance arrays or its
+    token count with input_ids: reading by the entry's counts would cut the shard short or index past it."""
+    arrays, n = entry["arrays"], entry.get("num_instances")
+    wrong = [f"{name} holds {arrays[name]['length']:,}" for name, extra in PER_INSTANCE.items()
+             if name in arrays and arrays[name]["length"] != (n if isinstance(n, int) else -1) + extra]
+    if "input_ids" in arrays and arrays["input_ids"]["length"] != entry.get("num_tokens"):
+        wrong.append(f"input_ids holds {arrays['input_ids']['length']:,} tokens against num_tokens "
+                     f"{_count(entry.get('num_tokens'))}")
+    if not isinstance(n, int) or n < 0 or wrong:
+        why = "; ".join(wrong) or "that is not a count"
+        raise BertkitError(f"{path}: the manifest says {_count(n)} instances, but {why}; the manifest was altered - "
+                           "re-create the data")
+
+
+def check_shard_list(directory: Path, manifest: dict) -> None:
+    """Refuse a manifest that lists a shard file twice, or whose shards' instances do not add up to its
+    num_instances: an edit that would train on a shard twice or on part of the data without a word."""
+    files = [entry.get("file") for entry in manifest["shards"]]
+    twice = next((name for name in files if files.count(name) > 1), None)
+    if twice is not None:
+        raise BertkitError(f"{Path(directory) / MANIFEST}: shard file {twice!r} is listed twice; the manifest was "
+                           "altered - re-create the data")
+    total = sum(entry.get("num_instances", 0) for entry in manifest["shards"])
+    if total != manifest.get("num_instances"):
+        raise BertkitError(f"{Path(directory) / MANIFEST}: its shards hold {total:,} instances, but it says "
+                           f"{_count(manifest.get('num_instances'))}; the manifest was altered - re-create the data")
+
+
+def _count(value: object) -> str:
+    return f"{value:,}" if isinstance(value, int) else repr(value)
 
 
 def verify_shard(directory: Path, entry: dict) -> bool:
