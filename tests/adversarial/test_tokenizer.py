@@ -264,3 +264,19 @@ def test_train_on_invalid_utf8_without_nul_bytes_stays_within_vocab_size(tmp_pat
     code, _ = _train(capsys, "--input", str(noise), "--vocab-size", "60", "--output", str(tmp_path / "vocab"))
     assert code == 0 and "not UTF-8" in caplog.text
     assert len((tmp_path / "vocab" / "vocab.txt").read_text(encoding="utf-8").splitlines()) <= 60
+
+
+@pytest.mark.parametrize("encoding", ["utf-16", "utf-16-le", "utf-32"])
+def test_a_utf16_or_utf32_file_is_named_as_such_with_the_fix_not_as_binary(tmp_path, capsys, encoding):
+    wide = tmp_path / "notes.txt"
+    wide.write_text("the cat sat on the mat.\nthe dog ran.\n" * 50, encoding=encoding)
+    code, err = _train(capsys, "--input", str(wide), "--vocab-size", "100", "--output", str(tmp_path / "vocab"))
+    assert code == 2 and len(err.strip().splitlines()) == 1, err
+    assert "skipped as UTF-16 or UTF-32 text, not UTF-8 (convert it to UTF-8, e.g. iconv" in err and str(wide) in err
+
+
+def test_a_file_of_one_word_too_long_to_learn_says_so(tmp_path, capsys):
+    long = tmp_path / "long.txt"
+    long.write_text("x" * 5000 + "\n")
+    code, err = _train(capsys, "--input", str(long), "--vocab-size", "100", "--output", str(tmp_path / "vocab"))
+    assert code == 2 and "word(s) are all over 100 characters, left out (text without spaces?" in err, err

@@ -184,3 +184,22 @@ def test_a_corpus_without_blank_lines_is_said_once_with_what_it_did_and_the_fix(
                                                        instances=InstanceSettings(max_seq_length=32, nsp=nsp)),
                                    tokenizer)
     assert not caplog.records  # --no-nsp packs across documents; blank lines divide documents
+
+
+def test_no_instances_names_the_files_skipped_and_why(tokenizer, tmp_path):
+    (tmp_path / "notes.txt").write_text(good_text(), encoding="utf-16")
+    (tmp_path / "image.png").write_bytes(b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR" + bytes(range(256)) * 10)
+    why = (r"no instances could be made from 2 file\(s\) \(0 documents with tokens; skipped UTF-16 or UTF-32 text, "
+           r"not UTF-8 .*notes\.txt; binary file \(NUL bytes\): .*image\.png")
+    with pytest.raises(BertkitError, match=why):
+        build([tmp_path / "notes.txt", tmp_path / "image.png"], tokenizer, tmp_path / "out")
+
+
+def test_a_file_of_lines_ended_by_cr_alone_is_skipped_and_named_not_read_as_one_cut_line(tokenizer, tmp_path):
+    (tmp_path / "good.txt").write_text(good_text())
+    (tmp_path / "mac.txt").write_bytes(good_text().replace("\n", "\r").encode())
+    (tmp_path / "windows.txt").write_bytes(good_text().replace("\n", "\r\n").encode())  # CRLF: read
+    summary = build([tmp_path / n for n in ("good.txt", "mac.txt", "windows.txt")], tokenizer,
+                    tmp_path / "out")["summary"]
+    assert summary["skipped_files"] == {textlines.LONE_CR: [str(tmp_path / "mac.txt")]}
+    assert "tr '\\r' '\\n'" in textlines.LONE_CR and summary["lines_cut"] == 0

@@ -392,8 +392,10 @@ def build_pretraining_data(settings: PretrainingDataSettings, tokenizer: WordPie
     finally:
         bar.close()
     if counts["instances"] == 0:
+        skipped = "; ".join(f"{reason}: {', '.join(files[:3])}" for reason, files in stats.skipped_files.items())
         raise BertkitError(f"--input: no instances could be made from {len(paths)} file(s) "
-                           f"({counts['documents']} documents with tokens); check the files and their format")
+                           f"({counts['documents']} documents with tokens"
+                           f"{'; skipped ' + skipped if skipped else ''}); check the files and their format")
     _warn_undivided(stats, counts, options)
     manifest = _manifest(paths, tokenizer, vocab, options, shards, counts, stats)
     write_manifest(output, manifest)

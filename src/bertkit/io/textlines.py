@@ -213,7 +213,25 @@ def _unreadable_reason(path: Path) -> str | None:
         return f"unreadable {'zstd' if path.suffix == '.zst' else 'gzip'} file"
     except OSError as exc:
         return f"unreadable file ({exc.strerror})"
-    return "binary file (NUL bytes)" if b"\x00" in head else None
+    if b"\x00" not in head:
+        # Lines ended by CR alone would read as one line, cut at MAX_LINE_BYTES with the rest dropped.
+        return LONE_CR if b"\n" not in head and head.count(b"\r") > 1 else None
+    return UTF16_OR_32 if _wide_text(head) else "binary file (NUL bytes)"
+
+
+LONE_CR = "lines ended by CR alone, as classic Mac OS wrote them (convert them, e.g. tr '\\r' '\\n')"
+
+
+UTF16_OR_32 = "UTF-16 or UTF-32 text, not UTF-8 (convert it to UTF-8, e.g. iconv -f UTF-16 -t UTF-8)"
+
+
+def _wide_text(head: bytes) -> bool:
+    """Whether `head` starts like UTF-16 or UTF-32 text: a byte-order mark, or ASCII with NUL bytes between its
+    characters (a BOM-less UTF-16 file), which is text in an encoding the readers do not take, not binary."""
+    if head.startswith((b"\xff\xfe", b"\xfe\xff", b"\x00\x00\xfe\xff")):
+        return True
+    sample = head[:512]
+    return len(sample) >= 8 and any(sample) and (not any(sample[1::2]) or not any(sample[0::2]))
 
 
 def _table_reason(path: Path) -> str | None:

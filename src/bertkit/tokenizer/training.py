@@ -93,10 +93,7 @@ def train_vocabulary(settings: VocabularySettings) -> list[str]:
     _report_training(stats)
     tokens = _canonical_order(pipeline.get_vocab(), do_lower_case, corpus(TrainingStats()))
     if len(tokens) <= len(SPECIAL_TOKENS):
-        skipped = [f for files in stats.skipped_files.values() for f in files]
-        raise BertkitError(f"no text found in {', '.join(map(str, paths))}; the files are empty, "
-                           f"{'binary (skipped: ' + ', '.join(skipped) + '), ' if skipped else ''}"
-                           "or hold only whitespace and control characters")
+        raise BertkitError(f"no text found in {', '.join(map(str, paths))}; {_why_no_text(stats)}")
     if len(tokens) < settings.vocab_size:  # the trainer stops when no pair is left to merge: say so, with the cause
         logger.warning("the vocabulary has %s tokens, fewer than --vocab-size %s: the corpus has no more pieces to "
                        "learn (seen at least --min-frequency %d times); a larger corpus gives more",
@@ -193,6 +190,15 @@ class _ShortWords:
         kept = [w for w in words if len(w) <= MAX_INPUT_CHARS_PER_WORD]
         stats.long_words += len(words) - len(kept)
         return " " + " ".join(kept) + " "
+
+
+def _why_no_text(stats: TrainingStats) -> str:
+    """What left a corpus without a word to train on, from what reading it counted."""
+    why = [f"skipped as {reason}: {', '.join(files[:3])}" for reason, files in stats.skipped_files.items()]
+    if stats.long_words:
+        why.append(f"its {stats.long_words:,} word(s) are all over {MAX_INPUT_CHARS_PER_WORD} characters, left out "
+                   "(text without spaces? split it into words)")
+    return "; ".join(why) if why else "the files are empty, or hold only whitespace and control characters"
 
 
 def _report_training(stats: TrainingStats) -> None:
