@@ -12,6 +12,8 @@ import dataclasses
 import gzip
 import json
 import logging
+import os
+from pathlib import Path
 
 import pytest
 
@@ -203,3 +205,47 @@ def test_a_file_of_lines_ended_by_cr_alone_is_skipped_and_named_not_read_as_one_
                     tmp_path / "out")["summary"]
     assert summary["skipped_files"] == {textlines.LONE_CR: [str(tmp_path / "mac.txt")]}
     assert "tr '\\r' '\\n'" in textlines.LONE_CR and summary["lines_cut"] == 0
+
+
+def _children(pid: int) -> list[int]:
+    try:
+        return [int(child) for child in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+    except OSError:
+        return []
+
+
+def _alive(pid: int) -> bool:
+    try:  # a zombie is dead: it holds no memory and no pipes
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="Linux only (prctl)")
+def test_workers_die_with_a_parent_killed_outright(tokenizer, tmp_path):
+    """kill -9 (the OOM killer) of `data pretraining` leaves no worker behind holding memory and the caller's pipe."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    tokenizer.save_pretrained(tmp_path / "vocab")
+    (tmp_path / "big.txt").write_text(good_text(n_documents=40) * 2000)  # about 30 MB: workers run for a while
+    process = subprocess.Popen([sys.executable, "-m", "bertkit", "data", "pretraining", "--input",
+                                str(tmp_path / "big.txt"), "--tokenizer", str(tmp_path / "vocab"), "--output",
+                                str(tmp_path / "out"), "--workers", "2", "--quiet"],
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline, workers = time.monotonic() + 60, []
+    while time.monotonic() < deadline and len(workers) < 2 and process.poll() is None:
+        workers = _children(process.pid)
+        time.sleep(0.05)
+    assert len(workers) >= 2, "the run ended before its workers were seen"
+    process.send_signal(signal.SIGKILL)
+    process.wait()
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and any(map(_alive, workers)):
+        time.sleep(0.05)
+    left = [pid for pid in workers if _alive(pid)]
+    for pid in left:
+        os.kill(pid, signal.SIGKILL)
+    assert not left, f"workers {left} outlived their parent"

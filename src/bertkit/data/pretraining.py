@@ -34,12 +34,14 @@ References: google-research/bert `create_pretraining_data.py`; Devlin et al. 201
 
 from __future__ import annotations
 
+import ctypes
 import dataclasses
 import gc
 import logging
 import multiprocessing
 import os
 import random
+import signal
 from collections import Counter, deque
 from collections.abc import Iterator
 from concurrent.futures import ProcessPoolExecutor
@@ -100,10 +102,27 @@ _STATE: dict = {}
 
 
 def _init_pool_worker(*initargs) -> None:
+    _exit_with_parent()
     # The inherited heap (torch, tokenizers, ...) is never garbage: freezing it keeps the collector,
     # which runs often while a block's lists are built, from rescanning it (~10% of a worker's time).
     gc.freeze()
     _init_worker(*initargs)
+
+
+def _exit_with_parent() -> None:
+    """Have Linux kill this worker when the process that started it dies: a parent killed outright (the OOM
+    killer, kill -9) cannot stop its pool, and the workers would live on, holding memory and the caller's pipes."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    except (OSError, AttributeError):  # not Linux: no such call; the pool's own shutdown is all there is
+        return
+    if _POOL_PARENT and os.getppid() != _POOL_PARENT:  # the parent died before the call took effect
+        os._exit(1)
+
+
+PR_SET_PDEATHSIG = 1  # linux/prctl.h
+_POOL_PARENT = 0  # the pid of the process starting a pool, set before it forks (0 under spawn: not inherited)
 
 
 def _init_worker(tokenizer, options: InstanceSettings, vocab: MaskingVocab, parallel_tokenizer: bool) -> None:
@@ -348,6 +367,8 @@ def _results(blocks: Iterator[Block], workers: int, initargs: tuple) -> Iterator
         yield from map(_process_block, blocks)
         return
     context = multiprocessing.get_context("fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn")
+    global _POOL_PARENT
+    _POOL_PARENT = os.getpid()
     with ProcessPoolExecutor(workers, mp_context=context, initializer=_init_pool_worker, initargs=initargs) as pool:
         pending: deque = deque()
         for block in blocks:
