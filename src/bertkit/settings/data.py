@@ -181,6 +181,9 @@ class TokenizerTrainSettings(Settings):
     """What the vocabulary is learned from, and how."""
     threads: int | None = dataclasses.field(default=None, metadata={"min": 1})
     """Threads of the trainer (the tokenizers library's pool, RAYON_NUM_THREADS); unset: one per core."""
+    overwrite: bool = False
+    """Replace a vocabulary already in --output (data built with it and models trained on it then no longer
+    match it)."""
 
 
 @dataclass(frozen=True)

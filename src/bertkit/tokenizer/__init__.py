@@ -274,6 +274,10 @@ def train_tokenizer(settings: TokenizerTrainSettings) -> WordPieceTokenizer:
     if settings.threads is not None:  # read when the tokenizers library first runs in parallel: before training
         os.environ["RAYON_NUM_THREADS"] = str(settings.threads)
     check_writable(settings.output, "--output")  # before the training, whose result would be lost
+    if (Path(settings.output) / VOCAB_FILE).exists() and not settings.overwrite:
+        raise BertkitError(f"--output {settings.output}: already holds a vocabulary ({VOCAB_FILE}), which data built "
+                           "with it and models trained on it need as it is; choose another directory or pass "
+                           "--overwrite")
     vocabulary = settings.vocabulary
     tokenizer = WordPieceTokenizer(train_vocabulary(vocabulary), not vocabulary.cased, source="trained vocabulary")
     tokenizer.save_pretrained(settings.output)
