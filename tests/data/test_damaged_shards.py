@@ -93,3 +93,12 @@ def test_a_manifest_whose_counts_disagree_is_refused_not_read_short_twice_or_pas
     (copy / "manifest.json").write_text(json.dumps(manifest))
     with pytest.raises(BertkitError, match=why + ".*the manifest was altered - re-create the data"):
         PretrainingDataset(copy)
+
+
+def test_an_in_range_edit_that_breaks_an_instances_shape_is_refused(data, tmp_path):
+    """Zeroed bytes are [PAD] ids, each within the vocabulary: the [CLS] ... [SEP] shape still tells."""
+    dataset = PretrainingDataset(_altered(data, tmp_path, "input_ids", 0))  # instance 0's [CLS] becomes [PAD]
+    with pytest.raises(BertkitError, match=r"shard-00000\.bin: instance 0 is damaged \(its \[CLS\] and \[SEP\] are "
+                       r"not where every instance has them\)"):
+        dataset[0]
+    assert int(dataset[1]["input_ids"][0]) == dataset._cls  # the others are read as written

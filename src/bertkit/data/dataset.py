@@ -66,6 +66,8 @@ class PretrainingDataset(torch.utils.data.Dataset):
         self._starts = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)  # (shards+1,)
         self.epoch = 0
         self.vocab = self._masking_vocab() if self.dynamic else None
+        special = self.manifest["tokenizer"]["special_token_ids"]
+        self._cls, self._sep = int(special["cls"]), int(special["sep"])
 
     def _fit_prediction_cap(self, masked_lm_prob: float) -> None:
         """Raise the data's cap on predictions per instance (Google's max_predictions_per_seq, set when it was
@@ -121,14 +123,18 @@ class PretrainingDataset(torch.utils.data.Dataset):
         a_length = int(shard["a_lengths"][k])  # [CLS] A [SEP]: where segment B starts
         self._check(shard_index, k, start <= stop <= len(shard["input_ids"]) and 0 < a_length <= len(ids)
                     and (not len(ids) or (ids.min() >= 0 and ids.max() < self.vocab_size))
-                    and int(shard["nsp_labels"][k]) in (0, 1), "its ids, offsets or labels")
+                    and int(shard["nsp_labels"][k]) in (0, 1), "its ids, offsets or labels are out of range")
+        # Every layout is [CLS] ... [SEP] with a [SEP] closing segment A (the whole instance when packed), and
+        # masking never touches them: an edit that keeps each id in range still breaks this shape.
+        self._check(shard_index, k, ids[0] == self._cls and ids[-1] == ids[a_length - 1] == self._sep,
+                    "its [CLS] and [SEP] are not where every instance has them")
         labels = None
         if not self.dynamic:
             labels = np.full(len(ids), IGNORE_INDEX, dtype=np.int64)
             m0, m1 = int(shard["mlm_offsets"][k]), int(shard["mlm_offsets"][k + 1])
             positions = np.asarray(shard["mlm_positions"][m0:m1], dtype=np.int64)
             self._check(shard_index, k, 0 <= m0 <= m1 <= len(shard["mlm_positions"])
-                        and (not len(positions) or positions.max() < len(ids)), "its masked positions")
+                        and (not len(positions) or positions.max() < len(ids)), "its masked positions are out of range")
             labels[positions] = shard["mlm_labels"][m0:m1]
         if len(ids) > length:
             kept, a_length = truncated_positions(len(ids), a_length, length)
@@ -154,7 +160,7 @@ class PretrainingDataset(torch.utils.data.Dataset):
         is read: the shards' sha256 is not hashed at every start), naming the shard."""
         if not fine:
             name = self.manifest["shards"][shard_index]["file"]
-            raise BertkitError(f"{self.directory / name}: instance {k} is damaged ({what} are out of range); the data "
+            raise BertkitError(f"{self.directory / name}: instance {k} is damaged ({what}); the data "
                                "was altered after it was written - re-create it with `bertkit data pretraining`")
 
     def verify(self) -> None:
