@@ -249,3 +249,20 @@ def test_workers_die_with_a_parent_killed_outright(tokenizer, tmp_path):
     for pid in left:
         os.kill(pid, signal.SIGKILL)
     assert not left, f"workers {left} outlived their parent"
+
+
+def test_a_corpus_the_vocabulary_reads_mostly_as_unk_is_warned_naming_the_tokenizer(tokenizer, tmp_path, caplog):
+    (tmp_path / "other.txt").write_text("太初有道 道与神同在。\n道就是神。\n\n" * 20, encoding="utf-8")
+    with caplog.at_level(logging.WARNING):
+        summary = build([tmp_path / "other.txt"], tokenizer, tmp_path / "out")["summary"]
+    assert summary["unk_rate"] > 0.5
+    assert "--tokenizer (in memory): " in caplog.text and "of the corpus's tokens are [UNK]" in caplog.text
+    caplog.clear()
+    with caplog.at_level(logging.WARNING):
+        build([_good(tmp_path)], tokenizer, tmp_path / "out2")
+    assert "[UNK]" not in caplog.text
+
+
+def _good(tmp_path):
+    (tmp_path / "good.txt").write_text(good_text())
+    return tmp_path / "good.txt"

@@ -418,6 +418,7 @@ def build_pretraining_data(settings: PretrainingDataSettings, tokenizer: WordPie
                            f"({counts['documents']} documents with tokens"
                            f"{'; skipped ' + skipped if skipped else ''}); check the files and their format")
     _warn_undivided(stats, counts, options)
+    _warn_unknown(settings.tokenizer, counts)
     manifest = _manifest(paths, tokenizer, vocab, options, shards, counts, stats)
     write_manifest(output, manifest)
     return manifest
@@ -436,6 +437,19 @@ def _warn_undivided(stats: CorpusStats, counts: Counter, options: InstanceSettin
         "documents, or build --no-nsp data, or give JSONL with one document per line",
         ", ".join(files[:3]), f" and {len(files) - 3} more" if len(files) > 3 else "",
         counts["random_next_same_document"], counts["random_next"])
+
+
+UNKNOWN_WARNING_RATE = 0.05
+"""The [UNK] share of tokens above which data pretraining warns: BERT's own vocabularies leave well under 1%
+of their languages' text unknown; 5% means the vocabulary was learned on other text, or cased differently."""
+
+
+def _warn_unknown(tokenizer: str, counts: Counter) -> None:
+    rate = counts["unk_tokens"] / max(1, counts["sentence_tokens"])
+    if rate > UNKNOWN_WARNING_RATE:
+        logger.warning("--tokenizer %s: %.1f%% of the corpus's tokens are [UNK], which a model cannot learn from; "
+                       "train the vocabulary on this corpus (bertkit tokenizer train) or use one for its language "
+                       "and casing", tokenizer, 100 * rate)
 
 
 def _manifest(paths, tokenizer, vocab: MaskingVocab, options, shards, counts: Counter, stats: CorpusStats) -> dict:
