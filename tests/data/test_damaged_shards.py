@@ -82,7 +82,7 @@ def _total_wrong(manifest):
 @pytest.mark.parametrize("edit, why", [
     (_lower_offsets, r"shard-00000\.bin: the manifest says [\d,]+ instances, but offsets holds"),
     (_fewer_in_shard_and_total, r"shard-00000\.bin: the manifest says [\d,]+ instances, but offsets holds"),
-    (_fewer_in_shard, r"manifest\.json: its shards hold [\d,]+ instances, but it says"),
+    (_fewer_in_shard, r"shard-00000\.bin: the manifest says [\d,]+ instances, but offsets holds"),
     (_shard_twice, r"manifest\.json: shard file 'shard-00000\.bin' is listed twice"),
     (_total_wrong, r"manifest\.json: its shards hold [\d,]+ instances, but it says 5;")])
 def test_a_manifest_whose_counts_disagree_is_refused_not_read_short_twice_or_past_its_end(data, tmp_path, edit, why):
@@ -102,3 +102,14 @@ def test_an_in_range_edit_that_breaks_an_instances_shape_is_refused(data, tmp_pa
                        r"not where every instance has them\)"):
         dataset[0]
     assert int(dataset[1]["input_ids"][0]) == dataset._cls  # the others are read as written
+
+
+@pytest.mark.parametrize("value", ["5", None, True, 2.0])
+def test_a_shard_count_that_is_not_a_number_is_refused_not_a_type_error(data, tmp_path, value):
+    copy = tmp_path / "data"
+    shutil.copytree(data, copy)
+    manifest = json.loads((copy / "manifest.json").read_text())
+    manifest["shards"][0]["num_instances"] = value
+    (copy / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(BertkitError, match=r"shard-00000\.bin: the manifest says .* instances, but .*re-create"):
+        PretrainingDataset(copy)

@@ -266,3 +266,12 @@ def test_a_corpus_the_vocabulary_reads_mostly_as_unk_is_warned_naming_the_tokeni
 def _good(tmp_path):
     (tmp_path / "good.txt").write_text(good_text())
     return tmp_path / "good.txt"
+
+
+def test_a_long_first_line_with_stray_carriage_returns_is_read_not_taken_for_cr_only(tokenizer, tmp_path):
+    text = "Intro.\r" + "the cat sat " * 900 + "\r" + "on the mat. " * 100 + "\n\n" + good_text()
+    (tmp_path / "web.txt").write_text(text)
+    (tmp_path / "bom16.txt").write_bytes("\ufeff".encode("utf-16-le") + ("ab" * 5000).encode("utf-16-le")[:9000:2])
+    summary = build([tmp_path / "web.txt", tmp_path / "bom16.txt"], tokenizer, tmp_path / "out")["summary"]
+    assert summary["skipped_files"] == {textlines.UTF16_OR_32: [str(tmp_path / "bom16.txt")]}  # a BOM, no NUL
+    assert summary["instances"] > 0 and summary["documents"] >= 2

@@ -42,6 +42,7 @@ import multiprocessing
 import os
 import random
 import signal
+import sys
 from collections import Counter, deque
 from collections.abc import Iterator
 from concurrent.futures import ProcessPoolExecutor
@@ -112,10 +113,11 @@ def _init_pool_worker(*initargs) -> None:
 def _exit_with_parent() -> None:
     """Have Linux kill this worker when the process that started it dies: a parent killed outright (the OOM
     killer, kill -9) cannot stop its pool, and the workers would live on, holding memory and the caller's pipes."""
+    if not sys.platform.startswith("linux"):  # no such call elsewhere: the pool's own shutdown is all there is
+        return
     try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
-    except (OSError, AttributeError):  # not Linux: no such call; the pool's own shutdown is all there is
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    except (OSError, AttributeError):  # a libc without prctl
         return
     if _POOL_PARENT and os.getppid() != _POOL_PARENT:  # the parent died before the call took effect
         os._exit(1)

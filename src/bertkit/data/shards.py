@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
@@ -209,11 +210,17 @@ PER_INSTANCE = {"offsets": 1, "a_lengths": 0, "nsp_labels": 0, "mlm_offsets": 1}
 def _check_counts(path: Path, entry: dict) -> None:
     """Refuse a manifest entry whose instance count disagrees with the lengths of its per-instance arrays or its
     token count with input_ids: reading by the entry's counts would cut the shard short or index past it."""
+    if not isinstance(entry, dict) or not isinstance(entry.get("arrays"), dict) \
+            or not all(isinstance(spec, dict) for spec in entry["arrays"].values()):
+        raise BertkitError(f"{path}: its manifest entry is not a shard's (no arrays); the manifest was altered - "
+                           "re-create the data")
     arrays, n = entry["arrays"], entry.get("num_instances")
-    wrong = [f"{name} holds {arrays[name]['length']:,}" for name, extra in PER_INSTANCE.items()
+    if isinstance(n, bool):
+        n = None  # JSON's true is not a count
+    wrong = [f"{name} holds {_count(arrays[name]['length'])}" for name, extra in PER_INSTANCE.items()
              if name in arrays and arrays[name]["length"] != (n if isinstance(n, int) else -1) + extra]
     if "input_ids" in arrays and arrays["input_ids"]["length"] != entry.get("num_tokens"):
-        wrong.append(f"input_ids holds {arrays['input_ids']['length']:,} tokens against num_tokens "
+        wrong.append(f"input_ids holds {_count(arrays['input_ids']['length'])} tokens against num_tokens "
                      f"{_count(entry.get('num_tokens'))}")
     if not isinstance(n, int) or n < 0 or wrong:
         why = "; ".join(wrong) or "that is not a count"
@@ -224,8 +231,10 @@ def _check_counts(path: Path, entry: dict) -> None:
 def check_shard_list(directory: Path, manifest: dict) -> None:
     """Refuse a manifest that lists a shard file twice, or whose shards' instances do not add up to its
     num_instances: an edit that would train on a shard twice or on part of the data without a word."""
-    files = [entry.get("file") for entry in manifest["shards"]]
-    twice = next((name for name in files if files.count(name) > 1), None)
+    for entry in manifest["shards"]:
+        _check_counts(Path(directory) / str(entry.get("file") if isinstance(entry, dict) else entry), entry)
+    listed = Counter(str(entry.get("file")) for entry in manifest["shards"])
+    twice = next((name for name, times in listed.items() if times > 1), None)
     if twice is not None:
         raise BertkitError(f"{Path(directory) / MANIFEST}: shard file {twice!r} is listed twice; the manifest was "
                            "altered - re-create the data")

@@ -209,20 +209,42 @@ def _unreadable_reason(path: Path) -> str | None:
     try:
         with open_decompressed(path) as stream:
             head = stream.read(BINARY_SNIFF_BYTES)
+            if _wide_text(head):  # before the NUL test: a byte-order mark may come without a NUL in the head
+                return UTF16_OR_32
+            if b"\x00" in head:
+                return "binary file (NUL bytes)"
+            # Lines ended by CR alone read as one line (cut at MAX_LINE_BYTES, or one sentence); a stray CR inside
+            # a long first line is not that, so look for a line feed as far as the reader would.
+            if b"\n" not in head and head.count(b"\r") > 1 and not _line_feed_within(stream, MAX_LINE_BYTES):
+                return LONE_CR
+            return None
     except DECOMPRESSION_ERRORS:
         return f"unreadable {'zstd' if path.suffix == '.zst' else 'gzip'} file"
     except OSError as exc:
         return f"unreadable file ({exc.strerror})"
-    if b"\x00" not in head:
-        # Lines ended by CR alone would read as one line, cut at MAX_LINE_BYTES with the rest dropped.
-        return LONE_CR if b"\n" not in head and head.count(b"\r") > 1 else None
-    return UTF16_OR_32 if _wide_text(head) else "binary file (NUL bytes)"
+
+
+def _line_feed_within(stream: BufferedIOBase, budget: int) -> bool:
+    """Whether a line feed comes within the next `budget` bytes of `stream` (damage on the way: say yes, and
+    leave the file to the reader, which reads up to the damage)."""
+    try:
+        while budget > 0:
+            chunk = stream.read(min(budget, 1 << 16))
+            if not chunk:
+                return False
+            if b"\n" in chunk:
+                return True
+            budget -= len(chunk)
+    except DECOMPRESSION_ERRORS:
+        return True
+    return False
 
 
 LONE_CR = "lines ended by CR alone, as classic Mac OS wrote them (convert them, e.g. tr '\\r' '\\n')"
 
 
-UTF16_OR_32 = "UTF-16 or UTF-32 text, not UTF-8 (convert it to UTF-8, e.g. iconv -f UTF-16 -t UTF-8)"
+UTF16_OR_32 = ("UTF-16 or UTF-32 text, not UTF-8 (convert it to UTF-8, e.g. iconv -f UTF-16 -t UTF-8, or -f UTF-32 "
+               "for UTF-32)")
 
 
 def _wide_text(head: bytes) -> bool:

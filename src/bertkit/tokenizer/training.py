@@ -198,7 +198,9 @@ def _why_no_text(stats: TrainingStats) -> str:
     if stats.long_words:
         why.append(f"its {stats.long_words:,} word(s) are all over {MAX_INPUT_CHARS_PER_WORD} characters, left out "
                    "(text without spaces? split it into words)")
-    return "; ".join(why) if why else "the files are empty, or hold only whitespace and control characters"
+    if stats.empty_files:
+        why.append(f"empty: {', '.join(stats.empty_files[:3])}")
+    return "; ".join(why) if why else "the files hold only whitespace and control characters"
 
 
 def _report_training(stats: TrainingStats) -> None:
