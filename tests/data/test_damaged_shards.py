@@ -113,3 +113,18 @@ def test_a_shard_count_that_is_not_a_number_is_refused_not_a_type_error(data, tm
     (copy / "manifest.json").write_text(json.dumps(manifest))
     with pytest.raises(BertkitError, match=r"shard-00000\.bin: the manifest says .* instances, but .*re-create"):
         PretrainingDataset(copy)
+
+
+def test_one_shard_under_two_names_is_refused(data, tmp_path):
+    """A hard link (as another case of the name is on macOS and Windows) would pass a check of the names alone."""
+    import os
+
+    copy = tmp_path / "data"
+    shutil.copytree(data, copy)
+    manifest = json.loads((copy / "manifest.json").read_text())
+    os.link(copy / "shard-00000.bin", copy / "shard-00001.bin")
+    manifest["shards"].append({**manifest["shards"][0], "file": "shard-00001.bin"})
+    manifest["num_instances"] *= 2
+    (copy / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(BertkitError, match="shard files 'shard-00000.bin' and 'shard-00001.bin' are the same file"):
+        PretrainingDataset(copy)

@@ -228,6 +228,21 @@ def _check_counts(path: Path, entry: dict) -> None:
                            "re-create the data")
 
 
+def _check_distinct_files(directory: Path, names: list[str]) -> None:
+    """Refuse two names of one file (another case on a case-insensitive filesystem, a hard or symbolic link):
+    the name check alone would let a shard be read twice."""
+    seen: dict[tuple[int, int], str] = {}
+    for name in names:
+        try:
+            status = (directory / name).stat()
+        except (OSError, ValueError):  # missing, or not a name: open_shard says so, naming it
+            continue
+        first = seen.setdefault((status.st_dev, status.st_ino), name)
+        if first != name:
+            raise BertkitError(f"{directory / MANIFEST}: shard files {first!r} and {name!r} are the same file; the "
+                               "manifest was altered - re-create the data")
+
+
 def check_shard_list(directory: Path, manifest: dict) -> None:
     """Refuse a manifest that lists a shard file twice, or whose shards' instances do not add up to its
     num_instances: an edit that would train on a shard twice or on part of the data without a word."""
@@ -238,6 +253,7 @@ def check_shard_list(directory: Path, manifest: dict) -> None:
     if twice is not None:
         raise BertkitError(f"{Path(directory) / MANIFEST}: shard file {twice!r} is listed twice; the manifest was "
                            "altered - re-create the data")
+    _check_distinct_files(Path(directory), [str(entry.get("file")) for entry in manifest["shards"]])
     total = sum(entry.get("num_instances", 0) for entry in manifest["shards"])
     if total != manifest.get("num_instances"):
         raise BertkitError(f"{Path(directory) / MANIFEST}: its shards hold {total:,} instances, but it says "
