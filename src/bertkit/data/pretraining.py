@@ -102,15 +102,15 @@ class BlockResult:
 _STATE: dict = {}
 
 
-def _init_pool_worker(*initargs) -> None:
-    _exit_with_parent()
+def _init_pool_worker(parent: int, *initargs) -> None:
+    _exit_with_parent(parent)
     # The inherited heap (torch, tokenizers, ...) is never garbage: freezing it keeps the collector,
     # which runs often while a block's lists are built, from rescanning it (~10% of a worker's time).
     gc.freeze()
     _init_worker(*initargs)
 
 
-def _exit_with_parent() -> None:
+def _exit_with_parent(parent: int) -> None:
     """Have Linux kill this worker when the process that started it dies: a parent killed outright (the OOM
     killer, kill -9) cannot stop its pool, and the workers would live on, holding memory and the caller's pipes."""
     if not sys.platform.startswith("linux"):  # no such call elsewhere: the pool's own shutdown is all there is
@@ -119,12 +119,11 @@ def _exit_with_parent() -> None:
         ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
     except (OSError, AttributeError):  # a libc without prctl
         return
-    if _POOL_PARENT and os.getppid() != _POOL_PARENT:  # the parent died before the call took effect
+    if os.getppid() != parent:  # the parent died before the call took effect
         os._exit(1)
 
 
 PR_SET_PDEATHSIG = 1  # linux/prctl.h
-_POOL_PARENT = 0  # the pid of the process starting a pool, set before it forks (0 under spawn: not inherited)
 
 
 def _init_worker(tokenizer, options: InstanceSettings, vocab: MaskingVocab, parallel_tokenizer: bool) -> None:
@@ -369,9 +368,8 @@ def _results(blocks: Iterator[Block], workers: int, initargs: tuple) -> Iterator
         yield from map(_process_block, blocks)
         return
     context = multiprocessing.get_context("fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn")
-    global _POOL_PARENT
-    _POOL_PARENT = os.getpid()
-    with ProcessPoolExecutor(workers, mp_context=context, initializer=_init_pool_worker, initargs=initargs) as pool:
+    with ProcessPoolExecutor(workers, mp_context=context, initializer=_init_pool_worker,
+                             initargs=(os.getpid(), *initargs)) as pool:
         pending: deque = deque()
         for block in blocks:
             pending.append(pool.submit(_process_block, block))
@@ -415,7 +413,7 @@ def build_pretraining_data(settings: PretrainingDataSettings, tokenizer: WordPie
     finally:
         bar.close()
     if counts["instances"] == 0:
-        skipped = "; ".join(f"{reason}: {', '.join(files[:3])}" for reason, files in stats.skipped_files.items())
+        skipped = stats.skipped_said()
         raise BertkitError(f"--input: no instances could be made from {len(paths)} file(s) "
                            f"({counts['documents']} documents with tokens"
                            f"{'; skipped ' + skipped if skipped else ''}); check the files and their format")

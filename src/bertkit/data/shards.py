@@ -178,7 +178,8 @@ def instance_layout(manifest: dict) -> str:
 
 def open_shard(directory: Path, entry: dict) -> dict[str, np.ndarray]:
     """The arrays of one shard, memory-mapped read-only, after checking the manifest's entry: a file inside the
-    directory, of the size it says, each array of a shard dtype lying within the file."""
+    directory, of the size it says, each array of a shard dtype lying within the file (its counts:
+    `check_shard_list`, first)."""
     name = entry.get("file")
     if not isinstance(name, str) or Path(name).name != name or name in ("", ".", ".."):
         raise BertkitError(f"{directory / MANIFEST}: shard file {name!r} is not a file name in the data directory; "
@@ -192,7 +193,6 @@ def open_shard(directory: Path, entry: dict) -> dict[str, np.ndarray]:
         if not size or not 0 <= spec["offset"] <= spec["offset"] + spec["length"] * size <= entry["bytes"]:
             raise BertkitError(f"{path}: the manifest's {array} array ({spec}) does not lie within the file; the "
                                "manifest was altered - re-create the data")
-    _check_counts(path, entry)
     arrays = {}
     for name, spec in entry["arrays"].items():
         if spec["length"] == 0:

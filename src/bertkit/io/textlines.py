@@ -91,6 +91,10 @@ class FileCounts:
     invalid_utf8_lines: int = 0
     """Lines with invalid UTF-8, decoded with U+FFFD replacements."""
 
+    def skipped_said(self) -> str:
+        """The files skipped and why, for an error that says nothing was read: "REASON: a, b, c; REASON: d"."""
+        return "; ".join(f"{reason}: {', '.join(files[:3])}" for reason, files in self.skipped_files.items())
+
 
 def text_files(paths: Iterable[Path], counts: FileCounts, strict: bool) -> Iterator[Path]:
     """The files that hold text, in order; each file counted, empty ones named, binary and unreadable

@@ -194,7 +194,7 @@ class _ShortWords:
 
 def _why_no_text(stats: TrainingStats) -> str:
     """What left a corpus without a word to train on, from what reading it counted."""
-    why = [f"skipped as {reason}: {', '.join(files[:3])}" for reason, files in stats.skipped_files.items()]
+    why = [f"skipped {stats.skipped_said()}"] if stats.skipped_files else []
     if stats.long_words:
         why.append(f"its {stats.long_words:,} word(s) are all over {MAX_INPUT_CHARS_PER_WORD} characters, left out "
                    "(text without spaces? split it into words)")
