@@ -15,6 +15,7 @@ import logging
 import os
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from bertkit.cli import main
@@ -195,6 +196,17 @@ def test_no_instances_names_the_files_skipped_and_why(tokenizer, tmp_path):
            r"not UTF-8 .*notes\.txt; binary file \(NUL bytes\): .*image\.png")
     with pytest.raises(BertkitError, match=why):
         build([tmp_path / "notes.txt", tmp_path / "image.png"], tokenizer, tmp_path / "out")
+
+
+def test_bom_less_utf16_in_another_script_is_named_as_utf16_not_as_binary(tokenizer, tmp_path):
+    (tmp_path / "ru.txt").write_bytes("Привет, как дела? Это текст на русском языке.\n".encode("utf-16-le") * 60)
+    (tmp_path / "zh.txt").write_bytes("太初有道 道与神同在 道就是神\n".encode("utf-16-be") * 60)
+    (tmp_path / "weights.bin").write_bytes(np.random.default_rng(0).standard_normal(4096).astype("<f4").tobytes())
+    with pytest.raises(BertkitError) as caught:
+        build([tmp_path / "ru.txt", tmp_path / "zh.txt", tmp_path / "weights.bin"], tokenizer, tmp_path / "out")
+    said = str(caught.value)
+    assert "skipped UTF-16 or UTF-32 text" in said and "ru.txt" in said and "zh.txt" in said
+    assert "binary file (NUL bytes): " + str(tmp_path / "weights.bin") in said
 
 
 def test_a_file_of_lines_ended_by_cr_alone_is_skipped_and_named_not_read_as_one_cut_line(tokenizer, tmp_path):
