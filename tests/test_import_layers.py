@@ -24,7 +24,7 @@ PACKAGE = SRC / "bertkit"
 ALLOWED = {
     "errors": set(),
     "settings": {"errors"},
-    "config": {"errors"},
+    "config": {"errors", "io"},
     "io": {"errors"},
     "kernels": {"errors"},
     "runtime": {"errors", "settings", "config", "io", "kernels"},

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from bertkit.errors import BertkitError
+from bertkit.io.bounded import file_present
 
 SUPPORTED_ACTIVATIONS = ("gelu", "relu", "gelu_new", "gelu_pytorch_tanh")
 
@@ -161,6 +162,8 @@ class BertConfig:
     @classmethod
     def from_json_file(cls, path: str | Path) -> BertConfig:
         path = Path(path)
+        if not file_present(path):  # before open: a FIFO would wait forever
+            raise BertkitError(f"{path}: config file not found")
         try:
             with open(path, "rb") as handle:  # bounded before decoding: a stream or a huge file is not a config
                 raw = handle.read(MAX_CONFIG_BYTES + 1)
@@ -298,7 +301,7 @@ def check_model_directory(path: str | Path, flag: str = "--model", presets: bool
     if not path.is_dir():
         raise BertkitError(f"{label}: is a file; give the model directory that holds it ({path.parent}), "
                            f"with {layout}")
-    if not (path / "config.json").is_file():
+    if not file_present(path / "config.json"):
         inside = [d for d in ("best", "final") if (path / d / "config.json").is_file()]
         if inside:
             hint = f"; the model is in {path / inside[0]} (the run's {inside[0]}/)"

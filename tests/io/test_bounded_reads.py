@@ -34,7 +34,12 @@ def _deep(tmp_path):
 
 def test_json_files_are_bounded_and_deep_nesting_is_damage(tmp_path, zero, monkeypatch):
     monkeypatch.setattr(jsonfile, "MAX_JSON_BYTES", 1 << 20)  # the bound's logic, without reading 256 MiB
-    with pytest.raises(BertkitError, match="zero: more than 1,048,576 bytes"):
+    sparse = tmp_path / "sparse.json"
+    with open(sparse, "wb") as handle:
+        handle.truncate(2 << 20)
+    with pytest.raises(BertkitError, match="sparse.json: more than 1,048,576 bytes"):
+        read_json(sparse)
+    with pytest.raises(BertkitError, match="zero: a device, not a file"):  # refused before it is opened
         read_json(zero)
     assert read_json_object(zero, damaged={}) == {}
     with pytest.raises(BertkitError, match="nested deeper"):
@@ -42,11 +47,16 @@ def test_json_files_are_bounded_and_deep_nesting_is_damage(tmp_path, zero, monke
 
 
 def test_config_json_is_bounded_and_deep_nesting_is_one_line(tmp_path, zero):
+    sparse = tmp_path / "config.json"
+    with open(sparse, "wb") as handle:
+        handle.truncate(17 << 20)
     with pytest.raises(BertkitError, match="no config.json holds"):
+        BertConfig.from_json_file(sparse)
+    with pytest.raises(BertkitError, match="zero: a device, not a file"):
         BertConfig.from_json_file(zero)
     with pytest.raises(BertkitError, match="not a valid JSON config"):
         BertConfig.from_json_file(_deep(tmp_path))
-    with pytest.raises(BertkitError, match="cannot be read"):
+    with pytest.raises(BertkitError, match="a directory, not a file"):
         BertConfig.from_json_file(tmp_path)
 
 
@@ -126,3 +136,38 @@ def test_metrics_records_with_a_step_that_is_not_a_number_are_skipped(tmp_path):
     path.write_text('{"step": 1}\n{"kind": "train", "step": "abc"}\n{"step": null}\n{"step": 2}\n')
     truncate_metrics(path, 5)
     assert read_metrics(path) == [{"step": 1}, {"step": 2}]
+
+
+@pytest.mark.parametrize("name", ["config.json", "vocab.txt", "tokenizer_config.json", "modules.json",
+                                  "model.safetensors"])
+@pytest.mark.parametrize("kind", ["fifo", "device", "directory", "dangling link"])
+def test_a_file_beside_a_model_that_is_not_a_file_is_refused_naming_it_never_read_as_absent(tmp_path, name, kind):
+    """A FIFO was read and waited forever (the weights), and a tokenizer_config.json or modules.json that was not a
+    file was taken for absent: the model loaded without its lower-casing or pooling."""
+    from bertkit.config import preset
+    from bertkit.model import BertForPreTraining, BertModel
+
+    directory = tmp_path / "model"
+    BertForPreTraining(preset("bert-debug", vocab_size=7)).save_pretrained(
+        directory, tokenizer=WordPieceTokenizer(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "good", "bad"]))
+    (directory / "modules.json").write_text("[]")
+    target = directory / name
+    target.unlink()
+    {"fifo": lambda: os.mkfifo(target), "device": lambda: os.symlink("/dev/zero", target),
+     "directory": target.mkdir, "dangling link": lambda: os.symlink(tmp_path / "gone", target)}[kind]()
+    said = {"fifo": "a FIFO, not a file", "device": "a device, not a file", "directory": "a directory, not a file",
+            "dangling link": "which does not exist"}[kind]
+    with pytest.raises(BertkitError, match=f"{name}: .*{said}"):
+        WordPieceTokenizer.from_pretrained(directory)
+        BertModel.from_pretrained(directory)
+        from bertkit.interop.sentence_transformers import read_sentence_transformers
+        read_sentence_transformers(directory)
+
+
+def test_a_run_record_that_is_a_device_is_refused_on_resume_not_skipped(tmp_path, zero):
+    """finetune_run.json as a link to /dev/zero was taken for absent: the resume went on unchecked."""
+    from bertkit.workflows import run_output
+
+    os.symlink(zero, tmp_path / run_output.RUN_FILE)
+    with pytest.raises(BertkitError, match="finetune_run.json: a device, not a file"):
+        run_output._check_same_run(tmp_path, {}, set(), {})

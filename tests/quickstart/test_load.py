@@ -92,3 +92,29 @@ def test_time_plan_on_a_simulated_busy_machine(first_round_only, tmp_path, monke
     else:
         assert plan.speedup > 1 and "machine busy: load average 5.5" in echoed[0]
         assert echoed[1].startswith("      warning: at the speed measured now")
+
+
+@pytest.mark.parametrize("edit", [{"pretrain_s": "600"}, {"pretrain_s": float("nan")}, {"finetune_s": -1.0},
+                                  {"seeds": [1, "2"]}, {"rates": {"pretrain_steps_per_s": 0.0}}, {"extra": 1.0},
+                                  {"speedup": True}])
+def test_an_edited_plan_json_is_refused_and_planned_again_never_planned_with(edit, tmp_path, monkeypatch, caplog):
+    """A hand-edited plan.json gave a TypeError traceback, or (a negative or NaN share) a plan no run can follow;
+    timings.json entries that are not seconds broke the report's sums."""
+    plan = plan_time(600, 5, IDLE, WORK, epochs=5, seeds=(1, 2, 3))
+    kept = plan.to_json()
+    kept.update(edit if "rates" not in edit else {"rates": {**kept["rates"], **edit["rates"]}})
+    with pytest.raises(BertkitError, match="not a time plan bertkit writes"):
+        TimePlan.from_json(kept)
+    (tmp_path / "plan.json").write_text(json.dumps(kept))
+    (tmp_path / "timings.json").write_text(json.dumps({"vocabulary_and_data_s": 5.0, "pretraining_s": "soon"}))
+    probe, _ = _probe([IDLE, IDLE, IDLE])
+    monkeypatch.setattr(stages, "probe_rates", lambda *args: probe())
+    with caplog.at_level("WARNING"):
+        clock = stages.StageClock(tmp_path / "timings.json")
+    assert clock.totals == {"vocabulary_and_data_s": 5.0} and "pretraining_s not seconds" in caplog.text
+    echoed: list[str] = []
+    tokenizer = WordPieceTokenizer.from_pretrained("tests/assets/vocab/bert-base-uncased")
+    again = stages.time_plan(QuickstartSettings(output=tmp_path, minutes=10.0, resume=True), tokenizer, clock,
+                             echo=echoed.append)
+    assert "not a time plan bertkit writes" in echoed[0] and echoed[0].endswith("planned again")
+    assert TimePlan.from_json(json.loads((tmp_path / "plan.json").read_text())) == again

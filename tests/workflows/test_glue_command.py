@@ -191,6 +191,15 @@ def test_the_dev_best_rate_is_chosen_and_resume_trains_only_what_is_missing(mode
     results = json.loads((out / "glue_results.json").read_text())
     assert set(results["tasks"]) == {"rte"} and results["recipe"]["seeds"] == [1, 2]
     assert len(results["tasks"]["rte"]["metrics"]["accuracy"]["values"]) == 2
+    # run times edited by hand (a TypeError traceback before): left out, each run still kept from its own files
+    sweep = json.loads((out / "glue_sweep.json").read_text())
+    bad = iter(("soon", [1], {"wall_s": "1"}, {"wall_s": float("inf")}, None))
+    sweep["runs"] = {name: next(bad) for name in sweep["runs"]}
+    (out / "glue_sweep.json").write_text(json.dumps(sweep))
+    capsys.readouterr()
+    assert _glue(model_dir, data, out, *flags, "--resume", "auto", "--seeds", "1,2", "--tasks", "rte") == 0
+    printed = capsys.readouterr().out
+    assert printed.count("finished earlier, kept") == 2 and "s then)" not in printed
 
 
 def test_unusable_folders_are_named_in_one_line_and_the_others_run(model_dir, tmp_path, capsys):

@@ -30,6 +30,7 @@ from bertkit import __version__
 from bertkit.errors import BertkitError
 from bertkit.inference.pooling import POOLINGS
 from bertkit.io.atomic import write_text_atomic
+from bertkit.io.bounded import file_present
 from bertkit.io.jsonfile import read_json, read_json_object
 
 MODULES_FILE = "modules.json"
@@ -84,7 +85,7 @@ def read_sentence_transformers(directory: str | Path) -> SentenceModules | None:
     """The settings of a sentence-transformers directory, or None when it has no modules.json."""
     directory = Path(directory)
     modules_path = directory / MODULES_FILE
-    if not modules_path.is_file():
+    if not file_present(modules_path):
         return None
     modules = read_json(modules_path, fix=_INCOMPLETE)
     kinds = [_module_kind(modules_path, m) for m in (modules if isinstance(modules, list) else [None])]
@@ -206,7 +207,7 @@ def copy_module_files(source: str | Path, target: str | Path) -> bool:
     """Copy the module files of the sentence-transformers directory `source` (modules.json, its module folders,
     their configs) into `target`, a BERT directory written from it; False when `source` is not one."""
     source, target = Path(source), Path(target)
-    if not (source / MODULES_FILE).is_file():
+    if not file_present(source / MODULES_FILE):
         return False
     modules = read_json(source / MODULES_FILE, fix=_INCOMPLETE)
     if not isinstance(modules, list):

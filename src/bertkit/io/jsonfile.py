@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from bertkit.errors import BertkitError
-from bertkit.io.bounded import read_bounded
+from bertkit.io.bounded import file_present, read_bounded
 
 MAX_JSON_BYTES = 64 << 20
 """Largest JSON file read: a multilingual tokenizer.json is tens of MB (XLM-R's 17); parsed JSON takes up to some
@@ -39,6 +39,11 @@ def read_json(path: str | Path, *, missing: Any = RAISE, damaged: Any = RAISE, f
     """The JSON value in `path`. A missing file gives `missing`, an unreadable or invalid one `damaged`; either
     left at RAISE is a BertkitError naming the file (and `fix`, a sentence saying what to do)."""
     path = Path(path)
+    try:
+        if not file_present(path):  # before open: a FIFO would wait forever
+            return _fail(missing, f"{path}: not found", fix)
+    except BertkitError as exc:  # a device, a FIFO, a directory: not the file
+        return _fail(damaged, str(exc), fix)
     try:
         text = read_bounded(path, MAX_JSON_BYTES, "a JSON file", decompress=False).decode("utf-8")
     except FileNotFoundError:

@@ -27,6 +27,7 @@ from torch import nn
 from bertkit.config import BertConfig
 from bertkit.errors import BertkitError
 from bertkit.io.atomic import failed_write_advice, write_file_atomic
+from bertkit.io.bounded import file_present
 from bertkit.io.jsonfile import read_json
 from bertkit.model.hf_names import REDUNDANT_HF_KEYS, from_hf, to_hf
 
@@ -46,14 +47,15 @@ def read_state_dict(directory: str | Path) -> dict[str, torch.Tensor]:
         raise BertkitError(f"{directory}: not a checkpoint directory (expected config.json + {SAFETENSORS_NAME})")
     for name, reader in ((SAFETENSORS_NAME, _read_safetensors), (PYTORCH_NAME, _read_torch_bin)):
         index = directory / f"{name}.index.json"
-        if (directory / name).exists():
+        if file_present(directory / name):
             return reader(directory / name)
-        if index.exists():
+        if file_present(index):
             return _read_sharded(index, reader)
     raise BertkitError(f"{directory}: no weights found; expected {SAFETENSORS_NAME} or {PYTORCH_NAME}")
 
 
 def _read_safetensors(path: Path) -> dict[str, torch.Tensor]:
+    _check_weights_file(path)
     try:
         return load_file(str(path))
     except (SafetensorError, OSError) as exc:
@@ -61,6 +63,7 @@ def _read_safetensors(path: Path) -> dict[str, torch.Tensor]:
 
 
 def _read_torch_bin(path: Path) -> dict[str, torch.Tensor]:
+    _check_weights_file(path)
     try:
         state = torch.load(str(path), map_location="cpu", weights_only=True)
     except Exception as exc:  # noqa: BLE001 - any failure of the safe unpickler is the user's file
@@ -87,8 +90,16 @@ def _read_sharded(index: Path, reader: Any) -> dict[str, torch.Tensor]:
     return state
 
 
+def _check_weights_file(path: Path) -> None:
+    """A weights file must be a file (a FIFO would hang the reader): refused in one line when it is missing (a shard
+    an index names) or something else."""
+    if not file_present(path):
+        raise BertkitError(f"{path}: missing; copy the whole model directory")
+
+
 def safetensors_shapes(path: Path) -> dict[str, list[int]]:
     """Tensor name -> shape from a safetensors header, without reading the tensors."""
+    _check_weights_file(path)
     try:
         with safe_open(str(path), framework="pt") as handle:
             return {name: handle.get_slice(name).get_shape() for name in handle.keys()}  # noqa: SIM118 - safe_open is not iterable

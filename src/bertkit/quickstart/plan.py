@@ -19,6 +19,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import asdict, dataclass
+from typing import Any
 
 from bertkit.errors import BertkitError
 
@@ -94,7 +95,20 @@ class TimePlan:
 
     @classmethod
     def from_json(cls, data: dict) -> TimePlan:
-        return cls(**{**data, "seeds": tuple(data["seeds"]), "rates": Rates(**data["rates"])})
+        """The plan plan.json keeps; a BertkitError when it is not one `to_json` wrote (a field missing, unknown or
+        of another type, a number not finite or negative, a rate not positive), so no edit is planned with."""
+        try:
+            rates = Rates(**{name: _number(value, name, positive=True) for name, value in data["rates"].items()})
+            seeds = tuple(data["seeds"])
+            if not all(isinstance(seed, int) and not isinstance(seed, bool) for seed in seeds):
+                raise TypeError(f"seeds {seeds!r}")
+            kinds = {field.name: field.type for field in dataclasses.fields(cls)}
+            values: dict[str, Any] = {
+                name: value if kinds[name] == "str" and isinstance(value, str) else _number(value, name)
+                for name, value in data.items() if name not in ("rates", "seeds")}
+            return cls(**values, seeds=seeds, rates=rates)
+        except (KeyError, TypeError, AttributeError) as exc:
+            raise BertkitError(f"not a time plan bertkit writes ({type(exc).__name__}: {exc})") from None
 
     def describe(self) -> str:
         rate = self.rates.pretrain_steps_per_s
@@ -106,6 +120,14 @@ class TimePlan:
                 f"part of it), fine-tuning ~{self.finetune_s:.0f} s "
                 f"({self.finetune_epochs:g} epochs x {len(self.seeds)} seeds), report ~{self.report_s:.0f} s"
                 + (f"; {self.shortened}" if self.shortened else "") + (f"; machine {self.load}" if self.load else ""))
+
+
+def _number(value: object, name: str, positive: bool = False) -> float:
+    """`value` as a finite number >= 0 (> 0 when `positive`); TypeError naming the field otherwise."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0 \
+            or (positive and value == 0):
+        raise TypeError(f"{name} is {value!r}")
+    return value
 
 
 def plan_time(total_s: float, spent_s: float, rates: Rates, work: FinetuneWork, epochs: float,

@@ -22,6 +22,8 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
+import math
 import os
 import platform
 import random
@@ -55,6 +57,8 @@ from bertkit.quickstart.report import (
 )
 from bertkit.runtime.device import apply_threads
 from bertkit.workflows.recipe_notes import long_input_task_note
+
+log = logging.getLogger(__name__)
 
 SUMMARY_FILE = "quickstart.json"
 TIMINGS_FILE = "timings.json"
@@ -273,7 +277,11 @@ class StageClock:
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        self.totals: dict[str, float] = read_json_object(path, missing={}, damaged={})
+        kept = read_json_object(path, missing={}, damaged={})
+        self.totals: dict[str, float] = {name: seconds for name, seconds in kept.items() if _seconds(seconds)}
+        if len(self.totals) < len(kept):  # an edit: the report counts the stages it can
+            log.warning("%s: %s not seconds bertkit wrote; left out of the run's times", path,
+                        ", ".join(sorted(set(kept) - set(self.totals))))
 
     @contextlib.contextmanager
     def stage(self, name: str) -> Iterator[None]:
@@ -289,15 +297,21 @@ class StageClock:
         write_text_atomic(self.path, json.dumps(self.totals, indent=2) + "\n")
 
 
+def _seconds(value: object) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value >= 0
+
+
 def time_plan(settings: QuickstartSettings, tokenizer: Any, timings: StageClock, echo: Echo) -> TimePlan:
     """The split of --minutes (plan.py), from rates measured now (the probe's time counted as its own stage,
     `speed_probe_s`); a resumed run keeps its first plan."""
     path = settings.output / PLAN_FILE
     if settings.resume and path.is_file():
-        with contextlib.suppress(BertkitError, KeyError, TypeError):
+        try:
             plan = TimePlan.from_json(read_json_object(path))
             echo(f"      time plan (kept from the first run): {plan.describe()}")
             return plan
+        except BertkitError as exc:
+            echo(f"      {path}: {str(exc).removeprefix(f'{path}: ')}; planned again")
     train, dev, test = label_files(settings)
     lengths = [len(ids) + 2 for ids in tokenizer.encode_ids(_texts(train))]  # + [CLS], [SEP]
     before, cpu = timings.totals.get("speed_probe_s", 0.0), time.process_time()

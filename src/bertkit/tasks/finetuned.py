@@ -32,6 +32,7 @@ from torch import nn
 from bertkit.config import BertConfig, check_model_directory
 from bertkit.errors import BertkitError
 from bertkit.io.atomic import replace_directory, write_file_atomic, write_text_atomic
+from bertkit.io.bounded import file_present
 from bertkit.io.jsonfile import read_json
 from bertkit.model import BertModel
 from bertkit.model.feature_based import FeatureBasedModel
@@ -127,7 +128,7 @@ def load_task(directory: str | Path) -> Task:
 
 def _no_task_file(directory: Path) -> str:
     """Why a directory without bertkit_task.json has no task, and what to run instead."""
-    if (directory / "modules.json").is_file():  # sentence-transformers layout: `finetune embedding` writes it
+    if file_present(directory / "modules.json"):  # sentence-transformers layout: `finetune embedding` writes it
         return (f"{directory}: a sentence-embedding model (modules.json, no {TASK_FILE}): it has no labels to "
                 "predict; embed texts with `bertkit extract --model DIR`, or serve it with `bertkit serve`")
     return (f"{directory}: no {TASK_FILE}; --model must be a directory written by `bertkit finetune "
@@ -136,7 +137,7 @@ def _no_task_file(directory: Path) -> str:
 
 def _load_feature_based(directory: Path, task: Task, layers: tuple[int, ...], combine: str) -> FeatureBasedModel:
     head_file = directory / FEATURE_HEAD_FILE
-    if not head_file.is_file():
+    if not file_present(head_file):
         raise BertkitError(f"{directory}: a feature-based model (feature_layers in {TASK_FILE}) needs its "
                            f"linear layer in {FEATURE_HEAD_FILE}, which is missing; copy the whole directory "
                            "that fine-tuning wrote")

@@ -31,6 +31,7 @@ from pathlib import Path
 
 from bertkit.errors import BertkitError
 from bertkit.io.atomic import check_writable
+from bertkit.io.bounded import file_present
 from bertkit.io.textfile import MAX_TEXT_CHARS
 from bertkit.settings.data import TokenizerTrainSettings, VocabularySettings
 from bertkit.tokenizer import vocab
@@ -309,7 +310,7 @@ def check_model_vocabulary(tokenizer: WordPieceTokenizer, vocab_size: int, model
     """
     model_dir = None if model_dir is None else Path(model_dir)
     own = None if model_dir is None else next(
-        (model_dir / name for name in (VOCAB_FILE, TOKENIZER_JSON) if (model_dir / name).is_file()), None)
+        (model_dir / name for name in (VOCAB_FILE, TOKENIZER_JSON) if file_present(model_dir / name)), None)
     file = own if tokenizer_path is None else vocab._vocabulary_file(Path(tokenizer_path))
     if own is not None and file is not None and file.resolve() != own.resolve():
         own_tokens = vocab.load(own, True)[0]

@@ -27,7 +27,7 @@ from pathlib import Path
 
 from bertkit.errors import BertkitError, where
 from bertkit.io.atomic import write_text_atomic
-from bertkit.io.bounded import read_bounded
+from bertkit.io.bounded import file_present, read_bounded
 from bertkit.io.jsonfile import read_json_object
 
 PAD, UNK, CLS, SEP, MASK = "[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"
@@ -110,7 +110,7 @@ def _vocabulary_file(path: Path) -> Path:
     if not path.is_dir():
         return path
     for name in (VOCAB_FILE, TOKENIZER_JSON):
-        if (path / name).is_file():
+        if file_present(path / name):
             return path / name
     raise BertkitError(f"no vocabulary in {path}: it holds neither {VOCAB_FILE} nor {TOKENIZER_JSON}; pass the "
                        "directory of a BERT tokenizer (e.g. the output of `bertkit tokenizer train`)")
@@ -141,7 +141,7 @@ def _read_vocab(path: Path) -> list[str]:
 def _read_config(config_path: Path) -> dict[str, bool]:
     """The keys of tokenizer_config.json that bertkit follows (do_lower_case, split_special_tokens), those set;
     nothing when the file is absent."""
-    if not config_path.is_file():
+    if not file_present(config_path):
         return {}
     config = read_json_object(config_path, fix="fix or delete the file")
     found = {key: config[key] for key in ("do_lower_case", "split_special_tokens") if config.get(key) is not None}

@@ -47,6 +47,7 @@ from bertkit.errors import BertkitError
 from bertkit.inference.batching import model_outputs
 from bertkit.inference.positions import PRETRAINING_FILE, trained_positions
 from bertkit.io.atomic import write_text_atomic
+from bertkit.io.bounded import file_present
 from bertkit.io.columnar import is_table_input
 from bertkit.io.jsonfile import read_json_object
 from bertkit.io.textfile import format_suffix
@@ -201,7 +202,7 @@ def check_teacher(teacher: Path, output: Path) -> Path:
 
 def _teacher(kind: str, directory: Path) -> tuple[Task, nn.Module, WordPieceTokenizer]:
     """The teacher's task, model (eval mode) and vocabulary; a model of another kind, or feature-based, is refused."""
-    if read_task_file(directory) is None and (directory / "modules.json").is_file():
+    if read_task_file(directory) is None and file_present(directory / "modules.json"):
         raise BertkitError(f"--teacher {directory} is a sentence-embedding model; distil it with `bertkit distill "
                            "embedding`")
     task, model, tokenizer = load_finetuned(directory)

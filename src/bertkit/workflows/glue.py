@@ -28,6 +28,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import math
 import shutil
 import statistics
 import time
@@ -269,6 +270,10 @@ def _finished(directory: Path, one_run: FinetuneSettings) -> dict[str, Any] | No
     return results
 
 
+def _wall_seconds(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value >= 0
+
+
 def _prepare_output(out: Path, resume: bool, overwrite: bool, settings: GlueSettings,
                     finetune: FinetuneSettings) -> dict[str, Any]:
     """Create OUTPUT or check it holds an earlier sweep (--resume auto continues it, --overwrite deletes
@@ -292,7 +297,10 @@ def _prepare_output(out: Path, resume: bool, overwrite: bool, settings: GlueSett
             # a damaged record loses only the run times; each run's own files decide what is finished
             earlier = read_json_object(marker, missing={}, damaged={})
     out.mkdir(parents=True, exist_ok=True)
-    runs = earlier.get("runs") if isinstance(earlier.get("runs"), dict) else {}
+    kept: dict[str, Any] = earlier["runs"] if isinstance(earlier.get("runs"), dict) else {}
+    # only the run times bertkit wrote: an edited entry would fail the table's sums (each run's own files, not
+    # this record, say what is finished)
+    runs = {name: run for name, run in kept.items() if isinstance(run, dict) and _wall_seconds(run.get("wall_s"))}
     sweep = {"model": finetune.model, "data": str(settings.data), "learning_rates": list(settings.learning_rates),
              "seeds": list(finetune.seeds), "runs": runs}
     write_text_atomic(marker, json.dumps(sweep, indent=2) + "\n")

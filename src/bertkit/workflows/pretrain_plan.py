@@ -30,6 +30,7 @@ from bertkit.config import BertConfig, load_config
 from bertkit.data import PretrainingDataset, collate_pretraining
 from bertkit.errors import BertkitError
 from bertkit.inference.positions import PRETRAINING_FILE
+from bertkit.io.bounded import file_present
 from bertkit.io.jsonfile import read_json_object
 from bertkit.model import BertForPreTraining, read_state_dict
 from bertkit.model.accelerate import cpu_kernels_enabled, train_as_measured
@@ -114,11 +115,11 @@ class InitFacts:
         history = pretraining_history(read_json_object(path / PRETRAINING_FILE, missing={}, damaged={}))
         kind = "short" if history.get("steps", PAPER_MIN_STEPS) < PAPER_MIN_STEPS else "released"
         single = path / SAFETENSORS_NAME
-        names = safetensors_shapes(single) if single.is_file() else read_state_dict(path)
+        names = safetensors_shapes(single) if file_present(single) else read_state_dict(path)
         prefixes = {"nsp": "cls.seq_relationship.", "mlm": "cls.predictions.transform."}
         heads = frozenset(head for head, prefix in prefixes.items() if any(n.startswith(prefix) for n in names))
         return cls(str(directory), BertConfig.from_json_file(path / "config.json"), kind, heads,
-                   (path / "modules.json").is_file())
+                   file_present(path / "modules.json"))
 
 
 @dataclass(frozen=True)

@@ -33,6 +33,7 @@ from typing import Any, TypeVar
 
 from bertkit.errors import BertkitError, Interrupted
 from bertkit.io.atomic import check_writable, replace_directory, write_text_atomic
+from bertkit.io.bounded import file_present
 from bertkit.io.digest import update_with_file
 from bertkit.io.jsonfile import read_json_object
 from bertkit.settings.rules import check_resume, describe_changes
@@ -149,7 +150,7 @@ def _check_same_run(output: Path, settings: dict[str, Any], allowed: set[str], l
     """Refuse what the rulebook refuses against the interrupted run's record; log what --allow-change accepted
     and what changed freely. Runs written before a setting was recorded are not compared on it."""
     path = output / RUN_FILE
-    if not path.is_file():
+    if not file_present(path):
         return
     earlier = upgraded_record(read_json_object(path, fix="start over with --overwrite"))
     found = check_resume(earlier, settings, allowed, where=str(output), labels=labels)
