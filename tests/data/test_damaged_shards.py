@@ -128,3 +128,15 @@ def test_one_shard_under_two_names_is_refused(data, tmp_path):
     (copy / "manifest.json").write_text(json.dumps(manifest))
     with pytest.raises(BertkitError, match="shard files 'shard-00000.bin' and 'shard-00001.bin' are the same file"):
         PretrainingDataset(copy)
+
+
+@pytest.mark.parametrize("name", ["manifest.json", "shard-00000.bin"])
+def test_a_fifo_in_place_of_the_manifest_or_a_shard_is_named_as_such(data, tmp_path, name):
+    import os
+
+    copy = tmp_path / "data"
+    shutil.copytree(data, copy)
+    (copy / name).unlink()
+    os.mkfifo(copy / name)
+    with pytest.raises(BertkitError, match=f"{name}: a FIFO, not a file"):
+        PretrainingDataset(copy)

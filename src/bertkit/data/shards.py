@@ -39,6 +39,7 @@ import numpy as np
 
 from bertkit.errors import BertkitError
 from bertkit.io.atomic import AtomicFile, check_writable, temp_glob, write_text_atomic
+from bertkit.io.bounded import file_present
 from bertkit.io.digest import file_sha256
 from bertkit.io.jsonfile import read_json_object
 
@@ -160,7 +161,7 @@ def write_manifest(directory: Path, manifest: dict) -> None:
 
 def read_manifest(directory: Path) -> dict:
     path = Path(directory) / MANIFEST
-    if not path.is_file():
+    if not file_present(path):
         raise BertkitError(f"{directory}: no {MANIFEST}; not a bertkit pre-training data directory, or "
                            "its creation did not finish - run `bertkit data pretraining` again")
     manifest = read_json_object(path, fix="re-create the data")
@@ -185,7 +186,7 @@ def open_shard(directory: Path, entry: dict) -> dict[str, np.ndarray]:
         raise BertkitError(f"{directory / MANIFEST}: shard file {name!r} is not a file name in the data directory; "
                            "the manifest was altered - re-create the data")
     path = Path(directory) / name
-    if not path.is_file() or path.stat().st_size != entry["bytes"]:
+    if not file_present(path) or path.stat().st_size != entry["bytes"]:
         raise BertkitError(f"{path}: missing or not {entry['bytes']} bytes as the manifest says; "
                            "the data directory is damaged - re-create it")
     for array, spec in entry["arrays"].items():
