@@ -242,3 +242,15 @@ def test_a_context_that_would_shadow_a_compared_value_or_is_not_json_is_a_caller
         fit(toy_model(), toy_loss, toy_data(), config(max_steps=2), tmp_path,
             resume=Resume(identity={"data": "manifest"} if "data" in context else {}, context=context))
     assert not (tmp_path / "checkpoints").exists() or names(tmp_path) == []
+
+
+def test_a_nested_setting_an_older_record_lacks_is_not_compared_one_it_has_is():
+    """A run recorded before its distillation kept the teacher's weights resumes; a teacher changed since is refused."""
+    from bertkit.settings.rules import differences
+
+    older = {"distillation": {"teacher": "t", "soft": 1.0}}
+    now = {"distillation": {"teacher": "t", "teacher_weights": "ab", "soft": 1.0}}
+    assert differences(older, now) == []
+    found = differences({"distillation": {"teacher": "t", "teacher_weights": "cd"}}, now)
+    assert [(d.name, d.then, d.now) for d in found] == [("distillation.teacher_weights", "cd", "ab")]
+    assert [d.name for d in differences(now, older)] == ["distillation.teacher_weights"]  # dropped since: compared

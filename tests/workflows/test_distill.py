@@ -137,6 +137,25 @@ def test_an_interrupted_distillation_resumes_bit_exact(files, tmp_path, monkeypa
                                            allow_change=("distillation",)))
 
 
+def test_a_resume_with_another_teacher_at_the_same_path_is_refused(files, tmp_path) -> None:
+    """The record kept the teacher's path only: a teacher replaced there mixed two teachers' targets in one run."""
+    import shutil
+
+    from safetensors.torch import load_file, save_file
+
+    teacher = tmp_path / "teacher"
+    shutil.copytree(files["teacher"], teacher)
+    here = {**files, "teacher": teacher}
+    distilling.run_distillation("classification", files["few"], [files["dev"]], *_settings(here, tmp_path / "c"))
+    state = load_file(teacher / "model.safetensors")
+    name = next(key for key in state if key.endswith("classifier.weight"))
+    state[name] = state[name] * 2
+    save_file(state, teacher / "model.safetensors", metadata={"format": "pt"})
+    with pytest.raises(BertkitError, match=r"distillation\.teacher_weights was '[0-9a-f]{16}' and is '[0-9a-f]{16}'"):
+        distilling.run_distillation("classification", files["few"], [files["dev"]],
+                                    *_settings(here, tmp_path / "c", resume=True))
+
+
 def test_what_a_user_can_get_wrong_is_one_line_naming_it(files, tmp_path) -> None:
     with pytest.raises(BertkitError, match="is a classification model; run `bertkit distill classification`"):
         distilling.run_distillation("tagging", files["few"], [files["dev"]], *_settings(files, tmp_path / "x"))

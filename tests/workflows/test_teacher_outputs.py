@@ -55,13 +55,13 @@ def test_outputs_are_the_teachers_and_are_read_back_not_recomputed(tmp_path, sma
     teacher, features = _teacher(), _features(10)
     calls = _computed(monkeypatch)
     first = cache.teacher_outputs(teacher, TASK, features, tmp_path / "t", 0, 3, torch.device("cpu"))
-    assert calls == [4, 4, 2] and len(first) == 10
+    assert calls == [1, 4, 4, 2] and len(first) == 10  # the teacher on one feature (the shapes), then the chunks
     reference = model_outputs(teacher, features, ("logits",), ("logits",), 3, 0)["logits"]
     for row, expected in zip(first, reference):
         # (batched otherwise than the chunks are, so padded otherwise: equal to rounding)
         np.testing.assert_allclose(row["logits"], expected, rtol=1e-5, atol=1e-6)
     again = cache.teacher_outputs(teacher, TASK, features, tmp_path / "t", 0, 3, torch.device("cpu"))
-    assert calls == [4, 4, 2] and all(np.array_equal(a["logits"], b["logits"]) for a, b in zip(first, again))
+    assert calls == [1, 4, 4, 2, 1] and all(np.array_equal(a["logits"], b["logits"]) for a, b in zip(first, again))
 
 
 def test_another_teacher_or_other_inputs_start_over(tmp_path, small_chunks, monkeypatch) -> None:
@@ -69,15 +69,16 @@ def test_another_teacher_or_other_inputs_start_over(tmp_path, small_chunks, monk
     cache.teacher_outputs(_teacher(0), TASK, features, tmp_path / "t", 0, 3, torch.device("cpu"))
     calls = _computed(monkeypatch)
     other = cache.teacher_outputs(_teacher(1), TASK, features, tmp_path / "t", 0, 3, torch.device("cpu"))
-    assert calls == [4, 2]
+    assert calls == [1, 4, 2]
     expected = model_outputs(_teacher(1), features, ("logits",), ("logits",), 3, 0)["logits"]
     for row, logits in zip(other, expected):
         np.testing.assert_allclose(row["logits"], logits, rtol=1e-5, atol=1e-6)
     cache.teacher_outputs(_teacher(1), TASK, features[:5], tmp_path / "t", 0, 3, torch.device("cpu"))
-    assert calls == [4, 2, 4, 1]
+    assert calls == [1, 4, 2, 1, 4, 1]
 
 
-@pytest.mark.parametrize("damage", ["truncated", "non-finite", "wrong-count"])
+@pytest.mark.parametrize("damage", ["truncated", "non-finite", "wrong-count", "wrong-shapes", "no-key",
+                                    "another-run"])
 def test_a_damaged_chunk_is_computed_again(tmp_path, small_chunks, monkeypatch, caplog, damage) -> None:
     teacher, features = _teacher(), _features(8)
     cache.teacher_outputs(teacher, TASK, features, tmp_path / "t", 0, 3, torch.device("cpu"))
@@ -85,17 +86,31 @@ def test_a_damaged_chunk_is_computed_again(tmp_path, small_chunks, monkeypatch, 
     if damage == "truncated":
         chunk.write_bytes(chunk.read_bytes()[:40])
     else:
+        from safetensors import safe_open
         from safetensors.numpy import load_file, save_file
+        with safe_open(str(chunk), framework="np") as handle:
+            metadata = handle.metadata()
         tensors = load_file(str(chunk))
         if damage == "non-finite":
             tensors["logits"][3] = np.nan
-        else:
+        elif damage == "wrong-count":
             tensors["logits.shapes"] = tensors["logits.shapes"][:2]
-        save_file(tensors, str(chunk))
+        elif damage == "wrong-shapes":  # the same count and values, 3 labels read as 1 per token: it broadcast
+            tensors["logits.shapes"] = tensors["logits.shapes"][:, ::-1].copy()
+        elif damage == "no-key":
+            metadata = None
+        else:  # a chunk of another teacher's run on the same inputs, copied in: it was read as this run's
+            cache.teacher_outputs(_teacher(1), TASK, features, tmp_path / "other", 0, 3, torch.device("cpu"))
+            chunk.write_bytes((tmp_path / "other" / chunk.name).read_bytes())
+        if damage != "another-run":
+            save_file(tensors, str(chunk), metadata=metadata)
     calls = _computed(monkeypatch)
     with caplog.at_level(logging.WARNING):
         rows = cache.teacher_outputs(teacher, TASK, features, tmp_path / "t", 0, 3, torch.device("cpu"))
-    assert calls == [4] and "chunk-00001.safetensors is damaged" in caplog.text
+    assert calls == [1, 4] and "chunk-00001.safetensors is damaged" in caplog.text
+    reference = model_outputs(teacher, features, ("logits",), ("logits",), 3, 0)["logits"]
+    for row, expected in zip(rows, reference):
+        np.testing.assert_allclose(row["logits"], expected, rtol=1e-5, atol=1e-6)
     assert all(np.isfinite(r["logits"]).all() for r in rows)
 
 

@@ -87,7 +87,7 @@ class Difference:
 
 def differences(then: Mapping[str, Any], now: Mapping[str, Any]) -> list[Difference]:
     """Every leaf where `now` differs from `then`, among the settings both recorded (a record written before a
-    setting existed is not compared on it), nested mappings compared key by key."""
+    setting existed is not compared on it), nested mappings compared key by key (a key `then` lacks alike)."""
     found: list[Difference] = []
     for name in now:
         if name in then:
@@ -96,9 +96,8 @@ def differences(then: Mapping[str, Any], now: Mapping[str, Any]) -> list[Differe
 
 
 def _leaves(name: str, then: Any, now: Any) -> list[Difference]:
-    if isinstance(then, Mapping) and isinstance(now, Mapping):
-        return [leaf for key in sorted(set(then) | set(now)) for leaf in
-                _leaves(f"{name}.{key}", then.get(key), now.get(key))]
+    if isinstance(then, Mapping) and isinstance(now, Mapping):  # a key only `now` has: recorded since (not compared)
+        return [leaf for key in sorted(then) for leaf in _leaves(f"{name}.{key}", then[key], now.get(key))]
     if isinstance(then, list | tuple) and isinstance(now, list | tuple) and len(then) == len(now) \
             and any(isinstance(item, Mapping) for item in then):  # e.g. each dev file's fingerprint
         return [leaf for index, (a, b) in enumerate(zip(then, now)) for leaf in _leaves(f"{name}.{index}", a, b)]

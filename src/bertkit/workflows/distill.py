@@ -88,7 +88,7 @@ from bertkit.workflows.recipes import pretraining_history
 from bertkit.workflows.run_output import DISTILLATION_PATHS, data_fingerprint, data_record, stops_between_loops
 from bertkit.workflows.seeds import check_without_dev
 from bertkit.workflows.significance import compare_seeds
-from bertkit.workflows.teacher_outputs import teacher_outputs
+from bertkit.workflows.teacher_outputs import teacher_outputs, weights_sha256
 
 log = logging.getLogger(__name__)
 
@@ -308,7 +308,8 @@ def _recipe(task: Task, teacher: nn.Module, tokenizer: WordPieceTokenizer, plan:
                                   ctx)
         return [{**f, TEACHER_KEY: o} for f, o in zip(everything, outputs)]
 
-    record = {"teacher": str(distill.teacher), "student": plan.description, "layers": plan.layers,
+    record = {"teacher": str(distill.teacher), "teacher_weights": weights_sha256(teacher),
+              "student": plan.description, "layers": plan.layers,
               "layer_map": layer_map if weights.hidden or weights.attention else None, **dataclasses.asdict(weights),
               "unlabeled": data_fingerprint(distill.unlabeled) if distill.unlabeled else None,
               "max_unlabeled": distill.max_unlabeled, "augment": distill.augment}

@@ -70,7 +70,7 @@ from bertkit.workflows.embedding import (
 from bertkit.workflows.finetune import ModelSource
 from bertkit.workflows.predict import RESULTS_FILE, write_results
 from bertkit.workflows.run_output import data_fingerprint, data_record, stops_between_loops
-from bertkit.workflows.teacher_outputs import teacher_outputs
+from bertkit.workflows.teacher_outputs import teacher_outputs, weights_sha256
 
 log = logging.getLogger(__name__)
 
@@ -128,7 +128,8 @@ def run_embedding_distillation(train_path: str | Path, dev_paths: Sequence[str |
     teacher = teacher.to(ctx.device)
     settings = dataclasses.replace(settings, model=description, tokenizer=None)
     data = data_record(train_path, dev_paths)
-    lineage = {"teacher": str(teacher_dir), "student": description, "loss": "mse of sentence vectors",
+    lineage = {"teacher": str(teacher_dir), "teacher_weights": weights_sha256(teacher), "student": description,
+               "loss": "mse of sentence vectors",
                "unlabeled": data_fingerprint(distill.unlabeled) if distill.unlabeled else None,
                "max_unlabeled": distill.max_unlabeled}
 

@@ -36,6 +36,7 @@ from bertkit.train import FitResult
 from bertkit.train.distributed import DistributedContext, barrier, setup_distributed
 from bertkit.workflows.distill import LINEAGE_FILE, check_teacher, warn_not_smaller
 from bertkit.workflows.pretrain import pretrain
+from bertkit.workflows.teacher_outputs import weights_sha256
 
 log = logging.getLogger(__name__)
 
@@ -58,7 +59,8 @@ def distill_pretraining(settings: PretrainSettings, train: TrainConfig, distill:
                            f"student at the teacher's width ({config.hidden_size}); give --hidden-weight 0, or a "
                            "student of that width")
     weights = LossWeights(distill.soft_weight, distill.hard_weight, distill.hidden_weight, distill.temperature)
-    record = {"teacher": str(teacher_dir), "student": description, **dataclasses.asdict(weights)}
+    record = {"teacher": str(teacher_dir), "teacher_weights": weights_sha256(teacher), "student": description,
+              **dataclasses.asdict(weights)}
     log.info("general distillation of %s into %s: soft targets x %g at temperature %g, masked LM x %g, cosine of "
              "last hidden states x %g", teacher_dir, description, weights.soft, weights.temperature, weights.hard,
              weights.hidden)
