@@ -237,3 +237,25 @@ def test_a_vocabulary_that_reads_special_token_text_as_special_is_exported_as_it
     expected = ours.encode_batch(["the [SEP] cat"], None, max_length=16, truncation=True)[0].input_ids
     assert expected.count(ours.vocab["[SEP]"]) == 2
     assert AutoTokenizer.from_pretrained(tmp_path / "onnx")("the [SEP] cat")["input_ids"] == expected
+
+
+@pytest.mark.parametrize("edit", ["head weights removed", "architectures edited"])
+def test_a_fine_tuned_directory_that_contradicts_itself_is_refused_not_exported(edit, tmp_path, classifier_dir):
+    """A missing classifier exported random numbers, and an edited architectures exported another head beside a
+    bertkit_task.json naming the first: both with exit 0 (predict refused the first)."""
+    from safetensors.torch import load_file, save_file
+
+    directory = tmp_path / "model"
+    shutil.copytree(classifier_dir, directory)
+    if edit == "head weights removed":
+        state = load_file(directory / "model.safetensors")
+        save_file({k: v for k, v in state.items() if not k.startswith("classifier.")}, directory / "model.safetensors",
+                  metadata={"format": "pt"})
+        said = "the weights have none for classifier"
+    else:
+        config = json.loads((directory / "config.json").read_text())
+        (directory / "config.json").write_text(json.dumps({**config, "architectures": ["BertForTokenClassification"]}))
+        said = "architectures says BertForTokenClassification, bertkit_task.json a classification model"
+    with pytest.raises(BertkitError, match=said):
+        export_onnx(ExportSettings(directory, tmp_path / "onnx"))
+    assert not (tmp_path / "onnx").exists()

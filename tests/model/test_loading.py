@@ -90,6 +90,17 @@ def test_missing_encoder_weight_is_an_error_naming_it(tmp_path):
         bm.BertForPreTraining.from_pretrained(tmp_path)
 
 
+@pytest.mark.parametrize("model_class", ["BertModel", "BertForSequenceClassification"])
+def test_encoder_layers_the_config_leaves_out_are_an_error_not_skipped_as_another_heads(tmp_path, model_class):
+    """config.json edited to fewer layers than the weights hold: the extra layers were dropped, said at INFO only."""
+    _save_hf(tmp_path)
+    config = json.loads((tmp_path / "config.json").read_text())
+    (tmp_path / "config.json").write_text(json.dumps({**config, "num_hidden_layers": 1}))
+    with pytest.raises(BertkitError, match=r"the weights hold encoder layer\(s\) 1, which config.json's "
+                                           r"num_hidden_layers 1 leaves out"):
+        getattr(bm, model_class).from_pretrained(tmp_path)
+
+
 def test_unknown_tensor_is_an_error_naming_it(tmp_path):
     _save_hf(tmp_path)
     _edit_weights(tmp_path, lambda s: s.update({"gpt.h.0.attn.weight": torch.zeros(2)}))

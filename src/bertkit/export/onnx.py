@@ -57,7 +57,7 @@ from bertkit.model import MODEL_CLASSES, BertModel
 from bertkit.model.attention import PaddedSDPA
 from bertkit.model.feature_based import FeatureBasedModel
 from bertkit.settings import QUANTIZATIONS, ExportSettings
-from bertkit.tasks.finetuned import load_finetuned, read_task_file
+from bertkit.tasks.finetuned import TASK_FILE, load_finetuned, read_task_file
 from bertkit.tasks.kinds import TASK_CLASSES
 from bertkit.tokenizer import WordPieceTokenizer, check_model_vocabulary
 
@@ -253,9 +253,19 @@ def _load(model_dir: Path) -> tuple[nn.Module, str, WordPieceTokenizer]:
     if architecture not in heads():
         raise BertkitError(f"{model_dir}/config.json: cannot export architecture {architecture!r}; "
                            f"supported: {', '.join(heads())}")
+    kind = task_file and task_file.get("task")
+    if kind in TASK_CLASSES and TASK_CLASSES[kind].model_class.__name__ != architecture:
+        raise BertkitError(f"{model_dir}: config.json's architectures says {architecture}, {TASK_FILE} a {kind} "
+                           f"model ({TASK_CLASSES[kind].model_class.__name__}); the deploy directory would contradict "
+                           "itself: copy the directory fine-tuning wrote again, or fix architectures in config.json")
     tokenizer = WordPieceTokenizer.from_pretrained(model_dir)
     check_model_vocabulary(tokenizer, config.vocab_size, model_dir)
     model = MODEL_CLASSES[architecture].from_pretrained(model_dir).eval()
+    fresh = [k for k in getattr(model, "newly_initialized", []) if ".pooler." not in f".{k}"]
+    if fresh:  # exported, they would be random numbers in the graph (predict refuses such a directory too)
+        raise BertkitError(f"{model_dir}: the weights have none for {', '.join(fresh[:4])}, which {architecture} "
+                           "needs; copy the whole model directory, or set config.json's architectures to the head "
+                           "the weights have (BertModel for the encoder alone)")
     return model, architecture, tokenizer
 
 

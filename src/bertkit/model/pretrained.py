@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -177,6 +178,12 @@ class PreTrainedMixin:
             raise BertkitError(f"{source}: missing encoder weights: {_names(missing_encoder)}; "
                                "the checkpoint is incomplete or of a different architecture")
         unused += [k for k in converted if k not in expected]
+        deeper = sorted({int(m.group(1)) for k in unused if (m := _ENCODER_LAYER.match(k))})
+        if deeper:  # not another head's weights: the encoder itself would lose layers quietly
+            raise BertkitError(
+                f"{source}: the weights hold encoder layer(s) {', '.join(map(str, deeper))}, which config.json's "
+                f"num_hidden_layers {self.config.num_hidden_layers} leaves out; fix num_hidden_layers in config.json "
+                "(a smaller model from a deeper one: `bertkit distill --student layers:...`)")
         integer = [f"{k} ({v.dtype})" for k, v in hf_state.items()
                    if not v.is_floating_point() and not REDUNDANT_HF_KEYS.match(k)]
         if integer:
@@ -223,6 +230,10 @@ class PreTrainedMixin:
     def num_parameters(self) -> int:
         assert isinstance(self, nn.Module)
         return sum(p.numel() for p in self.parameters())
+
+
+_ENCODER_LAYER = re.compile(r"^(?:bert\.)?layers\.(\d+)\.")
+"""An encoder layer's weight name as bertkit names it (after `from_hf`), with its index."""
 
 
 def _fresh_ok(key: str) -> bool:
