@@ -156,6 +156,21 @@ def test_a_resume_with_another_teacher_at_the_same_path_is_refused(files, tmp_pa
                                     *_settings(here, tmp_path / "c", resume=True))
 
 
+def test_a_model_inside_the_output_it_would_overwrite_is_refused_before_anything_is_deleted(files, tmp_path,
+                                                                                            capsys) -> None:
+    """--student OUT/best --output OUT --overwrite deleted the student, then failed to read it (finetune alike)."""
+    out = tmp_path / "out"
+    _distill(files, out, "--max-steps", "2")
+    before = sorted(p.relative_to(out) for p in out.rglob("*"))
+    capsys.readouterr()
+    for command in (["distill", "classification", "--teacher", str(files["teacher"]), "--student", str(out / "best")],
+                    ["finetune", "classification", "--model", str(out / "best")]):
+        assert main([*command, "--train", str(files["few"]), "--dev", str(files["dev"]), "--output", str(out),
+                     "--overwrite", "--max-steps", "2", *COMMON]) == 2
+        assert f"best lies inside --output {out}" in capsys.readouterr().err
+        assert sorted(p.relative_to(out) for p in out.rglob("*")) == before
+
+
 def test_what_a_user_can_get_wrong_is_one_line_naming_it(files, tmp_path) -> None:
     with pytest.raises(BertkitError, match="is a classification model; run `bertkit distill classification`"):
         distilling.run_distillation("tagging", files["few"], [files["dev"]], *_settings(files, tmp_path / "x"))

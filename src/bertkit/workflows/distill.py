@@ -85,7 +85,13 @@ from bertkit.workflows.finetune import (
 )
 from bertkit.workflows.predict import RESULTS_FILE, predict_features, write_results
 from bertkit.workflows.recipes import pretraining_history
-from bertkit.workflows.run_output import DISTILLATION_PATHS, data_fingerprint, data_record, stops_between_loops
+from bertkit.workflows.run_output import (
+    DISTILLATION_PATHS,
+    check_outside,
+    data_fingerprint,
+    data_record,
+    stops_between_loops,
+)
 from bertkit.workflows.seeds import check_without_dev
 from bertkit.workflows.significance import compare_seeds
 from bertkit.workflows.teacher_outputs import teacher_outputs, weights_sha256
@@ -125,6 +131,7 @@ def run_distillation(kind: str, train_path: str | Path, dev_paths: Sequence[str 
     ctx = setup_distributed(settings.train.device)
     # the teacher's path is recorded resolved: the same run from any working directory
     distill = dataclasses.replace(distill, teacher=check_teacher(distill.teacher, settings.output))
+    check_outside(settings.output, "--student", distill.student)
     task, teacher, tokenizer = _teacher(kind, distill.teacher)
     teacher = teacher.to(ctx.device)
     plan = student_source(distill, teacher, tokenizer, distill.teacher)

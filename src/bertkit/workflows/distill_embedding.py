@@ -69,7 +69,7 @@ from bertkit.workflows.embedding import (
 )
 from bertkit.workflows.finetune import ModelSource
 from bertkit.workflows.predict import RESULTS_FILE, write_results
-from bertkit.workflows.run_output import data_fingerprint, data_record, stops_between_loops
+from bertkit.workflows.run_output import check_outside, data_fingerprint, data_record, stops_between_loops
 from bertkit.workflows.teacher_outputs import teacher_outputs, weights_sha256
 
 log = logging.getLogger(__name__)
@@ -111,6 +111,7 @@ def run_embedding_distillation(train_path: str | Path, dev_paths: Sequence[str |
     check_run(settings, distill, bool(dev_paths))
     apply_threads(settings.train.threads)
     teacher_dir = check_teacher(distill.teacher, settings.output)
+    check_outside(settings.output, "--student", distill.student)
     if read_sentence_transformers(teacher_dir) is None:
         raise BertkitError(f"--teacher {teacher_dir}: not a sentence-transformers directory (no modules.json); "
                            "give a `bertkit finetune embedding` OUTPUT/best or a sentence-transformers model")

@@ -36,6 +36,7 @@ from bertkit.train import FitResult
 from bertkit.train.distributed import DistributedContext, barrier, setup_distributed
 from bertkit.workflows.distill import LINEAGE_FILE, check_teacher, warn_not_smaller
 from bertkit.workflows.pretrain import pretrain
+from bertkit.workflows.run_output import check_outside
 from bertkit.workflows.teacher_outputs import weights_sha256
 
 log = logging.getLogger(__name__)
@@ -48,6 +49,7 @@ def distill_pretraining(settings: PretrainSettings, train: TrainConfig, distill:
     distillation.json, its lineage."""
     ctx = setup_distributed(train.device)
     teacher_dir = check_teacher(distill.teacher, Path(settings.output))
+    check_outside(Path(settings.output), "--student", distill.student)
     teacher = _teacher(teacher_dir)
     tokenizer = WordPieceTokenizer.from_pretrained(teacher_dir)
     settings, description = _student(settings, distill, teacher, tokenizer, teacher_dir, ctx)

@@ -269,7 +269,8 @@ def train_encoder_seeds(settings: FinetuneSettings, embedding: EmbeddingSettings
     settings = with_learning_rate(settings, source=source)  # recorded as resolved
     inputs, labels = data
     record = {**run_settings(settings), **dataclasses.asdict(embedding), **inputs, **recipe.record}
-    prepare_output(settings.output, settings.resume, settings.overwrite, record, settings.train.allow_change, labels)
+    prepare_output(settings.output, settings.resume, settings.overwrite, record, settings.train.allow_change, labels,
+                   {"--model": settings.model, "--tokenizer": settings.tokenizer})
     features, report["truncated_train_texts"] = recipe.features(train, tokenizer, embedding.max_seq_length)
     record_run(settings.output, record)
     report.update(learning_rate=settings.train.learning_rate, **dataclasses.asdict(embedding))

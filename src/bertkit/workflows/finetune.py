@@ -293,7 +293,8 @@ def _finetune_seeds(task: Task, settings: FinetuneSettings, tokenizer: WordPiece
     settings = rank0_decides(lambda: with_learning_rate(settings, source=source), ctx)  # rank 0 says why
     record = {**run_settings(settings), **run_task(task), **inputs, **recipe.record}
     rank0_decides(lambda: prepare_output(settings.output, settings.resume, settings.overwrite, record,
-                                         settings.train.allow_change, labels), ctx)
+                                         settings.train.allow_change, labels,
+                                         {"--model": settings.model, "--tokenizer": settings.tokenizer}), ctx)
     report["learning_rate"] = settings.train.learning_rate
     train_features = task.features(train_examples, tokenizer, training=True)
     report["truncated_train_examples"] = task.last_truncated

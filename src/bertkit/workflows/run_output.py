@@ -107,8 +107,10 @@ def stop_between_loops(output: Path, what: str = "fine-tuning") -> Iterator[None
 
 
 def prepare_output(output: Path, resume: bool, overwrite: bool, settings: dict[str, Any],
-                   allow_change: Sequence[str] = (), labels: dict[str, str] | None = None) -> None:
-    """Create --output; a non-empty one needs --resume auto (continue) or --overwrite (start over). On resume,
+                   allow_change: Sequence[str] = (), labels: dict[str, str] | None = None,
+                   inputs: dict[str, str | Path | None] | None = None) -> None:
+    """Create --output; a non-empty one needs --resume auto (continue) or --overwrite (start over), which refuses to
+    delete what `inputs` (flag -> path: the model, the tokenizer) name inside it. On resume,
     `settings` (what `record_run` will record) are checked against the interrupted run's RUN_FILE under the
     rulebook (`bertkit.settings.rules`: exact settings need --allow-change, fixed ones cannot change, the rest
     apply); nothing is written here, so a refused resume leaves the run directory as it was."""
@@ -121,10 +123,23 @@ def prepare_output(output: Path, resume: bool, overwrite: bool, settings: dict[s
         if not overwrite:
             raise BertkitError(f"--output {output} is not empty; pass --resume auto to continue the run in it, "
                                "--overwrite to start over, or choose another directory")
+        for flag, path in (inputs or {}).items():
+            check_outside(output, flag, path)
         _remove_run(output)
     output.mkdir(parents=True, exist_ok=True)
     if resume:
         _check_same_run(output, settings, set(allow_change), labels or {})
+
+
+def check_outside(output: Path, flag: str, path: str | Path | None) -> None:
+    """Refuse `flag`'s `path` (an existing file or directory; a preset name or None passes) inside `output`, which
+    --overwrite deletes: a model fine-tuned again into its own run directory was deleted before it was read."""
+    if path is None or not Path(path).exists():
+        return
+    inside, out = Path(path).resolve(), output.resolve()
+    if out == inside or out in inside.parents:
+        raise BertkitError(f"{flag} {path} lies inside --output {output}, which the run writes (and --overwrite "
+                           "deletes); copy it elsewhere first, or write to another --output")
 
 
 def record_run(output: Path, settings: dict[str, Any]) -> None:
