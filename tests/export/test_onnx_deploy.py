@@ -259,3 +259,31 @@ def test_a_fine_tuned_directory_that_contradicts_itself_is_refused_not_exported(
     with pytest.raises(BertkitError, match=said):
         export_onnx(ExportSettings(directory, tmp_path / "onnx"))
     assert not (tmp_path / "onnx").exists()
+
+
+def test_the_directory_appears_whole_or_not_at_all_and_a_killed_exports_leftover_is_removed(tmp_path, classifier_dir,
+                                                                                           monkeypatch):
+    """model.onnx was written in place and a killed export left its temp directory beside it for good."""
+    import bertkit.export.onnx as exporting
+
+    out = tmp_path / "deploy"
+    stale = tmp_path / ".deploy.999-export.tmp"  # what an export killed outright leaves
+    stale.mkdir()
+    (stale / "model.onnx").write_bytes(b"half")
+
+    def failing(*args, **kwargs):
+        raise OSError(28, "No space left on device")
+    real = exporting.write_deploy_files
+    monkeypatch.setattr(exporting, "write_deploy_files", failing)
+    with pytest.raises(BertkitError, match="free space"):
+        export_onnx(ExportSettings(classifier_dir, out))
+    assert sorted(p.name for p in tmp_path.iterdir()) == []  # neither the graph alone nor any temp name
+    monkeypatch.setattr(exporting, "write_deploy_files", real)
+    export_onnx(ExportSettings(classifier_dir, out))
+    assert (out / "model.onnx").is_file() and (out / "bertkit_task.json").is_file()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["deploy"]
+    export_onnx(ExportSettings(classifier_dir, out))  # a re-export replaces it
+    (out / "notes.txt").write_text("mine")
+    with pytest.raises(BertkitError, match=r"holds files an export does not write \(notes.txt\)"):
+        export_onnx(ExportSettings(classifier_dir, out))
+    assert (out / "notes.txt").read_text() == "mine"

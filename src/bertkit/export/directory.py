@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import shutil
 from pathlib import Path
 
@@ -34,7 +35,7 @@ from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors
 from tokenizers import __version__ as tokenizers_version
 
 from bertkit.errors import BertkitError
-from bertkit.interop.sentence_transformers import copy_module_files
+from bertkit.interop.sentence_transformers import CONFIG_FILES, MODULES_FILE, copy_module_files
 from bertkit.io.atomic import write_text_atomic
 from bertkit.io.jsonfile import read_json_object
 from bertkit.tasks.finetuned import FEATURE_KEYS, TASK_FILE, read_task_file
@@ -50,6 +51,13 @@ MASK_HEADS = ("BertForMaskedLM", "BertForPreTraining")
 """Exports whose users type [MASK] meaning the mask token (fill-mask): special-token text stays special there."""
 TOKENIZER_FILES = ("vocab.txt", "tokenizer_config.json", "special_tokens_map.json", "tokenizer.json")
 CHECKPOINT_FILES = ("model.safetensors", "pytorch_model.bin")
+
+
+def exported(name: str) -> bool:
+    """Whether an export of some model writes `name` into its directory (the graph, config, tokenizer, task and
+    sentence-transformers files, and module folders such as 1_Pooling)."""
+    return (name in (GRAPH_FILE, "config.json", *TOKENIZER_FILES, TASK_FILE, MODULES_FILE, *CONFIG_FILES)
+            or re.fullmatch(r"\d+_[A-Za-z]+", name) is not None)
 
 
 def check_output_directory(output: Path, model_dir: Path) -> None:

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import shutil
 import tempfile
 import warnings
@@ -49,10 +50,17 @@ from torch import nn
 from bertkit.config import BertConfig, check_model_directory
 from bertkit.data.text_inputs import read_lines
 from bertkit.errors import BertkitError
-from bertkit.export.directory import GRAPH_FILE, check_output_directory, write_deploy_files
+from bertkit.export.directory import GRAPH_FILE, check_output_directory, exported, write_deploy_files
 from bertkit.export.fusion import OPT_LEVEL, fusable_encoder, optimize_graph
 from bertkit.inference.batching import pad_batch
-from bertkit.io.atomic import check_writable, failed_write_advice
+from bertkit.io.atomic import (
+    TEMP_SUFFIX,
+    check_writable,
+    failed_write_advice,
+    fsync_path,
+    replace_directory,
+    temp_glob,
+)
 from bertkit.model import MODEL_CLASSES, BertModel
 from bertkit.model.attention import PaddedSDPA
 from bertkit.model.feature_based import FeatureBasedModel
@@ -170,13 +178,40 @@ def export_onnx(settings: ExportSettings) -> ExportReport:
     check_writable(output, "--output", directory=directory)
     if directory:
         check_output_directory(output, model_dir)
-    graph = output / GRAPH_FILE if directory else output
+    for stale in output.parent.glob(temp_glob(output.name)):  # left by an export killed outright
+        shutil.rmtree(stale) if stale.is_dir() else stale.unlink()
+    # everything is made under a temp name beside --output and renamed onto it whole: a killed export leaves the
+    # output as it was (and its temp name, removed by the next export there)
+    staged = output.with_name(f".{output.name}.{os.getpid()}-export{TEMP_SUFFIX}")
     try:
-        with _removed_on_failure(graph.parent):
-            return _export(settings, model_dir, output, graph)
+        with _removed_on_failure(output.parent):
+            try:
+                report = _export(settings, model_dir, staged, staged / GRAPH_FILE if directory else staged)
+                if directory:
+                    _check_replaceable(output, staged)
+                    replace_directory(staged, output)
+                else:
+                    fsync_path(staged)
+                    os.replace(staged, output)
+                    fsync_path(output.parent)
+            finally:
+                shutil.rmtree(staged, ignore_errors=True) if staged.is_dir() else staged.unlink(missing_ok=True)
     except OSError as exc:  # a disk that filled while writing
         raise BertkitError(f"--output {output}: cannot write it ({exc.strerror}); "
-                           f"{failed_write_advice(exc, graph.parent)}") from None
+                           f"{failed_write_advice(exc, output.parent)}") from None
+    report.path = output / GRAPH_FILE if directory else output
+    return report
+
+
+def _check_replaceable(output: Path, staged: Path) -> None:
+    """Refuse to replace an --output directory that holds files an export does not write (the user's own)."""
+    if not output.is_dir():
+        return
+    foreign = sorted(name for name in {p.name for p in output.iterdir()} - {p.name for p in staged.iterdir()}
+                     if not exported(name))
+    if foreign:
+        raise BertkitError(f"--output {output} holds files an export does not write ({', '.join(foreign[:5])}); "
+                           "export replaces the directory whole, so give a new directory or move them")
 
 
 @contextlib.contextmanager
@@ -214,7 +249,7 @@ def _export(settings: ExportSettings, model_dir: Path, output: Path, graph: Path
     fusable_encoder(encoder)
     wrapper = _TupleOutputs(model, names).eval()  # the exporter restores the mode it finds, so set it here
     graph.parent.mkdir(parents=True, exist_ok=True)
-    work = Path(tempfile.mkdtemp(dir=graph.parent))
+    work = Path(tempfile.mkdtemp(dir=graph.parent, prefix=f".{graph.name}.", suffix=TEMP_SUFFIX))
     try:
         fp32_path = graph if quantize is None and not settings.optimize else work / "fp32.onnx"
         _trace(wrapper, sample_batch(tokenizer, texts[:2], architecture, pad_to_length=True, max_length=longest),
