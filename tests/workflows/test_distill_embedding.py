@@ -74,3 +74,18 @@ def test_students_that_cannot_give_the_teachers_vectors_are_refused(teacher, tmp
     BertModel.from_pretrained(teacher["teacher"]).save_pretrained(plain, tokenizer=WordPieceTokenizer(VOCAB))
     with pytest.raises(BertkitError, match="not a sentence-transformers directory"):
         run(teacher=plain)
+
+
+def test_unlabeled_lines_are_read_as_far_as_max_unlabeled_needs_and_blank_ones_counted(teacher, tmp_path,
+                                                                                       caplog) -> None:
+    """Blank lines counted toward --max-unlabeled (4 blank, then 3 texts: 'no text in it'), unsaid; and the whole
+    file was read first, damage past the N texts included."""
+    from bertkit.workflows.distill_embedding import _unlabeled
+
+    path = tmp_path / "texts.txt"
+    path.write_bytes(b"\n\n\n\nis the a1 b2\n\nis the a3 b4\nis the a5 b6\nis the a7 b8\n\xff\n")
+    with caplog.at_level("INFO"):
+        texts = _unlabeled(DistillSettings(teacher=teacher["teacher"], unlabeled=path, max_unlabeled=3))
+    assert texts == ["is the a1 b2", "is the a3 b4", "is the a5 b6"] and "5 blank line(s) skipped" in caplog.text
+    with pytest.raises(BertkitError, match=r"line 10 \(byte 0 of the line\): not valid UTF-8"):
+        _unlabeled(DistillSettings(teacher=teacher["teacher"], unlabeled=path))

@@ -8,23 +8,34 @@ error naming it.
 
 from __future__ import annotations
 
+import itertools
+from collections.abc import Iterator
 from pathlib import Path
 
 from bertkit.errors import BertkitError, where
 from bertkit.io.columnar import is_table_input, read_rows
-from bertkit.io.textfile import check_length, read_text, text_lines
+from bertkit.io.textfile import check_length, stream_lines
 
 
 def read_lines(path: str | Path, flag: str = "--input", text_column: str = "text",
-               text_pair_column: str | None = None) -> list[tuple[str, str | None]]:
-    """(text_a, text_b or None) per line; text_b after ' ||| ' as in the original. Errors name `flag`. A
-    table (Parquet, a `datasets` directory) gives one input per row from its text (and pair) column."""
+               text_pair_column: str | None = None, limit: int | None = None) -> list[tuple[str, str | None]]:
+    """(text_a, text_b or None) per line, the first `limit` lines (None: all); text_b after ' ||| ' as in the
+    original. Errors name `flag`. A table (Parquet, a `datasets` directory) gives one input per row from its text
+    (and pair) column."""
     path = Path(path)
     if is_table_input(path):
-        return _table_inputs(path, text_column, text_pair_column)
-    lines = text_lines(read_text(path, flag=flag))
-    inputs: list[tuple[str, str | None]] = []
-    for number, line in enumerate(lines, start=1):
+        return _table_inputs(path, text_column, text_pair_column)[:limit]
+    inputs = [(a, b) for _, a, b in itertools.islice(iter_lines(path, flag), limit)]
+    if not inputs:
+        raise BertkitError(f"{flag} {path}: the file is empty; write one text per line")
+    return inputs
+
+
+def iter_lines(path: str | Path, flag: str = "--input") -> Iterator[tuple[int, str, str | None]]:
+    """(line number, text_a, text_b or None) of each line of a text file, read as they are asked for (a caller
+    that stops after N reads about N lines of the file)."""
+    path = Path(path)
+    for number, line in enumerate(stream_lines(path, flag=flag), start=1):
         a, sep, b = line.partition("|||")
         if sep and "|||" in b:
             raise BertkitError(f"{where(path, number)}: more than one '|||'; write 'text_a ||| text_b'")
@@ -32,10 +43,7 @@ def read_lines(path: str | Path, flag: str = "--input", text_column: str = "text
         check_length(text, where(path, number))
         if pair is not None:
             check_length(pair, where(path, number), "second text")
-        inputs.append((text, pair))
-    if not inputs:
-        raise BertkitError(f"{flag} {path}: the file is empty; write one text per line")
-    return inputs
+        yield number, text, pair
 
 
 def _table_inputs(path: Path, text_column: str, text_pair_column: str | None) -> list[tuple[str, str | None]]:

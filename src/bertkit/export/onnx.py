@@ -48,7 +48,7 @@ import torch
 from torch import nn
 
 from bertkit.config import BertConfig, check_model_directory
-from bertkit.data.text_inputs import read_lines
+from bertkit.data.text_inputs import iter_lines, read_lines
 from bertkit.errors import BertkitError
 from bertkit.export.directory import GRAPH_FILE, check_output_directory, exported, write_deploy_files
 from bertkit.export.fusion import OPT_LEVEL, fusable_encoder, optimize_graph
@@ -61,6 +61,7 @@ from bertkit.io.atomic import (
     replace_directory,
     temp_glob,
 )
+from bertkit.io.columnar import is_table_input
 from bertkit.model import MODEL_CLASSES, BertModel
 from bertkit.model.attention import PaddedSDPA
 from bertkit.model.feature_based import FeatureBasedModel
@@ -234,13 +235,7 @@ def _export(settings: ExportSettings, model_dir: Path, output: Path, graph: Path
     names = head.outputs
     if isinstance(model, BertModel) and model.pooler is None:
         names = names[:1]
-    texts = list(SAMPLE_TEXTS)
-    if settings.sample is not None:
-        texts = [a for a, _ in read_lines(settings.sample, flag="--sample")]
-        if len(texts) > MAX_SAMPLE_TEXTS:  # one batch through PyTorch and onnxruntime: its first lines are enough
-            log.info("--sample %s: checking on its first %d of %d lines", settings.sample, MAX_SAMPLE_TEXTS,
-                     len(texts))
-            texts = texts[:MAX_SAMPLE_TEXTS]
+    texts = list(SAMPLE_TEXTS) if settings.sample is None else sample_texts(Path(settings.sample))
     longest = min(128, encoder.config.max_position_embeddings)  # a sample line of any length fits the model
     batch = sample_batch(tokenizer, texts, architecture, max_length=longest)  # another shape than the traced one
     with torch.inference_mode():  # the model as bertkit runs it (padding-free), before the export transform
@@ -275,6 +270,31 @@ def _export(settings: ExportSettings, model_dir: Path, output: Path, graph: Path
     if directory:
         report.files = [GRAPH_FILE, *write_deploy_files(output, model_dir, tokenizer, architecture)]
     return report
+
+
+def sample_texts(path: Path) -> list[str]:
+    """--sample's texts: its first MAX_SAMPLE_TEXTS lines with text (one batch through PyTorch and onnxruntime: the
+    file is read no further), what was left out said in the log; a file without text is refused."""
+    if is_table_input(path):
+        return [a for a, _ in read_lines(path, "--sample", limit=MAX_SAMPLE_TEXTS)]
+    texts: list[str] = []
+    blank = pairs = 0
+    for _, text, pair in iter_lines(path, "--sample"):
+        if not text:
+            blank += 1
+            continue
+        pairs += pair is not None
+        texts.append(text)
+        if len(texts) == MAX_SAMPLE_TEXTS:
+            log.info("--sample %s: checking on its first %d texts (read no further)", path, MAX_SAMPLE_TEXTS)
+            break
+    if blank or pairs:
+        log.info("--sample %s: %d blank line(s) skipped; the second text of %d 'a ||| b' line(s) not used (the check "
+                 "reads one text an input)", path, blank, pairs)
+    if not texts:
+        raise BertkitError(f"--sample {path}: no text in it; write one text per line")
+    log.info("--sample %s: %d text(s) checked", path, len(texts))
+    return texts
 
 
 def _load(model_dir: Path) -> tuple[nn.Module, str, WordPieceTokenizer]:

@@ -24,12 +24,14 @@ import csv
 import io
 import json
 import logging
+from collections.abc import Iterator
+from io import BufferedIOBase
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from bertkit.errors import BertkitError, where
 from bertkit.io.bounded import read_bounded
-from bertkit.io.textlines import COMPRESSION_SUFFIXES, DECOMPRESSION_ERRORS
+from bertkit.io.textlines import COMPRESSION_SUFFIXES, DECOMPRESSION_ERRORS, open_decompressed
 
 log = logging.getLogger(__name__)
 
@@ -37,6 +39,8 @@ MAX_DATA_FILE_BYTES = 256 << 20
 """Largest file (decompressed) `read_text` reads whole: tables of labelled examples are tens of MB (MNLI's train
 is 80 MB); past this, a stream, a decompression bomb or the wrong file would take the memory first. Larger data
 goes in Parquet or a `datasets` directory, read in batches."""
+STREAM_CHUNK_BYTES = 1 << 16
+"""What `stream_lines` reads at a time."""
 MAX_TEXT_CHARS = 1_000_000
 """Longest text read or encoded in one piece (the tokenizer's limit per call, `bertkit.tokenizer.MAX_TEXT_CHARS`).
 Bounds time (~1 s on the Rust path, a few seconds in Python) and memory (offset tracking costs ~100 bytes per
@@ -71,6 +75,63 @@ def read_text(path: str | Path, flag: str | None = None) -> str:
         raise BertkitError(f"{label}: cannot be read ({exc.strerror})") from None
     except UnicodeDecodeError:
         raise BertkitError(f"{label}: {_invalid_utf8_at(data)}: not valid UTF-8; convert the file to UTF-8") from None
+
+
+def stream_lines(path: str | Path, flag: str | None = None) -> Iterator[str]:
+    """The lines `text_lines(read_text(path))` gives (universal newlines, a leading byte order mark dropped),
+    read as they are asked for: a caller that stops after N lines reads about N lines of a large file. The same
+    bound on the bytes read and the same errors as `read_text`, a line that is not UTF-8 named by its number."""
+    path = Path(path)
+    label = f"{flag} {path}" if flag else str(path)
+    read = number = 0
+    try:
+        with (open_decompressed(path) if path.suffix in COMPRESSION_SUFFIXES else open(path, "rb")) as stream:
+            rest = b""
+            for chunk in _chunks(stream):
+                read += len(chunk)
+                if read > MAX_DATA_FILE_BYTES:
+                    raise BertkitError(f"{label}: more than {MAX_DATA_FILE_BYTES:,} bytes, the most bertkit reads of "
+                                       "a text file; give a larger one as Parquet or a `datasets` directory")
+                *lines, rest = _universal_lines(rest + chunk)
+                for line in lines:
+                    number += 1
+                    yield _decoded(line, label, number)
+            if rest:  # the last line, without a line end, or ended by a CR
+                yield _decoded(rest.removesuffix(b"\r"), label, number + 1)
+    except DECOMPRESSION_ERRORS as exc:
+        raise BertkitError(f"{label}: corrupt {path.suffix[1:]} data ({exc}); fix or replace the file") from None
+    except FileNotFoundError:
+        raise BertkitError(f"{label}: file not found") from None
+    except IsADirectoryError:
+        raise BertkitError(f"{label}: is a directory; give a file") from None
+    except OSError as exc:
+        raise BertkitError(f"{label}: cannot be read ({exc.strerror})") from None
+
+
+def _chunks(stream: BufferedIOBase | BinaryIO) -> Iterator[bytes]:
+    """The stream's bytes in chunks, a leading UTF-8 byte order mark left out."""
+    if first := stream.read(3).removeprefix(b"\xef\xbb\xbf"):
+        yield first
+    while chunk := stream.read(STREAM_CHUNK_BYTES):
+        yield chunk
+
+
+def _universal_lines(data: bytes) -> list[bytes]:
+    """`data` cut at \\n, \\r\\n and a lone \\r, as universal newlines cut it; the last item is what follows the
+    last line end (a CR at the very end stays on it: the next bytes may make it a CRLF)."""
+    held = data.endswith(b"\r")
+    lines = (data[:-1] if held else data).replace(b"\r\n", b"\n").replace(b"\r", b"\n").split(b"\n")
+    if held:
+        lines[-1] += b"\r"
+    return lines
+
+
+def _decoded(line: bytes, label: str, number: int) -> str:
+    try:
+        return line.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise BertkitError(f"{label}: line {number} (byte {exc.start} of the line): not valid UTF-8; convert the "
+                           "file to UTF-8") from None
 
 
 def _invalid_utf8_at(data: bytes) -> str:

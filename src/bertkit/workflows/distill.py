@@ -42,7 +42,7 @@ from bertkit.config import PRESETS, BertConfig, check_model_directory, preset
 from bertkit.data.augment import augmented_features
 from bertkit.data.conll import TaggedSentence
 from bertkit.data.glue import TextExample
-from bertkit.data.text_inputs import read_lines
+from bertkit.data.text_inputs import iter_lines
 from bertkit.errors import BertkitError
 from bertkit.inference.batching import model_outputs
 from bertkit.inference.positions import PRETRAINING_FILE, trained_positions
@@ -377,9 +377,7 @@ def _text_lines(task: Task, path: Path, limit: int | None) -> list[TextExample]:
     pairs = getattr(task.settings, "text_pair_column", None) is not None
     examples: list[TextExample] = []
     blank = 0
-    for number, (a, b) in enumerate(read_lines(path, "--unlabeled"), 1):
-        if limit is not None and len(examples) == limit:
-            break
+    for number, a, b in iter_lines(path, "--unlabeled"):  # read as far as `limit` needs
         if not a.strip() and not (b or "").strip():
             blank += 1
             continue
@@ -387,6 +385,8 @@ def _text_lines(task: Task, path: Path, limit: int | None) -> list[TextExample]:
             raise BertkitError(f"{path}:{number}: the teacher reads {'pairs' if pairs else 'single texts'}; write "
                                f"{'text_a ||| text_b' if pairs else 'one text per line without |||'}")
         examples.append(TextExample(f"{path}:{number}", a, b, None))
+        if len(examples) == limit:
+            break
     if blank:
         log.info("%s: %d blank line(s) skipped", path, blank)
     return examples
@@ -396,7 +396,7 @@ def _tagging_lines(task: Task, path: Path) -> list[TaggedSentence]:
     """A tagging --unlabeled text file: CoNLL (one word a line, blank lines between sentences; a line's other columns,
     tags of any tag set included, are ignored) when every line is one word or ends with a tag-like column (O, B-X,
     I-X, ...); any other text, one sentence a line, words split on white space. Which reading was chosen is said."""
-    lines = [(n, a) for n, (a, _) in enumerate(read_lines(path, "--unlabeled"), 1) if a.strip()]
+    lines = [(n, a) for n, a, _ in iter_lines(path, "--unlabeled") if a]
     if all(len(a.split()) == 1 or _TAG.match(a.split()[-1]) for _, a in lines):
         sentences = list(task.read(path, labelled=False)[0])
         log.info("--unlabeled %s read as CoNLL: %d sentences", path, len(sentences))

@@ -33,7 +33,7 @@ from torch import nn
 
 from bertkit.config import PRESETS, BertConfig, check_model_directory, preset
 from bertkit.data.pairs import PairExample
-from bertkit.data.text_inputs import read_lines
+from bertkit.data.text_inputs import iter_lines
 from bertkit.errors import BertkitError
 from bertkit.interop.sentence_transformers import read_sentence_transformers
 from bertkit.io.atomic import write_text_atomic
@@ -206,14 +206,20 @@ def _unlabeled(distill: DistillSettings) -> list[str]:
     if format_suffix(path) in TABLE_SUFFIXES:
         raise BertkitError(f"--unlabeled {path}: give one text per line (.txt), or a Parquet or `datasets` table "
                            "with a 'text' column")
-    lines = read_lines(path, "--unlabeled")
-    if distill.max_unlabeled:
-        lines = lines[:distill.max_unlabeled]
-    for number, (_, pair) in enumerate(lines, 1):
+    texts: list[str] = []
+    blank = 0
+    for number, text, pair in iter_lines(path, "--unlabeled"):  # read as far as --max-unlabeled needs
         if pair is not None:
             raise BertkitError(f"{path}:{number}: ' ||| ' in an --unlabeled line; a sentence encoder reads one text a "
                                "line")
-    texts = [text for text, _ in lines if text.strip()]
+        if not text:
+            blank += 1
+            continue
+        texts.append(text)
+        if len(texts) == distill.max_unlabeled:
+            break
+    if blank:
+        log.info("%s: %d blank line(s) skipped", path, blank)
     if not texts:
         raise BertkitError(f"--unlabeled {path}: no text in it; write one text per line")
     return texts
