@@ -171,6 +171,23 @@ def test_a_model_inside_the_output_it_would_overwrite_is_refused_before_anything
         assert sorted(p.relative_to(out) for p in out.rglob("*")) == before
 
 
+def test_a_refused_file_is_said_in_distills_terms_not_finetunes_flags(files, tmp_path, capsys) -> None:
+    """--task and --text-column, which distill has not, were the fixes offered."""
+    wrong = _jsonl(tmp_path / "wrong.jsonl", [{"sentence": "good film", "y": "pos"}])
+    unseen = _jsonl(tmp_path / "unseen.jsonl", [{"text": "good film", "label": "fine"}])
+    for flag, path, said in (("--train", wrong, "no column 'text'"), ("--train", unseen, "unknown label 'fine'"),
+                             ("--unlabeled", wrong, "no column 'text'")):
+        train = files["few"] if flag == "--unlabeled" else path
+        extra = [flag, str(path)] if flag == "--unlabeled" else []
+        capsys.readouterr()
+        assert main(["distill", "classification", "--teacher", str(files["teacher"]), "--train", str(train),
+                     "--output", str(tmp_path / "out"), "--max-steps", "2", *extra, *COMMON]) == 2
+        err = capsys.readouterr().err
+        assert said in err and "--task" not in err and "--text-column" not in err, err
+        assert "(distill reads files as its teacher was trained on them: the teacher's columns: text column 'text', "\
+               "label column 'label'; its labels: neg, pos)" in err
+
+
 def test_what_a_user_can_get_wrong_is_one_line_naming_it(files, tmp_path) -> None:
     with pytest.raises(BertkitError, match="is a classification model; run `bertkit distill classification`"):
         distilling.run_distillation("tagging", files["few"], [files["dev"]], *_settings(files, tmp_path / "x"))

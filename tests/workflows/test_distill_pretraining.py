@@ -5,6 +5,7 @@ the objective in the run's identity, and the teachers and students it refuses.""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -118,3 +119,22 @@ def test_refused_teachers_and_students(prepared, tmp_path) -> None:
         classifier, tokenizer=WordPieceTokenizer.from_pretrained(prepared["tok"]))
     with pytest.raises(BertkitError, match="no masked-LM head"):
         run(teacher=classifier)
+
+
+def test_refusals_name_distills_own_flags(prepared, tmp_path, write_toy_corpus, capsys) -> None:
+    """They named --tokenizer (which distill pretraining has not) or no flag at all."""
+    corpus = write_toy_corpus(tmp_path / "other.txt", documents=10, sentences=(2, 4), words=(4, 8))
+    other = WordPieceTokenizer.train([corpus], vocab_size=60, min_frequency=1)
+    build_pretraining_data(PretrainingDataSettings(
+        (str(corpus),), "(in memory)", str(tmp_path / "other"), workers=1, quiet=True,
+        instances=InstanceSettings(max_seq_length=32, nsp=False)), other)
+    other.save_pretrained(tmp_path / "vocab-only")
+    other_data = {**prepared, "data": tmp_path / "other"}
+    for inputs, extra, said in (
+            (other_data, [], "--data .*other was made with another vocabulary than the teacher's"),
+            (prepared, ["--student", str(tmp_path / "nowhere")], "--student .*nowhere: no such model directory"),
+            (prepared, ["--student", str(tmp_path / "vocab-only")], "--student .*vocab-only: no config.json")):
+        capsys.readouterr()
+        assert _distill(inputs, tmp_path / "out", *extra, "--max-steps", "2") == 2
+        assert re.search(said, capsys.readouterr().err)
+        assert not (tmp_path / "out" / "student-init").exists()

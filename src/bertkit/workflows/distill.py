@@ -187,11 +187,27 @@ def _read_files(task: Task, train_path: str | Path, dev_paths: Sequence[str | Pa
     try:
         return read_files(task, train_path, dev_paths, report)
     except BertkitError as exc:
-        columns = {k: v for k, v in task.to_json().items() if k.endswith("_column") and v is not None}
-        if not columns:
-            raise
-        named = ", ".join(f"{k.replace('_', ' ')} {v!r}" for k, v in columns.items())
-        raise BertkitError(f"{exc} (distill reads files by the teacher's columns: {named})") from None
+        raise _in_distills_terms(task, exc) from None
+
+
+_FINETUNE_HINTS = re.compile(r"; (is --task right for this training file\?|choose with --text-column/[^;(]*)")
+"""The fixes a reader's message offers in `finetune`'s flags, which distill does not have."""
+
+
+def _in_distills_terms(task: Task, exc: BertkitError) -> BertkitError:
+    """A reader's refusal with its `finetune` flags left out and what distill reads said instead: the teacher's
+    columns and labels (a distilled student's files are read as the teacher's were)."""
+    found = task.to_json()
+    columns = {k: v for k, v in found.items() if k.endswith("_column") and v is not None}
+    named = ", ".join(f"{k.replace('_', ' ')} {v!r}" for k, v in columns.items())
+    labels = found.get("labels")
+    said = "; ".join(part for part in (
+        f"the teacher's columns: {named}" if named else "",
+        f"its labels: {', '.join(map(str, labels[:10]))}{', ...' if len(labels) > 10 else ''}" if labels else ""
+    ) if part)
+    message = _FINETUNE_HINTS.sub("", str(exc))
+    return BertkitError(f"{message} (distill reads files as its teacher was trained on them: {said})" if said else
+                        message)
 
 
 def check_teacher(teacher: Path, output: Path) -> Path:
@@ -360,7 +376,10 @@ def _read_unlabeled(task: Task, distill: DistillSettings) -> list[Any]:
                            f"{' and '.join(UNLABELED_KINDS)} tasks")
     path = distill.unlabeled
     if is_table_input(path) or format_suffix(path) in TABLE_SUFFIXES:
-        examples, skipped = task.read(path, labelled=False)
+        try:
+            examples, skipped = task.read(path, labelled=False)
+        except BertkitError as exc:
+            raise _in_distills_terms(task, exc) from None
         warn_skipped(path, examples, skipped)
     elif task.kind == "tagging":
         examples = _tagging_lines(task, path)

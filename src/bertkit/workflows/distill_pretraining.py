@@ -24,7 +24,8 @@ import logging
 from pathlib import Path
 from typing import cast
 
-from bertkit.config import PRESETS, BertConfig, load_config
+from bertkit.config import PRESETS, BertConfig, check_model_directory, load_config
+from bertkit.data.shards import read_manifest
 from bertkit.errors import BertkitError
 from bertkit.io.atomic import write_text_atomic
 from bertkit.model import BertForMaskedLM
@@ -52,6 +53,7 @@ def distill_pretraining(settings: PretrainSettings, train: TrainConfig, distill:
     check_outside(Path(settings.output), "--student", distill.student)
     teacher = _teacher(teacher_dir)
     tokenizer = WordPieceTokenizer.from_pretrained(teacher_dir)
+    _check_data_vocabulary(settings, tokenizer, teacher_dir)  # before the student's starting point is written
     settings, description = _student(settings, distill, teacher, tokenizer, teacher_dir, ctx)
     config: BertConfig = teacher.config
     if settings.init_from is not None:
@@ -73,6 +75,16 @@ def distill_pretraining(settings: PretrainSettings, train: TrainConfig, distill:
     if ctx.is_main and result.stop_reason == "budget" and final.is_dir():
         write_text_atomic(final / LINEAGE_FILE, json.dumps(record, indent=2) + "\n")
     return result
+
+
+def _check_data_vocabulary(settings: PretrainSettings, tokenizer: WordPieceTokenizer, teacher_dir: Path) -> None:
+    """The data must be made with the teacher's vocabulary (the student reads it with the teacher's); said in
+    distill's flags (pre-training names --tokenizer, which distill has not)."""
+    made_with = read_manifest(Path(settings.data)).get("tokenizer", {}).get("vocab_hash")
+    if made_with != tokenizer.vocab_hash:
+        raise BertkitError(f"--data {settings.data} was made with another vocabulary than the teacher's "
+                           f"({teacher_dir}: sha256 differs); build it with `bertkit data pretraining --tokenizer "
+                           f"{teacher_dir}`")
 
 
 def _teacher(directory: Path) -> BertForMaskedLM:
@@ -101,7 +113,7 @@ def _student(settings: PretrainSettings, distill: DistillSettings, teacher: Bert
         return dataclasses.replace(settings, init_from=str(init)), f"teacher layers {','.join(map(str, layers))}"
     if spec in PRESETS:
         return dataclasses.replace(settings, model=spec, init_from=None), spec
-    student = WordPieceTokenizer.from_pretrained(spec)
+    student = WordPieceTokenizer.from_pretrained(check_model_directory(spec, "--student"))
     if student.vocab_hash != tokenizer.vocab_hash:
         raise BertkitError(f"--student {spec}: its vocabulary is not the teacher's ({teacher_dir}); the soft targets "
                            "are over the teacher's vocabulary")
