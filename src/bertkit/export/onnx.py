@@ -179,6 +179,7 @@ def export_onnx(settings: ExportSettings) -> ExportReport:
     check_writable(output, "--output", directory=directory)
     if directory:
         check_output_directory(output, model_dir)
+        _check_replaceable(output)
     for stale in output.parent.glob(temp_glob(output.name)):  # left by an export killed outright
         shutil.rmtree(stale) if stale.is_dir() else stale.unlink()
     # everything is made under a temp name beside --output and renamed onto it whole: a killed export leaves the
@@ -189,7 +190,6 @@ def export_onnx(settings: ExportSettings) -> ExportReport:
             try:
                 report = _export(settings, model_dir, staged, staged / GRAPH_FILE if directory else staged)
                 if directory:
-                    _check_replaceable(output, staged)
                     replace_directory(staged, output)
                 else:
                     fsync_path(staged)
@@ -204,12 +204,11 @@ def export_onnx(settings: ExportSettings) -> ExportReport:
     return report
 
 
-def _check_replaceable(output: Path, staged: Path) -> None:
-    """Refuse to replace an --output directory that holds files an export does not write (the user's own)."""
+def _check_replaceable(output: Path) -> None:
+    """Refuse to replace an --output directory that holds files no export writes (the user's own)."""
     if not output.is_dir():
         return
-    foreign = sorted(name for name in {p.name for p in output.iterdir()} - {p.name for p in staged.iterdir()}
-                     if not exported(name))
+    foreign = sorted(p.name for p in output.iterdir() if not exported(p.name))
     if foreign:
         raise BertkitError(f"--output {output} holds files an export does not write ({', '.join(foreign[:5])}); "
                            "export replaces the directory whole, so give a new directory or move them")
