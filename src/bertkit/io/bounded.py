@@ -37,7 +37,6 @@ def read_bounded(path: str | Path, limit: int, what: str, decompress: bool = Tru
     return data
 
 
-
 def file_present(path: str | Path) -> bool:
     """Whether the file `path` (one bertkit reads beside a model or keeps in a run: config.json, vocab.txt,
     tokenizer_config.json, modules.json, weights, run records) is there. False when nothing is; True for a
