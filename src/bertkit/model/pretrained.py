@@ -145,7 +145,10 @@ class PreTrainedMixin:
         def __init__(self, *args: Any, **kwargs: Any) -> None: ...
 
     @classmethod
-    def from_pretrained(cls: type[M], path: str | Path, **config_overrides: Any) -> M:
+    def from_pretrained(cls: type[M], path: str | Path, *, without: tuple[str, ...] = (), **config_overrides: Any) -> M:
+        """The model of the checkpoint directory `path`, its config.json changed by `config_overrides`; weights whose
+        (Hugging Face) names start with a prefix in `without` are left out and start fresh (a head of other
+        labels)."""
         path = Path(path)
         config = BertConfig.from_json_file(path / "config.json")
         if "id2label" in config_overrides and "num_labels" not in config_overrides:
@@ -158,7 +161,9 @@ class PreTrainedMixin:
             model = cls(config)
         except BertkitError as exc:  # the memory check: name the file whose sizes are absurd
             raise BertkitError(f"{path / 'config.json'}: {exc}") from None
-        model.load_hf_state_dict(read_state_dict(path), source=str(path))
+        state = read_state_dict(path)
+        model.load_hf_state_dict({k: v for k, v in state.items() if not k.startswith(without)} if without else state,
+                                 source=str(path))
         return model
 
     def load_hf_state_dict(self, hf_state: dict[str, torch.Tensor], source: str = "checkpoint") -> None:

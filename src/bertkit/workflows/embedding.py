@@ -80,7 +80,8 @@ def build_encoder(settings: FinetuneSettings, embedding: EmbeddingSettings, toke
                   ) -> SentenceEncoder:
     """The encoder to train: a preset (random initialisation) or a checkpoint's BERT, with --dropout (its length
     was checked once, by `check_length_fits`)."""
-    dropout = {"hidden_dropout_prob": settings.dropout, "attention_probs_dropout_prob": settings.dropout}
+    dropout: dict[str, Any] = {"hidden_dropout_prob": settings.dropout,
+                               "attention_probs_dropout_prob": settings.dropout}
     if settings.model in PRESETS:
         bert = BertModel(preset(settings.model, vocab_size=tokenizer.vocab_size, **dropout))
     else:

@@ -47,6 +47,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import torch
 from torch import nn
 
 from bertkit.config import PRESETS, BertConfig, check_model_directory, preset
@@ -182,7 +183,13 @@ def build_model(task: Task, settings: FinetuneSettings, tokenizer: WordPieceToke
     if source.directory is None:
         model = task.model_class(source.config.replace(vocab_size=tokenizer.vocab_size, **overrides))
     else:
-        model = task.model_class.from_pretrained(source.directory, **overrides)
+        order = checkpoint_head_order(task, source.config, source.directory)
+        model = task.model_class.from_pretrained(source.directory, without=("classifier.",) if order is None else (),
+                                                 **overrides)
+        if order and order != list(range(len(order))):
+            with torch.no_grad():  # the checkpoint's rows, in this run's label order
+                for parameter in (model.classifier.weight, model.classifier.bias):
+                    parameter.copy_(parameter[order].clone())
     if settings.train.compile:
         compile_model(model)
     if settings.train.gradient_checkpointing:
@@ -194,6 +201,33 @@ def build_model(task: Task, settings: FinetuneSettings, tokenizer: WordPieceToke
         for parameter in model.bert.parameters():
             parameter.requires_grad_(False)
     return model
+
+
+def checkpoint_head_order(task: Task, config: BertConfig, directory: Path | str) -> list[int] | None:
+    """For a checkpoint that has this task's head (a classifier or tagger of `task.model_class`): the row of its
+    head each of the task's labels reads (its own order, when the label sets are the same: transformers' labels
+    are in their id2label's order, bertkit's sorted), or None when its labels are other ones, so the head starts
+    fresh (said; it used to be loaded as it was, its rows read as other labels, or refused on a shape); also None
+    when the checkpoint is of another head class. An empty list: the task has no labelled head."""
+    wanted = task.config_overrides().get("id2label")
+    if wanted is None:
+        return []
+    if task.model_class.__name__ not in (config.architectures or []):
+        return None  # another head class's classifier (a sequence classifier's for a tagger) is no start either
+    have = config.label_names or []
+    regression = config.problem_type == "regression" or config.num_labels == 1
+    if regression and list(wanted.values()) == ["score"]:
+        return [0]
+    if sorted(have) == sorted(wanted.values()) and len(set(have)) == len(have):
+        order = [have.index(name) for name in wanted.values()]
+        if order != list(range(len(order))):
+            log.info("%s: its head's labels are in another order (%s); its rows are read in this run's (%s)",
+                     directory, ", ".join(have), ", ".join(wanted.values()))
+        return order
+    log.warning("%s: its %s head is for the labels %s, not this task's (%s); the head starts fresh, the encoder is "
+                "the checkpoint's", directory, task.model_class.__name__, ", ".join(map(str, have[:10])) or "none",
+                ", ".join(list(wanted.values())[:10]))
+    return None
 
 
 # --- training ----------------------------------------------------------------------------------------

@@ -248,7 +248,7 @@ def build_model(settings: PretrainSettings, train: TrainConfig, tokenizer: WordP
     """A fresh model from a preset/config, or the weights of --init-from; checkpointing its layers as `train`
     asks, with the fused kernels `step` chooses (`plan_step`; the step's compilation wraps the objective)."""
     cls = BertForPreTraining if settings.nsp else BertForMaskedLM
-    overrides = {}
+    overrides: dict[str, Any] = {}
     if settings.dropout is not None:
         overrides = {"hidden_dropout_prob": settings.dropout, "attention_probs_dropout_prob": settings.dropout}
     if settings.init_from is not None:
