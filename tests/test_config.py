@@ -67,6 +67,25 @@ def test_unknown_config_keys_are_kept(tmp_path):
     assert config.to_dict()["use_cache"] is True
 
 
+def test_a_half_precision_dtype_is_not_written_back_over_float32_weights(tmp_path):
+    """A bf16 checkpoint's dtype was kept and written beside bertkit's float32 weights: transformers then loaded the
+    saved model in bfloat16 (logits 0.007 away)."""
+    for key in ("dtype", "torch_dtype"):
+        config = BertConfig.from_dict({"hidden_size": 64, "num_attention_heads": 4, key: "bfloat16"})
+        assert key not in config.to_dict()
+    model = BertModel(BertConfig.from_dict({"hidden_size": 32, "num_attention_heads": 2, "intermediate_size": 64,
+                                            "vocab_size": 50, "num_hidden_layers": 1, "dtype": "bfloat16"}))
+    model.save_pretrained(tmp_path)
+    assert transformers.BertModel.from_pretrained(tmp_path).embeddings.word_embeddings.weight.dtype == torch.float32
+
+
+@pytest.mark.parametrize("key", ["is_decoder", "add_cross_attention"])
+def test_a_causal_bert_is_refused_not_run_bidirectionally(key):
+    with pytest.raises(BertkitError, match="a causal BERT"):
+        BertConfig.from_dict({key: True})
+    assert BertConfig.from_dict({key: False}).extra[key] is False  # transformers writes false for every encoder
+
+
 def test_relative_position_embeddings_are_refused():
     with pytest.raises(BertkitError, match="position_embedding_type 'relative_key' is not supported"):
         BertConfig.from_dict({"position_embedding_type": "relative_key"})

@@ -135,6 +135,10 @@ class BertConfig:
         extra = {k: v for k, v in data.items() if k not in known and k not in _DERIVED_KEYS}
         if data.get("model_type", "bert") != "bert":
             raise BertkitError(f"config: model_type is {data['model_type']!r}, not 'bert'")
+        if data.get("is_decoder") or data.get("add_cross_attention"):
+            raise BertkitError("config: is_decoder / add_cross_attention is set: a causal BERT (transformers' "
+                               "BertLMHeadModel, or an encoder-decoder's half), which bertkit would run "
+                               "bidirectionally; bertkit runs BERT's encoder: use transformers for this model")
         position_type = data.get("position_embedding_type", "absolute")
         if position_type != "absolute":
             raise BertkitError(f"config: position_embedding_type {position_type!r} is not supported; "
@@ -208,7 +212,9 @@ def _label_names(id2label: Any) -> dict[int, str]:
 
 
 # Keys transformers writes that are derived from our fields (so they are not kept in `extra`).
-_DERIVED_KEYS = {"label2id", "model_type", "position_embedding_type", "transformers_version"}
+_DERIVED_KEYS = {"label2id", "model_type", "position_embedding_type", "transformers_version", "dtype", "torch_dtype"}
+"""Keys not kept: derived from the fields, or (the dtypes) not true of what bertkit saves (float32 weights; a kept
+"bfloat16" made transformers load bertkit's float32 file in bfloat16)."""
 
 
 # Shapes: (layers, hidden, heads). intermediate_size is 4 * hidden, as in the paper.

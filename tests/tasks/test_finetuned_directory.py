@@ -77,3 +77,15 @@ def test_generic_code_never_asks_which_task_it_holds(module):
     assert not imported & task_modules
     source = ast.unparse(tree)
     assert "getattr(task" not in source and "SquadTask" not in source and "task: Any" not in source
+
+
+def test_a_multi_label_classifier_made_elsewhere_is_refused_not_read_as_single_label():
+    """Its independent sigmoid scores were served as a softmax over the labels (the ranks and sums wrong)."""
+    from bertkit.tasks.classification import ClassificationTask
+
+    config = preset("bert-debug", vocab_size=10, id2label={0: "sports", 1: "tech"},
+                    problem_type="multi_label_classification")
+    with pytest.raises(BertkitError, match="problem_type multi_label_classification .* use transformers"):
+        ClassificationTask.from_config(config)
+    assert ClassificationTask.from_config(config.replace(problem_type="single_label_classification")).settings.labels \
+        == ["sports", "tech"]

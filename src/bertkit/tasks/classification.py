@@ -70,6 +70,10 @@ class ClassificationTask(BaseTask):
                     source: str = "config.json") -> ClassificationTask:
         """config.json's labels (one output, or problem_type regression: a score); BERT's 512 tokens unless
         the directory gives a length."""
+        if config.problem_type == "multi_label_classification":
+            raise BertkitError(f"{source}: problem_type multi_label_classification (labels independent of each "
+                               "other, a sigmoid each): bertkit's classifier gives one label a text (a softmax), "
+                               "which would read these scores wrongly; use transformers for this model")
         regression = config.problem_type == "regression" or config.num_labels == 1
         return cls.from_json({"labels": None if regression else config.label_names,
                               "max_seq_length": max_seq_length or 512}, source=source)
