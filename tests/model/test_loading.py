@@ -101,6 +101,23 @@ def test_encoder_layers_the_config_leaves_out_are_an_error_not_skipped_as_anothe
         getattr(bm, model_class).from_pretrained(tmp_path)
 
 
+def test_a_masked_lm_decoder_of_its_own_is_refused_and_the_encoder_still_loads(tmp_path, batch):
+    """tie_word_embeddings false: the decoder was dropped as a tied copy, and the word embeddings scored the words
+    (logits 0.5 away from transformers', other top tokens); re-saved, transformers then found no decoder."""
+    reference = _save_hf(tmp_path, "BertForMaskedLM", tie_word_embeddings=False)
+    assert not torch.equal(reference.cls.predictions.decoder.weight, reference.bert.embeddings.word_embeddings.weight)
+    with pytest.raises(BertkitError, match="its masked-LM decoder has its own matrix"):
+        bm.BertForMaskedLM.from_pretrained(tmp_path)
+    encoder = bm.BertModel.from_pretrained(tmp_path).eval()
+    with torch.no_grad():
+        ours = encoder(batch["input_ids"], batch["token_type_ids"], batch["attention_mask"]).last_hidden_state
+        theirs = reference.bert(**batch).last_hidden_state
+    mask = batch["attention_mask"].bool()
+    assert torch.allclose(ours[mask], theirs[mask], atol=1e-5)
+    _save_hf(tmp_path / "tied", "BertForMaskedLM")  # the usual, tied one loads
+    bm.BertForMaskedLM.from_pretrained(tmp_path / "tied")
+
+
 def test_unknown_tensor_is_an_error_naming_it(tmp_path):
     _save_hf(tmp_path)
     _edit_weights(tmp_path, lambda s: s.update({"gpt.h.0.attn.weight": torch.zeros(2)}))

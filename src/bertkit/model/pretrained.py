@@ -169,6 +169,8 @@ class PreTrainedMixin:
     def load_hf_state_dict(self, hf_state: dict[str, torch.Tensor], source: str = "checkpoint") -> None:
         """Load Hugging Face-named tensors, checking names, shapes and finiteness."""
         assert isinstance(self, nn.Module)
+        if any(k.startswith("mlm.") for k in self.state_dict()):
+            _check_tied_decoder(hf_state, source)
         converted, unknown = from_hf(hf_state)
         unused = []
         if not any(k.startswith("bert.") for k in self.state_dict()):  # a bare BertModel: heads are unused
@@ -235,6 +237,17 @@ class PreTrainedMixin:
     def num_parameters(self) -> int:
         assert isinstance(self, nn.Module)
         return sum(p.numel() for p in self.parameters())
+
+
+def _check_tied_decoder(hf_state: dict[str, torch.Tensor], source: str) -> None:
+    """bertkit's masked-LM head scores words against the word embeddings (BERT's tied decoder); a checkpoint whose
+    decoder holds its own matrix (transformers' tie_word_embeddings false) would be read with the wrong one."""
+    decoder = hf_state.get("cls.predictions.decoder.weight")
+    words = hf_state.get("bert.embeddings.word_embeddings.weight", hf_state.get("embeddings.word_embeddings.weight"))
+    if decoder is not None and words is not None and not torch.equal(decoder, words):
+        raise BertkitError(f"{source}: its masked-LM decoder has its own matrix (not the word embeddings: "
+                           "tie_word_embeddings false), which bertkit's masked-LM head does not have; use transformers "
+                           "for its word predictions (fine-tuning and features read the encoder alone and are fine)")
 
 
 _ENCODER_LAYER = re.compile(r"^(?:bert\.)?layers\.(\d+)\.")
