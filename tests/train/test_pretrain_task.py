@@ -177,6 +177,15 @@ def test_wrong_tokenizer_is_reported(prepared, tmp_path, capsys):
     assert main(["pretrain", "--data", str(prepared["data"]), "--tokenizer", str(tmp_path / "other"),
                  "--model", "bert-debug", "--output", str(tmp_path / "run"), "--max-steps", "1"]) == 2
     assert "not the vocabulary" in capsys.readouterr().err
+    from bertkit.config import preset
+    from bertkit.model import BertForMaskedLM
+
+    BertForMaskedLM(preset("bert-debug", vocab_size=other.vocab_size)).save_pretrained(tmp_path / "model",
+                                                                                     tokenizer=other)
+    assert main(["pretrain", "--data", str(prepared["data"]), "--init-from", str(tmp_path / "model"),
+                 "--output", str(tmp_path / "run2"), "--max-steps", "1"]) == 2
+    err = capsys.readouterr().err  # it named --tokenizer, which was not given
+    assert f"--init-from {tmp_path / 'model'}: its vocabulary is not the one --data" in err and "--tokenizer " in err
 
 
 def test_resume_refuses_a_new_dropout_unless_allowed_and_applies_a_new_learning_rate(prepared, tmp_path, capsys):

@@ -237,6 +237,10 @@ def _tokenizer(settings: PretrainSettings, dataset_hash: str) -> WordPieceTokeni
                            "--init-from gives a directory with vocab.txt")
     tokenizer = WordPieceTokenizer.from_pretrained(source)
     if tokenizer.vocab_hash != dataset_hash:
+        if settings.tokenizer is None:  # the vocabulary is --init-from's: the data must be made with it
+            raise BertkitError(f"--init-from {source}: its vocabulary is not the one --data {settings.data} was made "
+                               f"with (sha256 differs); build the data with `bertkit data pretraining --tokenizer "
+                               f"{source}`")
         raise BertkitError(f"--tokenizer {source}: its vocab.txt is not the vocabulary {settings.data} was "
                            "made with (sha256 differs); pass the tokenizer directory used for "
                            "`bertkit data pretraining`")
