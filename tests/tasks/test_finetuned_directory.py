@@ -89,3 +89,29 @@ def test_a_multi_label_classifier_made_elsewhere_is_refused_not_read_as_single_l
         ClassificationTask.from_config(config)
     assert ClassificationTask.from_config(config.replace(problem_type="single_label_classification")).settings.labels \
         == ["sports", "tech"]
+
+
+@pytest.mark.parametrize("head", ["BertForTokenClassification", "BertForQuestionAnswering"])
+def test_a_model_made_elsewhere_with_few_positions_gets_windows_that_fit_them(head, tmp_path):
+    """Tagging and QA took their 128/384-token defaults whatever the model's positions: an IndexError traceback
+    (a 500 from the server) on a model of 64."""
+    import transformers
+
+    from bertkit.serve.predictor import load_predictor
+    from bertkit.settings import SquadSettings, TaggingSettings
+
+    assert TaggingSettings.fitted_to(64) == {"max_seq_length": 64, "doc_stride": 32}
+    assert SquadSettings.fitted_to(64) == {"max_seq_length": 64, "doc_stride": 21, "max_query_length": 10}
+    assert SquadSettings.fitted_to(512) == {}
+    words = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "the", "cat", "sat", "on", "mat", "where", "?"]
+    config = transformers.BertConfig(vocab_size=len(words), hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+                                     intermediate_size=64, max_position_embeddings=64,
+                                     **({"id2label": {0: "O", 1: "B-X", 2: "I-X"}} if "Token" in head else {}))
+    getattr(transformers, head)(config).save_pretrained(tmp_path)
+    WordPieceTokenizer(words).save_pretrained(tmp_path)
+    predictor = load_predictor(tmp_path)
+    text = " ".join(["the cat sat on the mat"] * 40)  # 240 tokens
+    if head == "BertForTokenClassification":
+        assert isinstance(predictor.tag([text]), list)
+    else:
+        assert isinstance(predictor.answer(["where sat the cat ?"], [text]), list)

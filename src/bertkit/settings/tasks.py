@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any, ClassVar, cast
 
 from bertkit.errors import BertkitError
 from bertkit.settings.fields import Settings, sequence_length_field
@@ -31,6 +31,17 @@ class TaskSettings(Settings):
     """The subcommand's help."""
     decided_by_data: ClassVar[tuple[str, ...]] = ()
     """Fields the training or dev data decides (label sets, SQuAD 2.0's threshold): no flag."""
+
+    @classmethod
+    def fitted_to(cls, positions: int) -> dict[str, Any]:
+        """The fields to set so the kind's default windows fit a model of `positions` positions (none where they
+        do): max_seq_length cut to them, the stride and question length that go with it cut in proportion."""
+        defaults = {f.name: f.default for f in dataclasses.fields(cast(Any, cls)) if isinstance(f.default, int)}
+        length = defaults.get("max_seq_length")
+        if length is None or length <= positions:
+            return {}
+        return {"max_seq_length": positions, **{name: max(1, defaults[name] * positions // length)
+                                                for name in ("doc_stride", "max_query_length") if name in defaults}}
 
 
 @dataclass

@@ -76,7 +76,8 @@ class ClassificationTask(BaseTask):
                                "which would read these scores wrongly; use transformers for this model")
         regression = config.problem_type == "regression" or config.num_labels == 1
         return cls.from_json({"labels": None if regression else config.label_names,
-                              "max_seq_length": max_seq_length or 512}, source=source)
+                              "max_seq_length": min(max_seq_length or 512, config.max_position_embeddings)},
+                             source=source)
 
     @property
     def is_regression(self) -> bool:

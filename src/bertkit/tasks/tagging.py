@@ -63,7 +63,8 @@ class TaggingTask(BaseTask):
     @classmethod
     def from_config(cls, config: BertConfig, max_seq_length: int | None = None,
                     source: str = "config.json") -> TaggingTask:
-        return cls.from_json({"labels": config.label_names or []}, source=source)
+        return cls.from_json({"labels": config.label_names or [],
+                              **TaggingSettings.fitted_to(config.max_position_embeddings)}, source=source)
 
     @property
     def metric_names(self) -> tuple[str, ...]:

@@ -34,6 +34,7 @@ from bertkit.config import BertConfig
 from bertkit.errors import BertkitError
 from bertkit.io.atomic import write_text_atomic
 from bertkit.model.feature_based import FeatureHead
+from bertkit.settings import TaskSettings
 from bertkit.tokenizer import WordPieceTokenizer
 
 log = logging.getLogger(__name__)
@@ -129,7 +130,7 @@ class BaseTask:
 
     kind: ClassVar[str]
     model_class: ClassVar[type[Any]]
-    settings_class: ClassVar[type]
+    settings_class: ClassVar[type[TaskSettings]]
     """The settings dataclass, read back by `from_json`."""
     output_names: ClassVar[tuple[str, ...]] = ("logits",)
     token_level_outputs: ClassVar[tuple[str, ...]] = ()
@@ -166,7 +167,7 @@ class BaseTask:
         try:
             return cls(cls.settings_class(**fields))
         except TypeError as exc:  # an unknown or missing field
-            known = ", ".join(f.name for f in dataclasses.fields(cls.settings_class))
+            known = ", ".join(f.name for f in dataclasses.fields(cast(Any, cls.settings_class)))
             raise BertkitError(f"{source}: invalid {cls.kind} settings ({exc}); the fields are {known} - "
                                "was the directory written by another bertkit version?") from None
 
@@ -177,7 +178,9 @@ class BaseTask:
     @classmethod
     def from_config(cls: type[T], config: BertConfig, max_seq_length: int | None = None,
                     source: str = "config.json") -> T:
-        return cls.from_json({}, source=source)  # the kind's defaults: config.json holds none of its settings
+        """The kind's defaults (config.json holds none of its settings), their length cut to the model's
+        positions (a model made elsewhere with 64 of them read 128- or 384-token windows past its table)."""
+        return cls.from_json(cls.settings_class.fitted_to(config.max_position_embeddings), source=source)
 
 
 def refuse_columns(kind: str, columns: dict[str, Any]) -> None:
