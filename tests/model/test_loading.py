@@ -201,3 +201,12 @@ def test_a_model_larger_than_memory_is_refused_before_allocating(monkeypatch):
 
 def test_memory_limit_is_known_on_this_machine():
     assert pretrained.memory_limit_bytes() > 2**27
+
+
+def test_a_model_of_one_segment_refuses_a_second_text_in_one_line():
+    """type_vocab_size 1 (as some models made elsewhere have) with a text pair: an IndexError traceback."""
+    model = bm.BertModel(preset("bert-debug", vocab_size=20, type_vocab_size=1)).eval()
+    ids = torch.tensor([[2, 5, 3, 6, 3]])
+    model(ids, torch.zeros_like(ids), torch.ones_like(ids))  # single texts run
+    with pytest.raises(BertkitError, match=r"one segment embedding \(type_vocab_size 1\), so it reads no second text"):
+        model(ids, torch.tensor([[0, 0, 0, 1, 1]]), torch.ones_like(ids))

@@ -50,6 +50,7 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 from bertkit.config import BertConfig
+from bertkit.errors import BertkitError
 from bertkit.model.attention import Attention, Dispatch
 from bertkit.model.padding import Unpadded
 from bertkit.model.pretrained import PreTrainedMixin, check_fits_in_memory
@@ -79,6 +80,9 @@ class BertEmbeddings(nn.Module):
         self.dropout = nn.Dropout(config.hidden_dropout_prob)
 
     def forward(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor) -> torch.Tensor:
+        if self.token_type.num_embeddings == 1 and bool(token_type_ids.any()):  # (static: BERT's own have two)
+            raise BertkitError("the model has one segment embedding (type_vocab_size 1), so it reads no second "
+                               "text; give single texts (no text pair, no ' ||| ')")
         positions = torch.arange(input_ids.shape[1], device=input_ids.device)  # (T,)
         x = self.word(input_ids) + self.position(positions) + self.token_type(token_type_ids)
         return self.dropout(self.norm(x))  # (B, T, D)
