@@ -24,6 +24,7 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from bertkit.errors import BertkitError, where
 from bertkit.io.atomic import write_text_atomic
@@ -55,6 +56,10 @@ def load(path: str | Path, do_lower_case: bool | None, split_special_tokens: boo
     config = _read_config(config_path)
     if do_lower_case is None:
         do_lower_case = next((v for v in (config.get("do_lower_case"), json_lower_case) if v is not None), True)
+    _check_added_tokens(source.parent, tokens)
+    _check_text_rules(config_path, do_lower_case)
+    if source.suffix == ".json":
+        _check_text_rules(source, do_lower_case, _bert_normalizer(read_json_object(source).get("normalizer")))
     if split_special_tokens is None:
         transformers_layout = any((source.parent / name).is_file() for name in TRANSFORMERS_FILES)
         split_special_tokens = config.get("split_special_tokens", not transformers_layout)
@@ -136,6 +141,48 @@ def _read_vocab(path: Path) -> list[str]:
     if lines[-1] == "":
         lines.pop()
     return [line.strip() for line in lines]
+
+
+def _check_added_tokens(directory: Path, tokens: list[str]) -> None:
+    """Refuse tokens transformers adds beside vocab.txt (added_tokens.json, tokenizer_config.json's
+    added_tokens_decoder) that the vocabulary lacks at their ids: bertkit would read them as [UNK], quietly."""
+    added = dict(read_json_object(directory / "added_tokens.json", missing={}, damaged={}))
+    decoder = read_json_object(directory / CONFIG_FILE, missing={}, damaged={}).get("added_tokens_decoder")
+    if isinstance(decoder, dict):
+        added |= {entry.get("content"): int(i) for i, entry in decoder.items()
+                  if isinstance(entry, dict) and str(i).isdigit()}
+    extra = [token for token, i in added.items() if not (isinstance(i, int) and 0 <= i < len(tokens)
+                                                         and tokens[i] == token)]
+    if extra:
+        raise BertkitError(f"{directory}: added tokens {extra[:5]} (added_tokens.json or {CONFIG_FILE}) are not in "
+                           f"{VOCAB_FILE} at their ids; bertkit reads only the WordPiece vocabulary, so they would "
+                           "be read as [UNK]: use transformers for this tokenizer, or add them to vocab.txt at those "
+                           "ids")
+
+
+def _bert_normalizer(normalizer: object) -> dict[str, Any]:
+    """tokenizer.json's BertNormalizer settings (inside a Sequence too), as tokenizer_config.json names them."""
+    if not isinstance(normalizer, dict):
+        return {}
+    if normalizer.get("type") == "BertNormalizer":
+        return {"strip_accents": normalizer.get("strip_accents"),
+                "tokenize_chinese_chars": normalizer.get("handle_chinese_chars", True)}
+    return next((found for n in normalizer.get("normalizers") or [] if (found := _bert_normalizer(n))), {})
+
+
+def _check_text_rules(path: Path, do_lower_case: bool, rules: dict[str, Any] | None = None) -> None:
+    """Refuse accent and CJK rules other than Google's BasicTokenizer's, which bertkit's tokenizer follows:
+    accents stripped exactly when text is lower-cased, CJK characters split apart."""
+    if rules is None:
+        rules = read_json_object(path, missing={}, damaged={}) if file_present(path) else {}
+    strip, chinese = rules.get("strip_accents"), rules.get("tokenize_chinese_chars", True)
+    if strip is not None and strip != do_lower_case:
+        raise BertkitError(f"{path}: strip_accents {str(strip).lower()} with do_lower_case {str(do_lower_case).lower()}"
+                           f": bertkit's tokenizer strips accents exactly when it lower-cases (Google's rule), so "
+                           "its token ids would differ from this tokenizer's; use transformers for this tokenizer")
+    if chinese is False:
+        raise BertkitError(f"{path}: tokenize_chinese_chars false: bertkit's tokenizer splits every CJK character "
+                           "apart (Google's rule), so its token ids would differ; use transformers for this tokenizer")
 
 
 def _read_config(config_path: Path) -> dict[str, bool]:
