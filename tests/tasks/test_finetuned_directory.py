@@ -115,3 +115,32 @@ def test_a_model_made_elsewhere_with_few_positions_gets_windows_that_fit_them(he
         assert isinstance(predictor.tag([text]), list)
     else:
         assert isinstance(predictor.answer(["where sat the cat ?"], [text]), list)
+
+
+def test_predict_and_evaluate_read_a_classifier_fine_tuned_with_transformers(tmp_path):
+    """They refused it (no bertkit_task.json) where serve read it; its task now comes from config.json."""
+    import transformers
+
+    from bertkit.cli import main
+
+    words = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "good", "bad", "film", "plot"]
+    torch.manual_seed(0)
+    config = transformers.BertConfig(vocab_size=len(words), hidden_size=32, num_hidden_layers=1,
+                                     num_attention_heads=2, intermediate_size=64,
+                                     id2label={0: "positive", 1: "negative"})
+    model = transformers.BertForSequenceClassification(config).eval()
+    model.save_pretrained(tmp_path / "hf")
+    WordPieceTokenizer(words).save_pretrained(tmp_path / "hf")
+    texts = ["good film", "bad plot", "good plot", "bad film"]
+    (tmp_path / "in.jsonl").write_text("".join(json.dumps({"text": t, "label": "positive"}) + "\n" for t in texts))
+    assert main(["predict", "--model", str(tmp_path / "hf"), "--input", str(tmp_path / "in.jsonl"), "--output",
+                 str(tmp_path / "p"), "--precision", "fp32", "--device", "cpu"]) == 0
+    rows = [json.loads(line) for line in (tmp_path / "p" / "predictions.jsonl").read_text().splitlines()]
+    tokenizer = transformers.BertTokenizer.from_pretrained(tmp_path / "hf")
+    with torch.no_grad():
+        expected = model(**tokenizer(texts, return_tensors="pt", padding=True)).logits.argmax(-1).tolist()
+    assert [row["label"] for row in rows] == [config.id2label[i] for i in expected]
+    assert main(["evaluate", "--model", str(tmp_path / "hf"), "--input", str(tmp_path / "in.jsonl"), "--output",
+                 str(tmp_path / "e"), "--precision", "fp32", "--device", "cpu"]) == 0
+    accuracy = json.loads((tmp_path / "e" / "eval_results.json").read_text())["accuracy"]
+    assert accuracy == pytest.approx(expected.count(0) / 4)

@@ -36,7 +36,7 @@ def checkpoint_summary(directory: Path) -> dict:
         "vocab_size (config)": config.vocab_size,
         "labels": config.label_names,
     }
-    if (directory / "vocab.txt").exists():
+    if (directory / "vocab.txt").exists() or (directory / "tokenizer.json").exists():
         from bertkit.tokenizer import WordPieceTokenizer  # noqa: PLC0415
 
         tokenizer = WordPieceTokenizer.from_pretrained(directory)
@@ -56,7 +56,7 @@ def checkpoint_summary(directory: Path) -> dict:
             vocabulary["problem"] = str(exc)
         summary["vocabulary"] = vocabulary
     else:
-        summary["vocabulary"] = "no vocab.txt in this directory"
+        summary["vocabulary"] = "no vocab.txt or tokenizer.json in this directory"
     task = read_task_file(directory)
     if task is not None:
         summary["task"] = task

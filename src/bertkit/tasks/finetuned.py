@@ -37,7 +37,7 @@ from bertkit.io.jsonfile import read_json
 from bertkit.model import BertModel
 from bertkit.model.feature_based import FeatureBasedModel
 from bertkit.model.pretrained import PreTrainedMixin
-from bertkit.tasks.kinds import TASK_CLASSES, task_class
+from bertkit.tasks.kinds import TASK_CLASSES, kind_of_architecture, task_class
 from bertkit.tasks.task import Task
 from bertkit.tokenizer import WordPieceTokenizer, check_model_vocabulary
 
@@ -97,10 +97,8 @@ def load_finetuned(directory: str | Path, device: torch.device = torch.device("c
     (`check_model_vocabulary` decides whether it fits)."""
     directory = check_model_directory(directory)
     settings = read_task_file(directory)
-    if settings is not None:
+    if settings is not None or task is None:
         task = load_task(directory)
-    elif task is None:
-        raise BertkitError(_no_task_file(directory))
     features = {key: settings[key] for key in FEATURE_KEYS if key in settings} if settings else {}
     tokenizer = WordPieceTokenizer.from_pretrained(directory if tokenizer_dir is None else tokenizer_dir)
     vocab_size = BertConfig.from_json_file(directory / "config.json").vocab_size
@@ -119,11 +117,22 @@ def load_task(directory: str | Path) -> Task:
     directory = check_model_directory(directory)
     settings = read_task_file(directory)
     if settings is None:
-        raise BertkitError(_no_task_file(directory))
+        return task_of_config(directory)
     for key in FEATURE_KEYS:
         settings.pop(key, None)
     source = str(directory / TASK_FILE)
     return task_class(settings["task"], source).from_json(settings, source=source)
+
+
+def task_of_config(directory: Path) -> Task:
+    """The task of a model fine-tuned elsewhere (a transformers directory: no bertkit_task.json) from its config.json:
+    the kind whose head its `architectures` names, with its labels and the kind's default settings (windows cut to
+    its positions); a directory of no task's head is refused, saying what to run instead."""
+    config = BertConfig.from_json_file(directory / "config.json")
+    kind = kind_of_architecture((config.architectures or [""])[0])
+    if kind is None:
+        raise BertkitError(_no_task_file(directory))
+    return TASK_CLASSES[kind].from_config(config, source=str(directory / "config.json"))
 
 
 def _no_task_file(directory: Path) -> str:
