@@ -166,8 +166,8 @@ class BertConfig:
     @classmethod
     def from_json_file(cls, path: str | Path) -> BertConfig:
         path = Path(path)
-        if not file_present(path):  # before open: a FIFO would wait forever
-            raise BertkitError(f"{path}: config file not found")
+        if path.is_dir():
+            file_present(path)  # says it is a directory
         try:
             with open(path, "rb") as handle:  # bounded before decoding: a stream or a huge file is not a config
                 raw = handle.read(MAX_CONFIG_BYTES + 1)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from pathlib import Path
 
 import numpy as np
 import onnx
@@ -287,3 +288,35 @@ def test_the_directory_appears_whole_or_not_at_all_and_a_killed_exports_leftover
     with pytest.raises(BertkitError, match=r"holds files an export does not write \(notes.txt\)"):
         export_onnx(ExportSettings(classifier_dir, out))
     assert (out / "notes.txt").read_text() == "mine"
+
+
+@pytest.mark.parametrize("kind", ["the working directory", "a link to a directory"])
+def test_an_existing_output_that_cannot_be_renamed_onto_is_written_into(tmp_path, classifier_dir, monkeypatch, kind):
+    """`--output .` raised a ValueError traceback (a path of no name), and a link to a directory was replaced by a
+    new directory, the link's target keeping the old export."""
+    target = tmp_path / "deploy"
+    target.mkdir()
+    (target / "modules.json").write_text("[]")  # an earlier export's file this one does not write
+    (target / ".export.999.tmp").mkdir()  # and what a killed one left
+    if kind == "the working directory":
+        monkeypatch.chdir(target)
+        output = Path(".")
+    else:
+        output = tmp_path / "link"
+        output.symlink_to(target, target_is_directory=True)
+    report = export_onnx(ExportSettings(classifier_dir, output))
+    assert report.max_abs_diff < 1e-4 and (target / "model.onnx").is_file() and (target / "config.json").is_file()
+    assert not (target / "modules.json").exists() and not (target / ".export.999.tmp").exists()
+    assert kind == "the working directory" or output.is_symlink()
+    assert sorted(p.name for p in tmp_path.iterdir()) == (["deploy"] if kind == "the working directory" else
+                                                          ["deploy", "link"])
+
+
+def test_an_output_holding_the_model_is_refused_never_replaced(tmp_path, classifier_dir):
+    """A sentence-transformers directory's 0_BERT/ given as --model, its parent as --output: only names an export
+    writes at the top, so the directory (and the model in it) would have been replaced."""
+    model = tmp_path / "st" / "0_BERT"
+    shutil.copytree(classifier_dir, model)
+    with pytest.raises(BertkitError, match="holds the model"):
+        export_onnx(ExportSettings(model, tmp_path / "st"))
+    assert (model / "model.safetensors").is_file()

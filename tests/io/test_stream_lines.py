@@ -13,7 +13,7 @@ from bertkit.errors import BertkitError
 from bertkit.io import textfile
 from bertkit.io.textfile import read_text, stream_lines, text_lines
 
-PIECES = [b"a", b"bc", b"\n", b"\r", b"\r\n", "\u00e9".encode(), b" ", b"\xef\xbb\xbf"]
+PIECES = [b"a", b"bc", b"\n", b"\r", b"\r\n", "\u00e9".encode(), b" ", b"\xef\xbb\xbf", b"xyz" * 5]
 
 
 @pytest.mark.parametrize("chunk", [1, 2, 3, 5, 1 << 16])
@@ -46,3 +46,15 @@ def test_the_bound_on_bytes_holds(tmp_path, monkeypatch):
     path.write_bytes(b"x" * 2000)
     with pytest.raises(BertkitError, match="more than 1,000 bytes"):
         list(stream_lines(path, "--sample"))
+
+
+def test_a_line_longer_than_any_text_is_refused_as_it_grows_not_rescanned(tmp_path, monkeypatch):
+    """Each read re-joined the whole pending line: 15 s for a 32 MB line, about 15 minutes at the bound."""
+    monkeypatch.setattr(textfile, "MAX_TEXT_CHARS", 1000)
+    monkeypatch.setattr(textfile, "STREAM_CHUNK_BYTES", 100)
+    path = tmp_path / "minified.json"
+    path.write_bytes(b"ok\n" + b"x" * 5000)
+    lines = stream_lines(path, "--input")
+    assert next(lines) == "ok"
+    with pytest.raises(BertkitError, match=r"--input .*minified.json: line 2 is over 4,000 bytes"):
+        next(lines)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -36,27 +37,7 @@ def checkpoint_summary(directory: Path) -> dict:
         "vocab_size (config)": config.vocab_size,
         "labels": config.label_names,
     }
-    if (directory / "vocab.txt").exists() or (directory / "tokenizer.json").exists():
-        from bertkit.tokenizer import WordPieceTokenizer  # noqa: PLC0415
-
-        tokenizer = WordPieceTokenizer.from_pretrained(directory)
-        tokens = tokenizer.vocab
-        vocabulary: dict[str, object] = {
-            "size": tokenizer.vocab_size,
-            "do_lower_case": tokenizer.do_lower_case,
-            "continuation pieces (##)": sum(t.startswith("##") for t in tokens),
-            "special ids": {t: tokens[t] for t in ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]") if t in tokens},
-            "sha256": tokenizer.vocab_hash,
-        }
-        from bertkit.tokenizer import check_model_vocabulary  # noqa: PLC0415
-
-        try:
-            check_model_vocabulary(tokenizer, config.vocab_size, directory)
-        except BertkitError as exc:  # shown, not raised: info is where one looks at a broken directory
-            vocabulary["problem"] = str(exc)
-        summary["vocabulary"] = vocabulary
-    else:
-        summary["vocabulary"] = "no vocab.txt or tokenizer.json in this directory"
+    summary["vocabulary"] = _vocabulary(directory, config)
     task = read_task_file(directory)
     if task is not None:
         summary["task"] = task
@@ -109,3 +90,29 @@ def convert(source: Path, output: Path, cased: bool | None) -> None:
     do_lower_case = None if cased is None else not cased
     convert_tf_checkpoint(source, output, do_lower_case=do_lower_case)
     click.echo(f"wrote {output} (loads with bertkit and transformers' from_pretrained)")
+
+
+def _vocabulary(directory: Path, config: Any) -> object:
+    """What `info` shows of the directory's vocabulary; a problem is shown, not raised: info is where one looks at
+    a broken directory."""
+    from bertkit.tokenizer import WordPieceTokenizer, check_model_vocabulary  # noqa: PLC0415
+
+    if not ((directory / "vocab.txt").exists() or (directory / "tokenizer.json").exists()):
+        return "no vocab.txt or tokenizer.json in this directory"
+    try:
+        tokenizer = WordPieceTokenizer.from_pretrained(directory)
+    except BertkitError as exc:
+        return {"problem": str(exc)}
+    tokens = tokenizer.vocab
+    vocabulary: dict[str, object] = {
+        "size": tokenizer.vocab_size,
+        "do_lower_case": tokenizer.do_lower_case,
+        "continuation pieces (##)": sum(t.startswith("##") for t in tokens),
+        "special ids": {t: tokens[t] for t in ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]") if t in tokens},
+        "sha256": tokenizer.vocab_hash,
+    }
+    try:
+        check_model_vocabulary(tokenizer, config.vocab_size, directory)
+    except BertkitError as exc:
+        vocabulary["problem"] = str(exc)
+    return vocabulary

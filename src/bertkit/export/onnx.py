@@ -35,6 +35,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import re
 import shutil
 import tempfile
 import warnings
@@ -59,7 +60,6 @@ from bertkit.io.atomic import (
     failed_write_advice,
     fsync_path,
     replace_directory,
-    temp_glob,
 )
 from bertkit.io.columnar import is_table_input
 from bertkit.model import MODEL_CLASSES, BertModel
@@ -179,17 +179,22 @@ def export_onnx(settings: ExportSettings) -> ExportReport:
     check_writable(output, "--output", directory=directory)
     if directory:
         check_output_directory(output, model_dir)
+        if output.resolve() in model_dir.resolve().parents:  # e.g. a sentence-transformers 0_BERT/ inside it
+            raise BertkitError(f"--output {output} holds the model ({model_dir}); export writes there, so give a new "
+                               "directory")
         _check_replaceable(output)
-    for stale in output.parent.glob(temp_glob(output.name)):  # left by an export killed outright
-        shutil.rmtree(stale) if stale.is_dir() else stale.unlink()
-    # everything is made under a temp name beside --output and renamed onto it whole: a killed export leaves the
-    # output as it was (and its temp name, removed by the next export there)
-    staged = output.with_name(f".{output.name}.{os.getpid()}-export{TEMP_SUFFIX}")
+    in_place = directory and (output.is_dir() or output.is_symlink())  # '.', a mount, a link: written into
+    home = output if in_place else output.parent
+    staged = home / (f".export.{os.getpid()}{TEMP_SUFFIX}" if in_place else
+                     f".{output.name}.{os.getpid()}-export{TEMP_SUFFIX}")
+    _remove_stale(home, output.name, in_place)
     try:
         with _removed_on_failure(output.parent):
             try:
                 report = _export(settings, model_dir, staged, staged / GRAPH_FILE if directory else staged)
-                if directory:
+                if in_place:
+                    _move_into(staged, output)
+                elif directory:
                     replace_directory(staged, output)
                 else:
                     fsync_path(staged)
@@ -199,19 +204,46 @@ def export_onnx(settings: ExportSettings) -> ExportReport:
                 shutil.rmtree(staged, ignore_errors=True) if staged.is_dir() else staged.unlink(missing_ok=True)
     except OSError as exc:  # a disk that filled while writing
         raise BertkitError(f"--output {output}: cannot write it ({exc.strerror}); "
-                           f"{failed_write_advice(exc, output.parent)}") from None
+                           f"{failed_write_advice(exc, home)}") from None
     report.path = output / GRAPH_FILE if directory else output
     return report
+
+
+def _remove_stale(home: Path, name: str, in_place: bool) -> None:
+    """Remove what an export killed outright left in `home` for this output (its own temp names only: another
+    output's, e.g. `name.v2`'s, are not this one's)."""
+    pattern = re.compile(r"\.export\.\d+" if in_place else rf"\.{re.escape(name)}\.\d+-export")
+    for stale in home.glob(f".*{TEMP_SUFFIX}"):
+        if pattern.fullmatch(stale.name.removesuffix(TEMP_SUFFIX)):
+            shutil.rmtree(stale) if stale.is_dir() else stale.unlink()
+
+
+def _move_into(staged: Path, output: Path) -> None:
+    """Put the staged export's files into an existing --output (a link, a mount or '.' cannot be renamed onto): each
+    by a rename, the graph last, then the files of an earlier export this one did not write removed. A kill midway
+    leaves each file whole, old or new."""
+    names = sorted((p.name for p in staged.iterdir()), key=lambda name: name == GRAPH_FILE)
+    for name in names:
+        target = output / name
+        if (staged / name).is_dir():
+            replace_directory(staged / name, target)  # a sentence-transformers module folder
+        else:
+            os.replace(staged / name, target)
+    for earlier in output.iterdir():
+        if exported(earlier.name) and earlier.name not in names:
+            shutil.rmtree(earlier) if earlier.is_dir() else earlier.unlink()
+    fsync_path(output)
 
 
 def _check_replaceable(output: Path) -> None:
     """Refuse to replace an --output directory that holds files no export writes (the user's own)."""
     if not output.is_dir():
         return
-    foreign = sorted(p.name for p in output.iterdir() if not exported(p.name))
+    foreign = sorted(p.name for p in output.iterdir() if not exported(p.name)
+                     and not re.fullmatch(rf"\.export\.\d+{re.escape(TEMP_SUFFIX)}", p.name))  # a killed export's
     if foreign:
         raise BertkitError(f"--output {output} holds files an export does not write ({', '.join(foreign[:5])}); "
-                           "export replaces the directory whole, so give a new directory or move them")
+                           "export replaces what an earlier export wrote there, so give a new directory or move them")
 
 
 @contextlib.contextmanager

@@ -87,15 +87,28 @@ def stream_lines(path: str | Path, flag: str | None = None) -> Iterator[str]:
     try:
         with (open_decompressed(path) if path.suffix in COMPRESSION_SUFFIXES else open(path, "rb")) as stream:
             rest = b""
+            pending: list[bytes] = []  # chunks with no line end, joined once one comes (linear in a long line)
             for chunk in _chunks(stream):
                 read += len(chunk)
                 if read > MAX_DATA_FILE_BYTES:
                     raise BertkitError(f"{label}: more than {MAX_DATA_FILE_BYTES:,} bytes, the most bertkit reads of "
                                        "a text file; give a larger one as Parquet or a `datasets` directory")
-                *lines, rest = _universal_lines(rest + chunk)
+                if b"\n" not in chunk and b"\r" not in chunk:
+                    pending.append(chunk)
+                    if len(rest) + sum(map(len, pending)) > 4 * MAX_TEXT_CHARS:  # UTF-8: at most 4 bytes a character
+                        raise BertkitError(f"{label}: line {number + 1} is over {4 * MAX_TEXT_CHARS:,} bytes, longer "
+                                           f"than the {MAX_TEXT_CHARS:,} characters one text may have; split it into "
+                                           "shorter lines")
+                    continue
+                *lines, rest = _universal_lines(b"".join([rest, *pending, chunk]))
+                pending = []
                 for line in lines:
                     number += 1
                     yield _decoded(line, label, number)
+            *lines, rest = _universal_lines(b"".join([rest, *pending]))
+            for line in lines:
+                number += 1
+                yield _decoded(line, label, number)
             if rest:  # the last line, without a line end, or ended by a CR
                 yield _decoded(rest.removesuffix(b"\r"), label, number + 1)
     except DECOMPRESSION_ERRORS as exc:

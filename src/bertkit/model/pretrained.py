@@ -150,6 +150,7 @@ class PreTrainedMixin:
         (Hugging Face) names start with a prefix in `without` are left out and start fresh (a head of other
         labels)."""
         path = Path(path)
+        file_present(path / "config.json")  # a FIFO there would wait forever: refused, named
         config = BertConfig.from_json_file(path / "config.json")
         if "id2label" in config_overrides and "num_labels" not in config_overrides:
             config_overrides["num_labels"] = len(config_overrides["id2label"])

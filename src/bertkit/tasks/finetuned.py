@@ -124,15 +124,16 @@ def load_task(directory: str | Path) -> Task:
     return task_class(settings["task"], source).from_json(settings, source=source)
 
 
-def task_of_config(directory: Path) -> Task:
+def task_of_config(directory: Path, max_seq_length: int | None = None) -> Task:
     """The task of a model fine-tuned elsewhere (a transformers directory: no bertkit_task.json) from its config.json:
     the kind whose head its `architectures` names, with its labels and the kind's default settings (windows cut to
-    its positions); a directory of no task's head is refused, saying what to run instead."""
+    its positions, or `max_seq_length`: a CrossEncoder's); a directory of no task's head is refused, saying what to
+    run instead."""
     config = BertConfig.from_json_file(directory / "config.json")
     kind = kind_of_architecture((config.architectures or [""])[0])
     if kind is None:
         raise BertkitError(_no_task_file(directory))
-    return TASK_CLASSES[kind].from_config(config, source=str(directory / "config.json"))
+    return TASK_CLASSES[kind].from_config(config, max_seq_length, source=str(directory / "config.json"))
 
 
 def _no_task_file(directory: Path) -> str:

@@ -54,12 +54,14 @@ def load(path: str | Path, do_lower_case: bool | None, split_special_tokens: boo
         tokens, json_lower_case = _read_vocab(source), None
     config_path = source.parent / CONFIG_FILE
     config = _read_config(config_path)
+    declared = next((v for v in (config.get("do_lower_case"), json_lower_case) if v is not None), True)
     if do_lower_case is None:
-        do_lower_case = next((v for v in (config.get("do_lower_case"), json_lower_case) if v is not None), True)
+        do_lower_case = declared
     _check_added_tokens(source.parent, tokens)
-    _check_text_rules(config_path, do_lower_case)
+    # the tokenizer's own rules against its own casing (a caller may force another: a vocabulary compared only)
+    _check_text_rules(config_path, declared)
     if source.suffix == ".json":
-        _check_text_rules(source, do_lower_case, _bert_normalizer(read_json_object(source).get("normalizer")))
+        _check_text_rules(source, declared, _bert_normalizer(read_json_object(source).get("normalizer")))
     if split_special_tokens is None:
         transformers_layout = any((source.parent / name).is_file() for name in TRANSFORMERS_FILES)
         split_special_tokens = config.get("split_special_tokens", not transformers_layout)

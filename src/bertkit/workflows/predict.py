@@ -23,15 +23,17 @@ from typing import Any
 import torch
 from torch import nn
 
+from bertkit.config import BertConfig, check_model_directory
 from bertkit.errors import BertkitError
 from bertkit.inference.batching import check_finite, model_outputs
 from bertkit.inference.smoothquant import int8_smoothing
+from bertkit.interop.sentence_transformers import cross_encoder_length
 from bertkit.io.atomic import check_writable, write_text_atomic
 from bertkit.model import for_inference
 from bertkit.runtime.allocator import keep_freed_memory
 from bertkit.runtime.device import apply_threads, check_inference_precision, resolve_device
 from bertkit.settings import PredictSettings
-from bertkit.tasks.finetuned import load_finetuned, load_task
+from bertkit.tasks.finetuned import load_finetuned, load_task, read_task_file, task_of_config
 from bertkit.tasks.task import Task, warn_skipped
 from bertkit.train.distributed import DistributedContext, all_gather_objects
 
@@ -92,6 +94,16 @@ def _remove_earlier_results(output: Path) -> None:
             path.unlink()
 
 
+def _task(directory: Path) -> Task:
+    """The directory's task: its bertkit_task.json's, or for a model fine-tuned elsewhere its config.json's (with the
+    length a CrossEncoder keeps, as serve reads it)."""
+    directory = check_model_directory(directory)
+    if read_task_file(directory) is not None:
+        return load_task(directory)
+    positions = BertConfig.from_json_file(directory / "config.json").max_position_embeddings
+    return task_of_config(directory, cross_encoder_length(directory, positions))
+
+
 def predict_file(settings: PredictSettings) -> dict[str, Any]:
     """Predict (and with `settings.evaluate`, score) a file with a fine-tuned directory; writes predictions
     (and eval_results.json) into `settings.output` and returns the counts of examples and skipped records,
@@ -101,7 +113,7 @@ def predict_file(settings: PredictSettings) -> dict[str, Any]:
     apply_threads(settings.threads)
     torch_device = resolve_device(settings.device)
     check_inference_precision(settings.precision)
-    task = load_task(settings.model)  # the input is read and checked before the model is loaded and timed
+    task = _task(Path(settings.model))  # the input is read and checked before the model is loaded and timed
     output_dir = Path(settings.output)
     check_output(output_dir, settings.overwrite)
     if settings.columns():
@@ -110,7 +122,7 @@ def predict_file(settings: PredictSettings) -> dict[str, Any]:
     examples, skipped = task.read(input_path, labelled=evaluate)
     warn_skipped(input_path, examples, skipped)
     keep_freed_memory()  # the process reuses large activations from here on (bertkit.runtime.allocator)
-    _, model, tokenizer = load_finetuned(settings.model, torch_device)
+    _, model, tokenizer = load_finetuned(settings.model, torch_device, task=task)
     model = for_inference(model, settings.precision, torch_device,  # int8: with the kept or calibrated scales
                           lambda: int8_smoothing(model, Path(settings.model), settings.calibration, tokenizer,
                                                  task.settings.max_seq_length))
