@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import os
 import random
 import signal
@@ -260,7 +261,7 @@ def test_tagging_and_squad_students_through_the_command(files, tmp_path) -> None
     assert json.loads((tmp_path / "squad-student" / "best" / "config.json").read_text())["hidden_size"] == 128
 
 
-def test_unlabelled_files_are_read_as_their_format_says(files, tmp_path) -> None:
+def test_unlabelled_files_are_read_as_their_format_says(files, tmp_path, caplog) -> None:
     """A JSONL file by the teacher's text column (not its raw lines), blank lines skipped, a CoNLL file's words (not
     'word tag' sentences), sentences a line for a tagger, and an output that holds the teacher refused."""
     from bertkit.tasks.finetuned import load_task
@@ -288,6 +289,11 @@ def test_unlabelled_files_are_read_as_their_format_says(files, tmp_path) -> None
         path.write_text(text)
         read = distilling._read_unlabeled(tagger, DistillSettings(teacher=tmp_path, unlabeled=path))
         assert [s.words for s in read] == words and all(s.labels is None for s in read)
+    path.write_text("john went to B-52\nmary saw the I-95\n")  # sentences that end in tag-like words
+    with caplog.at_level(logging.INFO):
+        read = distilling._read_unlabeled(tagger, DistillSettings(teacher=tmp_path, unlabeled=path))
+    assert [s.words for s in read] == [["john", "mary"]]  # the documented CoNLL reading, now said
+    assert "the other columns of 2 line(s) not read: if they are sentences" in caplog.text  # was unsaid
     with pytest.raises(BertkitError, match="holds the teacher"):
         distilling.check_teacher(files["teacher"], files["teacher"].parent)
     with pytest.raises(BertkitError, match="is a preset"):

@@ -418,7 +418,10 @@ def _tagging_lines(task: Task, path: Path) -> list[TaggedSentence]:
     lines = [(n, a) for n, a, _ in iter_lines(path, "--unlabeled") if a]
     if all(len(a.split()) == 1 or _TAG.match(a.split()[-1]) for _, a in lines):
         sentences = list(task.read(path, labelled=False)[0])
-        log.info("--unlabeled %s read as CoNLL: %d sentences", path, len(sentences))
+        columns = sum(len(a.split()) > 1 for _, a in lines)
+        log.info("--unlabeled %s read as CoNLL: %d sentences, a word a line%s", path, len(sentences),
+                 f" (the other columns of {columns} line(s) not read: if they are sentences, write one a line "
+                 "without a tag-like last word)" if columns else "")
         return sentences
     for number, line in lines:
         if "|||" in line:
