@@ -20,6 +20,7 @@ train.jsonl.zst is JSONL); tables (Parquet, `datasets` directories) are read by 
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import io
 import json
@@ -60,11 +61,20 @@ def read_text(path: str | Path, flag: str | None = None) -> str:
     mark; `flag` (e.g. "--input") is named in error messages."""
     path = Path(path)
     label = f"{flag} {path}" if flag else str(path)
-    try:
+    with _read_errors(path, label):
         data = read_bounded(path, MAX_DATA_FILE_BYTES, "a file it reads whole (a fine-tuning or input table; "
                             "give a larger one as Parquet or a `datasets` directory)")
-        # decoded as Path.read_text would: universal newlines, a BOM at the start dropped
+    try:  # decoded as Path.read_text would: universal newlines, a BOM at the start dropped
         return io.TextIOWrapper(io.BytesIO(data), encoding="utf-8-sig").read()
+    except UnicodeDecodeError:
+        raise BertkitError(f"{label}: {_invalid_utf8_at(data)}: not valid UTF-8; convert the file to UTF-8") from None
+
+
+@contextlib.contextmanager
+def _read_errors(path: Path, label: str) -> Iterator[None]:
+    """A failure to read `path` as one line naming `label` (the flag and file) and what to do."""
+    try:
+        yield
     except DECOMPRESSION_ERRORS as exc:
         raise BertkitError(f"{label}: corrupt {path.suffix[1:]} data ({exc}); fix or replace the file") from None
     except FileNotFoundError:
@@ -73,8 +83,6 @@ def read_text(path: str | Path, flag: str | None = None) -> str:
         raise BertkitError(f"{label}: is a directory; give a file") from None
     except OSError as exc:
         raise BertkitError(f"{label}: cannot be read ({exc.strerror})") from None
-    except UnicodeDecodeError:
-        raise BertkitError(f"{label}: {_invalid_utf8_at(data)}: not valid UTF-8; convert the file to UTF-8") from None
 
 
 def stream_lines(path: str | Path, flag: str | None = None) -> Iterator[str]:
@@ -83,42 +91,35 @@ def stream_lines(path: str | Path, flag: str | None = None) -> Iterator[str]:
     bound on the bytes read and the same errors as `read_text`, a line that is not UTF-8 named by its number."""
     path = Path(path)
     label = f"{flag} {path}" if flag else str(path)
-    read = number = 0
-    try:
-        with (open_decompressed(path) if path.suffix in COMPRESSION_SUFFIXES else open(path, "rb")) as stream:
-            rest = b""
-            pending: list[bytes] = []  # chunks with no line end, joined once one comes (linear in a long line)
-            for chunk in _chunks(stream):
-                read += len(chunk)
-                if read > MAX_DATA_FILE_BYTES:
-                    raise BertkitError(f"{label}: more than {MAX_DATA_FILE_BYTES:,} bytes, the most bertkit reads of "
-                                       "a text file; give a larger one as Parquet or a `datasets` directory")
-                if b"\n" not in chunk and b"\r" not in chunk:
-                    pending.append(chunk)
-                    if len(rest) + sum(map(len, pending)) > 4 * MAX_TEXT_CHARS:  # UTF-8: at most 4 bytes a character
-                        raise BertkitError(f"{label}: line {number + 1} is over {4 * MAX_TEXT_CHARS:,} bytes, longer "
-                                           f"than the {MAX_TEXT_CHARS:,} characters one text may have; split it into "
-                                           "shorter lines")
-                    continue
-                *lines, rest = _universal_lines(b"".join([rest, *pending, chunk]))
-                pending = []
-                for line in lines:
-                    number += 1
-                    yield _decoded(line, label, number)
-            *lines, rest = _universal_lines(b"".join([rest, *pending]))
-            for line in lines:
-                number += 1
-                yield _decoded(line, label, number)
-            if rest:  # the last line, without a line end, or ended by a CR
-                yield _decoded(rest.removesuffix(b"\r"), label, number + 1)
-    except DECOMPRESSION_ERRORS as exc:
-        raise BertkitError(f"{label}: corrupt {path.suffix[1:]} data ({exc}); fix or replace the file") from None
-    except FileNotFoundError:
-        raise BertkitError(f"{label}: file not found") from None
-    except IsADirectoryError:
-        raise BertkitError(f"{label}: is a directory; give a file") from None
-    except OSError as exc:
-        raise BertkitError(f"{label}: cannot be read ({exc.strerror})") from None
+    with _read_errors(path, label), open_decompressed(path) as stream:
+        for number, line in enumerate(_byte_lines(stream, label), start=1):
+            yield _decoded(line, label, number)
+
+
+def _byte_lines(stream: BufferedIOBase | BinaryIO, label: str) -> Iterator[bytes]:
+    """The stream's lines as bytes, without their line ends. Each chunk is scanned once: chunks without a line end
+    wait in `pending` until one comes, so a long line costs its length, and one past 4 bytes a character of the
+    longest text is refused as it grows."""
+    rest, pending, waiting, read, count = b"", [], 0, 0, 0
+    for chunk in _chunks(stream):
+        read += len(chunk)
+        if read > MAX_DATA_FILE_BYTES:
+            raise BertkitError(f"{label}: more than {MAX_DATA_FILE_BYTES:,} bytes, the most bertkit reads of a text "
+                               "file; give a larger one as Parquet or a `datasets` directory")
+        if b"\n" not in chunk and b"\r" not in chunk:
+            pending.append(chunk)
+            waiting += len(chunk)
+            if len(rest) + waiting > 4 * MAX_TEXT_CHARS:  # UTF-8: at most 4 bytes a character
+                raise BertkitError(f"{label}: line {count + 1} is over {4 * MAX_TEXT_CHARS:,} bytes, longer than the "
+                                   f"{MAX_TEXT_CHARS:,} characters one text may have; split it into shorter lines")
+            continue
+        *lines, rest = _universal_lines(b"".join([rest, *pending, chunk]))
+        pending, waiting, count = [], 0, count + len(lines)
+        yield from lines
+    *lines, rest = _universal_lines(b"".join([rest, *pending]))
+    yield from lines
+    if rest:  # the last line, without a line end, or ended by a CR
+        yield rest.removesuffix(b"\r")
 
 
 def _chunks(stream: BufferedIOBase | BinaryIO) -> Iterator[bytes]:
