@@ -49,19 +49,19 @@ def load(path: str | Path, do_lower_case: bool | None, split_special_tokens: boo
     docstring says."""
     source = _vocabulary_file(Path(path))
     if source.suffix == ".json":
-        tokens, json_lower_case = _read_tokenizer_json(source)
+        tokens, json_lower_case, normalizer = _read_tokenizer_json(source)
     else:
-        tokens, json_lower_case = _read_vocab(source), None
+        tokens, json_lower_case, normalizer = _read_vocab(source), None, {}
     config_path = source.parent / CONFIG_FILE
-    config = _read_config(config_path)
+    raw = read_json_object(config_path, fix="fix or delete the file") if file_present(config_path) else {}
+    config = _followed_keys(raw, config_path)
     declared = next((v for v in (config.get("do_lower_case"), json_lower_case) if v is not None), True)
     if do_lower_case is None:
         do_lower_case = declared
-    _check_added_tokens(source.parent, tokens)
+    _check_added_tokens(source.parent, tokens, raw.get("added_tokens_decoder"))
     # the tokenizer's own rules against its own casing (a caller may force another: a vocabulary compared only)
-    _check_text_rules(config_path, declared)
-    if source.suffix == ".json":
-        _check_text_rules(source, declared, _bert_normalizer(read_json_object(source).get("normalizer")))
+    _check_text_rules(config_path, declared, raw)
+    _check_text_rules(source, declared, normalizer)
     if split_special_tokens is None:
         transformers_layout = any((source.parent / name).is_file() for name in TRANSFORMERS_FILES)
         split_special_tokens = config.get("split_special_tokens", not transformers_layout)
@@ -145,14 +145,14 @@ def _read_vocab(path: Path) -> list[str]:
     return [line.strip() for line in lines]
 
 
-def _check_added_tokens(directory: Path, tokens: list[str]) -> None:
+def _check_added_tokens(directory: Path, tokens: list[str], decoder: object) -> None:
     """Refuse tokens transformers adds beside vocab.txt (added_tokens.json, tokenizer_config.json's
-    added_tokens_decoder) that the vocabulary lacks at their ids: bertkit would read them as [UNK], quietly."""
+    added_tokens_decoder: `decoder`) that the vocabulary lacks at their ids: bertkit would read them as [UNK],
+    quietly."""
     added = dict(read_json_object(directory / "added_tokens.json", missing={}, damaged={}))
-    decoder = read_json_object(directory / CONFIG_FILE, missing={}, damaged={}).get("added_tokens_decoder")
     if isinstance(decoder, dict):
-        added |= {entry.get("content"): int(i) for i, entry in decoder.items()
-                  if isinstance(entry, dict) and str(i).isdigit()}
+        added |= {entry["content"]: int(i) for i, entry in decoder.items()
+                  if isinstance(entry, dict) and isinstance(entry.get("content"), str) and str(i).isdigit()}
     extra = [token for token, i in added.items() if not (isinstance(i, int) and 0 <= i < len(tokens)
                                                          and tokens[i] == token)]
     if extra:
@@ -172,11 +172,10 @@ def _bert_normalizer(normalizer: object) -> dict[str, Any]:
     return next((found for n in normalizer.get("normalizers") or [] if (found := _bert_normalizer(n))), {})
 
 
-def _check_text_rules(path: Path, do_lower_case: bool, rules: dict[str, Any] | None = None) -> None:
-    """Refuse accent and CJK rules other than Google's BasicTokenizer's, which bertkit's tokenizer follows:
-    accents stripped exactly when text is lower-cased, CJK characters split apart."""
-    if rules is None:
-        rules = read_json_object(path, missing={}, damaged={}) if file_present(path) else {}
+def _check_text_rules(path: Path, do_lower_case: bool, rules: dict[str, Any]) -> None:
+    """Refuse accent and CJK rules (`rules`: tokenizer_config.json's, or tokenizer.json's normalizer's, read from
+    `path`) other than Google's BasicTokenizer's, which bertkit's tokenizer follows: accents stripped exactly when
+    text is lower-cased, CJK characters split apart."""
     strip, chinese = rules.get("strip_accents"), rules.get("tokenize_chinese_chars", True)
     if strip is not None and strip != do_lower_case:
         raise BertkitError(f"{path}: strip_accents {str(strip).lower()} with do_lower_case {str(do_lower_case).lower()}"
@@ -187,12 +186,9 @@ def _check_text_rules(path: Path, do_lower_case: bool, rules: dict[str, Any] | N
                            "apart (Google's rule), so its token ids would differ; use transformers for this tokenizer")
 
 
-def _read_config(config_path: Path) -> dict[str, bool]:
-    """The keys of tokenizer_config.json that bertkit follows (do_lower_case, split_special_tokens), those set;
-    nothing when the file is absent."""
-    if not file_present(config_path):
-        return {}
-    config = read_json_object(config_path, fix="fix or delete the file")
+def _followed_keys(config: dict[str, Any], config_path: Path) -> dict[str, bool]:
+    """The keys of tokenizer_config.json (`config`; {} when absent) that bertkit follows (do_lower_case,
+    split_special_tokens), those set."""
     found = {key: config[key] for key in ("do_lower_case", "split_special_tokens") if config.get(key) is not None}
     for key, value in found.items():
         if not isinstance(value, bool):
@@ -200,8 +196,9 @@ def _read_config(config_path: Path) -> dict[str, bool]:
     return found
 
 
-def _read_tokenizer_json(path: Path) -> tuple[list[str], bool | None]:
-    """(tokens in id order, lower-casing of its normalizer or None) of a Hugging Face tokenizer.json."""
+def _read_tokenizer_json(path: Path) -> tuple[list[str], bool | None, dict[str, Any]]:
+    """(tokens in id order, lower-casing of its normalizer or None, its BertNormalizer's accent and CJK rules) of a
+    Hugging Face tokenizer.json."""
     spec = read_json_object(path, fix="fix or delete the file")
     model = spec.get("model") or {}
     if model.get("type") != "WordPiece" or model.get("continuing_subword_prefix", "##") != "##":
@@ -217,7 +214,8 @@ def _read_tokenizer_json(path: Path) -> tuple[list[str], bool | None]:
     if extra:
         raise BertkitError(f"{path}: added tokens {extra[:5]} are not in model.vocab with the same id; bertkit "
                            "reads only the WordPiece vocabulary")
-    return sorted(vocab, key=vocab.__getitem__), _normalizer_lower_case(spec.get("normalizer"))
+    normalizer = spec.get("normalizer")
+    return sorted(vocab, key=vocab.__getitem__), _normalizer_lower_case(normalizer), _bert_normalizer(normalizer)
 
 
 def _normalizer_lower_case(normalizer: object) -> bool | None:
