@@ -14,6 +14,7 @@ a traceback.
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Any
 
@@ -66,6 +67,13 @@ def read_json_object(path: str | Path, *, missing: Any = RAISE, damaged: Any = R
     if isinstance(value, dict) or value is missing or value is damaged:
         return value
     return _fail(damaged, f"{path}: not a JSON object (found {type(value).__name__})", fix)
+
+
+def finite_number(value: Any, minimum: float | None = None) -> bool:
+    """Whether a value read from a kept record is a finite JSON number (not a bool), at least `minimum` if given:
+    what a record's seconds, rates and scores must be before they are summed or planned with."""
+    return (isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+            and (minimum is None or value >= minimum))
 
 
 def _fail(default: Any, message: str, fix: str) -> Any:

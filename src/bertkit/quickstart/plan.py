@@ -22,6 +22,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from bertkit.errors import BertkitError
+from bertkit.io.jsonfile import finite_number
 
 FINETUNE_SHARE = 0.3
 """Most of the budget (after vocabulary and data) the fine-tunings get before they are made shorter."""
@@ -122,10 +123,9 @@ class TimePlan:
                 + (f"; {self.shortened}" if self.shortened else "") + (f"; machine {self.load}" if self.load else ""))
 
 
-def _number(value: object, name: str, positive: bool = False) -> float:
+def _number(value: Any, name: str, positive: bool = False) -> float:
     """`value` as a finite number >= 0 (> 0 when `positive`); TypeError naming the field otherwise."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0 \
-            or (positive and value == 0):
+    if not finite_number(value, 0) or (positive and value == 0):
         raise TypeError(f"{name} is {value!r}")
     return value
 

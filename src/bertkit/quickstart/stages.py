@@ -23,7 +23,6 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-import math
 import os
 import platform
 import random
@@ -40,7 +39,7 @@ import torch
 from bertkit.assets import kjv_path
 from bertkit.errors import BertkitError, Interrupted
 from bertkit.io.atomic import check_writable, write_text_atomic
-from bertkit.io.jsonfile import read_json_object
+from bertkit.io.jsonfile import finite_number, read_json_object
 from bertkit.quickstart.config import MODEL, QuickstartSettings
 from bertkit.quickstart.load import fastest_rates, machine_load
 from bertkit.quickstart.plan import FinetuneWork, Rates, TimePlan, plan_time
@@ -278,7 +277,8 @@ class StageClock:
     def __init__(self, path: Path) -> None:
         self.path = path
         kept = read_json_object(path, missing={}, damaged={})
-        self.totals: dict[str, float] = {name: seconds for name, seconds in kept.items() if _seconds(seconds)}
+        self.totals: dict[str, float] = {name: seconds for name, seconds in kept.items()
+                                          if finite_number(seconds, 0)}
         if len(self.totals) < len(kept):  # an edit: the report counts the stages it can
             log.warning("%s: %s not seconds bertkit wrote; left out of the run's times", path,
                         ", ".join(sorted(set(kept) - set(self.totals))))
@@ -295,10 +295,6 @@ class StageClock:
         """Count `seconds` more to stage `name`, and keep the totals."""
         self.totals[name] = self.totals.get(name, 0.0) + seconds
         write_text_atomic(self.path, json.dumps(self.totals, indent=2) + "\n")
-
-
-def _seconds(value: object) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value >= 0
 
 
 def time_plan(settings: QuickstartSettings, tokenizer: Any, timings: StageClock, echo: Echo) -> TimePlan:

@@ -28,7 +28,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
-import math
 import shutil
 import statistics
 import time
@@ -40,7 +39,7 @@ from typing import Any
 from bertkit.data.glue import GLUE_TASKS, glue_task
 from bertkit.errors import BertkitError
 from bertkit.io.atomic import check_writable, write_text_atomic
-from bertkit.io.jsonfile import read_json_object
+from bertkit.io.jsonfile import finite_number, read_json_object
 from bertkit.runtime.device import apply_threads
 from bertkit.settings import FinetuneSettings, GlueSettings
 from bertkit.settings.rules import EXACT, FIXED, differences
@@ -270,10 +269,6 @@ def _finished(directory: Path, one_run: FinetuneSettings) -> dict[str, Any] | No
     return results
 
 
-def _wall_seconds(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value >= 0
-
-
 def _prepare_output(out: Path, resume: bool, overwrite: bool, settings: GlueSettings,
                     finetune: FinetuneSettings) -> dict[str, Any]:
     """Create OUTPUT or check it holds an earlier sweep (--resume auto continues it, --overwrite deletes
@@ -300,7 +295,8 @@ def _prepare_output(out: Path, resume: bool, overwrite: bool, settings: GlueSett
     kept: dict[str, Any] = earlier["runs"] if isinstance(earlier.get("runs"), dict) else {}
     # only the run times bertkit wrote: an edited entry would fail the table's sums (each run's own files, not
     # this record, say what is finished)
-    runs = {name: run for name, run in kept.items() if isinstance(run, dict) and _wall_seconds(run.get("wall_s"))}
+    runs = {name: run for name, run in kept.items()
+            if isinstance(run, dict) and finite_number(run.get("wall_s"), 0)}
     sweep = {"model": finetune.model, "data": str(settings.data), "learning_rates": list(settings.learning_rates),
              "seeds": list(finetune.seeds), "runs": runs}
     write_text_atomic(marker, json.dumps(sweep, indent=2) + "\n")

@@ -22,7 +22,6 @@ import hashlib
 import inspect
 import json
 import logging
-import math
 import shutil
 import signal
 import statistics
@@ -35,7 +34,7 @@ from bertkit.errors import BertkitError, Interrupted
 from bertkit.io.atomic import check_writable, replace_directory, write_text_atomic
 from bertkit.io.bounded import file_present
 from bertkit.io.digest import update_with_file
-from bertkit.io.jsonfile import read_json_object
+from bertkit.io.jsonfile import finite_number, read_json_object
 from bertkit.settings.rules import check_resume, describe_changes
 from bertkit.workflows.predict import RESULTS_FILE, write_results
 from bertkit.workflows.random_init import PRETRAINED_ASIDE, RANDOM_INIT_DIRECTORY, STAGED
@@ -234,7 +233,7 @@ def finished_seed(seed_dir: Path) -> dict[str, float] | None:
         return None
     step = results.get("step")
     if not (isinstance(step, int) and not isinstance(step, bool) and step >= 0 and all(
-            isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in results.values())):
+            finite_number(v) for v in results.values())):
         log.warning("%s: not the results bertkit writes (a step and finite metrics); the seed is trained again", path)
         return None
     return results
