@@ -56,6 +56,7 @@ from bertkit.export.fusion import OPT_LEVEL, fusable_encoder, optimize_graph
 from bertkit.inference.batching import pad_batch
 from bertkit.io.atomic import (
     TEMP_SUFFIX,
+    check_outside,
     check_writable,
     failed_write_advice,
     fsync_path,
@@ -179,9 +180,7 @@ def export_onnx(settings: ExportSettings) -> ExportReport:
     check_writable(output, "--output", directory=directory)
     if directory:
         check_output_directory(output, model_dir)
-        if output.resolve() in model_dir.resolve().parents:  # e.g. a sentence-transformers 0_BERT/ inside it
-            raise BertkitError(f"--output {output} holds the model ({model_dir}); export writes there, so give a new "
-                               "directory")
+        check_outside(output, "--model", model_dir)  # e.g. a sentence-transformers directory's 0_BERT/
         _check_replaceable(output)
     in_place = directory and (output.is_dir() or output.is_symlink())  # '.', a mount, a link: written into
     home = output if in_place else output.parent

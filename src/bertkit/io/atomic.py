@@ -76,6 +76,18 @@ def check_writable(path: str | Path, flag: str, directory: bool = True) -> None:
         raise BertkitError(f"{flag} {path}: cannot write in {existing} ({exc.strerror}); {advice}") from None
 
 
+def check_outside(output: Path, flag: str, path: str | Path | None) -> None:
+    """Refuse `flag`'s `path` (an existing file or directory; a preset name or None passes) inside `output`, which
+    the command writes and replaces (a model fine-tuned again into its own run directory was deleted by
+    --overwrite before it was read; an export would have replaced the directory holding its model)."""
+    if path is None or not Path(path).exists():
+        return
+    inside, out = Path(path).resolve(), Path(output).resolve()
+    if out == inside or out in inside.parents:
+        raise BertkitError(f"{flag} {path} lies inside --output {output}, which this command writes and replaces; "
+                           "copy it elsewhere first, or write to another --output")
+
+
 def _make_temp(path: Path) -> tuple[int, Path]:
     """A new temp file beside `path`, unique per process and call. Unlike tempfile.mkstemp (mode 0600) it
     is created with mode 0666 minus the umask, so the renamed file has the permissions of a plain write."""

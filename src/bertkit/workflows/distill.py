@@ -46,7 +46,7 @@ from bertkit.data.text_inputs import iter_lines
 from bertkit.errors import BertkitError
 from bertkit.inference.batching import model_outputs
 from bertkit.inference.positions import PRETRAINING_FILE, trained_positions
-from bertkit.io.atomic import write_text_atomic
+from bertkit.io.atomic import check_outside, write_text_atomic
 from bertkit.io.bounded import file_present
 from bertkit.io.columnar import is_table_input
 from bertkit.io.jsonfile import read_json_object
@@ -85,13 +85,7 @@ from bertkit.workflows.finetune import (
 )
 from bertkit.workflows.predict import RESULTS_FILE, predict_features, write_results
 from bertkit.workflows.recipes import pretraining_history
-from bertkit.workflows.run_output import (
-    DISTILLATION_PATHS,
-    check_outside,
-    data_fingerprint,
-    data_record,
-    stops_between_loops,
-)
+from bertkit.workflows.run_output import DISTILLATION_PATHS, data_fingerprint, data_record, stops_between_loops
 from bertkit.workflows.seeds import check_without_dev
 from bertkit.workflows.significance import compare_seeds
 from bertkit.workflows.teacher_outputs import teacher_outputs, weights_sha256

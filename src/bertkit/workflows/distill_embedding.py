@@ -36,7 +36,7 @@ from bertkit.data.pairs import PairExample
 from bertkit.data.text_inputs import iter_lines
 from bertkit.errors import BertkitError
 from bertkit.interop.sentence_transformers import read_sentence_transformers
-from bertkit.io.atomic import write_text_atomic
+from bertkit.io.atomic import check_outside, write_text_atomic
 from bertkit.io.textfile import format_suffix
 from bertkit.model import BertModel
 from bertkit.model.student import student_from_teacher
@@ -69,7 +69,7 @@ from bertkit.workflows.embedding import (
 )
 from bertkit.workflows.finetune import ModelSource
 from bertkit.workflows.predict import RESULTS_FILE, write_results
-from bertkit.workflows.run_output import check_outside, data_fingerprint, data_record, stops_between_loops
+from bertkit.workflows.run_output import data_fingerprint, data_record, stops_between_loops
 from bertkit.workflows.teacher_outputs import teacher_outputs, weights_sha256
 
 log = logging.getLogger(__name__)

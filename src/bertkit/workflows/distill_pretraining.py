@@ -27,7 +27,7 @@ from typing import cast
 from bertkit.config import PRESETS, BertConfig, check_model_directory, load_config
 from bertkit.data.shards import read_manifest
 from bertkit.errors import BertkitError
-from bertkit.io.atomic import write_text_atomic
+from bertkit.io.atomic import check_outside, write_text_atomic
 from bertkit.model import BertForMaskedLM
 from bertkit.model.student import student_from_teacher
 from bertkit.settings import DistillSettings, PretrainSettings, TrainConfig, every_other_layer, student_layers
@@ -37,7 +37,6 @@ from bertkit.train import FitResult
 from bertkit.train.distributed import DistributedContext, barrier, setup_distributed
 from bertkit.workflows.distill import LINEAGE_FILE, check_teacher, warn_not_smaller
 from bertkit.workflows.pretrain import pretrain
-from bertkit.workflows.run_output import check_outside
 from bertkit.workflows.teacher_outputs import weights_sha256
 
 log = logging.getLogger(__name__)

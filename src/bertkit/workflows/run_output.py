@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from bertkit.errors import BertkitError, Interrupted
-from bertkit.io.atomic import check_writable, replace_directory, write_text_atomic
+from bertkit.io.atomic import check_outside, check_writable, replace_directory, write_text_atomic
 from bertkit.io.bounded import file_present
 from bertkit.io.digest import update_with_file
 from bertkit.io.jsonfile import finite_number, read_json_object
@@ -128,17 +128,6 @@ def prepare_output(output: Path, resume: bool, overwrite: bool, settings: dict[s
     output.mkdir(parents=True, exist_ok=True)
     if resume:
         _check_same_run(output, settings, set(allow_change), labels or {})
-
-
-def check_outside(output: Path, flag: str, path: str | Path | None) -> None:
-    """Refuse `flag`'s `path` (an existing file or directory; a preset name or None passes) inside `output`, which
-    --overwrite deletes: a model fine-tuned again into its own run directory was deleted before it was read."""
-    if path is None or not Path(path).exists():
-        return
-    inside, out = Path(path).resolve(), output.resolve()
-    if out == inside or out in inside.parents:
-        raise BertkitError(f"{flag} {path} lies inside --output {output}, which the run writes (and --overwrite "
-                           "deletes); copy it elsewhere first, or write to another --output")
 
 
 def record_run(output: Path, settings: dict[str, Any]) -> None:
